@@ -1,0 +1,55 @@
+"""Reading Spark's offset log: the watermark and processing time in force for a batch.
+
+Spark writes ``offsets/<batchId>`` before running the batch (``v1``, a JSON
+metadata line with ``batchWatermarkMs`` and ``batchTimestampMs``, then one
+line per source offset), so the sink can classify a batch with exactly the
+watermark Spark used, including when the batch is replayed after a crash.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+
+@dataclass(frozen=True)
+class OffsetEntry:
+    batch_id: int
+    watermark_ms: int
+    batch_ts_ms: int
+    source_offsets: tuple[dict | None, ...]
+
+
+def parse_offset_log(text: str, batch_id: int) -> OffsetEntry:
+    lines = text.splitlines()
+    if len(lines) < 2 or not lines[0].startswith("v"):
+        raise ValueError(f"offsets/{batch_id} is not a Spark offset log entry: {text[:80]!r}")
+    meta = json.loads(lines[1])
+    sources = tuple(None if ln.strip() in ("", "-") else json.loads(ln) for ln in lines[2:])
+    return OffsetEntry(
+        batch_id=batch_id,
+        watermark_ms=int(meta.get("batchWatermarkMs", 0)),
+        batch_ts_ms=int(meta.get("batchTimestampMs", 0)),
+        source_offsets=sources,
+    )
+
+
+def read_offset_log(checkpoint_dir: str, batch_id: int, spark: object | None = None) -> OffsetEntry:
+    """Local paths are read directly; other URIs (hdfs://, s3a://) through Spark's Hadoop FS."""
+    scheme = urlsplit(checkpoint_dir).scheme
+    if scheme in ("", "file"):
+        path = Path(urlsplit(checkpoint_dir).path if scheme else checkpoint_dir) / "offsets" / str(batch_id)
+        return parse_offset_log(path.read_text(), batch_id)
+    if spark is None:
+        raise ValueError(f"reading {checkpoint_dir} needs a SparkSession")
+    jvm = spark._jvm  # type: ignore[attr-defined]
+    hpath = jvm.org.apache.hadoop.fs.Path(f"{checkpoint_dir.rstrip('/')}/offsets/{batch_id}")
+    fs = hpath.getFileSystem(spark._jsc.hadoopConfiguration())  # type: ignore[attr-defined]
+    stream = fs.open(hpath)
+    try:
+        text = jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8")
+    finally:
+        stream.close()
+    return parse_offset_log(text, batch_id)

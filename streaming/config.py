@@ -1,0 +1,127 @@
+"""One configuration object, read from environment variables.
+
+Invalid values fail at construction with a message naming the variable, so a
+typo stops the pipeline at start rather than producing wrong numbers later.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from urllib.parse import urlsplit
+
+from streaming.timeutil import format_duration_ms, parse_duration_ms
+
+DEFAULT_EMBEDDED_PORT = 6379
+_NAMESPACE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+
+
+class ConfigError(ValueError):
+    """A configuration value is invalid; the message names the variable."""
+
+
+@dataclass(frozen=True)
+class Config:
+    redis_url: str = f"redis://127.0.0.1:{DEFAULT_EMBEDDED_PORT}/0"
+    embedded_redis: bool = True
+    redis_data_dir: str = "data/redis"
+    namespace: str = "wm"
+    window_ms: int = 60_000
+    slide_ms: int = 60_000
+    delay_ms: int = 30_000
+    trigger_ms: int = 1_000
+    checkpoint_dir: str = "data/checkpoints/wm"
+    spark_master: str = "local[*]"
+    max_events_per_batch: int = 0
+    source_partitions: int = 2
+    retention_ms: int = 86_400_000
+    progress_history: int = 5_000
+    key_ttl_ms: int | None = None  # how long keys outlive their last write; None = RETENTION
+
+    def __post_init__(self) -> None:
+        _check(self.window_ms > 0, "WINDOW", "must be positive")
+        _check(self.slide_ms > 0, "SLIDE", "must be positive")
+        _check(
+            self.slide_ms <= self.window_ms,
+            "SLIDE",
+            f"({format_duration_ms(self.slide_ms)}) must not exceed WINDOW ({format_duration_ms(self.window_ms)})",
+        )
+        _check(self.delay_ms >= 0, "WATERMARK_DELAY", "must not be negative")
+        _check(self.trigger_ms > 0, "TRIGGER_INTERVAL", "must be positive")
+        _check(self.max_events_per_batch >= 0, "MAX_EVENTS_PER_BATCH", "must be 0 (no cap) or positive")
+        _check(1 <= self.source_partitions <= 256, "SOURCE_PARTITIONS", "must be between 1 and 256")
+        _check(self.retention_ms >= self.window_ms, "RETENTION", "must be at least one WINDOW")
+        _check(self.progress_history >= 10, "PROGRESS_HISTORY", "must be at least 10")
+        _check(bool(_NAMESPACE.match(self.namespace)), "PIPELINE_NAMESPACE",
+               f"{self.namespace!r} must be 1-64 characters of letters, digits, '_', '-', '.'")
+        scheme = urlsplit(self.redis_url).scheme
+        _check(scheme in ("redis", "rediss", "unix"), "REDIS_URL",
+               f"{redact_url(self.redis_url)!r} must start with redis://, rediss:// or unix://")
+        _check(bool(self.spark_master), "SPARK_MASTER", "must not be empty")
+
+    @property
+    def is_sliding(self) -> bool:
+        return self.slide_ms != self.window_ms
+
+    def with_(self, **changes: object) -> Config:
+        return replace(self, **changes)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Config:
+        env = os.environ if env is None else env
+        ns = env.get("PIPELINE_NAMESPACE", cls.namespace)
+        window = _duration(env, "WINDOW", cls.window_ms)
+        url = env.get("REDIS_URL", "").strip()
+        port = _int(env, "REDIS_PORT", DEFAULT_EMBEDDED_PORT)
+        return cls(
+            redis_url=url or f"redis://127.0.0.1:{port}/0",
+            embedded_redis=not url,
+            redis_data_dir=env.get("REDIS_DATA_DIR", cls.redis_data_dir),
+            namespace=ns,
+            window_ms=window,
+            slide_ms=_duration(env, "SLIDE", window),
+            delay_ms=_duration(env, "WATERMARK_DELAY", cls.delay_ms),
+            trigger_ms=_duration(env, "TRIGGER_INTERVAL", cls.trigger_ms),
+            checkpoint_dir=env.get("CHECKPOINT_DIR", f"data/checkpoints/{ns}"),
+            spark_master=env.get("SPARK_MASTER", cls.spark_master),
+            max_events_per_batch=_int(env, "MAX_EVENTS_PER_BATCH", cls.max_events_per_batch),
+            source_partitions=_int(env, "SOURCE_PARTITIONS", cls.source_partitions),
+            retention_ms=_duration(env, "RETENTION", cls.retention_ms),
+            progress_history=_int(env, "PROGRESS_HISTORY", cls.progress_history),
+        )
+
+
+def redact_url(url: str) -> str:
+    """The URL with any password replaced, safe for logs and the dashboard."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
+    return parts._replace(netloc=netloc).geturl()
+
+
+def _check(ok: bool, var: str, message: str) -> None:
+    if not ok:
+        raise ConfigError(f"{var} {message}")
+
+
+def _duration(env: Mapping[str, str], var: str, default: int) -> int:
+    raw = env.get(var)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        return parse_duration_ms(raw)
+    except ValueError as exc:
+        raise ConfigError(f"{var}={raw!r} is not a duration: {exc}") from None
+
+
+def _int(env: Mapping[str, str], var: str, default: int) -> int:
+    raw = env.get(var)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise ConfigError(f"{var}={raw!r} is not an integer") from None

@@ -1,0 +1,112 @@
+"""The wire format of one game-server event in the Redis Stream, and its parser.
+
+A stream entry has a single field ``e`` holding a JSON object::
+
+    {"event_id": "C-42-17", "server": "C", "player_id": "p0042",
+     "kind": "heartbeat", "event_time": "2026-11-22T10:00:01.250Z"}
+
+``server``, ``player_id`` and ``event_time`` are required; ``kind`` and
+``event_id`` are optional (replayed event sets carry neither). The entry ID's
+millisecond part is the ingest time. Anything that does not fit is not dropped:
+:func:`parse_entry` returns a :class:`BadEntry` with a stable reason code that
+the sink counts and keeps in the dead-letter stream.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import orjson
+
+from streaming.timeutil import iso_from_us, parse_iso_us
+
+PAYLOAD_FIELD = "e"
+KINDS = ("login", "heartbeat", "logout")
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    server: str
+    player_id: str
+    event_time_us: int
+    kind: str | None = None
+    event_id: str | None = None
+
+    def payload(self) -> bytes:
+        doc: dict[str, object] = {}
+        if self.event_id is not None:
+            doc["event_id"] = self.event_id
+        doc["server"] = self.server
+        doc["player_id"] = self.player_id
+        if self.kind is not None:
+            doc["kind"] = self.kind
+        doc["event_time"] = iso_from_us(self.event_time_us)
+        return orjson.dumps(doc)
+
+    def fields(self) -> dict[str, bytes]:
+        """The stream entry's fields, ready for ``XADD``."""
+        return {PAYLOAD_FIELD: self.payload()}
+
+
+@dataclass(frozen=True, slots=True)
+class BadEntry:
+    reason: str
+    detail: str
+    raw: str
+
+
+def parse_entry(fields: Mapping[bytes, bytes], entry_id: str) -> Event | BadEntry:
+    """Validate one stream entry; never raises."""
+    payload = fields.get(PAYLOAD_FIELD.encode())
+    if payload is None:
+        raw = orjson.dumps({k.decode("utf-8", "replace"): v.decode("utf-8", "replace") for k, v in fields.items()})
+        return BadEntry("missing_payload", f"entry has no field {PAYLOAD_FIELD!r}", raw.decode())
+    return parse_payload(payload, entry_id)
+
+
+def parse_payload(payload: bytes, entry_id: str) -> Event | BadEntry:
+    def bad(reason: str, detail: str) -> BadEntry:
+        return BadEntry(reason, detail, payload.decode("utf-8", "replace"))
+
+    try:
+        doc = orjson.loads(payload)
+    except orjson.JSONDecodeError as exc:
+        return bad("malformed_json", str(exc))
+    if not isinstance(doc, dict):
+        return bad("not_an_object", f"payload is a JSON {type(doc).__name__}, not an object")
+
+    for name in ("server", "player_id", "event_time"):
+        if doc.get(name) is None:
+            return bad("missing_field", f"{name} is missing")
+    server = doc["server"]
+    if not isinstance(server, str) or not server:
+        return bad("bad_type", f"server must be a non-empty string, got {server!r}")
+    player = doc["player_id"]
+    if isinstance(player, bool) or not isinstance(player, (str, int)) or player == "":
+        return bad("bad_type", f"player_id must be a non-empty string or integer, got {player!r}")
+    ts = doc["event_time"]
+    if not isinstance(ts, str):
+        return bad("bad_type", f"event_time must be an ISO-8601 string, got {ts!r}")
+    try:
+        event_time_us = parse_iso_us(ts)
+    except (ValueError, OverflowError) as exc:
+        return bad("bad_timestamp", f"event_time {ts!r} does not parse: {exc}")
+    kind = doc.get("kind")
+    if kind is not None and kind not in KINDS:
+        return bad("bad_value", f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
+    event_id = doc.get("event_id")
+    if event_id is not None and not isinstance(event_id, (str, int)):
+        return bad("bad_type", f"event_id must be a string, got {event_id!r}")
+    return Event(
+        server=server,
+        player_id=str(player),
+        event_time_us=event_time_us,
+        kind=kind,
+        event_id=str(event_id) if event_id is not None else entry_id,
+    )
+
+
+def entry_ms(entry_id: str) -> int:
+    """The millisecond part of a stream entry ID: the event's ingest time."""
+    return int(entry_id.split("-", 1)[0])

@@ -1,0 +1,79 @@
+"""The live Spark job: ``python -m streaming.job``.
+
+Reads configuration from the environment, refuses to continue a namespace
+built with a different window/slide/delay, then runs the query until stopped.
+Restarting after any crash (even SIGKILL) resumes from the checkpoint and
+Redis ends up exactly as if it had never stopped.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+
+from streaming.commit import ParamsMismatch, check_params
+from streaming.config import Config, ConfigError, redact_url
+from streaming.keys import KeySchema
+from streaming.redis_conn import connect
+from streaming.timeutil import format_duration_ms
+
+log = logging.getLogger("streaming.job")
+
+
+def main() -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s job %(levelname)s %(message)s", stream=sys.stderr)
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+    try:
+        cfg = Config.from_env()
+    except ConfigError as exc:
+        log.error("config error: %s", exc)
+        return 2
+    keys = KeySchema(cfg.namespace)
+    try:
+        client = connect(cfg.redis_url)
+    except ConnectionError as exc:
+        log.error("%s", exc)
+        return 1
+
+    from streaming.listener import ProgressListener, ProgressWriter
+    from streaming.query import build_session, params_of, start_query
+
+    params = params_of(cfg)
+    try:
+        check_params(client, keys, params)
+    except ParamsMismatch as exc:
+        log.error("%s", exc)
+        return 2
+
+    spark = build_session(cfg)
+    writer = ProgressWriter(cfg.redis_url, keys, ttl_s=max(1, (cfg.key_ttl_ms or cfg.retention_ms) // 1000))
+    writer.start()
+    name = f"watermark-{cfg.namespace}"
+    spark.streams.addListener(ProgressListener(writer, name))
+    query = start_query(spark, cfg, query_name=name)
+    log.info(
+        "query %s running: Redis %s, namespace %s, window %s slide %s delay %s, trigger %s, checkpoint %s",
+        name, redact_url(cfg.redis_url), cfg.namespace, format_duration_ms(cfg.window_ms),
+        format_duration_ms(cfg.slide_ms), format_duration_ms(cfg.delay_ms), format_duration_ms(cfg.trigger_ms),
+        cfg.checkpoint_dir,
+    )
+
+    def stop(signum: int, _frame: object) -> None:
+        log.info("signal %d: stopping the query after the current batch", signum)
+        query.stop()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    try:
+        query.awaitTermination()
+    except Exception as exc:  # the query failed: say why, exit non-zero so a supervisor restarts it
+        log.error("query failed: %s", exc)
+        return 1
+    finally:
+        writer.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,128 @@
+"""The check document: what Redis says the pipeline computed, in a form anyone can diff.
+
+``python -m streaming.report [--out OUT.json]`` writes it for the live
+pipeline; ``streaming.replay`` writes the same document for a replayed event
+set. A window is ``final`` when its end is at or below the watermark that will
+be in force for the next batch: no later event can change it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import redis
+
+from streaming.config import Config, ConfigError
+from streaming.keys import KeySchema, WindowKey
+from streaming.timeutil import iso_from_ms
+
+
+@dataclass(frozen=True)
+class WindowRow:
+    key: WindowKey
+    events: int
+    dropped: int
+    late: int
+    players: int
+
+
+def read_state(client: redis.Redis, keys: KeySchema) -> dict[str, str]:
+    return {k.decode(): v.decode() for k, v in client.hgetall(keys.state).items()}
+
+
+def read_windows(client: redis.Redis, keys: KeySchema, min_start_ms: float = float("-inf"),
+                 max_start_ms: float = float("inf")) -> list[WindowRow]:
+    members = [WindowKey.parse(m) for m in client.zrangebyscore(keys.windows, min_start_ms, max_start_ms)]
+    pipe = client.pipeline(transaction=False)
+    for wk in members:
+        pipe.hmget(keys.window(wk), ["events", "dropped", "late"])
+        pipe.scard(keys.players(wk))
+    replies = pipe.execute()
+    rows = []
+    for i, wk in enumerate(members):
+        events, dropped, late = (int(v or 0) for v in replies[2 * i])
+        rows.append(WindowRow(wk, events, dropped, late, int(replies[2 * i + 1])))
+    rows.sort(key=lambda w: (w.key.start_ms, w.key.server, w.key.end_ms))
+    return rows
+
+
+def read_batches(client: redis.Redis, keys: KeySchema, last: int | None = None) -> list[dict]:
+    """Batch records, oldest first; each has the sink's fields and, once the listener
+    has reported, ``progress``."""
+    ids = client.zrange(keys.batches, -last if last else 0, -1)
+    pipe = client.pipeline(transaction=False)
+    for b in ids:
+        pipe.hmget(keys.batch(int(b)), ["sink", "progress"])
+    out = []
+    for sink, progress in pipe.execute():
+        if sink is None:
+            continue
+        rec = json.loads(sink)
+        if progress is not None:
+            rec["progress"] = json.loads(progress)
+        out.append(rec)
+    return out
+
+
+def build_document(client: redis.Redis, keys: KeySchema,
+                   batch_labels: Mapping[int, int] | None = None) -> dict:
+    state = read_state(client, keys)
+    final_below = int(state.get("next_watermark_ms", 0) or 0)
+    batches = [
+        {
+            "batch": batch_labels.get(b["batch"], b["batch"]) if batch_labels else b["batch"],
+            "watermark": iso_from_ms(b["watermark_ms"]),
+            "input": b["input"],
+            "dropped": b["dropped"],
+        }
+        for b in read_batches(client, keys)
+    ]
+    windows = [
+        {
+            "server": w.key.server,
+            "start": iso_from_ms(w.key.start_ms),
+            "end": iso_from_ms(w.key.end_ms),
+            "events": w.events,
+            "players": w.players,
+            "dropped": w.dropped,
+            "final": w.key.end_ms <= final_below,
+        }
+        for w in read_windows(client, keys)
+    ]
+    return {"batches": batches, "windows": windows}
+
+
+def write_document(doc: dict, out: str | None) -> None:
+    text = json.dumps(doc, indent=2) + "\n"
+    if out:
+        with open(out, "w") as fh:
+            fh.write(text)
+    else:
+        sys.stdout.write(text)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m streaming.report", description=__doc__.splitlines()[0])
+    parser.add_argument("--out", help="write the JSON here instead of stdout")
+    args = parser.parse_args(argv)
+    try:
+        cfg = Config.from_env()
+    except ConfigError as exc:
+        print(f"config error: {exc}", file=sys.stderr)
+        return 2
+    client = redis.Redis.from_url(cfg.redis_url)
+    try:
+        doc = build_document(client, KeySchema(cfg.namespace))
+    except redis.RedisError as exc:
+        print(f"cannot read Redis: {exc}", file=sys.stderr)
+        return 1
+    write_document(doc, args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

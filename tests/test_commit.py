@@ -1,0 +1,92 @@
+"""The exactly-once commit against a real Redis (no Spark): the guard, the running max, params."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+import redis
+
+from streaming.commit import (
+    BadRow,
+    BatchSummary,
+    Params,
+    ParamsMismatch,
+    ServerStats,
+    WindowAgg,
+    check_params,
+    commit_batch,
+)
+from streaming.keys import KeySchema
+from streaming.report import build_document
+
+PARAMS = Params(window_ms=600_000, slide_ms=600_000, delay_ms=300_000)
+T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z in ms
+
+
+def summary(batch_id: int, watermark_ms: int, max_event_ms: int, events: int = 2, dropped: int = 0) -> BatchSummary:
+    players = {"p1", f"p{batch_id + 2}"} if events else set()
+    w = WindowAgg(T0, T0 + 600_000, "A", events=events, dropped=dropped, players=players)
+    st = ServerStats(rows=events + dropped, events=events, dropped=dropped, min_event_us=T0 * 1000,
+                     max_event_us=max_event_ms * 1000)
+    return BatchSummary(batch_id, watermark_ms, T0, f"{batch_id}-0", f"{batch_id + 1}-0", [w], {"A": st},
+                        [BadRow(f"{batch_id + 1}-0", "malformed_json", "x", "{")])
+
+
+@pytest.fixture()
+def keys() -> KeySchema:
+    return KeySchema(f"t-{uuid.uuid4().hex[:8]}")
+
+
+def dump(r: redis.Redis, keys: KeySchema) -> dict:
+    out = {}
+    for key in sorted(r.keys(keys.namespace + ":*")):
+        kind = r.type(key)
+        if kind == b"hash":
+            out[key] = {f: v for f, v in r.hgetall(key).items() if f != b"updated_ms"}
+        elif kind == b"set":
+            out[key] = r.smembers(key)
+        elif kind == b"zset":
+            out[key] = r.zrange(key, 0, -1, withscores=True)
+        elif kind == b"stream":
+            out[key] = r.xrange(key)
+    return out
+
+
+def test_a_replayed_batch_is_skipped_and_changes_nothing(r: redis.Redis, keys: KeySchema) -> None:
+    assert commit_batch(r, keys, summary(0, 0, T0 + 420_000), PARAMS)
+    before = dump(r, keys)
+    assert not commit_batch(r, keys, summary(0, 0, T0 + 420_000), PARAMS)
+    assert dump(r, keys) == before
+    assert r.hget(keys.totals, "events") == b"2"
+
+
+def test_batches_accumulate_and_the_watermark_only_rises(r: redis.Redis, keys: KeySchema) -> None:
+    commit_batch(r, keys, summary(0, 0, T0 + 900_000), PARAMS)
+    state = r.hgetall(keys.state)
+    assert int(state[b"next_watermark_ms"]) == T0 + 600_000
+    # batch 1 holds only old events: the running max (and so the watermark) stays
+    commit_batch(r, keys, summary(1, T0 + 600_000, T0 + 60_000, events=0, dropped=3), PARAMS)
+    state = r.hgetall(keys.state)
+    assert int(state[b"max_event_us"]) == (T0 + 900_000) * 1000
+    assert int(state[b"next_watermark_ms"]) == T0 + 600_000
+    assert int(state[b"last_batch"]) == 1
+    doc = build_document(r, keys)
+    assert doc["windows"] == [{"server": "A", "start": "2026-01-01T00:00:00.000Z", "end": "2026-01-01T00:10:00.000Z",
+                               "events": 2, "players": 2, "dropped": 3, "final": True}]
+    assert [(b["batch"], b["input"], b["dropped"]) for b in doc["batches"]] == [(0, 3, 0), (1, 4, 3)]
+    assert r.xlen(keys.dead) == 2
+    assert r.hget(keys.totals, "bad|malformed_json") == b"2"
+
+
+def test_an_older_batch_after_a_newer_one_is_skipped(r: redis.Redis, keys: KeySchema) -> None:
+    commit_batch(r, keys, summary(3, 0, T0), PARAMS)
+    assert not commit_batch(r, keys, summary(2, 0, T0), PARAMS)
+    assert r.hget(keys.state, "last_batch") == b"3"
+
+
+def test_changed_window_params_are_refused(r: redis.Redis, keys: KeySchema) -> None:
+    commit_batch(r, keys, summary(0, 0, T0), PARAMS)
+    check_params(r, keys, PARAMS)  # same params: fine
+    with pytest.raises(ParamsMismatch, match="use a fresh PIPELINE_NAMESPACE"):
+        check_params(r, keys, Params(window_ms=60_000, slide_ms=60_000, delay_ms=300_000))

@@ -1,0 +1,234 @@
+"""The real pipeline (Redis Stream -> Spark -> Redis) against hand-written expectations,
+the independent oracle, and Spark's own stateful aggregation."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import pytest
+import redis
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from streaming.config import Config
+from streaming.events import PAYLOAD_FIELD, Event
+from streaming.keys import KeySchema
+from streaming.query import start_query
+from streaming.replay import load_batches, replay
+from streaming.report import build_document, read_windows
+from tests.oracle import oracle, random_event_set, to_ms, windows_of
+
+pytestmark = pytest.mark.spark
+DATA = Path(__file__).parent / "data"
+
+HANDMADE_EXPECTED = {
+    "batches": [
+        # nothing seen yet: watermark at the epoch
+        {"batch": 1, "watermark": "1970-01-01T00:00:00.000Z", "input": 3, "dropped": 0},
+        # max 00:12 - 5m
+        {"batch": 2, "watermark": "2026-01-01T00:07:00.000Z", "input": 3, "dropped": 0},
+        # max 00:25 - 5m: [00:00, 00:10) closed for A and [00:10, 00:20) for B, 3 events dropped
+        {"batch": 3, "watermark": "2026-01-01T00:20:00.000Z", "input": 3, "dropped": 3},
+        # batch 3 held only old events: the watermark did not move
+        {"batch": 5, "watermark": "2026-01-01T00:20:00.000Z", "input": 1, "dropped": 0},
+    ],
+    "windows": [
+        # p1@00:01, p2@00:04, then p1@00:08 late (below 00:07? no: on time) -> 3 events, 2 players;
+        # p4@00:09:59.999 and p4@00:03 dropped in batch 3
+        {"server": "A", "start": "2026-01-01T00:00:00.000Z", "end": "2026-01-01T00:10:00.000Z",
+         "events": 3, "players": 2, "dropped": 2, "final": True},
+        # p1@00:12, p2@00:14 accepted; p3@00:19 dropped (window end 00:20 <= watermark 00:20)
+        {"server": "B", "start": "2026-01-01T00:10:00.000Z", "end": "2026-01-01T00:20:00.000Z",
+         "events": 2, "players": 2, "dropped": 1, "final": True},
+        # final watermark is 00:30 - 5m = 00:25, so the windows ending 00:30 and 00:40 are provisional
+        {"server": "A", "start": "2026-01-01T00:20:00.000Z", "end": "2026-01-01T00:30:00.000Z",
+         "events": 1, "players": 1, "dropped": 0, "final": False},
+        {"server": "C", "start": "2026-01-01T00:30:00.000Z", "end": "2026-01-01T00:40:00.000Z",
+         "events": 1, "players": 1, "dropped": 0, "final": False},
+    ],
+}
+
+
+def cfg_for(redis_url: str, tmp_path: Path, window: int, slide: int, delay: int, **kw: object) -> Config:
+    ns = f"test-{uuid.uuid4().hex[:8]}"
+    return Config(redis_url=redis_url, embedded_redis=False, namespace=ns, window_ms=window, slide_ms=slide,
+                  delay_ms=delay, checkpoint_dir=str(tmp_path / ns), spark_master="local[2]",
+                  retention_ms=100 * 365 * 86_400_000, **kw)  # type: ignore[arg-type]
+
+
+def write_lines(path: Path, lines: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return path
+
+
+def test_replay_handmade_case(spark: SparkSession, redis_url: str, tmp_path: Path) -> None:
+    cfg = cfg_for(redis_url, tmp_path, 600_000, 600_000, 300_000)
+    assert replay(load_batches(str(DATA / "handmade.jsonl")), cfg) == HANDMADE_EXPECTED
+
+
+@pytest.mark.parametrize(
+    ("seed", "window", "slide", "delay"),
+    [
+        (1, 600_000, 600_000, 300_000),  # tumbling 10m, delay 5m
+        (2, 600_000, 300_000, 600_000),  # sliding 10m/5m, delay 10m
+        (3, 300_000, 300_000, 0),  # zero delay: the watermark is the max event time
+        (4, 900_000, 300_000, 120_000),  # sliding 15m/5m: every event in three windows
+    ],
+)
+def test_replay_matches_independent_oracle(spark: SparkSession, redis_url: str, tmp_path: Path,
+                                           seed: int, window: int, slide: int, delay: int) -> None:
+    lines = random_event_set(seed)
+    path = write_lines(tmp_path / "events.jsonl", lines)
+    doc = replay(load_batches(str(path)), cfg_for(redis_url, tmp_path, window, slide, delay))
+    expected = oracle(lines, window, slide, delay)
+    assert doc["batches"] == expected["batches"]
+    assert doc["windows"] == expected["windows"]
+    assert sum(b["dropped"] for b in doc["batches"]) > 0  # the set really exercises the late rule
+
+
+def test_conformance_with_sparks_stateful_aggregation(spark: SparkSession, redis_url: str, tmp_path: Path) -> None:
+    """Spark's own windowed aggregation (update mode, one stateful operator) on the same events
+    and batch boundaries accepts exactly what our sink counts as accepted."""
+    window, slide, delay = 600_000, 300_000, 300_000
+    lines = random_event_set(11, batches=8, per_batch=30)
+    batches = load_batches(str(write_lines(tmp_path / "events.jsonl", lines)))
+    ours = cfg_for(redis_url, tmp_path, window, slide, delay)
+    doc = replay(batches, ours)
+
+    theirs = cfg_for(redis_url, tmp_path, window, slide, delay)
+    keys = KeySchema(theirs.namespace)
+    client = redis.Redis.from_url(redis_url)
+    latest: dict[tuple[int, int, str], tuple[int, frozenset[str]]] = {}
+
+    def collect(df, batch_id: int) -> None:  # noqa: ANN001
+        for row in df.collect():
+            key = (int(row.ws), int(row.we), row.server)
+            latest[key] = (row.events, frozenset(row.players))
+
+    spark.conf.set("spark.sql.streaming.statefulOperator.allowMultiple", "false")
+    agg = (
+        spark.readStream.format("redis_stream").option("url", redis_url).option("stream", keys.events).load()
+        .where(F.col("error").isNull())
+        .withWatermark("event_time", f"{delay} milliseconds")
+        .groupBy(F.window("event_time", f"{window} milliseconds", f"{slide} milliseconds"), "server")
+        .agg(F.count(F.lit(1)).alias("events"), F.collect_set("player_id").alias("players"))
+        .select((F.unix_micros("window.start") / 1000).cast("long").alias("ws"),
+                (F.unix_micros("window.end") / 1000).cast("long").alias("we"), "server", "events", "players")
+    )
+    query = (agg.writeStream.outputMode("update").foreachBatch(collect)
+             .option("checkpointLocation", theirs.checkpoint_dir).start())
+    try:
+        for batch in batches:
+            pipe = client.pipeline(transaction=True)
+            for payload in batch.payloads:
+                pipe.xadd(keys.events, {PAYLOAD_FIELD: payload})
+            pipe.execute()
+            query.processAllAvailable()
+    finally:
+        query.stop()
+
+    ours_rows = {(w.key.start_ms, w.key.end_ms, w.key.server): w for w in read_windows(client, KeySchema(ours.namespace))}
+    accepted = {k: v for k, v in ours_rows.items() if v.events > 0}
+    assert {k: v[0] for k, v in latest.items()} == {k: v.events for k, v in accepted.items()}
+    players = {k: frozenset(m.decode() for m in client.smembers(KeySchema(ours.namespace).players(w.key)))
+               for k, w in accepted.items()}
+    assert {k: v[1] for k, v in latest.items()} == players
+
+    raw: dict[tuple[int, int, str], int] = {}
+    for line in lines:
+        for start, end in windows_of(to_ms(line["event_time"]), window, slide):
+            raw[(start, end, line["server"])] = raw.get((start, end, line["server"]), 0) + 1
+    assert {k: w.dropped for k, w in ours_rows.items()} == {k: raw[k] - latest.get(k, (0,))[0] for k in raw}
+    assert sum(w.dropped for w in ours_rows.values()) == sum(b["dropped"] for b in doc["batches"]) > 0
+
+
+def test_malformed_entries_are_quarantined_and_the_query_goes_on(spark: SparkSession, redis_url: str,
+                                                                 tmp_path: Path) -> None:
+    cfg = cfg_for(redis_url, tmp_path, 60_000, 60_000, 10_000)
+    keys = KeySchema(cfg.namespace)
+    client = redis.Redis.from_url(redis_url)
+    t0 = to_ms("2026-01-01T00:00:00.000Z") * 1000
+    client.xadd(keys.events, Event("A", "p1", t0).fields())
+    client.xadd(keys.events, {PAYLOAD_FIELD: b"{broken"})
+    client.xadd(keys.events, {"unexpected": b"1"})
+    client.xadd(keys.events, {PAYLOAD_FIELD: b'{"server": "A", "player_id": "p2", "event_time": "soon"}'})
+    bad_ids = [e[0] for e in client.xrange(keys.events)][1:]
+    query = start_query(spark, cfg, trigger_ms=0)
+    try:
+        query.processAllAvailable()
+        client.xadd(keys.events, Event("A", "p3", t0 + 1_000_000).fields())
+        query.processAllAvailable()
+        assert query.isActive
+    finally:
+        query.stop()
+    totals = {k.decode(): int(v) for k, v in client.hgetall(keys.totals).items()}
+    assert totals["input"] == 5 and totals["parsed"] == 2 and totals["quarantined"] == 3
+    assert (totals["bad|malformed_json"], totals["bad|missing_payload"], totals["bad|bad_timestamp"]) == (1, 1, 1)
+    dead = client.xrange(keys.dead)
+    assert [d[0] for d in dead] == bad_ids  # same IDs as in the input stream: nothing lost, traceable
+    assert dead[0][1][b"raw"] == b"{broken" and dead[0][1][b"reason"] == b"malformed_json"
+    doc = build_document(client, keys)
+    assert doc["windows"][0]["events"] == 2 and doc["windows"][0]["players"] == 2
+
+
+def test_max_events_per_batch_caps_each_batch(spark: SparkSession, redis_url: str, tmp_path: Path) -> None:
+    cfg = cfg_for(redis_url, tmp_path, 60_000, 60_000, 10_000, max_events_per_batch=7)
+    keys = KeySchema(cfg.namespace)
+    client = redis.Redis.from_url(redis_url)
+    t0 = to_ms("2026-01-01T00:00:00.000Z") * 1000
+    pipe = client.pipeline()
+    for i in range(20):
+        pipe.xadd(keys.events, Event("B", f"p{i}", t0 + i * 1_000_000).fields())
+    pipe.execute()
+    query = start_query(spark, cfg, trigger_ms=0)
+    try:
+        query.processAllAvailable()
+    finally:
+        query.stop()
+    doc = build_document(client, keys)
+    assert [b["input"] for b in doc["batches"]] == [7, 7, 6]
+    # offsets are entry IDs: consecutive batches meet exactly, with no gap or overlap
+    ids = [e[0].decode() for e in client.xrange(keys.events)]
+    records = [json.loads(client.hget(keys.batch(b), "sink")) for b in range(3)]
+    assert [r["end_id"] for r in records] == [ids[6], ids[13], ids[19]]
+    assert [r["start_id"] for r in records] == ["0-0", ids[6], ids[13]]
+
+
+def test_batch_read_of_an_id_range(spark: SparkSession, redis_url: str) -> None:
+    stream = f"test-{uuid.uuid4().hex[:8]}:events"
+    client = redis.Redis.from_url(redis_url)
+    t0 = to_ms("2026-01-01T00:00:00.000Z") * 1000
+    for i in range(10):
+        client.xadd(stream, Event("C", f"p{i}", t0 + i).fields(), id=f"{1000 + i}-0")
+    df = (spark.read.format("redis_stream").option("url", redis_url).option("stream", stream)
+          .option("startId", "1003-0").option("endId", "1007-0").option("partitions", "3").load())
+    rows = sorted(df.select("entry_id", "player_id", "ingest_time").collect())
+    assert [r.entry_id for r in rows] == [f"{1000 + i}-0" for i in range(3, 8)]
+    assert [r.player_id for r in rows] == [f"p{i}" for i in range(3, 8)]
+    # the entry ID's millisecond part is the ingest time
+    assert (rows[0].ingest_time - datetime(1970, 1, 1)) // timedelta(milliseconds=1) == 1003
+
+
+def test_replay_command_line(redis_url: str, tmp_path: Path) -> None:
+    out = tmp_path / "out.json"
+    env = {**os.environ, "REDIS_URL": redis_url, "PYTHONPATH": str(Path(__file__).parents[1])}
+    proc = subprocess.run(
+        [sys.executable, "-m", "streaming.replay", str(DATA / "handmade.jsonl"), "--window", "10m", "--delay", "5m",
+         "--out", str(out)], env=env, capture_output=True, text=True, timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(out.read_text()) == HANDMADE_EXPECTED
+
+
+def test_replay_rejects_a_line_without_batch(tmp_path: Path) -> None:
+    path = write_lines(tmp_path / "bad.jsonl", [{"server": "A", "player_id": "p", "event_time": "2026-01-01T00:00:00Z"}])
+    proc = subprocess.run([sys.executable, "-m", "streaming.replay", str(path), "--window", "10m", "--delay", "5m"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert "bad.jsonl:1: 'batch' must be an integer" in proc.stderr

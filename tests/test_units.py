@@ -1,0 +1,152 @@
+"""Key schema, config, durations, event parsing, offset log and progress parsing (no Spark)."""
+
+from __future__ import annotations
+
+import pytest
+
+from streaming.checkpoint import parse_offset_log
+from streaming.config import Config, ConfigError, redact_url
+from streaming.events import BadEntry, Event, parse_entry, parse_payload
+from streaming.keys import KeySchema, WindowKey, parse_total_field, total_field
+from streaming.timeutil import format_duration_ms, iso_from_us, parse_duration_ms, parse_iso_us
+
+
+@pytest.mark.parametrize(
+    ("text", "ms"),
+    [("30s", 30_000), ("10m", 600_000), ("1h", 3_600_000), ("500ms", 500), ("1h30m", 5_400_000), ("2d", 172_800_000)],
+)
+def test_durations_round_trip(text: str, ms: int) -> None:
+    assert parse_duration_ms(text) == ms
+    assert parse_duration_ms(format_duration_ms(ms)) == ms
+
+
+@pytest.mark.parametrize("bad", ["", "10", "m", "10 minutes", "-5m", "1.5h", "10x"])
+def test_bad_durations_say_what_is_expected(bad: str) -> None:
+    with pytest.raises(ValueError, match="expected a number and a unit"):
+        parse_duration_ms(bad)
+
+
+def test_iso_round_trip_and_utc() -> None:
+    us = parse_iso_us("2026-01-01T00:00:00.123Z")
+    assert iso_from_us(us) == "2026-01-01T00:00:00.123Z"
+    assert parse_iso_us("2026-01-01T01:00:00+01:00") == parse_iso_us("2026-01-01T00:00:00Z")
+    assert parse_iso_us("2026-01-01T00:00:00") == parse_iso_us("2026-01-01T00:00:00Z")  # naive = UTC
+    assert iso_from_us(1_500) == "1970-01-01T00:00:00.001500Z"
+
+
+def test_config_defaults_and_env() -> None:
+    cfg = Config.from_env({})
+    assert cfg.embedded_redis and cfg.redis_url == "redis://127.0.0.1:6379/0"
+    assert (cfg.window_ms, cfg.slide_ms, cfg.delay_ms) == (60_000, 60_000, 30_000)
+    cfg = Config.from_env({"REDIS_URL": "redis://h:1/2", "WINDOW": "10m", "WATERMARK_DELAY": "2m",
+                           "PIPELINE_NAMESPACE": "game"})
+    assert not cfg.embedded_redis
+    assert (cfg.window_ms, cfg.slide_ms, cfg.delay_ms) == (600_000, 600_000, 120_000)
+    assert cfg.checkpoint_dir == "data/checkpoints/game"
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"WINDOW": "10x"}, "WINDOW='10x' is not a duration"),
+        ({"WINDOW": "1m", "SLIDE": "2m"}, r"SLIDE \(2m\) must not exceed WINDOW \(1m\)"),
+        ({"WINDOW": "0s"}, "WINDOW must be positive"),
+        ({"PIPELINE_NAMESPACE": "a b"}, "PIPELINE_NAMESPACE 'a b' must be"),
+        ({"REDIS_URL": "http://x"}, "REDIS_URL 'http://x' must start with"),
+        ({"MAX_EVENTS_PER_BATCH": "many"}, "MAX_EVENTS_PER_BATCH='many' is not an integer"),
+        ({"SOURCE_PARTITIONS": "0"}, "SOURCE_PARTITIONS must be between 1 and 256"),
+        ({"TRIGGER_INTERVAL": "0s"}, "TRIGGER_INTERVAL must be positive"),
+    ],
+)
+def test_config_errors_name_the_variable(env: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        Config.from_env(env)
+
+
+def test_redact_url_hides_password() -> None:
+    assert redact_url("redis://user:s3cret@host:6379/0") == "redis://user:***@host:6379/0"
+    with pytest.raises(ConfigError) as info:
+        Config(redis_url="http://user:s3cret@host/0")
+    assert "s3cret" not in str(info.value) and "***" in str(info.value)
+
+
+def test_progress_from_json() -> None:
+    from streaming.listener import Progress
+
+    doc = {"batchId": 7, "timestamp": "2026-11-22T01:00:00.000Z", "numInputRows": 120,
+           "inputRowsPerSecond": 60.0, "processedRowsPerSecond": "NaN",
+           "durationMs": {"addBatch": 900, "triggerExecution": 1000}}
+    p = Progress.from_json(doc)
+    assert (p.batch, p.input_rows, p.input_rows_per_s, p.processed_rows_per_s) == (7, 120, 60.0, None)
+    assert p.durations_ms["triggerExecution"] == 1000
+
+
+def test_keys_are_namespaced_and_parse_back() -> None:
+    k = KeySchema("live")
+    wk = WindowKey(600_000, 1_200_000, "eu:west")  # a server name with a colon survives
+    assert k.window(wk) == "live:win:600000:1200000:eu:west"
+    assert k.parse_window(k.window(wk)) == wk
+    assert k.parse_window(k.players(wk)) == wk
+    assert WindowKey.parse(wk.member().encode()) == wk
+    assert k.parse_batch(k.batch(42)) == 42
+    assert k.events == "live:events" and k.state == "live:state"
+    with pytest.raises(ValueError):
+        k.parse_window("other:win:1:2:A")
+    with pytest.raises(ValueError):
+        k.parse_window(k.state)
+    assert parse_total_field(total_field("dropped", "A")) == ("dropped", "A")
+    assert parse_total_field(total_field("input")) == ("input", None)
+
+
+def test_two_namespaces_share_no_key() -> None:
+    a, b = KeySchema("a"), KeySchema("b")
+    wk = WindowKey(0, 1, "A")
+    keys_a = {a.events, a.dead, a.state, a.totals, a.windows, a.batches, a.commits, a.window(wk), a.batch(1)}
+    keys_b = {b.events, b.dead, b.state, b.totals, b.windows, b.batches, b.commits, b.window(wk), b.batch(1)}
+    assert not keys_a & keys_b
+
+
+def test_event_round_trip() -> None:
+    ev = Event("C", "C-p00001", parse_iso_us("2026-11-22T10:00:01.250Z"), "heartbeat", "C-1")
+    fields = {k.encode(): v for k, v in ev.fields().items()}
+    assert parse_entry(fields, "5-0") == ev
+
+
+@pytest.mark.parametrize(
+    ("payload", "reason"),
+    [
+        (b"{not json", "malformed_json"),
+        (b"[1, 2]", "not_an_object"),
+        (b'{"player_id": "p", "event_time": "2026-01-01T00:00:00Z"}', "missing_field"),
+        (b'{"server": 7, "player_id": "p", "event_time": "2026-01-01T00:00:00Z"}', "bad_type"),
+        (b'{"server": "A", "player_id": true, "event_time": "2026-01-01T00:00:00Z"}', "bad_type"),
+        (b'{"server": "A", "player_id": "p", "event_time": 1767225600000}', "bad_type"),
+        (b'{"server": "A", "player_id": "p", "event_time": "yesterday"}', "bad_timestamp"),
+        (b'{"server": "A", "player_id": "p", "event_time": "2026-01-01T00:00:00Z", "kind": "dance"}', "bad_value"),
+    ],
+)
+def test_bad_payloads_are_classified_not_raised(payload: bytes, reason: str) -> None:
+    out = parse_payload(payload, "1-0")
+    assert isinstance(out, BadEntry)
+    assert out.reason == reason
+    assert out.raw == payload.decode()
+
+
+def test_entry_without_payload_field_is_bad() -> None:
+    out = parse_entry({b"x": b"1"}, "1-0")
+    assert isinstance(out, BadEntry) and out.reason == "missing_payload"
+
+
+def test_optional_fields_default() -> None:
+    out = parse_payload(b'{"server": "A", "player_id": 17, "event_time": "2026-01-01T00:00:00Z"}', "9-3")
+    assert isinstance(out, Event)
+    assert (out.player_id, out.kind, out.event_id) == ("17", None, "9-3")
+
+
+def test_parse_offset_log() -> None:
+    text = 'v1\n{"batchWatermarkMs":1767225594000,"batchTimestampMs":1795311047037,"conf":{}}\n{"id": "17-2"}\n'
+    entry = parse_offset_log(text, 4)
+    assert (entry.watermark_ms, entry.batch_ts_ms) == (1767225594000, 1795311047037)
+    assert entry.source_offsets == ({"id": "17-2"},)
+    with pytest.raises(ValueError):
+        parse_offset_log("garbage", 4)
