@@ -119,7 +119,7 @@ class RedisSink:
     @property
     def client(self) -> redis.Redis:
         if self._client is None:
-            self._client = redis.Redis.from_url(self.redis_url, socket_keepalive=True)
+            self._client = redis.Redis.from_url(self.redis_url, socket_keepalive=True, socket_timeout=60)
         return self._client
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:

@@ -133,10 +133,11 @@ def test_conformance_with_sparks_stateful_aggregation(spark: SparkSession, redis
     finally:
         query.stop()
 
-    ours_rows = {(w.key.start_ms, w.key.end_ms, w.key.server): w for w in read_windows(client, KeySchema(ours.namespace))}
+    our_keys = KeySchema(ours.namespace)
+    ours_rows = {(w.key.start_ms, w.key.end_ms, w.key.server): w for w in read_windows(client, our_keys)}
     accepted = {k: v for k, v in ours_rows.items() if v.events > 0}
     assert {k: v[0] for k, v in latest.items()} == {k: v.events for k, v in accepted.items()}
-    players = {k: frozenset(m.decode() for m in client.smembers(KeySchema(ours.namespace).players(w.key)))
+    players = {k: frozenset(m.decode() for m in client.smembers(our_keys.players(w.key)))
                for k, w in accepted.items()}
     assert {k: v[1] for k, v in latest.items()} == players
 
@@ -227,7 +228,8 @@ def test_replay_command_line(redis_url: str, tmp_path: Path) -> None:
 
 
 def test_replay_rejects_a_line_without_batch(tmp_path: Path) -> None:
-    path = write_lines(tmp_path / "bad.jsonl", [{"server": "A", "player_id": "p", "event_time": "2026-01-01T00:00:00Z"}])
+    line = {"server": "A", "player_id": "p", "event_time": "2026-01-01T00:00:00Z"}
+    path = write_lines(tmp_path / "bad.jsonl", [line])
     proc = subprocess.run([sys.executable, "-m", "streaming.replay", str(path), "--window", "10m", "--delay", "5m"],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2

@@ -1,0 +1,422 @@
+"""The event generator: reproducible simulated servers, and the paced XADD writer on real Redis."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections import Counter, defaultdict
+from collections.abc import Iterator
+from dataclasses import replace
+from itertools import islice, pairwise
+from pathlib import Path
+from statistics import median
+
+import pytest
+import redis
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from streaming.config import ConfigError
+from streaming.events import KINDS, Event, parse_entry
+from streaming.generator import (
+    SCENARIOS,
+    BurstModel,
+    DelayModel,
+    ManualClock,
+    Outage,
+    Scenario,
+    ServerProfile,
+    Simulator,
+    StreamWriter,
+    WriteError,
+    WriteStats,
+    fast_payload,
+    generate,
+    get_scenario,
+    main,
+    record_payload,
+    stream_last_id,
+    write,
+)
+from streaming.timeutil import parse_iso_us
+
+START = parse_iso_us("2026-01-01T00:00:00Z")
+REPO = Path(__file__).resolve().parents[1]
+
+
+def delays_by_server(events: list[tuple[int, Event]]) -> dict[str, list[int]]:
+    out: dict[str, list[int]] = defaultdict(list)
+    for arrival, ev in events:
+        out[ev.server].append(arrival - ev.event_time_us)
+    return out
+
+
+@pytest.fixture(scope="module")
+def overseas() -> list[tuple[int, Event]]:
+    return generate("overseas-lag", seed=7, start_us=START, rate=1000, count=10_000)
+
+
+@pytest.fixture(scope="module")
+def burst() -> list[tuple[int, Event]]:
+    # 30 s of event time covers the first held-back chunk, [20 s, 25 s).
+    return generate("late-burst", seed=3, start_us=START, rate=1000, count=30_000)
+
+
+@pytest.fixture()
+def key() -> str:
+    return f"test:gen:{uuid.uuid4().hex}:events"
+
+
+# --------------------------------------------------------------------------- simulator
+
+
+def test_same_seed_scenario_and_start_give_the_identical_sequence() -> None:
+    a = generate("late-burst", seed=42, start_us=START, rate=500, count=3_000)
+    b = generate("late-burst", seed=42, start_us=START, rate=500, count=3_000)
+    assert a == b
+    assert list(Simulator("late-burst", seed=42, start_us=START, rate=500, count=3_000).records()) == \
+        list(Simulator("late-burst", seed=42, start_us=START, rate=500, count=3_000).records())
+
+
+def test_different_seeds_or_starts_differ() -> None:
+    a = generate("overseas-lag", seed=1, start_us=START, rate=500, count=2_000)
+    b = generate("overseas-lag", seed=2, start_us=START, rate=500, count=2_000)
+    assert [e for _, e in a] != [e for _, e in b]
+    later = generate("overseas-lag", seed=1, start_us=START + 60_000_000, rate=500, count=2_000)
+    assert [(arr - 60_000_000, replace(e, event_time_us=e.event_time_us - 60_000_000)) for arr, e in later] == a
+
+
+def test_events_come_out_in_arrival_order(overseas: list[tuple[int, Event]]) -> None:
+    arrivals = [a for a, _ in overseas]
+    assert arrivals == sorted(arrivals)
+    assert all(a >= e.event_time_us for a, e in overseas)
+
+
+def test_overseas_c_arrives_out_of_event_time_order(overseas: list[tuple[int, Event]]) -> None:
+    c_times = [e.event_time_us for _, e in overseas if e.server == "C"]
+    inversions = sum(1 for x, y in pairwise(c_times) if y < x)
+    assert inversions > len(c_times) // 4
+
+
+def test_c_delays_are_much_larger_than_home_servers(overseas: list[tuple[int, Event]]) -> None:
+    d = delays_by_server(overseas)
+    assert set(d) == {"A", "B", "C"}
+    home_max = max(max(d["A"]), max(d["B"]))
+    assert home_max <= 151_000  # 150 ms, plus up to 1 ms from millisecond event times
+    assert min(d["A"] + d["B"]) >= 20_000
+    assert min(d["C"]) >= 500_000 > home_max
+    assert 2_000_000 < median(d["C"]) < 8_000_000
+    assert max(d["C"]) - min(d["C"]) > 5_000_000  # heavy jitter
+
+
+def test_late_burst_delivers_a_chunk_of_c_minutes_late(burst: list[tuple[int, Event]]) -> None:
+    late = [(a, e) for a, e in burst if a - e.event_time_us > 120_000_000]
+    assert late, "no event arrived more than 2 minutes late"
+    assert {e.server for _, e in late} == {"C"}
+    # The chunk is C's events from [20 s, 25 s) of event time, delivered together after it ends.
+    offsets = sorted(e.event_time_us - START for _, e in late)
+    assert offsets[0] >= 20_000_000 and offsets[-1] < 25_000_000
+    c_in_chunk = [e for _, e in burst if e.server == "C" and 20_000_000 <= e.event_time_us - START < 25_000_000]
+    assert len(late) == len(c_in_chunk) > 1000  # 250/s for 5 s
+    assert max(a - e.event_time_us for a, e in late) < 330_000_000  # 5 min + chunk + max delay
+
+
+def test_steady_has_no_late_events() -> None:
+    events = generate("steady", seed=3, start_us=START, rate=1000, count=10_000)
+    assert max(a - e.event_time_us for a, e in events) <= 151_000
+
+
+def test_count_stops_exactly() -> None:
+    for count in (0, 1, 999, 4_321):
+        assert len(generate("late-burst", seed=5, start_us=START, rate=1000, count=count)) == count
+    endless = iter(Simulator("steady", seed=5, start_us=START, rate=1000))
+    assert len(list(islice(endless, 5_000))) == 5_000
+
+
+def test_event_and_player_ids(overseas: list[tuple[int, Event]]) -> None:
+    ids = [e.event_id for _, e in overseas]
+    assert len(set(ids)) == len(ids)
+    for _, e in overseas:
+        assert re.fullmatch(rf"{e.server}-\d{{9}}", e.event_id or ""), e
+        assert re.fullmatch(rf"{e.server}-p\d{{5}}", e.player_id), e
+    sim = Simulator("overseas-lag", seed=7, start_us=START, rate=1000, count=10_000)
+    assert {e.player_id for _, e in overseas if e.server == "A"} <= set(sim.players("A"))
+
+
+def test_players_follow_login_heartbeat_logout(overseas: list[tuple[int, Event]]) -> None:
+    """In generation order (= event-id order per server) every player logs in first,
+    and heartbeats or logs out only while logged in."""
+    assert {e.kind for _, e in overseas} == set(KINDS)
+    by_player: dict[str, list[Event]] = defaultdict(list)
+    for _, e in sorted(overseas, key=lambda p: (p[1].server, p[1].event_id)):
+        by_player[e.player_id].append(e)
+    for player, events in by_player.items():
+        assert events[0].kind == "login", player
+        online = False
+        for e in events:
+            assert (e.kind == "login") != online, (player, e)
+            online = e.kind != "logout"
+        times = [e.event_time_us for e in events]
+        assert times == sorted(times)
+
+
+def test_rate_shares_and_heartbeat_interval() -> None:
+    events = generate("steady", seed=11, start_us=START, rate=1000, count=20_000)
+    times = [e.event_time_us for _, e in events]
+    assert max(times) - min(times) == pytest.approx(20_000_000, rel=0.01)  # rate sets event-time spacing
+    shares = Counter(e.server for _, e in events)
+    assert shares["A"] / 20_000 == pytest.approx(0.40, abs=0.02)
+    assert shares["C"] / 20_000 == pytest.approx(0.25, abs=0.02)
+    last: dict[str, int] = {}
+    gaps = []
+    for e in sorted((e for _, e in events), key=lambda e: e.event_time_us):
+        if e.kind == "heartbeat" and e.player_id in last:
+            gaps.append(e.event_time_us - last[e.player_id])
+        last[e.player_id] = e.event_time_us
+    assert 4_000_000 < median(gaps) < 7_000_000  # "every few seconds" (5 s by default)
+
+
+def test_outages_and_clock_skew_for_later_scenarios() -> None:
+    base = get_scenario("steady")
+    scen = base.replace_server("A", outages=(Outage(2_000, 3_000, backfill=True),)) \
+        .replace_server("B", outages=(Outage(2_000, 3_000, backfill=False),)) \
+        .replace_server("C", clock_skew_ms=-90_000)
+    events = generate(scen, seed=1, start_us=START, rate=1000, count=10_000)
+    a_in = [(a, e) for a, e in events if e.server == "A" and 2_000_000 <= e.event_time_us - START < 5_000_000]
+    assert a_in and all(a >= START + 5_000_000 for a, _ in a_in)  # backfilled after the outage
+    assert not [e for _, e in events if e.server == "B" and 2_000_000 <= e.event_time_us - START < 5_000_000]
+    c = [(a, e) for a, e in events if e.server == "C"]
+    assert all(89_800_000 < a - e.event_time_us < 90_200_000 for a, e in c)  # clock 90 s behind
+
+
+def test_scenario_registry() -> None:
+    assert {"steady", "overseas-lag", "late-burst"} <= set(SCENARIOS)
+    for name, scen in SCENARIOS.items():
+        assert scen.name == name and scen.description
+        assert [s.name for s in scen.servers] == ["A", "B", "C"]
+    assert SCENARIOS["late-burst"].server("C").burst is not None
+    assert SCENARIOS["overseas-lag"].server("C").burst is None
+    assert SCENARIOS["steady"].server("C").delay == SCENARIOS["steady"].server("A").delay
+
+
+@pytest.mark.parametrize(
+    ("build", "message"),
+    [
+        (lambda: Simulator("nope", seed=1, start_us=START, rate=10), "unknown scenario 'nope'; choose one of: steady"),
+        (lambda: Simulator("steady", seed=1, start_us=START, rate=-5), "rate must be a number >= 0"),
+        (lambda: Simulator("steady", seed=1, start_us=START, rate=float("nan")), "rate must be a number >= 0"),
+        (lambda: Simulator("steady", seed=1, start_us=START, rate=10, count=-1), "count must be an integer >= 0"),
+        (lambda: DelayModel(min_ms=50, median_ms=10, max_ms=100), "median_ms (10) must be between min_ms (50)"),
+        (lambda: BurstModel(period_ms=1000, duration_ms=2000, lateness_min_ms=0, lateness_max_ms=1),
+         "duration_ms (2000) must be positive and at most period_ms (1000)"),
+        (lambda: ServerProfile("A-1", 1.0, SCENARIOS["steady"].server("A").delay), "server 'A-1': name must be"),
+        (lambda: ServerProfile("A", 0, SCENARIOS["steady"].server("A").delay),
+         "server 'A': share must be a positive number, got 0"),
+        (lambda: Scenario("x", "", (SCENARIOS["steady"].server("A"),) * 2), "duplicate server names A"),
+        (lambda: SCENARIOS["steady"].replace_server("Z", share=1.0), "has no server 'Z'"),
+    ],
+)
+def test_config_errors_are_precise(build: object, message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        build()  # type: ignore[operator]
+    assert message in str(info.value)
+
+
+# --------------------------------------------------------------------------- payload fast path
+
+
+def test_fast_payload_is_byte_identical_for_generated_events(burst: list[tuple[int, Event]]) -> None:
+    sample = burst[::4]  # Event.payload() (orjson + strftime) is the slow part of this test
+    assert [fast_payload(e) for _, e in sample] == [e.payload() for _, e in sample]
+    records = list(Simulator("late-burst", seed=3, start_us=START, rate=1000, count=30_000).records())
+    assert [(rec[0], Event(*rec[2:7])) for rec in records] == burst
+    assert [record_payload(rec) for rec in records[::4]] == [e.payload() for _, e in sample]
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    server=st.sampled_from(["A", "C", 'q"', "\\", "é"]) | st.text(min_size=1, max_size=4),
+    player=st.text(min_size=1, max_size=8),
+    time_us=st.integers(min_value=-10**15, max_value=4 * 10**15) | st.integers(0, 4 * 10**12).map(lambda ms: ms * 1000),
+    kind=st.sampled_from([*KINDS, None, "weird"]),
+    event_id=st.none() | st.text(max_size=6) | st.integers(0, 10**9).map(lambda n: f"A-{n:09d}"),
+)
+def test_fast_payload_matches_event_payload_for_any_event(server: str, player: str, time_us: int, kind: str | None,
+                                                          event_id: str | None) -> None:
+    ev = Event(server, player, time_us, kind, event_id)
+    assert fast_payload(ev) == ev.payload()
+
+
+def test_fast_payload_falls_back_on_characters_json_escapes() -> None:
+    for text in ('quo"te', "back\\slash", "tab\t", "é", "\u2028", "nul\x00", "del\x7f"):
+        ev = Event("A", text, START + 1_000, "login", f"A-{text}")
+        assert fast_payload(ev) == ev.payload()
+    assert fast_payload(Event("A", "p", START + 1, "login", "x")) == Event("A", "p", START + 1, "login", "x").payload()
+
+
+# --------------------------------------------------------------------------- clocks and the writer
+
+
+def test_manual_clock() -> None:
+    clock = ManualClock(1_000)
+    clock.advance(500)
+    assert clock.now_us() == 1_500
+    clock.sleep_until(1_200)  # in the past: no effect
+    assert clock.now_us() == 1_500
+    clock.sleep_until(9_000)
+    assert clock.now_us() == 9_000
+    with pytest.raises(ValueError, match="cannot go back"):
+        clock.advance(-1)
+
+
+def expected_ids(events: list[tuple[int, Event]], last: tuple[int, int] = (0, 0)) -> list[str]:
+    out = []
+    ms_last, seq = last
+    for arrival, _ in events:
+        ms = arrival // 1000
+        ms_last, seq = (ms, 0) if ms > ms_last else (ms_last, seq + 1)
+        out.append(f"{ms_last}-{seq}")
+    return out
+
+
+def no_sleeping(monkeypatch: pytest.MonkeyPatch) -> None:
+    def forbidden(*_args: object, **_kw: object) -> None:
+        raise AssertionError("the writer slept for real")
+
+    monkeypatch.setattr(time, "sleep", forbidden)
+    monkeypatch.setattr(threading.Event, "wait", forbidden)
+
+
+def test_manual_clock_writer_writes_exactly_the_generated_entries(
+        r: redis.Redis, key: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    events = generate("late-burst", seed=9, start_us=START, rate=200, count=5_000)  # 25 s, with one burst
+    clock = ManualClock(START)
+    seen: list[tuple[int, int]] = []
+    no_sleeping(monkeypatch)
+
+    stats = write(r, key, events, clock=clock, explicit_ids=True, batch_size=64, linger_us=0,
+                  on_batch=lambda s: seen.append((clock.now_us(), s.written)))
+
+    entries = r.xrange(key)
+    assert [eid.decode() for eid, _ in entries] == expected_ids(events)
+    assert [fields[b"e"] for _, fields in entries] == [e.payload() for _, e in events]
+    assert [parse_entry(f, eid.decode()) for eid, f in entries] == [e for _, e in events]
+    assert stats.written == len(events) and stats.last_id == entries[-1][0].decode()
+    assert stats.per_server == dict(Counter(e.server for _, e in events))
+    # Paced by the clock: it ended at the last arrival, and no batch ran ahead of it.
+    assert clock.now_us() == events[-1][0]
+    assert len(seen) > len(events) // 64
+    for now, written in seen:
+        assert events[written - 1][0] <= now
+
+
+def test_writer_star_ids_and_simulator_input(r: redis.Redis, key: str) -> None:
+    sim = Simulator("overseas-lag", seed=4, start_us=START, rate=0, count=7_000)
+    stats = write(r, key, sim, batch_size=1_000)
+    entries = r.xrange(key)
+    assert stats.written == len(entries) == 7_000
+    assert [f[b"e"] for _, f in entries] == [e.payload() for _, e in sim]
+    ids = [tuple(map(int, eid.split(b"-"))) for eid, _ in entries]
+    assert ids == sorted(ids)
+    assert stats.batches == 7
+
+
+def test_explicit_ids_stay_above_the_streams_last_id(r: redis.Redis, key: str) -> None:
+    r.xadd(key, {"e": b"old"}, id="9999999999999-5")
+    r.xadd(key, {"e": b"old"}, id="9999999999999-6")
+    r.xdel(key, "9999999999999-6")  # the last *generated* ID counts, not the last entry
+    assert stream_last_id(r, key) == (9_999_999_999_999, 6)
+    events = generate("steady", seed=2, start_us=START, rate=1000, count=300)
+    write(r, key, events, explicit_ids=True)
+    ids = [eid.decode() for eid, _ in r.xrange(key)][1:]
+    assert ids == expected_ids(events, last=(9_999_999_999_999, 6))
+    assert ids[0] == "9999999999999-7"
+    assert stream_last_id(r, f"{key}:missing") == (0, 0)
+
+
+def test_writer_stops_when_asked(r: redis.Redis, key: str) -> None:
+    stop = threading.Event()
+    events = generate("steady", seed=2, start_us=START, rate=1000, count=5_000)
+
+    def on_batch(_stats: WriteStats) -> None:
+        stop.set()
+
+    stats = write(r, key, events, batch_size=100, stop=stop, on_batch=on_batch)
+    assert 0 < stats.written < len(events)
+    assert r.xlen(key) == stats.written  # everything sent was confirmed
+
+
+def test_rejected_xadds_raise_and_leave_the_connection_usable(r: redis.Redis, key: str) -> None:
+    r.set(key, "not a stream")
+    events = generate("steady", seed=2, start_us=START, rate=1000, count=10)
+    with pytest.raises(WriteError, match="10 of 10 XADDs .* failed: WRONGTYPE"):
+        StreamWriter(r, key).run(events)
+    assert r.ping()
+    assert r.get(key) == b"not a stream"
+
+
+def test_writer_falls_back_to_redis_py_replies_without_hiredis(
+        r: redis.Redis, key: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("streaming.generator.hiredis", None)
+    events = generate("steady", seed=2, start_us=START, rate=1000, count=500)
+    assert write(r, key, events, batch_size=128).written == r.xlen(key) == 500
+    r.delete(key)
+    r.set(key, "x")
+    with pytest.raises(WriteError, match="3 of 3 XADDs"):
+        write(r, key, events[:3])
+    assert r.ping()
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def test_cli_config_errors_exit_2_without_traceback(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--scenario", "nope"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown scenario 'nope'; choose one of: steady, overseas-lag, late-burst" in err
+    assert "Traceback" not in err
+    assert main(["--rate", "-3"]) == 2
+    assert "rate must be a number >= 0" in capsys.readouterr().err
+    assert main(["--start", "yesterday"]) == 2
+    assert "yesterday" in capsys.readouterr().err
+
+
+def cli(redis_url: str, namespace: str, *args: str) -> subprocess.Popen[str]:
+    env = {**os.environ, "REDIS_URL": redis_url, "PIPELINE_NAMESPACE": namespace,
+           "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    return subprocess.Popen([sys.executable, "-m", "streaming.generator", *args], cwd=REPO, env=env,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def test_cli_exits_0_after_count(r: redis.Redis, redis_url: str) -> None:
+    ns = f"gen{uuid.uuid4().hex[:8]}"
+    proc = cli(redis_url, ns, "--scenario", "overseas-lag", "--seed", "5", "--rate", "0", "--count", "2500",
+               "--start", "2026-01-01T00:00:00Z")
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert r.xlen(f"{ns}:events") == 2500
+    expected = [e.payload() for _, e in generate("overseas-lag", seed=5, start_us=START, rate=0, count=2500)]
+    assert [f[b"e"] for _, f in r.xrange(f"{ns}:events")] == expected
+    assert re.search(r"done written=2500 .*A=\d+ B=\d+ C=\d+", err)
+
+
+def test_cli_stops_cleanly_on_sigterm(r: redis.Redis, redis_url: str) -> None:
+    ns = f"gen{uuid.uuid4().hex[:8]}"
+    proc = cli(redis_url, ns, "--rate", "2000", "--log-every", "0.1", "--seed", "1")
+    assert proc.stderr is not None
+    lines: Iterator[str] = iter(proc.stderr.readline, "")
+    try:
+        assert any(" progress written=" in line for line in lines)  # blocks until it has written
+        proc.terminate()
+        rest = "".join(lines)
+        assert proc.wait(timeout=20) == 0
+    finally:
+        proc.kill()
+    done = re.search(r"done written=(\d+)", rest)
+    assert "SIGTERM" in rest and done and "Traceback" not in rest, rest
+    assert r.xlen(f"{ns}:events") == int(done.group(1)) > 0
