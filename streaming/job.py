@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import signal
 import sys
+import threading
 
 from streaming.commit import ParamsMismatch, check_params
 from streaming.config import Config, ConfigError, redact_url
@@ -59,14 +60,23 @@ def main() -> int:
         cfg.checkpoint_dir,
     )
 
+    stopping = threading.Event()
+
     def stop(signum: int, _frame: object) -> None:
-        log.info("signal %d: stopping the query after the current batch", signum)
-        query.stop()
+        # Only flag it: calling into the JVM from a signal handler races the blocked py4j call.
+        log.info("signal %d: stopping the query", signum)
+        stopping.set()
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     try:
-        query.awaitTermination()
+        while not stopping.is_set() and query.isActive:
+            query.awaitTermination(0.5)
+        if stopping.is_set():
+            query.stop()
+        elif query.exception() is not None:
+            log.error("query failed: %s", query.exception())
+            return 1
     except Exception as exc:  # the query failed: say why, exit non-zero so a supervisor restarts it
         log.error("query failed: %s", exc)
         return 1
