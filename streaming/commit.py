@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field
 
 import redis
 
+from streaming.events import parse_entry_id
 from streaming.keys import KeySchema, WindowKey, total_field
 from streaming.windows import event_ms
 
@@ -234,14 +235,10 @@ def commit_batch(client: redis.Redis, keys: KeySchema, s: BatchSummary, params: 
             "updated_ms": now_ms(),
         })
         # Entries before this batch's start are in a batch Spark has committed: safe to trim.
-        keep_from = min(_id_tuple(s.start_id), (s.batch_ts_ms - params.stream_keep_ms, 0))
+        keep_from = min(parse_entry_id(s.start_id), (s.batch_ts_ms - params.stream_keep_ms, 0))
         if keep_from > (0, 0):
             pipe.xtrim(keys.events, minid=f"{keep_from[0]}-{keep_from[1]}", approximate=True)
         pipe.xadd(keys.commits, {"batch": s.batch_id, "end_id": s.end_id}, maxlen=1000, approximate=True)
         pipe.execute()
     return True
 
-
-def _id_tuple(entry_id: str) -> tuple[int, int]:
-    ms, _, seq = entry_id.partition("-")
-    return int(ms), int(seq or 0)

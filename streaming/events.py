@@ -107,6 +107,8 @@ def parse_payload(payload: bytes, entry_id: str) -> Event | BadEntry:
     )
 
 
-def entry_ms(entry_id: str) -> int:
-    """The millisecond part of a stream entry ID: the event's ingest time."""
-    return int(entry_id.split("-", 1)[0])
+def parse_entry_id(entry_id: str | bytes) -> tuple[int, int]:
+    """A stream entry ID as ``(ms, seq)``, which orders like Redis does; ``ms`` is the ingest time."""
+    text = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
+    ms, _, seq = text.partition("-")
+    return int(ms), int(seq or 0)

@@ -46,7 +46,7 @@ except ImportError:  # pragma: no cover - redis-py works without it, only slower
     hiredis = None
 
 from streaming.config import Config, ConfigError
-from streaming.events import KINDS, Event
+from streaming.events import KINDS, Event, parse_entry_id
 from streaming.keys import KeySchema
 from streaming.redis_conn import connect
 from streaming.timeutil import iso_from_us, parse_iso_us
@@ -615,12 +615,6 @@ class WriteStats:
     """How far behind its arrival time the newest batch was sent (paced mode)."""
 
 
-def _parse_id(entry_id: bytes | str) -> tuple[int, int]:
-    text = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
-    ms, _, seq = text.partition("-")
-    return int(ms), int(seq or 0)
-
-
 def stream_last_id(client: redis.Redis, stream_key: str) -> tuple[int, int]:
     """The stream's last generated ID (counts deleted entries too); ``(0, 0)`` if there is none."""
     try:
@@ -630,7 +624,7 @@ def stream_last_id(client: redis.Redis, stream_key: str) -> tuple[int, int]:
             return 0, 0
         raise
     last = info.get("last-generated-id", info.get(b"last-generated-id"))
-    return _parse_id(last) if last else (0, 0)
+    return parse_entry_id(last) if last else (0, 0)
 
 
 class _Replies:

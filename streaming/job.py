@@ -74,8 +74,8 @@ def main() -> int:
             query.awaitTermination(0.5)
         if stopping.is_set():
             query.stop()
-        elif query.exception() is not None:
-            log.error("query failed: %s", query.exception())
+        elif (failure := query.exception()) is not None:
+            log.error("query failed: %s", failure)
             return 1
     except Exception as exc:  # the query failed: say why, exit non-zero so a supervisor restarts it
         log.error("query failed: %s", exc)

@@ -28,6 +28,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 from pyspark.sql.types import StructType
 
 from streaming.events import BadEntry, parse_entry
+from streaming.events import parse_entry_id as parse_id
 
 SCHEMA = (
     "entry_id string, ingest_time timestamp, event_id string, server string, player_id string, "
@@ -57,11 +58,6 @@ while remaining > 0 do
 end
 return last
 """
-
-
-def parse_id(entry_id: str) -> tuple[int, int]:
-    ms, _, seq = entry_id.partition("-")
-    return int(ms), int(seq or 0)
 
 
 def format_id(ms: int, seq: int) -> str:

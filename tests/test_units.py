@@ -150,3 +150,11 @@ def test_parse_offset_log() -> None:
     assert entry.source_offsets == ({"id": "17-2"},)
     with pytest.raises(ValueError):
         parse_offset_log("garbage", 4)
+
+
+def test_parse_entry_id_orders_like_redis() -> None:
+    from streaming.events import parse_entry_id
+
+    assert parse_entry_id(b"1700000000000-12") == (1_700_000_000_000, 12)
+    assert parse_entry_id("5") == (5, 0)
+    assert parse_entry_id("9-10") > parse_entry_id("9-9")  # numeric, not string, order
