@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One command for everything:
-#   ./run.sh          set up (first time) and run Redis, the generator and the Spark job (Procfile)
+#   ./run.sh          set up (first time) and run Redis, the generator, the Spark job and the dashboard
+#                     (Procfile); the dashboard is at http://127.0.0.1:${PORT:-8501}
 #   ./run.sh test     set up (first time) and run the test suite
 #   ./run.sh setup    only set up
 set -euo pipefail
@@ -31,7 +32,10 @@ export PYSPARK_PYTHON="$PWD/.venv/bin/python" PYSPARK_DRIVER_PYTHON="$PWD/.venv/
 export SPARK_LOCAL_IP=${SPARK_LOCAL_IP:-127.0.0.1} PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 
 case "${1:-run}" in
-  run) exec honcho start ;;
+  # honcho gives every process its own PORT, so the dashboard's is passed under another name.
+  run) export DASHBOARD_PORT="${PORT:-8501}"
+       echo "dashboard: http://127.0.0.1:$DASHBOARD_PORT"
+       exec honcho start ;;
   test) shift; ruff check . && exec python -m pytest "$@" ;;
   setup) echo "ready: .venv" ;;
   *) echo "usage: ./run.sh [run|test|setup]" >&2; exit 2 ;;

@@ -19,7 +19,8 @@ key                                                type    contents
                                                            batch; windows ending at or below it are
                                                            final), ``max_event_us``, ``committed_id``,
                                                            ``params`` (JSON window/slide/delay),
-                                                           ``updated_ms``
+                                                           ``trigger_ms``, ``updated_ms`` (commit
+                                                           time)
 ``{ns}:totals``                                    hash    ``input``, ``parsed``, ``events``,
                                                            ``dropped``, ``late``, ``quarantined``, and
                                                            per server ``events|S``, ``dropped|S``,

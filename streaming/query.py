@@ -18,7 +18,7 @@ from streaming.source import RedisStreamDataSource
 def params_of(cfg: Config) -> Params:
     return Params(window_ms=cfg.window_ms, slide_ms=cfg.slide_ms, delay_ms=cfg.delay_ms,
                   retention_ms=cfg.retention_ms, progress_history=cfg.progress_history,
-                  ttl_ms=cfg.key_ttl_ms)
+                  ttl_ms=cfg.key_ttl_ms, trigger_ms=cfg.trigger_ms)
 
 
 def build_session(cfg: Config, app_name: str = "watermark-pipeline", ui: bool = True) -> SparkSession:

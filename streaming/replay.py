@@ -13,6 +13,7 @@ the run when none is configured and none is running).
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import sys
 import tempfile
@@ -45,6 +46,8 @@ class ReplayInputError(ValueError):
 class ReplayBatch:
     label: int
     payloads: list[bytes]
+    ids: list[str] | None = None
+    """Explicit stream entry IDs (increasing), so ingest times are the simulated arrival times."""
 
 
 def load_batches(path: str) -> list[ReplayBatch]:
@@ -72,18 +75,20 @@ def load_batches(path: str) -> list[ReplayBatch]:
 
 def replay(batches: list[ReplayBatch], cfg: Config) -> dict:
     """Run the batches through the pipeline in ``cfg.namespace``; returns the check document."""
+    from streaming.listener import Progress, write_progress
     from streaming.query import build_session, start_query  # pyspark only when replaying
 
     client = redis.Redis.from_url(cfg.redis_url)
     keys = KeySchema(cfg.namespace)
+    ttl_s = max(1, (cfg.key_ttl_ms or cfg.retention_ms) // 1000)
     spark = build_session(cfg, app_name=f"replay-{cfg.namespace}", ui=False)
     query = start_query(spark, cfg, trigger_ms=0)
     labels: dict[int, int] = {}
     try:
         for index, batch in enumerate(batches):
             pipe = client.pipeline(transaction=True)  # all of a batch becomes visible at once
-            for payload in batch.payloads:
-                pipe.xadd(keys.events, {PAYLOAD_FIELD: payload})
+            for i, payload in enumerate(batch.payloads):
+                pipe.xadd(keys.events, {PAYLOAD_FIELD: payload}, id=batch.ids[i] if batch.ids else "*")
             pipe.execute()
             started = time.perf_counter()
             query.processAllAvailable()
@@ -91,6 +96,10 @@ def replay(batches: list[ReplayBatch], cfg: Config) -> dict:
             last = read_state(client, keys).get("last_batch")
             if last is None or int(last) != index:
                 raise RuntimeError(f"batch {batch.label} was not processed as micro-batch {index} (state: {last})")
+            # The live job's listener is asynchronous; a replay writes the same progress records synchronously.
+            for p in query.recentProgress:
+                if p.batchId == index:
+                    write_progress(client, keys, Progress.from_json(json.loads(p.json)), ttl_s)
             labels[index] = batch.label
     finally:
         query.stop()

@@ -28,26 +28,49 @@ class WindowRow:
     dropped: int
     late: int
     players: int
+    final: bool
+    """The window's end is at or below the next batch's watermark: no later event can change it."""
+
+    @property
+    def start_ms(self) -> int:
+        return self.key.start_ms
+
+    @property
+    def end_ms(self) -> int:
+        return self.key.end_ms
+
+    @property
+    def server(self) -> str:
+        return self.key.server
 
 
 def read_state(client: redis.Redis, keys: KeySchema) -> dict[str, str]:
     return {k.decode(): v.decode() for k, v in client.hgetall(keys.state).items()}
 
 
-def read_windows(client: redis.Redis, keys: KeySchema, min_start_ms: float = float("-inf"),
-                 max_start_ms: float = float("inf")) -> list[WindowRow]:
-    members = [WindowKey.parse(m) for m in client.zrangebyscore(keys.windows, min_start_ms, max_start_ms)]
-    pipe = client.pipeline(transaction=False)
+def queue_window_reads(pipe: redis.client.Pipeline, keys: KeySchema, members: list[WindowKey]) -> None:
+    """Two replies per window, parsed by :func:`window_rows`; lets a caller share one round trip."""
     for wk in members:
         pipe.hmget(keys.window(wk), ["events", "dropped", "late"])
         pipe.scard(keys.players(wk))
-    replies = pipe.execute()
+
+
+def window_rows(members: list[WindowKey], replies: list, final_below_ms: int) -> list[WindowRow]:
     rows = []
     for i, wk in enumerate(members):
         events, dropped, late = (int(v or 0) for v in replies[2 * i])
-        rows.append(WindowRow(wk, events, dropped, late, int(replies[2 * i + 1])))
-    rows.sort(key=lambda w: (w.key.start_ms, w.key.server, w.key.end_ms))
+        rows.append(WindowRow(wk, events, dropped, late, int(replies[2 * i + 1]), wk.end_ms <= final_below_ms))
+    rows.sort(key=lambda w: (w.start_ms, w.server, w.end_ms))
     return rows
+
+
+def read_windows(client: redis.Redis, keys: KeySchema, min_start_ms: float = float("-inf"),
+                 max_start_ms: float = float("inf")) -> list[WindowRow]:
+    members = [WindowKey.parse(m) for m in client.zrangebyscore(keys.windows, min_start_ms, max_start_ms)]
+    final_below = int(read_state(client, keys).get("next_watermark_ms", 0) or 0)
+    pipe = client.pipeline(transaction=False)
+    queue_window_reads(pipe, keys, members)
+    return window_rows(members, pipe.execute() if members else [], final_below)
 
 
 def read_batches(client: redis.Redis, keys: KeySchema, last: int | None = None) -> list[dict]:
@@ -70,8 +93,6 @@ def read_batches(client: redis.Redis, keys: KeySchema, last: int | None = None) 
 
 def build_document(client: redis.Redis, keys: KeySchema,
                    batch_labels: Mapping[int, int] | None = None) -> dict:
-    state = read_state(client, keys)
-    final_below = int(state.get("next_watermark_ms", 0) or 0)
     batches = [
         {
             "batch": batch_labels.get(b["batch"], b["batch"]) if batch_labels else b["batch"],
@@ -89,7 +110,7 @@ def build_document(client: redis.Redis, keys: KeySchema,
             "events": w.events,
             "players": w.players,
             "dropped": w.dropped,
-            "final": w.key.end_ms <= final_below,
+            "final": w.final,
         }
         for w in read_windows(client, keys)
     ]

@@ -36,7 +36,8 @@ def windows_of(t: int, length: int, slide: int) -> list[tuple[int, int]]:
     return out
 
 
-def oracle(lines: list[dict], length: int, slide: int, delay: int) -> dict:
+def oracle(lines: list[dict], length: int, slide: int, delay: int, with_late: bool = False) -> dict:
+    """The check document; ``with_late`` adds each window's late-but-accepted count (``late``)."""
     by_batch: dict[int, list[dict]] = defaultdict(list)
     for line in lines:
         by_batch[line["batch"]].append(line)
@@ -50,12 +51,14 @@ def oracle(lines: list[dict], length: int, slide: int, delay: int) -> dict:
             t = to_ms(ev["event_time"])
             max_t = t if max_t is None else max(max_t, t)
             for start, end in windows_of(t, length, slide):
-                cell = acc.setdefault((start, end, ev["server"]), {"events": 0, "players": set(), "dropped": 0})
+                cell = acc.setdefault((start, end, ev["server"]), {"events": 0, "players": set(), "dropped": 0,
+                                                                  "late": 0})
                 if end <= wm:
                     cell["dropped"] += 1
                     dropped_here += 1
                 else:
                     cell["events"] += 1
+                    cell["late"] += t < wm
                     cell["players"].add(str(ev["player_id"]))
         batches.append({"batch": label, "watermark": to_iso(wm), "input": len(by_batch[label]),
                         "dropped": dropped_here})
@@ -63,7 +66,8 @@ def oracle(lines: list[dict], length: int, slide: int, delay: int) -> dict:
             wm = max(wm, max_t - delay)
     windows = [
         {"server": server, "start": to_iso(start), "end": to_iso(end), "events": c["events"],
-         "players": len(c["players"]), "dropped": c["dropped"], "final": end <= wm}
+         "players": len(c["players"]), "dropped": c["dropped"], "final": end <= wm,
+         **({"late": c["late"]} if with_late else {})}
         for (start, end, server), c in sorted(acc.items(), key=lambda kv: (kv[0][0], kv[0][2], kv[0][1]))
     ]
     return {"batches": batches, "windows": windows}

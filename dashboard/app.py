@@ -1,0 +1,33 @@
+"""The dashboard's entry script: ``streamlit run dashboard/app.py``.
+
+Draws the shared controls, then the chosen page. Pages live in ``views/``;
+each reads one :class:`~dashboard.data.Snapshot` per refresh tick.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # `streamlit run` puts only this script's folder on the path
+    sys.path.insert(0, str(ROOT))
+
+import streamlit as st  # noqa: E402
+
+from dashboard import ui  # noqa: E402
+
+
+def main() -> None:
+    st.set_page_config(page_title="Watermark dashboard", page_icon=":material/schedule:", layout="wide")
+    ui.sidebar()
+    pages = [
+        st.Page("views/ops.py", title="Live ops", icon=":material/sports_esports:", default=True),
+        st.Page("views/watermark.py", title="Watermark", icon=":material/water:", url_path="watermark"),
+        st.Page("views/lag.py", title="Lag", icon=":material/schedule:", url_path="lag"),
+        st.Page("views/health.py", title="Pipeline health", icon=":material/monitor_heart:", url_path="health"),
+    ]
+    st.navigation(pages).run()
+
+
+main()

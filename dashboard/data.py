@@ -1,0 +1,326 @@
+"""What the dashboard shows, read from Redis in three pipelined round trips, never written.
+
+Only ``streaming.keys`` decides key names and only read commands are sent, so
+the dashboard can run with a read-only Redis user. No Streamlit here: the pages
+cache :func:`read_snapshot` per refresh tick (``dashboard.ui``), and tests call
+it directly against a real Redis.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import redis
+
+from streaming.events import parse_entry_id
+from streaming.keys import KeySchema, WindowKey, parse_total_field
+from streaming.report import WindowRow, queue_window_reads, window_rows
+
+WAITING_COUNT_CAP = 100_000
+"""Without Redis 7's ``entries-added``, waiting entries are counted with XRANGE up to this many."""
+
+MAX_BATCHES = 3_600
+"""At most this many batch records per read (an hour at a 1 s trigger)."""
+
+
+@dataclass(frozen=True)
+class Lag:
+    p50: float
+    p95: float
+    max: float
+
+    @classmethod
+    def parse(cls, doc: Mapping[str, float] | None) -> Lag | None:
+        return None if not doc else cls(float(doc["p50"]), float(doc["p95"]), float(doc["max"]))
+
+
+@dataclass(frozen=True)
+class ServerBatch:
+    """One server's share of one batch."""
+
+    rows: int
+    events: int
+    dropped: int
+    late: int
+    min_event_us: int | None
+    max_event_us: int | None
+    ingest_lag_ms: Lag | None
+    processing_lag_ms: Lag | None
+
+
+@dataclass(frozen=True)
+class BatchPoint:
+    """A committed batch: the sink's record plus, once the listener wrote it, Spark's progress."""
+
+    batch: int
+    batch_ts_ms: int
+    watermark_ms: int
+    next_watermark_ms: int
+    min_event_us: int | None
+    max_event_us: int | None
+    running_max_event_us: int | None
+    input: int
+    parsed: int
+    quarantined: int
+    events: int
+    dropped: int
+    late: int
+    servers: dict[str, ServerBatch]
+    bad: dict[str, int]
+    duration_ms: int | None = None
+    input_rows_per_s: float | None = None
+    processed_rows_per_s: float | None = None
+
+    @classmethod
+    def from_record(cls, rec: Mapping) -> BatchPoint:
+        progress = rec.get("progress") or {}
+        servers = {
+            name: ServerBatch(
+                rows=int(s.get("rows", 0)), events=int(s.get("events", 0)), dropped=int(s.get("dropped", 0)),
+                late=int(s.get("late", 0)), min_event_us=s.get("min_event_us"), max_event_us=s.get("max_event_us"),
+                ingest_lag_ms=Lag.parse(s.get("ingest_lag_ms")),
+                processing_lag_ms=Lag.parse(s.get("processing_lag_ms")),
+            )
+            for name, s in (rec.get("servers") or {}).items()
+        }
+        durations = progress.get("durations_ms") or {}
+        return cls(
+            batch=int(rec["batch"]), batch_ts_ms=int(rec["batch_ts_ms"]), watermark_ms=int(rec["watermark_ms"]),
+            next_watermark_ms=int(rec["next_watermark_ms"]), min_event_us=rec.get("min_event_us"),
+            max_event_us=rec.get("max_event_us"), running_max_event_us=rec.get("running_max_event_us"),
+            input=int(rec["input"]), parsed=int(rec["parsed"]), quarantined=int(rec["quarantined"]),
+            events=int(rec["events"]), dropped=int(rec["dropped"]), late=int(rec["late"]), servers=servers,
+            bad=dict(rec.get("bad") or {}),
+            duration_ms=durations.get("triggerExecution"),
+            input_rows_per_s=progress.get("input_rows_per_s"),
+            processed_rows_per_s=progress.get("processed_rows_per_s"),
+        )
+
+
+@dataclass(frozen=True)
+class PipelineState:
+    last_batch: int
+    watermark_ms: int
+    next_watermark_ms: int
+    max_event_us: int | None
+    committed_id: str
+    window_ms: int
+    slide_ms: int
+    delay_ms: int
+    trigger_ms: int
+    updated_ms: int
+
+    @classmethod
+    def from_hash(cls, h: Mapping[str, str]) -> PipelineState | None:
+        """None until the first batch has been committed."""
+        if not h.get("last_batch"):
+            return None
+        params = json.loads(h.get("params") or "{}")
+        return cls(
+            last_batch=int(h["last_batch"]), watermark_ms=int(h.get("watermark_ms") or 0),
+            next_watermark_ms=int(h.get("next_watermark_ms") or 0),
+            max_event_us=int(h["max_event_us"]) if h.get("max_event_us") else None,
+            committed_id=h.get("committed_id") or "0-0", window_ms=int(params.get("window_ms", 0)),
+            slide_ms=int(params.get("slide_ms", 0)), delay_ms=int(params.get("delay_ms", 0)),
+            trigger_ms=int(h.get("trigger_ms") or 1_000), updated_ms=int(h.get("updated_ms") or 0),
+        )
+
+    @property
+    def head_ms(self) -> int | None:
+        """The running max event time, in ms: where "now" is in event time."""
+        return None if self.max_event_us is None else self.max_event_us // 1000
+
+
+@dataclass(frozen=True)
+class ServerTotals:
+    events: int = 0
+    dropped: int = 0
+    late: int = 0
+    rows: int = 0
+
+
+@dataclass(frozen=True)
+class Totals:
+    input: int = 0
+    parsed: int = 0
+    events: int = 0
+    dropped: int = 0
+    late: int = 0
+    quarantined: int = 0
+    servers: dict[str, ServerTotals] = field(default_factory=dict)
+    bad: dict[str, int] = field(default_factory=dict)
+
+    @classmethod
+    def from_hash(cls, h: Mapping[str, str]) -> Totals:
+        overall: dict[str, int] = {}
+        per_server: dict[str, dict[str, int]] = {}
+        bad: dict[str, int] = {}
+        for f, v in h.items():
+            metric, qualifier = parse_total_field(f)
+            if qualifier is None:
+                overall[metric] = int(v)
+            elif metric == "bad":
+                bad[qualifier] = int(v)
+            else:
+                per_server.setdefault(qualifier, {})[metric] = int(v)
+        known = ("input", "parsed", "events", "dropped", "late", "quarantined")
+        return cls(**{k: overall.get(k, 0) for k in known},
+                   servers={s: ServerTotals(**{k: d.get(k, 0) for k in ("events", "dropped", "late", "rows")})
+                            for s, d in sorted(per_server.items())},
+                   bad=dict(sorted(bad.items())))
+
+
+@dataclass(frozen=True)
+class StreamInfo:
+    length: int
+    last_id: str | None
+    waiting: int
+    waiting_exact: bool
+
+    @property
+    def head_ms(self) -> int | None:
+        """Ingest time of the newest entry (its ID's millisecond part)."""
+        return None if self.last_id is None else parse_entry_id(self.last_id)[0]
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    namespace: str
+    read_ms: int
+    range_ms: int
+    state: PipelineState | None
+    totals: Totals
+    servers: tuple[str, ...]
+    windows: tuple[WindowRow, ...]
+    batches: tuple[BatchPoint, ...]
+    stream: StreamInfo
+
+    @property
+    def last_batch(self) -> BatchPoint | None:
+        return self.batches[-1] if self.batches else None
+
+    def current_windows(self) -> dict[str, WindowRow | None]:
+        """Per server, the window holding the head of event time.
+
+        With sliding windows several do; the one ending first covers the most
+        recent full window length, which is what "active now" means.
+        """
+        head = self.state.head_ms if self.state else None
+        out: dict[str, WindowRow | None] = {s: None for s in self.servers}
+        if head is None:
+            return out
+        for w in self.windows:
+            if w.start_ms <= head < w.end_ms:
+                best = out.get(w.server)
+                if best is None or w.end_ms < best.end_ms:
+                    out[w.server] = w
+        return out
+
+    def current_window_bounds(self) -> tuple[int, int] | None:
+        """The window (start, end) holding the head of event time, whether or not a server has events in it."""
+        if self.state is None or self.state.head_ms is None or not self.state.slide_ms:
+            return None
+        head, slide, size = self.state.head_ms, self.state.slide_ms, self.state.window_ms
+        # The earliest-ending window containing head: the one starting at the first slide multiple > head - size.
+        start = (head - size) // slide * slide + slide
+        return start, start + size
+
+    def last_final_windows(self) -> dict[str, WindowRow | None]:
+        out: dict[str, WindowRow | None] = {s: None for s in self.servers}
+        for w in self.windows:  # sorted by start, so the last final one wins
+            if w.final and (out.get(w.server) is None or w.end_ms >= out[w.server].end_ms):  # type: ignore[union-attr]
+                out[w.server] = w
+        return out
+
+
+def read_snapshot(client: redis.Redis, keys: KeySchema, *, range_ms: int, now_ms: int,
+                  max_batches: int | None = None) -> Snapshot:
+    """Windows whose end is within ``range_ms`` of the head of event time, and the
+    batches within ``range_ms`` of the last one; raises ``redis.RedisError``."""
+    # Round trip 1: everything addressed by a fixed key.
+    pipe = client.pipeline(transaction=False)
+    pipe.hgetall(keys.state)
+    pipe.hgetall(keys.totals)
+    pipe.smembers(keys.servers)
+    pipe.xinfo_stream(keys.events)
+    state_h, totals_h, servers_raw, xinfo = pipe.execute(raise_on_error=False)
+    for reply in (state_h, totals_h, servers_raw):
+        if isinstance(reply, Exception):
+            raise reply
+    state = PipelineState.from_hash(_decode_hash(state_h))
+    totals = Totals.from_hash(_decode_hash(totals_h))
+    if isinstance(xinfo, redis.ResponseError):  # no such key: nothing was ever written
+        xinfo = {}
+    elif isinstance(xinfo, Exception):
+        raise xinfo
+
+    # Round trip 2: window index, batch records, waiting entries.
+    trigger_ms = state.trigger_ms if state else 1_000
+    n_batches = max_batches or min(MAX_BATCHES, math.ceil(range_ms / max(trigger_ms, 1)) + 5)
+    head = state.head_ms if state else None
+    window_ms = state.window_ms if state else 0
+    pipe = client.pipeline(transaction=False)
+    if head is not None:
+        pipe.zrangebyscore(keys.windows, head - range_ms - window_ms, "+inf")
+    else:
+        pipe.zrange(keys.windows, 0, -1)
+    pipe.zrange(keys.batches, -n_batches, -1)
+    count_waiting = state is not None and "entries-added" not in xinfo
+    if count_waiting:
+        pipe.xrange(keys.events, min="(" + state.committed_id, max="+", count=WAITING_COUNT_CAP)
+    replies = pipe.execute()
+    members = [WindowKey.parse(m) for m in replies[0]]
+    if head is not None:
+        members = [m for m in members if m.end_ms > head - range_ms]
+    batch_ids = [int(b) for b in replies[1]]
+
+    # Round trip 3: the hashes and sets behind the indexes.
+    pipe = client.pipeline(transaction=False)
+    queue_window_reads(pipe, keys, members)
+    for b in batch_ids:
+        pipe.hmget(keys.batch(b), ["sink", "progress"])
+    details = pipe.execute() if (members or batch_ids) else []
+
+    windows = window_rows(members, details, state.next_watermark_ms if state else 0)
+
+    batches = []
+    for sink, progress in details[2 * len(members):]:
+        if sink is None:  # expired or trimmed between the two reads
+            continue
+        rec = json.loads(sink)
+        if progress is not None:
+            rec["progress"] = json.loads(progress)
+        batches.append(BatchPoint.from_record(rec))
+    if batches:
+        cutoff = batches[-1].batch_ts_ms - range_ms
+        batches = [b for b in batches if b.batch_ts_ms >= cutoff]
+
+    length = int(xinfo.get("length", 0)) if xinfo else 0
+    last_id = _decode(xinfo.get("last-generated-id")) if xinfo else None
+    if last_id == "0-0":
+        last_id = None
+    if state is None:
+        waiting, exact = length, True
+    elif count_waiting:
+        waiting = len(replies[2])
+        exact = waiting < WAITING_COUNT_CAP
+    else:
+        waiting, exact = max(0, int(xinfo["entries-added"]) - totals.input), True
+
+    servers = sorted({*(_decode(s) for s in servers_raw), *totals.servers})
+    return Snapshot(
+        namespace=keys.namespace, read_ms=now_ms, range_ms=range_ms, state=state, totals=totals,
+        servers=tuple(servers), windows=tuple(windows), batches=tuple(batches),
+        stream=StreamInfo(length=length, last_id=last_id, waiting=waiting, waiting_exact=exact),
+    )
+
+
+def _decode(v: bytes | str | None) -> str | None:
+    return v.decode() if isinstance(v, bytes) else v
+
+
+def _decode_hash(h: Mapping[bytes, bytes]) -> dict[str, str]:
+    return {k.decode(): v.decode() for k, v in h.items()}

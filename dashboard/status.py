@@ -1,0 +1,120 @@
+"""The status line: what a person must know before trusting the charts, in plain words.
+
+Pure: a :class:`~dashboard.data.Snapshot` and the time in, messages out, so
+every message is unit-tested with a hand-built snapshot and an injected clock.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from dashboard.data import Snapshot
+from streaming.timeutil import iso_from_ms
+
+STALE_TRIGGERS = 5
+"""No commit for this many trigger intervals (and at least :data:`STALE_MIN_MS`) is worth saying."""
+STALE_MIN_MS = 10_000
+STUCK_BATCHES = 3
+"""Batches with data in a row without the watermark moving before we call it stuck."""
+SLOW_WINDOW = 10
+"""Recent batches judged for falling behind."""
+
+
+class Level(StrEnum):
+    OK = "ok"
+    INFO = "info"
+    WARNING = "warning"
+    ERROR = "error"
+
+
+@dataclass(frozen=True)
+class Status:
+    level: Level
+    text: str
+
+
+def assess(snap: Snapshot, now_ms: int) -> list[Status]:
+    """The messages for the status line, worst first; one OK message when all is well."""
+    ns = snap.namespace
+    state = snap.state
+    if state is None:
+        if snap.stream.length:
+            return [Status(Level.WARNING, f"{snap.stream.length:,} events wait in `{ns}:events` but no batch has "
+                                          "completed yet: is the Spark job running? (`./run.sh` starts it)")]
+        return [Status(Level.INFO, f"Nothing in namespace `{ns}` yet: no events and no batches. Start the pipeline "
+                                   "with `./run.sh`, or set PIPELINE_NAMESPACE to the one your job writes.")]
+    out: list[Status] = []
+    trigger = max(state.trigger_ms, 1)
+    since = max(0, now_ms - state.updated_ms)
+    waiting = snap.stream.waiting
+    waiting_text = f"{waiting:,}{'' if snap.stream.waiting_exact else '+'}"
+    if since > max(STALE_TRIGGERS * trigger, STALE_MIN_MS):
+        if waiting > 0:
+            out.append(Status(Level.ERROR, f"No batch has completed for {human_ms(since)} (trigger "
+                                           f"{human_ms(trigger)}) while {waiting_text} events wait in the stream: "
+                                           "the Spark job is down or stuck."))
+        else:
+            out.append(Status(Level.INFO, f"Idle: no new events for {human_ms(since)}; the last batch "
+                                          f"(#{state.last_batch}) completed at {clock(state.updated_ms)}. Windows "
+                                          "close only when new events move the watermark."))
+    stuck = stuck_batches(snap)
+    if stuck >= STUCK_BATCHES:
+        head = state.head_ms
+        out.append(Status(Level.WARNING, f"Events keep arriving but the watermark has not moved for {stuck} batches: "
+                                         f"it stays at {clock(state.next_watermark_ms)} because every new event is "
+                                         f"older than the max event time seen ({clock(head) if head else '-'}). No "
+                                         "window closes until newer events arrive; a server clock running ahead "
+                                         "causes this."))
+    slow = [b for b in snap.batches[-SLOW_WINDOW:] if b.duration_ms is not None]
+    behind = [b for b in slow if b.duration_ms > trigger]  # type: ignore[operator]
+    if slow and len(behind) * 2 > len(slow):
+        worst = max(b.duration_ms for b in behind)  # type: ignore[type-var]
+        out.append(Status(Level.WARNING, f"Falling behind: {len(behind)} of the last {len(slow)} batches took longer "
+                                         f"than the {human_ms(trigger)} trigger (slowest {human_ms(worst)}); "
+                                         f"{waiting_text} events wait in the stream."))
+    if not out:
+        wm = state.next_watermark_ms
+        out.append(Status(Level.OK, f"Live: batch #{state.last_batch} committed {human_ms(since)} ago · watermark "
+                                    f"{clock(wm)} (lag {human_ms(now_ms - wm)}) · {waiting_text} events waiting"))
+    order = [Level.ERROR, Level.WARNING, Level.INFO, Level.OK]
+    return sorted(out, key=lambda s: order.index(s.level))
+
+
+def unreachable(url: str, error: BaseException) -> Status:
+    """For a Redis that cannot be read; ``url`` must already be redacted."""
+    return Status(Level.ERROR, f"Redis at {url} is unreachable ({type(error).__name__}: {error}). The dashboard "
+                               "keeps retrying and recovers by itself once Redis is back.")
+
+
+def stuck_batches(snap: Snapshot) -> int:
+    """How many of the latest batches with data left the watermark where it already was."""
+    n = 0
+    for b in reversed([b for b in snap.batches if b.parsed > 0]):
+        if b.next_watermark_ms != b.watermark_ms:
+            break
+        n += 1
+    return n
+
+
+def human_ms(ms: float) -> str:
+    ms = max(0, int(ms))
+    if ms < 1_000:
+        return f"{ms} ms"
+    if ms < 60_000:
+        return f"{ms / 1000:.1f} s"
+    minutes, seconds = divmod(ms // 1000, 60)
+    if minutes < 60:
+        return f"{minutes} min {seconds} s" if seconds else f"{minutes} min"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 48:
+        return f"{hours} h {minutes} min"
+    return f"{hours // 24} days"
+
+
+def clock(ms: int, zone: bool = True) -> str:
+    """``HH:MM:SS UTC``: times on the status line are recent, the date would be noise."""
+    if ms <= 0:
+        return "none yet"
+    iso = iso_from_ms(ms)
+    return f"{iso[11:19]} UTC" if zone else iso[11:19]

@@ -1,0 +1,120 @@
+"""Streamlit glue shared by the pages: controls, the Redis client, the per-tick read, the status line.
+
+Reads are shared: :func:`load_snapshot` is cached per (Redis, namespace, range,
+refresh tick), and Streamlit computes one cache key once, so any number of open
+tabs cost one Redis read per tick. Nothing here writes to Redis.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import redis
+import streamlit as st
+
+from dashboard.data import Snapshot, read_snapshot
+from dashboard.status import Level, Status, assess, clock, human_ms, unreachable
+from streaming.config import Config, ConfigError, redact_url
+from streaming.keys import KeySchema
+
+log = logging.getLogger("dashboard")
+
+RANGES: dict[str, int] = {"5 min": 300_000, "15 min": 900_000, "60 min": 3_600_000}
+REFRESH: dict[str, int] = {"1 s": 1, "2 s": 2, "5 s": 5, "10 s": 10}
+NOW_OVERRIDE = "now_ms"
+"""Session-state key a test sets to inject the clock (the dashboard's "now")."""
+
+
+@dataclass(frozen=True)
+class View:
+    range_ms: int
+    refresh_s: int
+    paused: bool
+
+
+def now_ms() -> int:
+    override = st.session_state.get(NOW_OVERRIDE)
+    return int(override) if override is not None else int(time.time() * 1000)
+
+
+def sidebar() -> None:
+    """The controls every page shares; drawn by the entry script so they persist across pages."""
+    with st.sidebar:
+        st.segmented_control("Time range", list(RANGES), default="15 min", key="range",
+                             help="Windows whose end is this close to the newest event time, and batches this close "
+                                  "to the newest batch.")
+        st.selectbox("Refresh every", list(REFRESH), index=1, key="refresh")
+        st.toggle("Pause", key="paused", help="Stop refreshing; the page keeps what it shows.")
+
+
+def current_view() -> View:
+    state = st.session_state
+    range_label = state.get("range") or "15 min"
+    return View(range_ms=RANGES.get(range_label, RANGES["15 min"]),
+                refresh_s=REFRESH.get(state.get("refresh") or "2 s", 2),
+                paused=bool(state.get("paused", False)))
+
+
+@st.cache_resource(show_spinner=False)
+def redis_client(url: str) -> redis.Redis:
+    # Short timeouts: a dead Redis must turn into a status message within a tick, not hang the page.
+    return redis.Redis.from_url(url, socket_connect_timeout=1.0, socket_timeout=3.0, health_check_interval=5)
+
+
+@st.cache_data(show_spinner=False, ttl=120, max_entries=256)
+def load_snapshot(url: str, namespace: str, range_ms: int, refresh_s: int, tick: int, _now_ms: int) -> Snapshot:
+    """One read per (namespace, range, tick) for all sessions; ``_now_ms`` is not part of the key."""
+    return read_snapshot(redis_client(url), KeySchema(namespace), range_ms=range_ms, now_ms=_now_ms)
+
+
+def show_status(statuses: list[Status]) -> None:
+    for s in statuses:
+        {Level.OK: st.success, Level.INFO: st.info, Level.WARNING: st.warning, Level.ERROR: st.error}[s.level](s.text)
+
+
+def live(render: Callable[[Snapshot, int], None]) -> None:
+    """Run ``render(snapshot, now_ms)`` now and, unless paused, every refresh interval."""
+    view = current_view()
+
+    @st.fragment(run_every=None if view.paused else view.refresh_s)
+    def tick() -> None:
+        now = now_ms()
+        try:
+            cfg = Config.from_env()
+        except ConfigError as exc:
+            st.error(f"Configuration error: {exc}")
+            return
+        try:
+            snap = load_snapshot(cfg.redis_url, cfg.namespace, view.range_ms, view.refresh_s,
+                                 now // (view.refresh_s * 1000), now)
+        except redis.RedisError as exc:
+            show_status([unreachable(redact_url(cfg.redis_url), exc)])
+            return
+        show_status(assess(snap, now))
+        if view.paused:
+            st.caption(f"Paused: showing data read at {clock(snap.read_ms)}.")
+        if snap.state is None:
+            return
+        try:
+            render(snap, now)
+        except Exception as exc:  # a bug or an unexpected record must not become a traceback on the page
+            log.exception("rendering failed")
+            st.error(f"This page could not be drawn from the data in Redis ({type(exc).__name__}: {exc}). "
+                     "The other pages may still work; the dashboard log has the details.")
+
+    tick()
+
+
+def params_caption(snap: Snapshot) -> str:
+    s = snap.state
+    assert s is not None
+    kind = "tumbling" if s.slide_ms == s.window_ms else f"sliding every {human_ms(s.slide_ms)}"
+    return (f"Namespace `{snap.namespace}` · windows of {human_ms(s.window_ms)} ({kind}) · watermark delay "
+            f"{human_ms(s.delay_ms)} · trigger {human_ms(s.trigger_ms)} · times in UTC")
+
+
+def fmt_int(n: int) -> str:
+    return f"{n:,}"

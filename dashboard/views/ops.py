@@ -1,0 +1,77 @@
+"""Live ops: how many players are on each server right now, and can I trust the number yet?"""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from dashboard import charts, ui
+from dashboard.data import Snapshot, WindowRow
+from dashboard.status import clock, human_ms
+
+
+def window_status(w: WindowRow | None, watermark_ms: int) -> str:
+    if w is None:
+        return "no events in the current window yet"
+    span = f"window {charts.ts(w.start_ms):%H:%M:%S}–{charts.ts(w.end_ms):%H:%M:%S}"
+    if w.final:
+        return f"{span} · final"
+    return f"{span} · provisional: final once the watermark (now {clock(watermark_ms)}) reaches {clock(w.end_ms)}"
+
+
+def render(snap: Snapshot, now_ms: int) -> None:
+    state = snap.state
+    assert state is not None
+    st.caption(ui.params_caption(snap))
+    current = snap.current_windows()
+    last_final = snap.last_final_windows()
+
+    st.subheader("Players now")
+    cols = st.columns(max(1, len(snap.servers)))
+    for col, server in zip(cols, snap.servers, strict=False):
+        w = current.get(server)
+        f = last_final.get(server)
+        with col:
+            st.metric(f"{server} · players now", ui.fmt_int(w.players if w else 0),
+                      help="Distinct players with an accepted event in the window holding the newest event time. "
+                           "Provisional until the watermark passes the window's end.")
+            st.caption(window_status(w, state.next_watermark_ms))
+            if f is not None:
+                st.caption(f"last final: {f.players:,} players in {charts.ts(f.start_ms):%H:%M}–"
+                           f"{charts.ts(f.end_ms):%H:%M:%S}")
+
+    st.subheader("Totals")
+    t = snap.totals
+    c = st.columns(5)
+    c[0].metric("Events accepted", ui.fmt_int(t.events), help="Counted into a window (each window once).")
+    c[1].metric("Late but accepted", ui.fmt_int(t.late), help="Behind the watermark, but their window was open.")
+    c[2].metric("Dropped late", ui.fmt_int(t.dropped), help="Arrived after their window closed (end <= watermark).")
+    c[3].metric("Quarantined", ui.fmt_int(t.quarantined), help="Entries that did not parse; see Pipeline health.")
+    c[4].metric("Entries read", ui.fmt_int(t.input), help="Stream entries the job has processed.")
+
+    left, right = st.columns(2)
+    left.plotly_chart(charts.players_now(current, snap.servers), key="players_now")
+    right.plotly_chart(charts.players_over_time(snap.windows, snap.servers), key="players_over_time")
+    st.plotly_chart(charts.events_per_window(snap.windows, snap.servers), key="events_per_window")
+
+    with st.expander(f"Windows in range ({len(snap.windows)})"):
+        st.dataframe(window_table(snap.windows), hide_index=True, width="stretch")
+    if state.head_ms is not None:
+        st.caption(f"Newest event time {clock(state.head_ms)}; the page shows windows ending within "
+                   f"{human_ms(snap.range_ms)} of it.")
+
+
+def window_table(windows: tuple[WindowRow, ...]) -> list[dict[str, object]]:
+    return [
+        {"server": w.server, "start (UTC)": charts.ts(w.start_ms), "end (UTC)": charts.ts(w.end_ms),
+         "players": w.players, "events": w.events, "late accepted": w.late, "dropped": w.dropped,
+         "status": "final" if w.final else "provisional"}
+        for w in reversed(windows)
+    ]
+
+
+def main() -> None:
+    st.title("Live ops")
+    ui.live(render)
+
+
+main()

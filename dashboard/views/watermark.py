@@ -1,0 +1,61 @@
+"""Watermark: where it is, how far it trails, and exactly which events it dropped."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from dashboard import charts, ui
+from dashboard.data import Snapshot
+from dashboard.status import clock, human_ms
+
+
+def render(snap: Snapshot, now_ms: int) -> None:
+    state = snap.state
+    assert state is not None
+    st.caption(ui.params_caption(snap))
+    t = snap.totals
+    c = st.columns(5)
+    c[0].metric("Watermark (UTC)", clock(state.next_watermark_ms, zone=False),
+                help="In force for the next batch: windows ending at or before it are closed and final.")
+    c[1].metric("Watermark lag", human_ms(now_ms - state.next_watermark_ms) if state.next_watermark_ms else "-",
+                help="Wall clock minus watermark: how long an event may take to arrive and still count, plus any "
+                     "stall.")
+    c[2].metric("Max event time (UTC)", clock(state.head_ms, zone=False) if state.head_ms is not None else "-",
+                help="The newest event time seen; the watermark is this minus the delay.")
+    c[3].metric("Dropped late (total)", ui.fmt_int(t.dropped),
+                help="Exact count of events (per window) that arrived after their window closed.")
+    c[4].metric("Late but accepted (total)", ui.fmt_int(t.late),
+                help="Events behind the watermark whose window was still open: counted.")
+
+    if snap.servers:
+        cols = st.columns(len(snap.servers))
+        for col, server in zip(cols, snap.servers, strict=False):
+            st_tot = t.servers.get(server)
+            col.metric(f"{server} · dropped late", ui.fmt_int(st_tot.dropped if st_tot else 0))
+            col.caption(f"late but accepted: {st_tot.late if st_tot else 0:,}")
+
+    st.plotly_chart(charts.watermark_vs_time(snap.batches, now_ms), key="watermark_vs_time")
+    left, right = st.columns(2)
+    left.plotly_chart(charts.watermark_lag(snap.batches, state.delay_ms), key="watermark_lag")
+    right.plotly_chart(charts.dropped_per_window(snap.windows, snap.servers), key="dropped_per_window")
+    left, right = st.columns(2)
+    left.plotly_chart(charts.per_server_over_time(snap.batches, snap.servers, "dropped", "Dropped late per batch"),
+                      key="dropped_over_time")
+    right.plotly_chart(charts.per_server_over_time(snap.batches, snap.servers, "late",
+                                                   "Late but accepted per batch"), key="late_over_time")
+    with st.expander("The late rule"):
+        st.markdown(
+            "Spark's rule, applied to every (event, window) pair: a window is **closed**, and an event for it is "
+            "**dropped**, when `window end <= watermark in force for the batch`. After each batch with data the "
+            f"watermark becomes `max(watermark, max event time − {human_ms(state.delay_ms)})`; it never falls. An "
+            "event older than the watermark whose window is still open is **late but accepted**. These are exact "
+            "event counts, unlike Spark's `numRowsDroppedByWatermark`, which counts late groups."
+        )
+
+
+def main() -> None:
+    st.title("Watermark")
+    ui.live(render)
+
+
+main()

@@ -1,0 +1,263 @@
+"""Every dashboard page under Streamlit's AppTest, against a real Redis seeded by the real pipeline.
+
+The numbers each page shows are checked against Redis read directly (not
+through ``dashboard.data``) and against the independent oracle, and the whole
+run must leave Redis untouched: the dashboard never writes.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+from pyspark.sql import SparkSession
+from streamlit.testing.v1 import AppTest
+
+from dashboard.data import read_snapshot
+from streaming.keys import KeySchema, WindowKey
+from tests.oracle import oracle, to_ms
+from tests.seed import Seeded, seed_pipeline
+
+pytestmark = pytest.mark.spark
+APP = str(Path(__file__).resolve().parent.parent / "dashboard" / "app.py")
+PAGES = ["views/ops.py", "views/watermark.py", "views/lag.py", "views/health.py"]
+
+
+@pytest.fixture(scope="module")
+def seeded(spark: SparkSession, redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Seeded:
+    return seed_pipeline(redis_url, tmp_path_factory.mktemp("dash"))
+
+
+@pytest.fixture()
+def env(seeded: Seeded, monkeypatch: pytest.MonkeyPatch) -> Seeded:
+    monkeypatch.setenv("REDIS_URL", seeded.cfg.redis_url)
+    monkeypatch.setenv("PIPELINE_NAMESPACE", seeded.cfg.namespace)
+    return seeded
+
+
+@pytest.fixture()
+def direct(seeded: Seeded) -> Iterator[tuple[redis.Redis, KeySchema]]:
+    client = redis.Redis.from_url(seeded.cfg.redis_url, decode_responses=True)
+    yield client, KeySchema(seeded.cfg.namespace)
+    client.close()
+
+
+def run_page(page: str | None = None, now_ms: int | None = None, **state: object) -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=60)
+    if now_ms is not None:
+        at.session_state["now_ms"] = now_ms
+    for k, v in state.items():
+        at.session_state[k] = v
+    at.run()
+    if page is not None:
+        at.switch_page(page).run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def metrics(at: AppTest) -> dict[str, str]:
+    return {m.label: m.value for m in at.metric}
+
+
+def statuses(at: AppTest) -> list[str]:
+    return [e.value for e in (*at.error, *at.warning, *at.info, *at.success)]
+
+
+def n(text: str) -> int:
+    return int(text.replace(",", ""))
+
+
+def dirty(client: redis.Redis) -> int:
+    """Redis' count of changes since the last save: any write moves it."""
+    return int(client.info("persistence")["rdb_changes_since_last_save"])
+
+
+# --------------------------------------------------------------------------- the seeded data itself
+
+
+def test_the_seed_is_what_the_oracle_says(seeded: Seeded) -> None:
+    want = oracle(seeded.lines, 60_000, 60_000, seeded.cfg.delay_ms, with_late=True)
+    got = seeded.document["windows"]
+    assert [{k: v for k, v in w.items() if k != "late"} for w in want["windows"]] == got
+    dropped = sum(w["dropped"] for w in want["windows"])
+    late = sum(w["late"] for w in want["windows"])
+    assert dropped > 0 and late > 0, "the seed must exercise both dropped and late-but-accepted events"
+
+
+def test_snapshot_numbers_equal_redis_and_the_oracle(seeded: Seeded, direct: tuple[redis.Redis, KeySchema]) -> None:
+    client, keys = direct
+    snap = read_snapshot(redis.Redis.from_url(seeded.cfg.redis_url), keys, range_ms=3_600_000, now_ms=0)
+    want = oracle(seeded.lines, 60_000, 60_000, seeded.cfg.delay_ms, with_late=True)["windows"]
+    got = [{"server": w.server, "start": w.start_ms, "events": w.events, "players": w.players, "dropped": w.dropped,
+            "late": w.late, "final": w.final} for w in snap.windows]
+    assert got == [{"server": w["server"], "start": to_ms(w["start"]), "events": w["events"],
+                    "players": w["players"], "dropped": w["dropped"], "late": w["late"], "final": w["final"]}
+                   for w in want]
+    assert snap.totals.dropped == sum(w["dropped"] for w in want) == int(client.hget(keys.totals, "dropped"))
+    assert snap.totals.late == sum(w["late"] for w in want)
+    assert snap.totals.quarantined == seeded.bad
+    assert snap.totals.input == len(seeded.lines) + seeded.bad
+    assert [b.batch for b in snap.batches] == list(range(len(seeded.document["batches"])))
+    assert all(b.duration_ms is not None for b in snap.batches), "every replayed batch carries Spark's progress"
+    assert snap.stream.waiting == 0 and snap.stream.waiting_exact
+
+
+def test_the_time_range_keeps_windows_ending_within_it_of_the_newest_event(
+        seeded: Seeded, direct: tuple[redis.Redis, KeySchema]) -> None:
+    client, keys = direct
+    head_ms = int(client.hget(keys.state, "max_event_us")) // 1000
+    members = client.zrange(keys.windows, 0, -1)
+    for range_ms in (60_000, 300_000, 900_000):
+        snap = read_snapshot(redis.Redis.from_url(seeded.cfg.redis_url), keys, range_ms=range_ms, now_ms=0)
+        expected = sorted(m for m in members if int(m.split(":")[1]) > head_ms - range_ms)
+        assert sorted(w.key.member() for w in snap.windows) == expected
+
+
+# --------------------------------------------------------------------------- the pages
+
+
+def test_live_ops_shows_players_now_and_totals_as_in_redis(env: Seeded,
+                                                           direct: tuple[redis.Redis, KeySchema]) -> None:
+    client, keys = direct
+    at = run_page()
+    shown = metrics(at)
+    head_ms = int(client.hget(keys.state, "max_event_us")) // 1000
+    start = head_ms // 60_000 * 60_000
+    for server in ("A", "B", "C"):
+        players = client.scard(keys.players(WindowKey(start, start + 60_000, server)))
+        assert players > 0
+        assert n(shown[f"{server} · players now"]) == players
+    totals = client.hgetall(keys.totals)
+    assert n(shown["Events accepted"]) == int(totals["events"])
+    assert n(shown["Dropped late"]) == int(totals["dropped"])
+    assert n(shown["Late but accepted"]) == int(totals["late"])
+    assert n(shown["Quarantined"]) == int(totals["quarantined"]) == env.bad
+    assert n(shown["Entries read"]) == int(totals["input"])
+    assert len(at.get("plotly_chart")) == 3
+    # the current window is provisional (its end is above the watermark) and the page says so
+    assert any("provisional" in c.value for c in at.caption)
+    table = at.dataframe[0].value
+    assert len(table) == client.zcard(keys.windows)  # the default 15 minutes hold the whole seed
+    assert set(table["status"]) == {"final", "provisional"}
+
+
+def test_watermark_page_shows_the_watermark_and_exact_drop_counts(env: Seeded,
+                                                                  direct: tuple[redis.Redis, KeySchema]) -> None:
+    client, keys = direct
+    at = run_page("views/watermark.py")
+    shown = metrics(at)
+    state = client.hgetall(keys.state)
+    totals = client.hgetall(keys.totals)
+    assert shown["Watermark (UTC)"] == _hms(int(state["next_watermark_ms"]))
+    assert shown["Max event time (UTC)"] == _hms(int(state["max_event_us"]) // 1000)
+    assert n(shown["Dropped late (total)"]) == int(totals["dropped"]) > 0
+    assert n(shown["Late but accepted (total)"]) == int(totals["late"]) > 0
+    for server in ("A", "B", "C"):
+        assert n(shown[f"{server} · dropped late"]) == int(totals.get(f"dropped|{server}", 0))
+    assert len(at.get("plotly_chart")) == 5
+
+
+def test_lag_page_shows_each_servers_newest_p95(env: Seeded, direct: tuple[redis.Redis, KeySchema]) -> None:
+    client, keys = direct
+    at = run_page("views/lag.py")
+    shown = metrics(at)
+    newest: dict[str, float] = {}
+    for bid in client.zrange(keys.batches, 0, -1):
+        rec = json.loads(client.hget(keys.batch(int(bid)), "sink"))
+        for server, st in rec["servers"].items():
+            newest[server] = st["ingest_lag_ms"]["p95"]
+    assert set(newest) == {"A", "B", "C"}
+    for server, p95 in newest.items():
+        assert shown[f"{server} · ingest lag p95"] == f"{p95 / 1000:.2f} s"
+    assert newest["C"] > 10 * newest["A"], "the overseas server is the slow one"
+    assert any("slowest server" in c.value for c in at.caption)
+    assert len(at.get("plotly_chart")) == 1
+
+
+def test_health_page_shows_the_last_batch_backlog_and_quarantine(env: Seeded,
+                                                                 direct: tuple[redis.Redis, KeySchema]) -> None:
+    client, keys = direct
+    at = run_page("views/health.py")
+    shown = metrics(at)
+    assert shown["Last batch"] == f"#{client.hget(keys.state, 'last_batch')}"
+    assert n(shown["Quarantined (total)"]) == env.bad
+    assert shown["Events waiting"] == "0"
+    reasons = at.dataframe[0].value
+    assert dict(zip(reasons["reason"], reasons["entries"], strict=True)) == {
+        k.split("|", 1)[1]: int(v) for k, v in client.hgetall(keys.totals).items() if k.startswith("bad|")}
+    assert len(at.get("plotly_chart")) == 3
+
+
+def test_no_page_writes_to_redis(env: Seeded, direct: tuple[redis.Redis, KeySchema]) -> None:
+    client, _ = direct
+    before = dirty(client)
+    for page in [None, *PAGES[1:]]:
+        run_page(page)
+    assert dirty(client) == before
+
+
+# --------------------------------------------------------------------------- the status line and controls
+
+
+def test_status_line_follows_the_injected_clock(env: Seeded, direct: tuple[redis.Redis, KeySchema]) -> None:
+    client, keys = direct
+    updated = int(client.hget(keys.state, "updated_ms"))
+    fresh = statuses(run_page(now_ms=updated + 500))
+    assert not any("Idle" in s for s in fresh)
+    # the seed ends with batches of late-burst stragglers only: the watermark stands still
+    assert any("watermark has not moved" in s for s in fresh)
+    later = statuses(run_page(now_ms=updated + 3_600_000))
+    assert any(s.startswith("Idle: no new events for 1 h 0 min") for s in later)
+
+
+def test_time_range_and_pause_controls(env: Seeded, direct: tuple[redis.Redis, KeySchema]) -> None:
+    client, keys = direct
+    head_ms = int(client.hget(keys.state, "max_event_us")) // 1000
+    members = client.zrange(keys.windows, 0, -1)
+    at = run_page()
+    at.segmented_control(key="range").set_value("5 min").run()
+    assert not at.exception
+    expected = [m for m in members if int(m.split(":")[1]) > head_ms - 300_000]
+    assert 0 < len(at.dataframe[0].value) == len(expected) < len(members)
+    at.toggle(key="paused").set_value(True).run()
+    assert any(c.value.startswith("Paused") for c in at.caption)
+
+
+def test_unreachable_redis_is_a_status_message_not_a_traceback(monkeypatch: pytest.MonkeyPatch) -> None:
+    import socket
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv("REDIS_URL", f"redis://:s3cret@127.0.0.1:{port}/0")
+    for page in [None, *PAGES[1:]]:
+        at = run_page(page)
+        errors = [e.value for e in at.error]
+        assert len(errors) == 1 and "is unreachable" in errors[0]
+        assert "s3cret" not in errors[0] and ":***@" in errors[0]
+        assert not at.get("plotly_chart")
+
+
+def test_a_config_error_is_a_status_message(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PIPELINE_NAMESPACE", "no spaces allowed")
+    at = run_page()
+    assert [e.value for e in at.error] == [
+        "Configuration error: PIPELINE_NAMESPACE 'no spaces allowed' must be 1-64 characters of letters, digits, "
+        "'_', '-', '.'"]
+
+
+def test_an_empty_namespace_says_how_to_start(redis_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("REDIS_URL", redis_url)
+    monkeypatch.setenv("PIPELINE_NAMESPACE", "nothing-here")
+    at = run_page()
+    assert any("Start the pipeline" in s for s in statuses(at))
+    assert not at.get("plotly_chart")
+
+
+def _hms(ms: int) -> str:
+    from datetime import UTC, datetime
+
+    return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%H:%M:%S")

@@ -1,0 +1,156 @@
+"""End to end in a real browser: generator -> Redis -> Spark job -> Redis -> Streamlit -> Chromium.
+
+Debian's chromium, driven by Playwright, loads the served dashboard while the
+real job processes a running generator. The test checks that the plotly charts
+draw and grow while events arrive, and that, once the generator is done and the
+job has committed everything, the dropped-late total on the page equals the
+pipeline's total in Redis and an independent oracle's count over the raw stream
+cut at the job's own batch boundaries.
+
+Set ``DASHBOARD_SCREENSHOTS=docs`` to refresh the README's screenshots.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from streaming.keys import KeySchema
+from tests.oracle import oracle
+from tests.procs import ROOT, Proc, free_port
+
+pytestmark = pytest.mark.spark
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync"]
+WINDOW_MS, DELAY_MS = 10_000, 2_000
+
+METRIC_JS = """
+([label]) => {
+  for (const m of document.querySelectorAll('[data-testid="stMetric"]')) {
+    const l = m.querySelector('[data-testid="stMetricLabel"]');
+    const v = m.querySelector('[data-testid="stMetricValue"]');
+    if (l && v && l.innerText.trim() === label) return v.innerText.trim();
+  }
+  return null;
+}
+"""
+POINTS_JS = """
+([trace]) => {
+  for (const p of document.querySelectorAll('.js-plotly-plot')) {
+    for (const t of (p.data || [])) if (t.name === trace) return t.x.length;
+  }
+  return -1;
+}
+"""
+
+
+@pytest.fixture()
+def stack(redis_url: str, tmp_path: Path) -> Iterator[dict]:
+    ns = f"e2e-{uuid.uuid4().hex[:8]}"
+    env = {"REDIS_URL": redis_url, "PIPELINE_NAMESPACE": ns, "WINDOW": f"{WINDOW_MS}ms",
+           "WATERMARK_DELAY": f"{DELAY_MS}ms", "TRIGGER_INTERVAL": "1s", "CHECKPOINT_DIR": str(tmp_path / "ck"),
+           "SPARK_MASTER": "local[2]"}
+    port = free_port()
+    procs: dict[str, Proc] = {}
+    try:
+        procs["job"] = Proc.python("job", ["streaming.job"], env, tmp_path)
+        procs["dashboard"] = Proc.python("dashboard", [
+            "streamlit", "run", str(ROOT / "dashboard" / "app.py"), "--server.port", str(port),
+            "--server.address", "127.0.0.1", "--server.headless", "true", "--browser.gatherUsageStats", "false",
+        ], env, tmp_path)
+        procs["dashboard"].wait_for(r"You can now view", timeout=60)
+        procs["job"].wait_for(r"query \S+ running", timeout=180)
+        yield {"env": env, "url": f"http://127.0.0.1:{port}", "procs": procs, "keys": KeySchema(ns),
+               "redis_url": redis_url, "log_dir": tmp_path}
+    finally:
+        for p in procs.values():
+            p.stop()
+
+
+def wait_for_commit_of(client: redis.Redis, keys: KeySchema, last_id: str, timeout: float) -> None:
+    """Block on the commits stream until the job has committed up to ``last_id``."""
+    want = tuple(map(int, last_id.split("-")))
+    deadline = time.monotonic() + timeout
+    cursor = "0-0"
+    while True:
+        committed = client.hget(keys.state, "committed_id")
+        if committed and tuple(map(int, committed.decode().split("-"))) >= want:
+            return
+        left = deadline - time.monotonic()
+        assert left > 0, f"the job did not commit up to {last_id} in {timeout:.0f} s (at {committed!r})"
+        for _stream, entries in client.xread({keys.commits: cursor}, block=int(min(left, 5) * 1000)) or []:
+            cursor = entries[-1][0]
+
+
+def oracle_dropped(client: redis.Redis, keys: KeySchema) -> int:
+    """Dropped-late events by the late rule alone, over the raw stream cut at the job's batch boundaries."""
+    lines = []
+    for bid in client.zrange(keys.batches, 0, -1):
+        rec = json.loads(client.hget(keys.batch(int(bid)), "sink"))
+        start = "-" if rec["start_id"] == "0-0" else "(" + rec["start_id"]
+        for _id, fields in client.xrange(keys.events, start, rec["end_id"]):
+            ev = json.loads(fields[b"e"])
+            lines.append({"batch": rec["batch"], "server": ev["server"], "player_id": ev["player_id"],
+                          "event_time": ev["event_time"][:23] + "Z"})
+    doc = oracle(lines, WINDOW_MS, WINDOW_MS, DELAY_MS)
+    return sum(w["dropped"] for w in doc["windows"])
+
+
+def test_dashboard_in_a_real_browser_follows_the_live_pipeline(stack: dict) -> None:
+    from playwright.sync_api import sync_playwright
+
+    assert Path(CHROMIUM).exists(), f"{CHROMIUM} is missing: `apt-get install chromium` (.ci/run does)"
+    keys: KeySchema = stack["keys"]
+    client = redis.Redis.from_url(stack["redis_url"], socket_timeout=30)
+    shots = Path(os.environ.get("DASHBOARD_SCREENSHOTS") or stack["log_dir"])
+    if not shots.is_absolute():
+        shots = ROOT / shots
+    # 40 s of overseas-lag traffic: C's 0.5-25 s delays against a 2 s watermark delay drop some of its events.
+    gen = Proc.python("generator", ["streaming.generator", "--scenario", "overseas-lag", "--rate", "200",
+                                    "--count", "8000", "--seed", "11", "--log-every", "2"],
+                      stack["env"], stack["log_dir"])
+    stack["procs"]["generator"] = gen
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 1800})
+        page.goto(stack["url"] + "/watermark")
+        page.wait_for_selector(".js-plotly-plot .main-svg", timeout=120_000)
+        # The charts grow while the generator runs: wait for a batch to be drawn, then for a later one.
+        page.wait_for_function(f"() => ({POINTS_JS})(['max event time']) > 0", timeout=120_000)
+        first = page.evaluate(POINTS_JS, ["max event time"])
+        page.wait_for_function(f"() => ({POINTS_JS})(['max event time']) > {first}", timeout=60_000)
+        assert gen.running(), "the chart must update while the generator is still writing"
+        assert page.evaluate(METRIC_JS, ["Dropped late (total)"]) is not None
+
+        page.goto(stack["url"] + "/")
+        page.wait_for_selector(".js-plotly-plot .main-svg", timeout=60_000)
+        page.wait_for_function(f"() => ({POINTS_JS})(['A']) > 0", timeout=60_000)
+        page.screenshot(path=str(shots / "dashboard-live-ops.png"), full_page=True)
+
+        assert gen.popen.wait(timeout=180) == 0, gen.tail()
+        last_id = client.xinfo_stream(keys.events)["last-generated-id"].decode()
+        wait_for_commit_of(client, keys, last_id, timeout=180)
+        total = int(client.hget(keys.totals, "dropped") or 0)
+        assert total > 0, "the scenario must drop some late events"
+        assert total == oracle_dropped(client, keys)
+        assert int(client.hget(keys.totals, "input")) == 8000
+
+        page.goto(stack["url"] + "/watermark")
+        page.wait_for_selector(".js-plotly-plot .main-svg", timeout=60_000)
+        want = f"{total:,}"
+        try:
+            page.wait_for_function(f"() => ({METRIC_JS})(['Dropped late (total)']) === {json.dumps(want)}",
+                                   timeout=30_000)
+        finally:
+            page.screenshot(path=str(shots / "dashboard-watermark.png"), full_page=True)
+        assert page.evaluate(METRIC_JS, ["Dropped late (total)"]) == want
+        browser.close()
+    client.close()

@@ -1,0 +1,226 @@
+"""The dashboard's pure parts: record parsing, the status line, window picking and the figures."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from dashboard import charts
+from dashboard.data import (
+    BatchPoint,
+    Lag,
+    PipelineState,
+    ServerBatch,
+    Snapshot,
+    StreamInfo,
+    Totals,
+    WindowRow,
+)
+from dashboard.status import Level, assess, human_ms, stuck_batches, unreachable
+from streaming.keys import WindowKey
+
+MIN = 60_000
+T = 1_767_225_600_000  # 2026-01-01T00:00:00Z
+
+
+def state(**kw: object) -> PipelineState:
+    base = PipelineState(last_batch=9, watermark_ms=T + 5 * MIN, next_watermark_ms=T + 6 * MIN,
+                         max_event_us=(T + 6 * MIN + 30_000) * 1000, committed_id=f"{T}-5", window_ms=MIN,
+                         slide_ms=MIN, delay_ms=30_000, trigger_ms=1_000, updated_ms=T + 10 * MIN)
+    return replace(base, **kw)
+
+
+def batch(i: int, wm: int, nxt: int, parsed: int = 10, duration: int | None = 500, **kw: object) -> BatchPoint:
+    base = BatchPoint(batch=i, batch_ts_ms=T + 10 * MIN - (9 - i) * 1000, watermark_ms=wm, next_watermark_ms=nxt,
+                      min_event_us=None, max_event_us=None, running_max_event_us=(nxt + 30_000) * 1000, input=parsed,
+                      parsed=parsed, quarantined=0, events=parsed, dropped=0, late=0, servers={}, bad={},
+                      duration_ms=duration)
+    return replace(base, **kw)
+
+
+def window(start: int, server: str, players: int, final: bool, size: int = MIN) -> WindowRow:
+    return WindowRow(WindowKey(start, start + size, server), events=players * 2, dropped=0, late=0, players=players,
+                     final=final)
+
+
+def snap(st: PipelineState | None = None, batches: tuple[BatchPoint, ...] = (), waiting: int = 0, length: int = 0,
+         windows: tuple[WindowRow, ...] = (), servers: tuple[str, ...] = ("A", "B")) -> Snapshot:
+    return Snapshot(namespace="wm", read_ms=T, range_ms=15 * MIN, state=st, totals=Totals(), servers=servers,
+                    windows=windows, batches=batches,
+                    stream=StreamInfo(length=length, last_id=None, waiting=waiting, waiting_exact=True))
+
+
+MOVING = tuple(batch(i, T + i * 1000, T + (i + 1) * 1000) for i in range(10))
+
+
+# --------------------------------------------------------------------------- records
+
+
+def test_records_parse_from_what_the_sink_and_listener_write() -> None:
+    rec = {"batch": 3, "batch_ts_ms": 5, "watermark_ms": 1, "next_watermark_ms": 2, "min_event_us": 10,
+           "max_event_us": 20, "running_max_event_us": 20, "input": 7, "parsed": 6, "quarantined": 1, "events": 5,
+           "dropped": 1, "late": 2, "bad": {"malformed_json": 1},
+           "servers": {"C": {"rows": 6, "events": 5, "dropped": 1, "late": 2, "min_event_us": 10, "max_event_us": 20,
+                             "ingest_lag_ms": {"p50": 1.0, "p95": 2.0, "max": 3.0},
+                             "processing_lag_ms": {"p50": 4.0, "p95": 5.0, "max": 6.0}}},
+           "progress": {"durations_ms": {"triggerExecution": 1500}, "input_rows_per_s": 10.0,
+                        "processed_rows_per_s": None}}
+    b = BatchPoint.from_record(rec)
+    assert (b.batch, b.input, b.dropped, b.late, b.duration_ms, b.input_rows_per_s) == (3, 7, 1, 2, 1500, 10.0)
+    assert b.servers["C"].ingest_lag_ms == Lag(1.0, 2.0, 3.0)
+    assert b.servers["C"].processing_lag_ms == Lag(4.0, 5.0, 6.0)
+    no_progress = BatchPoint.from_record({k: v for k, v in rec.items() if k != "progress"})
+    assert no_progress.duration_ms is None
+
+
+def test_totals_split_overall_per_server_and_per_reason() -> None:
+    t = Totals.from_hash({"input": "9", "dropped": "2", "dropped|C": "2", "events|A": "4", "bad|bad_timestamp": "1",
+                          "late|A": "1"})
+    assert (t.input, t.dropped, t.events) == (9, 2, 0)
+    assert t.servers["C"].dropped == 2 and t.servers["A"].events == 4 and t.servers["A"].late == 1
+    assert t.bad == {"bad_timestamp": 1}
+
+
+def test_state_is_none_before_the_first_commit() -> None:
+    assert PipelineState.from_hash({}) is None
+    s = PipelineState.from_hash({"last_batch": "0", "params": '{"window_ms": 60000, "slide_ms": 30000, '
+                                 '"delay_ms": 5000}', "max_event_us": "", "trigger_ms": "2000"})
+    assert s is not None and s.max_event_us is None and s.head_ms is None
+    assert (s.window_ms, s.slide_ms, s.delay_ms, s.trigger_ms) == (60_000, 30_000, 5_000, 2_000)
+
+
+# --------------------------------------------------------------------------- current windows
+
+
+def test_current_window_is_the_one_holding_the_head_of_event_time() -> None:
+    head = T + 6 * MIN + 30_000
+    ws = (window(T + 5 * MIN, "A", 3, True), window(T + 6 * MIN, "A", 4, False), window(T + 5 * MIN, "B", 9, True))
+    s = snap(state(max_event_us=head * 1000), windows=ws)
+    current = s.current_windows()
+    assert current["A"] is ws[1]
+    assert current["B"] is None  # B has no events in the current window: shown as 0, not as its old window
+    assert s.last_final_windows() == {"A": ws[0], "B": ws[2]}
+    assert s.current_window_bounds() == (T + 6 * MIN, T + 7 * MIN)
+
+
+def test_with_sliding_windows_the_current_one_is_the_fullest() -> None:
+    head = T + 6 * MIN + 30_000
+    # 2-minute windows every minute: [5,7) and [6,8) both hold 06:30; [5,7) covers the last full window length.
+    ws = (window(T + 5 * MIN, "A", 8, False, size=2 * MIN), window(T + 6 * MIN, "A", 2, False, size=2 * MIN))
+    s = snap(state(max_event_us=head * 1000, window_ms=2 * MIN, slide_ms=MIN), windows=ws, servers=("A",))
+    assert s.current_windows()["A"] is ws[0]
+    assert s.current_window_bounds() == (T + 5 * MIN, T + 7 * MIN)
+
+
+# --------------------------------------------------------------------------- status line
+
+NOW = T + 10 * MIN
+
+
+@pytest.mark.parametrize(
+    ("snapshot", "now", "level", "phrase"),
+    [
+        # nothing at all yet: say how to start
+        (snap(), NOW, Level.INFO, "Start the pipeline"),
+        # events but no batch: the job is not running
+        (snap(length=42), NOW, Level.WARNING, "42 events wait"),
+        # fresh commit, watermark moving, fast batches: all good
+        (snap(state(), MOVING), NOW + 800, Level.OK, "Live: batch #9 committed 800 ms ago"),
+        # no commit for 60 s with entries waiting: the job is down
+        (snap(state(), MOVING, waiting=500), NOW + 60_000, Level.ERROR, "No batch has completed for 1 min"),
+        # no commit for 60 s and nothing waiting: idle, not broken
+        (snap(state(), MOVING), NOW + 60_000, Level.INFO, "Idle: no new events for 1 min"),
+        # 4.9 s is within 5 triggers (and the 10 s floor): still fine
+        (snap(state(), MOVING, waiting=500), NOW + 4_900, Level.OK, "Live"),
+        # three batches with data, watermark unchanged: stuck
+        (snap(state(), MOVING[:7] + tuple(batch(i, T, T) for i in (7, 8, 9))), NOW + 500, Level.WARNING,
+         "has not moved for 3 batches"),
+        # most of the last batches slower than the trigger
+        (snap(state(), tuple(replace(b, duration_ms=1_500) for b in MOVING)), NOW + 500, Level.WARNING,
+         "Falling behind: 10 of the last 10"),
+    ],
+)
+def test_status_line(snapshot: Snapshot, now: int, level: Level, phrase: str) -> None:
+    statuses = assess(snapshot, now)
+    assert statuses[0].level is level, statuses
+    assert phrase in statuses[0].text, statuses[0].text
+
+
+def test_batches_without_data_do_not_count_as_stuck() -> None:
+    # two stuck batches with data around an empty one: 2, below the threshold
+    batches = MOVING[:7] + (batch(7, T, T), batch(8, T, T, parsed=0), batch(9, T, T))
+    assert stuck_batches(snap(state(), batches)) == 2
+    assert all(s.level is not Level.WARNING for s in assess(snap(state(), batches), NOW + 500))
+
+
+def test_unreachable_names_the_redacted_url_and_the_error() -> None:
+    s = unreachable("redis://:***@db:6379/0", ConnectionError("Connection refused"))
+    assert s.level is Level.ERROR and "redis://:***@db:6379/0" in s.text and "Connection refused" in s.text
+
+
+@pytest.mark.parametrize(("ms", "text"), [(0, "0 ms"), (999, "999 ms"), (1_500, "1.5 s"), (60_000, "1 min"),
+                                          (61_000, "1 min 1 s"), (3_600_000, "1 h 0 min"), (3 * 86_400_000, "3 days")])
+def test_human_ms(ms: int, text: str) -> None:
+    assert human_ms(ms) == text
+
+
+# --------------------------------------------------------------------------- figures
+
+
+def test_players_now_hatches_provisional_windows() -> None:
+    current = {"A": window(T, "A", 5, final=False), "B": window(T, "B", 7, final=True), "C": None}
+    fig = charts.players_now(current, ["A", "B", "C"])
+    bars = {t.name: t for t in fig.data}
+    assert list(bars["A"].y) == [5] and bars["A"].marker.pattern.shape == charts.PROVISIONAL_PATTERN
+    assert list(bars["B"].y) == [7] and bars["B"].marker.pattern.shape == ""
+    assert list(bars["C"].y) == [0]
+
+
+def test_players_over_time_splits_final_and_provisional_but_keeps_the_line_connected() -> None:
+    ws = [window(T, "A", 1, True), window(T + MIN, "A", 2, True), window(T + 2 * MIN, "A", 3, False)]
+    fig = charts.players_over_time(ws, ["A"])
+    by_name = {t.name: t for t in fig.data}
+    assert list(by_name["A"].y) == [1, 2]
+    assert list(by_name["A (provisional)"].y) == [2, 3]  # starts at the last final point
+    assert by_name["A (provisional)"].line.dash == "dot"
+
+
+def test_watermark_chart_skips_the_epoch_and_draws_wall_clock_to_now() -> None:
+    batches = [batch(0, 0, T), batch(1, T, T + 1000), batch(2, T + 1000, T + 2000)]
+    fig = charts.watermark_vs_time(batches, now_ms=NOW)
+    traces = {t.name: t for t in fig.data}
+    assert [b[0] for b in traces["watermark in force"].customdata] == [1, 2]
+    assert traces["watermark in force"].line.shape == "hv"
+    assert len(traces["max event time"].x) == 3
+    assert traces["wall clock"].x[-1] == charts.ts(NOW)
+
+
+def test_batch_durations_mark_batches_slower_than_the_trigger() -> None:
+    batches = [batch(1, T, T, duration=400), batch(2, T, T, duration=1_001), batch(3, T, T, duration=None)]
+    bar = charts.batch_durations(batches, trigger_ms=1_000).data[0]
+    assert list(bar.marker.color) == [charts.ON_TIME, charts.BEHIND]  # the untimed batch is left out
+    assert list(bar.y) == [0.4, 1.001]
+
+
+def test_per_server_counts_over_time_use_each_servers_share() -> None:
+    sb = ServerBatch(rows=3, events=1, dropped=2, late=0, min_event_us=None, max_event_us=None, ingest_lag_ms=None,
+                     processing_lag_ms=None)
+    batches = [batch(1, T, T, servers={"C": sb}), batch(2, T, T)]
+    fig = charts.per_server_over_time(batches, ["A", "C"], "dropped", "Dropped")
+    by_name = {t.name: list(t.y) for t in fig.data}
+    assert by_name == {"A": [0, 0], "C": [2, 0]}
+
+
+def test_lag_chart_has_p50_p95_max_per_server_in_both_panels() -> None:
+    lag = Lag(10.0, 20.0, 30.0)
+    sb = ServerBatch(rows=1, events=1, dropped=0, late=0, min_event_us=None, max_event_us=None, ingest_lag_ms=lag,
+                     processing_lag_ms=Lag(100.0, 200.0, 300.0))
+    fig = charts.lag_chart([batch(1, T, T, servers={"A": sb})], ["A", "B"])
+    assert len(fig.data) == 2 * 2 * 3
+    ys = {(t.name, t.yaxis): list(t.y) for t in fig.data if t.name.startswith("A")}
+    assert ys[("A p95", "y")] == [0.02] and ys[("A max", "y2")] == [0.3]
+
+
+def test_server_colours_are_stable_across_pages() -> None:
+    assert charts.server_colors(["C", "A", "B"]) == charts.server_colors(["A", "B", "C"])
