@@ -19,7 +19,7 @@ from streaming.events import parse_entry_id
 from streaming.keys import KeySchema, WindowKey, parse_total_field
 from streaming.report import WindowRow, queue_window_reads, window_rows
 
-WAITING_COUNT_CAP = 100_000
+WAITING_COUNT_CAP = 10_000
 """Without Redis 7's ``entries-added``, waiting entries are counted with XRANGE up to this many."""
 
 MAX_BATCHES = 3_600

@@ -199,6 +199,29 @@ def test_no_page_writes_to_redis(env: Seeded, direct: tuple[redis.Redis, KeySche
     assert dirty(client) == before
 
 
+def test_many_sessions_cost_one_redis_read_per_refresh_tick(env: Seeded, direct: tuple[redis.Redis, KeySchema]) -> None:
+    client, _ = direct
+
+    def commands() -> int:
+        return int(client.info("stats")["total_commands_processed"])
+
+    first = commands()
+    info_cost = commands() - first  # the INFO call itself
+    tick_ms = 2_000  # the default refresh
+    now = (int(client.hget(KeySchema(env.cfg.namespace).state, "updated_ms")) // tick_ms + 1000) * tick_ms
+    before = commands()
+    run_page(now_ms=now)
+    one_session = commands() - before - info_cost
+    assert one_session > 0
+    before = commands()
+    for page in [None, None, *PAGES[1:]]:  # five more sessions on any page within the same tick
+        run_page(page, now_ms=now + 1_500)
+    assert commands() - before - info_cost == 0
+    before = commands()
+    run_page(now_ms=now + tick_ms)  # the next tick reads again, once
+    assert commands() - before - info_cost == one_session
+
+
 # --------------------------------------------------------------------------- the status line and controls
 
 

@@ -224,3 +224,13 @@ def test_lag_chart_has_p50_p95_max_per_server_in_both_panels() -> None:
 
 def test_server_colours_are_stable_across_pages() -> None:
     assert charts.server_colors(["C", "A", "B"]) == charts.server_colors(["A", "B", "C"])
+
+
+def test_the_dashboard_never_imports_pyspark() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys; import dashboard.data, dashboard.status, dashboard.charts, dashboard.ui; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'pyspark'))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

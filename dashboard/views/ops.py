@@ -9,13 +9,16 @@ from dashboard.data import Snapshot, WindowRow
 from dashboard.status import clock, human_ms
 
 
-def window_status(w: WindowRow | None, watermark_ms: int) -> str:
+def window_status(w: WindowRow | None, watermark_ms: int, head_ms: int | None) -> str:
+    """Says how far the window has got, so a small early count is not mistaken for a drop in players."""
     if w is None:
         return "no events in the current window yet"
     span = f"window {charts.ts(w.start_ms):%H:%M:%S}–{charts.ts(w.end_ms):%H:%M:%S}"
     if w.final:
         return f"{span} · final"
-    return f"{span} · provisional: final once the watermark (now {clock(watermark_ms)}) reaches {clock(w.end_ms)}"
+    seen = "" if head_ms is None else f" ({human_ms(head_ms - w.start_ms)} of {human_ms(w.end_ms - w.start_ms)} seen)"
+    return (f"{span}{seen} · provisional: final once the watermark (now {clock(watermark_ms)}) reaches "
+            f"{clock(w.end_ms)}")
 
 
 def render(snap: Snapshot, now_ms: int) -> None:
@@ -34,7 +37,7 @@ def render(snap: Snapshot, now_ms: int) -> None:
             st.metric(f"{server} · players now", ui.fmt_int(w.players if w else 0),
                       help="Distinct players with an accepted event in the window holding the newest event time. "
                            "Provisional until the watermark passes the window's end.")
-            st.caption(window_status(w, state.next_watermark_ms))
+            st.caption(window_status(w, state.next_watermark_ms, state.head_ms))
             if f is not None:
                 st.caption(f"last final: {f.players:,} players in {charts.ts(f.start_ms):%H:%M}–"
                            f"{charts.ts(f.end_ms):%H:%M:%S}")
