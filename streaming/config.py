@@ -39,6 +39,8 @@ class Config:
     retention_ms: int = 86_400_000
     progress_history: int = 5_000
     key_ttl_ms: int | None = None  # how long keys outlive their last write; None = RETENTION
+    max_future_skew_ms: int | None = 300_000  # events further ahead of their ingest time are quarantined
+    known_servers: frozenset[str] | None = None  # None: any server name is accepted
 
     def __post_init__(self) -> None:
         _check(self.window_ms > 0, "WINDOW", "must be positive")
@@ -60,6 +62,10 @@ class Config:
         _check(scheme in ("redis", "rediss", "unix"), "REDIS_URL",
                f"{redact_url(self.redis_url)!r} must start with redis://, rediss:// or unix://")
         _check(bool(self.spark_master), "SPARK_MASTER", "must not be empty")
+        _check(self.max_future_skew_ms is None or self.max_future_skew_ms >= 0, "MAX_FUTURE_SKEW",
+               "must not be negative")
+        _check(self.known_servers is None or (len(self.known_servers) > 0 and all(self.known_servers)),
+               "KNOWN_SERVERS", "must list at least one server name")
 
     @property
     def is_sliding(self) -> bool:
@@ -90,6 +96,8 @@ class Config:
             source_partitions=_int(env, "SOURCE_PARTITIONS", cls.source_partitions),
             retention_ms=_duration(env, "RETENTION", cls.retention_ms),
             progress_history=_int(env, "PROGRESS_HISTORY", cls.progress_history),
+            max_future_skew_ms=_optional_duration(env, "MAX_FUTURE_SKEW", cls.max_future_skew_ms),
+            known_servers=_name_set(env, "KNOWN_SERVERS"),
         )
 
 
@@ -115,6 +123,24 @@ def _duration(env: Mapping[str, str], var: str, default: int) -> int:
         return parse_duration_ms(raw)
     except ValueError as exc:
         raise ConfigError(f"{var}={raw!r} is not a duration: {exc}") from None
+
+
+def _optional_duration(env: Mapping[str, str], var: str, default: int | None) -> int | None:
+    """A duration, or ``off`` to switch the check off."""
+    raw = (env.get(var) or "").strip()
+    if raw.lower() == "off":
+        return None
+    return _duration(env, var, default) if raw else default  # type: ignore[arg-type]
+
+
+def _name_set(env: Mapping[str, str], var: str) -> frozenset[str] | None:
+    raw = (env.get(var) or "").strip()
+    if not raw:
+        return None
+    names = frozenset(n.strip() for n in raw.split(","))
+    if "" in names:
+        raise ConfigError(f"{var}={raw!r} has an empty name; use a comma-separated list like A,B,C")
+    return names
 
 
 def _int(env: Mapping[str, str], var: str, default: int) -> int:

@@ -10,6 +10,12 @@ A stream entry has a single field ``e`` holding a JSON object::
 millisecond part is the ingest time. Anything that does not fit is not dropped:
 :func:`parse_entry` returns a :class:`BadEntry` with a stable reason code that
 the sink counts and keeps in the dead-letter stream.
+
+Reason codes: ``missing_payload``, ``malformed_json``, ``not_an_object``,
+``missing_field``, ``bad_type``, ``bad_timestamp``, ``bad_value``, and under
+:class:`Rules`: ``future_timestamp`` (event time more than the allowed skew
+ahead of ingest time: it would drag the watermark forward and make every later
+event late) and ``unknown_server``.
 """
 
 from __future__ import annotations
@@ -49,6 +55,33 @@ class Event:
         return {PAYLOAD_FIELD: self.payload()}
 
 
+@dataclass(frozen=True)
+class Rules:
+    """Admission rules beyond the wire format; ``None`` switches a rule off."""
+
+    max_future_skew_ms: int | None = None
+    servers: frozenset[str] | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_future_skew_ms is not None and self.max_future_skew_ms < 0:
+            raise ValueError(f"max_future_skew_ms must not be negative, got {self.max_future_skew_ms}")
+
+    def to_options(self) -> dict[str, str]:
+        """As data source options (strings), read back by :meth:`from_options`."""
+        return {"maxFutureSkewMs": "" if self.max_future_skew_ms is None else str(self.max_future_skew_ms),
+                "servers": ",".join(sorted(self.servers)) if self.servers is not None else ""}
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, str]) -> Rules:
+        skew = (options.get("maxFutureSkewMs") or "").strip()
+        servers = (options.get("servers") or "").strip()
+        return cls(int(skew) if skew else None,
+                   frozenset(s.strip() for s in servers.split(",") if s.strip()) if servers else None)
+
+
+NO_RULES = Rules()
+
+
 @dataclass(frozen=True, slots=True)
 class BadEntry:
     reason: str
@@ -56,16 +89,16 @@ class BadEntry:
     raw: str
 
 
-def parse_entry(fields: Mapping[bytes, bytes], entry_id: str) -> Event | BadEntry:
+def parse_entry(fields: Mapping[bytes, bytes], entry_id: str, rules: Rules = NO_RULES) -> Event | BadEntry:
     """Validate one stream entry; never raises."""
     payload = fields.get(PAYLOAD_FIELD.encode())
     if payload is None:
         raw = orjson.dumps({k.decode("utf-8", "replace"): v.decode("utf-8", "replace") for k, v in fields.items()})
         return BadEntry("missing_payload", f"entry has no field {PAYLOAD_FIELD!r}", raw.decode())
-    return parse_payload(payload, entry_id)
+    return parse_payload(payload, entry_id, rules)
 
 
-def parse_payload(payload: bytes, entry_id: str) -> Event | BadEntry:
+def parse_payload(payload: bytes, entry_id: str, rules: Rules = NO_RULES) -> Event | BadEntry:
     def bad(reason: str, detail: str) -> BadEntry:
         return BadEntry(reason, detail, payload.decode("utf-8", "replace"))
 
@@ -82,6 +115,8 @@ def parse_payload(payload: bytes, entry_id: str) -> Event | BadEntry:
     server = doc["server"]
     if not isinstance(server, str) or not server:
         return bad("bad_type", f"server must be a non-empty string, got {server!r}")
+    if rules.servers is not None and server not in rules.servers:
+        return bad("unknown_server", f"server {server!r} is not one of {', '.join(sorted(rules.servers))}")
     player = doc["player_id"]
     if isinstance(player, bool) or not isinstance(player, (str, int)) or player == "":
         return bad("bad_type", f"player_id must be a non-empty string or integer, got {player!r}")
@@ -92,6 +127,11 @@ def parse_payload(payload: bytes, entry_id: str) -> Event | BadEntry:
         event_time_us = parse_iso_us(ts)
     except (ValueError, OverflowError) as exc:
         return bad("bad_timestamp", f"event_time {ts!r} does not parse: {exc}")
+    if rules.max_future_skew_ms is not None:
+        ahead_us = event_time_us - parse_entry_id(entry_id)[0] * 1000
+        if ahead_us > rules.max_future_skew_ms * 1000:
+            return bad("future_timestamp", f"event_time {ts} is {ahead_us / 1e6:.3f} s ahead of its ingest time "
+                                           f"(at most {rules.max_future_skew_ms / 1000:g} s allowed)")
     kind = doc.get("kind")
     if kind is not None and kind not in KINDS:
         return bad("bad_value", f"kind must be one of {', '.join(KINDS)}, got {kind!r}")

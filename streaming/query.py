@@ -10,6 +10,7 @@ from pyspark.sql.streaming import StreamingQuery
 
 from streaming.commit import Params
 from streaming.config import Config
+from streaming.events import Rules
 from streaming.keys import KeySchema
 from streaming.sink import RedisSink
 from streaming.source import RedisStreamDataSource
@@ -54,6 +55,7 @@ def start_query(spark: SparkSession, cfg: Config, sink: RedisSink | None = None,
         .option("stream", keys.events)
         .option("partitions", str(cfg.source_partitions))
         .option("maxEventsPerBatch", str(cfg.max_events_per_batch))
+        .options(**Rules(cfg.max_future_skew_ms, cfg.known_servers).to_options())
         .load()
         .withWatermark("event_time", f"{cfg.delay_ms} milliseconds")
     )

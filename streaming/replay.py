@@ -78,6 +78,8 @@ def replay(batches: list[ReplayBatch], cfg: Config) -> dict:
     from streaming.listener import Progress, write_progress
     from streaming.query import build_session, start_query  # pyspark only when replaying
 
+    # A replay's ingest time is the wall clock of the replay, unrelated to the event set's times.
+    cfg = cfg.with_(max_future_skew_ms=None)
     client = redis.Redis.from_url(cfg.redis_url)
     keys = KeySchema(cfg.namespace)
     ttl_s = max(1, (cfg.key_ttl_ms or cfg.retention_ms) // 1000)

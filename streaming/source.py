@@ -27,7 +27,7 @@ from pyspark.sql.datasource import (
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 from pyspark.sql.types import StructType
 
-from streaming.events import BadEntry, parse_entry
+from streaming.events import NO_RULES, BadEntry, Rules, parse_entry
 from streaming.events import parse_entry_id as parse_id
 
 SCHEMA = (
@@ -112,7 +112,8 @@ def _client(url: str) -> redis.Redis:
     return client
 
 
-def read_range(url: str, stream: str, part: StreamRange, chunk: int = READ_CHUNK) -> Iterator[pa.RecordBatch]:
+def read_range(url: str, stream: str, part: StreamRange, chunk: int = READ_CHUNK,
+               rules: Rules = NO_RULES) -> Iterator[pa.RecordBatch]:
     """XRANGE the partition in chunks, one Arrow record batch per chunk."""
     client = _client(url)
     lo = part.lo if part.lo_inclusive else "(" + part.lo
@@ -120,13 +121,13 @@ def read_range(url: str, stream: str, part: StreamRange, chunk: int = READ_CHUNK
         entries = client.xrange(stream, lo, part.hi, count=chunk)
         if not entries:
             return
-        yield to_record_batch(entries)
+        yield to_record_batch(entries, rules)
         if len(entries) < chunk:
             return
         lo = "(" + entries[-1][0].decode()
 
 
-def to_record_batch(entries: Sequence[tuple[bytes, dict[bytes, bytes]]]) -> pa.RecordBatch:
+def to_record_batch(entries: Sequence[tuple[bytes, dict[bytes, bytes]]], rules: Rules = NO_RULES) -> pa.RecordBatch:
     n = len(entries)
     entry_ids: list[str] = [""] * n
     ingest: list[int] = [0] * n
@@ -142,7 +143,7 @@ def to_record_batch(entries: Sequence[tuple[bytes, dict[bytes, bytes]]]) -> pa.R
         eid = rid.decode()
         entry_ids[i] = eid
         ingest[i] = int(eid.split("-", 1)[0]) * 1000
-        parsed = parse_entry(fields, eid)
+        parsed = parse_entry(fields, eid, rules)
         if isinstance(parsed, BadEntry):
             error[i], detail[i], raw[i] = parsed.reason, parsed.detail, parsed.raw
         else:
@@ -173,6 +174,7 @@ class _Options:
             raise ValueError(f"option maxEventsPerBatch must be >= 0, got {self.max_events}")
         self.start_id = options.get("startId", "0-0")
         self.end_id = options.get("endId", "+")
+        self.rules = Rules.from_options(options)
 
 
 class RedisStreamReader(DataSourceStreamReader):
@@ -219,7 +221,7 @@ class RedisStreamReader(DataSourceStreamReader):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, StreamRange)
-        yield from read_range(self.opts.url, self.opts.stream, partition)
+        yield from read_range(self.opts.url, self.opts.stream, partition, rules=self.opts.rules)
 
     def commit(self, end: dict) -> None:
         """Nothing to do: trimming by committed offset is the sink's job (it knows what is committed)."""
@@ -242,7 +244,7 @@ class RedisStreamBatchReader(DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, StreamRange)
-        yield from read_range(self.opts.url, self.opts.stream, partition)
+        yield from read_range(self.opts.url, self.opts.stream, partition, rules=self.opts.rules)
 
 
 class RedisStreamDataSource(DataSource):

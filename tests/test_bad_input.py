@@ -1,0 +1,180 @@
+"""Bad input never costs data: every entry is accepted or quarantined with a reason, and the query keeps running.
+
+The pure parser is fuzzed with hypothesis; then thousands of generated entries,
+good and bad mixed, go through the real source, query and sink, and Redis must
+account for every one of them.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+
+import orjson
+import pytest
+import redis
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from streaming.config import Config, ConfigError
+from streaming.events import NO_RULES, BadEntry, Event, Rules, parse_entry
+from streaming.keys import KeySchema
+from streaming.source import to_record_batch
+from streaming.timeutil import iso_from_us
+
+INGEST_MS = 1_795_000_000_000
+RULES = Rules(max_future_skew_ms=60_000, servers=frozenset({"A", "B", "C"}))
+REASONS = {"missing_payload", "malformed_json", "not_an_object", "missing_field", "bad_type", "bad_timestamp",
+           "bad_value", "future_timestamp", "unknown_server"}
+
+
+def payload(**doc: object) -> dict[bytes, bytes]:
+    return {b"e": orjson.dumps(doc)}
+
+
+# --------------------------------------------------------------------------- the rules, case by case
+
+
+@pytest.mark.parametrize(
+    ("ahead_ms", "accepted"),
+    [
+        (0, True),  # event time equal to ingest time
+        (-3_600_000, True),  # an hour behind: late, maybe, but not bad input
+        (60_000, True),  # exactly the allowed skew
+        (60_001, False),  # one millisecond more
+        (365 * 86_400_000, False),  # a year ahead: would push the watermark a year forward
+    ],
+)
+def test_future_skew_is_measured_against_ingest_time(ahead_ms: int, accepted: bool) -> None:
+    fields = payload(server="A", player_id="p1", event_time=iso_from_us((INGEST_MS + ahead_ms) * 1000))
+    out = parse_entry(fields, f"{INGEST_MS}-0", RULES)
+    assert isinstance(out, Event) is accepted
+    if not accepted:
+        assert isinstance(out, BadEntry) and out.reason == "future_timestamp" and "ahead of its ingest" in out.detail
+
+
+def test_unknown_servers_are_quarantined_only_when_servers_are_listed() -> None:
+    fields = payload(server="Z", player_id="p1", event_time=iso_from_us(INGEST_MS * 1000))
+    out = parse_entry(fields, f"{INGEST_MS}-0", RULES)
+    assert isinstance(out, BadEntry) and out.reason == "unknown_server" and "'Z'" in out.detail
+    assert isinstance(parse_entry(fields, f"{INGEST_MS}-0", NO_RULES), Event)
+
+
+def test_rules_travel_as_data_source_options() -> None:
+    assert Rules.from_options(RULES.to_options()) == RULES
+    assert Rules.from_options(NO_RULES.to_options()) == NO_RULES
+
+
+@pytest.mark.parametrize(
+    ("env", "skew", "servers"),
+    [
+        ({}, 300_000, None),  # defaults: 5 minutes, any server
+        ({"MAX_FUTURE_SKEW": "30s", "KNOWN_SERVERS": "A, B"}, 30_000, frozenset({"A", "B"})),
+        ({"MAX_FUTURE_SKEW": "off"}, None, None),  # switched off
+    ],
+)
+def test_config_reads_the_rules(env: dict[str, str], skew: int | None, servers: frozenset[str] | None) -> None:
+    cfg = Config.from_env(env)
+    assert (cfg.max_future_skew_ms, cfg.known_servers) == (skew, servers)
+
+
+@pytest.mark.parametrize(("env", "message"), [
+    ({"MAX_FUTURE_SKEW": "soon"}, "MAX_FUTURE_SKEW='soon' is not a duration"),
+    ({"KNOWN_SERVERS": "A,,B"}, "KNOWN_SERVERS='A,,B' has an empty name"),
+])
+def test_config_errors_name_the_variable(env: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        Config.from_env(env)
+
+
+# --------------------------------------------------------------------------- fuzzing the parser
+
+json_scalars = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False), st.text(max_size=20))
+json_values = st.recursive(json_scalars, lambda inner: st.lists(inner, max_size=3)
+                           | st.dictionaries(st.text(max_size=8), inner, max_size=3), max_leaves=6)
+timestamps = st.one_of(
+    st.integers(0, 4_000_000_000_000_000).map(iso_from_us),  # valid, from 1970 to 2096
+    st.text(max_size=30),  # mostly not timestamps at all
+    st.sampled_from(["2026-13-01T00:00:00Z", "2026-02-30T00:00:00Z", "9999-12-31T23:59:59.999999Z", "", "Z"]),
+)
+event_docs = st.fixed_dictionaries(
+    {},
+    optional={"server": st.one_of(st.sampled_from(["A", "B", "C", "Z", ""]), json_values),
+              "player_id": st.one_of(st.text(min_size=1, max_size=8), st.integers(), json_values),
+              "event_time": st.one_of(timestamps, json_values),
+              "kind": st.one_of(st.sampled_from(["login", "heartbeat", "logout", "dance"]), json_values),
+              "event_id": st.one_of(st.text(max_size=8), json_values)},
+)
+entries = st.one_of(
+    event_docs.map(lambda d: {b"e": json.dumps(d).encode()}),  # well-formed JSON, fields right or wrong
+    st.binary(max_size=60).map(lambda b: {b"e": b}),  # arbitrary bytes
+    json_values.map(lambda v: {b"e": json.dumps(v).encode()}),  # JSON that is not an event object
+    st.dictionaries(st.binary(min_size=1, max_size=4), st.binary(max_size=10), max_size=3),  # any fields at all
+)
+
+
+@settings(max_examples=2_000, deadline=None)
+@given(fields=entries, seq=st.integers(0, 10))
+def test_the_parser_never_raises_and_always_says_why(fields: dict[bytes, bytes], seq: int) -> None:
+    out = parse_entry(fields, f"{INGEST_MS}-{seq}", RULES)
+    if isinstance(out, BadEntry):
+        assert out.reason in REASONS and out.detail
+    else:
+        assert out.server in RULES.servers and out.player_id
+        assert out.event_time_us <= (INGEST_MS + 60_000) * 1000
+
+
+@settings(max_examples=200, deadline=None)
+@given(batch=st.lists(entries, min_size=1, max_size=50))
+def test_every_entry_becomes_exactly_one_row(batch: list[dict[bytes, bytes]]) -> None:
+    rows = to_record_batch([(f"{INGEST_MS}-{i}".encode(), f) for i, f in enumerate(batch)], RULES).to_pylist()
+    assert [r["entry_id"] for r in rows] == [f"{INGEST_MS}-{i}" for i in range(len(batch))]
+    for r in rows:
+        assert (r["error"] is None) == (r["server"] is not None and r["event_time"] is not None)
+
+
+# --------------------------------------------------------------------------- through the real pipeline
+
+
+@pytest.mark.spark
+@settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck))
+@given(batch=st.lists(entries, min_size=150, max_size=300))  # about 2,500 entries in all, one micro-batch each
+def test_the_query_accounts_for_every_entry(spark_query: dict, batch: list[dict[bytes, bytes]]) -> None:
+    client: redis.Redis = spark_query["client"]
+    keys: KeySchema = spark_query["keys"]
+    before_totals = {k.decode(): int(v) for k, v in client.hgetall(keys.totals).items()}
+    pipe = client.pipeline(transaction=False)
+    for fields in batch:
+        pipe.xadd(keys.events, fields or {b"x": b""})  # Redis refuses an entry with no fields at all
+    ids = [i.decode() for i in pipe.execute()]
+    spark_query["query"].processAllAvailable()
+    assert spark_query["query"].isActive, "bad input must never stop the query"
+
+    totals = {k.decode(): int(v) for k, v in client.hgetall(keys.totals).items()}
+    delta = {k: totals.get(k, 0) - before_totals.get(k, 0) for k in totals}
+    assert delta["input"] == len(batch)
+    assert delta.get("parsed", 0) + delta.get("quarantined", 0) == len(batch)
+    assert sum(v for k, v in delta.items() if k.startswith("bad|")) == delta.get("quarantined", 0)
+    dead = client.xrange(keys.dead, ids[0], ids[-1])
+    assert len(dead) == delta.get("quarantined", 0)  # every quarantined entry kept, under its own ID
+    assert {d[1][b"reason"].decode() for d in dead} <= REASONS
+    # the independent check: what the pure parser says of each entry, with the ingest time of its ID
+    expected_bad = [i for i, f in zip(ids, batch, strict=True)
+                    if isinstance(parse_entry(f or {b"x": b""}, i, RULES), BadEntry)]
+    assert [d[0].decode() for d in dead] == expected_bad
+
+
+@pytest.fixture(scope="module")
+def spark_query(spark, redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> dict:  # noqa: ANN001
+    from streaming.query import start_query
+
+    ns = f"fuzz-{uuid.uuid4().hex[:8]}"
+    cfg = Config(redis_url=redis_url, embedded_redis=False, namespace=ns, window_ms=60_000, slide_ms=60_000,
+                 delay_ms=10_000, checkpoint_dir=str(Path(tmp_path_factory.mktemp("fuzz")) / ns),
+                 spark_master="local[2]", max_future_skew_ms=RULES.max_future_skew_ms, known_servers=RULES.servers)
+    query = start_query(spark, cfg, trigger_ms=0)
+    client = redis.Redis.from_url(redis_url)
+    yield {"query": query, "client": client, "keys": KeySchema(ns)}
+    query.stop()
+    client.close()
