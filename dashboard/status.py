@@ -83,8 +83,18 @@ def assess(snap: Snapshot, now_ms: int) -> list[Status]:
 
 def unreachable(url: str, error: BaseException) -> Status:
     """For a Redis that cannot be read; ``url`` must already be redacted."""
-    return Status(Level.ERROR, f"Redis at {url} is unreachable ({type(error).__name__}: {error}). The dashboard "
-                               "keeps retrying and recovers by itself once Redis is back.")
+    name = type(error).__name__
+    if name == "AuthenticationError":
+        why = "rejected the dashboard's credentials"
+    elif name == "NoPermissionError":
+        why = "denied the dashboard a read (its user needs +@read on the namespace's keys)"
+    elif isinstance(error, (ConnectionError, TimeoutError)) or name in ("ConnectionError", "TimeoutError",
+                                                                         "BusyLoadingError"):
+        why = "is unreachable"
+    else:
+        why = "answered with an error"
+    return Status(Level.ERROR, f"Redis at {url} {why} ({name}: {error}). The dashboard keeps retrying and "
+                               "recovers by itself once Redis is back.")
 
 
 def stuck_batches(snap: Snapshot) -> int:

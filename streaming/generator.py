@@ -713,10 +713,14 @@ class StreamWriter:
     def run(self, events: Iterable[tuple[int, Event]] | Simulator) -> WriteStats:
         """Write until ``events`` is exhausted or ``stop`` is set; a :class:`Simulator`
         is consumed through its cheaper :meth:`~Simulator.records`."""
-        if self.explicit_ids:
-            self._last = stream_last_id(self.client, self.stream_key)
         raw = isinstance(events, Simulator)
         it: Iterator[tuple[int, Event]] | Iterator[Record] = events.records() if raw else iter(events)
+        return self.resume(it, raw)
+
+    def resume(self, it: Iterator[Any], raw: bool) -> WriteStats:
+        """Go on writing from ``it`` (after a lost connection, with a new ``client``)."""
+        if self.explicit_ids:
+            self._last = max(self._last, stream_last_id(self.client, self.stream_key))
         pool = self.client.connection_pool
         conn = pool.get_connection()
         try:
@@ -927,7 +931,20 @@ def main(argv: list[str] | None = None) -> int:
         writer = StreamWriter(client, key, explicit_ids=args.explicit_ids, batch_size=args.batch_size,
                               clock=None if sim.rate == 0 else clock, offset_us=clock.now_us() - sim.start_us,
                               stop=stop, on_batch=progress)
-        stats = writer.run(sim)
+        records = sim.records()
+        while True:
+            try:
+                stats = writer.resume(records, raw=True)
+                break
+            except (redis.ConnectionError, redis.TimeoutError) as exc:
+                if stop.is_set():
+                    stats = writer.stats
+                    break
+                # A simulator need not be exact: the batches in flight may be lost or written twice,
+                # and the pipeline counts whatever the stream holds.
+                log.warning("lost Redis (%s); reconnecting, up to %d events in flight may be lost or doubled",
+                            exc, 2 * args.batch_size)
+                writer.client = connect(cfg.redis_url, sleep=nap, attempts=1_000, max_delay_s=5.0)
     except KeyboardInterrupt:
         if writer is not None:
             progress(writer.stats, final=True)

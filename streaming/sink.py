@@ -22,6 +22,7 @@ from pyspark.sql import functions as F
 from streaming.checkpoint import read_offset_log
 from streaming.commit import BadRow, BatchSummary, Lag, Params, ServerStats, WindowAgg, commit_batch
 from streaming.keys import KeySchema
+from streaming.redis_conn import with_retry
 
 log = logging.getLogger(__name__)
 
@@ -136,7 +137,9 @@ class RedisSink:
                                 self.params)
         finally:
             cached.unpersist()
-        applied = commit_batch(self.client, self.keys, summary, self.params)
+        # Guarded by the batch id, so retrying after a lost reply cannot count twice.
+        applied = with_retry(lambda: commit_batch(self.client, self.keys, summary, self.params),
+                             f"commit of batch {batch_id}")
         if not applied:
             log.info("batch %d already in Redis (replayed after a restart): skipped", batch_id)
         if self.on_commit is not None:

@@ -29,6 +29,7 @@ from pyspark.sql.types import StructType
 
 from streaming.events import NO_RULES, BadEntry, Rules, parse_entry
 from streaming.events import parse_entry_id as parse_id
+from streaming.redis_conn import TRANSIENT, with_retry
 
 SCHEMA = (
     "entry_id string, ingest_time timestamp, event_id string, server string, player_id string, "
@@ -118,7 +119,7 @@ def read_range(url: str, stream: str, part: StreamRange, chunk: int = READ_CHUNK
     client = _client(url)
     lo = part.lo if part.lo_inclusive else "(" + part.lo
     while True:
-        entries = client.xrange(stream, lo, part.hi, count=chunk)
+        entries = with_retry(lambda lo=lo: client.xrange(stream, lo, part.hi, count=chunk), f"read of {stream}")
         if not entries:
             return
         yield to_record_batch(entries, rules)
@@ -200,6 +201,9 @@ class RedisStreamReader(DataSourceStreamReader):
         return ReadMaxRows(self.opts.max_events) if self.opts.max_events > 0 else ReadAllAvailable()
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        return with_retry(lambda: self._latest(start, limit), f"latest offset of {self.opts.stream}")
+
+    def _latest(self, start: dict, limit: ReadLimit) -> dict:
         start_id = start["id"]
         if isinstance(limit, ReadMaxRows):
             last = self.redis.eval(_NTH_ID_LUA, 1, self.opts.stream, start_id, limit.max_rows)
@@ -211,7 +215,10 @@ class RedisStreamReader(DataSourceStreamReader):
         return {"id": newest_id} if parse_id(newest_id) > parse_id(start_id) else start
 
     def reportLatestOffset(self) -> dict | None:
-        newest = self.redis.xrevrange(self.opts.stream, count=1)
+        try:
+            newest = self.redis.xrevrange(self.opts.stream, count=1)
+        except TRANSIENT:
+            return None  # only for progress reports: never fail a batch over it
         return {"id": newest[0][0].decode()} if newest else None
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+import redis
 
 from dashboard import charts
 from dashboard.data import (
@@ -234,3 +235,13 @@ def test_the_dashboard_never_imports_pyspark() -> None:
             "print(sorted(m for m in sys.modules if m.split('.')[0] == 'pyspark'))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize(("error", "phrase"), [
+    (redis.ConnectionError("refused"), "is unreachable"),
+    (redis.TimeoutError("slow"), "is unreachable"),
+    (redis.exceptions.AuthenticationError("bad password"), "rejected the dashboard's credentials"),
+    (redis.exceptions.NoPermissionError("no perm"), "needs +@read"),
+])
+def test_redis_failures_say_what_went_wrong(error: Exception, phrase: str) -> None:
+    assert phrase in unreachable("redis://x:6379/0", error).text

@@ -1,0 +1,148 @@
+"""Faults a production user meets: a batch failing in foreachBatch, and Redis restarting mid-run."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+
+import pytest
+import redis
+from pyspark.errors import StreamingQueryException
+from pyspark.sql import SparkSession
+
+from dashboard.data import read_snapshot
+from streaming.config import Config
+from streaming.events import PAYLOAD_FIELD
+from streaming.keys import KeySchema
+from streaming.query import params_of, start_query
+from streaming.redis_server import RedisServer
+from streaming.sink import RedisSink
+from tests.procs import Proc, free_port
+from tests.test_exactly_once import counted_per_window, raw_per_window, seeded_entries, snapshot
+
+pytestmark = pytest.mark.spark
+
+
+class FailingSink(RedisSink):
+    """Raises once on one batch, before or after its Redis commit (the two moments a failure can hit)."""
+
+    def __init__(self, *args: object, fail_batch: int, after_commit: bool, **kw: object) -> None:
+        super().__init__(*args, **kw)  # type: ignore[arg-type]
+        self.fail_batch = fail_batch
+        self.after_commit = after_commit
+
+    def __call__(self, df, batch_id: int) -> None:  # noqa: ANN001
+        if batch_id == self.fail_batch and not self.after_commit:
+            raise RuntimeError("injected failure before the commit")
+        super().__call__(df, batch_id)
+        if batch_id == self.fail_batch and self.after_commit:
+            raise RuntimeError("injected failure after the commit")
+
+
+def chunks(entries: list[tuple[str, bytes]], n: int) -> list[list[tuple[str, bytes]]]:
+    size = -(-len(entries) // n)
+    return [entries[i:i + size] for i in range(0, len(entries), size)]
+
+
+def xadd_all(client: redis.Redis, keys: KeySchema, entries: list[tuple[str, bytes]]) -> None:
+    pipe = client.pipeline()
+    for entry_id, payload in entries:
+        pipe.xadd(keys.events, {PAYLOAD_FIELD: payload}, id=entry_id)
+    pipe.execute()
+
+
+@pytest.mark.parametrize("after_commit", [False, True], ids=["before-commit", "after-commit"])
+def test_a_failed_batch_is_retried_without_double_counting(spark: SparkSession, redis_url: str, tmp_path: Path,
+                                                           after_commit: bool) -> None:
+    entries = seeded_entries(seed=9, count=600)
+    parts = chunks(entries, 4)
+    client = redis.Redis.from_url(redis_url)
+    run = uuid.uuid4().hex[:6]
+
+    def cfg(ns: str) -> Config:
+        return Config(redis_url=redis_url, embedded_redis=False, namespace=ns, window_ms=60_000, slide_ms=30_000,
+                      delay_ms=10_000, checkpoint_dir=str(tmp_path / ns), spark_master="local[2]",
+                      retention_ms=100 * 365 * 86_400_000, max_future_skew_ms=None)
+
+    clean = cfg(f"clean-{run}")
+    query = start_query(spark, clean, trigger_ms=0)
+    for part in parts:
+        xadd_all(client, KeySchema(clean.namespace), part)
+        query.processAllAvailable()
+    query.stop()
+
+    flaky = cfg(f"flaky-{run}")
+    keys = KeySchema(flaky.namespace)
+    sink = FailingSink(redis_url, keys, params_of(flaky), flaky.checkpoint_dir, fail_batch=2,
+                       after_commit=after_commit)
+    query = start_query(spark, flaky, sink=sink, trigger_ms=0)
+    for part in parts[:2]:
+        xadd_all(client, keys, part)
+        query.processAllAvailable()
+    xadd_all(client, keys, parts[2])
+    with pytest.raises(StreamingQueryException, match="injected failure"):
+        query.processAllAvailable()
+    assert int(client.hget(keys.state, "last_batch")) == (2 if after_commit else 1)
+    # What the job does on a failure: start again from the checkpoint. Spark re-runs batch 2.
+    query = start_query(spark, flaky, trigger_ms=0)
+    query.processAllAvailable()
+    xadd_all(client, keys, parts[3])
+    query.processAllAvailable()
+    query.stop()
+
+    assert snapshot(client, keys) == snapshot(client, KeySchema(clean.namespace))
+    assert counted_per_window(client, keys) == raw_per_window([p for _, p in entries])
+
+
+def test_redis_restart_mid_run_loses_nothing_committed(tmp_path: Path) -> None:
+    """The job and the generator ride out a Redis restart (AOF on); the dashboard's reads fail, then recover."""
+    server = RedisServer(data_dir=str(tmp_path / "redis"), port=free_port())
+    server.start()
+    ns = f"restart-{uuid.uuid4().hex[:6]}"
+    keys = KeySchema(ns)
+    env = {"REDIS_URL": server.url, "PIPELINE_NAMESPACE": ns, "WINDOW": "10s", "WATERMARK_DELAY": "2s",
+           "TRIGGER_INTERVAL": "1s", "CHECKPOINT_DIR": str(tmp_path / "ck"), "SPARK_MASTER": "local[2]"}
+    job = Proc.python("job", ["streaming.job"], env, tmp_path)
+    gen: Proc | None = None
+    client = redis.Redis.from_url(server.url, socket_timeout=60)
+    try:
+        job.wait_for(r"query \S+ running", timeout=180)
+        gen = Proc.python("generator", ["streaming.generator", "--scenario", "overseas-lag", "--rate", "300",
+                                        "--count", "9000", "--seed", "4", "--log-every", "1"], env, tmp_path)
+        assert client.xread({keys.commits: "0-0"}, block=120_000), "no batch committed before the restart"
+        committed_before = client.hgetall(keys.state)
+        batches_before = int(committed_before[b"last_batch"])
+
+        server.stop()  # SIGTERM: Redis writes its AOF and exits, like a restart by an operator
+        with pytest.raises(redis.RedisError):
+            read_snapshot(redis.Redis.from_url(server.url, socket_connect_timeout=1), keys, range_ms=60_000,
+                          now_ms=0)
+        gen.wait_for(r"lost Redis", timeout=60)
+        job.wait_for(r"Redis unavailable", timeout=60)
+        server.start()
+
+        assert gen.popen.wait(timeout=240) == 0, gen.tail()
+        last_id = client.xinfo_stream(keys.events)["last-generated-id"].decode()
+        cursor = "0-0"
+        while client.hget(keys.state, "committed_id").decode() != last_id:
+            reply = client.xread({keys.commits: cursor}, block=120_000)
+            assert reply, f"the job stopped committing after the restart:\n{job.tail()}"
+            cursor = reply[0][1][-1][0]
+        assert job.running(), job.tail()
+    finally:
+        if gen is not None:
+            gen.stop()
+        job.stop()
+
+    # Every committed batch survived: ids are contiguous from 0, the guard moved on past the restart.
+    ids = [int(b) for b in client.zrange(keys.batches, 0, -1)]
+    assert ids == list(range(len(ids))) and ids[-1] > batches_before
+    totals = {k.decode(): int(v) for k, v in client.hgetall(keys.totals).items()}
+    assert totals["input"] == client.xlen(keys.events)
+    stream = [fields[PAYLOAD_FIELD.encode()] for _, fields in client.xrange(keys.events)]  # IDs are recent: untrimmed
+    assert counted_per_window(client, keys) == raw_per_window(stream, window_ms=10_000, slide_ms=10_000)
+    snap = read_snapshot(client, keys, range_ms=3_600_000, now_ms=0)  # the dashboard reads again
+    assert snap.totals.input == totals["input"] and json.dumps(snap.totals.dropped) == str(totals.get("dropped", 0))
+    client.close()
+    server.stop()
