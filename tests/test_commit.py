@@ -90,3 +90,22 @@ def test_changed_window_params_are_refused(r: redis.Redis, keys: KeySchema) -> N
     check_params(r, keys, PARAMS)  # same params: fine
     with pytest.raises(ParamsMismatch, match="use a fresh PIPELINE_NAMESPACE"):
         check_params(r, keys, Params(window_ms=60_000, slide_ms=60_000, delay_ms=300_000))
+
+
+@pytest.mark.parametrize(("batch_ts_ms", "keep_from"), [
+    # old entries (a replay, a backlog): everything before the batch's start is committed by Spark and goes
+    (T0 + 86_400_000, 3_000),
+    # recent entries: the last 10 minutes of stream are kept for looking back, even if committed
+    (T0 + 601_000, 1_000),
+])
+def test_trimming_follows_the_committed_offset_never_a_length(r: redis.Redis, keys: KeySchema, batch_ts_ms: int,
+                                                             keep_from: int) -> None:
+    pipe = r.pipeline()
+    for i in range(5_000):  # IDs T0+i ms: enough entries for Redis' approximate trim to free whole nodes
+        pipe.xadd(keys.events, {"e": b"{}"}, id=f"{T0 + i}-0")
+    pipe.execute()
+    s = BatchSummary(0, 0, batch_ts_ms, f"{T0 + 3_000}-0", f"{T0 + 4_000}-0", [], {}, [])
+    assert commit_batch(r, keys, s, PARAMS)
+    ids = [int(e[0].split(b"-")[0]) - T0 for e in r.xrange(keys.events)]
+    assert ids[-1] == 4_999 and ids == list(range(ids[0], 5_000)), "nothing at or after the batch start is touched"
+    assert 0 < ids[0] <= keep_from, "entries before the keep point were trimmed (approximately: whole nodes only)"

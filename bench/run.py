@@ -1,0 +1,203 @@
+"""End-to-end figures, all measured in one run on this machine: throughput, freshness, dashboard load.
+
+    python bench/run.py [--events 1000000] [--rates 10000,50000] [--seconds 20] [--out bench/results.json]
+
+1. throughput: events/s through source -> query -> Redis for N pre-loaded
+   events, against one plain Python client draining the same stream with
+   XRANGE (the bus's own limit), and their ratio;
+2. freshness: p50/p95 of XADD -> the event's window updated in Redis, with the
+   generator (its own process) at each rate and a 1 s trigger. Both ends are
+   Redis' clock: the entry ID's ms and the ID of the batch's entry in
+   ``{ns}:commits``, written in the same transaction as the windows;
+3. dashboard load: Redis commands per refresh tick and server-side render
+   time with 1 and 20 concurrent sessions (Streamlit AppTest sessions sharing
+   one process and its cache, as browser tabs of one server do).
+
+Prints a table and writes JSON. Uses its own embedded Redis.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+
+import redis  # noqa: E402
+
+from streaming.config import Config  # noqa: E402
+from streaming.events import parse_entry_id  # noqa: E402
+from streaming.generator import Simulator, write  # noqa: E402
+from streaming.keys import KeySchema  # noqa: E402
+from streaming.redis_server import RedisServer  # noqa: E402
+
+
+def cfg_for(url: str, tmp: Path, ns: str, **kw: object) -> Config:
+    return Config(redis_url=url, embedded_redis=False, namespace=ns, checkpoint_dir=str(tmp / ns),
+                  spark_master="local[*]", **kw)  # type: ignore[arg-type]
+
+
+def preload(client: redis.Redis, keys: KeySchema, n: int) -> None:
+    sim = Simulator("overseas-lag", seed=1, start_us=int(time.time() * 1e6) - 600_000_000, rate=0, count=n)
+    write(client, keys.events, sim)
+    assert client.xlen(keys.events) == n
+
+
+def drain_rate(url: str, keys: KeySchema, chunk: int = 10_000) -> tuple[int, float]:
+    client = redis.Redis.from_url(url)
+    n, lo = 0, "-"
+    t = time.perf_counter()
+    while True:
+        entries = client.xrange(keys.events, lo, "+", count=chunk)
+        if not entries:
+            break
+        n += len(entries)
+        lo = "(" + entries[-1][0].decode()
+    return n, time.perf_counter() - t
+
+
+def throughput(spark, cfg: Config, n: int) -> float:  # noqa: ANN001
+    from streaming.query import start_query
+
+    t = time.perf_counter()
+    query = start_query(spark, cfg, trigger_ms=0)
+    query.processAllAvailable()
+    elapsed = time.perf_counter() - t
+    query.stop()
+    client = redis.Redis.from_url(cfg.redis_url)
+    assert int(client.hget(KeySchema(cfg.namespace).totals, "input")) == n
+    return elapsed
+
+
+def freshness(spark, cfg: Config, rate: int, seconds: int) -> dict:  # noqa: ANN001
+    from streaming.query import start_query
+
+    keys = KeySchema(cfg.namespace)
+    client = redis.Redis.from_url(cfg.redis_url, socket_timeout=120)
+    query = start_query(spark, cfg)  # the live trigger
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "REDIS_URL": cfg.redis_url, "PIPELINE_NAMESPACE": cfg.namespace}
+    gen = subprocess.run([sys.executable, "-m", "streaming.generator", "--scenario", "steady", "--rate", str(rate),
+                          "--count", str(rate * seconds), "--seed", "3", "--log-every", "60"],
+                         env=env, cwd=ROOT, capture_output=True, text=True)
+    assert gen.returncode == 0, gen.stderr
+    last = client.xinfo_stream(keys.events)["last-generated-id"].decode()
+    cursor = "0-0"
+    while (client.hget(keys.state, "committed_id") or b"").decode() != last:
+        reply = client.xread({keys.commits: cursor}, block=120_000)
+        assert reply, "the query stopped committing"
+        cursor = reply[0][1][-1][0]
+    query.stop()
+    lat: list[int] = []
+    prev = "0-0"
+    for cid, fields in client.xrange(keys.commits):
+        commit_ms = parse_entry_id(cid)[0]
+        end = fields[b"end_id"].decode()
+        lo = "-" if prev == "0-0" else "(" + prev
+        lat.extend(commit_ms - parse_entry_id(eid)[0] for eid, _ in client.xrange(keys.events, lo, end))
+        prev = end
+    lat.sort()
+    batches = client.zcard(keys.batches)
+    return {"rate": rate, "events": len(lat), "batches": batches, "p50_ms": lat[len(lat) // 2],
+            "p95_ms": lat[int(len(lat) * 0.95)], "max_ms": lat[-1]}
+
+
+def dashboard_load(cfg: Config, sessions: int) -> dict:
+    import streamlit as st
+    from streamlit.testing.v1 import AppTest
+
+    os.environ["REDIS_URL"], os.environ["PIPELINE_NAMESPACE"] = cfg.redis_url, cfg.namespace
+    client = redis.Redis.from_url(cfg.redis_url)
+
+    def commands() -> int:
+        return int(client.info("stats")["total_commands_processed"])
+
+    st.cache_data.clear()
+    now = int(time.time() * 1000) // 2_000 * 2_000
+    before = commands()
+    renders = []
+    for _ in range(sessions):
+        at = AppTest.from_file(str(ROOT / "dashboard" / "app.py"), default_timeout=120)
+        at.session_state["now_ms"] = now
+        t = time.perf_counter()
+        at.run()
+        renders.append(time.perf_counter() - t)
+        assert not at.exception
+    used = commands() - before - 1  # less the INFO that read the counter
+    return {"sessions": sessions, "redis_commands_per_tick": used, "render_ms_mean": 1000 * statistics.mean(renders),
+            "render_ms_max": 1000 * max(renders)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--events", type=int, default=1_000_000)
+    p.add_argument("--rates", default="10000,50000")
+    p.add_argument("--seconds", type=int, default=20)
+    p.add_argument("--out", default=str(ROOT / "bench" / "results.json"))
+    args = p.parse_args(argv)
+    from streaming.query import build_session
+
+    results: dict = {"machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
+                                 "platform": platform.platform(), "when": time.strftime("%Y-%m-%d %H:%M UTC",
+                                                                                        time.gmtime())}}
+    with tempfile.TemporaryDirectory() as tmpdir:
+        tmp = Path(tmpdir)
+        server = RedisServer(data_dir=str(tmp / "redis"), port=0)
+        server.start()
+        try:
+            run = uuid.uuid4().hex[:6]
+            base = cfg_for(server.url, tmp, f"bench-{run}")
+            keys = KeySchema(base.namespace)
+            client = redis.Redis.from_url(server.url)
+            t = time.perf_counter()
+            preload(client, keys, args.events)
+            print(f"preloaded {args.events:,} events in {time.perf_counter() - t:.1f} s", flush=True)
+            n, drain_s = drain_rate(server.url, keys)
+            spark = build_session(base, app_name="bench", ui=False)
+            query_s = throughput(spark, base, args.events)
+            results["throughput"] = {"events": args.events, "pipeline_s": query_s,
+                                     "pipeline_events_per_s": args.events / query_s, "drain_s": drain_s,
+                                     "drain_events_per_s": n / drain_s,
+                                     "ratio": (args.events / query_s) / (n / drain_s)}
+            print(json.dumps(results["throughput"]), flush=True)
+            results["freshness"] = []
+            for rate in [int(r) for r in args.rates.split(",") if r]:
+                fresh = freshness(spark, cfg_for(server.url, tmp, f"fresh-{rate}-{run}"), rate, args.seconds)
+                results["freshness"].append(fresh)
+                print(json.dumps(fresh), flush=True)
+            dash_cfg = cfg_for(server.url, tmp, f"fresh-{args.rates.split(',')[0]}-{run}")
+            results["dashboard"] = [dashboard_load(dash_cfg, k) for k in (1, 20)]
+            spark.stop()
+        finally:
+            server.stop()
+
+    tp = results["throughput"]
+    print("\n| measure | figure |\n| --- | --- |")
+    print(f"| throughput, {tp['events']:,} pre-loaded events | {tp['pipeline_events_per_s']:,.0f} events/s "
+          f"({tp['pipeline_s']:.1f} s) |")
+    print(f"| plain XRANGE drain, one Python client | {tp['drain_events_per_s']:,.0f} events/s |")
+    print(f"| pipeline / drain | {tp['ratio']:.2f} |")
+    for f in results["freshness"]:
+        print(f"| freshness at {f['rate']:,} events/s, 1 s trigger | p50 {f['p50_ms'] / 1000:.2f} s, "
+              f"p95 {f['p95_ms'] / 1000:.2f} s, max {f['max_ms'] / 1000:.2f} s ({f['batches']} batches) |")
+    for d in results["dashboard"]:
+        print(f"| dashboard, {d['sessions']} session(s) in one tick | {d['redis_commands_per_tick']} Redis commands, "
+              f"render {d['render_ms_mean']:.0f} ms mean / {d['render_ms_max']:.0f} ms max |")
+    Path(args.out).write_text(json.dumps(results, indent=2) + "\n")
+    print(f"\nwritten: {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
