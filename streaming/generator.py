@@ -936,7 +936,7 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 stats = writer.resume(records, raw=True)
                 break
-            except (redis.ConnectionError, redis.TimeoutError) as exc:
+            except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:  # the raw reply path raises OSError
                 if stop.is_set():
                     stats = writer.stats
                     break

@@ -285,11 +285,22 @@ def expected_ids(events: list[tuple[int, Event]], last: tuple[int, int] = (0, 0)
 
 
 def no_sleeping(monkeypatch: pytest.MonkeyPatch) -> None:
-    def forbidden(*_args: object, **_kw: object) -> None:
-        raise AssertionError("the writer slept for real")
+    """The test's own thread must not sleep; other threads (py4j's, when Spark runs in the session) may."""
+    me = threading.current_thread()
+    real_sleep, real_wait = time.sleep, threading.Event.wait
 
-    monkeypatch.setattr(time, "sleep", forbidden)
-    monkeypatch.setattr(threading.Event, "wait", forbidden)
+    def forbidden_sleep(*args: object, **kw: object) -> object:
+        if threading.current_thread() is me:
+            raise AssertionError("the writer slept for real")
+        return real_sleep(*args, **kw)  # type: ignore[arg-type]
+
+    def forbidden_wait(self: threading.Event, *args: object, **kw: object) -> object:
+        if threading.current_thread() is me:
+            raise AssertionError("the writer slept for real")
+        return real_wait(self, *args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(time, "sleep", forbidden_sleep)
+    monkeypatch.setattr(threading.Event, "wait", forbidden_wait)
 
 
 def test_manual_clock_writer_writes_exactly_the_generated_entries(

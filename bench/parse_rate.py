@@ -1,0 +1,65 @@
+"""The source's parse step, side by side in one run: the plain per-entry parser against the inline fast path.
+
+    python bench/parse_rate.py [--count 200000] [--repeat 3]
+
+Both turn the same XRANGE-shaped entries into the same Arrow record batch
+(tests/test_bad_input.py holds them to identical rows); this measures one core.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import pyarrow as pa  # noqa: E402
+
+from streaming.events import BadEntry, parse_entry  # noqa: E402
+from streaming.generator import generate  # noqa: E402
+from streaming.source import _TS, ARROW_SCHEMA, to_record_batch  # noqa: E402
+
+
+def baseline(entries: list[tuple[bytes, dict[bytes, bytes]]]) -> pa.RecordBatch:
+    """The source before the fast path: parse_entry for every entry."""
+    cols: dict[str, list] = {name: [] for name in ARROW_SCHEMA.names}
+    for rid, fields in entries:
+        eid = rid.decode()
+        parsed = parse_entry(fields, eid)
+        bad = isinstance(parsed, BadEntry)
+        cols["entry_id"].append(eid)
+        cols["ingest_time"].append(int(eid.split("-", 1)[0]) * 1000)
+        for name, attr in (("event_id", "event_id"), ("server", "server"), ("player_id", "player_id"),
+                           ("kind", "kind"), ("event_time", "event_time_us")):
+            cols[name].append(None if bad else getattr(parsed, attr))
+        for name, attr in (("error", "reason"), ("error_detail", "detail"), ("raw", "raw")):
+            cols[name].append(getattr(parsed, attr) if bad else None)
+    types = {"ingest_time": _TS, "event_time": _TS}
+    return pa.RecordBatch.from_arrays([pa.array(cols[n], types.get(n, pa.string())) for n in ARROW_SCHEMA.names],
+                                      schema=ARROW_SCHEMA)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--count", type=int, default=200_000)
+    p.add_argument("--repeat", type=int, default=3)
+    args = p.parse_args()
+    events = generate("overseas-lag", seed=1, start_us=1_795_000_000_000_000, rate=10_000, count=args.count)
+    entries = [(f"{a // 1000 + 30_000}-{i}".encode(), {b"e": ev.payload()}) for i, (a, ev) in enumerate(events)]
+    assert baseline(entries[:1000]).equals(to_record_batch(entries[:1000]))
+    best: dict[str, float] = {}
+    for _ in range(args.repeat):  # interleaved, so both see the same machine
+        for name, fn in (("per-entry parser", baseline), ("fast path", to_record_batch)):
+            t = time.perf_counter()
+            fn(entries)
+            best[name] = min(best.get(name, float("inf")), time.perf_counter() - t)
+    for name, s in best.items():
+        print(f"{name:18} {args.count / s:>10,.0f} entries/s (best of {args.repeat})")
+    print(f"speed-up           {best['per-entry parser'] / best['fast path']:.2f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
