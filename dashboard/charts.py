@@ -17,7 +17,8 @@ from datetime import UTC, datetime
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from dashboard.data import BatchPoint, Lag, WindowRow
+from dashboard.data import BatchPoint, WindowRow
+from streaming.commit import Lag
 
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
            "#17becf")

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import redis
 
+from streaming.commit import ServerStats
 from streaming.events import parse_entry_id
 from streaming.keys import KeySchema, WindowKey, parse_total_field
 from streaming.report import WindowRow, queue_window_reads, window_rows
@@ -24,31 +25,6 @@ WAITING_COUNT_CAP = 10_000
 
 MAX_BATCHES = 3_600
 """At most this many batch records per read (an hour at a 1 s trigger)."""
-
-
-@dataclass(frozen=True)
-class Lag:
-    p50: float
-    p95: float
-    max: float
-
-    @classmethod
-    def parse(cls, doc: Mapping[str, float] | None) -> Lag | None:
-        return None if not doc else cls(float(doc["p50"]), float(doc["p95"]), float(doc["max"]))
-
-
-@dataclass(frozen=True)
-class ServerBatch:
-    """One server's share of one batch."""
-
-    rows: int
-    events: int
-    dropped: int
-    late: int
-    min_event_us: int | None
-    max_event_us: int | None
-    ingest_lag_ms: Lag | None
-    processing_lag_ms: Lag | None
 
 
 @dataclass(frozen=True)
@@ -68,7 +44,7 @@ class BatchPoint:
     events: int
     dropped: int
     late: int
-    servers: dict[str, ServerBatch]
+    servers: dict[str, ServerStats]
     bad: dict[str, int]
     duration_ms: int | None = None
     input_rows_per_s: float | None = None
@@ -77,15 +53,7 @@ class BatchPoint:
     @classmethod
     def from_record(cls, rec: Mapping) -> BatchPoint:
         progress = rec.get("progress") or {}
-        servers = {
-            name: ServerBatch(
-                rows=int(s.get("rows", 0)), events=int(s.get("events", 0)), dropped=int(s.get("dropped", 0)),
-                late=int(s.get("late", 0)), min_event_us=s.get("min_event_us"), max_event_us=s.get("max_event_us"),
-                ingest_lag_ms=Lag.parse(s.get("ingest_lag_ms")),
-                processing_lag_ms=Lag.parse(s.get("processing_lag_ms")),
-            )
-            for name, s in (rec.get("servers") or {}).items()
-        }
+        servers = {name: ServerStats.from_dict(s) for name, s in (rec.get("servers") or {}).items()}
         durations = progress.get("durations_ms") or {}
         return cls(
             batch=int(rec["batch"]), batch_ts_ms=int(rec["batch_ts_ms"]), watermark_ms=int(rec["watermark_ms"]),

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 
 import redis
@@ -70,6 +70,12 @@ class ServerStats:
     max_event_us: int | None = None
     ingest_lag_ms: Lag | None = None
     processing_lag_ms: Lag | None = None
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, object]) -> ServerStats:
+        """Inverse of ``asdict`` as stored in the batch record (``servers``)."""
+        lags = {k: Lag(**d[k]) if d.get(k) else None for k in ("ingest_lag_ms", "processing_lag_ms")}  # type: ignore[arg-type]
+        return cls(**{k: v for k, v in d.items() if k not in lags}, **lags)  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True)

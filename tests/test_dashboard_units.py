@@ -10,15 +10,14 @@ import redis
 from dashboard import charts
 from dashboard.data import (
     BatchPoint,
-    Lag,
     PipelineState,
-    ServerBatch,
     Snapshot,
     StreamInfo,
     Totals,
     WindowRow,
 )
 from dashboard.status import Level, assess, human_ms, stuck_batches, unreachable
+from streaming.commit import Lag, ServerStats
 from streaming.keys import WindowKey
 
 MIN = 60_000
@@ -205,7 +204,7 @@ def test_batch_durations_mark_batches_slower_than_the_trigger() -> None:
 
 
 def test_per_server_counts_over_time_use_each_servers_share() -> None:
-    sb = ServerBatch(rows=3, events=1, dropped=2, late=0, min_event_us=None, max_event_us=None, ingest_lag_ms=None,
+    sb = ServerStats(rows=3, events=1, dropped=2, late=0, min_event_us=None, max_event_us=None, ingest_lag_ms=None,
                      processing_lag_ms=None)
     batches = [batch(1, T, T, servers={"C": sb}), batch(2, T, T)]
     fig = charts.per_server_over_time(batches, ["A", "C"], "dropped", "Dropped")
@@ -215,7 +214,7 @@ def test_per_server_counts_over_time_use_each_servers_share() -> None:
 
 def test_lag_chart_has_p50_p95_max_per_server_in_both_panels() -> None:
     lag = Lag(10.0, 20.0, 30.0)
-    sb = ServerBatch(rows=1, events=1, dropped=0, late=0, min_event_us=None, max_event_us=None, ingest_lag_ms=lag,
+    sb = ServerStats(rows=1, events=1, dropped=0, late=0, min_event_us=None, max_event_us=None, ingest_lag_ms=lag,
                      processing_lag_ms=Lag(100.0, 200.0, 300.0))
     fig = charts.lag_chart([batch(1, T, T, servers={"A": sb})], ["A", "B"])
     assert len(fig.data) == 2 * 2 * 3

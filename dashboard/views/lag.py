@@ -5,12 +5,13 @@ from __future__ import annotations
 import streamlit as st
 
 from dashboard import charts, ui
-from dashboard.data import BatchPoint, ServerBatch, Snapshot
+from dashboard.data import BatchPoint, Snapshot
+from streaming.commit import ServerStats
 
 
-def latest_per_server(batches: tuple[BatchPoint, ...], servers: tuple[str, ...]) -> dict[str, tuple[int, ServerBatch]]:
+def latest_per_server(batches: tuple[BatchPoint, ...], servers: tuple[str, ...]) -> dict[str, tuple[int, ServerStats]]:
     """Each server's figures from the newest batch that had its events."""
-    out: dict[str, tuple[int, ServerBatch]] = {}
+    out: dict[str, tuple[int, ServerStats]] = {}
     for b in reversed(batches):
         for s in servers:
             sb = b.servers.get(s)
@@ -21,7 +22,7 @@ def latest_per_server(batches: tuple[BatchPoint, ...], servers: tuple[str, ...])
     return out
 
 
-def lag_table(latest: dict[str, tuple[int, ServerBatch]]) -> list[dict[str, object]]:
+def lag_table(latest: dict[str, tuple[int, ServerStats]]) -> list[dict[str, object]]:
     rows = []
     for server, (batch, sb) in latest.items():
         il, pl = sb.ingest_lag_ms, sb.processing_lag_ms
