@@ -158,3 +158,47 @@ def test_parse_entry_id_orders_like_redis() -> None:
     assert parse_entry_id(b"1700000000000-12") == (1_700_000_000_000, 12)
     assert parse_entry_id("5") == (5, 0)
     assert parse_entry_id("9-10") > parse_entry_id("9-9")  # numeric, not string, order
+
+
+def test_with_retry_backs_off_then_gives_up_by_attempts_or_deadline() -> None:
+    import redis
+
+    from streaming.redis_conn import with_retry
+
+    calls: list[int] = []
+
+    def flaky_twice() -> str:
+        calls.append(1)
+        if len(calls) <= 2:
+            raise redis.ConnectionError("down")
+        return "ok"
+
+    slept: list[float] = []
+    assert with_retry(flaky_twice, "t", sleep=slept.append) == "ok" and slept == [0.1, 0.2]
+
+    def down() -> str:
+        raise redis.TimeoutError("down")
+
+    slept.clear()
+    with pytest.raises(redis.TimeoutError):
+        with_retry(down, "t", attempts=4, give_up_after_s=None, sleep=slept.append)
+    assert slept == [0.1, 0.2, 0.4]  # 4 calls, 3 waits
+
+    now = [0.0]
+    slept.clear()
+    with pytest.raises(redis.TimeoutError):
+        with_retry(down, "t", give_up_after_s=1.0, sleep=lambda s: (slept.append(s), now.__setitem__(0, now[0] + s)),
+                   clock=lambda: now[0])
+    assert slept == [0.1, 0.2, 0.4]  # the next wait (0.8 s) would pass the 1 s deadline
+
+
+def test_with_retry_does_not_retry_other_errors() -> None:
+    import redis
+
+    from streaming.redis_conn import with_retry
+
+    def wrong() -> None:
+        raise redis.ResponseError("WRONGTYPE")
+
+    with pytest.raises(redis.ResponseError):
+        with_retry(wrong, "t", sleep=lambda _s: pytest.fail("must not wait"))
