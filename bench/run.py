@@ -42,6 +42,7 @@ from streaming.events import parse_entry_id  # noqa: E402
 from streaming.generator import Simulator, write  # noqa: E402
 from streaming.keys import KeySchema  # noqa: E402
 from streaming.redis_server import RedisServer  # noqa: E402
+from streaming.report import wait_for_commit  # noqa: E402
 
 
 def cfg_for(url: str, tmp: Path, ns: str, **kw: object) -> Config:
@@ -93,11 +94,7 @@ def freshness(spark, cfg: Config, rate: int, seconds: int) -> dict:  # noqa: ANN
                          env=env, cwd=ROOT, capture_output=True, text=True)
     assert gen.returncode == 0, gen.stderr
     last = client.xinfo_stream(keys.events)["last-generated-id"].decode()
-    cursor = "0-0"
-    while (client.hget(keys.state, "committed_id") or b"").decode() != last:
-        reply = client.xread({keys.commits: cursor}, block=120_000)
-        assert reply, "the query stopped committing"
-        cursor = reply[0][1][-1][0]
+    assert wait_for_commit(client, keys, last, timeout_s=600), "the query stopped committing"
     query.stop()
     lat: list[int] = []
     prev = "0-0"

@@ -11,12 +11,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 import redis
 
 from streaming.config import Config, ConfigError
+from streaming.events import parse_entry_id
 from streaming.keys import KeySchema, WindowKey
 from streaming.timeutil import iso_from_ms
 
@@ -89,6 +91,23 @@ def read_batches(client: redis.Redis, keys: KeySchema, last: int | None = None) 
             rec["progress"] = json.loads(progress)
         out.append(rec)
     return out
+
+
+def wait_for_commit(client: redis.Redis, keys: KeySchema, last_id: str, timeout_s: float) -> bool:
+    """Block on ``{ns}:commits`` (no polling) until the pipeline has committed up to entry ``last_id``;
+    False if it has not within ``timeout_s``."""
+    want = parse_entry_id(last_id)
+    deadline = time.monotonic() + timeout_s
+    cursor = "0-0"
+    while True:
+        committed = client.hget(keys.state, "committed_id")
+        if committed and parse_entry_id(committed) >= want:
+            return True
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return False
+        for _stream, entries in client.xread({keys.commits: cursor}, block=max(1, int(min(left, 5) * 1000))) or []:
+            cursor = entries[-1][0]
 
 
 def build_document(client: redis.Redis, keys: KeySchema,

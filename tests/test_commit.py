@@ -109,3 +109,13 @@ def test_trimming_follows_the_committed_offset_never_a_length(r: redis.Redis, ke
     ids = [int(e[0].split(b"-")[0]) - T0 for e in r.xrange(keys.events)]
     assert ids[-1] == 4_999 and ids == list(range(ids[0], 5_000)), "nothing at or after the batch start is touched"
     assert 0 < ids[0] <= keep_from, "entries before the keep point were trimmed (approximately: whole nodes only)"
+
+
+def test_wait_for_commit_answers_from_the_commits_stream(r: redis.Redis, keys: KeySchema) -> None:
+    from streaming.report import wait_for_commit
+
+    assert not wait_for_commit(r, keys, "1-0", timeout_s=0.05)  # nothing committed yet
+    assert commit_batch(r, keys, summary(0, 0, T0), PARAMS)  # ends at entry 1-0
+    assert wait_for_commit(r, keys, "1-0", timeout_s=5)
+    assert wait_for_commit(r, keys, "0-5", timeout_s=5)  # anything at or below the committed offset
+    assert not wait_for_commit(r, keys, "1-1", timeout_s=0.05)

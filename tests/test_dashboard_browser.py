@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +22,7 @@ import pytest
 import redis
 
 from streaming.keys import KeySchema
+from streaming.report import wait_for_commit
 from tests.oracle import oracle
 from tests.procs import ROOT, Proc, free_port
 
@@ -75,21 +75,6 @@ def stack(redis_url: str, tmp_path: Path) -> Iterator[dict]:
             p.stop()
 
 
-def wait_for_commit_of(client: redis.Redis, keys: KeySchema, last_id: str, timeout: float) -> None:
-    """Block on the commits stream until the job has committed up to ``last_id``."""
-    want = tuple(map(int, last_id.split("-")))
-    deadline = time.monotonic() + timeout
-    cursor = "0-0"
-    while True:
-        committed = client.hget(keys.state, "committed_id")
-        if committed and tuple(map(int, committed.decode().split("-"))) >= want:
-            return
-        left = deadline - time.monotonic()
-        assert left > 0, f"the job did not commit up to {last_id} in {timeout:.0f} s (at {committed!r})"
-        for _stream, entries in client.xread({keys.commits: cursor}, block=int(min(left, 5) * 1000)) or []:
-            cursor = entries[-1][0]
-
-
 def oracle_dropped(client: redis.Redis, keys: KeySchema) -> int:
     """Dropped-late events by the late rule alone, over the raw stream cut at the job's batch boundaries."""
     lines = []
@@ -137,7 +122,7 @@ def test_dashboard_in_a_real_browser_follows_the_live_pipeline(stack: dict) -> N
 
         assert gen.popen.wait(timeout=180) == 0, gen.tail()
         last_id = client.xinfo_stream(keys.events)["last-generated-id"].decode()
-        wait_for_commit_of(client, keys, last_id, timeout=180)
+        assert wait_for_commit(client, keys, last_id, timeout_s=180), f"the job did not commit up to {last_id}"
         total = int(client.hget(keys.totals, "dropped") or 0)
         assert total > 0, "the scenario must drop some late events"
         assert total == oracle_dropped(client, keys)

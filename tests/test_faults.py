@@ -17,6 +17,7 @@ from streaming.events import PAYLOAD_FIELD
 from streaming.keys import KeySchema
 from streaming.query import params_of, start_query
 from streaming.redis_server import RedisServer
+from streaming.report import wait_for_commit
 from streaming.sink import RedisSink
 from tests.procs import Proc, free_port
 from tests.test_exactly_once import counted_per_window, raw_per_window, seeded_entries, snapshot
@@ -124,11 +125,8 @@ def test_redis_restart_mid_run_loses_nothing_committed(tmp_path: Path) -> None:
 
         assert gen.popen.wait(timeout=240) == 0, gen.tail()
         last_id = client.xinfo_stream(keys.events)["last-generated-id"].decode()
-        cursor = "0-0"
-        while client.hget(keys.state, "committed_id").decode() != last_id:
-            reply = client.xread({keys.commits: cursor}, block=120_000)
-            assert reply, f"the job stopped committing after the restart:\n{job.tail()}"
-            cursor = reply[0][1][-1][0]
+        assert wait_for_commit(client, keys, last_id, timeout_s=240), \
+            f"the job stopped committing after the restart:\n{job.tail()}"
         assert job.running(), job.tail()
     finally:
         if gen is not None:
