@@ -10,15 +10,28 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from streaming.config import Config
+from streaming.events import Event
 from streaming.generator import generate
 from streaming.replay import ReplayBatch, replay
 from streaming.timeutil import iso_from_us
 
 BAD_PAYLOADS = (b"{not json", b'{"server": "A"}', b'{"server": "B", "player_id": "p1", "event_time": "yesterday"}')
+
+
+def arrival_ids(events: Sequence[tuple[int, Event]], last: tuple[int, int] = (0, 0)) -> list[str]:
+    """The writer's explicit entry IDs: ``{arrival_ms}-{seq}``, kept strictly above ``last``."""
+    out = []
+    ms_last, seq = last
+    for arrival, _ in events:
+        ms = arrival // 1000
+        ms_last, seq = (ms, 0) if ms > ms_last else (ms_last, seq + 1)
+        out.append(f"{ms_last}-{seq}")
+    return out
 
 
 @dataclass(frozen=True)
@@ -43,13 +56,10 @@ def seed_pipeline(redis_url: str, tmp_path: Path, *, seed: int = 7, rate: float 
     groups: dict[int, list[bytes]] = {}
     ids: dict[int, list[str]] = {}
     lines: list[dict] = []
-    last = (0, -1)
-    for arrival_us, ev in events:
+    for (arrival_us, ev), entry_id in zip(events, arrival_ids(events), strict=True):
         label = (arrival_us - t0_us) // (batch_arrival_ms * 1000)
-        ms = arrival_us // 1000
-        last = (ms, 0) if ms > last[0] else (last[0], last[1] + 1)
         groups.setdefault(label, []).append(ev.payload())
-        ids.setdefault(label, []).append(f"{last[0]}-{last[1]}")
+        ids.setdefault(label, []).append(entry_id)
         lines.append({"batch": label, "server": ev.server, "player_id": ev.player_id,
                       "event_time": iso_from_us(ev.event_time_us)})
     for i, payload in enumerate(BAD_PAYLOADS):  # at the end of the first batches

@@ -18,6 +18,7 @@ from streamlit.testing.v1 import AppTest
 
 from dashboard.data import read_snapshot
 from streaming.keys import KeySchema, WindowKey
+from streaming.redis_server import free_port
 from tests.oracle import oracle, to_ms
 from tests.seed import Seeded, seed_pipeline
 
@@ -250,11 +251,7 @@ def test_time_range_and_pause_controls(env: Seeded, direct: tuple[redis.Redis, K
 
 
 def test_unreachable_redis_is_a_status_message_not_a_traceback(monkeypatch: pytest.MonkeyPatch) -> None:
-    import socket
-
-    with socket.socket() as s:  # a port nobody listens on
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()  # nobody listens there
     monkeypatch.setenv("REDIS_URL", f"redis://:s3cret@127.0.0.1:{port}/0")
     for page in [None, *PAGES[1:]]:
         at = run_page(page)

@@ -22,9 +22,10 @@ import pytest
 import redis
 
 from streaming.keys import KeySchema
+from streaming.redis_server import free_port
 from streaming.report import wait_for_commit
 from tests.oracle import oracle
-from tests.procs import ROOT, Proc, free_port
+from tests.procs import ROOT, Proc
 
 pytestmark = pytest.mark.spark
 CHROMIUM = "/usr/bin/chromium"

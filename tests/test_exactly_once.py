@@ -19,6 +19,7 @@ from streaming.events import PAYLOAD_FIELD
 from streaming.generator import generate
 from streaming.keys import KeySchema, WindowKey
 from tests.oracle import T0_MS, to_ms, windows_of
+from tests.seed import arrival_ids
 
 pytestmark = pytest.mark.spark
 ROOT = Path(__file__).parents[1]
@@ -97,13 +98,9 @@ def snapshot(client: redis.Redis, keys: KeySchema) -> dict:
 
 def seeded_entries(seed: int, count: int) -> list[tuple[str, bytes]]:
     """The late-burst scenario, with entry IDs at the simulated arrival times, and one bad entry."""
-    entries: list[tuple[str, bytes]] = []
-    last = (0, -1)
-    for arrival_us, ev in generate("late-burst", seed=seed, start_us=T0_MS * 1000, rate=10, count=count):
-        ms = arrival_us // 1000
-        last = (ms, 0) if ms > last[0] else (last[0], last[1] + 1)
-        entries.append((f"{last[0]}-{last[1]}", ev.payload()))
-    entries.append((f"{last[0] + 1}-0", b"{not json"))
+    events = generate("late-burst", seed=seed, start_us=T0_MS * 1000, rate=10, count=count)
+    entries = [(entry_id, ev.payload()) for (_, ev), entry_id in zip(events, arrival_ids(events), strict=True)]
+    entries.append((f"{events[-1][0] // 1000 + 1}-0", b"{not json"))
     return entries
 
 

@@ -16,10 +16,10 @@ from streaming.config import Config
 from streaming.events import PAYLOAD_FIELD
 from streaming.keys import KeySchema
 from streaming.query import params_of, start_query
-from streaming.redis_server import RedisServer
+from streaming.redis_server import RedisServer, free_port
 from streaming.report import wait_for_commit
 from streaming.sink import RedisSink
-from tests.procs import Proc, free_port
+from tests.procs import Proc
 from tests.test_exactly_once import counted_per_window, raw_per_window, seeded_entries, snapshot
 
 pytestmark = pytest.mark.spark

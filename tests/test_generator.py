@@ -44,6 +44,7 @@ from streaming.generator import (
     write,
 )
 from streaming.timeutil import parse_iso_us
+from tests.seed import arrival_ids
 
 START = parse_iso_us("2026-01-01T00:00:00Z")
 REPO = Path(__file__).resolve().parents[1]
@@ -274,16 +275,6 @@ def test_manual_clock() -> None:
         clock.advance(-1)
 
 
-def expected_ids(events: list[tuple[int, Event]], last: tuple[int, int] = (0, 0)) -> list[str]:
-    out = []
-    ms_last, seq = last
-    for arrival, _ in events:
-        ms = arrival // 1000
-        ms_last, seq = (ms, 0) if ms > ms_last else (ms_last, seq + 1)
-        out.append(f"{ms_last}-{seq}")
-    return out
-
-
 def no_sleeping(monkeypatch: pytest.MonkeyPatch) -> None:
     """The test's own thread must not sleep; other threads (py4j's, when Spark runs in the session) may."""
     me = threading.current_thread()
@@ -314,7 +305,7 @@ def test_manual_clock_writer_writes_exactly_the_generated_entries(
                   on_batch=lambda s: seen.append((clock.now_us(), s.written)))
 
     entries = r.xrange(key)
-    assert [eid.decode() for eid, _ in entries] == expected_ids(events)
+    assert [eid.decode() for eid, _ in entries] == arrival_ids(events)
     assert [fields[b"e"] for _, fields in entries] == [e.payload() for _, e in events]
     assert [parse_entry(f, eid.decode()) for eid, f in entries] == [e for _, e in events]
     assert stats.written == len(events) and stats.last_id == entries[-1][0].decode()
@@ -345,7 +336,7 @@ def test_explicit_ids_stay_above_the_streams_last_id(r: redis.Redis, key: str) -
     events = generate("steady", seed=2, start_us=START, rate=1000, count=300)
     write(r, key, events, explicit_ids=True)
     ids = [eid.decode() for eid, _ in r.xrange(key)][1:]
-    assert ids == expected_ids(events, last=(9_999_999_999_999, 6))
+    assert ids == arrival_ids(events, last=(9_999_999_999_999, 6))
     assert ids[0] == "9999999999999-7"
     assert stream_last_id(r, f"{key}:missing") == (0, 0)
 
