@@ -170,31 +170,28 @@ class Snapshot:
     def last_batch(self) -> BatchPoint | None:
         return self.batches[-1] if self.batches else None
 
-    def current_windows(self) -> dict[str, WindowRow | None]:
-        """Per server, the window holding the head of event time.
+    def current_window_bounds(self) -> tuple[int, int] | None:
+        """The window (start, end) holding the head of event time, whether or not a server has events in it.
 
-        With sliding windows several do; the one ending first covers the most
+        With sliding windows several hold it; the one ending first covers the most
         recent full window length, which is what "active now" means.
         """
-        head = self.state.head_ms if self.state else None
-        out: dict[str, WindowRow | None] = {s: None for s in self.servers}
-        if head is None:
-            return out
-        for w in self.windows:
-            if w.start_ms <= head < w.end_ms:
-                best = out.get(w.server)
-                if best is None or w.end_ms < best.end_ms:
-                    out[w.server] = w
-        return out
-
-    def current_window_bounds(self) -> tuple[int, int] | None:
-        """The window (start, end) holding the head of event time, whether or not a server has events in it."""
         if self.state is None or self.state.head_ms is None or not self.state.slide_ms:
             return None
         head, slide, size = self.state.head_ms, self.state.slide_ms, self.state.window_ms
-        # The earliest-ending window containing head: the one starting at the first slide multiple > head - size.
+        # The first slide multiple above head - size starts it.
         start = (head - size) // slide * slide + slide
         return start, start + size
+
+    def current_windows(self) -> dict[str, WindowRow | None]:
+        """Per server, its row for :meth:`current_window_bounds`; None if it has no events there.
+
+        No other window can be meant: every event is at or before the head, so a server
+        with events in a later-starting window holding the head has them in this one too.
+        """
+        bounds = self.current_window_bounds()
+        rows = {w.key: w for w in self.windows} if bounds else {}
+        return {s: rows.get(WindowKey(*bounds, s)) if bounds else None for s in self.servers}
 
     def last_final_windows(self) -> dict[str, WindowRow | None]:
         out: dict[str, WindowRow | None] = {s: None for s in self.servers}

@@ -146,8 +146,8 @@ def to_record_batch(entries: Sequence[tuple[bytes, dict[bytes, bytes]]], rules: 
     error: list[str | None] = [None] * n
     detail: list[str | None] = [None] * n
     raw: list[str | None] = [None] * n
-    loads, kinds, servers, skew_us = orjson.loads, _KINDS, rules.servers, rules.max_future_skew_ms
-    skew_us = None if skew_us is None else skew_us * 1000
+    loads, kinds, servers = orjson.loads, _KINDS, rules.servers
+    skew_us = None if rules.max_future_skew_ms is None else rules.max_future_skew_ms * 1000
     for i, (rid, fields) in enumerate(entries):
         eid = rid.decode()
         entry_ids[i] = eid

@@ -9,10 +9,12 @@ from dashboard.data import Snapshot, WindowRow
 from dashboard.status import clock, human_ms
 
 
-def window_status(w: WindowRow | None, watermark_ms: int, head_ms: int | None) -> str:
+def window_status(w: WindowRow | None, bounds: tuple[int, int] | None, watermark_ms: int,
+                  head_ms: int | None) -> str:
     """Says how far the window has got, so a small early count is not mistaken for a drop in players."""
     if w is None:
-        return "no events in the current window yet"
+        where = "" if bounds is None else f" ({charts.ts(bounds[0]):%H:%M:%S}–{charts.ts(bounds[1]):%H:%M:%S})"
+        return f"no events in the current window{where} yet"
     span = f"window {charts.ts(w.start_ms):%H:%M:%S}–{charts.ts(w.end_ms):%H:%M:%S}"
     if w.final:
         return f"{span} · final"
@@ -27,6 +29,7 @@ def render(snap: Snapshot, now_ms: int) -> None:
     st.caption(ui.params_caption(snap))
     current = snap.current_windows()
     last_final = snap.last_final_windows()
+    bounds = snap.current_window_bounds()
 
     st.subheader("Players now")
     cols = st.columns(max(1, len(snap.servers)))
@@ -37,7 +40,7 @@ def render(snap: Snapshot, now_ms: int) -> None:
             st.metric(f"{server} · players now", ui.fmt_int(w.players if w else 0),
                       help="Distinct players with an accepted event in the window holding the newest event time. "
                            "Provisional until the watermark passes the window's end.")
-            st.caption(window_status(w, state.next_watermark_ms, state.head_ms))
+            st.caption(window_status(w, bounds, state.next_watermark_ms, state.head_ms))
             if f is not None:
                 st.caption(f"last final: {f.players:,} players in {charts.ts(f.start_ms):%H:%M}–"
                            f"{charts.ts(f.end_ms):%H:%M:%S}")
