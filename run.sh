@@ -29,7 +29,9 @@ fi
 # shellcheck disable=SC1091
 source .venv/bin/activate
 export PYSPARK_PYTHON="$PWD/.venv/bin/python" PYSPARK_DRIVER_PYTHON="$PWD/.venv/bin/python"
-export SPARK_LOCAL_IP=${SPARK_LOCAL_IP:-127.0.0.1} PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+# Local Spark binds to 127.0.0.1; on a cluster the driver needs an address the workers can reach.
+case "${SPARK_MASTER:-local}" in local|local\[*) export SPARK_LOCAL_IP=${SPARK_LOCAL_IP:-127.0.0.1} ;; esac
 
 case "${1:-run}" in
   # honcho gives every process its own PORT, so the dashboard's is passed under another name.

@@ -25,7 +25,11 @@ def main() -> None:
         st.Page("views/ops.py", title="Live ops", icon=":material/sports_esports:", default=True),
         st.Page("views/watermark.py", title="Watermark", icon=":material/water:", url_path="watermark"),
         st.Page("views/lag.py", title="Lag", icon=":material/schedule:", url_path="lag"),
+        st.Page("views/events.py", title="Events", icon=":material/scatter_plot:", url_path="events"),
         st.Page("views/health.py", title="Pipeline health", icon=":material/monitor_heart:", url_path="health"),
+        st.Page("views/lab.py", title="Watermark lab", icon=":material/science:", url_path="lab"),
+        st.Page("views/delay.py", title="Choosing the delay", icon=":material/tune:", url_path="delay"),
+        st.Page("views/control.py", title="Lab control", icon=":material/settings_remote:", url_path="control"),
     ]
     st.navigation(pages).run()
 

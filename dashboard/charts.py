@@ -19,6 +19,7 @@ from plotly.subplots import make_subplots
 
 from dashboard.data import BatchPoint, WindowRow
 from streaming.commit import Lag
+from streaming.presence_store import OnlinePoint
 
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
            "#17becf")
@@ -131,6 +132,21 @@ def _per_window_lines(windows: Sequence[WindowRow], servers: Sequence[str], attr
                 hovertemplate=_WINDOW_HOVER,
             ))
     return _layout(fig, title + " (dotted = provisional)", y_title)
+
+
+def online_over_batches(history: Sequence[OnlinePoint], servers: Sequence[str]) -> go.Figure:
+    """Players online per server after each batch of the online query, x = the batch's watermark."""
+    colors = server_colors(servers)
+    fig = go.Figure()
+    for s in servers:
+        fig.add_trace(go.Scatter(
+            x=[ts(p.watermark_ms) for p in history], y=[p.counts.get(s, 0) for p in history], name=s,
+            mode="lines+markers", line={"color": colors[s], "shape": "hv"}, marker={"size": 5},
+            customdata=[[p.batch, p.online, p.offline] for p in history],
+            hovertemplate=f"<b>{s}</b> batch %{{customdata[0]}}<br>online %{{y:,}}<br>watermark %{{x|%H:%M:%S}}"
+                          "<br>batch transitions: %{customdata[1]:,} on, %{customdata[2]:,} off<extra></extra>",
+        ))
+    return _layout(fig, "Players online after each batch (by watermark)", "players online")
 
 
 # --------------------------------------------------------------------------- watermark

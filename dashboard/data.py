@@ -18,6 +18,7 @@ import redis
 from streaming.commit import ServerStats
 from streaming.events import parse_entry_id
 from streaming.keys import KeySchema, WindowKey, parse_total_field
+from streaming.presence_store import OnlineView, online_view, queue_online_reads
 from streaming.report import WindowRow, queue_window_reads, window_rows
 
 WAITING_COUNT_CAP = 10_000
@@ -25,6 +26,9 @@ WAITING_COUNT_CAP = 10_000
 
 MAX_BATCHES = 3_600
 """At most this many batch records per read (an hour at a 1 s trigger)."""
+
+ONLINE_HISTORY = 600
+"""Online-query batch records per read, for its chart."""
 
 
 @dataclass(frozen=True)
@@ -49,6 +53,9 @@ class BatchPoint:
     duration_ms: int | None = None
     input_rows_per_s: float | None = None
     processed_rows_per_s: float | None = None
+    delay_ms: int | None = None  # the delay the batch ran with (records before lab versions have none)
+    server_watermarks: dict[str, int] | None = None  # per-server mode: each input's watermark after the batch
+    ticks: int = 0
 
     @classmethod
     def from_record(cls, rec: Mapping) -> BatchPoint:
@@ -65,6 +72,8 @@ class BatchPoint:
             duration_ms=durations.get("triggerExecution"),
             input_rows_per_s=progress.get("input_rows_per_s"),
             processed_rows_per_s=progress.get("processed_rows_per_s"),
+            delay_ms=rec.get("delay_ms"), server_watermarks=rec.get("server_watermarks"),
+            ticks=int(rec.get("ticks") or 0),
         )
 
 
@@ -80,6 +89,8 @@ class PipelineState:
     delay_ms: int
     trigger_ms: int
     updated_ms: int
+    mode: str = "global"
+    policy: str = "min"
 
     @classmethod
     def from_hash(cls, h: Mapping[str, str]) -> PipelineState | None:
@@ -94,6 +105,7 @@ class PipelineState:
             committed_id=h.get("committed_id") or "0-0", window_ms=int(params.get("window_ms", 0)),
             slide_ms=int(params.get("slide_ms", 0)), delay_ms=int(params.get("delay_ms", 0)),
             trigger_ms=int(h.get("trigger_ms") or 1_000), updated_ms=int(h.get("updated_ms") or 0),
+            mode=str(params.get("mode", "global")), policy=str(params.get("policy", "min")),
         )
 
     @property
@@ -165,6 +177,8 @@ class Snapshot:
     windows: tuple[WindowRow, ...]
     batches: tuple[BatchPoint, ...]
     stream: StreamInfo
+    online: OnlineView | None = None
+    """The online-players query's view; None until it has committed a batch."""
 
     @property
     def last_batch(self) -> BatchPoint | None:
@@ -202,17 +216,21 @@ class Snapshot:
 
 
 def read_snapshot(client: redis.Redis, keys: KeySchema, *, range_ms: int, now_ms: int,
-                  max_batches: int | None = None) -> Snapshot:
+                  max_batches: int | None = None, input_keys: KeySchema | None = None) -> Snapshot:
     """Windows whose end is within ``range_ms`` of the head of event time, and the
-    batches within ``range_ms`` of the last one; raises ``redis.RedisError``."""
+    batches within ``range_ms`` of the last one; raises ``redis.RedisError``.
+
+    ``input_keys``: the namespace whose input stream this pipeline reads (a lab lane reads its parent's)."""
+    events = (input_keys or keys).events
     # Round trip 1: everything addressed by a fixed key.
     pipe = client.pipeline(transaction=False)
     pipe.hgetall(keys.state)
     pipe.hgetall(keys.totals)
     pipe.smembers(keys.servers)
-    pipe.xinfo_stream(keys.events)
-    state_h, totals_h, servers_raw, xinfo = pipe.execute(raise_on_error=False)
-    for reply in (state_h, totals_h, servers_raw):
+    pipe.xinfo_stream(events)
+    queue_online_reads(pipe, keys, ONLINE_HISTORY)
+    state_h, totals_h, servers_raw, xinfo, *online_replies = pipe.execute(raise_on_error=False)
+    for reply in (state_h, totals_h, servers_raw, *online_replies):
         if isinstance(reply, Exception):
             raise reply
     state = PipelineState.from_hash(_decode_hash(state_h))
@@ -235,7 +253,7 @@ def read_snapshot(client: redis.Redis, keys: KeySchema, *, range_ms: int, now_ms
     pipe.zrange(keys.batches, -n_batches, -1)
     count_waiting = state is not None and "entries-added" not in xinfo
     if count_waiting:
-        pipe.xrange(keys.events, min="(" + state.committed_id, max="+", count=WAITING_COUNT_CAP)
+        pipe.xrange(events, min="(" + state.committed_id, max="+", count=WAITING_COUNT_CAP)
     replies = pipe.execute()
     members = [WindowKey.parse(m) for m in replies[0]]
     if head is not None:
@@ -280,6 +298,7 @@ def read_snapshot(client: redis.Redis, keys: KeySchema, *, range_ms: int, now_ms
         namespace=keys.namespace, read_ms=now_ms, range_ms=range_ms, state=state, totals=totals,
         servers=tuple(servers), windows=tuple(windows), batches=tuple(batches),
         stream=StreamInfo(length=length, last_id=last_id, waiting=waiting, waiting_exact=exact),
+        online=online_view(*online_replies),
     )
 
 

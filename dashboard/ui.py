@@ -2,7 +2,8 @@
 
 Reads are shared: :func:`load_snapshot` is cached per (Redis, namespace, range,
 refresh tick), and Streamlit computes one cache key once, so any number of open
-tabs cost one Redis read per tick. Nothing here writes to Redis.
+tabs cost one Redis read per tick. Nothing here writes to Redis (the Lab control
+page writes its requests itself, on a button press).
 """
 
 from __future__ import annotations
@@ -16,14 +17,19 @@ import redis
 import streamlit as st
 
 from dashboard.data import Snapshot, read_snapshot
+from dashboard.eventdata import EventRange, read_events
+from dashboard.lanes import MAIN, Lane, read_lanes
 from dashboard.status import Level, Status, assess, clock, human_ms, unreachable
 from streaming.config import Config, ConfigError, redact_url
+from streaming.control import Control, GeneratorStatus, read_lab, write_control
 from streaming.keys import KeySchema
 
 log = logging.getLogger("dashboard")
 
 RANGES: dict[str, int] = {"5 min": 300_000, "15 min": 900_000, "60 min": 3_600_000}
 REFRESH: dict[str, int] = {"1 s": 1, "2 s": 2, "5 s": 5, "10 s": 10}
+CONTROL_RESULT = "lab_result"
+"""Session-state key holding what the last control button press did, shown under the buttons."""
 NOW_OVERRIDE = "now_ms"
 """Session-state key a test sets to inject the clock (the dashboard's "now")."""
 
@@ -34,6 +40,10 @@ class View:
     refresh_s: int
     paused: bool
 
+    def tick(self, now_ms: int) -> int:
+        """The refresh tick ``now_ms`` falls in: every cached read is keyed by it, so sessions share reads."""
+        return now_ms // (self.refresh_s * 1000)
+
 
 def now_ms() -> int:
     override = st.session_state.get(NOW_OVERRIDE)
@@ -42,7 +52,16 @@ def now_ms() -> int:
 
 def sidebar() -> None:
     """The controls every page shares; drawn by the entry script so they persist across pages."""
+    lanes = available_lanes()
     with st.sidebar:
+        if len(lanes) > 1:
+            st.selectbox("Pipeline", [lane.name for lane in lanes], key="pipeline",
+                         format_func=lambda name: next(f"{x.label} ({x.mode}"
+                                                       + (f", {x.policy}" if x.mode == "per-server" else "")
+                                                       + (", idleness" if x.idle else "") + ")"
+                                                       for x in lanes if x.name == name),
+                         help="The configured pipeline, or one of the lab lanes the job runs beside it over the "
+                              "same events (see the Watermark lab page).")
         st.segmented_control("Time range", list(RANGES), default="15 min", key="range",
                              help="Windows whose end is this close to the newest event time, and batches this close "
                                   "to the newest batch.")
@@ -65,9 +84,73 @@ def redis_client(url: str) -> redis.Redis:
 
 
 @st.cache_data(show_spinner=False, ttl=120, max_entries=256)
-def load_snapshot(url: str, namespace: str, range_ms: int, refresh_s: int, tick: int, _now_ms: int) -> Snapshot:
+def load_snapshot(url: str, namespace: str, range_ms: int, refresh_s: int, tick: int, _now_ms: int,
+                  input_namespace: str) -> Snapshot:
     """One read per (namespace, range, tick) for all sessions; ``_now_ms`` is not part of the key."""
-    return read_snapshot(redis_client(url), KeySchema(namespace), range_ms=range_ms, now_ms=_now_ms)
+    return read_snapshot(redis_client(url), KeySchema(namespace), range_ms=range_ms, now_ms=_now_ms,
+                         input_keys=KeySchema(input_namespace))
+
+
+def lane_snapshot(cfg: Config, lane: Lane, view: View, now: int) -> Snapshot:
+    """The pipeline's snapshot for this tick, read from its own keys and its input stream."""
+    return load_snapshot(cfg.redis_url, lane.namespace, view.range_ms, view.refresh_s, view.tick(now), now,
+                         lane.input_namespace)
+
+
+@st.cache_data(show_spinner=False, ttl=10, max_entries=16)
+def load_lanes(url: str, namespace: str) -> list[Lane]:
+    return read_lanes(redis_client(url), namespace)
+
+
+def available_lanes() -> list[Lane]:
+    """The configured pipeline and its lanes; just the configured one if Redis cannot say."""
+    try:
+        cfg = Config.from_env()
+    except ConfigError:
+        return []
+    try:
+        return load_lanes(cfg.redis_url, cfg.namespace)
+    except (redis.RedisError, ValueError, KeyError):  # the page's status line reports Redis itself
+        return [Lane(MAIN, cfg.namespace, cfg.namespace)]
+
+
+def selected_lane(cfg: Config) -> Lane:
+    lanes = available_lanes() or [Lane(MAIN, cfg.namespace, cfg.namespace)]
+    chosen = st.session_state.get("pipeline")
+    return next((lane for lane in lanes if lane.name == chosen), lanes[0])
+
+
+@st.cache_data(show_spinner=False, ttl=60, max_entries=64)
+def load_lab(url: str, namespace: str, tick: int) -> tuple[Control | None, GeneratorStatus | None]:
+    """The lab's control request and generator status, one read per (namespace, tick) for all sessions."""
+    return read_lab(redis_client(url), KeySchema(namespace))
+
+
+def submit_control(cfg: Config, changes: Callable[[], dict[str, object]]) -> None:
+    """A button's callback: runs before the page is drawn again, so the page shows the new request."""
+    keys = KeySchema(cfg.namespace)
+    try:
+        ctl = write_control(redis_client(cfg.redis_url), keys, now_ms=now_ms(), **changes())  # type: ignore[arg-type]
+    except redis.exceptions.NoPermissionError as exc:
+        result = Status(Level.WARNING, f"This dashboard's Redis user cannot change the control settings: NOPERM "
+                                       f"{exc}. Give it write access to `{keys.control}` (e.g. `+hset +hincrby "
+                                       "+multi +exec`), or use `python -m streaming.control set` with the job's user.")
+    except (ConfigError, ValueError) as exc:
+        result = Status(Level.ERROR, f"Not saved: {exc}")
+    except redis.RedisError as exc:
+        result = unreachable(redact_url(cfg.redis_url), exc)
+    else:
+        load_lab.clear()
+        result = Status(Level.OK, f"Saved as rev {ctl.rev}.")
+    st.session_state[CONTROL_RESULT] = result
+
+
+@st.cache_data(show_spinner=False, ttl=120, max_entries=64)
+def load_events(url: str, namespace: str, server: str | None, range_ms: int, refresh_s: int,
+                tick: int, input_namespace: str) -> EventRange | None:
+    """The events page's read, shared like :func:`load_snapshot` per (server, range, tick)."""
+    return read_events(redis_client(url), KeySchema(namespace), server=server, range_ms=range_ms,
+                       input_keys=KeySchema(input_namespace))
 
 
 def show_status(statuses: list[Status]) -> None:
@@ -87,9 +170,9 @@ def live(render: Callable[[Snapshot, int], None]) -> None:
         except ConfigError as exc:
             st.error(f"Configuration error: {exc}")
             return
+        lane = selected_lane(cfg)
         try:
-            snap = load_snapshot(cfg.redis_url, cfg.namespace, view.range_ms, view.refresh_s,
-                                 now // (view.refresh_s * 1000), now)
+            snap = lane_snapshot(cfg, lane, view, now)
         except redis.RedisError as exc:
             show_status([unreachable(redact_url(cfg.redis_url), exc)])
             return
@@ -108,12 +191,24 @@ def live(render: Callable[[Snapshot, int], None]) -> None:
     tick()
 
 
+def page(title: str, render: Callable[[Config], None]) -> None:
+    """A page that draws from the configuration rather than one snapshot (the lab pages)."""
+    st.title(title)
+    try:
+        cfg = Config.from_env()
+    except ConfigError as exc:
+        st.error(f"Configuration error: {exc}")
+        return
+    render(cfg)
+
+
 def params_caption(snap: Snapshot) -> str:
     s = snap.state
     assert s is not None
     kind = "tumbling" if s.slide_ms == s.window_ms else f"sliding every {human_ms(s.slide_ms)}"
+    mode = f" · per-server watermarks combined by {s.policy}" if s.mode == "per-server" else ""
     return (f"Namespace `{snap.namespace}` · windows of {human_ms(s.window_ms)} ({kind}) · watermark delay "
-            f"{human_ms(s.delay_ms)} · trigger {human_ms(s.trigger_ms)} · times in UTC")
+            f"{human_ms(s.delay_ms)}{mode} · trigger {human_ms(s.trigger_ms)} · times in UTC")
 
 
 def fmt_int(n: int) -> str:

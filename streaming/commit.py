@@ -10,20 +10,27 @@ No pyspark here: the Spark side only builds a :class:`BatchSummary`.
 from __future__ import annotations
 
 import json
+import math
 import time
-from collections.abc import Callable, Mapping
+from bisect import bisect_right
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
+from itertools import accumulate
 
 import redis
 
 from streaming.events import parse_entry_id
 from streaming.keys import KeySchema, WindowKey, total_field
+from streaming.tradeoff import GRID_FIELD, GRID_MS, bucket, hist_field
+from streaming.watermarks import policy_max
 from streaming.windows import event_ms
 
 
 @dataclass(frozen=True)
 class Params:
-    """The semantics a namespace was built with; a restart must not change them."""
+    """How a namespace is built. Window, slide and watermark mode must not change on restart; the delay may
+    (the presenter's lever): every batch record keeps the delay it ran with."""
 
     window_ms: int
     slide_ms: int
@@ -33,9 +40,24 @@ class Params:
     stream_keep_ms: int = 600_000
     ttl_ms: int | None = None  # key TTL; defaults to retention_ms
     trigger_ms: int = 1_000  # not semantic: the dashboard judges batch health against it
+    mode: str = "global"  # or "per-server": one watermarked input per server in `servers`
+    policy: str = "min"  # per-server: Spark's multipleWatermarkPolicy
+    servers: tuple[str, ...] = ()
+    idle_timeout_ms: int | None = None  # per-server: idle markers move a silent server's watermark
+    trims: bool = True  # a lab lane reads its parent's input and leaves trimming to it
+    followers: tuple[str, ...] = ()  # namespaces of lanes reading our input: trim nothing they still need
 
-    def semantic(self) -> dict[str, int]:
-        return {"window_ms": self.window_ms, "slide_ms": self.slide_ms, "delay_ms": self.delay_ms}
+    @property
+    def ttl_s(self) -> int:
+        return max(1, (self.ttl_ms or self.retention_ms) // 1000)
+
+    def semantic(self) -> dict[str, object]:
+        return {"window_ms": self.window_ms, "slide_ms": self.slide_ms, "delay_ms": self.delay_ms,
+                "mode": self.mode, "policy": self.policy}
+
+    @property
+    def per_server(self) -> bool:
+        return self.mode == "per-server"
 
 
 @dataclass
@@ -55,9 +77,34 @@ class WindowAgg:
 
 @dataclass(frozen=True)
 class Lag:
+    """Milliseconds."""
+
     p50: float
     p95: float
     max: float
+
+    @classmethod
+    def from_histogram(cls, values_us: Sequence[int], counts: Sequence[int]) -> Lag:
+        """Exact figures of ``values_us[i]`` seen ``counts[i]`` times (ascending, distinct).
+
+        Percentiles interpolate as Spark's exact ``percentile`` does: position
+        ``p * (n - 1)`` between the values either side. A histogram is what the
+        sink's one aggregation can produce, and it loses nothing."""
+        if not values_us or len(values_us) != len(counts):
+            raise ValueError("a lag histogram needs as many counts as values, and at least one")
+        cum = list(accumulate(counts))
+
+        def at(rank: int) -> int:
+            return values_us[bisect_right(cum, rank)]
+
+        def percentile(p: float) -> float:
+            pos = p * (cum[-1] - 1)
+            lo, hi = math.floor(pos), math.ceil(pos)
+            if lo == hi:
+                return at(lo) / 1000
+            return ((hi - pos) * at(lo) + (pos - lo) * at(hi)) / 1000
+
+        return cls(percentile(0.5), percentile(0.95), values_us[-1] / 1000)
 
 
 @dataclass
@@ -70,6 +117,15 @@ class ServerStats:
     max_event_us: int | None = None
     ingest_lag_ms: Lag | None = None
     processing_lag_ms: Lag | None = None
+    ticks: int = 0  # idle markers (never events)
+    max_tick_us: int | None = None
+    max_ingest_us: int | None = None  # of real events: when the server was last heard from
+
+    def input_max_us(self, idle: bool) -> int | None:
+        """The newest event time this server's own input saw (per-server mode): its events, and its idle
+        markers where idleness is on."""
+        return max((v for v in (self.max_event_us, self.max_tick_us if idle else None) if v is not None),
+                   default=None)
 
     @classmethod
     def from_dict(cls, d: Mapping[str, object]) -> ServerStats:
@@ -96,14 +152,20 @@ class BatchSummary:
     windows: list[WindowAgg]
     servers: dict[str, ServerStats]
     bad: list[BadRow]
+    server_watermarks: dict[str, int] | None = None  # per-server mode: Spark's per-input map after the batch
+    next_watermark_ms: int | None = None  # per-server mode: the combined watermark for the next batch
 
     @property
     def parsed(self) -> int:
         return sum(s.rows for s in self.servers.values())
 
     @property
+    def ticks(self) -> int:
+        return sum(s.ticks for s in self.servers.values())
+
+    @property
     def input(self) -> int:
-        return self.parsed + len(self.bad)
+        return self.parsed + self.ticks + len(self.bad)
 
     @property
     def max_event_us(self) -> int | None:
@@ -124,25 +186,38 @@ class ParamsMismatch(RuntimeError):
     pass
 
 
-def check_params(client: redis.Redis, keys: KeySchema, params: Params) -> None:
-    """Refuse to continue a namespace with different window/slide/delay: its numbers would mix."""
+_FIXED = {"window_ms": None, "slide_ms": None, "mode": "global", "policy": "min"}
+
+
+def check_params(client: redis.Redis, keys: KeySchema, params: Params) -> int | None:
+    """Refuse to continue a namespace with a different window, slide or watermark mode: its numbers would mix.
+
+    Returns the delay it last ran with (None for a new namespace), so the caller can log a change of delay,
+    which is allowed: batch records keep the delay each batch ran with."""
     stored = client.hget(keys.state, "params")
     if stored is None:
-        return
+        return None
     old = json.loads(stored)
-    if old != params.semantic():
+    new = params.semantic()
+    changed = {k: (old.get(k, default), new[k]) for k, default in _FIXED.items() if old.get(k, default) != new[k]}
+    if changed:
+        what = ", ".join(f"{k} {a} -> {b}" for k, (a, b) in changed.items())
         raise ParamsMismatch(
-            f"namespace {keys.namespace!r} was built with {old}, the job now has {params.semantic()}: "
-            "use a fresh PIPELINE_NAMESPACE and CHECKPOINT_DIR to change window, slide or delay"
+            f"namespace {keys.namespace!r} was built with {old}, the job now has {new} ({what}): "
+            "use a fresh PIPELINE_NAMESPACE and CHECKPOINT_DIR to change window, slide or watermark mode"
         )
+    return int(old["delay_ms"]) if "delay_ms" in old else None
 
 
-def batch_record(s: BatchSummary, next_wm_ms: int, running_max_us: int | None) -> dict:
+def batch_record(s: BatchSummary, next_wm_ms: int, running_max_us: int | None, delay_ms: int) -> dict:
     """The deterministic per-batch record stored at ``{ns}:batch:{id}`` field ``sink``."""
     return {
         "batch": s.batch_id,
         "watermark_ms": s.watermark_ms,
         "next_watermark_ms": next_wm_ms,
+        "delay_ms": delay_ms,
+        "server_watermarks": s.server_watermarks,
+        "ticks": s.ticks,
         "batch_ts_ms": s.batch_ts_ms,
         "start_id": s.start_id,
         "end_id": s.end_id,
@@ -160,6 +235,17 @@ def batch_record(s: BatchSummary, next_wm_ms: int, running_max_us: int | None) -
     }
 
 
+def _tradeoff_counts(windows: Sequence[WindowAgg], driver_ms: int | None) -> dict[str, int]:
+    """This batch's (event, window) pairs per server and slack bucket (see :mod:`streaming.tradeoff`)."""
+    out: dict[str, int] = {}
+    for w in windows:
+        n = w.events + w.dropped
+        if n:
+            f = hist_field(w.server, bucket(None if driver_ms is None else driver_ms - w.end_ms))
+            out[f] = out.get(f, 0) + n
+    return out
+
+
 def _count_reasons(bad: list[BadRow]) -> dict[str, int]:
     out: dict[str, int] = {}
     for b in bad:
@@ -167,21 +253,54 @@ def _count_reasons(bad: list[BadRow]) -> dict[str, int]:
     return dict(sorted(out.items()))
 
 
+@contextmanager
+def guarded(client: redis.Redis, guard_key: str, batch_id: int,
+            *also_watch: str) -> Iterator[redis.client.Pipeline | None]:
+    """The frame of an exactly-once commit: yields None when ``batch_id`` is at or below the
+    ``last_batch`` field of ``guard_key`` (already in Redis), else the pipeline, watching the
+    guard (and ``also_watch``) and still in immediate mode for reads. The caller then calls
+    ``multi()``, queues every write including the new ``last_batch``, and ``execute()``s."""
+    with client.pipeline(transaction=True) as pipe:
+        pipe.watch(guard_key, *also_watch)
+        last = pipe.hget(guard_key, "last_batch")
+        if last is not None and int(last) >= batch_id:
+            pipe.unwatch()
+            yield None
+        else:
+            yield pipe
+
+
 def commit_batch(client: redis.Redis, keys: KeySchema, s: BatchSummary, params: Params,
                  now_ms: Callable[[], int] = lambda: int(time.time() * 1000)) -> bool:
     """Apply the batch once. Returns False when it was already committed."""
-    ttl_s = max(1, (params.ttl_ms or params.retention_ms) // 1000)
-    with client.pipeline(transaction=True) as pipe:
-        pipe.watch(keys.state)
-        last, prev_max = pipe.hmget(keys.state, ["last_batch", "max_event_us"])
-        if last is not None and int(last) >= s.batch_id:
-            pipe.unwatch()
+    ttl_s = params.ttl_s
+    with guarded(client, keys.state, s.batch_id) as pipe:
+        if pipe is None:
             return False
+        server_fields = [total_field("max_event_us", srv) for srv in params.servers] if params.per_server else []
+        prev_max, *prev_servers = pipe.hmget(keys.state, ["max_event_us", *server_fields])
         batch_max = s.max_event_us
         known = [v for v in (batch_max, int(prev_max) if prev_max else None) if v is not None]
         running_max = max(known) if known else None
-        next_wm = next_watermark(s.watermark_ms, running_max, params.delay_ms)
-        record = batch_record(s, next_wm, running_max)
+        if s.next_watermark_ms is not None:  # per-server: combined from each input's watermark by the sink
+            next_wm = max(s.watermark_ms, s.next_watermark_ms)
+        else:
+            next_wm = next_watermark(s.watermark_ms, running_max, params.delay_ms)
+        record = batch_record(s, next_wm, running_max, params.delay_ms)
+        server_max = {srv: int(v) for srv, v in zip(params.servers, prev_servers, strict=True) if v}
+        if params.per_server:
+            driver = policy_max({k: event_ms(v) for k, v in server_max.items()}, params.servers, params.policy)
+        else:
+            driver = event_ms(int(prev_max)) if prev_max else None
+        tradeoff = _tradeoff_counts(s.windows, driver)
+        for srv, st in s.servers.items():
+            top = st.input_max_us(params.idle_timeout_ms is not None)
+            if srv in params.servers and top is not None:
+                server_max[srv] = max(top, server_max.get(srv, top))
+        keep_from = min(parse_entry_id(s.start_id), (s.batch_ts_ms - params.stream_keep_ms, 0))
+        for follower in params.followers:  # a lane's committed ID only grows: reading it early is safe
+            done = pipe.hget(KeySchema(follower).state, "committed_id")
+            keep_from = min(keep_from, parse_entry_id(done) if done else (0, 0))
 
         pipe.multi()
         totals: dict[str, int] = {"input": s.input, "parsed": s.parsed, "quarantined": len(s.bad),
@@ -191,6 +310,8 @@ def commit_batch(client: redis.Redis, keys: KeySchema, s: BatchSummary, params: 
             totals[total_field("dropped", name)] = st.dropped
             totals[total_field("late", name)] = st.late
             totals[total_field("rows", name)] = st.rows
+            totals[total_field("ticks", name)] = st.ticks
+        totals["ticks"] = s.ticks
         for reason, n in record["bad"].items():
             totals[total_field("bad", reason)] = n
         for f, n in totals.items():
@@ -199,6 +320,15 @@ def commit_batch(client: redis.Redis, keys: KeySchema, s: BatchSummary, params: 
         if s.servers:
             pipe.sadd(keys.servers, *s.servers)
             pipe.expire(keys.servers, ttl_s)
+        seen = {srv: st.max_ingest_us // 1000 for srv, st in s.servers.items() if st.max_ingest_us is not None}
+        if seen:
+            pipe.hset(keys.seen, mapping=seen)
+            pipe.expire(keys.seen, ttl_s)
+        if tradeoff:
+            pipe.hset(keys.tradeoff, GRID_FIELD, json.dumps(GRID_MS))
+            for f, n in tradeoff.items():
+                pipe.hincrby(keys.tradeoff, f, n)
+            pipe.expire(keys.tradeoff, ttl_s)
 
         index: dict[str, int] = {}
         for w in s.windows:
@@ -237,14 +367,16 @@ def commit_batch(client: redis.Redis, keys: KeySchema, s: BatchSummary, params: 
             "watermark_ms": s.watermark_ms,
             "next_watermark_ms": next_wm,
             "max_event_us": running_max if running_max is not None else "",
+            **{total_field("max_event_us", srv): v for srv, v in server_max.items()},
+            "delay_ms": params.delay_ms,
             "committed_id": s.end_id,
             "params": json.dumps(params.semantic(), sort_keys=True),
             "trigger_ms": params.trigger_ms,
             "updated_ms": now_ms(),
         })
-        # Entries before this batch's start are in a batch Spark has committed: safe to trim.
-        keep_from = min(parse_entry_id(s.start_id), (s.batch_ts_ms - params.stream_keep_ms, 0))
-        if keep_from > (0, 0):
+        # Entries before this batch's start are in a batch Spark has committed (and so are those below
+        # every follower lane's committed ID): safe to trim.
+        if params.trims and keep_from > (0, 0):
             pipe.xtrim(keys.events, minid=f"{keep_from[0]}-{keep_from[1]}", approximate=True)
         pipe.xadd(keys.commits, {"batch": s.batch_id, "end_id": s.end_id}, maxlen=1000, approximate=True)
         pipe.execute()

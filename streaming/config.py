@@ -15,6 +15,8 @@ from urllib.parse import urlsplit
 from streaming.timeutil import format_duration_ms, parse_duration_ms
 
 DEFAULT_EMBEDDED_PORT = 6379
+WATERMARK_MODES = ("global", "per-server")
+WATERMARK_POLICIES = ("min", "max")
 _NAMESPACE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 
 
@@ -41,6 +43,13 @@ class Config:
     key_ttl_ms: int | None = None  # how long keys outlive their last write; None = RETENTION
     max_future_skew_ms: int | None = 300_000  # events further ahead of their ingest time are quarantined
     known_servers: frozenset[str] | None = None  # None: any server name is accepted
+    watermark_mode: str = "global"  # "per-server": each known server is its own input with its own watermark
+    watermark_policy: str = "min"  # how Spark combines per-server watermarks (multipleWatermarkPolicy)
+    idle_timeout_ms: int | None = None  # per-server mode: a server silent this long stops holding the watermark
+    input_namespace: str | None = None  # read another namespace's input stream (lab lanes); None: our own
+    lanes: tuple[str, ...] = ()  # lab lanes run beside this pipeline over the same input (see streaming.lanes)
+    lab_trigger_ms: int = 5_000  # trigger of the lab lanes and the online query: they share the cores
+    online_timeout_ms: int = 30_000  # event time without an event after which a player is offline
 
     def __post_init__(self) -> None:
         _check(self.window_ms > 0, "WINDOW", "must be positive")
@@ -66,6 +75,30 @@ class Config:
                "must not be negative")
         _check(self.known_servers is None or (len(self.known_servers) > 0 and all(self.known_servers)),
                "KNOWN_SERVERS", "must list at least one server name")
+        _check(self.watermark_mode in WATERMARK_MODES, "WATERMARK_MODE",
+               f"{self.watermark_mode!r} must be one of {', '.join(WATERMARK_MODES)}")
+        _check(self.watermark_policy in WATERMARK_POLICIES, "WATERMARK_POLICY",
+               f"{self.watermark_policy!r} must be one of {', '.join(WATERMARK_POLICIES)}")
+        _check(self.watermark_mode != "per-server" or self.known_servers is not None, "WATERMARK_MODE",
+               "per-server needs KNOWN_SERVERS: Spark needs one input per server when the query starts")
+        _check(self.idle_timeout_ms is None or self.idle_timeout_ms > 0, "IDLE_TIMEOUT", "must be positive or off")
+        from streaming.lanes import LANES  # the lane catalogue builds on this module
+
+        _check(all(lane in LANES for lane in self.lanes), "LAB_LANES",
+               f"{','.join(self.lanes)!r}: choose from {', '.join(LANES)}")
+        _check(self.idle_timeout_ms is None or self.watermark_mode == "per-server"
+               or any(LANES[lane].idle for lane in self.lanes), "IDLE_TIMEOUT",
+               "only applies with WATERMARK_MODE=per-server or an idle lane in LAB_LANES "
+               "(one global watermark is never held back by a single server)")
+        _check(self.lab_trigger_ms > 0, "LAB_TRIGGER", "must be positive")
+        _check(self.online_timeout_ms > 0, "ONLINE_TIMEOUT",
+               f"({format_duration_ms(max(0, self.online_timeout_ms))}) must be positive: a player with no event "
+               "for this long in event time counts as offline")
+
+    @property
+    def input_stream(self) -> str:
+        """The stream key this pipeline reads (a lab lane reads its parent's)."""
+        return f"{self.input_namespace or self.namespace}:events"
 
     @property
     def is_sliding(self) -> bool:
@@ -98,6 +131,12 @@ class Config:
             progress_history=_int(env, "PROGRESS_HISTORY", cls.progress_history),
             max_future_skew_ms=_optional_duration(env, "MAX_FUTURE_SKEW", cls.max_future_skew_ms),
             known_servers=_name_set(env, "KNOWN_SERVERS"),
+            watermark_mode=env.get("WATERMARK_MODE", cls.watermark_mode).strip(),
+            watermark_policy=env.get("WATERMARK_POLICY", cls.watermark_policy).strip(),
+            idle_timeout_ms=_optional_duration(env, "IDLE_TIMEOUT", cls.idle_timeout_ms),
+            lanes=_lane_list(env, "LAB_LANES"),
+            lab_trigger_ms=_duration(env, "LAB_TRIGGER", cls.lab_trigger_ms),
+            online_timeout_ms=_duration(env, "ONLINE_TIMEOUT", cls.online_timeout_ms),
         )
 
 
@@ -140,6 +179,19 @@ def _name_set(env: Mapping[str, str], var: str) -> frozenset[str] | None:
     names = frozenset(n.strip() for n in raw.split(","))
     if "" in names:
         raise ConfigError(f"{var}={raw!r} has an empty name; use a comma-separated list like A,B,C")
+    return names
+
+
+def _lane_list(env: Mapping[str, str], var: str) -> tuple[str, ...]:
+    from streaming.lanes import LANES  # the lane catalogue, kept beside the code that builds lanes
+
+    raw = (env.get(var) or "").strip()
+    names = tuple(n.strip() for n in raw.split(",") if n.strip()) if raw else ()
+    unknown = [n for n in names if n not in LANES]
+    if unknown:
+        raise ConfigError(f"{var}={raw!r}: unknown lane {', '.join(unknown)}; choose from {', '.join(LANES)}")
+    if len(set(names)) != len(names):
+        raise ConfigError(f"{var}={raw!r} names a lane twice")
     return names
 
 

@@ -29,6 +29,12 @@ from streaming.timeutil import iso_from_us, parse_iso_us
 
 PAYLOAD_FIELD = "e"
 KINDS = ("login", "heartbeat", "logout")
+IDLE_KIND = "idle"
+"""An idle marker: the pipeline's declaration that a silent server has nothing older than its event time
+(``streaming.idleness``). It moves that server's watermark in per-server lanes with idleness on and is never
+counted as an event or a player."""
+IDLE_PLAYER = "*"
+ACCEPTED_KINDS = (*KINDS, IDLE_KIND)
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +59,10 @@ class Event:
     def fields(self) -> dict[str, bytes]:
         """The stream entry's fields, ready for ``XADD``."""
         return {PAYLOAD_FIELD: self.payload()}
+
+
+def idle_marker(server: str, event_time_us: int) -> Event:
+    return Event(server, IDLE_PLAYER, event_time_us, IDLE_KIND)
 
 
 @dataclass(frozen=True)
@@ -133,8 +143,8 @@ def parse_payload(payload: bytes, entry_id: str, rules: Rules = NO_RULES) -> Eve
             return bad("future_timestamp", f"event_time {ts} is {ahead_us / 1e6:.3f} s ahead of its ingest time "
                                            f"(at most {rules.max_future_skew_ms / 1000:g} s allowed)")
     kind = doc.get("kind")
-    if kind is not None and kind not in KINDS:
-        return bad("bad_value", f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
+    if kind is not None and kind not in ACCEPTED_KINDS:
+        return bad("bad_value", f"kind must be one of {', '.join(ACCEPTED_KINDS)}, got {kind!r}")
     event_id = doc.get("event_id")
     if event_id is not None and not isinstance(event_id, (str, int)):
         return bad("bad_type", f"event_id must be a string, got {event_id!r}")

@@ -15,7 +15,8 @@ Two layers, so tests and replays never sleep:
   injected :class:`Clock`, many per round trip, then sleeps until the next one.
 
 ``python -m streaming.generator --scenario overseas-lag --rate 1000``; see
-``--help``. Scenarios live in :data:`SCENARIOS`; a new one is a new
+``--help``. With ``--follow`` it runs whatever ``{ns}:control`` asks for
+(``streaming.follow``). Scenarios live in :data:`SCENARIOS`; a new one is a new
 :class:`Scenario` value, usually :meth:`Scenario.replace_server` of an old one.
 """
 
@@ -138,7 +139,8 @@ class BurstModel:
 
 @dataclass(frozen=True)
 class Outage:
-    """A server is unreachable from ``start_ms`` (after the simulation start) for ``duration_ms``.
+    """A server is unreachable from ``start_ms`` (after the simulation start) for ``duration_ms``,
+    and again every ``every_ms`` after that if set, so an endless live run keeps showing it.
 
     With ``backfill`` it keeps playing and delivers the buffered events when the
     link returns; without, it is idle (produces nothing) for that time.
@@ -147,11 +149,16 @@ class Outage:
     start_ms: int
     duration_ms: int
     backfill: bool = True
+    every_ms: int | None = None
 
     def __post_init__(self) -> None:
         if self.start_ms < 0 or self.duration_ms <= 0:
             raise ConfigError(
                 f"outage needs start_ms >= 0 and duration_ms > 0, got {self.start_ms} and {self.duration_ms}"
+            )
+        if self.every_ms is not None and self.every_ms <= self.duration_ms:
+            raise ConfigError(
+                f"outage every_ms ({self.every_ms}) must be longer than duration_ms ({self.duration_ms})"
             )
 
 
@@ -239,7 +246,38 @@ _LATE_BURST = replace(
     description="overseas-lag, and every 60 s a 5 s chunk of C's events arrives 2-5 min late",
 )
 
-SCENARIOS: dict[str, Scenario] = {s.name: s for s in (_STEADY, _OVERSEAS_LAG, _LATE_BURST)}
+OUTAGE_EVERY_MS = 300_000
+"""Outages of the idle-server and outage-and-backfill scenarios recur this often in an endless run."""
+_IDLE_SERVER = replace(
+    _STEADY.replace_server("B", outages=(Outage(30_000, 90_000, backfill=False, every_ms=OUTAGE_EVERY_MS),)),
+    name="idle-server",
+    description="steady, but B goes silent 30 s after the start for 90 s (again every 5 min): no events at all, "
+                "so a per-server watermark would stall on B",
+)
+_CLOCK_SKEW = replace(
+    _STEADY.replace_server("A", clock_skew_ms=20_000),
+    name="clock-skew",
+    description="steady, but A's clock runs 20 s ahead: its events are accepted (under MAX_FUTURE_SKEW) and "
+                "drag the watermark 20 s forward, so B and C look 20 s late",
+)
+_OUTAGE_AND_BACKFILL = replace(
+    _STEADY.replace_server("C", outages=(Outage(30_000, 60_000, backfill=True, every_ms=OUTAGE_EVERY_MS),)),
+    name="outage-and-backfill",
+    description="steady, but C loses its link 30 s after the start for 60 s (again every 5 min) and then "
+                "delivers the whole backlog at once",
+)
+
+SCENARIOS: dict[str, Scenario] = {s.name: s for s in (_STEADY, _OVERSEAS_LAG, _LATE_BURST, _IDLE_SERVER,
+                                                       _CLOCK_SKEW, _OUTAGE_AND_BACKFILL)}
+
+
+LOST_REDIS = (redis.ConnectionError, redis.TimeoutError, OSError)
+"""What losing Redis looks like to the writer: its raw reply path raises OSError."""
+
+
+def scenarios_help() -> str:
+    """Every scenario with its description, for a command's ``--help``."""
+    return "scenarios: " + "; ".join(f"{s.name}: {s.description}" for s in SCENARIOS.values())
 
 
 def get_scenario(name: str) -> Scenario:
@@ -341,8 +379,8 @@ class _ServerState:
         self.burst_spec = None if profile.burst is None else (
             start_us + profile.burst.offset_ms * 1000, profile.burst.period_ms * 1000, profile.burst.duration_ms * 1000)
         self.burst_late = [-1, 0]  # [window, lateness_us] of the current chunk
-        self.outages = tuple((start_us + o.start_ms * 1000, start_us + (o.start_ms + o.duration_ms) * 1000, o.backfill)
-                             for o in profile.outages)
+        self.outages = tuple((start_us + o.start_ms * 1000, o.duration_ms * 1000, (o.every_ms or 0) * 1000,
+                              o.backfill) for o in profile.outages)
         self.seed = seed
 
     def burst_lateness_us(self, window: int) -> int:
@@ -482,11 +520,16 @@ class Simulator:
              skew) = pick[choose(_PICK_BITS)]
             backfill_until = 0
             if outages:
-                down = [o for o in outages if o[0] <= t < o[1]]
-                if down:
-                    if not down[0][2]:
-                        continue  # idle: the server produces nothing
-                    backfill_until = down[0][1]
+                idle = False
+                for first, length, every, backfill in outages:
+                    if t >= first:
+                        phase = (t - first) % every if every else t - first
+                        if phase < length:  # down: idle, or buffering until the link returns
+                            idle = not backfill
+                            backfill_until = t - phase + length
+                            break
+                if idle:
+                    continue  # the server produces nothing
 
             r = rand()
             if r >= churn + churn and len(online) >= target:
@@ -876,7 +919,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         prog="python -m streaming.generator",
         description="Simulated game servers writing events to the input Redis Stream (REDIS_URL, "
                     "PIPELINE_NAMESPACE from the environment).",
-        epilog="scenarios: " + "; ".join(f"{s.name}: {s.description}" for s in SCENARIOS.values()),
+        epilog=scenarios_help(),
     )
     p.add_argument("--scenario", default="steady", help="one of: " + ", ".join(SCENARIOS) + " (default: steady)")
     p.add_argument("--seed", type=int, default=None, help="random seed; the same seed, scenario, rate and start "
@@ -891,6 +934,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="entry IDs from the simulated arrival time instead of Redis' clock")
     p.add_argument("--batch-size", type=_positive_int, default=2_000, help="max XADDs per round trip (default: 2000)")
     p.add_argument("--log-every", type=float, default=5.0, help="seconds between summary lines (default: 5)")
+    p.add_argument("--follow", action="store_true",
+                   help="follow {namespace}:control (the dashboard's Lab control page, python -m streaming.control): "
+                        "--scenario and --rate only fill in what it does not set yet; a change of scenario or rate "
+                        "restarts the simulation from now, stop pauses; status in {namespace}:generator")
     return p.parse_args(argv)
 
 
@@ -903,6 +950,8 @@ def main(argv: list[str] | None = None) -> int:
         cfg = Config.from_env()
         start_us = parse_iso_us(args.start) if args.start else clock.now_us()
         seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**31)
+        if args.follow and (args.count is not None or args.start):
+            raise ConfigError("--count and --start do not apply with --follow (it runs until stopped, from now)")
         sim = Simulator(args.scenario, seed=seed, start_us=start_us, rate=args.rate, count=args.count)
     except (ConfigError, ValueError) as exc:
         print(f"generator: error: {exc}", file=sys.stderr)
@@ -918,6 +967,8 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    if args.follow:
+        return _follow(args, cfg, seed, clock, stop, progress)
     log.info("scenario=%s seed=%d rate=%s count=%s start=%s stream=%s ids=%s", sim.scenario.name, seed,
              sim.rate or "max", sim.count if sim.count is not None else "endless", iso_from_us(sim.start_us),
              key, "explicit" if args.explicit_ids else "*")
@@ -926,7 +977,8 @@ def main(argv: list[str] | None = None) -> int:
     def nap(seconds: float) -> None:
         stop.wait(seconds)
 
-    try:
+    def run() -> WriteStats:
+        nonlocal writer
         client = connect(cfg.redis_url, sleep=nap)
         writer = StreamWriter(client, key, explicit_ids=args.explicit_ids, batch_size=args.batch_size,
                               clock=None if sim.rate == 0 else clock, offset_us=clock.now_us() - sim.start_us,
@@ -934,25 +986,34 @@ def main(argv: list[str] | None = None) -> int:
         records = sim.records()
         while True:
             try:
-                stats = writer.resume(records, raw=True)
-                break
-            except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:  # the raw reply path raises OSError
+                return writer.resume(records, raw=True)
+            except LOST_REDIS as exc:
                 if stop.is_set():
-                    stats = writer.stats
-                    break
+                    return writer.stats
                 # A simulator need not be exact: the batches in flight may be lost or written twice,
                 # and the pipeline counts whatever the stream holds.
                 log.warning("lost Redis (%s); reconnecting, up to %d events in flight may be lost or doubled",
                             exc, 2 * args.batch_size)
                 writer.client = connect(cfg.redis_url, sleep=nap, attempts=1_000, max_delay_s=5.0)
+
+    return _exit_code(run, lambda: None if writer is None else writer.stats, progress, stop)
+
+
+def _exit_code(run: Callable[[], WriteStats], written: Callable[[], WriteStats | None], progress: _Progress,
+               stop: threading.Event) -> int:
+    """Run the writing loop; the process's exit code, with a last progress line whatever happened:
+    130 on a second Ctrl-C, 1 on a write or Redis error (0 if stopped while still waiting for Redis)."""
+    try:
+        stats = run()
     except KeyboardInterrupt:
-        if writer is not None:
-            progress(writer.stats, final=True)
+        if (so_far := written()) is not None:
+            progress(so_far, final=True)
         return 130
     except (WriteError, ConnectionError, redis.RedisError) as exc:
-        if writer is not None:
-            progress(writer.stats, final=True)
-        if stop.is_set() and writer is None:
+        so_far = written()
+        if so_far is not None:
+            progress(so_far, final=True)
+        if stop.is_set() and so_far is None:
             return 0  # stopped while still waiting for Redis
         print(f"generator: error: {exc}", file=sys.stderr)
         return 1
@@ -960,5 +1021,31 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _follow(args: argparse.Namespace, cfg: Config, seed: int, clock: RealClock, stop: threading.Event,
+            progress: _Progress) -> int:
+    """``--follow``: run what ``{ns}:control`` asks for (see ``streaming.follow``)."""
+    from streaming.follow import Follower  # imported here because it imports this module
+
+    def nap(seconds: float) -> None:
+        stop.wait(seconds)
+
+    log.info("following %s:control (seeding scenario=%s rate=%s where unset) seed=%d", cfg.namespace, args.scenario,
+             args.rate or "max", seed)
+    follower: Follower | None = None
+
+    def run() -> WriteStats:
+        nonlocal follower
+        client = connect(cfg.redis_url, sleep=nap)
+        follower = Follower(
+            client, KeySchema(cfg.namespace), clock=clock, scenario=args.scenario, rate=args.rate, seed=seed,
+            reconnect=lambda: connect(cfg.redis_url, sleep=nap, attempts=1_000, max_delay_s=5.0), stop=stop,
+            explicit_ids=args.explicit_ids, batch_size=args.batch_size, stream_key=args.stream, on_batch=progress)
+        return follower.follow()
+
+    return _exit_code(run, lambda: None if follower is None else follower.writer.stats, progress, stop)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    from streaming.generator import main as module_main  # one copy of this module, the one streaming.follow imports
+
+    sys.exit(module_main())

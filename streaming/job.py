@@ -8,20 +8,29 @@ Redis ends up exactly as if it had never stopped.
 
 from __future__ import annotations
 
+import json
 import logging
 import signal
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+import redis
 
 from streaming.commit import ParamsMismatch, check_params
 from streaming.config import Config, ConfigError, redact_url
+from streaming.control import read_control
+from streaming.events import idle_marker
+from streaming.idleness import IdleTicker
 from streaming.keys import KeySchema
+from streaming.lanes import LANES, lane_config, lane_namespace
 from streaming.redis_conn import connect
 from streaming.timeutil import format_duration_ms
 
 if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
 log = logging.getLogger("streaming.job")
@@ -30,11 +39,28 @@ HEALTHY_RUN_S = 120.0
 MAX_QUICK_FAILURES = 5
 
 
+@dataclass
+class Pipeline:
+    """One query the job keeps running: the configured pipeline or one of its lab lanes."""
+
+    cfg: Config
+    online: bool = False  # the online-players query (streaming.online) instead of the windowed one
+    query: StreamingQuery | None = None
+    started: float = 0.0
+    failures: int = 0
+    retry_at: float | None = None
+
+    @property
+    def name(self) -> str:
+        return f"{'online' if self.online else 'watermark'}-{self.cfg.namespace}"
+
+
 def main() -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s job %(levelname)s %(message)s", stream=sys.stderr)
     logging.getLogger("py4j").setLevel(logging.WARNING)
     try:
         cfg = Config.from_env()
+        lanes = [lane_config(cfg, lane) for lane in cfg.lanes]
     except ConfigError as exc:
         log.error("config error: %s", exc)
         return 2
@@ -46,71 +72,179 @@ def main() -> int:
         return 1
 
     from streaming.listener import ProgressListener, ProgressWriter
-    from streaming.query import build_session, params_of, start_query
+    from streaming.query import build_session, params_of
 
-    params = params_of(cfg)
-    try:
-        check_params(client, keys, params)
-    except ParamsMismatch as exc:
-        log.error("%s", exc)
-        return 2
+    wanted = requested_delay(client, keys)
+    delay_ms = cfg.delay_ms if wanted is None else wanted
+    # IDLE_TIMEOUT is for per-server pipelines (the lanes' with a global parent).
+    own = cfg if cfg.watermark_mode == "per-server" else cfg.with_(idle_timeout_ms=None)
+    pipelines = [Pipeline(c.with_(delay_ms=delay_ms)) for c in (own, *lanes)]
+    # Its own checkpoint and keys; per-player state costs far more per event than windows, so it runs on the
+    # lab trigger and leaves the cores to the windowed query.
+    pipelines.append(Pipeline(own.with_(delay_ms=delay_ms, trigger_ms=cfg.lab_trigger_ms), online=True))
+    for p in pipelines[:-1]:
+        try:
+            before = check_params(client, KeySchema(p.cfg.namespace), params_of(p.cfg))
+        except ParamsMismatch as exc:
+            log.error("%s", exc)
+            return 2
+        if before is not None and before != delay_ms:
+            log.info("namespace %s: watermark delay %s -> %s (batch records keep each batch's delay)",
+                     p.cfg.namespace, format_duration_ms(before), format_duration_ms(delay_ms))
+    register_lanes(client, keys, cfg)
 
     spark = build_session(cfg)
-    writer = ProgressWriter(cfg.redis_url, keys, ttl_s=max(1, (cfg.key_ttl_ms or cfg.retention_ms) // 1000))
+    writer = ProgressWriter(cfg.redis_url, keys, ttl_s=params_of(cfg).ttl_s)
     writer.start()
-    name = f"watermark-{cfg.namespace}"
-    spark.streams.addListener(ProgressListener(writer, name))
+    lane_writers = {p.name: ProgressWriter(p.cfg.redis_url, KeySchema(p.cfg.namespace), writer.ttl_s)
+                    for p in pipelines[1:-1]}
+    for w in lane_writers.values():
+        w.start()
+    for p in pipelines[:-1]:
+        spark.streams.addListener(ProgressListener(lane_writers.get(p.name, writer), p.name))
+    # One pipeline with idleness decides when a server is idle; its markers go into the shared input.
+    watcher = next((p.cfg for p in pipelines if p.cfg.idle_timeout_ms), None)
+    ticker = None if watcher is None else idle_ticker(client, watcher)
     stopping = threading.Event()
 
     def stop(signum: int, _frame: object) -> None:
         # Only flag it: calling into the JVM from a signal handler races the blocked py4j call.
-        log.info("signal %d: stopping the query", signum)
+        log.info("signal %d: stopping the queries", signum)
         stopping.set()
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    failures = 0
+    next_control = 0.0
     try:
         while True:
-            query = start_query(spark, cfg, query_name=name)
-            started = time.monotonic()
-            log.info(
-                "query %s running: Redis %s, namespace %s, window %s slide %s delay %s, trigger %s, checkpoint %s",
-                name, redact_url(cfg.redis_url), cfg.namespace, format_duration_ms(cfg.window_ms),
-                format_duration_ms(cfg.slide_ms), format_duration_ms(cfg.delay_ms),
-                format_duration_ms(cfg.trigger_ms), cfg.checkpoint_dir,
-            )
-            failure = run_until_stopped(query, stopping)
-            if failure is None:
+            now = time.monotonic()
+            for p in pipelines:
+                if p.query is None and (p.retry_at is None or now >= p.retry_at):
+                    start(spark, p)
+            if stopping.wait(0.5):
+                stop_all(pipelines)
                 return 0
-            # A failed batch (foreachBatch raised, Redis gone too long) is retried by restarting from the
-            # checkpoint: Spark re-runs it with the same offsets and watermark, and the commit guard makes
-            # a re-run of an already committed batch a no-op.
-            failures = 1 if time.monotonic() - started > HEALTHY_RUN_S else failures + 1
-            if failures > MAX_QUICK_FAILURES:
-                log.error("query failed %d times in a row, giving up: %s", failures, failure)
-                return 1
-            delay = min(30.0, 2.0 ** failures)
-            log.error("query failed: %s; restarting from the checkpoint in %.0fs (%d/%d)", failure, delay,
-                      failures, MAX_QUICK_FAILURES)
-            if stopping.wait(delay):
-                return 0
+            for p in pipelines:
+                failure = failed(p)
+                if failure is None:
+                    continue
+                # A failed batch (foreachBatch raised, Redis gone too long) is retried by restarting from the
+                # checkpoint: Spark re-runs it with the same offsets and watermark, and the commit guard makes
+                # a re-run of an already committed batch a no-op.
+                p.failures = 1 if time.monotonic() - p.started > HEALTHY_RUN_S else p.failures + 1
+                p.query = None
+                if p.failures > MAX_QUICK_FAILURES:
+                    log.error("query %s failed %d times in a row, giving up: %s", p.name, p.failures, failure)
+                    stop_all(pipelines)
+                    return 1
+                backoff = min(30.0, 2.0 ** p.failures)
+                p.retry_at = time.monotonic() + backoff
+                log.error("query %s failed: %s; restarting from the checkpoint in %.0fs (%d/%d)", p.name, failure,
+                          backoff, p.failures, MAX_QUICK_FAILURES)
+            if time.monotonic() >= next_control:
+                next_control = time.monotonic() + 1.0
+                wanted = requested_delay(client, keys)
+                if wanted is not None and wanted != pipelines[0].cfg.delay_ms:
+                    log.info("the presenter asked for watermark delay %s (was %s): restarting the queries",
+                             format_duration_ms(wanted), format_duration_ms(pipelines[0].cfg.delay_ms))
+                    stop_all(pipelines)
+                    for p in pipelines:
+                        p.cfg = p.cfg.with_(delay_ms=wanted)
+                        p.retry_at = None
+            if ticker is not None and watcher is not None:
+                tick_idle(client, ticker, watcher)
     finally:
         writer.close()
+        for w in lane_writers.values():
+            w.close()
 
 
-def run_until_stopped(query: StreamingQuery, stopping: threading.Event) -> str | None:
-    """Wait for a signal or the query's end; the failure's text, or None when stopped cleanly."""
+def start(spark: SparkSession, p: Pipeline) -> None:
+    from streaming.online import start_online_query
+    from streaming.query import start_query
+
+    p.query = (start_online_query if p.online else start_query)(spark, p.cfg, query_name=p.name)
+    p.started = time.monotonic()
+    c = p.cfg
+    log.info(
+        "query %s running: master %s, Redis %s, namespace %s (input %s), window %s slide %s delay %s, watermark %s%s, "
+        "trigger %s, checkpoint %s", p.name, spark.sparkContext.master, redact_url(c.redis_url), c.namespace,
+        c.input_stream, format_duration_ms(c.window_ms), format_duration_ms(c.slide_ms),
+        format_duration_ms(c.delay_ms), c.watermark_mode,
+        f" ({c.watermark_policy}, idle after {format_duration_ms(c.idle_timeout_ms)})" if c.idle_timeout_ms
+        else f" ({c.watermark_policy})" if c.watermark_mode == "per-server" else "",
+        format_duration_ms(c.trigger_ms), c.checkpoint_dir,
+    )
+
+
+def stop_all(pipelines: list[Pipeline]) -> None:
+    for p in pipelines:
+        if p.query is not None:
+            try:
+                p.query.stop()
+            except Exception as exc:  # a query that died meanwhile: nothing left to stop
+                log.warning("stopping %s: %s", p.name, str(exc).splitlines()[0])
+            p.query = None
+
+
+def failed(p: Pipeline) -> str | None:
+    """The failure's text if the query has ended, else None."""
+    if p.query is None:
+        return None
     try:
-        while not stopping.is_set() and query.isActive:
-            query.awaitTermination(0.5)
-        if stopping.is_set():
-            query.stop()
+        if p.query.isActive:
             return None
-        failure = query.exception()
-        return None if failure is None else str(failure).splitlines()[0]
-    except Exception as exc:  # awaitTermination re-raises the query's failure
+        failure = p.query.exception()
+    except Exception as exc:
         return str(exc).splitlines()[0]
+    return "stopped" if failure is None else str(failure).splitlines()[0]
+
+
+def requested_delay(client: redis.Redis, keys: KeySchema) -> int | None:
+    """The delay the presenter asked for on the dashboard, if any; a bad request is logged, not fatal."""
+    try:
+        control = read_control(client, keys)
+    except (ConfigError, redis.RedisError) as exc:
+        log.warning("cannot read the control settings: %s", exc)
+        return None
+    return None if control is None else control.delay_ms
+
+
+def register_lanes(client: redis.Redis, keys: KeySchema, cfg: Config) -> None:
+    """Tell the dashboard which lanes run beside this pipeline."""
+    docs = {lane: json.dumps({"namespace": lane_namespace(cfg.namespace, lane), "mode": LANES[lane].mode,
+                              "policy": LANES[lane].policy, "idle": LANES[lane].idle,
+                              "description": LANES[lane].description}) for lane in cfg.lanes}
+    pipe = client.pipeline(transaction=True)
+    pipe.delete(keys.lanes)
+    if docs:
+        pipe.hset(keys.lanes, mapping=docs)
+    pipe.execute()
+
+
+def idle_ticker(client: redis.Redis, watcher: Config) -> IdleTicker:
+    return IdleTicker(tuple(sorted(watcher.known_servers or ())), watcher.idle_timeout_ms or 0,
+                      max(1_000, watcher.trigger_ms), started_ms=redis_now_ms(client))
+
+
+def tick_idle(client: redis.Redis, ticker: IdleTicker, watcher: Config) -> None:
+    """Append idle markers for servers silent too long (judged on Redis' clock, the ingest clock)."""
+    try:
+        seen = {k.decode(): int(v) for k, v in client.hgetall(KeySchema(watcher.namespace).seen).items()}
+        now_ms = redis_now_ms(client)
+        due = ticker.due(now_ms, seen)
+        if due:
+            pipe = client.pipeline(transaction=False)
+            for server in due:
+                pipe.xadd(watcher.input_stream, idle_marker(server, now_ms * 1000).fields())
+            pipe.execute()
+    except redis.RedisError as exc:  # markers are best effort: the next tick tries again
+        log.warning("idle markers: %s", exc)
+
+
+def redis_now_ms(client: redis.Redis) -> int:
+    secs, micros = client.time()
+    return secs * 1000 + micros // 1000
 
 
 if __name__ == "__main__":

@@ -14,6 +14,8 @@ key                                                type    contents
                                                            ``events``; fields ``reason``, ``detail``,
                                                            ``raw``, ``batch``
 ``{ns}:state``                                     hash    ``last_batch`` (the commit guard),
+                                                           ``delay_ms`` (the last batch ran with),
+                                                           per-server mode ``max_event_us|S``,
                                                            ``watermark_ms`` (in force for last_batch),
                                                            ``next_watermark_ms`` (in force for the next
                                                            batch; windows ending at or below it are
@@ -37,9 +39,34 @@ key                                                type    contents
                                                            ``progress``: JSON from the query listener
 ``{ns}:commits``                                   stream  one entry per committed batch (``batch``),
                                                            for anyone who wants to wait on commits
+``{ns}:seen``                                      hash    server -> ingest ms of its newest event
+                                                           (what idleness is judged by)
+``{ns}:tradeoff``                                  hash    ``{server}|{bucket}`` -> (event, window)
+                                                           pairs, ``grid`` (see ``streaming.tradeoff``)
+``{ns}:lanes``                                     hash    lab lane name -> JSON (namespace, mode,
+                                                           policy, idle timeout); see ``streaming.lanes``
+``{ns}:control``                                   hash    what the presenter asks for (dashboard's Lab
+                                                           control, ``python -m streaming.control``):
+                                                           ``scenario``, ``rate``, ``generator``
+                                                           (running|stopped), ``delay_ms``, ``rev``,
+                                                           ``updated_ms``; see ``streaming.control``
+``{ns}:generator``                                 hash    what the following generator applied:
+                                                           ``state``, ``scenario``, ``rate``, ``rev``,
+                                                           ``written``, ``since_ms``, ``updated_ms``,
+                                                           ``error``
+``{ns}:online:{server}``                            set     players online now (the online query,
+                                                           ``streaming.online``)
+``{ns}:presence:counts``                           hash    per server: how many players are online
+``{ns}:presence:state``                            hash    the online query's ``last_batch`` (its own
+                                                           commit guard), ``watermark_ms``,
+                                                           ``batch_ts_ms``, ``timeout_ms``,
+                                                           ``updated_ms``
+``{ns}:presence:history``                          zset    one JSON record per online-query batch
+                                                           (online counts per server after it), score
+                                                           = its batch id
 =================================================  ======  =============================================
 
-Every key except the input stream expires ``RETENTION`` after its last write;
+Every key except the input stream and the two lab hashes expires ``RETENTION`` after its last write;
 windows leave the index once they end ``RETENTION`` before the watermark, and
 batch records beyond ``PROGRESS_HISTORY`` leave theirs.
 """
@@ -106,6 +133,42 @@ class KeySchema:
     @property
     def commits(self) -> str:
         return self._k("commits")
+
+    @property
+    def seen(self) -> str:
+        return self._k("seen")
+
+    @property
+    def tradeoff(self) -> str:
+        return self._k("tradeoff")
+
+    @property
+    def lanes(self) -> str:
+        return self._k("lanes")
+
+    @property
+    def control(self) -> str:
+        return self._k("control")
+
+    @property
+    def generator_status(self) -> str:
+        return self._k("generator")
+
+    @property
+    def presence_state(self) -> str:
+        return self._k("presence", "state")
+
+    @property
+    def presence_counts(self) -> str:
+        return self._k("presence", "counts")
+
+    @property
+    def presence_history(self) -> str:
+        return self._k("presence", "history")
+
+    def online(self, server: str) -> str:
+        """Not under ``presence``: a server may be called ``state``."""
+        return self._k("online", server)
 
     def window(self, w: WindowKey) -> str:
         return self._k("win", w.member())

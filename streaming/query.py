@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import os
 import sys
+from functools import reduce
 
-from pyspark.sql import SparkSession
-from pyspark.sql.streaming import StreamingQuery
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 
+from streaming.cluster import is_local_master, ship_package
 from streaming.commit import Params
 from streaming.config import Config
-from streaming.events import Rules
+from streaming.events import IDLE_KIND, Rules
 from streaming.keys import KeySchema
+from streaming.lanes import lane_namespace
 from streaming.sink import RedisSink
 from streaming.source import RedisStreamDataSource
 
@@ -19,27 +23,63 @@ from streaming.source import RedisStreamDataSource
 def params_of(cfg: Config) -> Params:
     return Params(window_ms=cfg.window_ms, slide_ms=cfg.slide_ms, delay_ms=cfg.delay_ms,
                   retention_ms=cfg.retention_ms, progress_history=cfg.progress_history,
-                  ttl_ms=cfg.key_ttl_ms, trigger_ms=cfg.trigger_ms)
+                  ttl_ms=cfg.key_ttl_ms, trigger_ms=cfg.trigger_ms, mode=cfg.watermark_mode,
+                  policy=cfg.watermark_policy,
+                  servers=tuple(sorted(cfg.known_servers or ())) if cfg.watermark_mode == "per-server" else (),
+                  idle_timeout_ms=cfg.idle_timeout_ms, trims=cfg.input_namespace is None,
+                  followers=tuple(lane_namespace(cfg.namespace, lane) for lane in cfg.lanes))
+
+
+def watermarked(events: DataFrame, cfg: Config) -> DataFrame:
+    """``withWatermark`` as the configuration asks: one watermark, or one input per server.
+
+    Per server, each known server's accepted events are an input of their own with their own
+    ``withWatermark`` and Spark combines them by ``multipleWatermarkPolicy`` (set when the query starts;
+    Spark then keeps it in the checkpoint). Quarantined rows, and idle markers where idleness is off,
+    go through an input without a watermark: they must reach the sink but never move a watermark.
+    Each input scans the source again, so per-server mode costs a read per server.
+    """
+    delay = f"{cfg.delay_ms} milliseconds"
+    marker = F.coalesce(F.col("kind") == IDLE_KIND, F.lit(False))
+    if cfg.watermark_mode == "global":
+        timed = F.when(marker, F.lit(None)).otherwise(F.col("event_time"))
+        return events.withColumn("event_time", timed).withWatermark("event_time", delay)
+    servers = sorted(cfg.known_servers or ())
+    counted = F.col("error").isNull()
+    if cfg.idle_timeout_ms is None:
+        counted = counted & ~marker
+    inputs = [events.where(counted & (F.col("server") == s)).withWatermark("event_time", delay) for s in servers]
+    rest = events.where(~F.coalesce(counted & F.col("server").isin(servers), F.lit(False)))
+    return reduce(DataFrame.unionByName, [*inputs, rest])
 
 
 def build_session(cfg: Config, app_name: str = "watermark-pipeline", ui: bool = True) -> SparkSession:
+    """On a local master everything binds to 127.0.0.1; on a cluster the driver takes Spark's usual
+    address (``SPARK_LOCAL_IP`` / ``spark.driver.host``) so executors can reach it, and the
+    ``streaming`` package is shipped to the executors."""
+    local = is_local_master(cfg.spark_master)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    if local:
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    builder = SparkSession.builder.appName(app_name).master(cfg.spark_master)
+    if local:
+        builder = builder.config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
     builder = (
-        SparkSession.builder.appName(app_name)
-        .master(cfg.spark_master)
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.sql.session.timeZone", "UTC")
+        builder.config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.shuffle.partitions", str(max(2, cfg.source_partitions)))
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
         .config("spark.ui.enabled", "true" if ui else "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.streaming.stopActiveRunOnRestart", "true")
+        # transformWithState (the online query) needs RocksDB; the stateless main query keeps no state.
+        .config("spark.sql.streaming.stateStore.providerClass",
+                "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider")
     )
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
+    if not local:
+        ship_package(spark.sparkContext)
     spark.dataSource.register(RedisStreamDataSource)
     return spark
 
@@ -47,20 +87,28 @@ def build_session(cfg: Config, app_name: str = "watermark-pipeline", ui: bool = 
 def start_query(spark: SparkSession, cfg: Config, sink: RedisSink | None = None,
                 trigger_ms: int | None = None, query_name: str | None = None) -> StreamingQuery:
     """``source -> withWatermark -> foreachBatch(RedisSink)``; ``trigger_ms=0`` runs batches back to back."""
-    keys = KeySchema(cfg.namespace)
-    sink = sink or RedisSink(cfg.redis_url, keys, params_of(cfg), cfg.checkpoint_dir)
-    stream = (
+    sink = sink or RedisSink(cfg.redis_url, KeySchema(cfg.namespace), params_of(cfg), cfg.checkpoint_dir)
+    writer = read_events(spark, cfg).writeStream.foreachBatch(sink).option("checkpointLocation", cfg.checkpoint_dir)
+    return with_trigger(writer, cfg, trigger_ms).queryName(query_name or f"watermark-{cfg.namespace}").start()
+
+
+def read_events(spark: SparkSession, cfg: Config) -> DataFrame:
+    """The event stream with its watermark(s), as every query of the job reads it (quarantined rows and idle
+    markers included)."""
+    events = (
         spark.readStream.format("redis_stream")
         .option("url", cfg.redis_url)
-        .option("stream", keys.events)
+        .option("stream", cfg.input_stream)
         .option("partitions", str(cfg.source_partitions))
         .option("maxEventsPerBatch", str(cfg.max_events_per_batch))
         .options(**Rules(cfg.max_future_skew_ms, cfg.known_servers).to_options())
         .load()
-        .withWatermark("event_time", f"{cfg.delay_ms} milliseconds")
     )
-    writer = stream.writeStream.foreachBatch(sink).option("checkpointLocation", cfg.checkpoint_dir)
+    # Read when the query starts and kept in its checkpoint from then on.
+    spark.conf.set("spark.sql.streaming.multipleWatermarkPolicy", cfg.watermark_policy)
+    return watermarked(events, cfg)
+
+
+def with_trigger(writer: DataStreamWriter, cfg: Config, trigger_ms: int | None) -> DataStreamWriter:
     interval = cfg.trigger_ms if trigger_ms is None else trigger_ms
-    if interval > 0:
-        writer = writer.trigger(processingTime=f"{interval} milliseconds")
-    return writer.queryName(query_name or f"watermark-{cfg.namespace}").start()
+    return writer.trigger(processingTime=f"{interval} milliseconds") if interval > 0 else writer

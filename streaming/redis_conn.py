@@ -19,6 +19,20 @@ TRANSIENT = (redis.ConnectionError, redis.TimeoutError)
 """Errors a Redis restart or failover causes (``BusyLoadingError`` while it reloads the AOF is one)."""
 
 
+class DriverClient:
+    """A Redis client made on first use on the driver, for the foreachBatch sinks (``redis_url`` is set by the
+    subclass): the sink object is built before Redis may be up, and a client cannot be pickled."""
+
+    redis_url: str
+    _client: redis.Redis | None = None
+
+    @property
+    def client(self) -> redis.Redis:
+        if self._client is None:
+            self._client = redis.Redis.from_url(self.redis_url, socket_keepalive=True, socket_timeout=60)
+        return self._client
+
+
 def connect(url: str, *, attempts: int = 30, base_delay_s: float = 0.1, max_delay_s: float = 2.0,
             sleep: Callable[[float], None] = time.sleep) -> redis.Redis:
     """A client that has answered PING; retries with exponential backoff so processes

@@ -11,47 +11,89 @@ groups, is what makes the dropped counts exact.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable
 
-import redis
-from pyspark import StorageLevel
-from pyspark.sql import DataFrame
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from streaming.checkpoint import read_offset_log
 from streaming.commit import BadRow, BatchSummary, Lag, Params, ServerStats, WindowAgg, commit_batch
+from streaming.events import IDLE_KIND, parse_entry_id
 from streaming.keys import KeySchema
-from streaming.redis_conn import with_retry
+from streaming.redis_conn import DriverClient, with_retry
+from streaming.watermarks import ServerWatermarks
+from streaming.windows import event_ms
 
 log = logging.getLogger(__name__)
 
 
+# Tags of the rows the single aggregation produces (column ``tag``).
+WINDOW, INGEST_LAG, PROCESSING_LAG, BAD, TICK = 0, 1, 2, 3, 4
+
+
 def summarize(df: DataFrame, batch_id: int, watermark_ms: int, batch_ts_ms: int,
               start_id: str, end_id: str, params: Params) -> BatchSummary:
-    """Everything the batch contributes, computed in Spark, collected small."""
-    wm_us = watermark_ms * 1000
-    ev_us = F.unix_micros("event_time")
-    parsed = df.where(F.col("error").isNull())
-    win = F.window("event_time", f"{params.window_ms} milliseconds", f"{params.slide_ms} milliseconds")
-    pairs = parsed.select(
-        "server", "player_id", ev_us.alias("ev_us"),
-        F.unix_micros(win.start).alias("ws"), F.unix_micros(win.end).alias("we"),
-    ).select(
-        "server", "player_id", "ws", "we",
-        (F.col("we") <= F.lit(wm_us)).alias("closed"),
-        ((F.col("we") > F.lit(wm_us)) & (F.col("ev_us") < F.lit(wm_us))).alias("late"),
+    """Everything the batch contributes, from one Spark job whose result is small.
+
+    Each input row becomes tagged items: one per window it falls in (keyed by
+    window, player and closed), one per lag figure (keyed by the lag in
+    microseconds, exact integers) or one describing a quarantined entry. One
+    hash aggregation counts them all, so the batch costs one job and one
+    shuffle, nothing is cached, and exact percentiles come from the lag
+    histograms (:meth:`Lag.from_histogram`).
+    """
+    wm_us, now_us = watermark_ms * 1000, F.lit(batch_ts_ms * 1000)
+    ev = F.unix_micros("event_time")
+    length_us, slide_us = params.window_ms * 1000, params.slide_ms * 1000
+    last_start = ev - F.pmod(ev, F.lit(slide_us))  # floor, as windows.window_ranges
+    # Written out per k, not with transform/filter: higher-order functions are interpreted, this is codegen.
+    starts = [last_start - k * slide_us for k in range(-(-length_us // slide_us))]
+
+    def item(tag: int, a: Column, b: Column, closed: Column, late: Column, keep: Column) -> Column:
+        return F.struct(F.lit(tag).alias("tag"), a.alias("a"), b.alias("b"), closed.alias("closed"),
+                        late.cast("int").alias("late"), ev.alias("ev"), keep.alias("keep"))
+
+    no_str, no, yes = F.lit(None).cast("string"), F.lit(False), F.lit(True)
+    good = F.array(
+        *[item(WINDOW, s, F.col("player_id"), s + length_us <= wm_us, (s + length_us > wm_us) & (ev < wm_us),
+               s + length_us > ev) for s in starts],
+        item(INGEST_LAG, F.unix_micros("ingest_time") - ev, no_str, no, no, yes),
+        item(PROCESSING_LAG, now_us - ev, no_str, no, no, yes),
     )
-    # One row per (window, server, player, closed): enough for exact counts and exact distinct players.
-    # Collected as Arrow, not Rows: with many players this is the largest thing the driver receives.
-    grouped = pairs.groupBy("ws", "we", "server", "player_id", "closed").agg(
-        F.count(F.lit(1)).alias("n"), F.sum(F.col("late").cast("long")).alias("late")
-    ).toArrow()
+    bad = F.array(F.struct(
+        F.lit(BAD).alias("tag"), F.lit(0).cast("long").alias("a"),
+        F.to_json(F.struct("entry_id", "error", "error_detail", "raw")).alias("b"), no.alias("closed"),
+        F.lit(0).alias("late"), F.lit(None).cast("long").alias("ev"), yes.alias("keep"),
+    ))
+    tick = F.array(item(TICK, F.lit(0).cast("long"), no_str, no, no, yes))
+    items = df.select("server", F.explode(
+        F.when(F.col("error").isNotNull(), bad).when(F.col("kind") == IDLE_KIND, tick).otherwise(good)).alias("i"))
+    result = (
+        items.where("i.keep").select("server", "i.tag", "i.a", "i.b", "i.closed", "i.late", "i.ev")
+        .groupBy("tag", "server", "a", "b", "closed")
+        .agg(F.count(F.lit(1)).alias("n"), F.sum("late").alias("late"), F.min("ev").alias("min_ev"),
+             F.max("ev").alias("max_ev"))
+        .toArrow()
+    )
+    return _from_aggregate(result, batch_id, watermark_ms, batch_ts_ms, start_id, end_id, params)
+
+
+def _from_aggregate(t: pa.Table, batch_id: int, watermark_ms: int, batch_ts_ms: int, start_id: str,
+                    end_id: str, params: Params) -> BatchSummary:
+    tags = t.column("tag")
+
+    def rows(tag: int, *names: str) -> list[list]:
+        part = t.filter(pc.equal(tags, tag)).sort_by([(name, "ascending") for name in names[:2]])
+        return [part.column(name).to_pylist() for name in names]
 
     windows: dict[tuple[int, int, str], WindowAgg] = {}
-    columns = [grouped.column(name).to_pylist() for name in ("ws", "we", "server", "player_id", "closed", "n", "late")]
-    for ws, we, server, player, closed, n, late in zip(*columns, strict=True):
-        key = (ws // 1000, we // 1000, server)
+    for ws, server, player, closed, n, late in zip(*rows(WINDOW, "a", "server", "b", "closed", "n", "late"),
+                                                    strict=True):
+        key = (ws // 1000, (ws // 1000) + params.window_ms, server)
         w = windows.get(key)
         if w is None:
             w = windows[key] = WindowAgg(*key)
@@ -62,43 +104,38 @@ def summarize(df: DataFrame, batch_id: int, watermark_ms: int, batch_ts_ms: int,
             w.late += late
             w.players.add(player)
 
-    ingest_lag = (F.unix_micros("ingest_time") - ev_us) / 1000.0
-    proc_lag = F.lit(batch_ts_ms) - ev_us / 1000.0
-    per_server = df.groupBy("server").agg(
-        F.count(F.lit(1)).alias("rows"),
-        F.min(ev_us).alias("min_us"),
-        F.max(ev_us).alias("max_us"),
-        F.percentile(ingest_lag, [0.5, 0.95]).alias("ingest_p"),
-        F.max(ingest_lag).alias("ingest_max"),
-        F.percentile(proc_lag, [0.5, 0.95]).alias("proc_p"),
-        F.max(proc_lag).alias("proc_max"),
-    ).collect()
-
     servers: dict[str, ServerStats] = {}
-    bad_rows = 0
-    for row in per_server:
-        if row.server is None:  # entries that did not parse have no server
-            bad_rows = row.rows
+    hist: dict[tuple[int, str], tuple[list[int], list[int]]] = {}
+    for tag in (INGEST_LAG, PROCESSING_LAG):
+        for server, lag_us, n, lo, hi in zip(*rows(tag, "server", "a", "n", "min_ev", "max_ev"), strict=True):
+            values, counts = hist.setdefault((tag, server), ([], []))
+            values.append(lag_us)
+            counts.append(n)
+            if tag == INGEST_LAG:
+                st = servers.get(server)
+                if st is None:
+                    st = servers[server] = ServerStats(min_event_us=lo, max_event_us=hi)
+                st.rows += n
+                st.min_event_us = min(st.min_event_us, lo)  # type: ignore[type-var]
+                st.max_event_us = max(st.max_event_us, hi)  # type: ignore[type-var]
+                st.max_ingest_us = max(st.max_ingest_us or 0, hi + lag_us)  # the group's newest arrival
+    for server, n, hi in zip(*rows(TICK, "server", "n", "max_ev"), strict=True):
+        st = servers.setdefault(server, ServerStats())
+        st.ticks, st.max_tick_us = n, hi
+    for server, st in servers.items():
+        if not st.rows:
             continue
-        servers[row.server] = ServerStats(
-            rows=row.rows, min_event_us=row.min_us, max_event_us=row.max_us,
-            ingest_lag_ms=Lag(row.ingest_p[0], row.ingest_p[1], row.ingest_max),
-            processing_lag_ms=Lag(row.proc_p[0], row.proc_p[1], row.proc_max),
-        )
+        st.ingest_lag_ms = Lag.from_histogram(*hist[(INGEST_LAG, server)])
+        st.processing_lag_ms = Lag.from_histogram(*hist[(PROCESSING_LAG, server)])
     for w in windows.values():
         st = servers[w.server]
         st.events += w.events
         st.dropped += w.dropped
         st.late += w.late
 
-    bad: list[BadRow] = []
-    if bad_rows:
-        bad = [
-            BadRow(r.entry_id, r.error, r.error_detail or "", r.raw or "")
-            for r in df.where(F.col("error").isNotNull())
-            .select("entry_id", "error", "error_detail", "raw").collect()
-        ]
-        bad.sort(key=lambda b: tuple(int(x) for x in b.entry_id.split("-")))
+    bad = [BadRow(d["entry_id"], d["error"], d.get("error_detail") or "", d.get("raw") or "")
+           for d in map(json.loads, rows(BAD, "b")[0])]
+    bad.sort(key=lambda b: parse_entry_id(b.entry_id))
 
     return BatchSummary(
         batch_id=batch_id, watermark_ms=watermark_ms, batch_ts_ms=batch_ts_ms, start_id=start_id,
@@ -107,7 +144,7 @@ def summarize(df: DataFrame, batch_id: int, watermark_ms: int, batch_ts_ms: int,
     )
 
 
-class RedisSink:
+class RedisSink(DriverClient):
     """The callable handed to ``foreachBatch``; holds the Redis client on the driver."""
 
     def __init__(self, redis_url: str, keys: KeySchema, params: Params, checkpoint_dir: str,
@@ -117,13 +154,9 @@ class RedisSink:
         self.params = params
         self.checkpoint_dir = checkpoint_dir
         self.on_commit = on_commit
-        self._client: redis.Redis | None = None
-
-    @property
-    def client(self) -> redis.Redis:
-        if self._client is None:
-            self._client = redis.Redis.from_url(self.redis_url, socket_keepalive=True, socket_timeout=60)
-        return self._client
+        # One sink per query run, like Spark's per-input watermark map, which is not checkpointed.
+        self.watermarks = (ServerWatermarks(params.servers, params.delay_ms, params.policy)
+                           if params.per_server else None)
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
         spark = df.sparkSession
@@ -133,12 +166,9 @@ class RedisSink:
         if batch_id > 0:
             prev = read_offset_log(self.checkpoint_dir, batch_id - 1, spark)
             start_id = (prev.source_offsets[0] or {}).get("id", "0-0")
-        cached = df.persist(StorageLevel.MEMORY_AND_DISK)
-        try:
-            summary = summarize(cached, batch_id, entry.watermark_ms, entry.batch_ts_ms, start_id, end_id,
-                                self.params)
-        finally:
-            cached.unpersist()
+        summary = summarize(df, batch_id, entry.watermark_ms, entry.batch_ts_ms, start_id, end_id, self.params)
+        if self.watermarks is not None:
+            self._per_server(summary)
         # Guarded by the batch id, so retrying after a lost reply cannot count twice.
         applied = with_retry(lambda: commit_batch(self.client, self.keys, summary, self.params),
                              f"commit of batch {batch_id}")
@@ -146,3 +176,16 @@ class RedisSink:
             log.info("batch %d already in Redis (replayed after a restart): skipped", batch_id)
         if self.on_commit is not None:
             self.on_commit(summary, applied)
+
+    def _per_server(self, summary: BatchSummary) -> None:
+        """Advance the per-input watermarks with what each server's input saw (idle markers too, where
+        idleness is on: they are in that input), as Spark does after running the batch."""
+        assert self.watermarks is not None
+        idle = self.params.idle_timeout_ms is not None
+        seen: dict[str, int] = {}
+        for server, st in summary.servers.items():
+            top = st.input_max_us(idle)
+            if top is not None:
+                seen[server] = event_ms(top)
+        summary.server_watermarks = self.watermarks.update(seen)
+        summary.next_watermark_ms = self.watermarks.combined(summary.watermark_ms)

@@ -16,8 +16,8 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-import orjson
 import pyarrow as pa
+import pyarrow.compute as pc
 import redis
 from pyspark.sql.datasource import (
     DataSource,
@@ -28,7 +28,7 @@ from pyspark.sql.datasource import (
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 from pyspark.sql.types import StructType
 
-from streaming.events import KINDS, NO_RULES, PAYLOAD_FIELD, BadEntry, Rules, parse_entry
+from streaming.events import ACCEPTED_KINDS, NO_RULES, PAYLOAD_FIELD, BadEntry, Rules, parse_entry
 from streaming.events import parse_entry_id as parse_id
 from streaming.redis_conn import TRANSIENT, with_retry
 from streaming.timeutil import parse_iso_us
@@ -104,14 +104,19 @@ def split_range(lo: str, hi: str, parts: int, lo_inclusive: bool = False) -> lis
     ]
 
 
+_PAYLOAD = PAYLOAD_FIELD.encode()
 _CLIENTS: dict[str, redis.Redis] = {}
 
 
 def _client(url: str) -> redis.Redis:
-    """One client per Python worker process: workers are reused across batches."""
+    """One client per Python worker process: workers are reused across batches.
+
+    Its XRANGE replies stay as hiredis builds them (``[id, [k, v, ...]]``): redis-py's conversion to
+    ``(id, {k: v})`` cost more than the read itself."""
     client = _CLIENTS.get(url)
     if client is None:
         client = _CLIENTS[url] = redis.Redis.from_url(url, socket_keepalive=True)
+        client.set_response_callback("XRANGE", lambda response, **_: response)
     return client
 
 
@@ -130,60 +135,110 @@ def read_range(url: str, stream: str, part: StreamRange, chunk: int = READ_CHUNK
         lo = "(" + entries[-1][0].decode()
 
 
-_PAYLOAD = PAYLOAD_FIELD.encode()
-_KINDS = frozenset(KINDS)
+# The shape of a well-formed event as writers produce it: keys in the documented order, event_id and kind
+# optional, printable-ASCII strings without quote or backslash (so no escapes), a UTC timestamp with at
+# most microseconds. Entries of this shape are parsed by Arrow's compute kernels (RE2 and its ISO-8601
+# parser) a whole chunk at a time; anything else, and any doubt, goes through parse_entry, which says why.
+_WS = r"[ \t\n\r]*"
+_STR = r"[\x20\x21\x23-\x5b\x5d-\x7e]"
 
 
-def to_record_batch(entries: Sequence[tuple[bytes, dict[bytes, bytes]]], rules: Rules = NO_RULES) -> pa.RecordBatch:
+def _key(name: str, value: str) -> str:
+    return f'"{name}"{_WS}:{_WS}"(?P<{name}>{value})"'
+
+
+_TIMESTAMP = (r"[1-9]\d{3}-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12]\d|3[01])T(?:[01]\d|2[0-3]):[0-5]\d:[0-5]\d"
+              r"(?:\.\d{1,6})?Z")
+FAST_SHAPE = (
+    f"^{_WS}\\{{{_WS}"
+    f"(?:{_key('event_id', _STR + '+')}{_WS},{_WS})?"
+    f"{_key('server', _STR + '+')}{_WS},{_WS}"
+    f"{_key('player_id', _STR + '+')}{_WS},{_WS}"
+    f"(?:{_key('kind', '|'.join(ACCEPTED_KINDS))}{_WS},{_WS})?"
+    f"{_key('event_time', _TIMESTAMP)}{_WS}\\}}{_WS}$"
+)
+
+RawEntry = Sequence[Any]  # [id, [field, value, field, value, ...]] as XRANGE replies, undecoded
+
+
+def to_record_batch(entries: Sequence[RawEntry] | Sequence[tuple[bytes, Mapping[bytes, bytes]]],
+                    rules: Rules = NO_RULES) -> pa.RecordBatch:
+    """Rows for a chunk of entries, raw (``[id, [k, v, ...]]``) or as redis-py's ``(id, {k: v})``."""
     n = len(entries)
-    entry_ids: list[str] = [""] * n
-    ingest: list[int] = [0] * n
-    event_id: list[str | None] = [None] * n
-    server: list[str | None] = [None] * n
-    player: list[str | None] = [None] * n
-    kind: list[str | None] = [None] * n
-    event_time: list[int | None] = [None] * n
-    error: list[str | None] = [None] * n
-    detail: list[str | None] = [None] * n
-    raw: list[str | None] = [None] * n
-    loads, kinds, servers = orjson.loads, _KINDS, rules.servers
-    skew_us = None if rules.max_future_skew_ms is None else rules.max_future_skew_ms * 1000
-    for i, (rid, fields) in enumerate(entries):
-        eid = rid.decode()
-        entry_ids[i] = eid
-        ingest_ms = int(eid.split("-", 1)[0])
-        ingest[i] = ingest_ms * 1000
-        # Fast path for a well-formed event: the same checks as parse_payload, inline. Anything unusual
-        # (or any doubt) goes through parse_entry, which says why; tests hold the two to the same answers.
-        try:
-            doc = loads(fields[_PAYLOAD])
-            srv, ply, ts, knd, evid = (doc["server"], doc["player_id"], doc["event_time"], doc.get("kind"),
-                                       doc.get("event_id"))
-            if (type(srv) is str and srv and type(ply) is str and ply and type(ts) is str
-                    and (knd is None or knd in kinds) and (evid is None or type(evid) is str)
-                    and (servers is None or srv in servers)):
-                et = parse_iso_us(ts)
-                if skew_us is None or et - ingest_ms * 1000 <= skew_us:
-                    server[i], player[i], event_time[i], kind[i] = srv, ply, et, knd
-                    event_id[i] = eid if evid is None else evid
-                    continue
-        except Exception:  # noqa: BLE001, S110 - the full parser below reports it
-            pass
-        parsed = parse_entry(fields, eid, rules)
+    ids = [e[0] for e in entries]
+    fields = [f if isinstance(f, list) else [x for kv in f.items() for x in kv] for _, f in entries]
+    payloads = [f[1] if len(f) == 2 and f[0] == _PAYLOAD else b"" for f in fields]
+    entry_id = pa.array(ids, pa.string())
+    ingest_us = pc.multiply(pc.cast(pc.list_element(pc.split_pattern(entry_id, "-", max_splits=1), 0), pa.int64()),
+                            1000)
+    try:
+        text = pa.array(payloads, pa.string())
+    except pa.ArrowInvalid:  # some payload is not UTF-8: the full parser will say so
+        text = pa.array([p if _is_utf8(p) else b"" for p in payloads], pa.string())
+    shape = pc.extract_regex(text, FAST_SHAPE)
+    fast = pc.fill_null(shape.is_valid(), False)
+    try:
+        event_time = pc.cast(shape.field("event_time"), _TS)
+    except pa.ArrowInvalid:  # a date like Feb 30 has the shape but is no date: Python decides for the chunk
+        event_time = pa.array([parse_iso_us(t) if ok and _parses(t) else None
+                               for t, ok in zip(shape.field("event_time").to_pylist(), fast.to_pylist(),
+                                                strict=True)], _TS)
+        fast = pc.and_(fast, event_time.is_valid())
+    if rules.max_future_skew_ms is not None:
+        ahead = pc.subtract(pc.cast(event_time, pa.int64()), ingest_us)
+        fast = pc.and_(fast, pc.fill_null(pc.less_equal(ahead, rules.max_future_skew_ms * 1000), False))
+    server = shape.field("server")
+    if rules.servers is not None:
+        fast = pc.and_(fast, pc.is_in(server, value_set=pa.array(sorted(rules.servers), pa.string())))
+    # Absent optional groups come back as "", which the shape never allows for a present value.
+    event_id = pc.if_else(pc.equal(shape.field("event_id"), ""), entry_id, shape.field("event_id"))
+    kind = pc.if_else(pc.equal(shape.field("kind"), ""), pa.scalar(None, pa.string()), shape.field("kind"))
+    columns = {"entry_id": entry_id, "ingest_time": pc.cast(ingest_us, _TS), "event_id": event_id,
+               "server": server, "player_id": shape.field("player_id"), "kind": kind, "event_time": event_time,
+               "error": pa.nulls(n, pa.string()), "error_detail": pa.nulls(n, pa.string()),
+               "raw": pa.nulls(n, pa.string())}
+    if fast.false_count:
+        columns = _parse_slow(columns, pc.invert(fast), [i for i, ok in enumerate(fast.to_pylist()) if not ok],
+                              ids, fields, rules)
+    return pa.RecordBatch.from_arrays([columns[name] for name in ARROW_SCHEMA.names], schema=ARROW_SCHEMA)
+
+
+def _parse_slow(columns: dict[str, pa.Array], slow: pa.Array, rows: list[int], ids: list[bytes],
+                fields: list[list[bytes]], rules: Rules) -> dict[str, pa.Array]:
+    """Overwrite the rows the fast path did not take with parse_entry's verdict."""
+    out: dict[str, list] = {name: [] for name in ("event_id", "server", "player_id", "kind", "event_time", "error",
+                                                   "error_detail", "raw")}
+    for i in rows:
+        f = fields[i]
+        parsed = parse_entry(dict(zip(f[::2], f[1::2], strict=False)), ids[i].decode(), rules)
         if isinstance(parsed, BadEntry):
-            error[i], detail[i], raw[i] = parsed.reason, parsed.detail, parsed.raw
+            values = (None, None, None, None, None, parsed.reason, parsed.detail, parsed.raw)
         else:
-            event_id[i], server[i], player[i] = parsed.event_id, parsed.server, parsed.player_id
-            kind[i], event_time[i] = parsed.kind, parsed.event_time_us
-    return pa.RecordBatch.from_arrays(
-        [
-            pa.array(entry_ids, pa.string()), pa.array(ingest, _TS), pa.array(event_id, pa.string()),
-            pa.array(server, pa.string()), pa.array(player, pa.string()), pa.array(kind, pa.string()),
-            pa.array(event_time, _TS), pa.array(error, pa.string()), pa.array(detail, pa.string()),
-            pa.array(raw, pa.string()),
-        ],
-        schema=ARROW_SCHEMA,
-    )
+            values = (parsed.event_id, parsed.server, parsed.player_id, parsed.kind, parsed.event_time_us, None,
+                      None, None)
+        for name, v in zip(out, values, strict=True):
+            out[name].append(v)
+    merged = dict(columns)
+    for name, values in out.items():
+        typ = _TS if name == "event_time" else pa.string()
+        merged[name] = pc.replace_with_mask(columns[name], slow, pa.array(values, typ))
+    return merged
+
+
+def _is_utf8(b: bytes) -> bool:
+    try:
+        b.decode()
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def _parses(ts: str | None) -> bool:
+    try:
+        parse_iso_us(ts)  # type: ignore[arg-type]
+    except (ValueError, OverflowError):
+        return False
+    return True
 
 
 class _Options:

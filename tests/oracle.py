@@ -36,41 +36,95 @@ def windows_of(t: int, length: int, slide: int) -> list[tuple[int, int]]:
     return out
 
 
-def oracle(lines: list[dict], length: int, slide: int, delay: int, with_late: bool = False) -> dict:
-    """The check document; ``with_late`` adds each window's late-but-accepted count (``late``)."""
+Judged = tuple[dict, int, list[tuple[int, int, bool]]]
+
+
+def _run(lines: list[dict], length: int, slide: int, delay: int, per_server: str | None = None,
+         servers: str = "", idle: bool = False, delays: dict[int, int] | None = None) -> tuple[list[Judged], int]:
+    """Every line in batch order with the watermark its batch met and each window's ``(start, end, dropped)``,
+    and the watermark after the last batch. Idle markers (``"kind": "idle"``) have no windows."""
     by_batch: dict[int, list[dict]] = defaultdict(list)
     for line in lines:
         by_batch[line["batch"]].append(line)
     wm = 0
-    acc: dict[tuple[int, int, str], dict] = {}
-    batches = []
+    own: dict[str, int] = {}
+    out = []
     for label in sorted(by_batch):
-        dropped_here = 0
+        delay = (delays or {}).get(label, delay)
         max_t = None
+        max_by_server: dict[str, int] = {}
         for ev in by_batch[label]:
             t = to_ms(ev["event_time"])
+            marker = ev.get("kind") == "idle"
+            if not marker or (per_server and idle):
+                max_by_server[ev["server"]] = max(t, max_by_server.get(ev["server"], t))
+            if marker:
+                out.append((ev, wm, []))
+                continue
             max_t = t if max_t is None else max(max_t, t)
-            for start, end in windows_of(t, length, slide):
-                cell = acc.setdefault((start, end, ev["server"]), {"events": 0, "players": set(), "dropped": 0,
-                                                                  "late": 0})
-                if end <= wm:
-                    cell["dropped"] += 1
-                    dropped_here += 1
+            out.append((ev, wm, [(start, end, end <= wm) for start, end in windows_of(t, length, slide)]))
+        if per_server:
+            for server in servers:
+                if server in max_by_server:
+                    own[server] = max(own.get(server, max_by_server[server] - delay), max_by_server[server] - delay)
                 else:
-                    cell["events"] += 1
-                    cell["late"] += t < wm
-                    cell["players"].add(str(ev["player_id"]))
-        batches.append({"batch": label, "watermark": to_iso(wm), "input": len(by_batch[label]),
-                        "dropped": dropped_here})
-        if max_t is not None:
+                    own.setdefault(server, 0)
+            wm = max(wm, (min if per_server == "min" else max)(own.values()))
+        elif max_t is not None:
             wm = max(wm, max_t - delay)
+    return out, wm
+
+
+def judged(lines: list[dict], length: int, slide: int, delay: int) -> list[Judged]:
+    """Every line in batch order with the watermark its batch met and each window's ``(start, end, dropped)``."""
+    return _run(lines, length, slide, delay)[0]
+
+
+def event_status(line: dict, wm: int, windows: list[tuple[int, int, bool]]) -> str:
+    """One word per event: dropped from all windows, from some (sliding), late but accepted, or on time."""
+    dropped = sum(d for _, _, d in windows)
+    if dropped == len(windows):
+        return "dropped"
+    if dropped:
+        return "partly_dropped"
+    return "late_accepted" if to_ms(line["event_time"]) < wm else "on_time"
+
+
+def oracle(lines: list[dict], length: int, slide: int, delay: int, with_late: bool = False, *,
+           per_server: str | None = None, servers: str = "", idle: bool = False,
+           delays: dict[int, int] | None = None) -> dict:
+    """The check document; ``with_late`` adds each window's late-but-accepted count (``late``).
+
+    ``per_server`` ("min"/"max"): each server in ``servers`` has its own watermark (0 until it has data),
+    combined by that policy after every batch. Lines with ``"kind": "idle"`` are idle markers: never
+    counted, they move their server's watermark only with ``idle``. ``delays`` maps a batch label to the
+    delay in force from that batch on (a restart with a new delay).
+    """
+    acc: dict[tuple[int, int, str], dict] = {}
+    batches: dict[int, dict] = {}
+    rows, wm_final = _run(lines, length, slide, delay, per_server, servers, idle, delays)
+    for ev, wm, windows in rows:
+        b = batches.setdefault(ev["batch"], {"batch": ev["batch"], "watermark": to_iso(wm), "input": 0,
+                                             "dropped": 0})
+        b["input"] += 1
+        t = to_ms(ev["event_time"])
+        for start, end, dropped in windows:
+            cell = acc.setdefault((start, end, ev["server"]), {"events": 0, "players": set(), "dropped": 0,
+                                                              "late": 0})
+            if dropped:
+                cell["dropped"] += 1
+                b["dropped"] += 1
+            else:
+                cell["events"] += 1
+                cell["late"] += t < wm
+                cell["players"].add(str(ev["player_id"]))
     windows = [
         {"server": server, "start": to_iso(start), "end": to_iso(end), "events": c["events"],
-         "players": len(c["players"]), "dropped": c["dropped"], "final": end <= wm,
+         "players": len(c["players"]), "dropped": c["dropped"], "final": end <= wm_final,
          **({"late": c["late"]} if with_late else {})}
         for (start, end, server), c in sorted(acc.items(), key=lambda kv: (kv[0][0], kv[0][2], kv[0][1]))
     ]
-    return {"batches": batches, "windows": windows}
+    return {"batches": [batches[k] for k in sorted(batches)], "windows": windows}
 
 
 def random_event_set(seed: int, batches: int = 6, per_batch: int = 25, servers: str = "ABC") -> list[dict]:
@@ -94,3 +148,48 @@ def random_event_set(seed: int, batches: int = 6, per_batch: int = 25, servers: 
             lines.append({"server": rng.choice(servers), "player_id": f"p{rng.randint(1, 9)}",
                           "event_time": to_iso(t), "batch": b * 2 + rng.randint(0, 1)})
     return lines
+
+
+def online_oracle(batches: list[list[tuple[str, str, int, str | None]]], delay: int,
+                  timeout: int) -> list[dict[str, set[str]]]:
+    """Players online per server after each batch, written from the issue's rule alone.
+
+    Events are ``(server, player, event_ms, kind)`` in arrival order. An event is accepted iff its time
+    is above the watermark in force for its batch. A player is online iff their latest accepted event
+    (event time, then arrival) is not a logout and the watermark after the batch (Spark runs a no-data
+    batch with it) has not reached that event's time + timeout. Servers with nobody online are left out.
+    """
+    wm = 0
+    arrival = 0
+    latest: dict[tuple[str, str], tuple[int, int, str | None]] = {}
+    out = []
+    for batch in batches:
+        for server, player, t, kind in batch:
+            arrival += 1
+            if t > wm and ((server, player) not in latest or (t, arrival) > latest[(server, player)][:2]):
+                latest[(server, player)] = (t, arrival, kind)
+        if batch:
+            wm = max(wm, max(t for _, _, t, _ in batch) - delay)
+        online: dict[str, set[str]] = defaultdict(set)
+        for (server, player), (t, _, kind) in latest.items():
+            if kind != "logout" and t + timeout > wm:
+                online[server].add(player)
+        out.append(dict(online))
+    return out
+
+
+def random_presence_batches(seed: int, batches: int = 8, per_batch: int = 8) -> list[list[tuple]]:
+    """Logins, heartbeats, logouts and kind-less events of a few players on two servers around a
+    moving 'now', on a 500 ms grid so equal event times happen, some late, some far apart."""
+    rng = random.Random(seed)
+    now = 0  # ms after T0_MS
+    out = []
+    for _ in range(batches):
+        now += rng.choice([2_000, 5_000, 9_000, 15_000])
+        batch = []
+        for _ in range(rng.randint(0, per_batch)):
+            t = now - rng.choice([0, 0, 500, 1_000, 3_000, 6_000, 12_000])
+            batch.append((rng.choice("AB"), f"p{rng.randint(0, 7)}", t,
+                          rng.choice(["login", "login", "heartbeat", "heartbeat", "logout", None])))
+        out.append(batch)
+    return out

@@ -41,22 +41,28 @@ class Seeded:
     lines: list[dict]  # the accepted-or-dropped events as oracle lines (batch, server, player_id, event_time)
     bad: int
     document: dict
+    entries: list[tuple[str, Event]]  # (entry ID, event) for every well-formed event written
 
 
 def seed_pipeline(redis_url: str, tmp_path: Path, *, seed: int = 7, rate: float = 10, count: int = 4_000,
-                  batch_arrival_ms: int = 40_000, delay_ms: int = 10_000) -> Seeded:
+                  batch_arrival_ms: int = 40_000, delay_ms: int = 10_000, slide_ms: int = 60_000,
+                  minutes_ago: int = 15) -> Seeded:
     """About 6.7 minutes of late-burst traffic, ending minutes before now, in batches of
-    ``batch_arrival_ms`` of arrival time; entry IDs are the simulated arrival times."""
+    ``batch_arrival_ms`` of arrival time; entry IDs are the simulated arrival times. Windows are a
+    minute long, sliding by ``slide_ms``. Starting under 10 minutes ago keeps the sink from trimming
+    any of the stream (it keeps 10 minutes)."""
     ns = f"dash-{uuid.uuid4().hex[:8]}"
-    cfg = Config(redis_url=redis_url, embedded_redis=False, namespace=ns, window_ms=60_000, slide_ms=60_000,
+    cfg = Config(redis_url=redis_url, embedded_redis=False, namespace=ns, window_ms=60_000, slide_ms=slide_ms,
                  delay_ms=delay_ms, trigger_ms=1_000, checkpoint_dir=str(tmp_path / ns), spark_master="local[2]",
                  retention_ms=100 * 365 * 86_400_000)
-    t0_us = (int(time.time()) // 60 - 15) * 60_000_000  # a window boundary, 15 minutes ago
+    t0_us = (int(time.time()) // 60 - minutes_ago) * 60_000_000  # a window boundary, minutes ago
     events = generate("late-burst", seed=seed, start_us=t0_us, rate=rate, count=count)
     groups: dict[int, list[bytes]] = {}
     ids: dict[int, list[str]] = {}
     lines: list[dict] = []
+    entries: list[tuple[str, Event]] = []
     for (arrival_us, ev), entry_id in zip(events, arrival_ids(events), strict=True):
+        entries.append((entry_id, ev))
         label = (arrival_us - t0_us) // (batch_arrival_ms * 1000)
         groups.setdefault(label, []).append(ev.payload())
         ids.setdefault(label, []).append(entry_id)
@@ -69,4 +75,5 @@ def seed_pipeline(redis_url: str, tmp_path: Path, *, seed: int = 7, rate: float 
         ids[label].append(f"{ms}-{seq + 1}")
     batches = [ReplayBatch(label, groups[label], ids[label]) for label in sorted(groups)]
     document = replay(batches, cfg)
-    return Seeded(cfg=cfg, t0_us=t0_us, lines=lines, bad=len(BAD_PAYLOADS), document=document)
+    return Seeded(cfg=cfg, t0_us=t0_us, lines=lines, bad=len(BAD_PAYLOADS), document=document,
+                  entries=entries)

@@ -108,7 +108,34 @@ event_docs = st.fixed_dictionaries(
               "kind": st.one_of(st.sampled_from(["login", "heartbeat", "logout", "dance"]), json_values),
               "event_id": st.one_of(st.text(max_size=8), json_values)},
 )
+
+
+def _render(parts: list[tuple[str, str] | None], ws: list[str]) -> bytes:
+    """An event written by hand, as a server might: strings pasted in unescaped, whitespace anywhere."""
+    body = f"{ws[0]},{ws[1]}".join(f'"{k}"{ws[2]}:{ws[3]}"{v}"' for k, v in (p for p in parts if p))
+    return f"{ws[4]}{{{ws[5]}{body}{ws[6]}}}{ws[7]}".encode()
+
+
+near_strings = st.text(alphabet=st.sampled_from('ab09-_ :"\\é\x00\x7f'), max_size=6)
+near_timestamps = st.builds(
+    lambda y, mo, d, h, mi, s, frac, tz: f"{y:04d}-{mo:02d}-{d:02d}T{h:02d}:{mi:02d}:{s:02d}{frac}{tz}",
+    st.integers(0, 9999), st.integers(0, 13), st.integers(0, 32), st.integers(0, 24), st.integers(0, 60),
+    st.integers(0, 61), st.sampled_from(["", ".1", ".12", ".123", ".1234", ".12345", ".123456", ".1234567", "."]),
+    st.sampled_from(["Z", "Z", "Z", "", "+00:00", "+01:00", "z"]),
+)
+near_events = st.builds(  # the shape the source parses in bulk, and its near misses
+    lambda eid, server, player, kind, ts, ws: _render(
+        [eid and ("event_id", eid), ("server", server), ("player_id", player), kind and ("kind", kind),
+         ("event_time", ts)], ws),
+    st.one_of(st.none(), st.just(""), near_strings, st.just("A-000000016")),
+    st.one_of(st.sampled_from(["A", "B", "C", "Z", ""]), near_strings),
+    st.one_of(st.just("A-p46182"), near_strings),
+    st.one_of(st.none(), st.sampled_from(["login", "heartbeat", "logout", "dance", ""])),
+    st.one_of(st.integers(1_794_000_000_000_000, 1_795_100_000_000_000).map(iso_from_us), near_timestamps),
+    st.lists(st.sampled_from(["", "", "", " ", "\n", "\t", "\r", "\x0b", "\u00a0"]), min_size=8, max_size=8),
+)
 entries = st.one_of(
+    near_events.map(lambda b: {b"e": b}),  # the bulk-parsed shape, valid or nearly
     event_docs.map(lambda d: {b"e": json.dumps(d).encode()}),  # well-formed JSON, fields right or wrong
     st.binary(max_size=60).map(lambda b: {b"e": b}),  # arbitrary bytes
     json_values.map(lambda v: {b"e": json.dumps(v).encode()}),  # JSON that is not an event object

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import statistics
 import uuid
 
 import pytest
@@ -10,6 +11,7 @@ import redis
 from streaming.commit import (
     BadRow,
     BatchSummary,
+    Lag,
     Params,
     ParamsMismatch,
     ServerStats,
@@ -119,3 +121,33 @@ def test_wait_for_commit_answers_from_the_commits_stream(r: redis.Redis, keys: K
     assert wait_for_commit(r, keys, "1-0", timeout_s=5)
     assert wait_for_commit(r, keys, "0-5", timeout_s=5)  # anything at or below the committed offset
     assert not wait_for_commit(r, keys, "1-1", timeout_s=0.05)
+
+
+@pytest.mark.parametrize(
+    ("values_us", "counts", "expected_ms"),
+    [
+        ([5_000], [1], Lag(5.0, 5.0, 5.0)),  # one event: every figure is its lag
+        ([1_000, 3_000], [1, 1], Lag(2.0, 2.9, 3.0)),  # p50 halfway, p95 at 0.95 of the way
+        ([1_000, 3_000], [3, 1], Lag(1.0, 3.0 - 0.15 * 2, 3.0)),  # ranks 0..3: p95 at 2.85, between 1 and 3 ms
+        ([-2_000, 0, 7_500], [1, 2, 1], Lag(0.0, 6.375, 7.5)),  # negative lags (clock skew) sort first; p95 at 2.85
+        ([1, 2], [1, 1], Lag(0.0015, 0.00195, 0.002)),  # microseconds survive: no rounding to ms
+    ],
+)
+def test_lag_from_histogram_is_the_exact_percentile(values_us: list[int], counts: list[int], expected_ms: Lag) -> None:
+    got = Lag.from_histogram(values_us, counts)
+    assert (got.p50, got.p95, got.max) == pytest.approx((expected_ms.p50, expected_ms.p95, expected_ms.max))
+
+
+def test_lag_from_histogram_equals_percentiles_of_the_expanded_values() -> None:
+    values, counts = [-30, 0, 12, 13, 400, 9_000], [2, 1, 7, 1, 3, 1]
+    flat = [v / 1000 for v, c in zip(values, counts, strict=True) for _ in range(c)]
+    cuts = statistics.quantiles(flat, n=100, method="inclusive")
+    got = Lag.from_histogram(values, counts)
+    assert (got.p50, got.p95, got.max) == pytest.approx((cuts[49], cuts[94], max(flat)))
+
+
+def test_an_empty_or_uneven_histogram_is_refused() -> None:
+    with pytest.raises(ValueError, match="as many counts as values"):
+        Lag.from_histogram([], [])
+    with pytest.raises(ValueError, match="as many counts as values"):
+        Lag.from_histogram([1, 2], [1])

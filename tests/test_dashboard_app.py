@@ -8,6 +8,7 @@ run must leave Redis untouched: the dashboard never writes.
 from __future__ import annotations
 
 import json
+import statistics
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,14 +18,17 @@ from pyspark.sql import SparkSession
 from streamlit.testing.v1 import AppTest
 
 from dashboard.data import read_snapshot
+from streaming.events import parse_entry_id
 from streaming.keys import KeySchema, WindowKey
 from streaming.redis_server import free_port
+from streaming.report import read_batches
 from tests.oracle import oracle, to_ms
 from tests.seed import Seeded, seed_pipeline
 
 pytestmark = pytest.mark.spark
 APP = str(Path(__file__).resolve().parent.parent / "dashboard" / "app.py")
 PAGES = ["views/ops.py", "views/watermark.py", "views/lag.py", "views/health.py"]
+LAB_PAGES = ["views/events.py", "views/lab.py", "views/delay.py", "views/control.py"]
 
 
 @pytest.fixture(scope="module")
@@ -161,6 +165,36 @@ def test_watermark_page_shows_the_watermark_and_exact_drop_counts(env: Seeded,
     assert len(at.get("plotly_chart")) == 5
 
 
+def oracle_lag(values_ms: list[float]) -> dict[str, float]:
+    """p50/p95 by the statistics module's inclusive quantiles (linear, at p * (n - 1)), as Spark's percentile."""
+    if len(values_ms) == 1:
+        return {"p50": values_ms[0], "p95": values_ms[0], "max": values_ms[0]}
+    cuts = statistics.quantiles(values_ms, n=100, method="inclusive")
+    return {"p50": cuts[49], "p95": cuts[94], "max": max(values_ms)}
+
+
+def test_every_batchs_lag_figures_equal_an_oracle_over_the_events_written(env: Seeded) -> None:
+    """The lag figures the Lag page shows, batch by batch and server by server, from the raw events."""
+    client = redis.Redis.from_url(env.cfg.redis_url)
+    records = read_batches(client, KeySchema(env.cfg.namespace))
+    assert len(records) > 5
+    checked = 0
+    for rec in records:
+        lo, hi = parse_entry_id(rec["start_id"]), parse_entry_id(rec["end_id"])
+        ingest: dict[str, list[float]] = {}
+        processing: dict[str, list[float]] = {}
+        for entry_id, ev in env.entries:
+            if lo < parse_entry_id(entry_id) <= hi:
+                ingest.setdefault(ev.server, []).append(parse_entry_id(entry_id)[0] - ev.event_time_us / 1000)
+                processing.setdefault(ev.server, []).append(rec["batch_ts_ms"] - ev.event_time_us / 1000)
+        assert set(rec["servers"]) == set(ingest)
+        for server, st in rec["servers"].items():
+            for name, values in (("ingest_lag_ms", ingest[server]), ("processing_lag_ms", processing[server])):
+                assert st[name] == pytest.approx(oracle_lag(values), abs=1e-6), (rec["batch"], server, name)
+            checked += 1
+    assert checked > 10
+
+
 def test_lag_page_shows_each_servers_newest_p95(env: Seeded, direct: tuple[redis.Redis, KeySchema]) -> None:
     client, keys = direct
     at = run_page("views/lag.py")
@@ -195,7 +229,7 @@ def test_health_page_shows_the_last_batch_backlog_and_quarantine(env: Seeded,
 def test_no_page_writes_to_redis(env: Seeded, direct: tuple[redis.Redis, KeySchema]) -> None:
     client, _ = direct
     before = dirty(client)
-    for page in [None, *PAGES[1:]]:
+    for page in [None, *PAGES[1:], *LAB_PAGES]:  # Lab control writes only on a button press
         run_page(page)
     assert dirty(client) == before
 
@@ -253,7 +287,7 @@ def test_time_range_and_pause_controls(env: Seeded, direct: tuple[redis.Redis, K
 def test_unreachable_redis_is_a_status_message_not_a_traceback(monkeypatch: pytest.MonkeyPatch) -> None:
     port = free_port()  # nobody listens there
     monkeypatch.setenv("REDIS_URL", f"redis://:s3cret@127.0.0.1:{port}/0")
-    for page in [None, *PAGES[1:]]:
+    for page in [None, *PAGES[1:], *LAB_PAGES]:
         at = run_page(page)
         errors = [e.value for e in at.error]
         assert len(errors) == 1 and "is unreachable" in errors[0]

@@ -58,7 +58,7 @@ def stack(redis_url: str, tmp_path: Path) -> Iterator[dict]:
     ns = f"e2e-{uuid.uuid4().hex[:8]}"
     env = {"REDIS_URL": redis_url, "PIPELINE_NAMESPACE": ns, "WINDOW": f"{WINDOW_MS}ms",
            "WATERMARK_DELAY": f"{DELAY_MS}ms", "TRIGGER_INTERVAL": "1s", "CHECKPOINT_DIR": str(tmp_path / "ck"),
-           "SPARK_MASTER": "local[2]"}
+           "SPARK_MASTER": "local[2]", "KNOWN_SERVERS": "A,B,C", "LAB_LANES": "per-server-min,per-server-max"}
     port = free_port()
     procs: dict[str, Proc] = {}
     try:
@@ -138,5 +138,19 @@ def test_dashboard_in_a_real_browser_follows_the_live_pipeline(stack: dict) -> N
         finally:
             page.screenshot(path=str(shots / "dashboard-watermark.png"), full_page=True)
         assert page.evaluate(METRIC_JS, ["Dropped late (total)"]) == want
+
+        # The lab lanes ran beside it over the same events: the lab page compares them.
+        for lane in ("per-server-min", "per-server-max"):
+            assert wait_for_commit(client, KeySchema(f"{keys.namespace}.{lane}"), last_id, timeout_s=180), lane
+        page.goto(stack["url"] + "/lab")
+        page.wait_for_function("() => document.querySelectorAll('.js-plotly-plot .main-svg').length >= 3",
+                               timeout=60_000)
+        page.get_by_text("per-server-max: the fastest server").wait_for(timeout=30_000)
+        page.get_by_text("per-server-min:").first.wait_for(timeout=30_000)
+        page.screenshot(path=str(shots / "dashboard-lab.png"), full_page=True)
+        page.goto(stack["url"] + "/delay")
+        page.get_by_text("Recommended delay for 99.9%").wait_for(timeout=60_000)
+        page.wait_for_selector(".js-plotly-plot .main-svg", timeout=60_000)
+        page.screenshot(path=str(shots / "dashboard-delay.png"), full_page=True)
         browser.close()
     client.close()

@@ -196,13 +196,72 @@ def test_outages_and_clock_skew_for_later_scenarios() -> None:
 
 
 def test_scenario_registry() -> None:
-    assert {"steady", "overseas-lag", "late-burst"} <= set(SCENARIOS)
+    assert list(SCENARIOS) == ["steady", "overseas-lag", "late-burst", "idle-server", "clock-skew",
+                               "outage-and-backfill"]
     for name, scen in SCENARIOS.items():
         assert scen.name == name and scen.description
         assert [s.name for s in scen.servers] == ["A", "B", "C"]
     assert SCENARIOS["late-burst"].server("C").burst is not None
     assert SCENARIOS["overseas-lag"].server("C").burst is None
     assert SCENARIOS["steady"].server("C").delay == SCENARIOS["steady"].server("A").delay
+
+
+def by_id(events: list[tuple[int, Event]]) -> dict[str, tuple[int, Event]]:
+    return {e.event_id: (a, e) for a, e in events if e.event_id}
+
+
+def test_idle_server_b_is_silent_for_90_s_from_30_s_and_again_every_5_min() -> None:
+    """Rate 100 for 400 s of event time covers the first outage and the start of the second."""
+    idle = generate("idle-server", seed=6, start_us=START, rate=100, count=30_000)
+    steady = generate("steady", seed=6, start_us=START, rate=100, count=30_000)
+    b = sorted(e.event_time_us - START for _, e in idle if e.server == "B")
+    silent = [(30_000_000, 120_000_000), (330_000_000, 420_000_000)]
+    assert not [t for t in b for lo, hi in silent if lo <= t < hi]
+    # events right up to each outage and right after the first one (B has ~35 events/s)
+    assert 29_000_000 <= max(t for t in b if t < 30_000_000)
+    assert min(t for t in b if t >= 30_000_000) < 121_000_000
+    assert 329_000_000 <= max(t for t in b if t < 330_000_000)
+    # A and C do not notice: over the event time both runs cover, their events are identical to steady's
+    horizon = min(max(e.event_time_us for _, e in run) for run in (idle, steady))
+    for server in ("A", "C"):
+        assert [p for p in idle if p[1].server == server and p[1].event_time_us <= horizon] == \
+            [p for p in steady if p[1].server == server and p[1].event_time_us <= horizon]
+    assert len(idle) == 30_000  # the count is still exact: the slots B would have had stay empty
+
+
+def test_clock_skew_puts_a_20_s_ahead_and_changes_nothing_else() -> None:
+    skew = generate("clock-skew", seed=8, start_us=START, rate=1000, count=10_000)
+    steady = generate("steady", seed=8, start_us=START, rate=1000, count=10_000)
+    assert len(skew) == len(steady)
+    for (a1, e1), (a2, e2) in zip(skew, steady, strict=True):
+        assert a1 == a2  # same arrival: the event happened at the same true time
+        assert e1.event_time_us - e2.event_time_us == (20_000_000 if e1.server == "A" else 0)
+        assert replace(e1, event_time_us=e2.event_time_us) == e2
+    a_ahead = [e.event_time_us - a for a, e in skew if e.server == "A"]
+    # ahead of its ingest time by 20 s minus the network delay, well within MAX_FUTURE_SKEW (5 min)
+    assert a_ahead and all(19_849_000 <= d <= 19_980_000 for d in a_ahead)
+
+
+def test_outage_and_backfill_delivers_cs_backlog_at_once_when_the_link_returns() -> None:
+    """Same events as steady (none lost); C's from the outage arrive at its end plus their own delay."""
+    backfill = generate("outage-and-backfill", seed=4, start_us=START, rate=100, count=40_000)
+    steady = by_id(generate("steady", seed=4, start_us=START, rate=100, count=40_000))
+    assert len(backfill) == 40_000 and set(by_id(backfill)) == set(steady)
+    held = 0
+    for arrival, e in backfill:
+        steady_arrival, steady_event = steady[e.event_id]
+        assert e == steady_event
+        offset = e.event_time_us - START
+        if e.server == "C" and any(lo <= offset < lo + 60_000_000 for lo in (30_000_000, 330_000_000)):
+            end = START + (offset - 30_000_000) // 300_000_000 * 300_000_000 + 90_000_000
+            assert arrival == steady_arrival - e.event_time_us + end  # the link's return + the same delay
+            held += 1
+        else:
+            assert arrival == steady_arrival
+    assert held > 2 * 60 * 25 * 0.9  # C's ~25 events/s over both outages
+    arrivals = sorted(a - START for a, e in backfill if e.server == "C" and 30_000_000 <= e.event_time_us - START
+                      < 90_000_000)
+    assert 90_000_000 < arrivals[0] and arrivals[-1] <= 90_151_000  # the whole backlog within one delay spread
 
 
 @pytest.mark.parametrize(
@@ -220,6 +279,7 @@ def test_scenario_registry() -> None:
          "server 'A': share must be a positive number, got 0"),
         (lambda: Scenario("x", "", (SCENARIOS["steady"].server("A"),) * 2), "duplicate server names A"),
         (lambda: SCENARIOS["steady"].replace_server("Z", share=1.0), "has no server 'Z'"),
+        (lambda: Outage(0, 5_000, every_ms=5_000), "outage every_ms (5000) must be longer than duration_ms (5000)"),
     ],
 )
 def test_config_errors_are_precise(build: object, message: str) -> None:
@@ -386,6 +446,8 @@ def test_cli_config_errors_exit_2_without_traceback(capsys: pytest.CaptureFixtur
     assert "rate must be a number >= 0" in capsys.readouterr().err
     assert main(["--start", "yesterday"]) == 2
     assert "yesterday" in capsys.readouterr().err
+    assert main(["--follow", "--count", "5"]) == 2
+    assert "--count and --start do not apply with --follow" in capsys.readouterr().err
 
 
 def cli(redis_url: str, namespace: str, *args: str) -> subprocess.Popen[str]:

@@ -45,6 +45,8 @@ def render(snap: Snapshot, now_ms: int) -> None:
                 st.caption(f"last final: {f.players:,} players in {charts.ts(f.start_ms):%H:%M}–"
                            f"{charts.ts(f.end_ms):%H:%M:%S}")
 
+    online_now(snap)
+
     st.subheader("Totals")
     t = snap.totals
     c = st.columns(5)
@@ -64,6 +66,26 @@ def render(snap: Snapshot, now_ms: int) -> None:
     if state.head_ms is not None:
         st.caption(f"Newest event time {clock(state.head_ms)}; the page shows windows ending within "
                    f"{human_ms(snap.range_ms)} of it.")
+
+
+def online_now(snap: Snapshot) -> None:
+    """Players online per server from the online query, which keeps per-player state in Spark."""
+    st.subheader("Online now")
+    v = snap.online
+    if v is None:
+        st.info("The online query has not committed a batch yet: no online players to show. It starts with "
+                "the job and needs its first micro-batch (Spark takes 10-20 s to start).")
+        return
+    servers = sorted({*snap.servers, *v.counts})
+    cols = st.columns(max(1, len(servers)))
+    for col, server in zip(cols, servers, strict=False):
+        col.metric(f"{server} · online now", ui.fmt_int(v.counts.get(server, 0)),
+                   help="Logged in (or seen) and neither logged out nor silent for the timeout, in event time, "
+                        "as of the watermark below.")
+    st.caption(f"As of online batch {v.last_batch}, watermark {clock(v.watermark_ms)}: a player with no event for "
+               f"{human_ms(v.timeout_ms)} of event time counts as offline.")
+    if v.history:
+        st.plotly_chart(charts.online_over_batches(v.history, servers), key="online_over_batches")
 
 
 def window_table(windows: tuple[WindowRow, ...]) -> list[dict[str, object]]:

@@ -1,0 +1,43 @@
+"""What the Lab control page says about the generator, in plain words.
+
+Pure: the request, the generator's status and the time in, one message out, so
+every case is unit-tested with hand-built values and an injected clock.
+"""
+
+from __future__ import annotations
+
+from dashboard.status import Level, Status, clock, human_ms
+from streaming.control import RUNNING, STATUS_STALE_MS, Control, GeneratorStatus
+
+START_HINT = "start it with `python -m streaming.generator --follow` (`./run.sh` does); it applies these settings"
+
+
+def rate_text(rate: float) -> str:
+    if rate == 0:
+        return "as fast as possible"
+    return f"{rate:,.0f} events/s" if rate == int(rate) else f"{rate:,} events/s"
+
+
+def generator_line(control: Control | None, status: GeneratorStatus | None, now_ms: int) -> Status:
+    """Whether a generator follows the control hash, and whether it has applied the latest request."""
+    if status is None:
+        return Status(Level.WARNING, f"No generator running: none has reported yet; {START_HINT}.")
+    if status.state == "exited":
+        return Status(Level.WARNING, f"No generator running: the last one exited at {clock(status.updated_ms)}; "
+                                     f"{START_HINT}.")
+    silent = now_ms - status.updated_ms
+    if silent > STATUS_STALE_MS:
+        return Status(Level.WARNING, f"No generator running: the last one reported {human_ms(silent)} ago "
+                                     f"(at {clock(status.updated_ms)}); {START_HINT}.")
+    if status.error:
+        return Status(Level.ERROR, f"The generator cannot apply the control settings and keeps its last ones "
+                                   f"(rev {status.rev}): {status.error}")
+    if control is not None and status.rev < control.rev:
+        return Status(Level.INFO, f"Waiting for the generator to pick up rev {control.rev} (it has applied rev "
+                                  f"{status.rev}; it looks every half second).")
+    if status.state == RUNNING:
+        return Status(Level.OK, f"Generator running `{status.scenario}` at {rate_text(status.rate)} since "
+                                f"{clock(status.since_ms)} · rev {status.rev} applied · {status.written:,} events "
+                                "written in all")
+    return Status(Level.INFO, f"Generator stopped since {clock(status.since_ms)} (rev {status.rev} applied): no "
+                              "events are written until you press Start.")

@@ -1,0 +1,196 @@
+"""The watermark lab's figures and findings: snapshots of several pipelines in, plain words and figures out.
+
+Pure (no Redis, no Streamlit), so every finding is unit-tested with hand-built
+batches and an injected clock. A finding is what a presenter would point at:
+which server holds a per-server ``min`` watermark back and whether it is idle,
+what ``max`` costs a slow server, what the idle markers did.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import plotly.graph_objects as go
+
+from dashboard.charts import PALETTE, WALL_CLOCK, _layout, server_colors, ts
+from dashboard.data import BatchPoint, Snapshot
+from dashboard.lanes import Lane
+from dashboard.status import Level, Status, clock, human_ms
+from streaming.tradeoff import Tradeoff
+
+
+@dataclass(frozen=True)
+class LaneRow:
+    """One line of the comparison table."""
+
+    pipeline: str
+    watermark: str
+    watermark_lag: str
+    final_windows: int
+    events: int
+    dropped: int
+    dropped_by_server: str
+    late: int
+    idle_markers: int
+
+
+def lane_row(lane: Lane, snap: Snapshot, now_ms: int) -> LaneRow:
+    s, t = snap.state, snap.totals
+    wm = s.next_watermark_ms if s else 0
+    by_server = ", ".join(f"{name} {st.dropped:,}" for name, st in t.servers.items()) or "-"
+    return LaneRow(pipeline=lane.label, watermark=clock(wm, zone=False), watermark_lag=human_ms(now_ms - wm) if wm
+                   else "-", final_windows=sum(1 for w in snap.windows if w.final), events=t.events,
+                   dropped=t.dropped, dropped_by_server=by_server, late=t.late,
+                   idle_markers=sum(b.ticks for b in snap.batches))
+
+
+def stalled_since(batches: Sequence[BatchPoint]) -> BatchPoint | None:
+    """The first batch after which the watermark stopped moving while events kept arriving; None if it moves."""
+    if len(batches) < 2:
+        return None
+    last = batches[-1].next_watermark_ms
+    first_same = len(batches) - 1
+    while first_same > 0 and batches[first_same - 1].next_watermark_ms == last:
+        first_same -= 1
+    stuck = batches[first_same:]
+    if first_same == 0 or sum(b.events + b.dropped for b in stuck[1:]) == 0:
+        return None
+    return stuck[0]
+
+
+def findings(lane: Lane, snap: Snapshot, seen_ms: Mapping[str, int], now_ms: int, idle_after_ms: int,
+             reference: Snapshot | None = None) -> list[Status]:
+    """What this pipeline's watermark is doing, in words; ``reference`` is the configured pipeline's snapshot,
+    to compare drops with."""
+    out: list[Status] = []
+    last = snap.last_batch
+    if last is None or snap.state is None:
+        return [Status(Level.INFO, f"{lane.label}: no batch yet.")]
+    if lane.mode == "per-server" and last.server_watermarks:
+        marks = last.server_watermarks
+        pick = (min if lane.policy == "min" else max)(marks.values())
+        holder = min(s for s, v in marks.items() if v == pick)
+        silent = now_ms - seen_ms[holder] if holder in seen_ms else None
+        stall = stalled_since(snap.batches)
+        if lane.policy == "min":
+            others = [v for s, v in marks.items() if s != holder]
+            gap = f", {human_ms(max(others) - pick)} behind the fastest" if others else ""
+            quiet = (f"; it has been silent for {human_ms(silent)}" if silent is not None and silent >= idle_after_ms
+                     else "")
+            text = f"{lane.label}: **{holder}** holds the combined watermark at {clock(pick)}{gap}{quiet}."
+            if stall is not None:
+                text += (f" Windows stopped closing at batch {stall.batch} ({clock(stall.batch_ts_ms)}), "
+                         f"{human_ms(now_ms - stall.batch_ts_ms)} ago, while events kept arriving.")
+            out.append(Status(Level.WARNING if stall is not None or quiet else Level.INFO, text))
+        else:
+            slow = min(marks, key=lambda s: marks[s])
+            lost = {s: t.dropped for s, t in snap.totals.servers.items() if t.dropped}
+            text = (f"{lane.label}: the fastest server **{holder}** drives the watermark ({clock(pick)}); the slowest "
+                    f"now, **{slow}**, trails it by {human_ms(pick - marks[slow])}. Late (event, window) pairs "
+                    "dropped here: " + (", ".join(f"{s} {n:,}" for s, n in sorted(lost.items())) or "none"))
+            if reference is not None:
+                ref = {s: t.dropped for s, t in reference.totals.servers.items() if t.dropped}
+                text += " (configured pipeline: " + (", ".join(f"{s} {n:,}" for s, n in sorted(ref.items()))
+                                                      or "none") + ")"
+            out.append(Status(Level.WARNING if lost else Level.INFO, text + "."))
+        ticks = sum(b.ticks for b in snap.batches)
+        if lane.idle:
+            out.append(Status(Level.INFO, f"{lane.label}: {ticks:,} idle markers in the range: a server silent for "
+                                          f"{human_ms(idle_after_ms)} stops holding the watermark back."))
+    else:
+        stall = stalled_since(snap.batches)
+        if stall is not None:
+            out.append(Status(Level.WARNING, f"{lane.label}: the watermark has not moved since batch {stall.batch} "
+                                             "although events arrive (they are all older than the newest one)."))
+        else:
+            out.append(Status(Level.OK, f"{lane.label}: one watermark over all servers, at "
+                                        f"{clock(snap.state.next_watermark_ms)}."))
+    return out
+
+
+def lanes_watermarks(lanes: Sequence[Lane], snaps: Sequence[Snapshot], now_ms: int) -> go.Figure:
+    """Each pipeline's watermark in force against processing time, over the same events."""
+    fig = go.Figure()
+    first = next((s for s in snaps if s.batches), None)
+    if first is not None:
+        fig.add_trace(go.Scatter(x=[ts(b.batch_ts_ms) for b in first.batches],
+                                 y=[ts(b.running_max_event_us // 1000) if b.running_max_event_us else None
+                                    for b in first.batches], name="max event time", mode="lines",
+                                 line={"color": WALL_CLOCK, "dash": "dot"}))
+    for i, (lane, snap) in enumerate(zip(lanes, snaps, strict=True)):
+        bs = snap.batches
+        fig.add_trace(go.Scatter(
+            x=[ts(b.batch_ts_ms) for b in bs], y=[ts(b.next_watermark_ms) if b.next_watermark_ms else None for b in bs],
+            name=lane.label, mode="lines", line={"shape": "hv", "color": PALETTE[i % len(PALETTE)], "width": 2},
+            customdata=[[b.batch, clock(b.next_watermark_ms)] for b in bs],
+            hovertemplate=f"<b>{lane.label}</b> batch %{{customdata[0]}}<br>watermark %{{customdata[1]}}"
+                          "<extra></extra>"))
+    fig = _layout(fig, "Watermark of each pipeline (same events)", "event time (UTC)")
+    fig.update_layout(legend={"y": -0.3})
+    fig.update_xaxes(title="processing time (UTC)")
+    return fig
+
+
+def server_watermarks(lane: Lane, snap: Snapshot) -> go.Figure:
+    """A per-server pipeline's inputs: each server's own watermark and the combined one Spark uses."""
+    fig = go.Figure()
+    bs = [b for b in snap.batches if b.server_watermarks]
+    servers = sorted({s for b in bs for s in (b.server_watermarks or {})})
+    colors = server_colors(servers)
+    for s in servers:
+        fig.add_trace(go.Scatter(
+            x=[ts(b.batch_ts_ms) for b in bs],
+            y=[ts(v) if (v := (b.server_watermarks or {}).get(s)) else None for b in bs],
+            name=f"{s}'s watermark", mode="lines", line={"shape": "hv", "color": colors[s], "dash": "dot"},
+            hovertemplate=f"<b>{s}</b> %{{y|%H:%M:%S.%L}}<extra></extra>"))
+    fig.add_trace(go.Scatter(x=[ts(b.batch_ts_ms) for b in bs],
+                             y=[ts(b.next_watermark_ms) if b.next_watermark_ms else None for b in bs],
+                             name=f"combined ({lane.policy})", mode="lines",
+                             line={"shape": "hv", "color": "#000000", "width": 3},
+                             hovertemplate="<b>combined</b> %{y|%H:%M:%S.%L}<extra></extra>"))
+    fig = _layout(fig, f"{lane.label}: per-server watermarks, combined by {lane.policy}", "event time (UTC)")
+    fig.update_layout(legend={"y": -0.3})  # below the axis title
+    fig.update_xaxes(title="processing time (UTC)")
+    return fig
+
+
+def delay_text(ms: int | None) -> str:
+    """A candidate delay in words; None is a recommendation that no candidate meets."""
+    return "beyond the largest candidate" if ms is None else human_ms(ms) if ms else "0 s"
+
+
+def tradeoff_chart(tradeoff: Tradeoff, current_delay_ms: int, recommended_ms: int | None) -> go.Figure:
+    """Share of (event, window) pairs each candidate delay would have dropped, overall and per server.
+
+    The delay axis is logarithmic (candidates run from 1 s to 1 h); 0 s sits at half a second."""
+    fig = go.Figure()
+    colors = server_colors(tradeoff.servers)
+
+    def x(ms: int) -> float:
+        return max(ms, 500) / 1000
+
+    xs = [x(d) for d in tradeoff.grid]
+    top = 0.0
+    for name, servers, color in [("all servers", None, "#000000"),
+                                 *[(s, [s], colors[s]) for s in tradeoff.servers]]:
+        cands = tradeoff.candidates(servers)
+        ys = [100 * c.dropped_share for c in cands]
+        top = max(top, *ys)
+        fig.add_trace(go.Scatter(
+            x=xs, y=ys, name=name, mode="lines+markers",
+            line={"color": color, "width": 3 if servers is None else 1.5},
+            customdata=[[delay_text(c.delay_ms), c.dropped, c.pairs] for c in cands],
+            hovertemplate=f"<b>{name}</b> delay %{{customdata[0]}}<br>%{{y:.3f}}% dropped (%{{customdata[1]:,}} of "
+                          "%{customdata[2]:,} pairs)<extra></extra>"))
+    marks = [("current delay", current_delay_ms, WALL_CLOCK, "dash")]
+    if recommended_ms is not None:
+        marks.append(("recommended", recommended_ms, "#006d5b", "solid"))
+    for label, ms, color, dash in marks:  # vertical lines as traces: they sit right on a log axis
+        fig.add_trace(go.Scatter(x=[x(ms), x(ms)], y=[0, top or 1], name=label, mode="lines",
+                                 line={"color": color, "dash": dash},
+                                 hovertemplate=f"{label}: {delay_text(ms)}<extra></extra>"))
+    fig.update_xaxes(title="watermark delay", type="log", tickvals=xs,
+                     ticktext=[delay_text(d) for d in tradeoff.grid])
+    fig.update_yaxes(rangemode="tozero")
+    return _layout(fig, "Dropped if the delay had been…", "dropped (% of event-window pairs)")

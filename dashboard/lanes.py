@@ -1,0 +1,62 @@
+"""Which pipelines the dashboard can show: the configured one and the lab lanes the job runs beside it.
+
+Read commands only. The job registers its lanes in ``{ns}:lanes``
+(``streaming.job.register_lanes``); each lane is a whole pipeline in its own
+namespace reading the parent's input stream, so every page can show it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import redis
+
+from streaming.keys import KeySchema
+from streaming.tradeoff import Tradeoff
+
+
+@dataclass(frozen=True)
+class Lane:
+    name: str  # "main" for the configured pipeline
+    namespace: str
+    input_namespace: str
+    mode: str = "global"
+    policy: str = "min"
+    idle: bool = False
+    description: str = ""
+
+    @property
+    def label(self) -> str:
+        return "configured pipeline" if self.name == MAIN else self.name
+
+    @property
+    def keys(self) -> KeySchema:
+        return KeySchema(self.namespace)
+
+    @property
+    def input_keys(self) -> KeySchema:
+        return KeySchema(self.input_namespace)
+
+
+MAIN = "main"
+
+
+def read_lanes(client: redis.Redis, namespace: str) -> list[Lane]:
+    """The configured pipeline first, then its lanes in name order; raises ``redis.RedisError``."""
+    raw = client.hgetall(KeySchema(namespace).lanes)
+    lanes = [Lane(MAIN, namespace, namespace)]
+    for name, doc in sorted((k.decode(), json.loads(v)) for k, v in raw.items()):
+        lanes.append(Lane(name, str(doc["namespace"]), namespace, str(doc.get("mode", "global")),
+                          str(doc.get("policy", "min")), bool(doc.get("idle", False)),
+                          str(doc.get("description", ""))))
+    return lanes
+
+
+def read_tradeoff(client: redis.Redis, keys: KeySchema) -> Tradeoff:
+    return Tradeoff.from_hash(client.hgetall(keys.tradeoff))
+
+
+def read_seen(client: redis.Redis, keys: KeySchema) -> dict[str, int]:
+    """Server -> ingest ms of its newest event, as the sink last recorded it."""
+    return {k.decode(): int(v) for k, v in client.hgetall(keys.seen).items()}

@@ -1,0 +1,95 @@
+"""Lab control: switch, start and stop the generator's scenario, and ask the job for another watermark delay.
+
+The one page that writes to Redis, and only when a button is pressed: it
+stores the request in ``{ns}:control`` (``streaming.control``); the generator
+in follow mode and the job apply it and say so. With a read-only Redis user the
+page still shows everything and says why it cannot change anything.
+"""
+
+from __future__ import annotations
+
+import redis
+import streamlit as st
+
+from dashboard import ui
+from dashboard.lab import generator_line, rate_text
+from dashboard.status import unreachable
+from streaming.config import Config, ConfigError, redact_url
+from streaming.control import Control
+from streaming.generator import SCENARIOS
+from streaming.keys import KeySchema
+from streaming.timeutil import format_duration_ms, parse_duration_ms
+
+DEFAULT_RATE = 1000.0
+
+
+def _status(cfg: Config) -> None:
+    view = ui.current_view()
+
+    @st.fragment(run_every=None if view.paused else view.refresh_s)
+    def tick() -> None:
+        now = ui.now_ms()
+        try:
+            control, status = ui.load_lab(cfg.redis_url, cfg.namespace, view.tick(now))
+        except (redis.RedisError, ConfigError):
+            return  # said once above the form
+        ui.show_status([generator_line(control, status, now)])
+
+    tick()
+
+
+def render(cfg: Config) -> None:
+    keys = KeySchema(cfg.namespace)
+    view = ui.current_view()
+    try:
+        control, _ = ui.load_lab(cfg.redis_url, cfg.namespace, view.tick(ui.now_ms()))
+    except redis.RedisError as exc:
+        ui.show_status([unreachable(redact_url(cfg.redis_url), exc)])
+        return
+    except ConfigError as exc:
+        st.error(f"`{keys.control}` or `{keys.generator_status}` holds a value this page cannot read ({exc}); "
+                 "saving new settings below overwrites it.")
+        control = None
+    control = control or Control()
+    _status(cfg)
+
+    st.subheader("Generator")
+    names = list(SCENARIOS)
+    current = control.scenario if control.scenario in SCENARIOS else names[0]
+    st.selectbox("Scenario", names, index=names.index(current), key="lab_scenario",
+                 format_func=lambda n: f"{n} — {SCENARIOS[n].description}",
+                 help="Switching restarts the simulation from now; events still in flight are abandoned.")
+    st.number_input("Rate (events/s across all servers; 0 = as fast as possible)", min_value=0.0, step=100.0,
+                    value=control.rate if control.rate is not None else DEFAULT_RATE, key="lab_rate")
+    requested = "nothing yet" if control.running is None else "running" if control.running else "stopped"
+    rate = "-" if control.rate is None else rate_text(control.rate)
+    st.caption(f"Requested now: `{control.scenario or '-'}` at {rate}, {requested} (rev {control.rev}).")
+    cols = st.columns(3)
+    cols[0].button("Apply scenario and rate", key="lab_apply", type="primary", on_click=ui.submit_control,
+                   args=(cfg, lambda: {"scenario": st.session_state["lab_scenario"],
+                                       "rate": float(st.session_state["lab_rate"])}))
+    cols[1].button("Start", key="lab_start", icon=":material/play_arrow:", on_click=ui.submit_control,
+                   args=(cfg, lambda: {"running": True}))
+    cols[2].button("Stop", key="lab_stop", icon=":material/stop:", on_click=ui.submit_control,
+                   args=(cfg, lambda: {"running": False}))
+
+    st.subheader("Watermark delay")
+    delay = control.delay_ms if control.delay_ms is not None else cfg.delay_ms
+    st.text_input("Delay (e.g. 20s, 2m)", value=format_duration_ms(delay), key="lab_delay",
+                  help="How far behind the newest event time the watermark trails.")
+    st.button("Apply delay (restarts the query, history kept)", key="lab_apply_delay", on_click=ui.submit_control,
+              args=(cfg, lambda: {"delay_ms": parse_duration_ms(st.session_state["lab_delay"])}))
+    st.caption("Requested: " + ("none, so the job uses WATERMARK_DELAY "
+                                f"({format_duration_ms(cfg.delay_ms)})" if control.delay_ms is None
+                                else format_duration_ms(control.delay_ms)))
+
+    result = st.session_state.pop(ui.CONTROL_RESULT, None)
+    if result is not None:
+        ui.show_status([result])
+
+
+def main() -> None:
+    ui.page("Lab control", render)
+
+
+main()

@@ -1,0 +1,100 @@
+"""Choosing the delay: what each candidate watermark delay would have dropped, and what it costs in latency.
+
+Exact, from the sink's trade-off histogram (``streaming.tradeoff``): every
+(event, window) pair the pipeline has seen, by the smallest delay that would
+have kept it. A larger delay keeps more late data and closes every window that
+much later.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+import redis
+import streamlit as st
+
+from dashboard import labview, ui
+from dashboard.lanes import read_tradeoff
+from dashboard.status import human_ms, unreachable
+from streaming.config import Config, redact_url
+from streaming.keys import KeySchema
+from streaming.tradeoff import Tradeoff
+
+TARGETS = {"99%": 0.99, "99.9%": 0.999, "99.99%": 0.9999}
+
+
+@st.cache_data(show_spinner=False, ttl=60, max_entries=64)
+def load_tradeoff(url: str, namespace: str, tick: int) -> Tradeoff:
+    return read_tradeoff(ui.redis_client(url), KeySchema(namespace))
+
+
+def render(cfg: Config) -> None:
+    st.segmented_control("Target completeness", list(TARGETS), default="99.9%", key="delay_target",
+                         help="Share of (event, window) pairs that must be counted, not dropped as late.")
+    target = TARGETS.get(st.session_state.get("delay_target") or "99.9%", 0.999)
+    view = ui.current_view()
+    lane = ui.selected_lane(cfg)
+    now = ui.now_ms()
+    try:
+        snap = ui.lane_snapshot(cfg, lane, view, now)
+        tradeoff = load_tradeoff(cfg.redis_url, lane.namespace, view.tick(now))
+    except redis.RedisError as exc:
+        ui.show_status([unreachable(redact_url(cfg.redis_url), exc)])
+        return
+    if snap.state is None or not tradeoff.hist:
+        st.info("No batch has been processed yet: the trade-off appears with the first events.")
+        return
+    current = snap.state.delay_ms
+    best = tradeoff.recommend(target)
+    st.caption(f"{ui.params_caption(snap)} · every (event, window) pair since the namespace started")
+    cands = {c.delay_ms: c for c in tradeoff.candidates()}
+    cols = st.columns(3)
+    cols[0].metric(f"Recommended delay for {st.session_state.get('delay_target') or '99.9%'}", labview.delay_text(best),
+                   help="The smallest candidate delay that would have dropped at most the allowed share of pairs.")
+    now_share = cands[current].dropped_share if current in cands else None  # exact only on the grid
+    cols[1].metric("Current delay", human_ms(current) if current else "0 s",
+                   help="The delay the pipeline runs with now.")
+    if best is not None:
+        c = cands[best]
+        cols[2].metric("Dropped at the recommended delay", f"{100 * c.dropped_share:.3f}%",
+                       help=f"{c.dropped:,} of {c.pairs:,} pairs")
+    lags = [b.batch_ts_ms - b.running_max_event_us // 1000 for b in snap.batches if b.running_max_event_us]
+    behind = statistics.median(lags) if lags else 0
+    if best is not None:
+        best_text = labview.delay_text(best)
+        st.markdown(f"With **{best_text}** a window closes {best_text} of event time after its end, "
+                    f"about **{human_ms(best + behind)}** after its end on the wall clock (the newest event time "
+                    f"trails the clock by {human_ms(behind)} here); the current {human_ms(current)} closes it after "
+                    f"about {human_ms(current + behind)}"
+                    + (f" and would have dropped {100 * now_share:.3f}% of pairs." if now_share is not None else "."))
+    rows = []
+    for server in tradeoff.servers:
+        rec = tradeoff.recommend(target, [server])
+        pairs = tradeoff.candidates([server])[0].pairs
+        rows.append({"server": server, "pairs": pairs, "recommended delay": labview.delay_text(rec),
+                     "window closes after (wall clock)": "-" if rec is None else human_ms(rec + behind)})
+    st.dataframe(rows, hide_index=True, key="per_server_delay")
+    st.plotly_chart(labview.tradeoff_chart(tradeoff, current, best), key="tradeoff_chart")
+    st.dataframe([{"delay": labview.delay_text(c.delay_ms), "dropped pairs": c.dropped, "of": c.pairs,
+                   "dropped %": round(100 * c.dropped_share, 4)} for c in cands.values()],
+                 hide_index=True, key="tradeoff_table")
+    if best is not None and best != current:
+        st.button(f"Restart the query with {labview.delay_text(best)} (history kept)", key="apply_recommended",
+                  on_click=ui.submit_control, args=(cfg, lambda: {"delay_ms": best}))
+    result = st.session_state.pop(ui.CONTROL_RESULT, None)
+    if result is not None:
+        ui.show_status([result])
+    with st.expander("How this is computed"):
+        st.markdown(
+            "Under delay *d* the watermark for a batch is *M − d*, with *M* the newest event time before it (per "
+            "server pipelines: the min or max of each server's). A pair is dropped iff `window end <= M − d`, i.e. "
+            "iff *d* ≤ *M* − window end. The sink adds each window's pairs to a histogram of that slack at every "
+            "batch, so the share dropped is exact for every candidate, over all history, at no cost to the query. "
+            "The batches are the ones that ran; a different delay would not have changed them.")
+
+
+def main() -> None:
+    ui.page("Choosing the delay", render)
+
+
+main()

@@ -1,0 +1,119 @@
+"""Events: every raw event of a server, and why it was counted, counted late, or dropped."""
+
+from __future__ import annotations
+
+import redis
+import streamlit as st
+
+from dashboard import event_charts, ui
+from dashboard.data import Snapshot
+from dashboard.event_charts import clock_ms
+from dashboard.eventdata import EventRange
+from dashboard.status import clock, human_ms
+from streaming.config import Config
+from streaming.eventview import STATUS_LABELS, Status
+
+ALL = "all servers"
+TABLE_ROWS = 1_000
+METRIC_LABELS: dict[Status, str] = {s: label[0].upper() + label[1:] for s, label in STATUS_LABELS.items()}
+
+
+def notes(ev: EventRange, namespace: str, input_namespace: str) -> None:
+    """Everything that makes the counts cover less than the range asked for, said out loud."""
+    if ev.reaches_below_stream and ev.trimmed != 0:
+        first = clock(ev.stream_first_ms or 0)
+        how_many = f"{ev.trimmed:,} entries have" if ev.trimmed else "entries may have"
+        stream = f"{input_namespace}:events"
+        st.warning(f"The range starts at {clock(ev.lo_ms)}, but the oldest entry still in `{stream}` "
+                   f"arrived at {first}: {how_many} been trimmed from the stream (it keeps about 10 minutes below "
+                   "what the job committed). Events that arrived in the range before "
+                   f"{first} are neither drawn nor counted.")
+    elif ev.reaches_below_stream:
+        st.caption(f"The stream starts at {clock(ev.stream_first_ms or 0)} and nothing was trimmed from it: no "
+                   "event arrived earlier.")
+    if ev.capped:
+        st.warning(f"More than {ev.cap:,} entries arrived in the range: showing the newest {ev.cap:,}, which "
+                   f"arrived from {clock(ev.shown_from_ms)} on. Counts cover those only; choose a shorter time "
+                   "range to see everything.")
+    counts = ev.counts()
+    if counts[Status.UNKNOWN]:
+        st.warning(f"{counts[Status.UNKNOWN]:,} events were processed by batches whose records are no longer kept "
+                   "(expired, or older than the commit log): the watermark they met is unknown, so they are shown as "
+                   f"'{STATUS_LABELS[Status.UNKNOWN]}'.")
+    if ev.quarantined:
+        reasons: dict[str, int] = {}
+        for q in ev.quarantined:
+            reasons[q.reason] = reasons.get(q.reason, 0) + 1
+        text = ", ".join(f"{r} {n:,}" for r, n in sorted(reasons.items()))
+        st.info(f"{len(ev.quarantined):,} entries in the range (any server) are not valid events and are not drawn "
+                f"or counted above: {text}. They are kept in `{namespace}:dead` (see Pipeline health).")
+
+
+def render(snap: Snapshot, now_ms: int) -> None:
+    state = snap.state
+    assert state is not None
+    st.caption(ui.params_caption(snap))
+    options = [*snap.servers, ALL]
+    choice = st.selectbox("Server", options, key="events_server")
+    view = ui.current_view()
+    cfg = Config.from_env()
+    lane = ui.selected_lane(cfg)
+    try:
+        ev = ui.load_events(cfg.redis_url, lane.namespace, None if choice == ALL else choice, view.range_ms,
+                            view.refresh_s, view.tick(now_ms), lane.input_namespace)
+    except redis.RedisError as exc:
+        st.error(f"Could not read the events: {exc}")
+        return
+    if ev is None:
+        st.info("No batch has been committed yet: nothing to judge.")
+        return
+    st.caption(f"Events that arrived in the {human_ms(view.range_ms)} up to the newest stream entry "
+               f"({clock(ev.lo_ms)} – {clock(ev.hi_ms)}, the sidebar's time range), by arrival (ingest) time.")
+    notes(ev, snap.namespace, lane.input_namespace)
+
+    counts = ev.counts()
+    shown = [s for s in Status if s is not Status.UNKNOWN or counts[s]]
+    cols = st.columns(len(shown) + 1)
+    for col, s in zip(cols, shown, strict=False):
+        col.metric(METRIC_LABELS[s], ui.fmt_int(counts[s]))
+    cols[-1].metric("Quarantined", ui.fmt_int(len(ev.quarantined)), help="Entries of any server in the range that "
+                    "are not valid events; not in the other counts.")
+
+    st.plotly_chart(event_charts.events_figure(ev.points, ev.steps, ev.window_ms, ev.slide_ms, ev.shown_from_ms,
+                                               ev.hi_ms), key="events_scatter")
+
+    dropped = [p for p in ev.points if p.status in (Status.DROPPED, Status.PARTLY_DROPPED)]
+    if dropped:
+        st.subheader("Dropped and partly dropped events")
+        rows = dropped[-TABLE_ROWS:]
+        st.dataframe([{
+            "arrived": clock_ms(p.arrival_ms), "event time": clock_ms(p.event_time_us // 1000),
+            "server": p.server, "player": p.player_id, "kind": p.kind or "", "batch": p.batch,
+            "watermark met": clock_ms(p.watermark_ms or 0), "status": STATUS_LABELS[p.status],
+            "windows": "; ".join(f"{clock_ms(w.window.start_ms)}–{clock_ms(w.window.end_ms)} "
+                                 f"{event_charts.VERDICT_LABELS[w.verdict]}" for w in p.windows),
+        } for p in rows], hide_index=True)
+        if len(dropped) > len(rows):
+            st.caption(f"The newest {len(rows):,} of {len(dropped):,} dropped events.")
+
+    with st.expander("How each event is judged"):
+        st.markdown(
+            "Each event met the watermark in force for the micro-batch that read it (batch N reads the entries "
+            "that arrived after batch N−1's last one). For each window the event falls in: the window is "
+            "**closed** and the event **dropped** from it when `window end <= watermark`; otherwise the event is "
+            "counted, **late but accepted** if `event time < watermark`, else **on time**. With sliding windows "
+            "an event falls in several windows and each is judged on its own: **partly dropped** means dropped "
+            "from some (the older, closed ones) and counted in the others. **Pending** events arrived after the "
+            "job's committed offset and have not been processed; the dashed red line is the watermark the next "
+            "batch will meet. In the chart, the red line at a point's height is the watermark its batch met: a "
+            "point left of it was late, and it was dropped when the grey boundary right of it (its window's end) "
+            "is left of the red line too."
+        )
+
+
+def main() -> None:
+    st.title("Events")
+    ui.live(render)
+
+
+main()

@@ -1,0 +1,79 @@
+"""Watermark lab: the configured pipeline and its lab lanes side by side over the same events.
+
+Each lane is the whole pipeline with another watermark strategy (one watermark,
+per-server combined by min or max, with or without idleness), so the presenter
+can show what an idle or slow server does to each, live.
+"""
+
+from __future__ import annotations
+
+import redis
+import streamlit as st
+
+from dashboard import labview, ui
+from dashboard.lanes import read_seen
+from dashboard.status import unreachable
+from streaming.config import Config, redact_url
+from streaming.keys import KeySchema
+from streaming.lanes import DEFAULT_IDLE_TIMEOUT_MS
+
+SETUP_HINT = ("No lab lanes run beside this pipeline. Start the job with `LAB_LANES=per-server-min,"
+              "per-server-min-idle,per-server-max` and `KNOWN_SERVERS=A,B,C` (`./run.sh` does by default), then "
+              "switch to the `idle-server` scenario on the Lab control page.")
+
+
+@st.cache_data(show_spinner=False, ttl=60, max_entries=64)
+def load_seen(url: str, namespace: str, tick: int) -> dict[str, int]:
+    return read_seen(ui.redis_client(url), KeySchema(namespace))
+
+
+def render(cfg: Config) -> None:
+    view = ui.current_view()
+
+    @st.fragment(run_every=None if view.paused else view.refresh_s)
+    def tick() -> None:
+        now = ui.now_ms()
+        lanes = ui.available_lanes()
+        try:
+            snaps = [ui.lane_snapshot(cfg, lane, view, now) for lane in lanes]
+            seen = load_seen(cfg.redis_url, cfg.namespace, view.tick(now))
+        except redis.RedisError as exc:
+            ui.show_status([unreachable(redact_url(cfg.redis_url), exc)])
+            return
+        if len(lanes) < 2:
+            st.info(SETUP_HINT)
+        idle_after = cfg.idle_timeout_ms or DEFAULT_IDLE_TIMEOUT_MS
+        for lane, snap in zip(lanes, snaps, strict=True):
+            ui.show_status(labview.findings(lane, snap, seen, now, idle_after, reference=snaps[0]))
+        st.dataframe([labview.lane_row(lane, snap, now).__dict__ for lane, snap in zip(lanes, snaps, strict=True)],
+                     hide_index=True, key="lanes_table",
+                     column_config={"pipeline": "pipeline", "final_windows": "final windows (range)",
+                                    "dropped": "dropped late (total)", "dropped_by_server": "dropped per server",
+                                    "late": "late but accepted", "idle_markers": "idle markers (range)"})
+        st.plotly_chart(labview.lanes_watermarks(lanes, snaps, now), key="lanes_watermarks")
+        per_server = [(lane, snap) for lane, snap in zip(lanes, snaps, strict=True) if lane.mode == "per-server"]
+        for i in range(0, len(per_server), 2):
+            cols = st.columns(2)
+            for col, (lane, snap) in zip(cols, per_server[i:i + 2], strict=False):
+                col.plotly_chart(labview.server_watermarks(lane, snap), key=f"server_wm_{lane.name}")
+
+    tick()
+    with st.expander("How the lanes differ"):
+        st.markdown(
+            "* **global**: one `withWatermark` over all events; the newest event time anywhere drives it.\n"
+            "* **per-server-min**: each server is its own input with its own `withWatermark`; Spark combines them "
+            "with `spark.sql.streaming.multipleWatermarkPolicy=min`. The slowest server, or one that fell silent, "
+            "holds every window open.\n"
+            "* **per-server-min-idle**: the same, and a server silent for `IDLE_TIMEOUT` gets idle markers from the "
+            "job (like Flink's `withIdleness`), so it stops holding the watermark back until its data returns.\n"
+            "* **per-server-max**: combined by `max`: the fastest server drives the watermark and a slow server's "
+            "events fall behind it and are dropped.\n\n"
+            "Spark keeps the per-input watermarks in memory only: after a restart each input counts as 0 until it "
+            "has data again, so under `min` the watermark does not move until every server has sent something.")
+
+
+def main() -> None:
+    ui.page("Watermark lab", render)
+
+
+main()

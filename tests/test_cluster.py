@@ -1,0 +1,191 @@
+"""The unchanged job on a Spark standalone cluster (a master and a worker on 127.0.0.1, started with the
+pip package's ``sbin/spark-daemon.sh``) gives the same check document as local mode and the oracle."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import redis
+
+from streaming.cluster import PACKAGE_DIR, is_local_master, package_zip
+from streaming.generator import generate
+from streaming.keys import KeySchema
+from streaming.redis_server import free_port
+from streaming.report import build_document, wait_for_commit
+from streaming.timeutil import iso_from_us
+from tests.oracle import T0_MS, oracle
+from tests.procs import Proc
+from tests.seed import arrival_ids
+from tests.test_exactly_once import load
+
+MASTER = "org.apache.spark.deploy.master.Master"
+WORKER = "org.apache.spark.deploy.worker.Worker"
+START_TIMEOUT_S = 120
+COMMIT_TIMEOUT_S = 300
+EVENTS, BATCH_CAP = 600, 200  # all written before the job starts: three micro-batches of exactly 200 entries
+WINDOW_MS, SLIDE_MS, DELAY_MS = 60_000, 30_000, 10_000
+
+
+@dataclass(frozen=True)
+class SparkCluster:
+    master_url: str
+    master_ui: str
+    worker_ui: str
+    work_dir: Path
+
+    def state(self, ui: str) -> dict:
+        with urllib.request.urlopen(f"{ui}/json", timeout=10) as reply:  # the daemons' JSON API
+            return json.load(reply)
+
+
+@pytest.mark.parametrize(
+    ("master", "local"),
+    [
+        ("local", True),  # one thread
+        ("local[2]", True),
+        ("local[*]", True),
+        ("local[2,3]", True),  # with task retries: still one process
+        (" local[*] ", True),  # stray spaces from an env file
+        ("spark://10.0.0.5:7077", False),  # standalone cluster
+        ("spark://a:7077,b:7077", False),  # standalone with standby masters
+        ("local-cluster[2,1,1024]", False),  # separate executor processes: they need the package too
+        ("yarn", False),
+        ("k8s://https://kube:6443", False),
+        ("localhost", False),  # not a local master, whatever it looks like
+    ],
+)
+def test_which_masters_run_executors_elsewhere(master: str, local: bool) -> None:
+    assert is_local_master(master) is local
+
+
+def test_package_zip_is_importable_alone_and_named_by_content(tmp_path: Path) -> None:
+    first, again = package_zip(out_dir=tmp_path / "a"), package_zip(out_dir=tmp_path / "b")
+    assert first.name == again.name and first.read_bytes() == again.read_bytes()  # same code, same file
+    assert first.name.startswith("streaming-") and first.suffix == ".zip"
+    # Only the zip on the path, run from elsewhere: how an executor's Python worker imports the source.
+    probe = "import streaming.source as s, streaming.sink; print(s.__file__)"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    out = subprocess.run([sys.executable, "-c", f"import sys; sys.path.insert(0, {str(first)!r}); {probe}"],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == str(first / "streaming" / "source.py")
+
+    changed = tmp_path / "copy" / "streaming"
+    shutil.copytree(PACKAGE_DIR, changed, ignore=shutil.ignore_patterns("__pycache__"))
+    (changed / "windows.py").write_text((changed / "windows.py").read_text() + "\n# changed\n")
+    assert package_zip(changed, out_dir=tmp_path / "a").name != first.name  # new code, new name: shipped anew
+
+
+def spark_home() -> Path:
+    import pyspark
+
+    return Path(pyspark.__file__).resolve().parent
+
+
+@pytest.fixture(scope="module")
+def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkCluster]:
+    home = spark_home()
+    daemon = home / "sbin" / "spark-daemon.sh"
+    if not daemon.exists() or (shutil.which("java") is None and not os.environ.get("JAVA_HOME")):
+        pytest.skip(f"cannot start Spark daemons: {daemon} or java is missing")
+    base = tmp_path_factory.mktemp("spark-cluster")
+    work_dir = base / "work"
+    # No PYTHONPATH: the executors must get the `streaming` package from the job, as on a real cluster.
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.update(SPARK_HOME=str(home), SPARK_LOG_DIR=str(base / "logs"), SPARK_PID_DIR=str(base / "pids"),
+               SPARK_WORKER_DIR=str(work_dir), SPARK_LOCAL_IP="127.0.0.1", SPARK_IDENT_STRING="wmtest")
+    port, master_ui, worker_ui = free_port(), free_port(), free_port()
+    master_url = f"spark://127.0.0.1:{port}"
+    daemons = [
+        (MASTER, ["--host", "127.0.0.1", "--port", str(port), "--webui-port", str(master_ui)],
+         r"I have been elected leader! New state: ALIVE"),
+        (WORKER, [master_url, "--host", "127.0.0.1", "--cores", "2", "--memory", "1g", "--webui-port",
+                  str(worker_ui)], r"Successfully registered with master"),
+    ]
+    started: list[str] = []
+    tails: list[Proc] = []
+
+    def stop_all() -> None:
+        for cls in reversed(started):
+            subprocess.run([str(daemon), "stop", cls, "1"], env=env, capture_output=True, timeout=60)
+        for tail in tails:
+            tail.stop()
+
+    try:
+        for cls, args, ready in daemons:
+            out = subprocess.run([str(daemon), "start", cls, "1", *args], env=env, capture_output=True, text=True,
+                                 timeout=60)
+            started.append(cls)
+            log = next((w for w in out.stdout.split() if w.endswith(".out")), None)
+            if out.returncode != 0 or log is None:
+                pytest.skip(f"cannot start the Spark {cls.rsplit('.', 1)[1]}: {out.stdout}{out.stderr}")
+            # Follow the daemon's log to its "ready" line (tail -F waits on the file; no sleeping here).
+            tail = Proc(f"{cls.rsplit('.', 1)[1].lower()}-log", ["tail", "-n", "+1", "-F", log], {}, base)
+            tails.append(tail)
+            tail.wait_for(ready, timeout=START_TIMEOUT_S)
+        yield SparkCluster(master_url, f"http://127.0.0.1:{master_ui}", f"http://127.0.0.1:{worker_ui}", work_dir)
+    finally:
+        stop_all()
+
+
+def start_job(name: str, redis_url: str, master: str, entries: list[tuple[str, bytes]],
+              tmp_path: Path) -> tuple[KeySchema, Proc]:
+    """The real job process on ``master``, over the entries loaded into a fresh namespace."""
+    keys = KeySchema(f"{name}-{uuid.uuid4().hex[:6]}")
+    load(redis.Redis.from_url(redis_url), keys, entries)
+    env = {
+        "REDIS_URL": redis_url, "PIPELINE_NAMESPACE": keys.namespace, "CHECKPOINT_DIR": str(tmp_path / f"ck-{name}"),
+        "WINDOW": f"{WINDOW_MS}ms", "SLIDE": f"{SLIDE_MS}ms", "WATERMARK_DELAY": f"{DELAY_MS}ms",
+        "MAX_FUTURE_SKEW": "off", "MAX_EVENTS_PER_BATCH": str(BATCH_CAP), "TRIGGER_INTERVAL": "200ms",
+        "SPARK_MASTER": master, "RETENTION": "36500d",
+    }
+    return keys, Proc.python(name, ["streaming.job"], env, tmp_path)
+
+
+@pytest.mark.spark
+def test_job_on_a_standalone_cluster_matches_local_mode_and_the_oracle(
+        spark_cluster: SparkCluster, redis_url: str, tmp_path: Path) -> None:
+    events = generate("late-burst", seed=3, start_us=T0_MS * 1000, rate=10, count=EVENTS)
+    entries = [(entry_id, ev.payload()) for entry_id, (_, ev) in zip(arrival_ids(events), events, strict=True)]
+    lines = [{"batch": i // BATCH_CAP, "server": ev.server, "player_id": ev.player_id,
+              "event_time": iso_from_us(ev.event_time_us)} for i, (_, ev) in enumerate(events)]
+    client = redis.Redis.from_url(redis_url, socket_timeout=30)  # above wait_for_commit's 5 s blocks
+    # Both jobs at once (their batches are fixed by the cap, not by timing): the test takes one job's time.
+    runs = {name: start_job(name, redis_url, master, entries, tmp_path)
+            for name, master in (("cluster", spark_cluster.master_url), ("local", "local[2]"))}
+    try:
+        for name, (keys, proc) in runs.items():
+            assert wait_for_commit(client, keys, entries[-1][0], COMMIT_TIMEOUT_S), \
+                f"{name} did not commit the last entry:\n{proc.tail()}"
+        runs["cluster"][1].wait_for(rf"master {spark_cluster.master_url}", timeout=10)
+        master, worker = spark_cluster.state(spark_cluster.master_ui), spark_cluster.state(spark_cluster.worker_ui)
+    finally:
+        codes = {name: proc.stop() for name, (_, proc) in runs.items()}
+    assert codes == {"cluster": 0, "local": 0}, {name: proc.tail() for name, (_, proc) in runs.items()}
+    clustered, local = (build_document(client, runs[name][0]) for name in ("cluster", "local"))
+
+    expected = oracle(lines, WINDOW_MS, SLIDE_MS, DELAY_MS)
+    assert len(expected["batches"]) == EVENTS // BATCH_CAP
+    assert clustered == local
+    assert clustered["batches"] == expected["batches"]
+    assert clustered["windows"] == expected["windows"]
+    assert sum(b["dropped"] for b in clustered["batches"]) > 0, "the late bursts must be dropped"
+
+    # The work really ran on the cluster: the master granted the job cores on the worker, whose executor
+    # received the shipped `streaming` package.
+    apps = [a for a in master["activeapps"] if a["name"] == "watermark-pipeline"]
+    assert len(apps) == 1 and apps[0]["cores"] > 0, master
+    assert [w["state"] for w in master["workers"]] == ["ALIVE"]
+    assert [e["appid"] for e in worker["executors"]] == [apps[0]["id"]], worker
+    app_dir = spark_cluster.work_dir / apps[0]["id"]
+    assert len(list(app_dir.glob("*/streaming-*.zip"))) == 1, sorted(p.name for p in app_dir.rglob("*"))

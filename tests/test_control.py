@@ -1,0 +1,341 @@
+"""The lab's control plane: the control hash, its CLI, and the generator following it on real Redis.
+
+The follower runs in the test's thread on a scripted :class:`ManualClock`: the
+presenter's changes happen at given clock times, so a whole run with switches
+takes no sleeping, and what was written can be compared with the simulations.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+import uuid
+from collections.abc import Callable, Iterator
+from urllib.parse import urlsplit
+
+import pytest
+import redis
+
+from streaming.config import ConfigError
+from streaming.control import (
+    Control,
+    GeneratorStatus,
+    main,
+    read_control,
+    read_lab,
+    seed_control,
+    write_control,
+)
+from streaming.follow import Follower
+from streaming.generator import ManualClock, Simulator, record_payload
+from streaming.keys import KeySchema
+from streaming.redis_conn import connect
+from streaming.timeutil import parse_iso_us
+from tests.test_generator import no_sleeping
+
+START = parse_iso_us("2026-01-01T00:00:00Z")
+S = 1_000_000
+
+
+@pytest.fixture()
+def keys() -> KeySchema:
+    return KeySchema(f"ctl-{uuid.uuid4().hex[:8]}")
+
+
+@pytest.fixture()
+def rd(redis_url: str) -> Iterator[redis.Redis]:
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    yield client
+    client.close()
+
+
+# --------------------------------------------------------------------------- the hash
+
+
+def test_keys() -> None:
+    k = KeySchema("live")
+    assert (k.control, k.generator_status) == ("live:control", "live:generator")
+
+
+@pytest.mark.parametrize("control", [
+    Control(),  # nothing asked yet
+    Control("idle-server", 250.5, True, 20_000, rev=3, updated_ms=1_700_000_000_000),  # everything set
+    Control("steady", 0.0, False),  # rate 0 = as fast as possible; stopped
+    Control(delay_ms=0, rev=1, updated_ms=5),  # only a delay: the dashboard wrote before any generator ran
+])
+def test_control_hash_round_trip(control: Control) -> None:
+    raw = {k.encode(): v.encode() for k, v in control.to_hash().items()}  # as Redis returns it
+    assert Control.from_hash(raw) == control
+
+
+def test_generator_status_round_trip() -> None:
+    status = GeneratorStatus("running", "clock-skew", 1000.0, 4, 12_345, 1_000, 2_000, "")
+    assert GeneratorStatus.from_hash(status.to_hash()) == status
+    with pytest.raises(ConfigError, match="generator status hash is malformed"):
+        GeneratorStatus.from_hash({"state": "running"})
+
+
+@pytest.mark.parametrize(("raw", "message"), [
+    ({"scenario": "nope"}, "scenario 'nope' is unknown; choose one of: steady"),  # typed by hand
+    ({"rate": "fast"}, "control field rate='fast' is not a number"),
+    ({"rate": "-1"}, "rate must be a finite number >= 0"),
+    ({"rate": "inf"}, "rate must be a finite number >= 0"),
+    ({"generator": "paused"}, "control field generator='paused' must be 'running' or 'stopped'"),
+    ({"delay_ms": "20s"}, "control field delay_ms='20s' is not an integer"),
+    ({"delay_ms": "-5"}, "delay_ms must be an integer >= 0"),
+    ({"rev": "x"}, "control field rev='x' is not an integer"),
+])
+def test_a_hand_written_control_hash_is_a_precise_error(raw: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        Control.from_hash(raw)
+    assert message in str(info.value)
+
+
+@pytest.mark.parametrize(("changes", "message"), [
+    ({"scenario": "nope"}, "scenario 'nope' is unknown"),
+    ({"rate": -1.0}, "rate must be a finite number >= 0"),
+    ({"rate": math.nan}, "rate must be a finite number >= 0"),
+    ({"rate": math.inf}, "rate must be a finite number >= 0"),
+    ({"rate": True}, "rate must be a finite number >= 0"),  # a bool is not a rate
+    ({"delay_ms": -1}, "delay_ms must be an integer >= 0"),
+    ({"delay_ms": 1.5}, "delay_ms must be an integer >= 0"),
+    ({"running": "yes"}, "running must be True or False"),
+    ({"scenario": "steady", "delay_ms": -1}, "delay_ms must be"),  # one bad field: nothing written at all
+    ({}, "nothing to change"),
+])
+def test_write_control_validates_before_writing(rd: redis.Redis, keys: KeySchema, changes: dict[str, object],
+                                                message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        write_control(rd, keys, **changes)  # type: ignore[arg-type]
+    assert message in str(info.value)
+    assert not rd.exists(keys.control)
+
+
+def test_write_control_changes_only_the_given_fields_and_bumps_rev(rd: redis.Redis, keys: KeySchema) -> None:
+    first = write_control(rd, keys, scenario="idle-server", rate=200, now_ms=1_000)
+    assert first == Control("idle-server", 200.0, None, None, rev=1, updated_ms=1_000)
+    second = write_control(rd, keys, running=False, delay_ms=20_000, now_ms=2_000)
+    assert second == Control("idle-server", 200.0, False, 20_000, rev=2, updated_ms=2_000)
+    assert read_control(rd, keys) == second
+    assert rd.hgetall(keys.control) == {"scenario": "idle-server", "rate": "200.0", "generator": "stopped",
+                                        "delay_ms": "20000", "rev": "2", "updated_ms": "2000"}
+    assert read_control(rd, KeySchema(f"{keys.namespace}-none")) is None
+
+
+def test_seeding_fills_only_missing_fields(rd: redis.Redis, keys: KeySchema) -> None:
+    write_control(rd, keys, scenario="clock-skew", running=False, now_ms=1_000)  # the presenter's choice
+    seeded = seed_control(rd, keys, scenario="late-burst", rate=1000, now_ms=2_000)
+    assert seeded == Control("clock-skew", 1000.0, False, None, rev=2, updated_ms=2_000)
+    again = seed_control(rd, keys, scenario="steady", rate=5, now_ms=3_000)
+    assert again == seeded  # nothing missing: nothing written, rev unchanged
+    fresh = KeySchema(f"{keys.namespace}-fresh")
+    assert seed_control(rd, fresh, scenario="steady", rate=50, now_ms=7) == Control("steady", 50.0, True, None, 1, 7)
+
+
+def test_cli_set_and_show(rd: redis.Redis, redis_url: str, keys: KeySchema, monkeypatch: pytest.MonkeyPatch,
+                          capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("REDIS_URL", redis_url)
+    monkeypatch.setenv("PIPELINE_NAMESPACE", keys.namespace)
+    assert main(["set", "--scenario", "outage-and-backfill", "--rate", "250", "--delay", "20s", "--stop"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["control"] | {"updated_ms": 0} == {"scenario": "outage-and-backfill", "rate": 250.0, "running": False,
+                                                   "delay_ms": 20_000, "delay": "20s", "rev": 1, "updated_ms": 0}
+    assert doc["generator"] is None
+    assert main(["set", "--start"]) == 0
+    assert json.loads(capsys.readouterr().out)["control"]["running"] is True
+    assert read_control(rd, keys).running is True  # type: ignore[union-attr]
+    assert main(["show"]) == 0
+    assert json.loads(capsys.readouterr().out)["control"]["rev"] == 2
+    with pytest.raises(SystemExit):
+        main(["set", "--scenario", "nope"])
+    with pytest.raises(SystemExit):
+        main(["set", "--delay", "soon"])
+    assert "invalid duration 'soon'" in capsys.readouterr().err
+    assert main(["set"]) == 2
+    assert "nothing to change" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- the generator following it
+
+
+class ScriptedClock(ManualClock):
+    """A manual clock that runs the presenter's actions when time passes them."""
+
+    def __init__(self, start_us: int, script: list[tuple[int, Callable[[], None]]]) -> None:
+        super().__init__(start_us)
+        self.script = sorted(script, key=lambda a: a[0])
+
+    def sleep_until(self, us: int) -> None:
+        while self.script and self.script[0][0] <= us:
+            at, action = self.script.pop(0)
+            super().sleep_until(at)
+            action()
+        super().sleep_until(us)
+
+
+def follower(client: redis.Redis, keys: KeySchema, clock: ManualClock, stop: threading.Event, redis_url: str,
+             **kw: object) -> Follower:
+    args: dict = {"scenario": "steady", "rate": 100.0, "seed": 11, "explicit_ids": True, "batch_size": 64, **kw}
+    return Follower(client, keys, clock=clock, stop=stop, reconnect=lambda: connect(redis_url), **args)
+
+
+def stream(client: redis.Redis, keys: KeySchema) -> list[bytes]:
+    return [f[b"e"] for _, f in client.xrange(keys.events)]
+
+
+def split_into_runs(written: list[bytes], sims: list[Simulator]) -> list[int]:
+    """How many events of each simulation were written, asserting the stream is exactly a prefix
+    of each one, in order: nothing invented, nothing reordered, nothing skipped within a run."""
+    counts = []
+    rest = written
+    for i, sim in enumerate(sims):
+        n = 0
+        for rec in sim.records():
+            if n == len(rest) or record_payload(rec) != rest[n]:
+                break
+            n += 1
+        if i == len(sims) - 1:
+            assert n == len(rest), "entries after the last run's prefix"
+        counts.append(n)
+        rest = rest[n:]
+    return counts
+
+
+def test_a_scenario_switch_restarts_the_simulation_and_b_goes_silent_on_time(
+        r: redis.Redis, rd: redis.Redis, redis_url: str, keys: KeySchema, monkeypatch: pytest.MonkeyPatch) -> None:
+    stop = threading.Event()
+    seen: dict[str, dict] = {}
+    script = [
+        (START + 10 * S, lambda: seen.update(switch=write_control(rd, keys, scenario="idle-server").__dict__)),
+        (START + 10 * S + 600_000, lambda: seen.update(after=rd.hgetall(keys.generator_status))),
+        (START + 145 * S, stop.set),
+    ]
+    clock = ScriptedClock(START, script)
+    no_sleeping(monkeypatch)
+    stats = follower(r, keys, clock, stop, redis_url).follow()
+
+    after = GeneratorStatus.from_hash(seen["after"])
+    assert (after.state, after.scenario, after.rev) == ("running", "idle-server", seen["switch"]["rev"]) == \
+        ("running", "idle-server", 2)  # rev 1 was the generator's own seeding
+    switched_us = after.since_ms * 1000
+    assert START + 10 * S <= switched_us <= START + 10 * S + 500_000  # picked up at the next check
+    written = stream(r, keys)
+    first, second = split_into_runs(written, [Simulator("steady", seed=11, start_us=START, rate=100),
+                                              Simulator("idle-server", seed=12, start_us=switched_us, rate=100)])
+    assert first > 900 and second > 10_000 and stats.written == len(written) == first + second
+    # The second run is idle-server from the switch on: B silent for [30 s, 120 s) after it, events before and after.
+    b = [json.loads(p)["event_time"] for p in written[first:] if b'"server":"B"' in p]
+    offsets = sorted(parse_iso_us(t) - switched_us for t in b)
+    assert not [o for o in offsets if 30 * S <= o < 120 * S]
+    assert any(29 * S <= o < 30 * S for o in offsets) and any(120 * S <= o < 121 * S for o in offsets)
+    final = GeneratorStatus.from_hash(rd.hgetall(keys.generator_status))
+    assert (final.state, final.written, final.rev) == ("exited", len(written), 2)
+
+
+def test_stop_pauses_and_start_resumes_from_now(r: redis.Redis, rd: redis.Redis, redis_url: str, keys: KeySchema,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    stop = threading.Event()
+    seen: dict[str, object] = {}
+
+    def look(name: str) -> Callable[[], None]:
+        return lambda: seen.update({name: (GeneratorStatus.from_hash(rd.hgetall(keys.generator_status)),
+                                           rd.xlen(keys.events))})
+
+    script = [
+        (START + 5 * S, lambda: write_control(rd, keys, running=False)),
+        (START + 6 * S, look("paused")),
+        (START + 19 * S, look("still_paused")),
+        (START + 20 * S, lambda: write_control(rd, keys, running=True)),
+        (START + 21 * S, look("resumed")),
+        (START + 30 * S, stop.set),
+    ]
+    clock = ScriptedClock(START, script)
+    no_sleeping(monkeypatch)
+    follower(r, keys, clock, stop, redis_url).follow()
+
+    paused, n_paused = seen["paused"]  # type: ignore[misc]
+    still, n_still = seen["still_paused"]  # type: ignore[misc]
+    resumed, _ = seen["resumed"]  # type: ignore[misc]
+    assert (paused.state, paused.rev, paused.scenario) == ("stopped", 2, "")
+    assert n_still == n_paused > 0 and still.updated_ms > paused.updated_ms  # nothing written, status kept fresh
+    assert (resumed.state, resumed.rev, resumed.scenario) == ("running", 3, "steady")
+    restarted_us = resumed.since_ms * 1000
+    assert START + 20 * S <= restarted_us <= START + 20 * S + 500_000
+    written = stream(r, keys)
+    first, second = split_into_runs(written, [Simulator("steady", seed=11, start_us=START, rate=100),
+                                              Simulator("steady", seed=12, start_us=restarted_us, rate=100)])
+    assert first == n_paused and second > 800
+    times = sorted(parse_iso_us(json.loads(p)["event_time"]) for p in written)
+    assert not [t for t in times if START + 5_500_000 < t < restarted_us]  # no events for the pause
+
+
+def test_a_restarted_generator_keeps_the_presenters_choice(r: redis.Redis, rd: redis.Redis, redis_url: str,
+                                                          keys: KeySchema, monkeypatch: pytest.MonkeyPatch) -> None:
+    write_control(rd, keys, scenario="clock-skew", running=False)
+    stop = threading.Event()
+    clock = ScriptedClock(START, [(START + 3 * S, stop.set)])
+    no_sleeping(monkeypatch)
+    follower(r, keys, clock, stop, redis_url, scenario="late-burst", rate=500.0).follow()
+    control = read_control(rd, keys)
+    assert control is not None
+    assert (control.scenario, control.running, control.rate, control.rev) == ("clock-skew", False, 500.0, 2)
+    assert r.xlen(keys.events) == 0
+    assert GeneratorStatus.from_hash(rd.hgetall(keys.generator_status)).rev == 2
+
+
+def test_a_bad_hand_written_value_is_reported_and_the_run_goes_on(
+        r: redis.Redis, rd: redis.Redis, redis_url: str, keys: KeySchema, monkeypatch: pytest.MonkeyPatch) -> None:
+    stop = threading.Event()
+    seen: dict[str, dict] = {}
+    script = [
+        (START + 2 * S, lambda: rd.hset(keys.control, "scenario", "nope")),  # redis-cli, not write_control
+        (START + 3 * S, lambda: seen.update(bad=rd.hgetall(keys.generator_status), n=rd.xlen(keys.events))),
+        (START + 4 * S, lambda: write_control(rd, keys, scenario="steady")),
+        (START + 5 * S, lambda: seen.update(good=rd.hgetall(keys.generator_status))),
+        (START + 6 * S, stop.set),
+    ]
+    no_sleeping(monkeypatch)
+    follower(r, keys, ScriptedClock(START, script), stop, redis_url).follow()
+    bad, good = GeneratorStatus.from_hash(seen["bad"]), GeneratorStatus.from_hash(seen["good"])
+    assert (bad.state, bad.scenario, bad.rev) == ("running", "steady", 1)
+    assert "scenario 'nope' is unknown" in bad.error
+    assert (good.error, good.rev) == ("", 2)  # the hand-written value did not bump rev; write_control did
+    assert r.xlen(keys.events) > seen["n"] > 0  # type: ignore[operator]
+    written = stream(r, keys)
+    assert split_into_runs(written, [Simulator("steady", seed=11, start_us=START, rate=100)]) == [len(written)]
+
+
+def test_the_follower_survives_losing_its_redis_connection(
+        r: redis.Redis, redis_url: str, keys: KeySchema, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Its connections are killed mid-run (as a Redis restart would); it reconnects and goes on."""
+    name, password = f"gen-{uuid.uuid4().hex[:6]}", uuid.uuid4().hex
+    r.acl_setuser(name, enabled=True, passwords=[f"+{password}"], keys=[f"{keys.namespace}:*"], commands=["+@all"])
+    parts = urlsplit(redis_url)
+    url = f"redis://{name}:{password}@{parts.hostname}:{parts.port}/0"
+    stop = threading.Event()
+    seen: dict[str, int] = {}
+    script = [
+        # between two checks, so it lands while the writer holds its connection (redis-py itself
+        # reconnects transparently for a plain command issued after the kill)
+        (START + 5_250_000, lambda: seen.update(killed=r.client_kill_filter(user=name), before=r.xlen(keys.events))),
+        (START + 10 * S, stop.set),
+    ]
+    try:
+        no_sleeping(monkeypatch)
+        follower(connect(url), keys, ScriptedClock(START, script), stop, url).follow()
+    finally:
+        r.acl_deluser(name)
+    assert seen["killed"] >= 1
+    assert any(m.startswith("lost Redis") for m in caplog.messages), "the writer's connection was not hit"
+    assert r.xlen(keys.events) > seen["before"] + 300  # ~5 s at 100/s after the kill (a batch may be lost)
+    assert GeneratorStatus.from_hash(r.hgetall(keys.generator_status)).state == "exited"
+
+
+def test_read_lab_reads_both_hashes(rd: redis.Redis, keys: KeySchema) -> None:
+    assert read_lab(rd, keys) == (None, None)
+    ctl = write_control(rd, keys, delay_ms=5_000, now_ms=1)
+    status = GeneratorStatus("stopped", "", 0.0, 1, 0, 1, 2)
+    rd.hset(keys.generator_status, mapping=status.to_hash())
+    assert read_lab(rd, keys) == (ctl, status)

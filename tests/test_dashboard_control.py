@@ -1,0 +1,178 @@
+"""The Lab control page under Streamlit's AppTest against a real Redis, and its status messages.
+
+The page is the dashboard's one writer: it writes ``{ns}:control`` on a button
+press and nothing otherwise (Redis' change counter proves both), and a
+read-only Redis user gets a warning, not a traceback.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+import redis
+from streamlit.testing.v1 import AppTest
+
+from dashboard.lab import generator_line
+from dashboard.status import Level
+from streaming.control import Control, GeneratorStatus, read_control, write_control
+from streaming.follow import Follower
+from streaming.generator import SCENARIOS, ManualClock
+from streaming.keys import KeySchema
+from streaming.redis_server import free_port
+
+APP = str(Path(__file__).resolve().parent.parent / "dashboard" / "app.py")
+PAGE = "views/control.py"
+NOW = 1_800_000_000_000
+
+
+@pytest.fixture()
+def keys(redis_url: str, monkeypatch: pytest.MonkeyPatch) -> KeySchema:
+    ns = f"lab-{uuid.uuid4().hex[:8]}"
+    monkeypatch.setenv("REDIS_URL", redis_url)
+    monkeypatch.setenv("PIPELINE_NAMESPACE", ns)
+    return KeySchema(ns)
+
+
+@pytest.fixture()
+def rd(redis_url: str) -> Iterator[redis.Redis]:
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    yield client
+    client.close()
+
+
+def dirty(client: redis.Redis) -> int:
+    """Redis' count of changes since the last save: any write moves it."""
+    return int(client.info("persistence")["rdb_changes_since_last_save"])
+
+
+def open_page(now_ms: int = NOW) -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.session_state["now_ms"] = now_ms
+    at.run()
+    at.switch_page(PAGE).run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def messages(at: AppTest) -> list[str]:
+    return [e.value for e in (*at.error, *at.warning, *at.info, *at.success)]
+
+
+def test_choosing_a_scenario_and_pressing_apply_writes_the_control_hash(rd: redis.Redis, keys: KeySchema) -> None:
+    before = dirty(rd)
+    at = open_page()
+    assert dirty(rd) == before, "opening the page must not write"
+    assert any("No generator running" in m for m in messages(at))
+    assert at.selectbox(key="lab_scenario").options == [f"{n} — {s.description}" for n, s in SCENARIOS.items()]
+    at.selectbox(key="lab_scenario").set_value("idle-server").run()
+    at.number_input(key="lab_rate").set_value(250.0).run()
+    assert dirty(rd) == before, "changing a widget must not write"
+    at.button(key="lab_apply").click().run()
+    assert not at.exception
+    assert rd.hgetall(keys.control) == {"scenario": "idle-server", "rate": "250.0", "rev": "1",
+                                        "updated_ms": str(NOW)}
+    assert "Saved as rev 1." in messages(at)
+    assert any("`idle-server` at 250 events/s" in c.value for c in at.caption)  # the page shows the new request
+    at.button(key="lab_stop").click().run()
+    assert read_control(rd, keys) == Control("idle-server", 250.0, False, None, rev=2, updated_ms=NOW)
+    at.button(key="lab_start").click().run()
+    assert read_control(rd, keys).running is True  # type: ignore[union-attr]
+
+
+def test_apply_delay_writes_delay_ms_and_a_bad_duration_writes_nothing(rd: redis.Redis, keys: KeySchema) -> None:
+    at = open_page()
+    assert at.text_input(key="lab_delay").value == "30s"  # WATERMARK_DELAY's default until one is requested
+    at.text_input(key="lab_delay").input("20s").run()
+    at.button(key="lab_apply_delay").click().run()
+    assert read_control(rd, keys) == Control(delay_ms=20_000, rev=1, updated_ms=NOW)
+    before = dirty(rd)
+    at.text_input(key="lab_delay").input("soon").run()
+    at.button(key="lab_apply_delay").click().run()
+    assert not at.exception
+    assert any(m.startswith("Not saved: invalid duration 'soon'") for m in messages(at))
+    assert dirty(rd) == before
+
+
+def test_a_read_only_redis_user_gets_a_warning_not_a_traceback(r: redis.Redis, redis_url: str, keys: KeySchema,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    name, password = f"dash-{uuid.uuid4().hex[:6]}", uuid.uuid4().hex
+    r.acl_setuser(name, enabled=True, passwords=[f"+{password}"], keys=[f"{keys.namespace}:*"],
+                  commands=["-@all", "+@read", "+@connection"])  # what README recommends for the dashboard
+    parts = urlsplit(redis_url)
+    monkeypatch.setenv("REDIS_URL", f"redis://{name}:{password}@{parts.hostname}:{parts.port}/0")
+    try:
+        write_control(r, keys, scenario="clock-skew", rate=500, now_ms=NOW)
+        at = open_page()
+        assert any("`clock-skew` at 500 events/s" in c.value for c in at.caption)  # it can read
+        before = dirty(r)
+        at.selectbox(key="lab_scenario").set_value("steady").run()
+        at.button(key="lab_apply").click().run()
+        assert not at.exception
+        warnings = [w.value for w in at.warning]
+        assert any(w.startswith("This dashboard's Redis user cannot change the control settings: NOPERM ")
+                   for w in warnings), warnings
+        assert dirty(r) == before and read_control(r, keys).scenario == "clock-skew"  # type: ignore[union-attr]
+    finally:
+        r.acl_deluser(name)
+
+
+def test_the_page_shows_when_the_generator_picked_up_the_request(r: redis.Redis, redis_url: str,
+                                                                  keys: KeySchema) -> None:
+    """The real follower applies what the page saved, and the page says so."""
+    follower = Follower(r, keys, clock=ManualClock(NOW * 1000), scenario="steady", rate=100, seed=1,
+                        reconnect=lambda: r, stop=threading.Event())
+    follower.check()  # a generator is running: it seeded rev 1 and applied it
+    at = open_page(NOW + 100)
+    assert "Generator running `steady` at 100 events/s" in " ".join(m for m in messages(at))
+    at.selectbox(key="lab_scenario").set_value("outage-and-backfill").run()
+    at.button(key="lab_apply").click().run()
+    assert any("Waiting for the generator to pick up rev 2 (it has applied rev 1" in m for m in messages(at))
+    follower.check()
+    at = open_page(NOW + 2_000)  # the next refresh tick (reads are shared per tick)
+    assert any(m.startswith("Generator running `outage-and-backfill` at 100 events/s") and "rev 2 applied" in m
+               for m in messages(at)), messages(at)
+
+
+def test_unreachable_redis_is_a_status_message(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("REDIS_URL", f"redis://:s3cret@127.0.0.1:{free_port()}/0")
+    at = open_page()
+    errors = [e.value for e in at.error]
+    assert len(errors) == 1 and "is unreachable" in errors[0] and "s3cret" not in errors[0]
+
+
+def status(**kw: object) -> GeneratorStatus:
+    base = {"state": "running", "scenario": "steady", "rate": 1000.0, "rev": 3, "written": 12_345,
+            "since_ms": NOW - 60_000, "updated_ms": NOW - 400, "error": ""}
+    return GeneratorStatus(**{**base, **kw})  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("control", "gen", "level", "text"), [
+    # no generator has ever reported
+    (Control("steady", 1000.0, True, rev=3), None, Level.WARNING, "No generator running: none has reported yet"),
+    # the generator exited cleanly (SIGTERM)
+    (Control("steady", 1000.0, True, rev=3), status(state="exited"), Level.WARNING,
+     "No generator running: the last one exited at"),
+    # it was killed: its status stopped changing
+    (Control("steady", 1000.0, True, rev=3), status(updated_ms=NOW - 6_000), Level.WARNING,
+     "No generator running: the last one reported 6.0 s ago"),
+    # a value typed into Redis by hand
+    (Control("steady", 1000.0, True, rev=3), status(error="scenario 'x' is unknown"), Level.ERROR,
+     "The generator cannot apply the control settings and keeps its last ones (rev 3): scenario 'x' is unknown"),
+    # a request not picked up yet
+    (Control("idle-server", 1000.0, True, rev=4), status(), Level.INFO,
+     "Waiting for the generator to pick up rev 4 (it has applied rev 3"),
+    # caught up and running
+    (Control("steady", 1000.0, True, rev=3), status(), Level.OK,
+     "Generator running `steady` at 1,000 events/s since 07:59:00 UTC · rev 3 applied · 12,345 events written"),
+    # caught up and stopped
+    (Control("steady", 1000.0, False, rev=3), status(state="stopped"), Level.INFO,
+     "Generator stopped since 07:59:00 UTC (rev 3 applied)"),
+])
+def test_generator_line(control: Control, gen: GeneratorStatus | None, level: Level, text: str) -> None:
+    line = generator_line(control, gen, NOW)
+    assert line.level == level and text in line.text, line

@@ -1,0 +1,144 @@
+"""The lab pages under Streamlit's AppTest, against lanes seeded by the real pipeline: the comparison table,
+the findings and the delay trade-off equal the independent oracle, and the pipeline selector switches pages."""
+
+from __future__ import annotations
+
+import math
+import random
+import uuid
+from pathlib import Path
+
+import pytest
+import redis
+from pyspark.sql import SparkSession
+from streamlit.testing.v1 import AppTest
+
+from dashboard.status import human_ms
+from streaming.config import Config
+from streaming.job import register_lanes
+from streaming.keys import KeySchema
+from streaming.lanes import lane_namespace
+from streaming.replay import replay
+from streaming.tradeoff import GRID_MS
+from tests.oracle import T0_MS, oracle, to_iso
+from tests.test_lab import to_batches
+
+pytestmark = pytest.mark.spark
+APP = str(Path(__file__).resolve().parent.parent / "dashboard" / "app.py")
+MIN = 60_000
+LANES = ("per-server-max", "per-server-min")
+
+def lab_lines(seed: int = 41, batches: int = 12) -> list[dict]:
+    """A and B around a moving now with some stragglers; C 30 minutes behind it in every batch: min waits for
+    C, max drops it."""
+    rng = random.Random(seed)
+    lines = []
+    for b in range(batches):
+        now = T0_MS + (b + 1) * 5 * MIN
+        for _ in range(rng.randint(3, 12)):
+            lag = rng.choice([0, rng.randint(0, 2 * MIN), rng.randint(5 * MIN, 25 * MIN)])
+            lines.append({"batch": b, "server": rng.choice("AB"), "player_id": f"p{rng.randint(1, 9)}",
+                          "event_time": to_iso(now - lag)})
+        lines.append({"batch": b, "server": "C", "player_id": f"c{rng.randint(1, 3)}",
+                      "event_time": to_iso(now - 30 * MIN - rng.randint(0, MIN))})
+    return lines
+
+
+LINES = lab_lines()
+
+
+def expected(policy: str | None, delay: int = 5 * MIN) -> dict:
+    return oracle(LINES, 10 * MIN, 10 * MIN, delay, per_server=policy, servers="ABC")
+
+
+@pytest.fixture(scope="module")
+def lab(spark: SparkSession, redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Config:
+    tmp = tmp_path_factory.mktemp("labdash")
+    ns = f"labdash-{uuid.uuid4().hex[:6]}"
+    base = Config(redis_url=redis_url, embedded_redis=False, namespace=ns, window_ms=10 * MIN, slide_ms=10 * MIN,
+                  delay_ms=5 * MIN, checkpoint_dir=str(tmp / ns), spark_master="local[2]",
+                  retention_ms=100 * 365 * 86_400_000, known_servers=frozenset("ABC"), lanes=LANES)
+    replay(to_batches(LINES), base)
+    for lane in LANES:  # each lane replays the same events into its own namespace
+        policy = lane.rsplit("-", 1)[1]
+        cfg = base.with_(namespace=lane_namespace(ns, lane), checkpoint_dir=str(tmp / lane), lanes=(),
+                         watermark_mode="per-server", watermark_policy=policy)
+        replay(to_batches(LINES), cfg)
+    register_lanes(redis.Redis.from_url(redis_url), KeySchema(ns), base)
+    return base
+
+
+@pytest.fixture()
+def env(lab: Config, monkeypatch: pytest.MonkeyPatch) -> Config:
+    monkeypatch.setenv("REDIS_URL", lab.redis_url)
+    monkeypatch.setenv("PIPELINE_NAMESPACE", lab.namespace)
+    return lab
+
+
+def run_page(page: str, **state: object) -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=90)
+    at.session_state["now_ms"] = T0_MS + 200 * MIN
+    at.session_state["range"] = "60 min"
+    for k, v in state.items():
+        at.session_state[k] = v
+    at.run()
+    at.switch_page(page).run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def test_the_seed_shows_the_policies_apart() -> None:
+    dropped = {p: sum(w["dropped"] for w in expected(p)["windows"] if w["server"] == "C") for p in ("min", "max")}
+    assert dropped["min"] == 0 < dropped["max"]
+
+
+def test_lab_page_compares_the_lanes_exactly(env: Config) -> None:
+    at = run_page("views/lab.py")
+    rows = {r["pipeline"]: r for r in at.dataframe[0].value.to_dict("records")}
+    assert set(rows) == {"configured pipeline", *LANES}
+    for label, policy in (("configured pipeline", None), ("per-server-min", "min"), ("per-server-max", "max")):
+        doc = expected(policy)
+        assert rows[label]["dropped"] == sum(w["dropped"] for w in doc["windows"]), label
+        assert rows[label]["events"] == sum(w["events"] for w in doc["windows"]), label
+        per_server = {s: sum(w["dropped"] for w in doc["windows"] if w["server"] == s) for s in "ABC"}
+        assert rows[label]["dropped_by_server"] == ", ".join(f"{s} {n:,}" for s, n in per_server.items())
+    texts = [e.value for e in (*at.warning, *at.info, *at.success)]
+    assert any(t.startswith("per-server-min: **C** holds the combined watermark") for t in texts), texts
+    lost = {s: sum(w["dropped"] for w in expected("max")["windows"] if w["server"] == s) for s in "ABC"}
+    here = ", ".join(f"{s} {n:,}" for s, n in lost.items() if n)
+    assert any(t.startswith("per-server-max: the fastest server") and f"dropped here: {here}" in t
+               for t in texts), texts
+    assert len(at.get("plotly_chart")) == 3  # all lanes, and one per per-server lane
+
+
+def oracle_recommendation(target: float, server: str | None = None) -> int | None:
+    counts = []
+    for d in GRID_MS:
+        cells = [w for w in expected(None, d)["windows"] if server is None or w["server"] == server]
+        counts.append((d, sum(w["dropped"] for w in cells), sum(w["events"] + w["dropped"] for w in cells)))
+    return next((d for d, dropped, pairs in counts if dropped <= math.floor((1 - target) * pairs + 1e-9)), None)
+
+
+@pytest.mark.parametrize("target", ["99%", "99.9%"])
+def test_delay_page_recommends_what_the_oracle_does(env: Config, target: str) -> None:
+    at = run_page("views/delay.py", delay_target=target)
+    metrics = {m.label: m.value for m in at.metric}
+    best = oracle_recommendation({"99%": 0.99, "99.9%": 0.999}[target])
+    assert metrics[f"Recommended delay for {target}"] == ("0 s" if best == 0 else human_ms(best))
+    table = at.dataframe[1].value.to_dict("records")
+    for row, d in zip(table, GRID_MS, strict=True):
+        doc = expected(None, d)
+        assert (row["dropped pairs"], row["of"]) == (sum(w["dropped"] for w in doc["windows"]),
+                                                     sum(w["events"] + w["dropped"] for w in doc["windows"]))
+    per_server = {r["server"]: r["recommended delay"] for r in at.dataframe[0].value.to_dict("records")}
+    for s in "ABC":
+        rec = oracle_recommendation({"99%": 0.99, "99.9%": 0.999}[target], s)
+        assert per_server[s] == ("beyond the largest candidate" if rec is None else "0 s" if rec == 0
+                                 else human_ms(rec))
+
+
+def test_the_pipeline_selector_switches_every_page_to_a_lane(env: Config) -> None:
+    at = run_page("views/watermark.py", pipeline="per-server-max")
+    dropped = {m.label: m.value for m in at.metric}["Dropped late (total)"]
+    assert int(dropped.replace(",", "")) == sum(w["dropped"] for w in expected("max")["windows"])
+    assert any("combined by max" in c.value for c in at.caption)

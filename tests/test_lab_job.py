@@ -1,0 +1,110 @@
+"""The live job with lab lanes: an idle server holds the per-server min watermark back until the job's idle
+markers release it (in the lane with idleness on only), and a delay asked for on the control hash restarts
+every query with it while the history stays."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+import redis
+
+from streaming.control import write_control
+from streaming.events import IDLE_KIND, Event, parse_entry
+from streaming.keys import KeySchema
+from streaming.lanes import lane_namespace
+from streaming.redis_server import RedisServer, free_port
+from streaming.report import wait_for_commit
+from tests.procs import Proc
+
+pytestmark = pytest.mark.spark
+
+
+def redis_now_us(client: redis.Redis) -> int:
+    secs, micros = client.time()
+    return secs * 1_000_000 + micros
+
+
+def write(client: redis.Redis, keys: KeySchema, servers: str, n: int = 3) -> str:
+    """``n`` events per server stamped with Redis' clock now; the last entry ID."""
+    now = redis_now_us(client)
+    last = ""
+    for i in range(n):
+        for s in servers:
+            last = client.xadd(keys.events, Event(s, f"{s}{i}", now, "heartbeat").fields()).decode()
+    return last
+
+
+def wait_all(client: redis.Redis, spaces: list[KeySchema], last_id: str) -> None:
+    for k in spaces:
+        assert wait_for_commit(client, k, last_id, timeout_s=180), f"{k.namespace} did not commit {last_id}"
+
+
+def state(client: redis.Redis, keys: KeySchema) -> dict[str, str]:
+    return {k.decode(): v.decode() for k, v in client.hgetall(keys.state).items()}
+
+
+def test_lanes_idle_markers_and_a_delay_change(tmp_path: Path) -> None:
+    server = RedisServer(data_dir=str(tmp_path / "redis"), port=free_port())
+    server.start()
+    ns = f"labjob-{uuid.uuid4().hex[:6]}"
+    keys = KeySchema(ns)
+    held, freed = (KeySchema(lane_namespace(ns, lane)) for lane in ("per-server-min", "per-server-min-idle"))
+    env = {"REDIS_URL": server.url, "PIPELINE_NAMESPACE": ns, "WINDOW": "10s", "WATERMARK_DELAY": "2s",
+           "TRIGGER_INTERVAL": "1s", "CHECKPOINT_DIR": str(tmp_path / "ck"), "SPARK_MASTER": "local[2]",
+           "KNOWN_SERVERS": "A,B", "LAB_LANES": "per-server-min,per-server-min-idle", "IDLE_TIMEOUT": "3s"}
+    job = Proc.python("job", ["streaming.job"], env, tmp_path)
+    client = redis.Redis.from_url(server.url, socket_timeout=60)
+    try:
+        job.wait_for(rf"query watermark-{ns}\.per-server-min-idle running", timeout=240)
+        assert set(json.loads(v)["namespace"] for v in client.hgetall(keys.lanes).values()) == {
+            held.namespace, freed.namespace}
+        wait_all(client, [keys, held, freed], write(client, keys, "AB"))
+        b_last_ms = int(state(client, held)["max_event_us|B"]) // 1000
+
+        # B falls silent; A goes on until the job has written a marker for B (after IDLE_TIMEOUT of silence).
+        cursor = client.xinfo_stream(keys.events)["last-generated-id"].decode()
+        marker = None
+        deadline = time.monotonic() + 120
+        while marker is None and time.monotonic() < deadline:  # each round blocks until the stream grows
+            last = write(client, keys, "A", n=1)
+            reply = client.xread({keys.events: cursor}, block=10_000) or []
+            for _stream, entries in reply:
+                for entry_id, fields in entries:
+                    cursor = entry_id.decode()
+                    ev = parse_entry(fields, cursor)
+                    if isinstance(ev, Event) and ev.kind == IDLE_KIND:
+                        marker = ev
+            assert job.running(), job.tail()
+        assert marker is not None and marker.server == "B", job.tail()
+        last = write(client, keys, "A", n=1)  # after the marker: one more batch moves the watermarks
+        wait_all(client, [keys, held, freed], last)
+        held_state, freed_state = state(client, held), state(client, freed)
+        assert int(held_state["next_watermark_ms"]) == b_last_ms - 2_000  # B holds the min back
+        assert int(freed_state["next_watermark_ms"]) > b_last_ms  # B's markers released it
+        totals = {k: {f.decode(): int(v) for f, v in client.hgetall(k.totals).items()} for k in (keys, held, freed)}
+        for k in (keys, freed):  # every marker each pipeline has read is counted as a tick, never as an event
+            read = client.xrange(keys.events, "-", state(client, k)["committed_id"])
+            markers = sum(1 for i, f in read if getattr(parse_entry(f, i.decode()), "kind", None) == IDLE_KIND)
+            assert totals[k]["ticks"] == markers >= 1, k.namespace
+        assert totals[keys]["events"] == totals[held]["events"] == totals[freed]["events"]  # markers never count
+
+        # The presenter asks for a 5 s delay: every query restarts with it; earlier batches keep theirs.
+        write_control(client, keys, delay_ms=5_000)
+        job.wait_for(r"asked for watermark delay 5s", timeout=60)
+        job.wait_for(rf"query online-{ns} running.* delay 5s", timeout=120)  # the last to start again
+        last = write(client, keys, "AB")
+        wait_all(client, [keys, held, freed], last)
+        for k in (keys, held, freed):
+            ids = sorted(int(b) for b in client.zrange(k.batches, 0, -1))
+            delays = [json.loads(client.hget(k.batch(i), "sink"))["delay_ms"] for i in ids]
+            assert delays[0] == 2_000 and delays[-1] == 5_000 and delays == sorted(delays), (k.namespace, delays)
+            assert json.loads(state(client, k)["params"])["delay_ms"] == 5_000
+        assert job.running(), job.tail()
+    finally:
+        job.stop()
+        client.close()
+        server.stop()

@@ -1,0 +1,175 @@
+"""The lab's pure parts without Spark: the trade-off histogram, the per-server watermark model, idleness,
+the lane catalogue and its configuration, and the lab page's findings."""
+
+from __future__ import annotations
+
+import pytest
+
+from dashboard.data import BatchPoint, PipelineState, ServerTotals, Snapshot, StreamInfo, Totals
+from dashboard.labview import findings, stalled_since
+from dashboard.lanes import Lane
+from streaming.config import Config, ConfigError
+from streaming.idleness import IdleTicker
+from streaming.lanes import DEFAULT_IDLE_TIMEOUT_MS, lane_config
+from streaming.tradeoff import GRID_MS, Tradeoff, bucket, hist_field, parse_hist_field
+from streaming.watermarks import ServerWatermarks, policy_max
+
+
+@pytest.mark.parametrize(("slack_ms", "expected"), [
+    (None, 0),  # no watermark yet: no delay would drop the pair
+    (-1, 0),  # the window ends after the newest event time: never dropped
+    (0, 1),  # window end == M: dropped only with delay 0 (end <= M - 0)
+    (999, 1),  # still only delay 0
+    (1_000, 2),  # end == M - 1 s: delays 0 and 1 s drop it
+    (3_600_000, len(GRID_MS)),  # every grid delay, up to 1 h inclusive, drops it
+    (10**12, len(GRID_MS)),  # far beyond the grid
+])
+def test_bucket_counts_the_grid_delays_that_would_drop_a_pair(slack_ms: int | None, expected: int) -> None:
+    assert bucket(slack_ms) == expected
+
+
+@pytest.mark.parametrize("server", ["A", "eu|west", ""])
+def test_hist_field_round_trips(server: str) -> None:
+    assert parse_hist_field(hist_field(server, 7)) == (server, 7)
+    assert parse_hist_field(hist_field(server, 7).encode()) == (server, 7)
+
+
+def test_candidates_and_recommendation() -> None:
+    grid = (0, 10, 20, 30)
+    # A: 90 pairs never droppable, 9 droppable by delays 0 and 10, 1 by every delay; B: 10 with bucket 1
+    t = Tradeoff.from_hash({"grid": "[0, 10, 20, 30]", "A|0": "90", "A|2": "9", "A|4": "1", b"B|1": b"10"})
+    assert t.grid == grid and t.servers == ["A", "B"]
+    assert [(c.delay_ms, c.pairs, c.dropped) for c in t.candidates(["A"])] == [(0, 100, 10), (10, 100, 10),
+                                                                              (20, 100, 1), (30, 100, 1)]
+    assert [c.dropped for c in t.candidates()] == [20, 10, 1, 1]
+    assert t.recommend(0.99, ["A"]) == 20  # 1 of 100 dropped is allowed
+    assert t.recommend(0.999, ["A"]) is None  # even 30 drops 1 of 100
+    assert t.recommend(0.9, ["A"]) == 0  # 10 of 100 allowed
+    assert t.recommend(0.99) == 20  # 1 of 110 allowed: floor(1.1) = 1
+    assert t.recommend(0.99, ["nobody"]) is None
+    with pytest.raises(ValueError, match="completeness"):
+        t.recommend(1.5)
+
+
+def test_server_watermarks_model_sparks_map() -> None:
+    m = ServerWatermarks(("A", "B", "C"), delay_ms=100, policy="min")
+    assert m.update({"A": 1_000}) == {"A": 900, "B": 0, "C": 0}  # inputs without data count as 0
+    assert m.combined(0) == 0
+    m.update({"B": 2_000, "C": 500})
+    assert m.values == {"A": 900, "B": 1_900, "C": 400} and m.combined(0) == 400 and m.holder() == "C"
+    m.update({"C": 100})  # an older max never lowers an input's watermark
+    assert m.values["C"] == 400
+    assert m.combined(1_000) == 1_000  # the global watermark never falls
+    mx = ServerWatermarks(("A", "B"), delay_ms=0, policy="max", values={"A": 5, "B": 9})
+    assert mx.combined(0) == 9 and mx.holder() == "B"
+    with pytest.raises(ValueError, match="policy"):
+        ServerWatermarks(("A",), 0, "avg")
+
+
+@pytest.mark.parametrize(("running", "policy", "expected"), [
+    ({"A": 10, "B": 20}, "min", None),  # C never seen: min is undefined (Spark's 0 drops nothing)
+    ({"A": 10, "B": 20, "C": 5}, "min", 5),
+    ({"A": 10}, "max", 10),  # max ignores servers without data
+    ({}, "max", None),
+])
+def test_policy_max(running: dict[str, int], policy: str, expected: int | None) -> None:
+    assert policy_max(running, ("A", "B", "C"), policy) == expected
+
+
+def test_idle_ticker_marks_silent_servers_once_per_interval() -> None:
+    t = IdleTicker(("A", "B"), timeout_ms=3_000, interval_ms=1_000, started_ms=10_000)
+    assert t.due(12_000, {"A": 11_500}) == []  # B unseen since the start: 2 s of silence
+    assert t.due(13_000, {"A": 12_900}) == ["B"]  # B: 3 s since the ticker started
+    assert t.due(13_500, {"A": 13_400}) == []  # B again only after the interval
+    assert t.due(14_000, {"A": 13_900}) == ["B"]
+    assert t.due(14_100, {"A": 13_900, "B": 14_050}) == []  # B is back
+    assert t.due(17_000, {"A": 16_900, "B": 14_050}) == []  # 2.95 s: not yet
+    assert t.due(17_050, {"A": 16_900, "B": 14_050}) == ["B"]
+    with pytest.raises(ValueError):
+        IdleTicker(("A",), 0, 1, 0)
+
+
+def test_lane_config_and_lab_variables() -> None:
+    parent = Config(namespace="wm", checkpoint_dir="data/ck/wm", known_servers=frozenset("ABC"),
+                    lanes=("per-server-min-idle",))
+    lane = lane_config(parent, "per-server-min-idle")
+    assert (lane.namespace, lane.checkpoint_dir, lane.input_stream) == ("wm.per-server-min-idle",
+                                                                        "data/ck/wm.per-server-min-idle", "wm:events")
+    assert (lane.watermark_mode, lane.watermark_policy, lane.idle_timeout_ms) == ("per-server", "min",
+                                                                                 DEFAULT_IDLE_TIMEOUT_MS)
+    assert Config.from_env({"LAB_LANES": "per-server-max, global", "KNOWN_SERVERS": "A"}).lanes == (
+        "per-server-max", "global")
+
+
+@pytest.mark.parametrize(("env", "message"), [
+    ({"WATERMARK_MODE": "each"}, "WATERMARK_MODE 'each' must be one of global, per-server"),
+    ({"WATERMARK_MODE": "per-server"}, "WATERMARK_MODE per-server needs KNOWN_SERVERS"),
+    ({"WATERMARK_POLICY": "avg"}, "WATERMARK_POLICY 'avg' must be one of min, max"),
+    ({"IDLE_TIMEOUT": "10s"}, "IDLE_TIMEOUT only applies with WATERMARK_MODE=per-server"),
+    ({"IDLE_TIMEOUT": "soon", "WATERMARK_MODE": "per-server", "KNOWN_SERVERS": "A"}, "IDLE_TIMEOUT='soon'"),
+    ({"LAB_LANES": "per-server-avg"}, "unknown lane per-server-avg"),
+    ({"LAB_LANES": "global,global"}, "names a lane twice"),
+])
+def test_lab_configuration_errors_name_the_variable(env: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        Config.from_env(env)
+
+
+def point(batch: int, wm: int, events: int = 1, marks: dict[str, int] | None = None, ticks: int = 0) -> BatchPoint:
+    return BatchPoint(batch=batch, batch_ts_ms=1_000_000 + batch * 1_000, watermark_ms=wm, next_watermark_ms=wm,
+                      min_event_us=None, max_event_us=None, running_max_event_us=None, input=events, parsed=events,
+                      quarantined=0, events=events, dropped=0, late=0, servers={}, bad={}, server_watermarks=marks,
+                      ticks=ticks)
+
+
+@pytest.mark.parametrize(("wms", "events", "expected"), [
+    ([1, 2, 3], [1, 1, 1], None),  # moving
+    ([1, 2, 2, 2], [1, 1, 1, 1], 1),  # stuck since batch 1 while events arrive
+    ([1, 2, 2, 2], [1, 1, 0, 0], None),  # stuck, but nothing arrives: idle, not stalled
+    ([5, 5, 5], [1, 1, 1], None),  # never moved within the range: nothing to say when it stopped
+    ([7], [1], None),
+])
+def test_stalled_since(wms: list[int], events: list[int], expected: int | None) -> None:
+    stuck = stalled_since([point(i, w, e) for i, (w, e) in enumerate(zip(wms, events, strict=True))])
+    assert (stuck.batch if stuck else None) == expected
+
+
+def snapshot(batches: list[BatchPoint], totals: Totals | None = None) -> Snapshot:
+    state = PipelineState(last_batch=batches[-1].batch, watermark_ms=0, next_watermark_ms=batches[-1].next_watermark_ms,
+                          max_event_us=None, committed_id="0-0", window_ms=10_000, slide_ms=10_000, delay_ms=2_000,
+                          trigger_ms=1_000, updated_ms=0, mode="per-server", policy="min")
+    return Snapshot("wm.x", 0, 60_000, state, totals or Totals(), ("A", "B"), (), tuple(batches),
+                    StreamInfo(0, None, 0, True))
+
+
+def test_findings_name_the_silent_server_holding_min_back() -> None:
+    lane = Lane("per-server-min", "wm.per-server-min", "wm", "per-server", "min")
+    marks = {"A": 50_000, "B": 20_000}
+    snap = snapshot([point(0, 10_000, marks=marks), point(1, 20_000, marks=marks), point(2, 20_000, marks=marks),
+                     point(3, 20_000, marks=marks)])
+    (f,) = findings(lane, snap, {"A": 1_003_000, "B": 990_000}, now_ms=1_004_000, idle_after_ms=10_000)
+    assert f.text.startswith("per-server-min: **B** holds the combined watermark")
+    assert "30.0 s behind the fastest" in f.text and "silent for 14.0 s" in f.text
+    assert "stopped closing at batch 1" in f.text
+
+
+def test_findings_for_max_and_idleness() -> None:
+    lane = Lane("per-server-max", "wm.per-server-max", "wm", "per-server", "max", idle=True)
+    totals = Totals(servers={"B": ServerTotals(dropped=7)})
+    snap = snapshot([point(0, 5, marks={"A": 50_000, "B": 20_000}, ticks=2)], totals)
+    texts = [f.text for f in findings(lane, snap, {}, now_ms=0, idle_after_ms=20_000)]
+    assert texts[0].startswith("per-server-max: the fastest server **A** drives the watermark")
+    assert "**B**, trails it by 30.0 s. Late (event, window) pairs dropped here: B 7." in texts[0]
+    assert texts[1].startswith("per-server-max: 2 idle markers")
+
+
+def test_tradeoff_chart_has_a_line_per_server_and_the_two_delays() -> None:
+    from dashboard.labview import tradeoff_chart
+
+    t = Tradeoff.from_hash({"A|0": "90", "A|3": "10", "B|5": "4"})
+    fig = tradeoff_chart(t, current_delay_ms=30_000, recommended_ms=5_000)
+    names = [tr.name for tr in fig.data]
+    assert names == ["all servers", "A", "B", "current delay", "recommended"]
+    assert fig.data[0].x[0] == 0.5 and fig.layout.xaxis.ticktext[0] == "0 s"  # 0 s on a log axis
+    assert list(fig.data[0].y) == [100 * c.dropped_share for c in t.candidates()]
+    assert list(fig.data[3].x) == [30.0, 30.0] and list(fig.data[4].x) == [5.0, 5.0]

@@ -1,0 +1,343 @@
+"""Online players: the per-player rule as a table, the Redis commit, and the real stateful query
+(transformWithStateInPandas over the real source) against an independent oracle, across restarts."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import pytest
+import redis
+from pyspark.sql import SparkSession
+from pyspark.sql.streaming import StreamingQuery
+from streamlit.testing.v1 import AppTest
+
+from dashboard.charts import online_over_batches
+from streaming.commit import Params
+from streaming.config import Config, ConfigError
+from streaming.events import PAYLOAD_FIELD, Event
+from streaming.keys import KeySchema
+from streaming.online import online_checkpoint, start_online_query
+from streaming.presence import PlayerState, Seen, Transition, apply_events, expiry_ms, on_timer
+from streaming.presence_store import OnlineBatch, OnlinePoint, PlayerTransition, commit_online, net_changes, read_online
+from streaming.query import start_query
+from tests.oracle import T0_MS, online_oracle, random_presence_batches
+
+TIMEOUT = 10_000  # ms
+DELAY = 5_000
+
+
+def seen(ms: int, seq: int, kind: str | None) -> Seen:
+    return Seen(ms * 1000, (ms, seq), kind)
+
+
+def st(online: bool, ms: int, seq: int = 0) -> PlayerState:
+    return PlayerState(online, ms * 1000, (ms, seq))
+
+
+def on(ms: int, cause: str) -> Transition:
+    return Transition(True, ms * 1000, cause)
+
+
+def off(ms: int, cause: str) -> Transition:
+    return Transition(False, ms * 1000, cause)
+
+
+# (state before, events, watermark ms, state after, transitions, late, stale); timeout 10 s
+APPLY_CASES = [
+    # a login makes a new player online at the login's time
+    (None, [seen(100_000, 0, "login")], 0, st(True, 100_000), [on(100_000, "login")], 0, 0),
+    # a heartbeat alone counts as presence (the login may have been dropped as late)
+    (None, [seen(100_000, 0, "heartbeat")], 0, st(True, 100_000), [on(100_000, "heartbeat")], 0, 0),
+    # an event without a kind (replayed sets) is presence too
+    (None, [seen(100_000, 0, None)], 0, st(True, 100_000), [on(100_000, "event")], 0, 0),
+    # a heartbeat refreshes an online player without a transition
+    (st(True, 100_000), [seen(105_000, 0, "heartbeat")], 0, st(True, 105_000), [], 0, 0),
+    # logout: offline at the logout's time; the state stays until the watermark passes it
+    (st(True, 100_000), [seen(103_000, 0, "logout")], 0, st(False, 103_000), [off(103_000, "logout")], 0, 0),
+    # events are applied in event time, not arrival order: heartbeat 101 s then logout 102 s -> offline
+    (st(True, 100_000), [seen(102_000, 5, "logout"), seen(101_000, 6, "heartbeat")], 0, st(False, 102_000, 5),
+     [off(102_000, "logout")], 0, 0),
+    # equal event times: arrival (entry ID) decides, the later login wins over the logout
+    (st(True, 100_000), [seen(102_000, 1, "logout"), seen(102_000, 2, "login")], 0, st(True, 102_000, 2),
+     [off(102_000, "logout"), on(102_000, "login")], 0, 0),
+    # an event older than the player's latest one cannot change the status: stale
+    (st(False, 103_000), [seen(101_000, 0, "heartbeat")], 0, st(False, 103_000), [], 0, 1),
+    # at or below the watermark: late, ignored (it would reopen an expired session)
+    (None, [seen(50_000, 0, "login"), seen(49_000, 0, "login")], 50_000, None, [], 2, 0),
+    # one millisecond above the watermark is accepted
+    (None, [seen(50_001, 0, "login")], 50_000, st(True, 50_001), [on(50_001, "login")], 0, 0),
+    # silent for the whole timeout between two events of one batch: that session ended in between
+    (st(True, 100_000), [seen(110_000, 0, "heartbeat")], 0, st(True, 110_000),
+     [off(110_000, "timeout"), on(110_000, "heartbeat")], 0, 0),
+    # one millisecond less and the session goes on
+    (st(True, 100_000), [seen(109_999, 0, "heartbeat")], 0, st(True, 109_999), [], 0, 0),
+    # a login after a logout starts a new session
+    (st(False, 100_000), [seen(100_500, 0, "login")], 0, st(True, 100_500), [on(100_500, "login")], 0, 0),
+]
+
+
+@pytest.mark.parametrize(("before", "events", "wm", "after", "transitions", "late", "stale"), APPLY_CASES)
+def test_apply_events(before: PlayerState | None, events: list[Seen], wm: int, after: PlayerState | None,
+                      transitions: list[Transition], late: int, stale: int) -> None:
+    out = apply_events(before, events, wm, TIMEOUT)
+    assert (out.state, out.transitions, out.late, out.stale) == (after, transitions, late, stale)
+
+
+# (state, watermark ms when the timer fires, state after, transitions, next timer); timeout 10 s
+TIMER_CASES = [
+    # online, watermark reached last + timeout: offline at exactly that event time, state forgotten
+    (st(True, 100_000), 110_000, None, [off(110_000, "timeout")], None),
+    # the watermark passed it by far: the transition is still at last + timeout, not at the watermark
+    (st(True, 100_000), 500_000, None, [off(110_000, "timeout")], None),
+    # a timer from a shorter timeout (before a restart) fires early: keep the player, wait for the real expiry
+    (st(True, 100_000), 105_000, st(True, 100_000), [], 110_000),
+    # logged out and the watermark passed the logout: no event can be older any more, forget quietly
+    (st(False, 100_000), 100_000, None, [], None),
+    # no state (already cleared): nothing
+    (None, 200_000, None, [], None),
+]
+
+
+@pytest.mark.parametrize(("before", "wm", "after", "transitions", "next_timer"), TIMER_CASES)
+def test_on_timer(before: PlayerState | None, wm: int, after: PlayerState | None, transitions: list[Transition],
+                  next_timer: int | None) -> None:
+    out, timer = on_timer(before, wm, TIMEOUT)
+    assert (out.state, out.transitions, timer) == (after, transitions, next_timer)
+
+
+@pytest.mark.parametrize(("last_us", "expected"), [
+    (100_000_000, 110_000),  # whole milliseconds: the watermark reaching last + timeout expires it
+    (100_000_001, 110_001),  # a microsecond later: the watermark (whole ms) must pass it, round up
+])
+def test_expiry_ms(last_us: int, expected: int) -> None:
+    assert expiry_ms(last_us, TIMEOUT) == expected
+
+
+def pt(server: str, player: str, online: bool, seq: int) -> PlayerTransition:
+    return PlayerTransition(server, player, online, 0, "x", seq)
+
+
+@pytest.mark.parametrize(("transitions", "expected"), [
+    ([pt("A", "p1", True, 0)], {("A", "p1"): 1}),  # came online
+    ([pt("A", "p1", False, 0)], {("A", "p1"): -1}),  # went offline
+    ([pt("A", "p1", False, 0), pt("A", "p1", True, 1)], {}),  # offline and back: no net change
+    ([pt("A", "p1", True, 1), pt("A", "p1", False, 0)], {}),  # order is seq, not list order
+    ([pt("A", "p1", True, 0), pt("B", "p1", True, 0)], {("A", "p1"): 1, ("B", "p1"): 1}),  # per server
+])
+def test_net_changes(transitions: list[PlayerTransition], expected: dict) -> None:
+    assert net_changes(transitions) == expected
+
+
+@pytest.mark.parametrize(("raw", "message"), [
+    ("0s", "ONLINE_TIMEOUT (0s) must be positive"),
+    ("soon", "ONLINE_TIMEOUT='soon' is not a duration"),
+])
+def test_online_timeout_config(raw: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        Config.from_env({"ONLINE_TIMEOUT": raw})
+
+
+def test_online_timeout_default_and_parse() -> None:
+    assert Config.from_env({}).online_timeout_ms == 30_000
+    assert Config.from_env({"ONLINE_TIMEOUT": "1m30s"}).online_timeout_ms == 90_000
+
+
+def test_commit_is_applied_once(r: redis.Redis) -> None:
+    keys = KeySchema(f"t-{uuid.uuid4().hex[:8]}")
+    params = Params(60_000, 60_000, 5_000)
+    b0 = OnlineBatch(0, 0, 1, [PlayerTransition("A", "p1", True, 1, "login", 0),
+                               PlayerTransition("A", "p2", True, 1, "login", 0)])
+    b1 = OnlineBatch(1, 0, 2, [PlayerTransition("A", "p1", False, 2, "logout", 0)])
+    assert commit_online(r, keys, b0, params, TIMEOUT)
+    assert commit_online(r, keys, b1, params, TIMEOUT)
+    assert not commit_online(r, keys, b0, params, TIMEOUT)  # replayed after a crash: no-op
+    assert not commit_online(r, keys, b1, params, TIMEOUT)
+    assert r.smembers(keys.online("A")) == {b"p2"}
+    view = read_online(r, keys)
+    assert view is not None and view.counts == {"A": 1} and view.last_batch == 1
+    assert [(p.batch, p.counts) for p in view.history] == [(0, {"A": 2}), (1, {"A": 1})]
+
+
+# --- the real query ---------------------------------------------------------------------------------
+
+# (server, player, ms after T0, kind) per batch, in arrival order; delay 5 s, timeout 10 s. The watermark
+# after each batch is in the comment; the oracle, not these comments, is what the test compares with.
+HANDMADE = [
+    [("A", "p1", 0, "login"), ("A", "p2", 1_000, "login"), ("B", "p3", 2_000, "heartbeat"), ("A", "p4", 500, None)],
+    # wm 7 s. p2 logs out; p5 arrives
+    [("A", "p1", 8_000, "heartbeat"), ("A", "p2", 6_000, "logout"), ("B", "p3", 9_000, "heartbeat"),
+     ("A", "p5", 12_000, "login")],
+    # late: p4 at 6.5 s and p2 exactly at the watermark (7 s) are dropped; wm 15 s expires p4 (0.5 + 10 s)
+    [("A", "p4", 6_500, "heartbeat"), ("A", "p2", 7_000, "heartbeat"), ("B", "p6", 20_000, "login")],
+    # p1: logout at 17 s arrives before a heartbeat at 16 s: offline. wm 25 s expires p5 (22 s)
+    [("A", "p1", 17_000, "logout"), ("A", "p1", 16_000, "heartbeat"), ("B", "p3", 30_000, "login")],
+    # p6 exactly at the watermark (25 s): late. Equal times: arrival decides (p7 out, p8 in). wm 36 s
+    [("B", "p6", 25_000, "heartbeat"), ("A", "p7", 40_000, "login"), ("A", "p7", 40_000, "logout"),
+     ("A", "p8", 41_000, "logout"), ("A", "p8", 41_000, "login")],
+    # wm exactly 40 s: p3 (30 + 10 s) expires with the watermark exactly at its expiry
+    [("B", "p9", 45_000, "login")],
+    # p9 silent for 13 s between two events of one batch: offline at 55 s and back at 58 s. wm 53 s expires p8
+    [("B", "p9", 58_000, "heartbeat"), ("A", "p10", 50_000, "login")],
+    [],  # an empty write: nothing changes
+]
+
+
+def absolute(batches: list[list[tuple]]) -> list[list[tuple]]:
+    """Event times as epoch ms for the oracle (the watermark starts at the epoch)."""
+    return [[(s, p, T0_MS + ms, k) for s, p, ms, k in batch] for batch in batches]
+
+
+def presence_cfg(redis_url: str, tmp_path: Path) -> Config:
+    ns = f"online-{uuid.uuid4().hex[:8]}"
+    return Config(redis_url=redis_url, embedded_redis=False, namespace=ns, window_ms=60_000, slide_ms=60_000,
+                  delay_ms=DELAY, online_timeout_ms=TIMEOUT, checkpoint_dir=str(tmp_path / ns),
+                  spark_master="local[2]", max_future_skew_ms=None, retention_ms=100 * 365 * 86_400_000)
+
+
+def write_batch(client: redis.Redis, keys: KeySchema, batch: list[tuple], bad: bool = False) -> None:
+    pipe = client.pipeline(transaction=True)  # a batch becomes visible at once
+    for server, player, ms, kind in batch:
+        pipe.xadd(keys.events, Event(server, player, (T0_MS + ms) * 1000, kind=kind).fields())
+    if bad:
+        pipe.xadd(keys.events, {PAYLOAD_FIELD: b'{"server": "A", "player_id": "p1", "event_time": "never"}'})
+    pipe.execute()
+
+
+def online_sets(client: redis.Redis, keys: KeySchema) -> dict[str, set[str]]:
+    view = read_online(client, keys)
+    servers = view.counts if view else {}
+    sets = {s: {m.decode() for m in client.smembers(keys.online(s))} for s in servers}
+    return {s: ps for s, ps in sets.items() if ps}
+
+
+def run(spark: SparkSession, cfg: Config, batches: list[list[tuple]], restart_after: int | None = None,
+        main: bool = False) -> list[dict[str, set[str]]]:
+    """Write the batches one by one, processing each fully; the online sets after each."""
+    client = redis.Redis.from_url(cfg.redis_url)
+    keys = KeySchema(cfg.namespace)
+    queries: list[StreamingQuery] = [start_online_query(spark, cfg, trigger_ms=0)]
+    if main:
+        queries.append(start_query(spark, cfg, trigger_ms=0))
+    seen: list[dict[str, set[str]]] = []
+    try:
+        for i, batch in enumerate(batches):
+            write_batch(client, keys, [(s, p, ms, k) for s, p, ms, k in batch], bad=(i == 1))
+            for q in queries:
+                q.processAllAvailable()
+            seen.append(online_sets(client, keys))
+            if i == restart_after:
+                queries[0].stop()
+                queries[0] = start_online_query(spark, cfg, trigger_ms=0)
+    finally:
+        for q in queries:
+            q.stop()
+    return seen
+
+
+def check_counts(client: redis.Redis, keys: KeySchema, expected: dict[str, set[str]]) -> None:
+    """The counts hash, the sets' sizes and the history's last record all agree with the oracle."""
+    view = read_online(client, keys)
+    assert view is not None
+    nonzero = {s: n for s, n in view.counts.items() if n}
+    assert nonzero == {s: len(ps) for s, ps in expected.items()}
+    assert {s: client.scard(keys.online(s)) for s in view.counts} == view.counts
+    assert view.history[-1].counts == view.counts
+    batches = [p.batch for p in view.history]
+    assert batches == list(range(len(batches)))  # every batch recorded once, none twice
+
+
+@pytest.mark.spark
+def test_handmade_batches_match_the_oracle(spark: SparkSession, redis_url: str, tmp_path: Path) -> None:
+    cfg = presence_cfg(redis_url, tmp_path)
+    seen = run(spark, cfg, HANDMADE)
+    expected = online_oracle(absolute(HANDMADE), DELAY, TIMEOUT)
+    assert seen == expected
+    # what the rows above are there for, so a weak oracle cannot hide a wrong rule
+    assert expected[0] == {"A": {"p1", "p2", "p4"}, "B": {"p3"}}
+    assert expected[2] == {"A": {"p1", "p5"}, "B": {"p3", "p6"}}  # late p4/p2 ignored, p4 expired
+    assert expected[4] == {"A": {"p8"}, "B": {"p3"}}  # late p6 did not refresh; equal times by arrival
+    assert expected[5] == {"A": {"p8"}, "B": {"p9"}}  # p3 expired with the watermark exactly at 40 s
+    assert expected[6] == {"A": {"p10"}, "B": {"p9"}}
+    client = redis.Redis.from_url(redis_url)
+    keys = KeySchema(cfg.namespace)
+    check_counts(client, keys, expected[-1])
+    view = read_online(client, keys)
+    assert view is not None and view.timeout_ms == TIMEOUT
+    # with the watermark at 40 s: the no-data batch that expires p3, then the batch of p9's gap (p9 off and
+    # back on, p10 on); the expiry of p8 waits for the no-data batch at 53 s
+    at_40 = [(p.online, p.offline) for p in view.history if p.watermark_ms == T0_MS + 40_000]
+    assert at_40 == [(0, 1), (2, 1)]
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("seed", [3, 8])
+def test_random_batches_match_the_oracle(spark: SparkSession, redis_url: str, tmp_path: Path, seed: int) -> None:
+    batches = random_presence_batches(seed)
+    cfg = presence_cfg(redis_url, tmp_path)
+    expected = online_oracle(absolute(batches), DELAY, TIMEOUT)
+    assert run(spark, cfg, batches) == expected
+    check_counts(redis.Redis.from_url(redis_url), KeySchema(cfg.namespace), expected[-1])
+    # the set really exercises going offline: someone online after one batch is not after the next
+    assert any(before[s] - after.get(s, set()) for after, before in zip(expected[1:], expected, strict=False)
+               for s in before)
+
+
+@pytest.mark.spark
+def test_state_survives_a_restart(spark: SparkSession, redis_url: str, tmp_path: Path) -> None:
+    """Stop the query after batch 2 and start a new one on the same checkpoint: players online before the
+    restart stay online, and expire, by the state and timers kept in the checkpoint."""
+    cfg = presence_cfg(redis_url, tmp_path)
+    seen = run(spark, cfg, HANDMADE, restart_after=2)
+    assert seen == online_oracle(absolute(HANDMADE), DELAY, TIMEOUT)
+    assert (Path(online_checkpoint(cfg)) / "state").is_dir()
+    check_counts(redis.Redis.from_url(redis_url), KeySchema(cfg.namespace), seen[-1])
+
+
+@pytest.mark.spark
+def test_live_ops_page_shows_the_online_counts(spark: SparkSession, redis_url: str, tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    cfg = presence_cfg(redis_url, tmp_path)
+    client = redis.Redis.from_url(redis_url)
+    keys = KeySchema(cfg.namespace)
+    monkeypatch.setenv("REDIS_URL", redis_url)
+    monkeypatch.setenv("PIPELINE_NAMESPACE", cfg.namespace)
+    app = str(Path(__file__).resolve().parent.parent / "dashboard" / "app.py")
+
+    def page(now_ms: int) -> AppTest:  # a new "now" each time: the snapshot is cached per refresh tick
+        at = AppTest.from_file(app, default_timeout=60)
+        at.session_state["now_ms"] = now_ms
+        at.run()
+        assert not at.exception, [e.value for e in at.exception]
+        return at
+
+    # only the main query has run: the page says the online query has nothing yet
+    write_batch(client, keys, HANDMADE[0])
+    main = start_query(spark, cfg, trigger_ms=0)
+    try:
+        main.processAllAvailable()
+    finally:
+        main.stop()
+    at = page(T0_MS + 60_000)
+    assert any("online query has not committed" in i.value for i in at.info)
+    assert not [m for m in at.metric if m.label.endswith("online now")]
+
+    # now the online query catches up on the same stream
+    seen = run(spark, cfg, HANDMADE[1:], main=True)
+    expected = online_oracle(absolute(HANDMADE), DELAY, TIMEOUT)[-1]
+    assert seen[-1] == expected
+    at = page(T0_MS + 120_000)
+    shown = {m.label.removesuffix(" · online now"): int(m.value.replace(",", ""))
+             for m in at.metric if m.label.endswith(" · online now")}
+    view = read_online(client, keys)
+    assert view is not None
+    assert shown == view.counts
+    assert {s: n for s, n in shown.items() if n} == {s: len(ps) for s, ps in expected.items()}
+    assert any(f"batch {view.last_batch}" in c.value for c in at.caption)
+
+
+def test_online_chart_has_each_servers_count_after_each_batch() -> None:
+    history = [OnlinePoint(0, T0_MS, 1, {"A": 2}, 2, 0), OnlinePoint(1, T0_MS + 5_000, 2, {"A": 1, "B": 3}, 3, 1)]
+    fig = online_over_batches(history, ["A", "B"])
+    assert [(t.name, list(t.y)) for t in fig.data] == [("A", [2, 1]), ("B", [0, 3])]  # B unseen in batch 0: 0
+    assert [c[0] for c in fig.data[0].customdata] == [0, 1]
