@@ -171,7 +171,8 @@ def test_job_on_a_standalone_cluster_matches_local_mode_and_the_oracle(
         master, worker = spark_cluster.state(spark_cluster.master_ui), spark_cluster.state(spark_cluster.worker_ui)
     finally:
         codes = {name: proc.stop() for name, (_, proc) in runs.items()}
-    assert codes == {"cluster": 0, "local": 0}, {name: proc.tail() for name, (_, proc) in runs.items()}
+    for name, code in codes.items():
+        assert code == 0, f"{name} job exited {code}:\n{runs[name][1].tail(80)}"
     clustered, local = (build_document(client, runs[name][0]) for name in ("cluster", "local"))
 
     expected = oracle(lines, WINDOW_MS, SLIDE_MS, DELAY_MS)
