@@ -14,6 +14,8 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
+from decimal import Decimal
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -33,52 +35,81 @@ log = logging.getLogger(__name__)
 
 # Tags of the rows the single aggregation produces (column ``tag``).
 WINDOW, INGEST_LAG, PROCESSING_LAG, BAD, TICK = 0, 1, 2, 3, 4
+_WIDE = "decimal(20,0)"  # any long, exactly
+_WM = "_watermark_us"
+
+
+@dataclass(frozen=True)
+class SummaryQuery:
+    """:func:`summarize`'s query without the batch, built once per sink: building it takes about a
+    thousand py4j calls (0.15 s a batch here). The watermark comes in per batch as a column."""
+
+    items: Column
+    aggregates: tuple[Column, ...]
+
+    @classmethod
+    def build(cls, params: Params) -> SummaryQuery:
+        ev = F.unix_micros("event_time")
+        length_us, slide_us = params.window_ms * 1000, params.slide_ms * 1000
+        last_start = ev - F.pmod(ev, F.lit(slide_us))  # floor, as windows.window_ranges
+        # Written out per k, not with transform/filter: higher-order functions are interpreted, this is codegen.
+        starts = [last_start - k * slide_us for k in range(-(-length_us // slide_us))]
+
+        def item(tag: int, a: Column, b: Column, late: Column, keep: Column) -> Column:
+            return F.struct(F.lit(tag).alias("tag"), a.alias("a"), b.alias("b"), late.cast("int").alias("late"),
+                            ev.alias("ev"), keep.alias("keep"))
+
+        no_str, no, yes = F.lit(None).cast("string"), F.lit(False), F.lit(True)
+        before_wm = (ev.cast(_WIDE) - F.col(_WM)) < 0  # late, if its window is still open
+        good = F.array(
+            *[item(WINDOW, s, F.col("player_id"), before_wm, s + length_us > ev) for s in starts],
+            item(INGEST_LAG, F.unix_micros("ingest_time") - ev, no_str, no, yes),
+            item(PROCESSING_LAG, -ev, no_str, no, yes),
+        )
+        bad = F.array(F.struct(
+            F.lit(BAD).alias("tag"), F.lit(0).cast("long").alias("a"),
+            F.to_json(F.struct("entry_id", "error", "error_detail", "raw")).alias("b"),
+            F.lit(0).alias("late"), F.lit(None).cast("long").alias("ev"), yes.alias("keep"),
+        ))
+        tick = F.array(item(TICK, F.lit(0).cast("long"), no_str, no, yes))
+        items = F.explode(
+            F.when(F.col("error").isNotNull(), bad).when(F.col("kind") == IDLE_KIND, tick).otherwise(good)).alias("i")
+        aggregates = (F.count(F.lit(1)).alias("n"), F.sum("late").alias("late"), F.min("ev").alias("min_ev"),
+                      F.max("ev").alias("max_ev"))
+        return cls(items, aggregates)
+
+    def run(self, df: DataFrame, watermark_ms: int) -> pa.Table:
+        return (
+            df.withColumn(_WM, F.lit(Decimal(watermark_ms * 1000)).cast(_WIDE))
+            .select("server", self.items)
+            .where("i.keep").select("server", "i.tag", "i.a", "i.b", "i.late", "i.ev")
+            .groupBy("tag", "server", "a", "b")
+            .agg(*self.aggregates)
+            .toArrow()
+        )
 
 
 def summarize(df: DataFrame, batch_id: int, watermark_ms: int, batch_ts_ms: int,
-              start_id: str, end_id: str, params: Params) -> BatchSummary:
+              start_id: str, end_id: str, params: Params, query: SummaryQuery | None = None) -> BatchSummary:
     """Everything the batch contributes, from one Spark job whose result is small.
 
     Each input row becomes tagged items: one per window it falls in (keyed by
-    window, player and closed), one per lag figure (keyed by the lag in
-    microseconds, exact integers) or one describing a quarantined entry. One
-    hash aggregation counts them all, so the batch costs one job and one
-    shuffle, nothing is cached, and exact percentiles come from the lag
-    histograms (:meth:`Lag.from_histogram`).
+    window and player), one per lag figure (keyed by microseconds, exact
+    integers) or one describing a quarantined entry. One hash aggregation
+    counts them all, so the batch costs one job and one shuffle, nothing is
+    cached, and exact percentiles come from the lag histograms
+    (:meth:`Lag.from_histogram`).
+
+    The generated code is the same for every batch: Spark writes long literals
+    into it, so a watermark or batch time in an expression would compile the
+    stage anew each batch (about 0.3 s here). Whether a window is closed
+    follows from its start, after the aggregation; the processing lag is
+    keyed by ``-event_time`` and shifted by the batch time afterwards; the one
+    comparison with the watermark subtracts a decimal, which generated code
+    reads by reference (compared directly, the optimizer would unwrap the
+    cast and write a long literal again).
     """
-    wm_us, now_us = watermark_ms * 1000, F.lit(batch_ts_ms * 1000)
-    ev = F.unix_micros("event_time")
-    length_us, slide_us = params.window_ms * 1000, params.slide_ms * 1000
-    last_start = ev - F.pmod(ev, F.lit(slide_us))  # floor, as windows.window_ranges
-    # Written out per k, not with transform/filter: higher-order functions are interpreted, this is codegen.
-    starts = [last_start - k * slide_us for k in range(-(-length_us // slide_us))]
-
-    def item(tag: int, a: Column, b: Column, closed: Column, late: Column, keep: Column) -> Column:
-        return F.struct(F.lit(tag).alias("tag"), a.alias("a"), b.alias("b"), closed.alias("closed"),
-                        late.cast("int").alias("late"), ev.alias("ev"), keep.alias("keep"))
-
-    no_str, no, yes = F.lit(None).cast("string"), F.lit(False), F.lit(True)
-    good = F.array(
-        *[item(WINDOW, s, F.col("player_id"), s + length_us <= wm_us, (s + length_us > wm_us) & (ev < wm_us),
-               s + length_us > ev) for s in starts],
-        item(INGEST_LAG, F.unix_micros("ingest_time") - ev, no_str, no, no, yes),
-        item(PROCESSING_LAG, now_us - ev, no_str, no, no, yes),
-    )
-    bad = F.array(F.struct(
-        F.lit(BAD).alias("tag"), F.lit(0).cast("long").alias("a"),
-        F.to_json(F.struct("entry_id", "error", "error_detail", "raw")).alias("b"), no.alias("closed"),
-        F.lit(0).alias("late"), F.lit(None).cast("long").alias("ev"), yes.alias("keep"),
-    ))
-    tick = F.array(item(TICK, F.lit(0).cast("long"), no_str, no, no, yes))
-    items = df.select("server", F.explode(
-        F.when(F.col("error").isNotNull(), bad).when(F.col("kind") == IDLE_KIND, tick).otherwise(good)).alias("i"))
-    result = (
-        items.where("i.keep").select("server", "i.tag", "i.a", "i.b", "i.closed", "i.late", "i.ev")
-        .groupBy("tag", "server", "a", "b", "closed")
-        .agg(F.count(F.lit(1)).alias("n"), F.sum("late").alias("late"), F.min("ev").alias("min_ev"),
-             F.max("ev").alias("max_ev"))
-        .toArrow()
-    )
+    result = (query or SummaryQuery.build(params)).run(df, watermark_ms)
     return _from_aggregate(result, batch_id, watermark_ms, batch_ts_ms, start_id, end_id, params)
 
 
@@ -91,13 +122,12 @@ def _from_aggregate(t: pa.Table, batch_id: int, watermark_ms: int, batch_ts_ms: 
         return [part.column(name).to_pylist() for name in names]
 
     windows: dict[tuple[int, int, str], WindowAgg] = {}
-    for ws, server, player, closed, n, late in zip(*rows(WINDOW, "a", "server", "b", "closed", "n", "late"),
-                                                    strict=True):
+    for ws, server, player, n, late in zip(*rows(WINDOW, "a", "server", "b", "n", "late"), strict=True):
         key = (ws // 1000, (ws // 1000) + params.window_ms, server)
         w = windows.get(key)
         if w is None:
             w = windows[key] = WindowAgg(*key)
-        if closed:
+        if key[1] <= watermark_ms:  # closed: Spark drops the pair
             w.dropped += n
         else:
             w.events += n
@@ -106,10 +136,11 @@ def _from_aggregate(t: pa.Table, batch_id: int, watermark_ms: int, batch_ts_ms: 
 
     servers: dict[str, ServerStats] = {}
     hist: dict[tuple[int, str], tuple[list[int], list[int]]] = {}
+    now_us = batch_ts_ms * 1000
     for tag in (INGEST_LAG, PROCESSING_LAG):
         for server, lag_us, n, lo, hi in zip(*rows(tag, "server", "a", "n", "min_ev", "max_ev"), strict=True):
             values, counts = hist.setdefault((tag, server), ([], []))
-            values.append(lag_us)
+            values.append(lag_us if tag == INGEST_LAG else now_us + lag_us)  # processing: keyed by -event time
             counts.append(n)
             if tag == INGEST_LAG:
                 st = servers.get(server)
@@ -154,6 +185,7 @@ class RedisSink(DriverClient):
         self.params = params
         self.checkpoint_dir = checkpoint_dir
         self.on_commit = on_commit
+        self._query: SummaryQuery | None = None
         # One sink per query run, like Spark's per-input watermark map, which is not checkpointed.
         self.watermarks = (ServerWatermarks(params.servers, params.delay_ms, params.policy)
                            if params.per_server else None)
@@ -166,7 +198,10 @@ class RedisSink(DriverClient):
         if batch_id > 0:
             prev = read_offset_log(self.checkpoint_dir, batch_id - 1, spark)
             start_id = (prev.source_offsets[0] or {}).get("id", "0-0")
-        summary = summarize(df, batch_id, entry.watermark_ms, entry.batch_ts_ms, start_id, end_id, self.params)
+        if self._query is None:
+            self._query = SummaryQuery.build(self.params)
+        summary = summarize(df, batch_id, entry.watermark_ms, entry.batch_ts_ms, start_id, end_id, self.params,
+                            self._query)
         if self.watermarks is not None:
             self._per_server(summary)
         # Guarded by the batch id, so retrying after a lost reply cannot count twice.
