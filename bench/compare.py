@@ -1,9 +1,11 @@
-"""Throughput of two versions of the pipeline, side by side in one run on one machine.
+"""Throughput or freshness of two versions of the pipeline, side by side in one run on one machine.
 
     python bench/compare.py --base <git rev> [--events 1000000] [--rounds 2]
+    python bench/compare.py --base <git rev> --measure freshness [--rate 50000] [--rounds 2]
 
 Exports ``--base`` into a temporary directory and runs ``bench/run.py --only
-throughput`` (this checkout's script) against the base code and against this
+throughput`` (or ``--only freshness``: XADD -> window in Redis at one generator
+rate, 1 s trigger) with this checkout's script against the base code and against this
 checkout's code, alternating ``base, head, base, head, ...`` so that a busy
 spell on the machine hits both. Each run has its own embedded Redis, Spark
 session and pre-loaded stream. Prints every run and the ratio of the medians:
@@ -34,38 +36,49 @@ def export(rev: str, into: Path) -> Path:
     return into
 
 
-def run_once(code_root: Path, events: int, out: Path) -> dict:
+def run_once(code_root: Path, measure: str, args: list[str], out: Path) -> dict:
     env = {**os.environ, "BENCH_CODE_ROOT": str(code_root), "PYTHONPATH": str(code_root)}
-    proc = subprocess.run([sys.executable, str(HERE / "bench" / "run.py"), "--only", "throughput",
-                           "--events", str(events), "--out", str(out)], cwd=code_root, env=env,
-                          capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, str(HERE / "bench" / "run.py"), "--only", measure, *args,
+                           "--out", str(out)], cwd=code_root, env=env, capture_output=True, text=True)
     if proc.returncode != 0:
         raise SystemExit(f"bench run against {code_root} failed:\n{proc.stderr[-4000:]}")
-    return json.loads(out.read_text())["throughput"]
+    result = json.loads(out.read_text())[measure]
+    return result if measure == "throughput" else result[0]
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--base", required=True, help="git revision to compare this checkout against")
-    p.add_argument("--events", type=int, default=1_000_000)
+    p.add_argument("--measure", choices=("throughput", "freshness"), default="throughput")
+    p.add_argument("--events", type=int, default=1_000_000, help="throughput: events pre-loaded")
+    p.add_argument("--rate", type=int, default=50_000, help="freshness: generator events/s (for 20 s)")
     p.add_argument("--rounds", type=int, default=2)
     args = p.parse_args(argv)
+    extra = ["--events", str(args.events)] + ([] if args.measure == "throughput" else ["--rates", str(args.rate)])
     with tempfile.TemporaryDirectory() as tmpdir:
         tmp = Path(tmpdir)
         base = export(args.base, tmp / "base")
-        rates: dict[str, list[float]] = {"base": [], "head": []}
+        figures: dict[str, list[float]] = {"base": [], "head": []}
         drains: list[float] = []
         for r in range(args.rounds):
             for label, root in (("base", base), ("head", HERE)):
-                tp = run_once(root, args.events, tmp / f"{label}-{r}.json")
-                rates[label].append(tp["pipeline_events_per_s"])
-                drains.append(tp["drain_events_per_s"])
-                print(f"round {r + 1} {label}: {tp['pipeline_events_per_s']:,.0f} events/s "
-                      f"({tp['pipeline_s']:.1f} s); drain {tp['drain_events_per_s']:,.0f}/s; "
-                      f"ratio to drain {tp['ratio']:.2f}", flush=True)
-    b, h = statistics.median(rates["base"]), statistics.median(rates["head"])
-    print(f"\nbase {args.base}: median {b:,.0f} events/s; head: median {h:,.0f} events/s; "
-          f"head/base {h / b:.2f}x; drain median {statistics.median(drains):,.0f} events/s")
+                res = run_once(root, args.measure, extra, tmp / f"{label}-{r}.json")
+                if args.measure == "throughput":
+                    figures[label].append(res["pipeline_events_per_s"])
+                    drains.append(res["drain_events_per_s"])
+                    print(f"round {r + 1} {label}: {res['pipeline_events_per_s']:,.0f} events/s "
+                          f"({res['pipeline_s']:.1f} s); drain {res['drain_events_per_s']:,.0f}/s; "
+                          f"ratio to drain {res['ratio']:.2f}", flush=True)
+                else:
+                    figures[label].append(res["p95_ms"])
+                    print(f"round {r + 1} {label}: freshness at {res['rate']:,} events/s p50 {res['p50_ms']} ms, "
+                          f"p95 {res['p95_ms']} ms, max {res['max_ms']} ms ({res['batches']} batches)", flush=True)
+    b, h = statistics.median(figures["base"]), statistics.median(figures["head"])
+    if args.measure == "throughput":
+        print(f"\nbase {args.base}: median {b:,.0f} events/s; head: median {h:,.0f} events/s; "
+              f"head/base {h / b:.2f}x; drain median {statistics.median(drains):,.0f} events/s")
+    else:
+        print(f"\nbase {args.base}: median p95 {b:,.0f} ms; head: median p95 {h:,.0f} ms; base/head {b / h:.2f}x")
     return 0
 
 

@@ -69,7 +69,7 @@ def build_session(cfg: Config, app_name: str = "watermark-pipeline", ui: bool = 
         builder.config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.shuffle.partitions", str(max(2, cfg.source_partitions)))
         # Adaptive execution re-plans the sink's job at its shuffle, every batch: ~0.15 s on a 50,000-event
-        # batch here, to tune a plan whose result is a few thousand rows (bench/stage_costs.py).
+        # batch here (bench/batch_costs.py), for a plan whose shape never changes.
         .config("spark.sql.adaptive.enabled", "false")
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
         .config("spark.ui.enabled", "true" if ui else "false")
