@@ -5,9 +5,9 @@
 Pre-loads events, runs the pipeline's query with batches capped at ``--batch``
 (back to back, after a warm-up) and prints the median of Spark's per-batch
 phases (``durationMs``: latestOffset, walCommit, addBatch = the sink,
-commitOffsets, triggerExecution = the whole batch) and of the sink's Spark
-job. Profile first, then optimise: this is how the per-batch fixed costs in
-the README's "Benchmark" section were found.
+commitOffsets, triggerExecution = the whole batch). Profile first, then
+optimise: this is how the per-batch fixed costs in the README's "Benchmark"
+section were found.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -23,10 +22,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import redis  # noqa: E402
-from run import cfg_for, preload, warm_up  # noqa: E402
+from run import cfg_for, preload, scratch_redis, warm_up  # noqa: E402
 
 from streaming.keys import KeySchema  # noqa: E402
-from streaming.redis_server import RedisServer  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -36,25 +34,19 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     from streaming.query import build_session, start_query
 
-    with tempfile.TemporaryDirectory() as tmpdir:
-        tmp = Path(tmpdir)
-        server = RedisServer(data_dir=str(tmp / "redis"), port=0)
-        server.start()
-        try:
-            run = uuid.uuid4().hex[:6]
-            cfg = cfg_for(server.url, tmp, f"costs-{run}", max_events_per_batch=args.batch)
-            preload(redis.Redis.from_url(server.url), KeySchema(cfg.namespace), args.events)
-            spark = build_session(cfg, app_name="bench-costs", ui=False)
-            warm_up(spark, cfg_for(server.url, tmp, f"warm-{run}"))
-            t = time.perf_counter()
-            query = start_query(spark, cfg, trigger_ms=0)
-            query.processAllAvailable()
-            elapsed = time.perf_counter() - t
-            progress = [p for p in query.recentProgress if p.numInputRows > 0][1:]  # the first pays the start
-            query.stop()
-            spark.stop()
-        finally:
-            server.stop()
+    with scratch_redis() as (tmp, server):
+        run = uuid.uuid4().hex[:6]
+        cfg = cfg_for(server.url, tmp, f"costs-{run}", max_events_per_batch=args.batch)
+        preload(redis.Redis.from_url(server.url), KeySchema(cfg.namespace), args.events)
+        spark = build_session(cfg, app_name="bench-costs", ui=False)
+        warm_up(spark, cfg_for(server.url, tmp, f"warm-{run}"))
+        t = time.perf_counter()
+        query = start_query(spark, cfg, trigger_ms=0)
+        query.processAllAvailable()
+        elapsed = time.perf_counter() - t
+        progress = [p for p in query.recentProgress if p.numInputRows > 0][1:]  # the first pays the start
+        query.stop()
+        spark.stop()
     print(f"{args.events:,} events in batches of {args.batch:,}: {elapsed:.1f} s; median per batch "
           f"over {len(progress)} batches:")
     for phase in ("latestOffset", "walCommit", "queryPlanning", "addBatch", "commitOffsets", "triggerExecution"):

@@ -28,6 +28,8 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 # The code measured: this checkout, or another one (bench/compare.py measures two side by side).
@@ -44,6 +46,19 @@ from streaming.generator import Simulator, write  # noqa: E402
 from streaming.keys import KeySchema  # noqa: E402
 from streaming.redis_server import RedisServer  # noqa: E402
 from streaming.report import wait_for_commit  # noqa: E402
+
+
+@contextmanager
+def scratch_redis() -> Iterator[tuple[Path, RedisServer]]:
+    """A temporary directory and an embedded Redis in it, both gone afterwards."""
+    with tempfile.TemporaryDirectory() as tmpdir:
+        tmp = Path(tmpdir)
+        server = RedisServer(data_dir=str(tmp / "redis"), port=0)
+        server.start()
+        try:
+            yield tmp, server
+        finally:
+            server.stop()
 
 
 def cfg_for(url: str, tmp: Path, ns: str, **kw: object) -> Config:
@@ -161,46 +176,34 @@ def main(argv: list[str] | None = None) -> int:
     results: dict = {"machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
                                  "platform": platform.platform(), "when": time.strftime("%Y-%m-%d %H:%M UTC",
                                                                                         time.gmtime())}}
-    with tempfile.TemporaryDirectory() as tmpdir:
-        tmp = Path(tmpdir)
-        server = RedisServer(data_dir=str(tmp / "redis"), port=0)
-        server.start()
-        try:
-            run = uuid.uuid4().hex[:6]
-            base = cfg_for(server.url, tmp, f"bench-{run}")
-            keys = KeySchema(base.namespace)
-            client = redis.Redis.from_url(server.url)
-            t = time.perf_counter()
-            preload(client, keys, args.events)
-            print(f"preloaded {args.events:,} events in {time.perf_counter() - t:.1f} s", flush=True)
-            n, drain_s = drain_rate(server.url, keys)
-            spark = build_session(base, app_name="bench", ui=False)
-            warm_up(spark, cfg_for(server.url, tmp, f"warm-{run}"))
-            query_s = throughput(spark, base, args.events)
-            results["throughput"] = {"events": args.events, "pipeline_s": query_s,
-                                     "pipeline_events_per_s": args.events / query_s, "drain_s": drain_s,
-                                     "drain_events_per_s": n / drain_s,
-                                     "ratio": (args.events / query_s) / (n / drain_s)}
-            print(json.dumps(results["throughput"]), flush=True)
-            if args.only == "throughput":
-                spark.stop()
-                Path(args.out).write_text(json.dumps(results, indent=2) + "\n")
-                return 0
+    with scratch_redis() as (tmp, server):
+        run = uuid.uuid4().hex[:6]
+        base = cfg_for(server.url, tmp, f"bench-{run}")
+        keys = KeySchema(base.namespace)
+        client = redis.Redis.from_url(server.url)
+        t = time.perf_counter()
+        preload(client, keys, args.events)
+        print(f"preloaded {args.events:,} events in {time.perf_counter() - t:.1f} s", flush=True)
+        n, drain_s = drain_rate(server.url, keys)
+        spark = build_session(base, app_name="bench", ui=False)
+        warm_up(spark, cfg_for(server.url, tmp, f"warm-{run}"))
+        query_s = throughput(spark, base, args.events)
+        results["throughput"] = {"events": args.events, "pipeline_s": query_s,
+                                 "pipeline_events_per_s": args.events / query_s, "drain_s": drain_s,
+                                 "drain_events_per_s": n / drain_s,
+                                 "ratio": (args.events / query_s) / (n / drain_s)}
+        print(json.dumps(results["throughput"]), flush=True)
+        if args.only != "throughput":
             results["freshness"] = []
             # After the throughput run, as in a long-running job: the JVM's JIT has compiled the hot paths.
             for rate in [int(r) for r in args.rates.split(",") if r]:
                 fresh = freshness(spark, cfg_for(server.url, tmp, f"fresh-{rate}-{run}"), rate, args.seconds)
                 results["freshness"].append(fresh)
                 print(json.dumps(fresh), flush=True)
-            if args.only == "freshness":
-                spark.stop()
-                Path(args.out).write_text(json.dumps(results, indent=2) + "\n")
-                return 0
+        if args.only == "all":
             dash_cfg = cfg_for(server.url, tmp, f"fresh-{args.rates.split(',')[0]}-{run}")
             results["dashboard"] = [dashboard_load(dash_cfg, k) for k in (1, 20)]
-            spark.stop()
-        finally:
-            server.stop()
+        spark.stop()
 
     tp = results["throughput"]
     print("\n| measure | figure |\n| --- | --- |")
@@ -208,10 +211,10 @@ def main(argv: list[str] | None = None) -> int:
           f"({tp['pipeline_s']:.1f} s) |")
     print(f"| plain XRANGE drain, one Python client | {tp['drain_events_per_s']:,.0f} events/s |")
     print(f"| pipeline / drain | {tp['ratio']:.2f} |")
-    for f in results["freshness"]:
+    for f in results.get("freshness", []):
         print(f"| freshness at {f['rate']:,} events/s, 1 s trigger | p50 {f['p50_ms'] / 1000:.2f} s, "
               f"p95 {f['p95_ms'] / 1000:.2f} s, max {f['max_ms'] / 1000:.2f} s ({f['batches']} batches) |")
-    for d in results["dashboard"]:
+    for d in results.get("dashboard", []):
         print(f"| dashboard, {d['sessions']} session(s) in one tick | {d['redis_commands_per_tick']} Redis commands, "
               f"render {d['render_ms_mean']:.0f} ms mean / {d['render_ms_max']:.0f} ms max |")
     Path(args.out).write_text(json.dumps(results, indent=2) + "\n")

@@ -90,7 +90,7 @@ class SummaryQuery:
 
 
 def summarize(df: DataFrame, batch_id: int, watermark_ms: int, batch_ts_ms: int,
-              start_id: str, end_id: str, params: Params, query: SummaryQuery | None = None) -> BatchSummary:
+              start_id: str, end_id: str, params: Params, query: SummaryQuery) -> BatchSummary:
     """Everything the batch contributes, from one Spark job whose result is small.
 
     Each input row becomes tagged items: one per window it falls in (keyed by
@@ -109,7 +109,7 @@ def summarize(df: DataFrame, batch_id: int, watermark_ms: int, batch_ts_ms: int,
     reads by reference (compared directly, the optimizer would unwrap the
     cast and write a long literal again).
     """
-    result = (query or SummaryQuery.build(params)).run(df, watermark_ms)
+    result = query.run(df, watermark_ms)
     return _from_aggregate(result, batch_id, watermark_ms, batch_ts_ms, start_id, end_id, params)
 
 
