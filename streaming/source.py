@@ -13,6 +13,7 @@ Options: ``url``, ``stream``, ``partitions`` (default 2),
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -45,6 +46,7 @@ ARROW_SCHEMA = pa.schema([
 ])
 MAX_SEQ = 18446744073709551615
 READ_CHUNK = 10_000
+RawEntry = Sequence[Any]  # [id, [field, value, field, value, ...]] as XRANGE replies, undecoded
 
 # Finds the ID of the n-th entry after an exclusive start without shipping the
 # entries to the driver: the cheap way to cap a batch by count.
@@ -120,13 +122,26 @@ def _client(url: str) -> redis.Redis:
     return client
 
 
+def _xrange(client: redis.Redis, stream: str, lo: str, hi: str, count: int) -> list[RawEntry]:
+    """XRANGE with the cyclic garbage collector paused: a reply is tens of thousands of fresh lists, each
+    allocation counts towards a collection that then walks them all, and none of them can be in a cycle.
+    Paused, a 10,000-entry reply costs a third of the time (bench/read_costs.py)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return client.xrange(stream, lo, hi, count=count)
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def read_range(url: str, stream: str, part: StreamRange, chunk: int = READ_CHUNK,
                rules: Rules = NO_RULES) -> Iterator[pa.RecordBatch]:
     """XRANGE the partition in chunks, one Arrow record batch per chunk."""
     client = _client(url)
     lo = part.lo if part.lo_inclusive else "(" + part.lo
     while True:
-        entries = with_retry(lambda lo=lo: client.xrange(stream, lo, part.hi, count=chunk), f"read of {stream}")
+        entries = with_retry(lambda lo=lo: _xrange(client, stream, lo, part.hi, chunk), f"read of {stream}")
         if not entries:
             return
         yield to_record_batch(entries, rules)
@@ -158,16 +173,15 @@ FAST_SHAPE = (
     f"{_key('event_time', _TIMESTAMP)}{_WS}\\}}{_WS}$"
 )
 
-RawEntry = Sequence[Any]  # [id, [field, value, field, value, ...]] as XRANGE replies, undecoded
-
 
 def to_record_batch(entries: Sequence[RawEntry] | Sequence[tuple[bytes, Mapping[bytes, bytes]]],
                     rules: Rules = NO_RULES) -> pa.RecordBatch:
     """Rows for a chunk of entries, raw (``[id, [k, v, ...]]``) or as redis-py's ``(id, {k: v})``."""
     n = len(entries)
     ids = [e[0] for e in entries]
-    fields = [f if isinstance(f, list) else [x for kv in f.items() for x in kv] for _, f in entries]
-    payloads = [f[1] if len(f) == 2 and f[0] == _PAYLOAD else b"" for f in fields]
+    if entries and not isinstance(entries[0][1], list):  # redis-py's (id, {k: v}): flatten to the raw shape
+        entries = [(i, [x for kv in f.items() for x in kv]) for i, f in entries]
+    payloads = [f[1] if len(f) == 2 and f[0] == _PAYLOAD else b"" for _, f in entries]
     entry_id = pa.array(ids, pa.string())
     ingest_us = pc.multiply(pc.cast(pc.list_element(pc.split_pattern(entry_id, "-", max_splits=1), 0), pa.int64()),
                             1000)
@@ -199,7 +213,7 @@ def to_record_batch(entries: Sequence[RawEntry] | Sequence[tuple[bytes, Mapping[
                "raw": pa.nulls(n, pa.string())}
     if fast.false_count:
         columns = _parse_slow(columns, pc.invert(fast), [i for i, ok in enumerate(fast.to_pylist()) if not ok],
-                              ids, fields, rules)
+                              ids, [f for _, f in entries], rules)
     return pa.RecordBatch.from_arrays([columns[name] for name in ARROW_SCHEMA.names], schema=ARROW_SCHEMA)
 
 
@@ -302,9 +316,16 @@ class RedisStreamReader(DataSourceStreamReader):
         return {"id": newest[0][0].decode()} if newest else None
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        """Split from the range's first entry, not from its start offset: the first batch starts at
+        ``0-0``, and halving the milliseconds since 1970 gave one partition every entry (a backlog was
+        read by one worker while the other idled)."""
         if parse_id(end["id"]) <= parse_id(start["id"]):
             return []
-        return split_range(start["id"], end["id"], self.opts.partitions)
+        first = with_retry(lambda: self.redis.xrange(self.opts.stream, "(" + start["id"], end["id"], count=1),
+                           f"first entry of {self.opts.stream}")
+        if not first:
+            return []
+        return split_range(first[0][0].decode(), end["id"], self.opts.partitions, lo_inclusive=True)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, StreamRange)

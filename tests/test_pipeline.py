@@ -22,6 +22,7 @@ from streaming.keys import KeySchema
 from streaming.query import start_query
 from streaming.replay import load_batches, replay
 from streaming.report import build_document, read_windows
+from streaming.source import RedisStreamReader, read_range
 from tests.oracle import oracle, random_event_set, to_ms, windows_of
 
 pytestmark = pytest.mark.spark
@@ -214,6 +215,25 @@ def test_batch_read_of_an_id_range(spark: SparkSession, redis_url: str) -> None:
     assert [r.player_id for r in rows] == [f"p{i}" for i in range(3, 8)]
     # the entry ID's millisecond part is the ingest time
     assert (rows[0].ingest_time - datetime(1970, 1, 1)) // timedelta(milliseconds=1) == 1003
+
+
+@pytest.mark.parametrize("start, expected", [
+    ("0-0", range(100)),       # the first batch: split from the first entry, not from 1970
+    ("1049-0", range(50, 100)),  # a later batch: its start offset is exclusive
+])
+def test_stream_partitions_share_a_backlog(redis_url: str, start: str, expected: range) -> None:
+    stream = f"test-{uuid.uuid4().hex[:8]}:events"
+    client = redis.Redis.from_url(redis_url)
+    t0 = to_ms("2026-01-01T00:00:00.000Z") * 1000
+    for i in range(100):
+        client.xadd(stream, Event("C", f"p{i}", t0 + i).fields(), id=f"{1000 + i}-0")
+    reader = RedisStreamReader({"url": redis_url, "stream": stream, "partitions": "2"})
+    parts = reader.partitions({"id": start}, {"id": "1099-0"})
+    read = [[e for b in read_range(redis_url, stream, part) for e in b.column("entry_id").to_pylist()]
+            for part in parts]
+    assert sorted(e for ids in read for e in ids) == sorted(f"{1000 + i}-0" for i in expected)
+    assert [len(ids) for ids in read] == [len(expected) // 2] * 2  # even IDs: an even split
+    assert reader.partitions({"id": "1099-0"}, {"id": "1099-0"}) == []
 
 
 def test_replay_command_line(redis_url: str, tmp_path: Path) -> None:
