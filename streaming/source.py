@@ -194,7 +194,7 @@ def to_record_batch(entries: Sequence[RawEntry] | Sequence[tuple[bytes, Mapping[
     try:
         event_time = pc.cast(shape.field("event_time"), _TS)
     except pa.ArrowInvalid:  # a date like Feb 30 has the shape but is no date: Python decides for the chunk
-        event_time = pa.array([parse_iso_us(t) if ok and _parses(t) else None
+        event_time = pa.array([_iso_us_or_none(t) if ok else None
                                for t, ok in zip(shape.field("event_time").to_pylist(), fast.to_pylist(),
                                                 strict=True)], _TS)
         fast = pc.and_(fast, event_time.is_valid())
@@ -247,12 +247,11 @@ def _is_utf8(b: bytes) -> bool:
     return True
 
 
-def _parses(ts: str | None) -> bool:
+def _iso_us_or_none(ts: str) -> int | None:
     try:
-        parse_iso_us(ts)  # type: ignore[arg-type]
+        return parse_iso_us(ts)
     except (ValueError, OverflowError):
-        return False
-    return True
+        return None
 
 
 class _Options:
