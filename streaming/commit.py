@@ -12,12 +12,11 @@ from __future__ import annotations
 import json
 import math
 import time
-from bisect import bisect_right
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
-from itertools import accumulate
 
+import numpy as np
 import redis
 
 from streaming.events import parse_entry_id
@@ -46,6 +45,7 @@ class Params:
     idle_timeout_ms: int | None = None  # per-server: idle markers move a silent server's watermark
     trims: bool = True  # a lab lane reads its parent's input and leaves trimming to it
     followers: tuple[str, ...] = ()  # namespaces of lanes reading our input: trim nothing they still need
+    driver_agg_max_span_ms: int = 5_000  # not semantic: where a batch is aggregated (streaming.sink.summarize)
 
     @property
     def ttl_s(self) -> int:
@@ -90,21 +90,22 @@ class Lag:
         Percentiles interpolate as Spark's exact ``percentile`` does: position
         ``p * (n - 1)`` between the values either side. A histogram is what the
         sink's one aggregation can produce, and it loses nothing."""
-        if not values_us or len(values_us) != len(counts):
+        if not len(values_us) or len(values_us) != len(counts):
             raise ValueError("a lag histogram needs as many counts as values, and at least one")
-        cum = list(accumulate(counts))
+        cum = np.cumsum(np.asarray(counts, dtype=np.int64))
+        values = np.asarray(values_us, dtype=np.int64)
 
         def at(rank: int) -> int:
-            return values_us[bisect_right(cum, rank)]
+            return int(values[np.searchsorted(cum, rank, side="right")])  # the value holding that rank
 
         def percentile(p: float) -> float:
-            pos = p * (cum[-1] - 1)
+            pos = p * (int(cum[-1]) - 1)
             lo, hi = math.floor(pos), math.ceil(pos)
             if lo == hi:
                 return at(lo) / 1000
             return ((hi - pos) * at(lo) + (pos - lo) * at(hi)) / 1000
 
-        return cls(percentile(0.5), percentile(0.95), values_us[-1] / 1000)
+        return cls(percentile(0.5), percentile(0.95), int(values[-1]) / 1000)
 
 
 @dataclass
@@ -154,6 +155,7 @@ class BatchSummary:
     bad: list[BadRow]
     server_watermarks: dict[str, int] | None = None  # per-server mode: Spark's per-input map after the batch
     next_watermark_ms: int | None = None  # per-server mode: the combined watermark for the next batch
+    aggregation: str = "spark"  # where the batch was counted: "spark" or "driver" (streaming.sink.on_driver)
 
     @property
     def parsed(self) -> int:
@@ -232,6 +234,7 @@ def batch_record(s: BatchSummary, next_wm_ms: int, running_max_us: int | None, d
         "running_max_event_us": running_max_us,
         "servers": {name: asdict(st) for name, st in sorted(s.servers.items())},
         "bad": _count_reasons(s.bad),
+        "aggregation": s.aggregation,
     }
 
 

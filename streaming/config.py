@@ -38,6 +38,9 @@ class Config:
     spark_master: str = "local[*]"
     max_events_per_batch: int = 0
     source_partitions: int = 2
+    # A batch whose entries arrived within this span is aggregated on the driver by Arrow, not by a Spark
+    # shuffle (streaming.local_agg); the span bounds its size by Redis' own write rate. 0: always Spark.
+    driver_agg_max_span_ms: int = 5_000
     retention_ms: int = 86_400_000
     progress_history: int = 5_000
     key_ttl_ms: int | None = None  # how long keys outlive their last write; None = RETENTION
@@ -60,6 +63,7 @@ class Config:
             f"({format_duration_ms(self.slide_ms)}) must not exceed WINDOW ({format_duration_ms(self.window_ms)})",
         )
         _check(self.delay_ms >= 0, "WATERMARK_DELAY", "must not be negative")
+        _check(self.driver_agg_max_span_ms >= 0, "DRIVER_AGG_MAX_SPAN", "must not be negative")
         _check(self.trigger_ms > 0, "TRIGGER_INTERVAL", "must be positive")
         _check(self.max_events_per_batch >= 0, "MAX_EVENTS_PER_BATCH", "must be 0 (no cap) or positive")
         _check(1 <= self.source_partitions <= 256, "SOURCE_PARTITIONS", "must be between 1 and 256")
@@ -127,6 +131,7 @@ class Config:
             spark_master=env.get("SPARK_MASTER", cls.spark_master),
             max_events_per_batch=_int(env, "MAX_EVENTS_PER_BATCH", cls.max_events_per_batch),
             source_partitions=_int(env, "SOURCE_PARTITIONS", cls.source_partitions),
+            driver_agg_max_span_ms=_duration(env, "DRIVER_AGG_MAX_SPAN", cls.driver_agg_max_span_ms),
             retention_ms=_duration(env, "RETENTION", cls.retention_ms),
             progress_history=_int(env, "PROGRESS_HISTORY", cls.progress_history),
             max_future_skew_ms=_optional_duration(env, "MAX_FUTURE_SKEW", cls.max_future_skew_ms),

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from decimal import Decimal
 
@@ -22,6 +22,7 @@ import pyarrow.compute as pc
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
+from streaming import local_agg
 from streaming.checkpoint import read_offset_log
 from streaming.commit import BadRow, BatchSummary, Lag, Params, ServerStats, WindowAgg, commit_batch
 from streaming.events import IDLE_KIND, parse_entry_id
@@ -33,8 +34,9 @@ from streaming.windows import event_ms
 log = logging.getLogger(__name__)
 
 
-# Tags of the rows the single aggregation produces (column ``tag``).
-WINDOW, INGEST_LAG, PROCESSING_LAG, BAD, TICK = 0, 1, 2, 3, 4
+# Tags of the rows the single aggregation produces (column ``tag``), shared with the driver-side aggregation.
+WINDOW, INGEST_LAG, PROCESSING_LAG, BAD, TICK = (local_agg.WINDOW, local_agg.INGEST_LAG, local_agg.PROCESSING_LAG,
+                                                 local_agg.BAD, local_agg.TICK)
 _WIDE = "decimal(20,0)"  # any long, exactly
 _WM = "_watermark_us"
 
@@ -96,9 +98,10 @@ def summarize(df: DataFrame, batch_id: int, watermark_ms: int, batch_ts_ms: int,
     Each input row becomes tagged items: one per window it falls in (keyed by
     window and player), one per lag figure (keyed by microseconds, exact
     integers) or one describing a quarantined entry. One hash aggregation
-    counts them all, so the batch costs one job and one shuffle, nothing is
-    cached, and exact percentiles come from the lag histograms
-    (:meth:`Lag.from_histogram`).
+    counts them all, so the batch costs one job, nothing is cached, and exact
+    percentiles come from the lag histograms (:meth:`Lag.from_histogram`).
+    The aggregation is Spark's (one shuffle) or, for a live batch, Arrow's on
+    the driver (:func:`on_driver`); the same table either way.
 
     The generated code is the same for every batch: Spark writes long literals
     into it, so a watermark or batch time in an expression would compile the
@@ -109,8 +112,27 @@ def summarize(df: DataFrame, batch_id: int, watermark_ms: int, batch_ts_ms: int,
     reads by reference (compared directly, the optimizer would unwrap the
     cast and write a long literal again).
     """
-    result = query.run(df, watermark_ms)
-    return _from_aggregate(result, batch_id, watermark_ms, batch_ts_ms, start_id, end_id, params)
+    driver = on_driver(start_id, end_id, params)
+    if driver:
+        result = local_agg.aggregate(df.select(*local_agg.COLUMNS).toArrow(), watermark_ms, params.window_ms,
+                                     params.slide_ms)
+    else:
+        result = query.run(df, watermark_ms)
+    summary = _from_aggregate(result, batch_id, watermark_ms, batch_ts_ms, start_id, end_id, params)
+    summary.aggregation = "driver" if driver else "spark"
+    return summary
+
+
+def on_driver(start_id: str, end_id: str, params: Params) -> bool:
+    """Whether the batch is counted on the driver (:mod:`streaming.local_agg`) rather than by a Spark shuffle.
+
+    A live batch is: at 50,000 events the shuffle, its second stage and the planning of the aggregation cost
+    about 200 ms of a 500 ms batch here (bench/agg_paths.py). The arrival span of the batch's entry IDs bounds
+    its size, since one Redis stream takes at most a few hundred thousand entries a second; the first batch
+    (from ``0-0``), a catch-up after an outage or a replay spans more and goes to Spark, which scales out.
+    Both give the same table (tests/test_local_agg.py)."""
+    span = parse_entry_id(end_id)[0] - parse_entry_id(start_id)[0]
+    return 0 < params.driver_agg_max_span_ms and span <= params.driver_agg_max_span_ms
 
 
 def _from_aggregate(t: pa.Table, batch_id: int, watermark_ms: int, batch_ts_ms: int, start_id: str,
@@ -122,42 +144,31 @@ def _from_aggregate(t: pa.Table, batch_id: int, watermark_ms: int, batch_ts_ms: 
         return [part.column(name).to_pylist() for name in names]
 
     windows: dict[tuple[int, int, str], WindowAgg] = {}
-    for ws, server, player, n, late in zip(*rows(WINDOW, "a", "server", "b", "n", "late"), strict=True):
+    per_window = (t.filter(pc.equal(tags, WINDOW)).group_by(["a", "server"], use_threads=False)
+                  .aggregate([("n", "sum"), ("late", "sum"), ("b", "list")]))
+    for ws, server, n, late, players in zip(*(per_window.column(c).to_pylist()
+                                               for c in ("a", "server", "n_sum", "late_sum", "b_list")), strict=True):
         key = (ws // 1000, (ws // 1000) + params.window_ms, server)
-        w = windows.get(key)
-        if w is None:
-            w = windows[key] = WindowAgg(*key)
+        w = windows[key] = WindowAgg(*key)
         if key[1] <= watermark_ms:  # closed: Spark drops the pair
-            w.dropped += n
+            w.dropped = n
         else:
-            w.events += n
-            w.late += late
-            w.players.add(player)
+            w.events, w.late, w.players = n, late, set(players)
 
     servers: dict[str, ServerStats] = {}
-    hist: dict[tuple[int, str], tuple[list[int], list[int]]] = {}
-    now_us = batch_ts_ms * 1000
-    for tag in (INGEST_LAG, PROCESSING_LAG):
-        for server, lag_us, n, lo, hi in zip(*rows(tag, "server", "a", "n", "min_ev", "max_ev"), strict=True):
-            values, counts = hist.setdefault((tag, server), ([], []))
-            values.append(lag_us if tag == INGEST_LAG else now_us + lag_us)  # processing: keyed by -event time
-            counts.append(n)
-            if tag == INGEST_LAG:
-                st = servers.get(server)
-                if st is None:
-                    st = servers[server] = ServerStats(min_event_us=lo, max_event_us=hi)
-                st.rows += n
-                st.min_event_us = min(st.min_event_us, lo)  # type: ignore[type-var]
-                st.max_event_us = max(st.max_event_us, hi)  # type: ignore[type-var]
-                st.max_ingest_us = max(st.max_ingest_us or 0, hi + lag_us)  # the group's newest arrival
+    for server, part in _by_server(t, INGEST_LAG):
+        lag_us, n = part.column("a").to_numpy(), part.column("n").to_numpy()
+        servers[server] = ServerStats(
+            rows=int(n.sum()), min_event_us=pc.min(part.column("min_ev")).as_py(),
+            max_event_us=pc.max(part.column("max_ev")).as_py(),
+            max_ingest_us=int((part.column("max_ev").to_numpy() + lag_us).max()),  # the newest arrival
+            ingest_lag_ms=Lag.from_histogram(lag_us, n))
+    for server, part in _by_server(t, PROCESSING_LAG):  # keyed by -event time: the batch time makes it a lag
+        servers[server].processing_lag_ms = Lag.from_histogram(batch_ts_ms * 1000 + part.column("a").to_numpy(),
+                                                               part.column("n").to_numpy())
     for server, n, hi in zip(*rows(TICK, "server", "n", "max_ev"), strict=True):
         st = servers.setdefault(server, ServerStats())
         st.ticks, st.max_tick_us = n, hi
-    for server, st in servers.items():
-        if not st.rows:
-            continue
-        st.ingest_lag_ms = Lag.from_histogram(*hist[(INGEST_LAG, server)])
-        st.processing_lag_ms = Lag.from_histogram(*hist[(PROCESSING_LAG, server)])
     for w in windows.values():
         st = servers[w.server]
         st.events += w.events
@@ -173,6 +184,14 @@ def _from_aggregate(t: pa.Table, batch_id: int, watermark_ms: int, batch_ts_ms: 
         end_id=end_id, windows=sorted(windows.values(), key=lambda w: (w.start_ms, w.server, w.end_ms)),
         servers=servers, bad=bad,
     )
+
+
+def _by_server(t: pa.Table, tag: int) -> Iterator[tuple[str, pa.Table]]:
+    """A lag tag's rows per server, ascending by lag key, as numpy-ready columns (a histogram per server:
+    tens of thousands of rows a live batch, too many for a Python loop)."""
+    part = t.filter(pc.and_(pc.equal(t.column("tag"), tag), pc.is_valid(t.column("a"))))
+    for server in sorted(pc.unique(part.column("server")).drop_null().to_pylist()):
+        yield server, part.filter(pc.equal(part.column("server"), server)).sort_by("a").combine_chunks()
 
 
 class RedisSink(DriverClient):

@@ -21,7 +21,7 @@ from streaming.events import PAYLOAD_FIELD, Event
 from streaming.keys import KeySchema
 from streaming.query import start_query
 from streaming.replay import load_batches, replay
-from streaming.report import build_document, read_windows
+from streaming.report import build_document, read_batches, read_windows
 from streaming.source import RedisStreamReader, read_range
 from tests.oracle import oracle, random_event_set, to_ms, windows_of
 
@@ -73,6 +73,10 @@ def test_replay_handmade_case(spark: SparkSession, redis_url: str, tmp_path: Pat
     assert replay(load_batches(str(DATA / "handmade.jsonl")), cfg) == HANDMADE_EXPECTED
 
 
+@pytest.mark.parametrize("max_span", [
+    0,  # every batch aggregated by Spark
+    10**13,  # every batch aggregated on the driver (streaming.local_agg)
+], ids=["spark-agg", "driver-agg"])
 @pytest.mark.parametrize(
     ("seed", "window", "slide", "delay"),
     [
@@ -83,10 +87,13 @@ def test_replay_handmade_case(spark: SparkSession, redis_url: str, tmp_path: Pat
     ],
 )
 def test_replay_matches_independent_oracle(spark: SparkSession, redis_url: str, tmp_path: Path,
-                                           seed: int, window: int, slide: int, delay: int) -> None:
+                                           seed: int, window: int, slide: int, delay: int, max_span: int) -> None:
     lines = random_event_set(seed)
     path = write_lines(tmp_path / "events.jsonl", lines)
-    doc = replay(load_batches(str(path)), cfg_for(redis_url, tmp_path, window, slide, delay))
+    cfg = cfg_for(redis_url, tmp_path, window, slide, delay, driver_agg_max_span_ms=max_span)
+    doc = replay(load_batches(str(path)), cfg)
+    records = read_batches(redis.Redis.from_url(redis_url), KeySchema(cfg.namespace))
+    assert {r["aggregation"] for r in records} == {"driver" if max_span else "spark"}
     expected = oracle(lines, window, slide, delay)
     assert doc["batches"] == expected["batches"]
     assert doc["windows"] == expected["windows"]

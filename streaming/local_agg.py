@@ -1,0 +1,108 @@
+"""The sink's aggregation done by Arrow on the driver, for batches too small to repay a Spark shuffle.
+
+:class:`streaming.sink.SummaryQuery` explodes each row into tagged items and
+counts them in one Spark hash aggregation. On a live batch (50,000 events at
+50,000 events/s and a 1 s trigger) the aggregation, its shuffle and its
+second stage cost about as much as reading the batch. Here the batch's rows
+come to the driver as Arrow and the same items are counted by Arrow's own
+hash aggregation, with the same result table, so everything after it
+(:func:`streaming.sink._from_aggregate`) is shared. No pyspark here.
+
+Items, as in ``SummaryQuery`` (tag, server, a, b, late, ev):
+- an accepted event: one WINDOW item per window it falls in, keyed by the window's start (``a``, microseconds)
+  and the player (``b``), ``late`` when its event time is before the watermark; one INGEST_LAG item keyed by
+  ``ingest - event`` and one PROCESSING_LAG item keyed by ``-event`` (microseconds);
+- an idle marker: one TICK item; a quarantined entry: one BAD item whose ``b`` is the entry as JSON.
+Counted per (tag, server, a, b): ``n`` items, ``late`` summed, ``min_ev``/``max_ev`` of their event times.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from streaming.events import IDLE_KIND
+
+# Tags of the items (column ``tag``), shared with streaming.sink.
+WINDOW, INGEST_LAG, PROCESSING_LAG, BAD, TICK = 0, 1, 2, 3, 4
+
+# The columns of the batch the aggregation reads.
+COLUMNS = ("server", "player_id", "kind", "event_time", "ingest_time", "error", "entry_id", "error_detail", "raw")
+_KEYS = ["tag", "server", "a", "b"]
+_AGGS = [("tag", "count", pc.CountOptions(mode="all")), ("late", "sum"), ("ev", "min"), ("ev", "max")]
+NAMES = ["tag", "server", "a", "b", "n", "late", "min_ev", "max_ev"]
+
+
+def _micros(col: pa.ChunkedArray | pa.Array) -> pa.Array:
+    return pc.cast(col, pa.int64())
+
+
+def _items(tag: int, server: pa.Array, a: pa.Array, b: pa.Array | None, late: pa.Array | None,
+           ev: pa.Array | None) -> pa.Table:
+    n = len(server)
+    return pa.table({
+        "tag": pa.array(np.full(n, tag, np.int32)),
+        "server": server,
+        "a": a,
+        "b": b if b is not None else pa.nulls(n, pa.string()),
+        "late": late if late is not None else pa.array(np.zeros(n, np.int32)),
+        "ev": ev if ev is not None else pa.nulls(n, pa.int64()),
+    })
+
+
+def aggregate(batch: pa.Table, watermark_ms: int, window_ms: int, slide_ms: int) -> pa.Table:
+    """The table ``SummaryQuery.run`` returns for the same rows and watermark (row order aside)."""
+    batch = batch.combine_chunks()
+    error = batch.column("error")
+    bad = pc.is_valid(error)
+    tick = pc.and_(pc.invert(bad), pc.fill_null(pc.equal(batch.column("kind"), IDLE_KIND), False))
+    good = pc.invert(pc.or_(bad, tick))
+    parts: list[pa.Table] = []
+
+    rows = batch.filter(good)
+    if rows.num_rows:
+        server, player = rows.column("server"), rows.column("player_id")
+        ev_arr = _micros(rows.column("event_time"))
+        ev = ev_arr.to_numpy(zero_copy_only=False)
+        valid = ev_arr.is_valid().to_numpy(zero_copy_only=False) if ev_arr.null_count else None
+        length_us, slide_us, wm_us = window_ms * 1000, slide_ms * 1000, watermark_ms * 1000
+        late = pa.array((ev < wm_us).astype(np.int32))
+        if valid is not None:  # no event time: no window (Spark's `keep` is null), lags are null
+            ev = np.where(valid, ev, 0)
+        last_start = ev - np.mod(ev, slide_us)  # floor, as windows.window_ranges
+        for k in range(-(-length_us // slide_us)):
+            start = last_start - k * slide_us
+            keep = start + length_us > ev
+            if valid is not None:
+                keep &= valid
+            idx = pa.array(np.flatnonzero(keep))
+            parts.append(_items(WINDOW, server.take(idx), pa.array(start[keep]), player.take(idx), late.take(idx),
+                                ev_arr.take(idx)))
+        ingest = _micros(rows.column("ingest_time"))
+        parts.append(_items(INGEST_LAG, server, pc.subtract(ingest, ev_arr), None, None, ev_arr))
+        parts.append(_items(PROCESSING_LAG, server, pc.negate(ev_arr), None, None, ev_arr))
+
+    ticks = batch.filter(tick)
+    if ticks.num_rows:
+        parts.append(_items(TICK, ticks.column("server"), pa.array(np.zeros(ticks.num_rows, np.int64)), None, None,
+                            _micros(ticks.column("event_time"))))
+
+    quarantined = batch.filter(bad)
+    if quarantined.num_rows:
+        docs = [json.dumps({k: v for k, v in zip(("entry_id", "error", "error_detail", "raw"), row, strict=True)
+                            if v is not None})
+                for row in zip(*(quarantined.column(c).to_pylist()
+                                 for c in ("entry_id", "error", "error_detail", "raw")), strict=True)]
+        parts.append(_items(BAD, quarantined.column("server"), pa.array(np.zeros(quarantined.num_rows, np.int64)),
+                            pa.array(docs, pa.string()), None, None))
+
+    if not parts:
+        return pa.table({name: pa.array([], typ) for name, typ in zip(
+            NAMES, (pa.int32(), pa.string(), pa.int64(), pa.string(), pa.int64(), pa.int64(), pa.int64(),
+                     pa.int64()), strict=True)})
+    items = pa.concat_tables([p.cast(parts[0].schema) for p in parts])
+    out = items.group_by(_KEYS, use_threads=False).aggregate(_AGGS)
+    return out.select([*_KEYS, "tag_count", "late_sum", "ev_min", "ev_max"]).rename_columns(NAMES)

@@ -1,0 +1,149 @@
+"""The driver-side aggregation (streaming.local_agg) against a plain-Python oracle built on the window math, and
+against the Spark aggregation it stands in for (streaming.sink.SummaryQuery) on the same rows."""
+
+from __future__ import annotations
+
+import json
+import random
+from collections import Counter
+from collections.abc import Iterator
+
+import pyarrow as pa
+import pytest
+
+from streaming import local_agg
+from streaming.local_agg import BAD, INGEST_LAG, PROCESSING_LAG, TICK, WINDOW
+from streaming.windows import window_ranges
+
+S = 1_000_000
+_TS = pa.timestamp("us", tz="UTC")
+SCHEMA = pa.schema([("server", pa.string()), ("player_id", pa.string()), ("kind", pa.string()),
+                    ("event_time", _TS), ("ingest_time", _TS), ("error", pa.string()), ("entry_id", pa.string()),
+                    ("error_detail", pa.string()), ("raw", pa.string())])
+# (window, slide) in ms, each with a comment in CONFIG_IDS
+CONFIGS = [(60_000, 60_000), (600_000, 300_000), (900_000, 300_000), (25_000, 10_000)]
+CONFIG_IDS = ["tumbling 1m", "sliding 10m/5m", "sliding 15m/5m", "25s every 10s: 2 or 3 windows"]
+
+
+def random_rows(seed: int, n: int = 400) -> list[dict]:
+    """Accepted events around a base time (some before 1970, some on window boundaries), idle markers,
+    quarantined entries and the odd accepted row without an event time."""
+    rng = random.Random(seed)
+    base = rng.choice([1_767_225_600 * S, -3_600 * S, 0])
+    rows = []
+    for i in range(n):
+        ev = base + rng.randrange(-30 * 60 * S, 30 * 60 * S)
+        if rng.random() < 0.15:  # on a window boundary: a minute, or 25s/10s windows' ends at :05 and :15
+            ev = ev - ev % (60 * S) + rng.choice([0, 5 * S, 15 * S])
+        row = {"server": rng.choice("ABC"), "player_id": f"p{rng.randrange(12)}",
+               "kind": rng.choice([None, "login", "heartbeat"]), "event_time": ev,
+               "ingest_time": ev + rng.randrange(0, 5_000) * 1000, "error": None, "entry_id": f"{i + 1}-0",
+               "error_detail": None, "raw": None}
+        roll = rng.random()
+        if roll < 0.05:
+            row.update(server=rng.choice([None, "A"]), player_id=None, kind=None, event_time=None,
+                       error=rng.choice(["malformed_json", "bad_timestamp"]),
+                       error_detail=rng.choice([None, "line 1"]), raw=rng.choice(['{"x": "é\\""}', None]))
+        elif roll < 0.1:
+            row.update(kind="idle", player_id=None, event_time=rng.choice([None, ev]))
+        elif roll < 0.12:
+            row["event_time"] = None
+        rows.append(row)
+    return rows
+
+
+def oracle(rows: list[dict], watermark_ms: int, window_ms: int, slide_ms: int) -> dict[tuple, tuple]:
+    """(tag, server, a, b) -> (n, late, min_ev, max_ev), one row at a time, windows from windows.window_ranges."""
+    n: Counter = Counter()
+    late: Counter = Counter()
+    evs: dict[tuple, list[int]] = {}
+
+    def add(key: tuple, ev: int | None, is_late: bool = False) -> None:
+        n[key] += 1
+        late[key] += is_late
+        if ev is not None:
+            evs.setdefault(key, []).append(ev)
+
+    for r in rows:
+        ev, server = r["event_time"], r["server"]
+        if r["error"] is not None:
+            doc = {k: r[k] for k in ("entry_id", "error", "error_detail", "raw") if r[k] is not None}
+            add((BAD, server, 0, json.dumps(doc)), None)
+        elif r["kind"] == "idle":
+            add((TICK, server, 0, None), ev)
+        else:
+            if ev is not None:
+                for w in window_ranges(ev, window_ms, slide_ms):
+                    add((WINDOW, server, w.start_ms * 1000, r["player_id"]), ev, ev < watermark_ms * 1000)
+            add((INGEST_LAG, server, None if ev is None else r["ingest_time"] - ev, None), ev)
+            add((PROCESSING_LAG, server, None if ev is None else -ev, None), ev)
+    return {k: (n[k], late[k], min(evs[k]) if k in evs else None, max(evs[k]) if k in evs else None) for k in n}
+
+
+def as_table(rows: list[dict]) -> pa.Table:
+    return pa.Table.from_pylist(rows, schema=SCHEMA)
+
+
+def as_dict(t: pa.Table) -> dict[tuple, tuple]:
+    """The aggregate keyed like the oracle; a quarantined entry's document compared as JSON, not as text."""
+    out = {}
+    for row in t.to_pylist():
+        b = row["b"]
+        if row["tag"] == BAD:
+            b = json.dumps(json.loads(b))
+        out[(row["tag"], row["server"], row["a"], b)] = (row["n"], row["late"], row["min_ev"], row["max_ev"])
+    return out
+
+
+def cases() -> Iterator[tuple[int, int, int]]:
+    for seed in range(6):
+        yield seed, *CONFIGS[seed % len(CONFIGS)]
+
+
+@pytest.mark.parametrize(("seed", "window_ms", "slide_ms"), list(cases()))
+def test_local_aggregate_matches_the_oracle(seed: int, window_ms: int, slide_ms: int) -> None:
+    rows = random_rows(seed)
+    evs = sorted(r["event_time"] for r in rows if r["event_time"] is not None)
+    watermark_ms = evs[len(evs) // 2] // 1000  # half the events before it
+    got = as_dict(local_agg.aggregate(as_table(rows), watermark_ms, window_ms, slide_ms))
+    expected = oracle(rows, watermark_ms, window_ms, slide_ms)
+    assert got == expected
+    tags = Counter(k[0] for k in expected)
+    assert all(tags[t] for t in (WINDOW, INGEST_LAG, PROCESSING_LAG, BAD, TICK))  # every kind of item is there
+    assert sum(v[1] for k, v in expected.items() if k[0] == WINDOW) > 0  # and late items
+
+
+def test_one_event_by_hand() -> None:
+    # 00:01:30 in the sliding 2m/1m windows [00:00, 00:02) and [00:01, 00:03); watermark 00:01:40: late in both
+    ev = 90 * S
+    rows = [{"server": "A", "player_id": "p1", "kind": "login", "event_time": ev, "ingest_time": ev + 2_500_000,
+             "error": None, "entry_id": "1-0", "error_detail": None, "raw": None}]
+    got = as_dict(local_agg.aggregate(as_table(rows), 100_000, 120_000, 60_000))
+    assert got == {
+        (WINDOW, "A", 0, "p1"): (1, 1, ev, ev),
+        (WINDOW, "A", 60 * S, "p1"): (1, 1, ev, ev),
+        (INGEST_LAG, "A", 2_500_000, None): (1, 0, ev, ev),  # keyed by ingest - event, in microseconds
+        (PROCESSING_LAG, "A", -ev, None): (1, 0, ev, ev),  # keyed by -event: the batch time is added later
+    }
+
+
+def test_an_empty_batch_gives_an_empty_table() -> None:
+    out = local_agg.aggregate(as_table([]), 0, 60_000, 60_000)
+    assert out.num_rows == 0 and out.column_names == ["tag", "server", "a", "b", "n", "late", "min_ev", "max_ev"]
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize(("seed", "window_ms", "slide_ms"), list(cases()))
+def test_local_aggregate_equals_sparks(spark, seed: int, window_ms: int, slide_ms: int) -> None:  # noqa: ANN001
+    """The two paths of streaming.sink.summarize give the same table for the same rows and watermark."""
+    from streaming.commit import Params
+    from streaming.sink import SummaryQuery
+
+    rows = random_rows(seed)
+    table = as_table(rows)
+    evs = sorted(r["event_time"] for r in rows if r["event_time"] is not None)
+    watermark_ms = evs[len(evs) // 3] // 1000
+    query = SummaryQuery.build(Params(window_ms=window_ms, slide_ms=slide_ms, delay_ms=0))
+    spark_result = as_dict(query.run(spark.createDataFrame(table), watermark_ms))
+    assert as_dict(local_agg.aggregate(table, watermark_ms, window_ms, slide_ms)) == spark_result
+    assert len(spark_result) > len(rows)  # windows and lags: more groups than rows, nothing collapsed away
