@@ -147,3 +147,18 @@ def test_local_aggregate_equals_sparks(spark, seed: int, window_ms: int, slide_m
     spark_result = as_dict(query.run(spark.createDataFrame(table), watermark_ms))
     assert as_dict(local_agg.aggregate(table, watermark_ms, window_ms, slide_ms)) == spark_result
     assert len(spark_result) > len(rows)  # windows and lags: more groups than rows, nothing collapsed away
+
+
+@pytest.mark.parametrize(("start_id", "end_id", "max_span_ms", "expected"), [
+    ("1000-0", "6000-3", 5_000, True),  # arrivals 5 s apart: at the limit, on the driver
+    ("1000-0", "6001-0", 5_000, False),  # 1 ms more: Spark
+    ("0-0", "1767225600000-0", 5_000, False),  # a run's first batch starts at 0-0: a backlog of unknown size
+    ("1000-0", "1000-9", 0, False),  # 0 switches the driver path off, even for one millisecond
+])
+def test_which_batches_are_counted_on_the_driver(start_id: str, end_id: str, max_span_ms: int,
+                                                 expected: bool) -> None:
+    from streaming.commit import Params
+    from streaming.sink import on_driver
+
+    params = Params(window_ms=60_000, slide_ms=60_000, delay_ms=0, driver_agg_max_span_ms=max_span_ms)
+    assert on_driver(start_id, end_id, params) is expected
