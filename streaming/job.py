@@ -184,7 +184,7 @@ def stop_all(pipelines: list[Pipeline]) -> None:
             try:
                 p.query.stop()
             except Exception as exc:  # a query that died meanwhile: nothing left to stop
-                log.warning("stopping %s: %s", p.name, str(exc).splitlines()[0])
+                log.warning("stopping %s: %s", p.name, first_line(exc))
             p.query = None
 
 
@@ -197,8 +197,18 @@ def failed(p: Pipeline) -> str | None:
             return None
         failure = p.query.exception()
     except Exception as exc:
-        return str(exc).splitlines()[0]
-    return "stopped" if failure is None else str(failure).splitlines()[0]
+        return first_line(exc)
+    return "stopped" if failure is None else first_line(failure)
+
+
+def first_line(exc: object) -> str:
+    """An error's first line for the log. A py4j error fetches its text from the JVM, which on SIGTERM to the
+    process group may already be gone: then str() raises (ConnectionRefusedError), and the job, stopping
+    cleanly, exited 1 (seen in CI)."""
+    try:
+        return (str(exc).splitlines() or [""])[0]
+    except Exception:
+        return f"{type(exc).__name__} (its text is gone with the JVM)"
 
 
 def requested_delay(client: redis.Redis, keys: KeySchema) -> int | None:

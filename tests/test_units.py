@@ -43,6 +43,8 @@ def test_config_defaults_and_env() -> None:
     assert not cfg.embedded_redis
     assert (cfg.window_ms, cfg.slide_ms, cfg.delay_ms) == (600_000, 600_000, 120_000)
     assert cfg.checkpoint_dir == "data/checkpoints/game"
+    assert cfg.driver_agg_max_span_ms == 5_000
+    assert Config.from_env({"DRIVER_AGG_MAX_SPAN": "0s"}).driver_agg_max_span_ms == 0  # 0: always Spark
 
 
 @pytest.mark.parametrize(
@@ -56,6 +58,7 @@ def test_config_defaults_and_env() -> None:
         ({"MAX_EVENTS_PER_BATCH": "many"}, "MAX_EVENTS_PER_BATCH='many' is not an integer"),
         ({"SOURCE_PARTITIONS": "0"}, "SOURCE_PARTITIONS must be between 1 and 256"),
         ({"TRIGGER_INTERVAL": "0s"}, "TRIGGER_INTERVAL must be positive"),
+        ({"DRIVER_AGG_MAX_SPAN": "soon"}, "DRIVER_AGG_MAX_SPAN='soon' is not a duration"),
     ],
 )
 def test_config_errors_name_the_variable(env: dict[str, str], message: str) -> None:
@@ -202,3 +205,17 @@ def test_with_retry_does_not_retry_other_errors() -> None:
 
     with pytest.raises(redis.ResponseError):
         with_retry(wrong, "t", sleep=lambda _s: pytest.fail("must not wait"))
+
+
+def test_an_error_whose_text_is_gone_still_logs_a_line() -> None:
+    """A py4j error asks the JVM for its text; once the JVM is gone (SIGTERM to the process group) str() raises,
+    and stopping the job must not fail on it."""
+    from streaming.job import first_line
+
+    class GoneWithTheJVM(Exception):
+        def __str__(self) -> str:
+            raise ConnectionRefusedError(111, "Connection refused")
+
+    assert first_line(GoneWithTheJVM()) == "GoneWithTheJVM (its text is gone with the JVM)"
+    assert first_line(RuntimeError("first\nsecond")) == "first"
+    assert first_line(RuntimeError()) == ""
