@@ -29,6 +29,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -135,7 +136,7 @@ def freshness(spark, cfg: Config, rate: int, seconds: int) -> dict:  # noqa: ANN
         prev = end
     lat.sort()
     records = read_batches(client, keys)
-    paths = {p: sum(r["aggregation"] == p for r in records) for p in sorted({r["aggregation"] for r in records})}
+    paths = dict(sorted(Counter(r["aggregation"] for r in records).items()))
     return {"rate": rate, "events": len(lat), "batches": len(records), "p50_ms": lat[len(lat) // 2],
             "p95_ms": lat[int(len(lat) * 0.95)], "max_ms": lat[-1], "aggregation": paths}
 

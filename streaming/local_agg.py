@@ -34,6 +34,7 @@ COLUMNS = ("server", "player_id", "kind", "event_time", "ingest_time", "error", 
 _KEYS = ["tag", "server", "a", "b"]
 _AGGS = [("tag", "count", pc.CountOptions(mode="all")), ("late", "sum"), ("ev", "min"), ("ev", "max")]
 NAMES = ["tag", "server", "a", "b", "n", "late", "min_ev", "max_ev"]
+_BAD_FIELDS = ("entry_id", "error", "error_detail", "raw")  # a quarantined entry's document, as Spark's to_json
 
 
 def _micros(col: pa.ChunkedArray | pa.Array) -> pa.Array:
@@ -66,12 +67,11 @@ def aggregate(batch: pa.Table, watermark_ms: int, window_ms: int, slide_ms: int)
     if rows.num_rows:
         server, player = rows.column("server"), rows.column("player_id")
         ev_arr = _micros(rows.column("event_time"))
-        ev = ev_arr.to_numpy(zero_copy_only=False)
+        ev = pc.fill_null(ev_arr, 0).to_numpy()  # int64 even with nulls (to_numpy would make them float NaN)
+        # no event time: no window (Spark's `keep` is null), lags are null
         valid = ev_arr.is_valid().to_numpy(zero_copy_only=False) if ev_arr.null_count else None
         length_us, slide_us, wm_us = window_ms * 1000, slide_ms * 1000, watermark_ms * 1000
         late = pa.array((ev < wm_us).astype(np.int32))
-        if valid is not None:  # no event time: no window (Spark's `keep` is null), lags are null
-            ev = np.where(valid, ev, 0)
         last_start = ev - np.mod(ev, slide_us)  # floor, as windows.window_ranges
         for k in range(-(-length_us // slide_us)):
             start = last_start - k * slide_us
@@ -92,10 +92,8 @@ def aggregate(batch: pa.Table, watermark_ms: int, window_ms: int, slide_ms: int)
 
     quarantined = batch.filter(bad)
     if quarantined.num_rows:
-        docs = [json.dumps({k: v for k, v in zip(("entry_id", "error", "error_detail", "raw"), row, strict=True)
-                            if v is not None})
-                for row in zip(*(quarantined.column(c).to_pylist()
-                                 for c in ("entry_id", "error", "error_detail", "raw")), strict=True)]
+        docs = [json.dumps({k: v for k, v in zip(_BAD_FIELDS, row, strict=True) if v is not None})
+                for row in zip(*(quarantined.column(c).to_pylist() for c in _BAD_FIELDS), strict=True)]
         parts.append(_items(BAD, quarantined.column("server"), pa.array(np.zeros(quarantined.num_rows, np.int64)),
                             pa.array(docs, pa.string()), None, None))
 
