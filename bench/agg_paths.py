@@ -45,7 +45,8 @@ def main(argv: list[str] | None = None) -> int:
             spark = spark or build_session(cfg, app_name="bench-agg-paths", ui=False)
             df = (spark.read.format("redis_stream").option("url", server.url).option("stream", keys.events)
                   .option("partitions", str(cfg.source_partitions)).load())
-            query = SummaryQuery.build(params_of(cfg))
+            params = params_of(cfg)
+            query = SummaryQuery.build(params.window_ms, params.slide_ms)
             wm = int(time.time() * 1000) - 300_000  # about half the preloaded events are before it
             paths = {
                 "spark": lambda df=df, query=query, wm=wm: query.run(df, wm),

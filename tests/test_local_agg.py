@@ -139,14 +139,14 @@ def test_an_empty_batch_gives_an_empty_table() -> None:
 @pytest.mark.parametrize(("seed", "window_ms", "slide_ms"), CASES)
 def test_local_aggregate_equals_sparks(spark, seed: int, window_ms: int, slide_ms: int) -> None:  # noqa: ANN001
     """The two paths of streaming.sink.summarize give the same table for the same rows and watermark."""
-    from streaming.commit import Params
     from streaming.sink import SummaryQuery
 
     rows = random_rows(seed)
     table = as_table(rows)
     evs = sorted(r["event_time"] for r in rows if r["event_time"] is not None)
     watermark_ms = evs[len(evs) // 3] // 1000
-    query = SummaryQuery.build(Params(window_ms=window_ms, slide_ms=slide_ms, delay_ms=0))
+    query = SummaryQuery.shared(window_ms, slide_ms)  # as the sink gets it: one per process and window shape
+    assert query is SummaryQuery.shared(window_ms, slide_ms)
     spark_result = as_dict(query.run(spark.createDataFrame(table), watermark_ms))
     assert as_dict(local_agg.aggregate(table, watermark_ms, window_ms, slide_ms)) == spark_result
     assert len(spark_result) > len(rows)  # windows and lags: more groups than rows, nothing collapsed away
