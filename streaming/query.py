@@ -78,7 +78,8 @@ def build_session(cfg: Config, app_name: str = "watermark-pipeline", ui: bool = 
     address (``SPARK_LOCAL_IP`` / ``spark.driver.host``) so executors can reach it, and the
     ``streaming`` package is shipped to the executors."""
     local = is_local_master(cfg.spark_master)
-    os.environ.setdefault("PYSPARK_PYTHON", worker_python() if local else sys.executable)
+    if "PYSPARK_PYTHON" not in os.environ:  # the user's choice stands
+        os.environ["PYSPARK_PYTHON"] = worker_python() if local else sys.executable
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     if local:
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
