@@ -28,7 +28,9 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
 fi
 # shellcheck disable=SC1091
 source .venv/bin/activate
-export PYSPARK_PYTHON="$PWD/.venv/bin/python" PYSPARK_DRIVER_PYTHON="$PWD/.venv/bin/python"
+# PYSPARK_PYTHON is left to streaming.query.build_session (set it to override): the venv's interpreter,
+# started through streaming/spark-worker-python on a local master so workers skip Spark's pyspark.zip.
+export PYSPARK_DRIVER_PYTHON="$PWD/.venv/bin/python"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 # Local Spark binds to 127.0.0.1; on a cluster the driver needs an address the workers can reach.
 case "${SPARK_MASTER:-local}" in local|local\[*) export SPARK_LOCAL_IP=${SPARK_LOCAL_IP:-127.0.0.1} ;; esac
