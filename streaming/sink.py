@@ -98,7 +98,7 @@ class SummaryQuery:
 
 
 def summarize(df: DataFrame, batch_id: int, watermark_ms: int, batch_ts_ms: int,
-              start_id: str, end_id: str, params: Params, query: SummaryQuery) -> BatchSummary:
+              start_id: str, end_id: str, params: Params) -> BatchSummary:
     """Everything the batch contributes, from one Spark job whose result is small.
 
     Each input row becomes tagged items: one per window it falls in (keyed by
@@ -123,7 +123,7 @@ def summarize(df: DataFrame, batch_id: int, watermark_ms: int, batch_ts_ms: int,
         result = local_agg.aggregate(df.select(*local_agg.COLUMNS).toArrow(), watermark_ms, params.window_ms,
                                      params.slide_ms)
     else:
-        result = query.run(df, watermark_ms)
+        result = SummaryQuery.shared(params.window_ms, params.slide_ms).run(df, watermark_ms)
     summary = _from_aggregate(result, batch_id, watermark_ms, batch_ts_ms, start_id, end_id, params)
     summary.aggregation = "driver" if driver else "spark"
     return summary
@@ -210,7 +210,6 @@ class RedisSink(DriverClient):
         self.params = params
         self.checkpoint_dir = checkpoint_dir
         self.on_commit = on_commit
-        self._query: SummaryQuery | None = None
         # One sink per query run, like Spark's per-input watermark map, which is not checkpointed.
         self.watermarks = (ServerWatermarks(params.servers, params.delay_ms, params.policy)
                            if params.per_server else None)
@@ -223,10 +222,7 @@ class RedisSink(DriverClient):
         if batch_id > 0:
             prev = read_offset_log(self.checkpoint_dir, batch_id - 1, spark)
             start_id = (prev.source_offsets[0] or {}).get("id", "0-0")
-        if self._query is None:
-            self._query = SummaryQuery.shared(self.params.window_ms, self.params.slide_ms)
-        summary = summarize(df, batch_id, entry.watermark_ms, entry.batch_ts_ms, start_id, end_id, self.params,
-                            self._query)
+        summary = summarize(df, batch_id, entry.watermark_ms, entry.batch_ts_ms, start_id, end_id, self.params)
         if self.watermarks is not None:
             self._per_server(summary)
         # Guarded by the batch id, so retrying after a lost reply cannot count twice.
