@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
             preload(redis.Redis.from_url(server.url), keys, n)
             spark = spark or build_session(cfg, app_name="bench-agg-paths", ui=False)
             df = (spark.read.format("redis_stream").option("url", server.url).option("stream", keys.events)
-                  .option("partitions", str(cfg.source_partitions)).load())
+                  .option("partitions", str(cfg.source_partitions)).option("lagHistograms", "true").load())
             params = params_of(cfg)
             query = SummaryQuery.build(params.window_ms, params.slide_ms)
             wm = int(time.time() * 1000) - 300_000  # about half the preloaded events are before it

@@ -8,12 +8,15 @@ come to the driver as Arrow and the same items are counted by Arrow's own
 hash aggregation, with the same result table, so everything after it
 (:func:`streaming.sink._from_aggregate`) is shared. No pyspark here.
 
-Items, as in ``SummaryQuery`` (tag, server, a, b, late, ev):
+Items, as in ``SummaryQuery`` (tag, server, a, b, late, n, lo, hi):
 - an accepted event: one WINDOW item per window it falls in, keyed by the window's start (``a``, microseconds)
-  and the player (``b``), ``late`` when its event time is before the watermark; one INGEST_LAG item keyed by
-  ``ingest - event`` and one PROCESSING_LAG item keyed by ``-event`` (microseconds);
+  and the player (``b``), ``late`` when its event time is before the watermark, ``n`` 1, ``lo``/``hi`` its
+  event time;
+- a row of the source's lag histograms (:mod:`streaming.histograms`): one INGEST_LAG item keyed by
+  ``ingest - event`` or one PROCESSING_LAG item keyed by ``-event`` (microseconds), with the row's count and
+  event time range;
 - an idle marker: one TICK item; a quarantined entry: one BAD item whose ``b`` is the entry as JSON.
-Counted per (tag, server, a, b): ``n`` items, ``late`` summed, ``min_ev``/``max_ev`` of their event times.
+Summed per (tag, server, a, b): ``n``, ``late``, and ``min_ev``/``max_ev`` the least ``lo`` and greatest ``hi``.
 """
 
 from __future__ import annotations
@@ -24,15 +27,16 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from streaming import histograms
 from streaming.events import IDLE_KIND
 
 # Tags of the items (column ``tag``), shared with streaming.sink.
 WINDOW, INGEST_LAG, PROCESSING_LAG, BAD, TICK = 0, 1, 2, 3, 4
 
 # The columns of the batch the aggregation reads.
-COLUMNS = ("server", "player_id", "kind", "event_time", "ingest_time", "error", "entry_id", "error_detail", "raw")
+COLUMNS = ("server", "player_id", "kind", "event_time", "error", "entry_id", "error_detail", "raw", "histogram")
 _KEYS = ["tag", "server", "a", "b"]
-_AGGS = [("tag", "count", pc.CountOptions(mode="all")), ("late", "sum"), ("ev", "min"), ("ev", "max")]
+_AGGS = [("n", "sum"), ("late", "sum"), ("lo", "min"), ("hi", "max")]
 NAMES = ["tag", "server", "a", "b", "n", "late", "min_ev", "max_ev"]
 _BAD_FIELDS = ("entry_id", "error", "error_detail", "raw")  # a quarantined entry's document, as Spark's to_json
 
@@ -41,16 +45,20 @@ def _micros(col: pa.ChunkedArray | pa.Array) -> pa.Array:
     return pc.cast(col, pa.int64())
 
 
-def _items(tag: int, server: pa.Array, a: pa.Array, b: pa.Array | None, late: pa.Array | None,
-           ev: pa.Array | None) -> pa.Table:
-    n = len(server)
+def _items(tag: int | pa.Array, server: pa.Array, a: pa.Array, b: pa.Array | None, late: pa.Array | None,
+           lo: pa.Array | None, hi: pa.Array | None = None, n: pa.Array | None = None) -> pa.Table:
+    """``hi`` defaults to ``lo`` and ``n`` to 1: one event."""
+    size = len(server)
+    lo = lo if lo is not None else pa.nulls(size, pa.int64())
     return pa.table({
-        "tag": pa.array(np.full(n, tag, np.int32)),
+        "tag": pa.array(np.full(size, tag, np.int32)) if isinstance(tag, int) else tag,
         "server": server,
         "a": a,
-        "b": b if b is not None else pa.nulls(n, pa.string()),
-        "late": late if late is not None else pa.array(np.zeros(n, np.int32)),
-        "ev": ev if ev is not None else pa.nulls(n, pa.int64()),
+        "b": b if b is not None else pa.nulls(size, pa.string()),
+        "late": late if late is not None else pa.array(np.zeros(size, np.int32)),
+        "n": n if n is not None else pa.array(np.ones(size, np.int64)),
+        "lo": lo,
+        "hi": hi if hi is not None else lo,
     })
 
 
@@ -59,8 +67,9 @@ def aggregate(batch: pa.Table, watermark_ms: int, window_ms: int, slide_ms: int)
     batch = batch.combine_chunks()
     error = batch.column("error")
     bad = pc.is_valid(error)
-    tick = pc.and_(pc.invert(bad), pc.fill_null(pc.equal(batch.column("kind"), IDLE_KIND), False))
-    good = pc.invert(pc.or_(bad, tick))
+    hist = pc.and_(pc.invert(bad), batch.column("histogram").is_valid())
+    tick = pc.and_(pc.invert(pc.or_(bad, hist)), pc.fill_null(pc.equal(batch.column("kind"), IDLE_KIND), False))
+    good = pc.invert(pc.or_(pc.or_(bad, hist), tick))
     parts: list[pa.Table] = []
 
     rows = batch.filter(good)
@@ -68,7 +77,7 @@ def aggregate(batch: pa.Table, watermark_ms: int, window_ms: int, slide_ms: int)
         server, player = rows.column("server"), rows.column("player_id")
         ev_arr = _micros(rows.column("event_time"))
         ev = pc.fill_null(ev_arr, 0).to_numpy()  # int64 even with nulls (to_numpy would make them float NaN)
-        # no event time: no window (Spark's `keep` is null), lags are null
+        # no event time: no window (Spark's `keep` is null)
         valid = ev_arr.is_valid().to_numpy(zero_copy_only=False) if ev_arr.null_count else None
         length_us, slide_us, wm_us = window_ms * 1000, slide_ms * 1000, watermark_ms * 1000
         late = pa.array((ev < wm_us).astype(np.int32))
@@ -81,9 +90,15 @@ def aggregate(batch: pa.Table, watermark_ms: int, window_ms: int, slide_ms: int)
             idx = pa.array(np.flatnonzero(keep))
             parts.append(_items(WINDOW, server.take(idx), pa.array(start[keep]), player.take(idx), late.take(idx),
                                 ev_arr.take(idx)))
-        ingest = _micros(rows.column("ingest_time"))
-        parts.append(_items(INGEST_LAG, server, pc.subtract(ingest, ev_arr), None, None, ev_arr))
-        parts.append(_items(PROCESSING_LAG, server, pc.negate(ev_arr), None, None, ev_arr))
+
+    lags = batch.filter(hist)
+    if lags.num_rows:
+        h = lags.column("histogram").combine_chunks()
+        ingest = pc.equal(h.field("of"), histograms.INGEST_LAG)
+        key = h.field("key_us")
+        parts.append(_items(pc.if_else(ingest, np.int32(INGEST_LAG), np.int32(PROCESSING_LAG)), lags.column("server"),
+                            pc.if_else(ingest, key, pc.negate(key)), None, None, h.field("min_event_us"),
+                            h.field("max_event_us"), h.field("n")))
 
     ticks = batch.filter(tick)
     if ticks.num_rows:
@@ -103,4 +118,4 @@ def aggregate(batch: pa.Table, watermark_ms: int, window_ms: int, slide_ms: int)
                      pa.int64()), strict=True)})
     items = pa.concat_tables([p.cast(parts[0].schema) for p in parts])
     out = items.group_by(_KEYS, use_threads=False).aggregate(_AGGS)
-    return out.select([*_KEYS, "tag_count", "late_sum", "ev_min", "ev_max"]).rename_columns(NAMES)
+    return out.select([*_KEYS, "n_sum", "late_sum", "lo_min", "hi_max"]).rename_columns(NAMES)

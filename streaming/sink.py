@@ -27,6 +27,7 @@ from streaming import local_agg
 from streaming.checkpoint import read_offset_log
 from streaming.commit import BadRow, BatchSummary, Lag, Params, ServerStats, WindowAgg, commit_batch
 from streaming.events import IDLE_KIND, parse_entry_id
+from streaming.histograms import INGEST_LAG as INGEST_LAG_OF
 from streaming.keys import KeySchema
 from streaming.local_agg import BAD, INGEST_LAG, PROCESSING_LAG, TICK, WINDOW  # the items' tags, one set for both paths
 from streaming.redis_conn import DriverClient, with_retry
@@ -57,27 +58,32 @@ class SummaryQuery:
         # Written out per k, not with transform/filter: higher-order functions are interpreted, this is codegen.
         starts = [last_start - k * slide_us for k in range(-(-length_us // slide_us))]
 
-        def item(tag: int, a: Column, b: Column, late: Column, keep: Column) -> Column:
-            return F.struct(F.lit(tag).alias("tag"), a.alias("a"), b.alias("b"), late.cast("int").alias("late"),
-                            ev.alias("ev"), keep.alias("keep"))
+        one = F.lit(1).cast("long")
+
+        def item(tag: int | Column, a: Column, b: Column, late: Column, keep: Column, n: Column = one,
+                 lo: Column = ev, hi: Column = ev) -> Column:
+            return F.struct(F.lit(tag).alias("tag") if isinstance(tag, int) else tag.alias("tag"), a.alias("a"),
+                            b.alias("b"), late.cast("int").alias("late"), n.alias("n"), lo.alias("lo"),
+                            hi.alias("hi"), keep.alias("keep"))
 
         no_str, no, yes = F.lit(None).cast("string"), F.lit(False), F.lit(True)
+        no_long = F.lit(None).cast("long")
         before_wm = (ev.cast(_WIDE) - F.col(_WM)) < 0  # late, if its window is still open
-        good = F.array(
-            *[item(WINDOW, s, F.col("player_id"), before_wm, s + length_us > ev) for s in starts],
-            item(INGEST_LAG, F.unix_micros("ingest_time") - ev, no_str, no, yes),
-            item(PROCESSING_LAG, -ev, no_str, no, yes),
-        )
-        bad = F.array(F.struct(
-            F.lit(BAD).alias("tag"), F.lit(0).cast("long").alias("a"),
-            F.to_json(F.struct("entry_id", "error", "error_detail", "raw")).alias("b"),
-            F.lit(0).alias("late"), F.lit(None).cast("long").alias("ev"), yes.alias("keep"),
-        ))
+        good = F.array(*[item(WINDOW, s, F.col("player_id"), before_wm, s + length_us > ev) for s in starts])
+        h = F.col("histogram")
+        ingest = h["of"] == INGEST_LAG_OF
+        histogram = F.array(item(
+            F.when(ingest, F.lit(INGEST_LAG)).otherwise(F.lit(PROCESSING_LAG)),
+            F.when(ingest, h["key_us"]).otherwise(-h["key_us"]),  # the processing lag is keyed by -event time
+            no_str, no, yes, h["n"], h["min_event_us"], h["max_event_us"]))
+        bad = F.array(item(BAD, F.lit(0).cast("long"), F.to_json(F.struct("entry_id", "error", "error_detail", "raw")),
+                           no, yes, lo=no_long, hi=no_long))
         tick = F.array(item(TICK, F.lit(0).cast("long"), no_str, no, yes))
         items = F.explode(
-            F.when(F.col("error").isNotNull(), bad).when(F.col("kind") == IDLE_KIND, tick).otherwise(good)).alias("i")
-        aggregates = (F.count(F.lit(1)).alias("n"), F.sum("late").alias("late"), F.min("ev").alias("min_ev"),
-                      F.max("ev").alias("max_ev"))
+            F.when(F.col("error").isNotNull(), bad).when(h.isNotNull(), histogram)
+            .when(F.col("kind") == IDLE_KIND, tick).otherwise(good)).alias("i")
+        aggregates = (F.sum("n").alias("n"), F.sum("late").alias("late"), F.min("lo").alias("min_ev"),
+                      F.max("hi").alias("max_ev"))
         return cls(items, aggregates)
 
     @staticmethod
@@ -90,7 +96,7 @@ class SummaryQuery:
         return (
             df.withColumn(_WM, F.lit(Decimal(watermark_ms * 1000)).cast(_WIDE))
             .select("server", self.items)
-            .where("i.keep").select("server", "i.tag", "i.a", "i.b", "i.late", "i.ev")
+            .where("i.keep").select("server", "i.tag", "i.a", "i.b", "i.late", "i.n", "i.lo", "i.hi")
             .groupBy("tag", "server", "a", "b")
             .agg(*self.aggregates)
             .toArrow()
@@ -101,11 +107,14 @@ def summarize(df: DataFrame, batch_id: int, watermark_ms: int, batch_ts_ms: int,
               start_id: str, end_id: str, params: Params) -> BatchSummary:
     """Everything the batch contributes, from one Spark job whose result is small.
 
-    Each input row becomes tagged items: one per window it falls in (keyed by
-    window and player), one per lag figure (keyed by microseconds, exact
-    integers) or one describing a quarantined entry. One hash aggregation
-    counts them all, so the batch costs one job, nothing is cached, and exact
-    percentiles come from the lag histograms (:meth:`Lag.from_histogram`).
+    Each input row becomes tagged items: an event one per window it falls in
+    (keyed by window and player), a row of the source's lag histograms
+    (:mod:`streaming.histograms`, keyed by microseconds, exact integers) one
+    item carrying its count, a quarantined entry one describing it. One hash
+    aggregation sums them all, so the batch costs one job, nothing is cached,
+    and exact percentiles come from the lag histograms
+    (:meth:`Lag.from_histogram`). The DataFrame must come from the source with
+    ``lagHistograms=true`` (:func:`streaming.query.read_events`).
     The aggregation is Spark's (one shuffle) or, for a live batch, Arrow's on
     the driver (:func:`on_driver`); the same table either way.
 

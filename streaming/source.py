@@ -6,9 +6,16 @@ had. Each entry becomes one row; an entry that does not parse becomes a row
 with ``error`` set and ``event_time`` null instead of failing the query, and the
 sink quarantines it.
 
+With ``lagHistograms=true`` each partition also ends with its accepted events'
+lag histograms (:mod:`streaming.histograms`): rows with ``histogram`` set,
+``server`` too and every other column null. The pipeline's sink counts its
+lags from them; any other reader leaves the option off and gets one row per
+entry.
+
 Options: ``url``, ``stream``, ``partitions`` (default 2),
-``maxEventsPerBatch`` (0 = no cap), and for batch reads ``startId`` /
-``endId`` (inclusive, default the whole stream).
+``maxEventsPerBatch`` (0 = no cap), ``lagHistograms`` (``true``/``false``,
+default false), and for batch reads ``startId`` / ``endId`` (inclusive,
+default the whole stream).
 """
 
 from __future__ import annotations
@@ -29,20 +36,21 @@ from pyspark.sql.datasource import (
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 from pyspark.sql.types import StructType
 
-from streaming.events import ACCEPTED_KINDS, NO_RULES, PAYLOAD_FIELD, BadEntry, Rules, parse_entry
+from streaming.events import ACCEPTED_KINDS, IDLE_KIND, NO_RULES, PAYLOAD_FIELD, BadEntry, Rules, parse_entry
 from streaming.events import parse_entry_id as parse_id
+from streaming.histograms import HISTOGRAM_DDL, HISTOGRAM_TYPE, PartitionHistograms
 from streaming.redis_conn import TRANSIENT, with_retry
 from streaming.timeutil import parse_iso_us
 
 SCHEMA = (
     "entry_id string, ingest_time timestamp, event_id string, server string, player_id string, "
-    "kind string, event_time timestamp, error string, error_detail string, raw string"
+    "kind string, event_time timestamp, error string, error_detail string, raw string, " + HISTOGRAM_DDL
 )
 _TS = pa.timestamp("us", tz="UTC")
 ARROW_SCHEMA = pa.schema([
     ("entry_id", pa.string()), ("ingest_time", _TS), ("event_id", pa.string()), ("server", pa.string()),
     ("player_id", pa.string()), ("kind", pa.string()), ("event_time", _TS), ("error", pa.string()),
-    ("error_detail", pa.string()), ("raw", pa.string()),
+    ("error_detail", pa.string()), ("raw", pa.string()), ("histogram", HISTOGRAM_TYPE),
 ])
 MAX_SEQ = 18446744073709551615
 READ_CHUNK = 10_000
@@ -136,18 +144,43 @@ def _xrange(client: redis.Redis, stream: str, lo: str, hi: str, count: int) -> l
 
 
 def read_range(url: str, stream: str, part: StreamRange, chunk: int = READ_CHUNK,
-               rules: Rules = NO_RULES) -> Iterator[pa.RecordBatch]:
-    """XRANGE the partition in chunks, one Arrow record batch per chunk."""
+               rules: Rules = NO_RULES, histograms: PartitionHistograms | None = None) -> Iterator[pa.RecordBatch]:
+    """XRANGE the partition in chunks, one Arrow record batch per chunk; with ``histograms``, a last batch
+    with the partition's lag histograms."""
     client = _client(url)
     lo = part.lo if part.lo_inclusive else "(" + part.lo
     while True:
         entries = with_retry(lambda lo=lo: _xrange(client, stream, lo, part.hi, chunk), f"read of {stream}")
-        if not entries:
-            return
-        yield to_record_batch(entries, rules)
+        if entries:
+            batch = to_record_batch(entries, rules)
+            if histograms is not None:
+                _count(histograms, batch)
+            yield batch
         if len(entries) < chunk:
-            return
+            break
         lo = "(" + entries[-1][0].decode()
+    if histograms is not None:
+        server, histogram = histograms.rows()
+        if len(server):
+            yield histogram_batch(server, histogram)
+
+
+def _count(histograms: PartitionHistograms, batch: pa.RecordBatch) -> None:
+    """The chunk's accepted events (not quarantined, not idle markers) into the partition's histograms."""
+    kind = batch.column("kind")
+    accepted = pc.and_(pc.and_(batch.column("error").is_null(), batch.column("event_time").is_valid()),
+                       pc.invert(pc.fill_null(pc.equal(kind, IDLE_KIND), False)))
+    events = batch.filter(accepted) if accepted.false_count else batch
+    histograms.add(events.column("server"), pc.cast(events.column("ingest_time"), pa.int64()),
+                   pc.cast(events.column("event_time"), pa.int64()))
+
+
+def histogram_batch(server: pa.Array, histogram: pa.StructArray) -> pa.RecordBatch:
+    """Histogram rows in the source's schema: ``server`` and ``histogram`` set, every other column null."""
+    n = len(server)
+    columns = {"server": server, "histogram": histogram}
+    return pa.RecordBatch.from_arrays([columns.get(f.name, pa.nulls(n, f.type)) for f in ARROW_SCHEMA],
+                                      schema=ARROW_SCHEMA)
 
 
 # The shape of a well-formed event as writers produce it: keys in the documented order, event_id and kind
@@ -210,7 +243,7 @@ def to_record_batch(entries: Sequence[RawEntry] | Sequence[tuple[bytes, Mapping[
     columns = {"entry_id": entry_id, "ingest_time": pc.cast(ingest_us, _TS), "event_id": event_id,
                "server": server, "player_id": shape.field("player_id"), "kind": kind, "event_time": event_time,
                "error": pa.nulls(n, pa.string()), "error_detail": pa.nulls(n, pa.string()),
-               "raw": pa.nulls(n, pa.string())}
+               "raw": pa.nulls(n, pa.string()), "histogram": pa.nulls(n, HISTOGRAM_TYPE)}
     if fast.false_count:
         columns = _parse_slow(columns, pc.invert(fast), [i for i, ok in enumerate(fast.to_pylist()) if not ok],
                               ids, [f for _, f in entries], rules)
@@ -269,6 +302,16 @@ class _Options:
         self.start_id = options.get("startId", "0-0")
         self.end_id = options.get("endId", "+")
         self.rules = Rules.from_options(options)
+        histograms = options.get("lagHistograms", "false").strip().lower()
+        if histograms not in ("true", "false"):
+            raise ValueError(f"option lagHistograms must be 'true' or 'false', got {options.get('lagHistograms')!r}")
+        self.histograms = histograms == "true"
+
+
+def _read(opts: _Options, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+    assert isinstance(partition, StreamRange)
+    return read_range(opts.url, opts.stream, partition, rules=opts.rules,
+                      histograms=PartitionHistograms() if opts.histograms else None)
 
 
 class RedisStreamReader(DataSourceStreamReader):
@@ -327,8 +370,7 @@ class RedisStreamReader(DataSourceStreamReader):
         return split_range(first[0][0].decode(), end["id"], self.opts.partitions, lo_inclusive=True)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, StreamRange)
-        yield from read_range(self.opts.url, self.opts.stream, partition, rules=self.opts.rules)
+        return _read(self.opts, partition)
 
     def commit(self, end: dict) -> None:
         """Nothing to do: trimming by committed offset is the sink's job (it knows what is committed)."""
@@ -350,8 +392,7 @@ class RedisStreamBatchReader(DataSourceReader):
         return split_range(first[0][0].decode(), last[0][0].decode(), self.opts.partitions, lo_inclusive=True)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, StreamRange)
-        yield from read_range(self.opts.url, self.opts.stream, partition, rules=self.opts.rules)
+        return _read(self.opts, partition)
 
 
 class RedisStreamDataSource(DataSource):

@@ -11,6 +11,7 @@ import pyarrow as pa
 import pytest
 
 from streaming import local_agg
+from streaming.histograms import HISTOGRAM_TYPE, PartitionHistograms
 from streaming.local_agg import BAD, INGEST_LAG, PROCESSING_LAG, TICK, WINDOW
 from streaming.windows import window_ranges
 
@@ -18,7 +19,7 @@ S = 1_000_000
 _TS = pa.timestamp("us", tz="UTC")
 SCHEMA = pa.schema([("server", pa.string()), ("player_id", pa.string()), ("kind", pa.string()),
                     ("event_time", _TS), ("ingest_time", _TS), ("error", pa.string()), ("entry_id", pa.string()),
-                    ("error_detail", pa.string()), ("raw", pa.string())])
+                    ("error_detail", pa.string()), ("raw", pa.string()), ("histogram", HISTOGRAM_TYPE)])
 # (seed, window, slide), windows in ms
 CASES = [
     (0, 60_000, 60_000),  # tumbling 1m
@@ -43,7 +44,7 @@ def random_rows(seed: int, n: int = 400) -> list[dict]:
         row = {"server": rng.choice("ABC"), "player_id": f"p{rng.randrange(12)}",
                "kind": rng.choice([None, "login", "heartbeat"]), "event_time": ev,
                "ingest_time": ev + rng.randrange(0, 5_000) * 1000, "error": None, "entry_id": f"{i + 1}-0",
-               "error_detail": None, "raw": None}
+               "error_detail": None, "raw": None, "histogram": None}
         roll = rng.random()
         if roll < 0.05:
             row.update(server=rng.choice([None, "A"]), player_id=None, kind=None, event_time=None,
@@ -54,7 +55,23 @@ def random_rows(seed: int, n: int = 400) -> list[dict]:
         elif roll < 0.12:
             row["event_time"] = None
         rows.append(row)
-    return rows
+    return with_histograms(rows)
+
+
+def with_histograms(rows: list[dict], partitions: int = 2) -> list[dict]:
+    """The rows and, as the source appends them, the lag histograms of their accepted events with an event
+    time, one set per partition (contiguous slices of the rows)."""
+    out = list(rows)
+    size = -(-len(rows) // partitions) if rows else 0
+    for p in range(partitions):
+        h = PartitionHistograms(fold_at=7)  # folds many times: merging partial histograms is exercised too
+        for r in rows[p * size:(p + 1) * size]:
+            if r["error"] is None and r["kind"] != "idle" and r["event_time"] is not None:
+                h.add(pa.array([r["server"]]), pa.array([r["ingest_time"]]), pa.array([r["event_time"]]))
+        server, histogram = h.rows()
+        out += [{**{k: None for k in SCHEMA.names}, "server": s, "histogram": v}
+                for s, v in zip(server.to_pylist(), histogram.to_pylist(), strict=True)]
+    return out
 
 
 def oracle(rows: list[dict], watermark_ms: int, window_ms: int, slide_ms: int) -> dict[tuple, tuple]:
@@ -71,6 +88,8 @@ def oracle(rows: list[dict], watermark_ms: int, window_ms: int, slide_ms: int) -
 
     for r in rows:
         ev, server = r["event_time"], r["server"]
+        if r["histogram"] is not None:
+            continue  # the oracle counts lags from the events themselves
         if r["error"] is not None:
             doc = {k: r[k] for k in ("entry_id", "error", "error_detail", "raw") if r[k] is not None}
             add((BAD, server, 0, json.dumps(doc)), None)
@@ -80,8 +99,8 @@ def oracle(rows: list[dict], watermark_ms: int, window_ms: int, slide_ms: int) -
             if ev is not None:
                 for w in window_ranges(ev, window_ms, slide_ms):
                     add((WINDOW, server, w.start_ms * 1000, r["player_id"]), ev, ev < watermark_ms * 1000)
-            add((INGEST_LAG, server, None if ev is None else r["ingest_time"] - ev, None), ev)
-            add((PROCESSING_LAG, server, None if ev is None else -ev, None), ev)
+                add((INGEST_LAG, server, r["ingest_time"] - ev, None), ev)
+                add((PROCESSING_LAG, server, -ev, None), ev)
     return {k: (n[k], late[k], min(evs[k]) if k in evs else None, max(evs[k]) if k in evs else None) for k in n}
 
 
@@ -119,8 +138,9 @@ def test_local_aggregate_matches_the_oracle(seed: int, window_ms: int, slide_ms:
 def test_one_event_by_hand() -> None:
     # 00:01:30 in the sliding 2m/1m windows [00:00, 00:02) and [00:01, 00:03); watermark 00:01:40: late in both
     ev = 90 * S
-    rows = [{"server": "A", "player_id": "p1", "kind": "login", "event_time": ev, "ingest_time": ev + 2_500_000,
-             "error": None, "entry_id": "1-0", "error_detail": None, "raw": None}]
+    rows = with_histograms([{"server": "A", "player_id": "p1", "kind": "login", "event_time": ev,
+                             "ingest_time": ev + 2_500_000, "error": None, "entry_id": "1-0", "error_detail": None,
+                             "raw": None, "histogram": None}])
     got = as_dict(local_agg.aggregate(as_table(rows), 100_000, 120_000, 60_000))
     assert got == {
         (WINDOW, "A", 0, "p1"): (1, 1, ev, ev),
@@ -149,7 +169,8 @@ def test_local_aggregate_equals_sparks(spark, seed: int, window_ms: int, slide_m
     assert query is SummaryQuery.shared(window_ms, slide_ms)
     spark_result = as_dict(query.run(spark.createDataFrame(table), watermark_ms))
     assert as_dict(local_agg.aggregate(table, watermark_ms, window_ms, slide_ms)) == spark_result
-    assert len(spark_result) > len(rows)  # windows and lags: more groups than rows, nothing collapsed away
+    events = sum(r["histogram"] is None for r in rows)
+    assert len(spark_result) > events  # windows and lags: more groups than events, nothing collapsed away
 
 
 @pytest.mark.parametrize(("start_id", "end_id", "max_span_ms", "expected"), [
