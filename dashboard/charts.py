@@ -281,17 +281,17 @@ def batch_durations(batches: Sequence[BatchPoint], trigger_ms: int) -> go.Figure
 
 
 def rates(batches: Sequence[BatchPoint]) -> go.Figure:
-    """Spark's input rate (arriving) against processed rate (keeping up)."""
-    timed = [b for b in batches if b.input_rows_per_s is not None or b.processed_rows_per_s is not None]
+    """Spark's input rate (arriving) against processed rate (keeping up), in stream entries."""
+    timed = [b for b in batches if b.input_per_s is not None or b.processed_per_s is not None]
     fig = go.Figure()
-    for attr, name, color in (("input_rows_per_s", "input rate", MAX_EVENT),
-                              ("processed_rows_per_s", "processed rate", ON_TIME)):
+    for attr, name, color in (("input_per_s", "input rate", MAX_EVENT),
+                              ("processed_per_s", "processed rate", ON_TIME)):
         fig.add_trace(go.Scatter(
             x=[ts(b.batch_ts_ms) for b in timed], y=[getattr(b, attr) for b in timed], name=name, mode="lines+markers",
             line={"color": color}, marker={"size": 4}, customdata=[[b.batch] for b in timed],
-            hovertemplate=f"batch %{{customdata[0]}}<br>{name} %{{y:,.0f}} events/s<extra></extra>",
+            hovertemplate=f"batch %{{customdata[0]}}<br>{name} %{{y:,.0f}} entries/s<extra></extra>",
         ))
-    return _layout(fig, "Input vs processed rate", "events/s")
+    return _layout(fig, "Input vs processed rate", "entries/s")
 
 
 def input_per_batch(batches: Sequence[BatchPoint]) -> go.Figure:

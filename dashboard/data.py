@@ -51,8 +51,8 @@ class BatchPoint:
     servers: dict[str, ServerStats]
     bad: dict[str, int]
     duration_ms: int | None = None
-    input_rows_per_s: float | None = None
-    processed_rows_per_s: float | None = None
+    input_per_s: float | None = None  # stream entries per second arriving (Spark's rate, in entries)
+    processed_per_s: float | None = None  # and processed
     delay_ms: int | None = None  # the delay the batch ran with (records before lab versions have none)
     server_watermarks: dict[str, int] | None = None  # per-server mode: each input's watermark after the batch
     ticks: int = 0
@@ -70,11 +70,21 @@ class BatchPoint:
             events=int(rec["events"]), dropped=int(rec["dropped"]), late=int(rec["late"]), servers=servers,
             bad=dict(rec.get("bad") or {}),
             duration_ms=durations.get("triggerExecution"),
-            input_rows_per_s=progress.get("input_rows_per_s"),
-            processed_rows_per_s=progress.get("processed_rows_per_s"),
+            input_per_s=_entries_per_s(progress.get("input_rows_per_s"), int(rec["input"]), progress.get("input_rows")),
+            processed_per_s=_entries_per_s(progress.get("processed_rows_per_s"), int(rec["input"]),
+                                           progress.get("input_rows")),
             delay_ms=rec.get("delay_ms"), server_watermarks=rec.get("server_watermarks"),
             ticks=int(rec.get("ticks") or 0),
         )
+
+
+def _entries_per_s(rows_per_s: float | None, entries: int, rows: int | None) -> float | None:
+    """Spark's rates count its input rows, which are not the stream's entries: each source partition adds
+    its lag histogram rows, and in per-server mode every input scans the stream again. Both rates divide the
+    batch's rows by a duration, so the batch's entries per row turn them into entries per second."""
+    if rows_per_s is None or rows is None:
+        return None
+    return rows_per_s * entries / rows if rows else 0.0
 
 
 @dataclass(frozen=True)

@@ -64,10 +64,12 @@ def test_records_parse_from_what_the_sink_and_listener_write() -> None:
            "servers": {"C": {"rows": 6, "events": 5, "dropped": 1, "late": 2, "min_event_us": 10, "max_event_us": 20,
                              "ingest_lag_ms": {"p50": 1.0, "p95": 2.0, "max": 3.0},
                              "processing_lag_ms": {"p50": 4.0, "p95": 5.0, "max": 6.0}}},
-           "progress": {"durations_ms": {"triggerExecution": 1500}, "input_rows_per_s": 10.0,
+           "progress": {"durations_ms": {"triggerExecution": 1500}, "input_rows": 14, "input_rows_per_s": 10.0,
                         "processed_rows_per_s": None}}
     b = BatchPoint.from_record(rec)
-    assert (b.batch, b.input, b.dropped, b.late, b.duration_ms, b.input_rows_per_s) == (3, 7, 1, 2, 1500, 10.0)
+    # Spark read 14 rows for the 7 entries (say two scans): its 10 rows/s are 5 entries/s
+    assert (b.batch, b.input, b.dropped, b.late, b.duration_ms, b.input_per_s) == (3, 7, 1, 2, 1500, 5.0)
+    assert b.processed_per_s is None
     assert b.servers["C"].ingest_lag_ms == Lag(1.0, 2.0, 3.0)
     assert b.servers["C"].processing_lag_ms == Lag(4.0, 5.0, 6.0)
     no_progress = BatchPoint.from_record({k: v for k, v in rec.items() if k != "progress"})
