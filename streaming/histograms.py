@@ -3,9 +3,9 @@
 The sink's lag figures are exact percentiles over every accepted event of a batch: the ingest lag (arrival,
 from the entry ID, minus event time) and the processing lag (batch time minus event time). Counted in Spark
 they were two of the three items each event became in the sink's aggregation (side by side on 1,000,000
-events, bench/compare.py: 291k vs 308k events/s, 1.06x). The source's Python workers hold each chunk as Arrow already, and
-Arrow's hash aggregation turns a partition's events into one row per server and distinct key (a few tens of
-thousands for a million events), which Spark then only sums across partitions. No pyspark here.
+events, bench/compare.py: 291k vs 308k events/s, 1.06x). The source's Python workers hold each chunk as
+Arrow already, and Arrow's hash aggregation turns a partition's events into one row per server and
+distinct key, which Spark then only sums across partitions. No pyspark here.
 
 Two histograms, told apart by ``of``, each row ``(server, key_us, n, min_event_us, max_event_us)``:
 
