@@ -32,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--events", default="50000,1000000")
     p.add_argument("--rounds", type=int, default=8)
     args = p.parse_args(argv)
-    from streaming.query import build_session, params_of
+    from streaming.query import build_session
     from streaming.sink import SummaryQuery
 
     sizes = [int(n) for n in args.events.split(",") if n]
@@ -44,14 +44,12 @@ def main(argv: list[str] | None = None) -> int:
             preload(redis.Redis.from_url(server.url), keys, n)
             spark = spark or build_session(cfg, app_name="bench-agg-paths", ui=False)
             df = (spark.read.format("redis_stream").option("url", server.url).option("stream", keys.events)
-                  .option("partitions", str(cfg.source_partitions)).option("lagHistograms", "true").load())
-            params = params_of(cfg)
-            query = SummaryQuery.build(params.window_ms, params.slide_ms)
-            wm = int(time.time() * 1000) - 300_000  # about half the preloaded events are before it
+                  .option("partitions", str(cfg.source_partitions)).option("preAggregate", "true")
+                  .option("windowMs", str(cfg.window_ms)).option("slideMs", str(cfg.slide_ms)).load())
+            query = SummaryQuery.build()
             paths = {
-                "spark": lambda df=df, query=query, wm=wm: query.run(df, wm),
-                "driver": lambda df=df, wm=wm, cfg=cfg: local_agg.aggregate(
-                    df.select(*local_agg.COLUMNS).toArrow(), wm, cfg.window_ms, cfg.slide_ms),
+                "spark": lambda df=df, query=query: query.run(df),
+                "driver": lambda df=df: local_agg.aggregate(df.select(*local_agg.COLUMNS).toArrow()),
             }
             first = {name: f() for name, f in paths.items()}  # also the warm-up
             keys_ = ["tag", "server", "a", "b"]

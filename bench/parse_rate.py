@@ -20,7 +20,7 @@ import pyarrow as pa  # noqa: E402
 
 from streaming.events import BadEntry, parse_entry  # noqa: E402
 from streaming.generator import generate  # noqa: E402
-from streaming.histograms import HISTOGRAM_TYPE  # noqa: E402
+from streaming.partial import PARTIAL_TYPE  # noqa: E402
 from streaming.source import _TS, ARROW_SCHEMA, to_record_batch  # noqa: E402
 
 
@@ -38,8 +38,8 @@ def baseline(entries: list[list]) -> pa.RecordBatch:
             cols[name].append(None if bad else getattr(parsed, attr))
         for name, attr in (("error", "reason"), ("error_detail", "detail"), ("raw", "raw")):
             cols[name].append(getattr(parsed, attr) if bad else None)
-    cols["histogram"] = [None] * len(entries)  # only partitions read with lagHistograms end with histogram rows
-    types = {"ingest_time": _TS, "event_time": _TS, "histogram": HISTOGRAM_TYPE}
+    cols["partial"] = [None] * len(entries)  # only partitions read with preAggregate end with partial rows
+    types = {"ingest_time": _TS, "event_time": _TS, "partial": PARTIAL_TYPE}
     return pa.RecordBatch.from_arrays([pa.array(cols[n], types.get(n, pa.string())) for n in ARROW_SCHEMA.names],
                                       schema=ARROW_SCHEMA)
 

@@ -17,6 +17,7 @@ from streaming.config import Config
 from streaming.events import IDLE_KIND, Rules
 from streaming.keys import KeySchema
 from streaming.lanes import lane_namespace
+from streaming.partial import WINDOW
 from streaming.sink import RedisSink
 from streaming.source import RedisStreamDataSource
 
@@ -37,8 +38,10 @@ def watermarked(events: DataFrame, cfg: Config) -> DataFrame:
 
     Per server, each known server's accepted events are an input of their own with their own
     ``withWatermark`` and Spark combines them by ``multipleWatermarkPolicy`` (set when the query starts;
-    Spark then keeps it in the checkpoint). Quarantined rows, lag histogram rows, and idle markers where
-    idleness is off, go through an input without a watermark: they must reach the sink but never move a watermark.
+    Spark then keeps it in the checkpoint). Accepted events are the source's window rows when it
+    pre-aggregates (their ``event_time`` is their latest event's). Quarantined rows, lag histogram rows, and
+    idle markers where idleness is off, go through an input without a watermark: they must reach the sink but
+    never move a watermark.
     Each input scans the source again, so per-server mode costs a read per server.
     """
     delay = f"{cfg.delay_ms} milliseconds"
@@ -47,7 +50,8 @@ def watermarked(events: DataFrame, cfg: Config) -> DataFrame:
         timed = F.when(marker, F.lit(None)).otherwise(F.col("event_time"))
         return events.withColumn("event_time", timed).withWatermark("event_time", delay)
     servers = sorted(cfg.known_servers or ())
-    counted = F.col("error").isNull() & F.col("histogram").isNull()  # histogram rows: no event time of their own
+    partial = F.col("partial")
+    counted = F.col("error").isNull() & (partial.isNull() | (partial["of"] == WINDOW))
     if cfg.idle_timeout_ms is None:
         counted = counted & ~marker
     inputs = [events.where(counted & (F.col("server") == s)).withWatermark("event_time", delay) for s in servers]
@@ -116,22 +120,25 @@ def start_query(spark: SparkSession, cfg: Config, sink: RedisSink | None = None,
                 trigger_ms: int | None = None, query_name: str | None = None) -> StreamingQuery:
     """``source -> withWatermark -> foreachBatch(RedisSink)``; ``trigger_ms=0`` runs batches back to back."""
     sink = sink or RedisSink(cfg.redis_url, KeySchema(cfg.namespace), params_of(cfg), cfg.checkpoint_dir)
-    events = read_events(spark, cfg, lag_histograms=True)
+    events = read_events(spark, cfg, pre_aggregate=True)
     writer = events.writeStream.foreachBatch(sink).option("checkpointLocation", cfg.checkpoint_dir)
     return with_trigger(writer, cfg, trigger_ms).queryName(query_name or f"watermark-{cfg.namespace}").start()
 
 
-def read_events(spark: SparkSession, cfg: Config, lag_histograms: bool = False) -> DataFrame:
+def read_events(spark: SparkSession, cfg: Config, pre_aggregate: bool = False) -> DataFrame:
     """The event stream with its watermark(s), as every query of the job reads it (quarantined rows and idle
-    markers included; the source's lag histogram rows too if asked for: :class:`streaming.sink.RedisSink`
-    counts lags from them)."""
+    markers included). With ``pre_aggregate`` the accepted events come as the source partitions' partial
+    aggregates for the configured windows (:mod:`streaming.partial`), which :class:`streaming.sink.RedisSink`
+    sums; without it, one row per entry."""
     events = (
         spark.readStream.format("redis_stream")
         .option("url", cfg.redis_url)
         .option("stream", cfg.input_stream)
         .option("partitions", str(cfg.source_partitions))
         .option("maxEventsPerBatch", str(cfg.max_events_per_batch))
-        .option("lagHistograms", str(lag_histograms).lower())
+        .option("preAggregate", str(pre_aggregate).lower())
+        .option("windowMs", str(cfg.window_ms))
+        .option("slideMs", str(cfg.slide_ms))
         .options(**Rules(cfg.max_future_skew_ms, cfg.known_servers).to_options())
         .load()
     )

@@ -1,12 +1,14 @@
-"""The foreachBatch sink: classify a micro-batch in Spark, then commit it to Redis once.
+"""The foreachBatch sink: sum a micro-batch's partial aggregates in Spark, classify, commit to Redis once.
 
 Stateless design: the query is ``source -> withWatermark -> foreachBatch``.
 Spark still tracks the watermark and records the one in force for batch N in
-``offsets/N``; the sink reads it there, explodes events into their windows,
-marks each (event, window) pair dropped (``window.end <= watermark``), late
-but accepted, or on time, aggregates in Spark and merges the small result into
-Redis through :func:`streaming.commit.commit_batch`. Counting raw pairs, not
-groups, is what makes the dropped counts exact.
+``offsets/N``; the sink reads it there. The source has counted each
+partition's (event, window) pairs per player and its events per event time
+(:mod:`streaming.partial`); the sink sums them across partitions, marks each
+window's pairs dropped (``window.end <= watermark``) or accepted, counts the
+late but accepted ones from the event-time histogram, and merges the small
+result into Redis through :func:`streaming.commit.commit_batch`. Counting
+raw pairs, not groups, is what makes the dropped counts exact.
 """
 
 from __future__ import annotations
@@ -16,123 +18,94 @@ import json
 import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from decimal import Decimal
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from streaming import local_agg
+from streaming import local_agg, partial
 from streaming.checkpoint import read_offset_log
 from streaming.commit import BadRow, BatchSummary, Lag, Params, ServerStats, WindowAgg, commit_batch
 from streaming.events import IDLE_KIND, parse_entry_id
-from streaming.histograms import INGEST_LAG as INGEST_LAG_OF
 from streaming.keys import KeySchema
-from streaming.local_agg import BAD, INGEST_LAG, PROCESSING_LAG, TICK, WINDOW  # the items' tags, one set for both paths
+from streaming.local_agg import (  # the items' tags, one set for both paths
+    BAD,
+    INGEST_LAG,
+    NOT_PRE_AGGREGATED,
+    PROCESSING_LAG,
+    TICK,
+    WINDOW,
+)
 from streaming.redis_conn import DriverClient, with_retry
 from streaming.watermarks import ServerWatermarks
-from streaming.windows import event_ms
+from streaming.windows import event_ms, late_counts
 
 log = logging.getLogger(__name__)
 
 
-_WIDE = "decimal(20,0)"  # any long, exactly
-_WM = "_watermark_us"
-
-
 @dataclass(frozen=True)
 class SummaryQuery:
-    """:func:`summarize`'s query without the batch, built once per process and window shape
-    (:meth:`shared`): building it takes about a thousand py4j calls (0.15-0.25 s here), which every query
-    start paid again. The watermark comes in per batch as a column."""
+    """:func:`summarize`'s Spark query without the batch, built once per process (:meth:`shared`): building
+    it takes a few hundred py4j calls, which every query start would pay again."""
 
-    items: Column
+    columns: tuple[Column, ...]
     aggregates: tuple[Column, ...]
 
     @classmethod
-    def build(cls, window_ms: int, slide_ms: int) -> SummaryQuery:
-        ev = F.unix_micros("event_time")
-        length_us, slide_us = window_ms * 1000, slide_ms * 1000
-        last_start = ev - F.pmod(ev, F.lit(slide_us))  # floor, as windows.window_ranges
-        # Written out per k, not with transform/filter: higher-order functions are interpreted, this is codegen.
-        starts = [last_start - k * slide_us for k in range(-(-length_us // slide_us))]
-
-        one = F.lit(1).cast("long")
-
-        def item(tag: int | Column, a: Column, b: Column, late: Column, keep: Column, n: Column = one,
-                 lo: Column = ev, hi: Column = ev) -> Column:
-            return F.struct(F.lit(tag).alias("tag") if isinstance(tag, int) else tag.alias("tag"), a.alias("a"),
-                            b.alias("b"), late.cast("int").alias("late"), n.alias("n"), lo.alias("lo"),
-                            hi.alias("hi"), keep.alias("keep"))
-
-        no_str, no, yes = F.lit(None).cast("string"), F.lit(False), F.lit(True)
-        no_long = F.lit(None).cast("long")
-        before_wm = (ev.cast(_WIDE) - F.col(_WM)) < 0  # late, if its window is still open
-        good = F.array(*[item(WINDOW, s, F.col("player_id"), before_wm, s + length_us > ev) for s in starts])
-        h = F.col("histogram")
-        ingest = h["of"] == INGEST_LAG_OF
-        histogram = F.array(item(
-            F.when(ingest, F.lit(INGEST_LAG)).otherwise(F.lit(PROCESSING_LAG)),
-            F.when(ingest, h["key_us"]).otherwise(-h["key_us"]),  # the processing lag is keyed by -event time
-            no_str, no, yes, h["n"], h["min_event_us"], h["max_event_us"]))
-        bad = F.array(item(BAD, F.lit(0).cast("long"), F.to_json(F.struct("entry_id", "error", "error_detail", "raw")),
-                           no, yes, lo=no_long, hi=no_long))
-        tick = F.array(item(TICK, F.lit(0).cast("long"), no_str, no, yes))
-        items = F.explode(
-            F.when(F.col("error").isNotNull(), bad).when(h.isNotNull(), histogram)
-            .when(F.col("kind") == IDLE_KIND, tick).otherwise(good)).alias("i")
-        aggregates = (F.sum("n").alias("n"), F.sum("late").alias("late"), F.min("lo").alias("min_ev"),
-                      F.max("hi").alias("max_ev"))
-        return cls(items, aggregates)
+    def build(cls) -> SummaryQuery:
+        p, error = F.col("partial"), F.col("error")
+        of, bad = p["of"], error.isNotNull()
+        tag = (F.when(bad, F.lit(BAD)).when(of == partial.WINDOW, F.lit(WINDOW))
+               .when(of == partial.INGEST_LAG, F.lit(INGEST_LAG)).when(of == partial.EVENT_TIME, F.lit(PROCESSING_LAG))
+               .when(F.col("kind") == IDLE_KIND, F.lit(TICK))
+               .otherwise(F.raise_error(F.lit(NOT_PRE_AGGREGATED))))
+        a = (F.when(bad, F.lit(0).cast("long")).when(of == partial.EVENT_TIME, -p["key_us"])  # keyed by -event time
+             .otherwise(F.coalesce(p["key_us"], F.lit(0).cast("long"))))
+        b = F.when(bad, F.to_json(F.struct(*local_agg.BAD_FIELDS))).when(of == partial.WINDOW, F.col("player_id"))
+        ev = F.unix_micros("event_time")  # an idle marker's; null for quarantined rows
+        columns = (tag.alias("tag"), F.col("server"), a.alias("a"), b.alias("b"),
+                   F.coalesce(p["n"], F.lit(1).cast("long")).alias("n"),
+                   F.coalesce(p["min_event_us"], ev).alias("lo"), F.coalesce(p["max_event_us"], ev).alias("hi"))
+        aggregates = (F.sum("n").alias("n"), F.min("lo").alias("min_ev"), F.max("hi").alias("max_ev"))
+        return cls(columns, aggregates)
 
     @staticmethod
-    @functools.lru_cache(maxsize=16)
-    def shared(window_ms: int, slide_ms: int) -> SummaryQuery:
+    @functools.cache
+    def shared() -> SummaryQuery:
         """Columns are expressions, not bound to a session or a batch, so queries may share them."""
-        return SummaryQuery.build(window_ms, slide_ms)
+        return SummaryQuery.build()
 
-    def run(self, df: DataFrame, watermark_ms: int) -> pa.Table:
-        return (
-            df.withColumn(_WM, F.lit(Decimal(watermark_ms * 1000)).cast(_WIDE))
-            .select("server", self.items)
-            .where("i.keep").select("server", "i.tag", "i.a", "i.b", "i.late", "i.n", "i.lo", "i.hi")
-            .groupBy("tag", "server", "a", "b")
-            .agg(*self.aggregates)
-            .toArrow()
-        )
+    def run(self, df: DataFrame) -> pa.Table:
+        return df.select(*self.columns).groupBy("tag", "server", "a", "b").agg(*self.aggregates).toArrow()
 
 
 def summarize(df: DataFrame, batch_id: int, watermark_ms: int, batch_ts_ms: int,
               start_id: str, end_id: str, params: Params) -> BatchSummary:
     """Everything the batch contributes, from one Spark job whose result is small.
 
-    Each input row becomes tagged items: an event one per window it falls in
-    (keyed by window and player), a row of the source's lag histograms
-    (:mod:`streaming.histograms`, keyed by microseconds, exact integers) one
-    item carrying its count, a quarantined entry one describing it. One hash
-    aggregation sums them all, so the batch costs one job, nothing is cached,
-    and exact percentiles come from the lag histograms
-    (:meth:`Lag.from_histogram`). The DataFrame must come from the source with
-    ``lagHistograms=true`` (:func:`streaming.query.read_events`).
+    The source has already folded each partition's accepted events into
+    partial aggregates (:mod:`streaming.partial`: per window and player, and
+    the two lag histograms, exact integers); each row becomes one tagged item
+    (a quarantined entry one describing it, an idle marker one tick) and one
+    hash aggregation sums them across partitions, so the batch costs one job
+    and nothing is cached. The DataFrame must come from the source with
+    ``preAggregate=true`` (:func:`streaming.query.read_events`); a row of a
+    single accepted event fails the batch with :data:`NOT_PRE_AGGREGATED`.
     The aggregation is Spark's (one shuffle) or, for a live batch, Arrow's on
     the driver (:func:`on_driver`); the same table either way.
 
-    The generated code is the same for every batch: Spark writes long literals
-    into it, so a watermark or batch time in an expression would compile the
-    stage anew each batch (about 0.3 s here). Whether a window is closed
-    follows from its start, after the aggregation; the processing lag is
-    keyed by ``-event_time`` and shifted by the batch time afterwards; the one
-    comparison with the watermark subtracts a decimal, which generated code
-    reads by reference (compared directly, the optimizer would unwrap the
-    cast and write a long literal again).
+    Nothing in the query depends on the batch (watermark, batch time), so
+    Spark's generated code is the same for every batch: which windows are
+    closed, which events are late and the processing lag follow from the
+    result and the watermark afterwards (:func:`_from_aggregate`).
     """
     driver = on_driver(start_id, end_id, params)
     if driver:
-        result = local_agg.aggregate(df.select(*local_agg.COLUMNS).toArrow(), watermark_ms, params.window_ms,
-                                     params.slide_ms)
+        result = local_agg.aggregate(df.select(*local_agg.COLUMNS).toArrow())
     else:
-        result = SummaryQuery.shared(params.window_ms, params.slide_ms).run(df, watermark_ms)
+        result = SummaryQuery.shared().run(df)
     summary = _from_aggregate(result, batch_id, watermark_ms, batch_ts_ms, start_id, end_id, params)
     summary.aggregation = "driver" if driver else "spark"
     return summary
@@ -159,16 +132,18 @@ def _from_aggregate(t: pa.Table, batch_id: int, watermark_ms: int, batch_ts_ms: 
         return [part.column(name).to_pylist() for name in names]
 
     windows: dict[tuple[int, int, str], WindowAgg] = {}
+    open_windows: dict[str, list[WindowAgg]] = {}
     per_window = (t.filter(pc.equal(tags, WINDOW)).group_by(["a", "server"], use_threads=False)
-                  .aggregate([("n", "sum"), ("late", "sum"), ("b", "list")]))
-    for ws, server, n, late, players in zip(*(per_window.column(c).to_pylist()
-                                               for c in ("a", "server", "n_sum", "late_sum", "b_list")), strict=True):
+                  .aggregate([("n", "sum"), ("b", "list")]))
+    for ws, server, n, players in zip(*(per_window.column(c).to_pylist()
+                                        for c in ("a", "server", "n_sum", "b_list")), strict=True):
         key = (ws // 1000, (ws // 1000) + params.window_ms, server)
         w = windows[key] = WindowAgg(*key)
         if key[1] <= watermark_ms:  # closed: Spark drops the pair
             w.dropped = n
         else:
-            w.events, w.late, w.players = n, late, set(players)
+            w.events, w.players = n, set(players)
+            open_windows.setdefault(server, []).append(w)
 
     servers: dict[str, ServerStats] = {}
     for server, part in _by_server(t, INGEST_LAG):
@@ -179,8 +154,15 @@ def _from_aggregate(t: pa.Table, batch_id: int, watermark_ms: int, batch_ts_ms: 
             max_ingest_us=int((part.column("max_ev").to_numpy() + lag_us).max()),  # the newest arrival
             ingest_lag_ms=Lag.from_histogram(lag_us, n))
     for server, part in _by_server(t, PROCESSING_LAG):  # keyed by -event time: the batch time makes it a lag
-        servers[server].processing_lag_ms = Lag.from_histogram(batch_ts_ms * 1000 + part.column("a").to_numpy(),
-                                                               part.column("n").to_numpy())
+        neg_event_us, n = part.column("a").to_numpy(), part.column("n").to_numpy()
+        servers[server].processing_lag_ms = Lag.from_histogram(batch_ts_ms * 1000 + neg_event_us, n)
+        accepted = open_windows.get(server, [])
+        if accepted:
+            late = late_counts(np.array([w.start_ms for w in accepted], np.int64),
+                               np.array([w.end_ms for w in accepted], np.int64), -neg_event_us[::-1], n[::-1],
+                               watermark_ms)
+            for w, k in zip(accepted, late.tolist(), strict=True):
+                w.late = k
     for server, n, hi in zip(*rows(TICK, "server", "n", "max_ev"), strict=True):
         st = servers.setdefault(server, ServerStats())
         st.ticks, st.max_tick_us = n, hi

@@ -6,16 +6,18 @@ had. Each entry becomes one row; an entry that does not parse becomes a row
 with ``error`` set and ``event_time`` null instead of failing the query, and the
 sink quarantines it.
 
-With ``lagHistograms=true`` each partition also ends with its accepted events'
-lag histograms (:mod:`streaming.histograms`): rows with ``histogram`` set,
-``server`` too and every other column null. The pipeline's sink counts its
-lags from them; any other reader leaves the option off and gets one row per
-entry.
+With ``preAggregate=true`` (and ``windowMs``/``slideMs``) a partition does not
+return its accepted events one row each: it folds them into its partial
+aggregate (:mod:`streaming.partial`) and ends with those rows (``partial``,
+``server`` and, for window rows, ``player_id`` and ``event_time`` set, every
+other column null); quarantined entries and idle markers still come one row
+each. The pipeline's sink only sums these across partitions; any other reader
+leaves the option off and gets one row per entry.
 
 Options: ``url``, ``stream``, ``partitions`` (default 2),
-``maxEventsPerBatch`` (0 = no cap), ``lagHistograms`` (``true``/``false``,
-default false), and for batch reads ``startId`` / ``endId`` (inclusive,
-default the whole stream).
+``maxEventsPerBatch`` (0 = no cap), ``preAggregate`` (``true``/``false``,
+default false) with ``windowMs`` and ``slideMs``, and for batch reads
+``startId`` / ``endId`` (inclusive, default the whole stream).
 """
 
 from __future__ import annotations
@@ -38,19 +40,19 @@ from pyspark.sql.types import StructType
 
 from streaming.events import ACCEPTED_KINDS, IDLE_KIND, NO_RULES, PAYLOAD_FIELD, BadEntry, Rules, parse_entry
 from streaming.events import parse_entry_id as parse_id
-from streaming.histograms import HISTOGRAM_DDL, HISTOGRAM_TYPE, PartitionHistograms
+from streaming.partial import PARTIAL_DDL, PARTIAL_TYPE, WINDOW, PartitionPartials
 from streaming.redis_conn import TRANSIENT, with_retry
 from streaming.timeutil import parse_iso_us
 
 SCHEMA = (
     "entry_id string, ingest_time timestamp, event_id string, server string, player_id string, "
-    "kind string, event_time timestamp, error string, error_detail string, raw string, " + HISTOGRAM_DDL
+    "kind string, event_time timestamp, error string, error_detail string, raw string, " + PARTIAL_DDL
 )
 _TS = pa.timestamp("us", tz="UTC")
 ARROW_SCHEMA = pa.schema([
     ("entry_id", pa.string()), ("ingest_time", _TS), ("event_id", pa.string()), ("server", pa.string()),
     ("player_id", pa.string()), ("kind", pa.string()), ("event_time", _TS), ("error", pa.string()),
-    ("error_detail", pa.string()), ("raw", pa.string()), ("histogram", HISTOGRAM_TYPE),
+    ("error_detail", pa.string()), ("raw", pa.string()), ("partial", PARTIAL_TYPE),
 ])
 MAX_SEQ = 18446744073709551615
 READ_CHUNK = 10_000
@@ -144,41 +146,47 @@ def _xrange(client: redis.Redis, stream: str, lo: str, hi: str, count: int) -> l
 
 
 def read_range(url: str, stream: str, part: StreamRange, chunk: int = READ_CHUNK,
-               rules: Rules = NO_RULES, histograms: PartitionHistograms | None = None) -> Iterator[pa.RecordBatch]:
-    """XRANGE the partition in chunks, one Arrow record batch per chunk; with ``histograms``, a last batch
-    with the partition's lag histograms."""
+               rules: Rules = NO_RULES, partials: PartitionPartials | None = None) -> Iterator[pa.RecordBatch]:
+    """XRANGE the partition in chunks, one Arrow record batch per chunk; with ``partials``, the accepted
+    events are folded into them instead and a last batch holds the partition's partial rows."""
     client = _client(url)
     lo = part.lo if part.lo_inclusive else "(" + part.lo
     while True:
         entries = with_retry(lambda lo=lo: _xrange(client, stream, lo, part.hi, chunk), f"read of {stream}")
         if entries:
             batch = to_record_batch(entries, rules)
-            if histograms is not None:
-                _count(histograms, batch)
-            yield batch
+            if partials is not None:
+                batch = _fold(partials, batch)
+            if batch.num_rows:
+                yield batch
         if len(entries) < chunk:
             break
         lo = "(" + entries[-1][0].decode()
-    if histograms is not None:
-        server, histogram = histograms.rows()
+    if partials is not None:
+        server, player, partial = partials.rows()
         if len(server):
-            yield histogram_batch(server, histogram)
+            yield partial_batch(server, player, partial)
 
 
-def _count(histograms: PartitionHistograms, batch: pa.RecordBatch) -> None:
-    """The chunk's accepted events (not quarantined, not idle markers) into the partition's histograms."""
+def _fold(partials: PartitionPartials, batch: pa.RecordBatch) -> pa.RecordBatch:
+    """The chunk's accepted events (not quarantined, not idle markers) into the partition's partials; the
+    rows left, one per entry."""
     kind = batch.column("kind")
     accepted = pc.and_(pc.and_(batch.column("error").is_null(), batch.column("event_time").is_valid()),
                        pc.invert(pc.fill_null(pc.equal(kind, IDLE_KIND), False)))
     events = batch.filter(accepted) if accepted.false_count else batch
-    histograms.add(events.column("server"), pc.cast(events.column("ingest_time"), pa.int64()),
-                   pc.cast(events.column("event_time"), pa.int64()))
+    partials.add(events.column("server"), events.column("player_id"),
+                 pc.cast(events.column("ingest_time"), pa.int64()), pc.cast(events.column("event_time"), pa.int64()))
+    return batch.filter(pc.invert(accepted)) if accepted.false_count else batch.slice(0, 0)
 
 
-def histogram_batch(server: pa.Array, histogram: pa.StructArray) -> pa.RecordBatch:
-    """Histogram rows in the source's schema: ``server`` and ``histogram`` set, every other column null."""
+def partial_batch(server: pa.Array, player: pa.Array, partial: pa.StructArray) -> pa.RecordBatch:
+    """Partial rows in the source's schema: ``server``, ``player_id`` and ``partial`` set, and a window
+    row's ``event_time`` (its latest event, for ``withWatermark``); every other column null."""
     n = len(server)
-    columns = {"server": server, "histogram": histogram}
+    window = pc.equal(partial.field("of"), WINDOW)
+    event_time = pc.cast(pc.if_else(window, partial.field("max_event_us"), pa.scalar(None, pa.int64())), _TS)
+    columns = {"server": server, "player_id": player, "partial": partial, "event_time": event_time}
     return pa.RecordBatch.from_arrays([columns.get(f.name, pa.nulls(n, f.type)) for f in ARROW_SCHEMA],
                                       schema=ARROW_SCHEMA)
 
@@ -243,7 +251,7 @@ def to_record_batch(entries: Sequence[RawEntry] | Sequence[tuple[bytes, Mapping[
     columns = {"entry_id": entry_id, "ingest_time": pc.cast(ingest_us, _TS), "event_id": event_id,
                "server": server, "player_id": shape.field("player_id"), "kind": kind, "event_time": event_time,
                "error": pa.nulls(n, pa.string()), "error_detail": pa.nulls(n, pa.string()),
-               "raw": pa.nulls(n, pa.string()), "histogram": pa.nulls(n, HISTOGRAM_TYPE)}
+               "raw": pa.nulls(n, pa.string()), "partial": pa.nulls(n, PARTIAL_TYPE)}
     if fast.false_count:
         columns = _parse_slow(columns, pc.invert(fast), [i for i, ok in enumerate(fast.to_pylist()) if not ok],
                               ids, [f for _, f in entries], rules)
@@ -302,16 +310,24 @@ class _Options:
         self.start_id = options.get("startId", "0-0")
         self.end_id = options.get("endId", "+")
         self.rules = Rules.from_options(options)
-        histograms = options.get("lagHistograms", "false").strip().lower()
-        if histograms not in ("true", "false"):
-            raise ValueError(f"option lagHistograms must be 'true' or 'false', got {options.get('lagHistograms')!r}")
-        self.histograms = histograms == "true"
+        pre = options.get("preAggregate", "false").strip().lower()
+        if pre not in ("true", "false"):
+            raise ValueError(f"option preAggregate must be 'true' or 'false', got {options.get('preAggregate')!r}")
+        self.window: tuple[int, int] | None = None
+        if pre == "true":
+            try:
+                window_ms, slide_ms = int(options["windowMs"]), int(options["slideMs"])
+            except (KeyError, ValueError):
+                raise ValueError("option preAggregate=true needs windowMs and slideMs as whole milliseconds, got "
+                                 f"{options.get('windowMs')!r} and {options.get('slideMs')!r}") from None
+            PartitionPartials(window_ms, slide_ms)  # says what is wrong with them, here rather than in a worker
+            self.window = (window_ms, slide_ms)
 
 
 def _read(opts: _Options, partition: InputPartition) -> Iterator[pa.RecordBatch]:
     assert isinstance(partition, StreamRange)
     return read_range(opts.url, opts.stream, partition, rules=opts.rules,
-                      histograms=PartitionHistograms() if opts.histograms else None)
+                      partials=PartitionPartials(*opts.window) if opts.window else None)
 
 
 class RedisStreamReader(DataSourceStreamReader):

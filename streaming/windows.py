@@ -22,6 +22,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 
+import numpy as np
+
 US_PER_MS = 1000
 
 
@@ -75,3 +77,16 @@ def advance_watermark(watermark_ms: int, event_times_us: Iterable[int], delay_ms
     if batch_max is None:
         return watermark_ms
     return max(watermark_ms, batch_max - delay_ms)
+
+
+def late_counts(starts_ms: np.ndarray, ends_ms: np.ndarray, event_us: np.ndarray, counts: np.ndarray,
+                watermark_ms: int) -> np.ndarray:
+    """Per open window, its late-but-accepted events, from a histogram of event times (``event_us``
+    ascending, ``counts[i]`` events at ``event_us[i]``): those in ``[start, min(end, watermark))``.
+
+    A batch's events arrive pre-aggregated per (window, player), which loses their times; the histogram
+    keeps them, so the count stays exact."""
+    cum = np.concatenate(([0], np.cumsum(counts, dtype=np.int64)))
+    below = np.minimum(ends_ms, watermark_ms) * US_PER_MS
+    late = cum[np.searchsorted(event_us, below)] - cum[np.searchsorted(event_us, starts_ms * US_PER_MS)]
+    return np.maximum(late, 0)  # a window that starts after the watermark has none

@@ -1,5 +1,6 @@
 """The driver-side aggregation (streaming.local_agg) against a plain-Python oracle built on the window math, and
-against the Spark aggregation it stands in for (streaming.sink.SummaryQuery) on the same rows."""
+against the Spark aggregation it stands in for (streaming.sink.SummaryQuery) on the same rows: the source's
+partial aggregates (streaming.partial) of random entries, summed across partitions."""
 
 from __future__ import annotations
 
@@ -11,15 +12,15 @@ import pyarrow as pa
 import pytest
 
 from streaming import local_agg
-from streaming.histograms import HISTOGRAM_TYPE, PartitionHistograms
-from streaming.local_agg import BAD, INGEST_LAG, PROCESSING_LAG, TICK, WINDOW
+from streaming.local_agg import BAD, INGEST_LAG, NOT_PRE_AGGREGATED, PROCESSING_LAG, TICK, WINDOW
+from streaming.partial import PARTIAL_TYPE, PartitionPartials
 from streaming.windows import window_ranges
 
 S = 1_000_000
 _TS = pa.timestamp("us", tz="UTC")
 SCHEMA = pa.schema([("server", pa.string()), ("player_id", pa.string()), ("kind", pa.string()),
                     ("event_time", _TS), ("ingest_time", _TS), ("error", pa.string()), ("entry_id", pa.string()),
-                    ("error_detail", pa.string()), ("raw", pa.string()), ("histogram", HISTOGRAM_TYPE)])
+                    ("error_detail", pa.string()), ("raw", pa.string()), ("partial", PARTIAL_TYPE)])
 # (seed, window, slide), windows in ms
 CASES = [
     (0, 60_000, 60_000),  # tumbling 1m
@@ -31,9 +32,10 @@ CASES = [
 ]
 
 
-def random_rows(seed: int, n: int = 400) -> list[dict]:
-    """Accepted events around a base time (some before 1970, some on window boundaries), idle markers,
-    quarantined entries and the odd accepted row without an event time."""
+def random_entries(seed: int, n: int = 400) -> list[dict]:
+    """The source's rows for entries: accepted events around a base time (some before 1970, some on window
+    boundaries, few players so that groups merge), idle markers (some without a time) and quarantined
+    entries."""
     rng = random.Random(seed)
     base = rng.choice([1_767_225_600 * S, -3_600 * S, 0])
     rows = []
@@ -44,7 +46,7 @@ def random_rows(seed: int, n: int = 400) -> list[dict]:
         row = {"server": rng.choice("ABC"), "player_id": f"p{rng.randrange(12)}",
                "kind": rng.choice([None, "login", "heartbeat"]), "event_time": ev,
                "ingest_time": ev + rng.randrange(0, 5_000) * 1000, "error": None, "entry_id": f"{i + 1}-0",
-               "error_detail": None, "raw": None, "histogram": None}
+               "error_detail": None, "raw": None, "partial": None}
         roll = rng.random()
         if roll < 0.05:
             row.update(server=rng.choice([None, "A"]), player_id=None, kind=None, event_time=None,
@@ -52,56 +54,56 @@ def random_rows(seed: int, n: int = 400) -> list[dict]:
                        error_detail=rng.choice([None, "line 1"]), raw=rng.choice(['{"x": "é\\""}', None]))
         elif roll < 0.1:
             row.update(kind="idle", player_id=None, event_time=rng.choice([None, ev]))
-        elif roll < 0.12:
-            row["event_time"] = None
         rows.append(row)
-    return with_histograms(rows)
+    return rows
 
 
-def with_histograms(rows: list[dict], partitions: int = 2) -> list[dict]:
-    """The rows and, as the source appends them, the lag histograms of their accepted events with an event
-    time, one set per partition (contiguous slices of the rows)."""
-    out = list(rows)
-    size = -(-len(rows) // partitions) if rows else 0
+def accepted(row: dict) -> bool:
+    return row["error"] is None and row["kind"] != "idle"
+
+
+def as_read(entries: list[dict], window_ms: int, slide_ms: int, partitions: int = 2) -> list[dict]:
+    """What the source returns with preAggregate for these entries split into contiguous partitions: the
+    other rows one each, then each partition's partial rows."""
+    out = [r for r in entries if not accepted(r)]
+    size = -(-len(entries) // partitions) if entries else 0
     for p in range(partitions):
-        h = PartitionHistograms(fold_at=7)  # folds many times: merging partial histograms is exercised too
-        for r in rows[p * size:(p + 1) * size]:
-            if r["error"] is None and r["kind"] != "idle" and r["event_time"] is not None:
-                h.add(pa.array([r["server"]]), pa.array([r["ingest_time"]]), pa.array([r["event_time"]]))
-        server, histogram = h.rows()
-        out += [{**{k: None for k in SCHEMA.names}, "server": s, "histogram": v}
-                for s, v in zip(server.to_pylist(), histogram.to_pylist(), strict=True)]
+        h = PartitionPartials(window_ms, slide_ms, fold_at=7)  # folds many times: partial groups are merged too
+        for r in entries[p * size:(p + 1) * size]:
+            if accepted(r):
+                h.add(*(pa.array([r[c]], typ) for c, typ in (("server", pa.string()), ("player_id", pa.string()),
+                                                               ("ingest_time", pa.int64()),
+                                                               ("event_time", pa.int64()))))
+        for server, player, partial in zip(*(c.to_pylist() for c in h.rows()), strict=True):
+            out.append({**{k: None for k in SCHEMA.names}, "server": server, "player_id": player,
+                        "partial": partial,
+                        "event_time": partial["max_event_us"] if partial["of"] == "window" else None})
     return out
 
 
-def oracle(rows: list[dict], watermark_ms: int, window_ms: int, slide_ms: int) -> dict[tuple, tuple]:
-    """(tag, server, a, b) -> (n, late, min_ev, max_ev), one row at a time, windows from windows.window_ranges."""
+def oracle(entries: list[dict], window_ms: int, slide_ms: int) -> dict[tuple, tuple]:
+    """(tag, server, a, b) -> (n, min_ev, max_ev), one entry at a time, windows from windows.window_ranges."""
     n: Counter = Counter()
-    late: Counter = Counter()
     evs: dict[tuple, list[int]] = {}
 
-    def add(key: tuple, ev: int | None, is_late: bool = False) -> None:
+    def add(key: tuple, ev: int | None) -> None:
         n[key] += 1
-        late[key] += is_late
         if ev is not None:
             evs.setdefault(key, []).append(ev)
 
-    for r in rows:
+    for r in entries:
         ev, server = r["event_time"], r["server"]
-        if r["histogram"] is not None:
-            continue  # the oracle counts lags from the events themselves
         if r["error"] is not None:
             doc = {k: r[k] for k in ("entry_id", "error", "error_detail", "raw") if r[k] is not None}
             add((BAD, server, 0, json.dumps(doc)), None)
         elif r["kind"] == "idle":
             add((TICK, server, 0, None), ev)
         else:
-            if ev is not None:
-                for w in window_ranges(ev, window_ms, slide_ms):
-                    add((WINDOW, server, w.start_ms * 1000, r["player_id"]), ev, ev < watermark_ms * 1000)
-                add((INGEST_LAG, server, r["ingest_time"] - ev, None), ev)
-                add((PROCESSING_LAG, server, -ev, None), ev)
-    return {k: (n[k], late[k], min(evs[k]) if k in evs else None, max(evs[k]) if k in evs else None) for k in n}
+            for w in window_ranges(ev, window_ms, slide_ms):
+                add((WINDOW, server, w.start_ms * 1000, r["player_id"]), ev)
+            add((INGEST_LAG, server, r["ingest_time"] - ev, None), ev)
+            add((PROCESSING_LAG, server, -ev, None), ev)
+    return {k: (n[k], min(evs[k]) if k in evs else None, max(evs[k]) if k in evs else None) for k in n}
 
 
 def as_table(rows: list[dict]) -> pa.Table:
@@ -115,62 +117,70 @@ def as_dict(t: pa.Table) -> dict[tuple, tuple]:
         b = row["b"]
         if row["tag"] == BAD:
             b = json.dumps(json.loads(b))
-        out[(row["tag"], row["server"], row["a"], b)] = (row["n"], row["late"], row["min_ev"], row["max_ev"])
+        out[(row["tag"], row["server"], row["a"], b)] = (row["n"], row["min_ev"], row["max_ev"])
     return out
 
 
 @pytest.mark.parametrize(("seed", "window_ms", "slide_ms"), CASES)
 def test_local_aggregate_matches_the_oracle(seed: int, window_ms: int, slide_ms: int) -> None:
-    rows = random_rows(seed)
-    evs = sorted(r["event_time"] for r in rows if r["event_time"] is not None)
-    watermark_ms = evs[len(evs) // 2] // 1000  # half the events before it
-    table = local_agg.aggregate(as_table(rows), watermark_ms, window_ms, slide_ms)
-    # integer keys and event times even though some accepted rows have no event time (1.0 == 1 in a dict key)
-    assert all(table.schema.field(c).type == pa.int64() for c in ("a", "n", "late", "min_ev", "max_ev"))
+    entries = random_entries(seed)
+    table = local_agg.aggregate(as_table(as_read(entries, window_ms, slide_ms)))
+    assert all(table.schema.field(c).type == pa.int64() for c in ("a", "n", "min_ev", "max_ev"))
     got = as_dict(table)
-    expected = oracle(rows, watermark_ms, window_ms, slide_ms)
+    expected = oracle(entries, window_ms, slide_ms)
     assert got == expected
     tags = Counter(k[0] for k in expected)
     assert all(tags[t] for t in (WINDOW, INGEST_LAG, PROCESSING_LAG, BAD, TICK))  # every kind of item is there
-    assert sum(v[1] for k, v in expected.items() if k[0] == WINDOW) > 0  # and late items
+    assert any(v[0] > 1 for k, v in expected.items() if k[0] == WINDOW)  # groups of several events
 
 
 def test_one_event_by_hand() -> None:
-    # 00:01:30 in the sliding 2m/1m windows [00:00, 00:02) and [00:01, 00:03); watermark 00:01:40: late in both
+    # 00:01:30 in the sliding 2m/1m windows [00:00, 00:02) and [00:01, 00:03)
     ev = 90 * S
-    rows = with_histograms([{"server": "A", "player_id": "p1", "kind": "login", "event_time": ev,
-                             "ingest_time": ev + 2_500_000, "error": None, "entry_id": "1-0", "error_detail": None,
-                             "raw": None, "histogram": None}])
-    got = as_dict(local_agg.aggregate(as_table(rows), 100_000, 120_000, 60_000))
+    entries = [{"server": "A", "player_id": "p1", "kind": "login", "event_time": ev, "ingest_time": ev + 2_500_000,
+                "error": None, "entry_id": "1-0", "error_detail": None, "raw": None, "partial": None}]
+    got = as_dict(local_agg.aggregate(as_table(as_read(entries, 120_000, 60_000))))
     assert got == {
-        (WINDOW, "A", 0, "p1"): (1, 1, ev, ev),
-        (WINDOW, "A", 60 * S, "p1"): (1, 1, ev, ev),
-        (INGEST_LAG, "A", 2_500_000, None): (1, 0, ev, ev),  # keyed by ingest - event, in microseconds
-        (PROCESSING_LAG, "A", -ev, None): (1, 0, ev, ev),  # keyed by -event: the batch time is added later
+        (WINDOW, "A", 0, "p1"): (1, ev, ev),
+        (WINDOW, "A", 60 * S, "p1"): (1, ev, ev),
+        (INGEST_LAG, "A", 2_500_000, None): (1, ev, ev),  # keyed by ingest - event, in microseconds
+        (PROCESSING_LAG, "A", -ev, None): (1, ev, ev),  # keyed by -event: the batch time is added later
     }
 
 
 def test_an_empty_batch_gives_an_empty_table() -> None:
-    out = local_agg.aggregate(as_table([]), 0, 60_000, 60_000)
-    assert out.num_rows == 0 and out.column_names == ["tag", "server", "a", "b", "n", "late", "min_ev", "max_ev"]
+    out = local_agg.aggregate(as_table([]))
+    assert out.num_rows == 0 and out.column_names == ["tag", "server", "a", "b", "n", "min_ev", "max_ev"]
+
+
+def test_a_row_of_one_event_is_refused() -> None:
+    """Read without preAggregate, an event would be counted in no window: a clear error, not a silent loss."""
+    entries = random_entries(0, 20)
+    with pytest.raises(ValueError, match="preAggregate=true"):
+        local_agg.aggregate(as_table(entries))
 
 
 @pytest.mark.spark
 @pytest.mark.parametrize(("seed", "window_ms", "slide_ms"), CASES)
 def test_local_aggregate_equals_sparks(spark, seed: int, window_ms: int, slide_ms: int) -> None:  # noqa: ANN001
-    """The two paths of streaming.sink.summarize give the same table for the same rows and watermark."""
+    """The two paths of streaming.sink.summarize give the same table for the same rows."""
     from streaming.sink import SummaryQuery
 
-    rows = random_rows(seed)
-    table = as_table(rows)
-    evs = sorted(r["event_time"] for r in rows if r["event_time"] is not None)
-    watermark_ms = evs[len(evs) // 3] // 1000
-    query = SummaryQuery.shared(window_ms, slide_ms)  # as the sink gets it: one per process and window shape
-    assert query is SummaryQuery.shared(window_ms, slide_ms)
-    spark_result = as_dict(query.run(spark.createDataFrame(table), watermark_ms))
-    assert as_dict(local_agg.aggregate(table, watermark_ms, window_ms, slide_ms)) == spark_result
-    events = sum(r["histogram"] is None for r in rows)
-    assert len(spark_result) > events  # windows and lags: more groups than events, nothing collapsed away
+    table = as_table(as_read(random_entries(seed), window_ms, slide_ms))
+    query = SummaryQuery.shared()  # as the sink gets it: one per process
+    assert query is SummaryQuery.shared()
+    spark_result = as_dict(query.run(spark.createDataFrame(table)))
+    assert as_dict(local_agg.aggregate(table)) == spark_result
+    assert len(spark_result) > 100
+
+
+@pytest.mark.spark
+def test_spark_refuses_a_row_of_one_event_too(spark) -> None:  # noqa: ANN001
+    from streaming.sink import SummaryQuery
+
+    with pytest.raises(Exception, match="preAggregate=true"):
+        SummaryQuery.shared().run(spark.createDataFrame(as_table(random_entries(0, 20))))
+    assert "preAggregate=true" in NOT_PRE_AGGREGATED
 
 
 @pytest.mark.parametrize(("start_id", "end_id", "max_span_ms", "expected"), [

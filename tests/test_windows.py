@@ -2,9 +2,21 @@
 
 from __future__ import annotations
 
+import random
+
+import numpy as np
 import pytest
 
-from streaming.windows import Verdict, Window, advance_watermark, classify, event_ms, is_closed, window_ranges
+from streaming.windows import (
+    Verdict,
+    Window,
+    advance_watermark,
+    classify,
+    event_ms,
+    is_closed,
+    late_counts,
+    window_ranges,
+)
 
 S = 1_000_000  # microseconds per second
 M = 60 * S
@@ -93,3 +105,42 @@ def test_event_ms_truncates_toward_zero_like_spark() -> None:
 def test_window_ranges_rejects_nonpositive_sizes() -> None:
     with pytest.raises(ValueError):
         window_ranges(0, 0, 1)
+
+
+# A histogram: 2 events at 10 s, 1 at 29.999 s, 1 at 30 s, 3 at 45 s, 1 at -5 s (before 1970), 1 at 60 s.
+HIST_US = [-5 * S, 10 * S, 29_999_000, 30 * S, 45 * S, 60 * S]
+HIST_N = [1, 2, 1, 1, 3, 1]
+
+
+@pytest.mark.parametrize(("start_ms", "end_ms", "watermark_ms", "expected"), [
+    (0, 60_000, 30_000, 3),  # 10 s x2 and 29.999 s; the event at exactly the watermark is not late
+    (0, 60_000, 30_001, 4),  # a millisecond later it is
+    (0, 60_000, 0, 0),  # the window starts at the watermark: nothing in it is before it
+    (60_000, 120_000, 30_000, 0),  # a window after the watermark
+    (-60_000, 0, -10_000, 0),  # before 1970: -5 s is in [-60 s, 0) but after the watermark at -10 s
+    (-60_000, 0, -1_000, 1),  # and before one at -1 s
+    (0, 60_000, 90_000, 7),  # watermark past the end (a caller's closed window): capped at the end, 60 s excluded
+    (30_000, 90_000, 50_000, 4),  # sliding: [30 s, 50 s) holds 30 s and 45 s x3, not 29.999 s
+])
+def test_late_counts(start_ms: int, end_ms: int, watermark_ms: int, expected: int) -> None:
+    got = late_counts(np.array([start_ms]), np.array([end_ms]), np.array(HIST_US), np.array(HIST_N), watermark_ms)
+    assert got.tolist() == [expected]
+
+
+def test_late_counts_equal_classify_event_by_event() -> None:
+    """Random histograms and windows against the late rule applied to each event (:func:`classify`)."""
+    rng = random.Random(5)
+    for _ in range(200):
+        times = sorted(rng.sample(range(-200_000, 200_000, 250), 40))
+        counts = [rng.randrange(1, 4) for _ in times]
+        length, slide = rng.choice([(60, 60), (60, 30), (90, 30)])
+        watermark_ms = rng.randrange(-150, 150) * 1000
+        windows = sorted({w for t in times for w in window_ranges(t * 1000, length * 1000, slide * 1000)},
+                         key=lambda w: w.start_ms)
+        open_ = [w for w in windows if not is_closed(w.end_ms, watermark_ms)]
+        got = late_counts(np.array([w.start_ms for w in open_], np.int64), np.array([w.end_ms for w in open_]),
+                          np.array(times, np.int64) * 1000, np.array(counts), watermark_ms)
+        expected = [sum(n for t, n in zip(times, counts, strict=True)
+                        if w.start_ms <= t < w.end_ms and classify(t * 1000, w, watermark_ms) == Verdict.LATE_ACCEPTED)
+                    for w in open_]
+        assert got.tolist() == expected
