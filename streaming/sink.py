@@ -47,8 +47,8 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class SummaryQuery:
-    """:func:`summarize`'s Spark query without the batch, built once per process (:meth:`shared`): building
-    it takes a few hundred py4j calls, which every query start would pay again."""
+    """:func:`summarize`'s Spark query without the batch, built once per process (:meth:`shared`): its
+    columns are py4j calls, which every query start would otherwise pay again."""
 
     columns: tuple[Column, ...]
     aggregates: tuple[Column, ...]
