@@ -79,9 +79,10 @@ class BatchPoint:
 
 
 def _entries_per_s(rows_per_s: float | None, entries: int, rows: int | None) -> float | None:
-    """Spark's rates count its input rows, which are not the stream's entries: each source partition adds
-    its lag histogram rows, and in per-server mode every input scans the stream again. Both rates divide the
-    batch's rows by a duration, so the batch's entries per row turn them into entries per second."""
+    """Spark's rates count its input rows, which are not the stream's entries: each source partition returns
+    its accepted events as partial aggregate rows (streaming.partial), and in per-server mode every input
+    scans the stream again. Both rates divide the batch's rows by a duration, so the batch's entries per row
+    turn them into entries per second."""
     if rows_per_s is None or rows is None:
         return None
     return rows_per_s * entries / rows if rows else 0.0
