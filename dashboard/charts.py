@@ -19,6 +19,7 @@ from plotly.subplots import make_subplots
 
 from dashboard.data import BatchPoint, WindowRow
 from streaming.commit import Lag
+from streaming.presence_rollup import Minute
 from streaming.presence_store import OnlinePoint
 
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
@@ -135,8 +136,10 @@ def _per_window_lines(windows: Sequence[WindowRow], servers: Sequence[str], attr
 
 
 def online_over_batches(history: Sequence[OnlinePoint], servers: Sequence[str]) -> go.Figure:
-    """Players online per server after each batch of the online query, x = the batch's watermark."""
+    """Players online per server after each batch, x = the watermark its expiries used (a batch before any
+    event has none: left out, it would stretch the axis to 1970)."""
     colors = server_colors(servers)
+    history = [p for p in history if p.watermark_ms > 0]
     fig = go.Figure()
     for s in servers:
         fig.add_trace(go.Scatter(
@@ -147,6 +150,40 @@ def online_over_batches(history: Sequence[OnlinePoint], servers: Sequence[str]) 
                           "<br>batch transitions: %{customdata[1]:,} on, %{customdata[2]:,} off<extra></extra>",
         ))
     return _layout(fig, "Players online after each batch (by watermark)", "players online")
+
+
+def online_per_minute(minutes: Sequence[Minute], servers: Sequence[str]) -> go.Figure:
+    """Players online per server at the end of each minute of batch time (the open minute last), with the
+    minute's peak in the hover."""
+    colors = server_colors(servers)
+    fig = go.Figure()
+    for s in servers:
+        fig.add_trace(go.Scatter(
+            x=[ts(m.minute_ms) for m in minutes], y=[m.last.get(s, 0) for m in minutes], name=s,
+            mode="lines+markers", line={"color": colors[s]}, marker={"size": 5},
+            customdata=[[m.peak.get(s, 0)] for m in minutes],
+            hovertemplate=f"<b>{s}</b> %{{x|%H:%M}}<br>online at the minute's end %{{y:,}}"
+                          "<br>the minute's peak %{customdata[0]:,}<extra></extra>",
+        ))
+    fig.update_yaxes(rangemode="tozero")
+    return _layout(fig, "Players online, last hour (per minute)", "players online")
+
+
+TRANSITIONS = (("came online", ("login", "heartbeat", "event"), ON_TIME), ("logged out", ("logout",), MAX_EVENT),
+               ("timed out", ("timeout",), BEHIND))
+"""How the causes of transitions are grouped for ops: a logout is a player leaving, a timeout a player gone
+silent (a crash, a network cut), and those are different news."""
+
+
+def transitions_per_minute(minutes: Sequence[Minute]) -> go.Figure:
+    """Logins (anyone coming online), logouts and timeouts per minute, all servers together."""
+    fig = go.Figure()
+    for name, causes, color in TRANSITIONS:
+        counts = [sum(by.get(c, 0) for by in m.causes.values() for c in causes) for m in minutes]
+        fig.add_trace(go.Bar(x=[ts(m.minute_ms) for m in minutes], y=counts, name=name, marker_color=color,
+                             hovertemplate=f"%{{x|%H:%M}}<br>{name}: %{{y:,}}<extra></extra>"))
+    fig.update_layout(barmode="group")
+    return _layout(fig, "Logins, logouts and timeouts per minute", "players per minute")
 
 
 # --------------------------------------------------------------------------- watermark

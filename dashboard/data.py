@@ -189,7 +189,7 @@ class Snapshot:
     batches: tuple[BatchPoint, ...]
     stream: StreamInfo
     online: OnlineView | None = None
-    """The online-players query's view; None until it has committed a batch."""
+    """The online view; None until it has committed a batch."""
 
     @property
     def last_batch(self) -> BatchPoint | None:
@@ -239,7 +239,7 @@ def read_snapshot(client: redis.Redis, keys: KeySchema, *, range_ms: int, now_ms
     pipe.hgetall(keys.totals)
     pipe.smembers(keys.servers)
     pipe.xinfo_stream(events)
-    queue_online_reads(pipe, keys, ONLINE_HISTORY)
+    queue_online_reads(pipe, keys, ONLINE_HISTORY, now_ms)
     state_h, totals_h, servers_raw, xinfo, *online_replies = pipe.execute(raise_on_error=False)
     for reply in (state_h, totals_h, servers_raw, *online_replies):
         if isinstance(reply, Exception):

@@ -14,7 +14,7 @@ import math
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 
 import numpy as np
 import redis
@@ -44,8 +44,8 @@ class Params:
     servers: tuple[str, ...] = ()
     idle_timeout_ms: int | None = None  # per-server: idle markers move a silent server's watermark
     trims: bool = True  # a lab lane reads its parent's input and leaves trimming to it
-    followers: tuple[str, ...] = ()  # namespaces of lanes reading our input: trim nothing they still need
-    driver_agg_max_span_ms: int = 5_000  # not semantic: where a batch is aggregated (streaming.sink.summarize)
+    readers: tuple[str, ...] = ()  # state hashes of everything else that commits from our input (lanes, online
+    # view): their ``committed_id`` holds the trim back, so nothing one of them still needs is trimmed
 
     @property
     def ttl_s(self) -> int:
@@ -68,7 +68,7 @@ class WindowAgg:
     events: int = 0
     dropped: int = 0
     late: int = 0
-    players: set[str] = field(default_factory=set)
+    players: Sequence[str] = ()  # distinct accepted players
 
     @property
     def key(self) -> WindowKey:
@@ -155,7 +155,7 @@ class BatchSummary:
     bad: list[BadRow]
     server_watermarks: dict[str, int] | None = None  # per-server mode: Spark's per-input map after the batch
     next_watermark_ms: int | None = None  # per-server mode: the combined watermark for the next batch
-    aggregation: str = "spark"  # where the batch was counted: "spark" or "driver" (streaming.sink.on_driver)
+    aggregation: str = "driver"  # where the batch was counted (the driver, since the source packs its rows)
 
     @property
     def parsed(self) -> int:
@@ -301,8 +301,8 @@ def commit_batch(client: redis.Redis, keys: KeySchema, s: BatchSummary, params: 
             if srv in params.servers and top is not None:
                 server_max[srv] = max(top, server_max.get(srv, top))
         keep_from = min(parse_entry_id(s.start_id), (s.batch_ts_ms - params.stream_keep_ms, 0))
-        for follower in params.followers:  # a lane's committed ID only grows: reading it early is safe
-            done = pipe.hget(KeySchema(follower).state, "committed_id")
+        for reader in params.readers:  # a reader's committed ID only grows: reading it early is safe
+            done = pipe.hget(reader, "committed_id")
             keep_from = min(keep_from, parse_entry_id(done) if done else (0, 0))
 
         pipe.multi()
@@ -343,7 +343,7 @@ def commit_batch(client: redis.Redis, keys: KeySchema, s: BatchSummary, params: 
             pipe.expire(hkey, ttl_s)
             if w.players:
                 pkey = keys.players(wk)
-                pipe.sadd(pkey, *sorted(w.players))
+                pipe.sadd(pkey, *w.players)
                 pipe.expire(pkey, ttl_s)
             index[wk.member()] = wk.start_ms
         if index:
@@ -371,6 +371,8 @@ def commit_batch(client: redis.Redis, keys: KeySchema, s: BatchSummary, params: 
             "next_watermark_ms": next_wm,
             "max_event_us": running_max if running_max is not None else "",
             **{total_field("max_event_us", srv): v for srv, v in server_max.items()},
+            **({"server_watermarks": json.dumps(s.server_watermarks, sort_keys=True)}
+               if s.server_watermarks is not None else {}),
             "delay_ms": params.delay_ms,
             "committed_id": s.end_id,
             "params": json.dumps(params.semantic(), sort_keys=True),

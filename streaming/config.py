@@ -24,6 +24,15 @@ class ConfigError(ValueError):
     """A configuration value is invalid; the message names the variable."""
 
 
+REMOVED = {
+    "DRIVER_AGG_MAX_SPAN": "every batch is counted on the driver (the source packs its partial rows), and "
+                           "MAX_EVENTS_PER_BATCH bounds a batch",
+    "LAB_TRIGGER": "the lab lanes and the online players are committed with every batch of the pipeline, on "
+                   "TRIGGER_INTERVAL",
+}
+"""Variables earlier versions read: set, they would silently do nothing, so they are refused with the reason."""
+
+
 @dataclass(frozen=True)
 class Config:
     redis_url: str = f"redis://127.0.0.1:{DEFAULT_EMBEDDED_PORT}/0"
@@ -36,11 +45,10 @@ class Config:
     trigger_ms: int = 1_000
     checkpoint_dir: str = "data/checkpoints/wm"
     spark_master: str = "local[*]"
-    max_events_per_batch: int = 0
+    max_events_per_batch: int = 200_000  # admission control: a backlog is read in batches of at most this
     source_partitions: int = 2
     # A batch whose entries arrived within this span is aggregated on the driver by Arrow, not by a Spark
     # shuffle (streaming.local_agg); the span bounds its size by Redis' own write rate. 0: always Spark.
-    driver_agg_max_span_ms: int = 5_000
     retention_ms: int = 86_400_000
     progress_history: int = 5_000
     key_ttl_ms: int | None = None  # how long keys outlive their last write; None = RETENTION
@@ -51,7 +59,6 @@ class Config:
     idle_timeout_ms: int | None = None  # per-server mode: a server silent this long stops holding the watermark
     input_namespace: str | None = None  # read another namespace's input stream (lab lanes); None: our own
     lanes: tuple[str, ...] = ()  # lab lanes run beside this pipeline over the same input (see streaming.lanes)
-    lab_trigger_ms: int = 5_000  # trigger of the lab lanes and the online query: they share the cores
     online_timeout_ms: int = 30_000  # event time without an event after which a player is offline
 
     def __post_init__(self) -> None:
@@ -63,7 +70,6 @@ class Config:
             f"({format_duration_ms(self.slide_ms)}) must not exceed WINDOW ({format_duration_ms(self.window_ms)})",
         )
         _check(self.delay_ms >= 0, "WATERMARK_DELAY", "must not be negative")
-        _check(self.driver_agg_max_span_ms >= 0, "DRIVER_AGG_MAX_SPAN", "must not be negative")
         _check(self.trigger_ms > 0, "TRIGGER_INTERVAL", "must be positive")
         _check(self.max_events_per_batch >= 0, "MAX_EVENTS_PER_BATCH", "must be 0 (no cap) or positive")
         _check(1 <= self.source_partitions <= 256, "SOURCE_PARTITIONS", "must be between 1 and 256")
@@ -94,7 +100,6 @@ class Config:
                or any(LANES[lane].idle for lane in self.lanes), "IDLE_TIMEOUT",
                "only applies with WATERMARK_MODE=per-server or an idle lane in LAB_LANES "
                "(one global watermark is never held back by a single server)")
-        _check(self.lab_trigger_ms > 0, "LAB_TRIGGER", "must be positive")
         _check(self.online_timeout_ms > 0, "ONLINE_TIMEOUT",
                f"({format_duration_ms(max(0, self.online_timeout_ms))}) must be positive: a player with no event "
                "for this long in event time counts as offline")
@@ -114,6 +119,9 @@ class Config:
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Config:
         env = os.environ if env is None else env
+        for name, why in REMOVED.items():
+            if name in env:
+                raise ConfigError(f"{name} is no longer used: {why}; unset it")
         ns = env.get("PIPELINE_NAMESPACE", cls.namespace)
         window = _duration(env, "WINDOW", cls.window_ms)
         url = env.get("REDIS_URL", "").strip()
@@ -131,7 +139,6 @@ class Config:
             spark_master=env.get("SPARK_MASTER", cls.spark_master),
             max_events_per_batch=_int(env, "MAX_EVENTS_PER_BATCH", cls.max_events_per_batch),
             source_partitions=_int(env, "SOURCE_PARTITIONS", cls.source_partitions),
-            driver_agg_max_span_ms=_duration(env, "DRIVER_AGG_MAX_SPAN", cls.driver_agg_max_span_ms),
             retention_ms=_duration(env, "RETENTION", cls.retention_ms),
             progress_history=_int(env, "PROGRESS_HISTORY", cls.progress_history),
             max_future_skew_ms=_optional_duration(env, "MAX_FUTURE_SKEW", cls.max_future_skew_ms),
@@ -140,7 +147,6 @@ class Config:
             watermark_policy=env.get("WATERMARK_POLICY", cls.watermark_policy).strip(),
             idle_timeout_ms=_optional_duration(env, "IDLE_TIMEOUT", cls.idle_timeout_ms),
             lanes=_lane_list(env, "LAB_LANES"),
-            lab_trigger_ms=_duration(env, "LAB_TRIGGER", cls.lab_trigger_ms),
             online_timeout_ms=_duration(env, "ONLINE_TIMEOUT", cls.online_timeout_ms),
         )
 

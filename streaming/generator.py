@@ -59,8 +59,9 @@ ASAP_TIMELINE_RATE = 100_000
 close to what one process writes, so event time stays near wall-clock time."""
 
 MIN_PLAYERS = 20
-MAX_PLAYERS = 100_000
-"""Per-server population bounds; above the cap, heartbeats just get more frequent."""
+MAX_PLAYERS = 1_000_000
+"""Per-server population bounds; above the cap, heartbeats just get more frequent. The cap leaves room for
+game scale: at 50,000 events/s and a heartbeat every 5 s, about 250,000 players are online."""
 
 _RING_MS = 1 << 15  # ~33 s: normal delays stay in the ring, late bursts go beyond
 _DELAY_BITS = 12

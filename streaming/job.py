@@ -42,10 +42,9 @@ MAX_QUICK_FAILURES = 5
 
 @dataclass
 class Pipeline:
-    """One query the job keeps running: the configured pipeline or one of its lab lanes."""
+    """The query the job keeps running (a list of them, so that restarts and stops have one shape)."""
 
     cfg: Config
-    online: bool = False  # the online-players query (streaming.online) instead of the windowed one
     query: StreamingQuery | None = None
     started: float = 0.0
     failures: int = 0
@@ -53,7 +52,7 @@ class Pipeline:
 
     @property
     def name(self) -> str:
-        return f"{'online' if self.online else 'watermark'}-{self.cfg.namespace}"
+        return f"watermark-{self.cfg.namespace}"
 
 
 def main() -> int:
@@ -79,32 +78,26 @@ def main() -> int:
     delay_ms = cfg.delay_ms if wanted is None else wanted
     # IDLE_TIMEOUT is for per-server pipelines (the lanes' with a global parent).
     own = cfg if cfg.watermark_mode == "per-server" else cfg.with_(idle_timeout_ms=None)
-    pipelines = [Pipeline(c.with_(delay_ms=delay_ms)) for c in (own, *lanes)]
-    # Its own checkpoint and keys; per-player state costs far more per event than windows, so it runs on the
-    # lab trigger and leaves the cores to the windowed query.
-    pipelines.append(Pipeline(own.with_(delay_ms=delay_ms, trigger_ms=cfg.lab_trigger_ms), online=True))
-    for p in pipelines[:-1]:
+    # One query reads the input once; its sink also serves every lab lane and the online players.
+    pipelines = [Pipeline(own.with_(delay_ms=delay_ms))]
+    for c in (own, *lanes):
         try:
-            before = check_params(client, KeySchema(p.cfg.namespace), params_of(p.cfg))
+            before = check_params(client, KeySchema(c.namespace), params_of(c.with_(delay_ms=delay_ms)))
         except ParamsMismatch as exc:
             log.error("%s", exc)
             return 2
         if before is not None and before != delay_ms:
             log.info("namespace %s: watermark delay %s -> %s (batch records keep each batch's delay)",
-                     p.cfg.namespace, format_duration_ms(before), format_duration_ms(delay_ms))
+                     c.namespace, format_duration_ms(before), format_duration_ms(delay_ms))
     register_lanes(client, keys, cfg)
 
     spark = build_session(cfg)
-    writer = ProgressWriter(cfg.redis_url, keys, ttl_s=params_of(cfg).ttl_s)
+    writer = ProgressWriter(cfg.redis_url, [keys, *(KeySchema(c.namespace) for c in lanes)],
+                            ttl_s=params_of(cfg).ttl_s)
     writer.start()
-    lane_writers = {p.name: ProgressWriter(p.cfg.redis_url, KeySchema(p.cfg.namespace), writer.ttl_s)
-                    for p in pipelines[1:-1]}
-    for w in lane_writers.values():
-        w.start()
-    for p in pipelines[:-1]:
-        spark.streams.addListener(ProgressListener(lane_writers.get(p.name, writer), p.name))
+    spark.streams.addListener(ProgressListener(writer, pipelines[0].name))
     # One pipeline with idleness decides when a server is idle; its markers go into the shared input.
-    watcher = next((p.cfg for p in pipelines if p.cfg.idle_timeout_ms), None)
+    watcher = next((c for c in (own, *lanes) if c.idle_timeout_ms), None)
     ticker = None if watcher is None else idle_ticker(client, watcher)
     stopping = threading.Event()
 
@@ -156,25 +149,23 @@ def main() -> int:
                 tick_idle(client, ticker, watcher)
     finally:
         writer.close()
-        for w in lane_writers.values():
-            w.close()
 
 
 def start(spark: SparkSession, p: Pipeline) -> None:
-    from streaming.online import start_online_query
     from streaming.query import start_query
 
-    p.query = (start_online_query if p.online else start_query)(spark, p.cfg, query_name=p.name)
+    p.query = start_query(spark, p.cfg, query_name=p.name)
     p.started = time.monotonic()
     c = p.cfg
     log.info(
         "query %s running: master %s, Redis %s, namespace %s (input %s), window %s slide %s delay %s, watermark %s%s, "
-        "trigger %s, checkpoint %s", p.name, spark.sparkContext.master, redact_url(c.redis_url), c.namespace,
-        c.input_stream, format_duration_ms(c.window_ms), format_duration_ms(c.slide_ms),
-        format_duration_ms(c.delay_ms), c.watermark_mode,
+        "trigger %s, checkpoint %s, lanes %s, online timeout %s", p.name, spark.sparkContext.master,
+        redact_url(c.redis_url), c.namespace, c.input_stream, format_duration_ms(c.window_ms),
+        format_duration_ms(c.slide_ms), format_duration_ms(c.delay_ms), c.watermark_mode,
         f" ({c.watermark_policy}, idle after {format_duration_ms(c.idle_timeout_ms)})" if c.idle_timeout_ms
         else f" ({c.watermark_policy})" if c.watermark_mode == "per-server" else "",
-        format_duration_ms(c.trigger_ms), c.checkpoint_dir,
+        format_duration_ms(c.trigger_ms), c.checkpoint_dir, ",".join(c.lanes) or "none",
+        format_duration_ms(c.online_timeout_ms),
     )
 
 

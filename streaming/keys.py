@@ -54,16 +54,27 @@ key                                                type    contents
                                                            ``state``, ``scenario``, ``rate``, ``rev``,
                                                            ``written``, ``since_ms``, ``updated_ms``,
                                                            ``error``
-``{ns}:online:{server}``                            set     players online now (the online query,
-                                                           ``streaming.online``)
+``{ns}:present:{server}``                          hash    players online now -> event time (us) of
+                                                           their latest event (``streaming.presence_store``)
+``{ns}:loggedout:{server}``                        hash    players who logged out -> the logout's event
+                                                           time (us), kept until the watermark passes it
 ``{ns}:presence:counts``                           hash    per server: how many players are online
-``{ns}:presence:state``                            hash    the online query's ``last_batch`` (its own
-                                                           commit guard), ``watermark_ms``,
-                                                           ``batch_ts_ms``, ``timeout_ms``,
-                                                           ``updated_ms``
-``{ns}:presence:history``                          zset    one JSON record per online-query batch
-                                                           (online counts per server after it), score
-                                                           = its batch id
+``{ns}:presence:state``                            hash    the online view's ``last_batch`` (its own
+                                                           commit guard), ``watermark_ms`` (its expiries'),
+                                                           ``in_force_ms``, ``batch_ts_ms``, ``timeout_ms``,
+                                                           ``updated_ms``, ``max_event_us``,
+                                                           ``committed_id``, ``lost_at_batch``
+``{ns}:presence:history``                          zset    one JSON record per batch (online counts per
+                                                           server after it, transitions per server and
+                                                           cause), score = its batch id
+``{ns}:presence:commits``                          stream  one entry per batch the online view committed
+                                                           (``batch``, ``end_id``), to wait on
+``{ns}:presence:minutes``                          zset    one JSON record per closed minute of batch time
+                                                           (``streaming.presence_rollup.Minute``), score =
+                                                           the minute's first ms; the open minute is the
+                                                           state's ``minute`` field
+``{ns}:presence:peak:{day_ms}``                    hash    the UTC day's peak online per server and ``*``
+                                                           (all): ``count|at_ms``
 =================================================  ======  =============================================
 
 Every key except the input stream and the two lab hashes expires ``RETENTION`` after its last write;
@@ -166,9 +177,26 @@ class KeySchema:
     def presence_history(self) -> str:
         return self._k("presence", "history")
 
+    @property
+    def presence_commits(self) -> str:
+        return self._k("presence", "commits")
+
+    @property
+    def presence_minutes(self) -> str:
+        return self._k("presence", "minutes")
+
+    def presence_peak(self, day_ms: int) -> str:
+        return self._k("presence", "peak", day_ms)
+
     def online(self, server: str) -> str:
-        """Not under ``presence``: a server may be called ``state``."""
-        return self._k("online", server)
+        """Hash of the players online now on ``server``: player -> event time (us) of their latest event.
+        Not under ``presence``: a server may be called ``state``."""
+        return self._k("present", server)
+
+    def logged_out(self, server: str) -> str:
+        """Hash of players who logged out: player -> the logout's event time (us), kept until the watermark
+        passes it so that an older straggler cannot bring them back."""
+        return self._k("loggedout", server)
 
     def window(self, w: WindowKey) -> str:
         return self._k("win", w.member())

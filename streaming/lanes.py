@@ -1,9 +1,10 @@
 """Lab lanes: extra pipelines over the same input, each with its own watermark strategy.
 
-A lane is the whole pipeline (query, sink, Redis keys) in namespace
-``{ns}.{lane}`` reading ``{ns}:events``, so the dashboard can show any lane
-with the pages it already has and put lanes side by side. Lanes never trim the
-shared input; the parent's sink keeps every entry a lane has not committed.
+A lane is the whole pipeline's output (Redis keys) in namespace ``{ns}.{lane}``,
+so the dashboard can show any lane with the pages it already has and put lanes
+side by side. A lane reads nothing itself: the pipeline's sink judges each
+batch's aggregate against the lane's own watermark (:class:`streaming.sink.Lane`),
+so adding a lane adds no read of the input.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ def lane_namespace(parent: str, lane: str) -> str:
 
 
 def lane_config(parent: Config, lane: str) -> Config:
-    """The parent's configuration with the lane's watermark strategy, namespace and checkpoint."""
+    """The parent's configuration with the lane's watermark strategy and namespace."""
     spec = LANES[lane]
     idle = (parent.idle_timeout_ms or DEFAULT_IDLE_TIMEOUT_MS) if spec.idle else None
     return parent.with_(
@@ -48,5 +49,4 @@ def lane_config(parent: Config, lane: str) -> Config:
         checkpoint_dir=f"{parent.checkpoint_dir.rstrip('/')}.{lane}",
         input_namespace=parent.input_namespace or parent.namespace,
         watermark_mode=spec.mode, watermark_policy=spec.policy, idle_timeout_ms=idle, lanes=(),
-        trigger_ms=parent.lab_trigger_ms,
     )

@@ -11,6 +11,7 @@ import json
 import logging
 import queue
 import threading
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 import redis
@@ -60,11 +61,15 @@ def write_progress(client: redis.Redis, keys: KeySchema, p: Progress, ttl_s: int
 
 
 class ProgressWriter(threading.Thread):
-    def __init__(self, redis_url: str, keys: KeySchema, ttl_s: int, maxsize: int = 10_000) -> None:
+    """Writes each report into the batch's record of every namespace the query commits (a pipeline and its
+    lab lanes share the query, so they share its durations)."""
+
+    def __init__(self, redis_url: str, keys: KeySchema | Sequence[KeySchema], ttl_s: int,
+                 maxsize: int = 10_000) -> None:
         super().__init__(name="progress-writer", daemon=True)
         self.queue: queue.Queue[Progress | None] = queue.Queue(maxsize=maxsize)
         self.client = redis.Redis.from_url(redis_url)
-        self.keys = keys
+        self.keys = (keys,) if isinstance(keys, KeySchema) else tuple(keys)
         self.ttl_s = ttl_s
 
     def offer(self, p: Progress) -> None:
@@ -76,7 +81,8 @@ class ProgressWriter(threading.Thread):
     def run(self) -> None:
         while (p := self.queue.get()) is not None:
             try:
-                write_progress(self.client, self.keys, p, self.ttl_s)
+                for keys in self.keys:
+                    write_progress(self.client, keys, p, self.ttl_s)
             except redis.RedisError as exc:
                 log.warning("could not write progress of batch %d: %s", p.batch, exc)
 

@@ -1,18 +1,19 @@
-"""The sink's aggregation with Arrow on the driver, for live batches.
+"""The sink's aggregation, with Arrow on the driver.
 
-A live batch is small (a trigger's worth of entries, already folded into
-partial aggregates by the source partitions); Spark's aggregation of it costs
-a shuffle, a second stage and its planning, more than the counting. Such
-batches come to the driver as Arrow and the same items are summed by Arrow's
-own hash aggregation, with the same result table, so everything after it
-(:func:`streaming.sink._from_aggregate`) is shared. No pyspark here.
+A batch comes to the driver already folded into partial aggregates by the source
+partitions (bounded by the source's cap on entries per batch), and Arrow's own
+hash aggregation sums them into one table of items, which
+:class:`streaming.sink.BatchTable` reads. No pyspark here.
 
-Items, as in ``SummaryQuery`` (tag, server, a, b, n, lo, hi), one per row:
+Items (tag, server, a, b, c, n, lo, hi), one per row:
 - a partial row of the source (:mod:`streaming.partial`): a WINDOW item keyed by the window's start (``a``,
   microseconds) and the player (``b``), an INGEST_LAG item keyed by ``ingest - event`` or a PROCESSING_LAG
   item keyed by ``-event``, each with the row's count and event time range;
-- an idle marker: one TICK item; a quarantined entry: one BAD item whose ``b`` is the entry as JSON.
-Summed per (tag, server, a, b): ``n``, and ``min_ev``/``max_ev`` the least ``lo`` and greatest ``hi``.
+- an idle marker: one TICK item; a quarantined entry: one BAD item whose ``b`` is the entry as JSON;
+- a presence row (one accepted event): a PRESENCE item with the event time in ``a``, the player in ``b``, the
+  entry ID in ``c`` and the kind's code (:data:`streaming.presence_batch.KIND_CODES`) in ``lo``; unique by
+  its entry, so the sum leaves it as it is.
+Summed per (tag, server, a, b, c): ``n``, and ``min_ev``/``max_ev`` the least ``lo`` and greatest ``hi``.
 """
 
 from __future__ import annotations
@@ -25,28 +26,31 @@ import pyarrow.compute as pc
 
 from streaming import partial
 from streaming.events import IDLE_KIND
+from streaming.presence_batch import KIND_CODES
 
 # Tags of the items (column ``tag``), shared with streaming.sink.
-WINDOW, INGEST_LAG, PROCESSING_LAG, BAD, TICK = 0, 1, 2, 3, 4
+WINDOW, INGEST_LAG, PROCESSING_LAG, BAD, TICK, PRESENCE = 0, 1, 2, 3, 4, 5
 
 # The columns of the batch the aggregation reads.
 COLUMNS = ("server", "player_id", "kind", "event_time", "error", "entry_id", "error_detail", "raw", "partial")
-_KEYS = ["tag", "server", "a", "b"]
+_KEYS = ["tag", "server", "a", "b", "c"]
 _AGGS = [("n", "sum"), ("lo", "min"), ("hi", "max")]
-NAMES = ["tag", "server", "a", "b", "n", "min_ev", "max_ev"]
+NAMES = ["tag", "server", "a", "b", "c", "n", "min_ev", "max_ev"]
+TYPES = (pa.int32(), pa.string(), pa.int64(), pa.string(), pa.string(), pa.int64(), pa.int64(), pa.int64())
 BAD_FIELDS = ("entry_id", "error", "error_detail", "raw")  # a quarantined entry's document, as Spark's to_json
 NOT_PRE_AGGREGATED = ("a row of one accepted event reached the sink: the source must be read with "
                       "preAggregate=true (streaming.query.read_events)")
 
 
 def _items(tag: int | pa.Array, server: pa.Array, a: pa.Array, b: pa.Array | None, n: pa.Array | None,
-           lo: pa.Array | None, hi: pa.Array | None) -> pa.Table:
+           lo: pa.Array | None, hi: pa.Array | None, c: pa.Array | None = None) -> pa.Table:
     size = len(server)
     return pa.table({
         "tag": pa.array(np.full(size, tag, np.int32)) if isinstance(tag, int) else tag,
         "server": server,
         "a": a,
         "b": b if b is not None else pa.nulls(size, pa.string()),
+        "c": c if c is not None else pa.nulls(size, pa.string()),
         "n": n if n is not None else pa.array(np.ones(size, np.int64)),
         "lo": lo if lo is not None else pa.nulls(size, pa.int64()),
         "hi": hi if hi is not None else pa.nulls(size, pa.int64()),
@@ -54,7 +58,7 @@ def _items(tag: int | pa.Array, server: pa.Array, a: pa.Array, b: pa.Array | Non
 
 
 def aggregate(batch: pa.Table) -> pa.Table:
-    """The table ``SummaryQuery.run`` returns for the same rows (row order aside)."""
+    """The items of a batch's rows (unpacked), summed per (tag, server, a, b, c)."""
     batch = batch.combine_chunks()
     bad = pc.is_valid(batch.column("error"))
     part = pc.and_(pc.invert(bad), batch.column("partial").is_valid())
@@ -62,6 +66,10 @@ def aggregate(batch: pa.Table) -> pa.Table:
     if not pc.all(pc.or_(pc.or_(bad, part), tick), min_count=0).as_py():
         raise ValueError(NOT_PRE_AGGREGATED)
     parts: list[pa.Table] = []
+    presence = pc.and_(part, pc.fill_null(pc.equal(batch.column("partial").combine_chunks().field("of"),
+                                                   partial.PRESENCE), False))
+    unique = _presence_items(batch.filter(presence)) if pc.any(presence).as_py() else None
+    part = pc.and_(part, pc.invert(presence))
 
     rows = batch.filter(part)
     if rows.num_rows:
@@ -87,10 +95,23 @@ def aggregate(batch: pa.Table) -> pa.Table:
         parts.append(_items(BAD, quarantined.column("server"), pa.array(np.zeros(quarantined.num_rows, np.int64)),
                             pa.array(docs, pa.string()), None, None, None))
 
-    if not parts:
-        return pa.table({name: pa.array([], typ) for name, typ in zip(
-            NAMES, (pa.int32(), pa.string(), pa.int64(), pa.string(), pa.int64(), pa.int64(), pa.int64()),
-            strict=True)})
-    items = pa.concat_tables([p.cast(parts[0].schema) for p in parts])
-    out = items.group_by(_KEYS, use_threads=False).aggregate(_AGGS)
-    return out.select([*_KEYS, "n_sum", "lo_min", "hi_max"]).rename_columns(NAMES)
+    schema = pa.schema(list(zip(NAMES, TYPES, strict=True)))
+    out = [unique] if unique is not None else []
+    if parts:
+        items = pa.concat_tables([p.cast(parts[0].schema) for p in parts])
+        summed = items.group_by(_KEYS, use_threads=False).aggregate(_AGGS)
+        out.insert(0, summed.select([*_KEYS, "n_sum", "lo_min", "hi_max"]).rename_columns(NAMES).cast(schema))
+    return pa.concat_tables(out) if out else schema.empty_table()
+
+
+def _presence_items(rows: pa.Table) -> pa.Table:
+    """Presence rows as their items, already in the result's shape: each is unique by its entry."""
+    event_us = rows.column("partial").combine_chunks().field("key_us")
+    codes = pa.array(np.zeros(rows.num_rows, np.int64))
+    kind = rows.column("kind")
+    for name, code in KIND_CODES.items():
+        if name is not None:
+            codes = pc.if_else(pc.fill_null(pc.equal(kind, name), False), np.int64(code), codes)
+    t = _items(PRESENCE, rows.column("server"), event_us, rows.column("player_id"), None, codes, event_us,
+               rows.column("entry_id"))
+    return t.rename_columns(NAMES).cast(pa.schema(list(zip(NAMES, TYPES, strict=True))))

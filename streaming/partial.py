@@ -15,6 +15,10 @@ Rows, each ``(server, player, of, key_us, n, min_event_us, max_event_us)``, told
 - ``event_time``: keyed by the event time itself, player null. The sink subtracts it from the batch time
   (processing lag) and counts from it, exactly, the events before the watermark in each open window (late).
 
+With presence on, every accepted event also comes as a ``presence`` row of its own (``key_us`` its event time,
+``n`` 1, its ``entry_id``, ``player_id`` and ``kind`` set): the online-players rule needs each player's events in
+order (:func:`presence_rows`).
+
 ``min_event_us``/``max_event_us`` are the earliest and latest event time among the row's events; a window
 row's ``max_event_us`` is also its ``event_time``, so that ``withWatermark`` sees every batch's maximum.
 """
@@ -25,7 +29,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-WINDOW, INGEST_LAG, EVENT_TIME = "window", "ingest_lag", "event_time"
+WINDOW, INGEST_LAG, EVENT_TIME, PRESENCE = "window", "ingest_lag", "event_time", "presence"
+PACKED, PACKED_PRESENCE = "packed", "packed_presence"
+"""``of`` of a row that carries many partial rows of one server as Arrow IPC bytes (``blob``): window and lag
+rows (its ``event_time`` is their latest, for ``withWatermark``), or presence rows (no event time)."""
 PARTIAL_TYPE = pa.struct([("of", pa.string()), ("key_us", pa.int64()), ("n", pa.int64()),
                           ("min_event_us", pa.int64()), ("max_event_us", pa.int64())])
 # As Spark declares the same column (streaming.source.SCHEMA).
@@ -114,3 +121,11 @@ class PartitionPartials:
         of = pa.concat_arrays([pa.repeat(pa.scalar(name, pa.string()), t.num_rows) for name, t in tables])
         fields = [column(c) for c in _COLUMNS[2:]]
         return column("server"), column("player"), pa.StructArray.from_arrays([of, *fields], fields=list(PARTIAL_TYPE))
+
+
+def presence_partial(event_us: pa.Array) -> pa.StructArray:
+    """The ``partial`` column of presence rows: one per accepted event, keyed by its event time."""
+    n = len(event_us)
+    return pa.StructArray.from_arrays(
+        [pa.repeat(pa.scalar(PRESENCE, pa.string()), n), event_us, pa.array(np.ones(n, np.int64)), event_us, event_us],
+        fields=list(PARTIAL_TYPE))

@@ -16,9 +16,9 @@ from streaming.commit import Params
 from streaming.config import Config
 from streaming.events import IDLE_KIND, Rules
 from streaming.keys import KeySchema
-from streaming.lanes import lane_namespace
-from streaming.partial import WINDOW
-from streaming.sink import RedisSink
+from streaming.lanes import lane_config, lane_namespace
+from streaming.partial import PACKED
+from streaming.sink import Lane, RedisSink
 from streaming.source import RedisStreamDataSource
 
 
@@ -29,8 +29,17 @@ def params_of(cfg: Config) -> Params:
                   policy=cfg.watermark_policy,
                   servers=tuple(sorted(cfg.known_servers or ())) if cfg.watermark_mode == "per-server" else (),
                   idle_timeout_ms=cfg.idle_timeout_ms, trims=cfg.input_namespace is None,
-                  followers=tuple(lane_namespace(cfg.namespace, lane) for lane in cfg.lanes),
-                  driver_agg_max_span_ms=cfg.driver_agg_max_span_ms)
+                  readers=readers_of(cfg))
+
+
+def readers_of(cfg: Config) -> tuple[str, ...]:
+    """The state hashes whose ``committed_id`` holds back the trim of the input: each lab lane's and the
+    online view's. They commit after the pipeline in every batch, so none is more than a batch behind it
+    while the job runs; a reader held back (a failing commit) keeps the entries it still needs."""
+    if cfg.input_namespace is not None:
+        return ()  # a lane trims nothing
+    keys = KeySchema(cfg.namespace)
+    return (*(KeySchema(lane_namespace(cfg.namespace, lane)).state for lane in cfg.lanes), keys.presence_state)
 
 
 def watermarked(events: DataFrame, cfg: Config) -> DataFrame:
@@ -47,11 +56,13 @@ def watermarked(events: DataFrame, cfg: Config) -> DataFrame:
     delay = f"{cfg.delay_ms} milliseconds"
     marker = F.coalesce(F.col("kind") == IDLE_KIND, F.lit(False))
     if cfg.watermark_mode == "global":
+        # Its own column, so that an idle marker's time still reaches the sink (the lab lanes with idleness
+        # judge by it) while it never moves this watermark.
         timed = F.when(marker, F.lit(None)).otherwise(F.col("event_time"))
-        return events.withColumn("event_time", timed).withWatermark("event_time", delay)
+        return events.withColumn("watermark_time", timed).withWatermark("watermark_time", delay)
     servers = sorted(cfg.known_servers or ())
     partial = F.col("partial")
-    counted = F.col("error").isNull() & (partial.isNull() | (partial["of"] == WINDOW))
+    counted = F.col("error").isNull() & (partial.isNull() | (partial["of"] == PACKED))
     if cfg.idle_timeout_ms is None:
         counted = counted & ~marker
     inputs = [events.where(counted & (F.col("server") == s)).withWatermark("event_time", delay) for s in servers]
@@ -104,9 +115,6 @@ def build_session(cfg: Config, app_name: str = "watermark-pipeline", ui: bool = 
         .config("spark.ui.enabled", "true" if ui else "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.streaming.stopActiveRunOnRestart", "true")
-        # transformWithState (the online query) needs RocksDB; the stateless main query keeps no state.
-        .config("spark.sql.streaming.stateStore.providerClass",
-                "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider")
     )
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
@@ -116,20 +124,29 @@ def build_session(cfg: Config, app_name: str = "watermark-pipeline", ui: bool = 
     return spark
 
 
+def pipeline_sink(cfg: Config) -> RedisSink:
+    """The sink of the job's one query: the configured pipeline, its lab lanes and the online players."""
+    lanes = [Lane(KeySchema(c.namespace), params_of(c)) for c in (lane_config(cfg, lane) for lane in cfg.lanes)]
+    return RedisSink(cfg.redis_url, KeySchema(cfg.namespace), params_of(cfg), cfg.checkpoint_dir, lanes=lanes,
+                     online_timeout_ms=cfg.online_timeout_ms)
+
+
 def start_query(spark: SparkSession, cfg: Config, sink: RedisSink | None = None,
                 trigger_ms: int | None = None, query_name: str | None = None) -> StreamingQuery:
-    """``source -> withWatermark -> foreachBatch(RedisSink)``; ``trigger_ms=0`` runs batches back to back."""
-    sink = sink or RedisSink(cfg.redis_url, KeySchema(cfg.namespace), params_of(cfg), cfg.checkpoint_dir)
+    """``source -> withWatermark -> foreachBatch(RedisSink)``; ``trigger_ms=0`` runs batches back to back.
+
+    The one read of the input serves every lane and the online players (:func:`pipeline_sink`)."""
+    sink = sink or pipeline_sink(cfg)
     events = read_events(spark, cfg, pre_aggregate=True)
     writer = events.writeStream.foreachBatch(sink).option("checkpointLocation", cfg.checkpoint_dir)
     return with_trigger(writer, cfg, trigger_ms).queryName(query_name or f"watermark-{cfg.namespace}").start()
 
 
 def read_events(spark: SparkSession, cfg: Config, pre_aggregate: bool = False) -> DataFrame:
-    """The event stream with its watermark(s), as every query of the job reads it (quarantined rows and idle
-    markers included). With ``pre_aggregate`` the accepted events come as the source partitions' partial
-    aggregates for the configured windows (:mod:`streaming.partial`), which :class:`streaming.sink.RedisSink`
-    sums; without it, one row per entry."""
+    """The event stream with its watermark(s) (quarantined rows and idle markers included). With
+    ``pre_aggregate`` the accepted events come as the source partitions' partial aggregates for the configured
+    windows (:mod:`streaming.partial`) and as presence rows, which :class:`streaming.sink.RedisSink` sums;
+    without it, one row per entry."""
     events = (
         spark.readStream.format("redis_stream")
         .option("url", cfg.redis_url)
@@ -137,6 +154,7 @@ def read_events(spark: SparkSession, cfg: Config, pre_aggregate: bool = False) -
         .option("partitions", str(cfg.source_partitions))
         .option("maxEventsPerBatch", str(cfg.max_events_per_batch))
         .option("preAggregate", str(pre_aggregate).lower())
+        .option("presence", str(pre_aggregate).lower())
         .option("windowMs", str(cfg.window_ms))
         .option("slideMs", str(cfg.slide_ms))
         .options(**Rules(cfg.max_future_skew_ms, cfg.known_servers).to_options())

@@ -1,13 +1,17 @@
 """Replay a hand-written event set through the real pipeline and print the check document.
 
-``python -m streaming.replay EVENTS.jsonl --window 10m [--slide 5m] --delay 10m [--out OUT.json]``
+``python -m streaming.replay EVENTS.jsonl --window 10m [--slide 5m] --delay 10m [--online-timeout 30s]
+[--out OUT.json]``
 
 Each line is a JSON object with ``server``, ``player_id``, ``event_time``
-(ISO-8601 UTC) and ``batch`` (an integer). Lines with the same ``batch`` are
+(ISO-8601 UTC), optionally ``kind`` (login, heartbeat, logout) and ``batch``
+(an integer). Lines with the same ``batch`` are
 written to the stream in one transaction and processed as one micro-batch,
 in increasing batch order, by the same source, query and sink as the live job,
 in a fresh namespace of the configured Redis (an embedded one is started for
-the run when none is configured and none is running).
+the run when none is configured and none is running). The document's
+``online`` lists the players online per server after each batch
+(:func:`streaming.report.online_document`).
 """
 
 from __future__ import annotations
@@ -122,6 +126,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--window", required=True, help="window length, e.g. 10m")
     parser.add_argument("--slide", help="slide (default: the window length, i.e. tumbling)")
     parser.add_argument("--delay", required=True, help="watermark delay, e.g. 10m")
+    parser.add_argument("--online-timeout", help="event time without an event after which a player counts as "
+                        "offline (default: ONLINE_TIMEOUT, 30s)")
     parser.add_argument("--out", help="write the JSON here instead of stdout")
     parser.add_argument("--namespace", help="namespace to use (default: a fresh replay-<id>)")
     args = parser.parse_args(argv)
@@ -132,6 +138,9 @@ def main(argv: list[str] | None = None) -> int:
         window = parse_duration_ms(args.window)
         slide = parse_duration_ms(args.slide) if args.slide else window
         delay = parse_duration_ms(args.delay)
+        timeout = parse_duration_ms(args.online_timeout) if args.online_timeout else None
+        if timeout is not None and timeout <= 0:
+            raise ValueError(f"--online-timeout must be positive, got {args.online_timeout}")
         batches = load_batches(args.events)
         with ExitStack() as stack:
             tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="replay-")))
@@ -141,6 +150,8 @@ def main(argv: list[str] | None = None) -> int:
                 checkpoint_dir=str(tmp / "checkpoint"), max_events_per_batch=0,
                 retention_ms=NO_TRIM_MS, key_ttl_ms=REPLAY_TTL_MS, progress_history=max(10, len(batches) + 10),
             )
+            if timeout is not None:
+                cfg = cfg.with_(online_timeout_ms=timeout)
             if cfg.embedded_redis and not _reachable(cfg.redis_url):
                 from streaming.redis_server import RedisServer
 

@@ -93,20 +93,23 @@ def read_batches(client: redis.Redis, keys: KeySchema, last: int | None = None) 
     return out
 
 
-def wait_for_commit(client: redis.Redis, keys: KeySchema, last_id: str, timeout_s: float) -> bool:
+def wait_for_commit(client: redis.Redis, keys: KeySchema, last_id: str, timeout_s: float,
+                    online: bool = False) -> bool:
     """Block on ``{ns}:commits`` (no polling) until the pipeline has committed up to entry ``last_id``;
-    False if it has not within ``timeout_s``."""
+    False if it has not within ``timeout_s``. With ``online``, until the online view has, on its own stream
+    (it commits right after the windows of the same batch)."""
     want = parse_entry_id(last_id)
+    state, commits = (keys.presence_state, keys.presence_commits) if online else (keys.state, keys.commits)
     deadline = time.monotonic() + timeout_s
     cursor = "0-0"
     while True:
-        committed = client.hget(keys.state, "committed_id")
+        committed = client.hget(state, "committed_id")
         if committed and parse_entry_id(committed) >= want:
             return True
         left = deadline - time.monotonic()
         if left <= 0:
             return False
-        for _stream, entries in client.xread({keys.commits: cursor}, block=max(1, int(min(left, 5) * 1000))) or []:
+        for _stream, entries in client.xread({commits: cursor}, block=max(1, int(min(left, 5) * 1000))) or []:
             cursor = entries[-1][0]
 
 
@@ -133,7 +136,24 @@ def build_document(client: redis.Redis, keys: KeySchema,
         }
         for w in read_windows(client, keys)
     ]
-    return {"batches": batches, "windows": windows}
+    doc: dict = {"batches": batches, "windows": windows}
+    online = online_document(client, keys, batch_labels)
+    if online:
+        doc["online"] = online
+    return doc
+
+
+def online_document(client: redis.Redis, keys: KeySchema, batch_labels: Mapping[int, int] | None = None) -> list:
+    """One item per batch of the online view: ``{"batch", "watermark_ms", "online": {server: count}}``, where
+    ``watermark_ms`` is the watermark the batch's expiries used (the one after it) and ``online`` holds the
+    servers with at least one player online after it."""
+    out = []
+    for raw in client.zrange(keys.presence_history, 0, -1):
+        rec = json.loads(raw)
+        out.append({"batch": batch_labels.get(rec["batch"], rec["batch"]) if batch_labels else rec["batch"],
+                    "watermark_ms": rec["watermark_ms"],
+                    "online": {s: n for s, n in sorted(rec["counts"].items()) if n}})
+    return out
 
 
 def write_document(doc: dict, out: str | None) -> None:

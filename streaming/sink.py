@@ -13,174 +13,156 @@ raw pairs, not groups, is what makes the dropped counts exact.
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql import Column, DataFrame
-from pyspark.sql import functions as F
+import redis
+from pyspark.sql import DataFrame
 
-from streaming import local_agg, partial
+from streaming import local_agg
 from streaming.checkpoint import read_offset_log
 from streaming.commit import BadRow, BatchSummary, Lag, Params, ServerStats, WindowAgg, commit_batch
-from streaming.events import IDLE_KIND, parse_entry_id
+from streaming.events import parse_entry_id
 from streaming.keys import KeySchema
 from streaming.local_agg import (  # the items' tags, one set for both paths
     BAD,
     INGEST_LAG,
-    NOT_PRE_AGGREGATED,
+    PRESENCE,
     PROCESSING_LAG,
     TICK,
     WINDOW,
 )
+from streaming.presence_store import PresenceBatch, PresenceEvents, PresenceMirror, commit_presence
 from streaming.redis_conn import DriverClient, with_retry
+from streaming.source import unpack
 from streaming.watermarks import ServerWatermarks
 from streaming.windows import event_ms, late_counts
 
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class SummaryQuery:
-    """:func:`summarize`'s Spark query without the batch, built once per process (:meth:`shared`): its
-    columns are py4j calls, which every query start would otherwise pay again."""
-
-    columns: tuple[Column, ...]
-    aggregates: tuple[Column, ...]
-
-    @classmethod
-    def build(cls) -> SummaryQuery:
-        p, error = F.col("partial"), F.col("error")
-        of, bad = p["of"], error.isNotNull()
-        tag = (F.when(bad, F.lit(BAD)).when(of == partial.WINDOW, F.lit(WINDOW))
-               .when(of == partial.INGEST_LAG, F.lit(INGEST_LAG)).when(of == partial.EVENT_TIME, F.lit(PROCESSING_LAG))
-               .when(F.col("kind") == IDLE_KIND, F.lit(TICK))
-               .otherwise(F.raise_error(F.lit(NOT_PRE_AGGREGATED))))
-        a = (F.when(bad, F.lit(0).cast("long")).when(of == partial.EVENT_TIME, -p["key_us"])  # keyed by -event time
-             .otherwise(F.coalesce(p["key_us"], F.lit(0).cast("long"))))
-        b = F.when(bad, F.to_json(F.struct(*local_agg.BAD_FIELDS))).when(of == partial.WINDOW, F.col("player_id"))
-        ev = F.unix_micros("event_time")  # an idle marker's; null for quarantined rows
-        columns = (tag.alias("tag"), F.col("server"), a.alias("a"), b.alias("b"),
-                   F.coalesce(p["n"], F.lit(1).cast("long")).alias("n"),
-                   F.coalesce(p["min_event_us"], ev).alias("lo"), F.coalesce(p["max_event_us"], ev).alias("hi"))
-        aggregates = (F.sum("n").alias("n"), F.min("lo").alias("min_ev"), F.max("hi").alias("max_ev"))
-        return cls(columns, aggregates)
-
-    @staticmethod
-    @functools.cache
-    def shared() -> SummaryQuery:
-        """Columns are expressions, not bound to a session or a batch, so queries may share them."""
-        return SummaryQuery.build()
-
-    def run(self, df: DataFrame) -> pa.Table:
-        return df.select(*self.columns).groupBy("tag", "server", "a", "b").agg(*self.aggregates).toArrow()
-
-
 def summarize(df: DataFrame, batch_id: int, watermark_ms: int, batch_ts_ms: int,
               start_id: str, end_id: str, params: Params) -> BatchSummary:
-    """Everything the batch contributes, from one Spark job whose result is small.
-
-    The source has already folded each partition's accepted events into
-    partial aggregates (:mod:`streaming.partial`: per window and player, and
-    the two lag histograms, exact integers); each row becomes one tagged item
-    (a quarantined entry one describing it, an idle marker one tick) and one
-    hash aggregation sums them across partitions, so the batch costs one job
-    and nothing is cached. The DataFrame must come from the source with
-    ``preAggregate=true`` (:func:`streaming.query.read_events`); a row of a
-    single accepted event fails the batch with :data:`NOT_PRE_AGGREGATED`.
-    The aggregation is Spark's (one shuffle) or, for a live batch, Arrow's on
-    the driver (:func:`on_driver`); the same table either way.
-
-    Nothing in the query depends on the batch (watermark, batch time), so
-    Spark's generated code is the same for every batch: which windows are
-    closed, which events are late and the processing lag follow from the
-    result and the watermark afterwards (:func:`_from_aggregate`).
-    """
-    driver = on_driver(start_id, end_id, params)
-    if driver:
-        result = local_agg.aggregate(df.select(*local_agg.COLUMNS).toArrow())
-    else:
-        result = SummaryQuery.shared().run(df)
-    summary = _from_aggregate(result, batch_id, watermark_ms, batch_ts_ms, start_id, end_id, params)
-    summary.aggregation = "driver" if driver else "spark"
-    return summary
+    """Everything the batch contributes to one pipeline, judged against ``watermark_ms``."""
+    return BatchTable.read(aggregate(df), batch_ts_ms).summary(batch_id, watermark_ms, batch_ts_ms, start_id, end_id,
+                                                               params)
 
 
-def on_driver(start_id: str, end_id: str, params: Params) -> bool:
-    """Whether the batch is counted on the driver (:mod:`streaming.local_agg`) rather than by a Spark shuffle.
+def aggregate(df: DataFrame) -> pa.Table:
+    """The batch's items summed, from one Spark job whose result is small.
 
-    A live batch is: at 50,000 events the shuffle, its second stage and the planning of the aggregation
-    cost about 250 of 620 ms here (bench/agg_paths.py: 1.71x on the driver, 1.04x at 1,000,000 events).
-    The arrival span of the batch's entry IDs bounds its size, since one Redis stream takes at most a few
-    hundred thousand entries a second; the first batch (from ``0-0``), a catch-up after an outage or a
-    replay spans more and goes to Spark, which scales out. Both give the same table (tests/test_local_agg.py)."""
-    span = parse_entry_id(end_id)[0] - parse_entry_id(start_id)[0]
-    return 0 < params.driver_agg_max_span_ms and span <= params.driver_agg_max_span_ms
+    The source has already folded each partition's accepted events into partial aggregates
+    (:mod:`streaming.partial`: per window and player, and the two lag histograms, exact integers) and
+    presence rows, and packed them (:func:`streaming.source.pack`); quarantined entries and idle markers
+    come one row each. The driver collects them as Arrow, unpacks them and sums the items with Arrow
+    (:func:`streaming.local_agg.aggregate`): the batch costs one Spark job and nothing is cached. The
+    DataFrame must come from the source with ``preAggregate=true`` (:func:`streaming.query.read_events`); a
+    row of a single accepted event fails the batch with :data:`NOT_PRE_AGGREGATED`.
+
+    Nothing in the query depends on the batch (watermark, batch time), so Spark's plan is the same for
+    every batch: which windows are closed, which events are late and the processing lag follow from the
+    result and the watermark afterwards (:class:`BatchTable`)."""
+    return local_agg.aggregate(unpack(df.select(*local_agg.COLUMNS, "blob").toArrow()))
+
+
+def presence_events(t: pa.Table) -> PresenceEvents:
+    """The batch's accepted events for the online view, from its PRESENCE items."""
+    part = t.filter(pc.equal(t.column("tag"), PRESENCE))
+    if not part.num_rows:
+        return PresenceEvents.empty()
+    ids = pc.split_pattern(part.column("c"), "-", max_splits=1)
+    ms = pc.cast(pc.list_element(ids, 0), pa.int64()).to_numpy()
+    seq = pc.cast(pc.list_element(ids, 1), pa.int64()).to_numpy()
+    arrival = np.empty(len(ms), np.int64)
+    arrival[np.lexsort((seq, ms))] = np.arange(len(ms))
+    return PresenceEvents(part.column("server").to_numpy(zero_copy_only=False),
+                          part.column("b").to_numpy(zero_copy_only=False), part.column("a").to_numpy(), arrival,
+                          part.column("min_ev").to_numpy().astype(np.int8))
+
+
+@dataclass(frozen=True)
+class BatchTable:
+    """A batch's aggregate read once: everything in it that no watermark changes, shared by the pipeline and
+    its lanes. ``windows``: (start ms, server, (event, window) pairs, distinct players) per window;
+    ``servers``: each server's input figures (rows, event time range, lags, idle markers) before any window
+    is judged; ``event_hist``: each server's events per event time, ascending (late counts come from it)."""
+
+    windows: list[tuple[int, str, int, list[str]]]
+    servers: dict[str, ServerStats]
+    event_hist: dict[str, tuple[np.ndarray, np.ndarray]]
+    bad: list[BadRow]
+
+    @classmethod
+    def read(cls, t: pa.Table, batch_ts_ms: int) -> BatchTable:
+        tags = t.column("tag")
+        per_window = (t.filter(pc.equal(tags, WINDOW)).group_by(["a", "server"], use_threads=False)
+                      .aggregate([("n", "sum"), ("b", "list")]))
+        # the items are unique per (window, player), so each window's list holds distinct players
+        windows = [(ws // 1000, server, n, players) for ws, server, n, players in zip(
+            *(per_window.column(c).to_pylist() for c in ("a", "server", "n_sum", "b_list")), strict=True)]
+        servers: dict[str, ServerStats] = {}
+        for server, part in _by_server(t, INGEST_LAG):
+            lag_us, n = part.column("a").to_numpy(), part.column("n").to_numpy()
+            servers[server] = ServerStats(
+                rows=int(n.sum()), min_event_us=pc.min(part.column("min_ev")).as_py(),
+                max_event_us=pc.max(part.column("max_ev")).as_py(),
+                max_ingest_us=int((part.column("max_ev").to_numpy() + lag_us).max()),  # the newest arrival
+                ingest_lag_ms=Lag.from_histogram(lag_us, n))
+        event_hist = {}
+        for server, part in _by_server(t, PROCESSING_LAG):  # keyed by -event time: the batch time makes it a lag
+            neg_event_us, n = part.column("a").to_numpy(), part.column("n").to_numpy()
+            servers[server].processing_lag_ms = Lag.from_histogram(batch_ts_ms * 1000 + neg_event_us, n)
+            event_hist[server] = (-neg_event_us[::-1], n[::-1])
+        ticks = t.filter(pc.equal(tags, TICK)).sort_by("server")
+        for server, n, hi in zip(*(ticks.column(c).to_pylist() for c in ("server", "n", "max_ev")), strict=True):
+            st = servers.setdefault(server, ServerStats())
+            st.ticks, st.max_tick_us = n, hi
+        bad = [BadRow(d["entry_id"], d["error"], d.get("error_detail") or "", d.get("raw") or "")
+               for d in map(json.loads, t.filter(pc.equal(tags, BAD)).column("b").to_pylist())]
+        bad.sort(key=lambda b: parse_entry_id(b.entry_id))
+        return cls(windows, servers, event_hist, bad)
+
+    def summary(self, batch_id: int, watermark_ms: int, batch_ts_ms: int, start_id: str, end_id: str,
+                params: Params) -> BatchSummary:
+        """The batch judged against ``watermark_ms``: each window's pairs dropped (``end <= watermark``) or
+        accepted, and of the accepted ones those before the watermark counted as late."""
+        windows: list[WindowAgg] = []
+        open_windows: dict[str, list[WindowAgg]] = {}
+        for start_ms, server, n, players in self.windows:
+            w = WindowAgg(start_ms, start_ms + params.window_ms, server)
+            windows.append(w)
+            if w.end_ms <= watermark_ms:  # closed: Spark drops the pair
+                w.dropped = n
+            else:
+                w.events, w.players = n, players
+                open_windows.setdefault(server, []).append(w)
+        servers = {name: replace(st) for name, st in self.servers.items()}
+        for server, accepted in open_windows.items():
+            event_us, n = self.event_hist[server]
+            late = late_counts(np.array([w.start_ms for w in accepted], np.int64),
+                               np.array([w.end_ms for w in accepted], np.int64), event_us, n, watermark_ms)
+            for w, k in zip(accepted, late.tolist(), strict=True):
+                w.late = k
+        for w in windows:
+            st = servers[w.server]
+            st.events += w.events
+            st.dropped += w.dropped
+            st.late += w.late
+        return BatchSummary(
+            batch_id=batch_id, watermark_ms=watermark_ms, batch_ts_ms=batch_ts_ms, start_id=start_id,
+            end_id=end_id, windows=sorted(windows, key=lambda w: (w.start_ms, w.server, w.end_ms)),
+            servers=servers, bad=list(self.bad),
+        )
 
 
 def _from_aggregate(t: pa.Table, batch_id: int, watermark_ms: int, batch_ts_ms: int, start_id: str,
                     end_id: str, params: Params) -> BatchSummary:
-    tags = t.column("tag")
-
-    def rows(tag: int, *names: str) -> list[list]:
-        part = t.filter(pc.equal(tags, tag)).sort_by([(name, "ascending") for name in names[:2]])
-        return [part.column(name).to_pylist() for name in names]
-
-    windows: dict[tuple[int, int, str], WindowAgg] = {}
-    open_windows: dict[str, list[WindowAgg]] = {}
-    per_window = (t.filter(pc.equal(tags, WINDOW)).group_by(["a", "server"], use_threads=False)
-                  .aggregate([("n", "sum"), ("b", "list")]))
-    for ws, server, n, players in zip(*(per_window.column(c).to_pylist()
-                                        for c in ("a", "server", "n_sum", "b_list")), strict=True):
-        key = (ws // 1000, (ws // 1000) + params.window_ms, server)
-        w = windows[key] = WindowAgg(*key)
-        if key[1] <= watermark_ms:  # closed: Spark drops the pair
-            w.dropped = n
-        else:
-            w.events, w.players = n, set(players)
-            open_windows.setdefault(server, []).append(w)
-
-    servers: dict[str, ServerStats] = {}
-    for server, part in _by_server(t, INGEST_LAG):
-        lag_us, n = part.column("a").to_numpy(), part.column("n").to_numpy()
-        servers[server] = ServerStats(
-            rows=int(n.sum()), min_event_us=pc.min(part.column("min_ev")).as_py(),
-            max_event_us=pc.max(part.column("max_ev")).as_py(),
-            max_ingest_us=int((part.column("max_ev").to_numpy() + lag_us).max()),  # the newest arrival
-            ingest_lag_ms=Lag.from_histogram(lag_us, n))
-    for server, part in _by_server(t, PROCESSING_LAG):  # keyed by -event time: the batch time makes it a lag
-        neg_event_us, n = part.column("a").to_numpy(), part.column("n").to_numpy()
-        servers[server].processing_lag_ms = Lag.from_histogram(batch_ts_ms * 1000 + neg_event_us, n)
-        accepted = open_windows.get(server, [])
-        if accepted:
-            late = late_counts(np.array([w.start_ms for w in accepted], np.int64),
-                               np.array([w.end_ms for w in accepted], np.int64), -neg_event_us[::-1], n[::-1],
-                               watermark_ms)
-            for w, k in zip(accepted, late.tolist(), strict=True):
-                w.late = k
-    for server, n, hi in zip(*rows(TICK, "server", "n", "max_ev"), strict=True):
-        st = servers.setdefault(server, ServerStats())
-        st.ticks, st.max_tick_us = n, hi
-    for w in windows.values():
-        st = servers[w.server]
-        st.events += w.events
-        st.dropped += w.dropped
-        st.late += w.late
-
-    bad = [BadRow(d["entry_id"], d["error"], d.get("error_detail") or "", d.get("raw") or "")
-           for d in map(json.loads, rows(BAD, "b")[0])]
-    bad.sort(key=lambda b: parse_entry_id(b.entry_id))
-
-    return BatchSummary(
-        batch_id=batch_id, watermark_ms=watermark_ms, batch_ts_ms=batch_ts_ms, start_id=start_id,
-        end_id=end_id, windows=sorted(windows.values(), key=lambda w: (w.start_ms, w.server, w.end_ms)),
-        servers=servers, bad=bad,
-    )
+    return BatchTable.read(t, batch_ts_ms).summary(batch_id, watermark_ms, batch_ts_ms, start_id, end_id, params)
 
 
 def _by_server(t: pa.Table, tag: int) -> Iterator[tuple[str, pa.Table]]:
@@ -192,15 +174,26 @@ def _by_server(t: pa.Table, tag: int) -> Iterator[tuple[str, pa.Table]]:
 
 
 class RedisSink(DriverClient):
-    """The callable handed to ``foreachBatch``; holds the Redis client on the driver."""
+    """The callable handed to ``foreachBatch``; holds the Redis client on the driver.
+
+    Everything of a batch comes from one read of the input and one aggregation: the configured pipeline's
+    windows (watermark from Spark's ``offsets/N``), each lab lane's (:class:`Lane`: the same table under the
+    lane's own watermark) and, with ``online_timeout_ms``, the online players. Each is committed in its own
+    transaction guarded by its own ``last_batch``, so a batch replayed after a crash between them commits
+    only what is missing, with the same numbers: a lane's watermark and the players' state are read back from
+    what the previous batch committed."""
 
     def __init__(self, redis_url: str, keys: KeySchema, params: Params, checkpoint_dir: str,
-                 on_commit: Callable[[BatchSummary, bool], None] | None = None) -> None:
+                 on_commit: Callable[[BatchSummary, bool], None] | None = None, lanes: Sequence[Lane] = (),
+                 online_timeout_ms: int | None = None) -> None:
         self.redis_url = redis_url
         self.keys = keys
         self.params = params
         self.checkpoint_dir = checkpoint_dir
         self.on_commit = on_commit
+        self.lanes = tuple(lanes)
+        self.online_timeout_ms = online_timeout_ms
+        self.mirror = PresenceMirror()
         # One sink per query run, like Spark's per-input watermark map, which is not checkpointed.
         self.watermarks = (ServerWatermarks(params.servers, params.delay_ms, params.policy)
                            if params.per_server else None)
@@ -213,26 +206,62 @@ class RedisSink(DriverClient):
         if batch_id > 0:
             prev = read_offset_log(self.checkpoint_dir, batch_id - 1, spark)
             start_id = (prev.source_offsets[0] or {}).get("id", "0-0")
-        summary = summarize(df, batch_id, entry.watermark_ms, entry.batch_ts_ms, start_id, end_id, self.params)
+        table = aggregate(df)
+        batch = BatchTable.read(table, entry.batch_ts_ms)
+        summary = batch.summary(batch_id, entry.watermark_ms, entry.batch_ts_ms, start_id, end_id, self.params)
         if self.watermarks is not None:
-            self._per_server(summary)
+            per_server(summary, self.watermarks, self.params.idle_timeout_ms is not None)
         # Guarded by the batch id, so retrying after a lost reply cannot count twice.
         applied = with_retry(lambda: commit_batch(self.client, self.keys, summary, self.params),
                              f"commit of batch {batch_id}")
         if not applied:
             log.info("batch %d already in Redis (replayed after a restart): skipped", batch_id)
+        for lane in self.lanes:
+            with_retry(lambda lane=lane: lane.commit(self.client, batch, summary), f"lane {lane.keys.namespace} "
+                       f"of batch {batch_id}")
+        if self.online_timeout_ms is not None:
+            online = PresenceBatch(batch_id, entry.watermark_ms, entry.batch_ts_ms, end_id, presence_events(table),
+                                   self.params.delay_ms, summary.next_watermark_ms)
+            timeout = self.online_timeout_ms
+            with_retry(lambda: commit_presence(self.client, self.keys, online, self.params, timeout, self.mirror),
+                       f"online players of batch {batch_id}")
+
         if self.on_commit is not None:
             self.on_commit(summary, applied)
 
-    def _per_server(self, summary: BatchSummary) -> None:
-        """Advance the per-input watermarks with what each server's input saw (idle markers too, where
-        idleness is on: they are in that input), as Spark does after running the batch."""
-        assert self.watermarks is not None
-        idle = self.params.idle_timeout_ms is not None
-        seen: dict[str, int] = {}
-        for server, st in summary.servers.items():
-            top = st.input_max_us(idle)
-            if top is not None:
-                seen[server] = event_ms(top)
-        summary.server_watermarks = self.watermarks.update(seen)
-        summary.next_watermark_ms = self.watermarks.combined(summary.watermark_ms)
+
+def per_server(summary: BatchSummary, model: ServerWatermarks, idle: bool) -> None:
+    """Advance the per-input watermarks with what each server's input saw (idle markers too, where idleness
+    is on: they are in that input), as Spark does after running the batch."""
+    seen: dict[str, int] = {}
+    for server, st in summary.servers.items():
+        top = st.input_max_us(idle)
+        if top is not None:
+            seen[server] = event_ms(top)
+    summary.server_watermarks = model.update(seen)
+    summary.next_watermark_ms = model.combined(summary.watermark_ms)
+
+
+@dataclass(frozen=True)
+class Lane:
+    """A lab lane: the pipeline's batch under another watermark strategy, in the lane's namespace.
+
+    The lane reads nothing itself: it takes the batch's aggregate and judges it against its own watermark,
+    which it keeps where the previous batch committed it (``next_watermark_ms`` and, per server, the
+    per-input map ``server_watermarks`` in ``{lane}:state``), so a restart changes nothing."""
+
+    keys: KeySchema
+    params: Params
+
+    def commit(self, client: redis.Redis, batch: BatchTable, main: BatchSummary) -> bool:
+        last, in_force, stored = client.hmget(self.keys.state, ["last_batch", "next_watermark_ms",
+                                                               "server_watermarks"])
+        if last is not None and int(last) >= main.batch_id:
+            return False
+        summary = batch.summary(main.batch_id, int(in_force or 0), main.batch_ts_ms, main.start_id, main.end_id,
+                                self.params)
+        if self.params.per_server:
+            values = {k: int(v) for k, v in json.loads(stored).items()} if stored else {}
+            model = ServerWatermarks(self.params.servers, self.params.delay_ms, self.params.policy, values)
+            per_server(summary, model, self.params.idle_timeout_ms is not None)
+        return commit_batch(client, self.keys, summary, self.params)

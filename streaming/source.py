@@ -16,7 +16,8 @@ leaves the option off and gets one row per entry.
 
 Options: ``url``, ``stream``, ``partitions`` (default 2),
 ``maxEventsPerBatch`` (0 = no cap), ``preAggregate`` (``true``/``false``,
-default false) with ``windowMs`` and ``slideMs``, and for batch reads
+default false) with ``windowMs`` and ``slideMs``, ``presence`` (with ``preAggregate``: every accepted event
+also as a presence row, for the online players), and for batch reads
 ``startId`` / ``endId`` (inclusive, default the whole stream).
 """
 
@@ -40,20 +41,31 @@ from pyspark.sql.types import StructType
 
 from streaming.events import ACCEPTED_KINDS, IDLE_KIND, NO_RULES, PAYLOAD_FIELD, BadEntry, Rules, parse_entry
 from streaming.events import parse_entry_id as parse_id
-from streaming.partial import PARTIAL_DDL, PARTIAL_TYPE, WINDOW, PartitionPartials
+from streaming.partial import (
+    PACKED,
+    PACKED_PRESENCE,
+    PARTIAL_DDL,
+    PARTIAL_TYPE,
+    WINDOW,
+    PartitionPartials,
+    presence_partial,
+)
 from streaming.redis_conn import TRANSIENT, with_retry
 from streaming.timeutil import parse_iso_us
 
 SCHEMA = (
     "entry_id string, ingest_time timestamp, event_id string, server string, player_id string, "
     "kind string, event_time timestamp, error string, error_detail string, raw string, " + PARTIAL_DDL
+    + ", blob binary"
 )
 _TS = pa.timestamp("us", tz="UTC")
 ARROW_SCHEMA = pa.schema([
     ("entry_id", pa.string()), ("ingest_time", _TS), ("event_id", pa.string()), ("server", pa.string()),
     ("player_id", pa.string()), ("kind", pa.string()), ("event_time", _TS), ("error", pa.string()),
-    ("error_detail", pa.string()), ("raw", pa.string()), ("partial", PARTIAL_TYPE),
+    ("error_detail", pa.string()), ("raw", pa.string()), ("partial", PARTIAL_TYPE), ("blob", pa.binary()),
 ])
+ROW_SCHEMA = pa.schema([f for f in ARROW_SCHEMA if f.name != "blob"])
+"""The rows a packed row carries (:func:`pack`, :func:`unpack`)."""
 MAX_SEQ = 18446744073709551615
 READ_CHUNK = 10_000
 RawEntry = Sequence[Any]  # [id, [field, value, field, value, ...]] as XRANGE replies, undecoded
@@ -145,10 +157,11 @@ def _xrange(client: redis.Redis, stream: str, lo: str, hi: str, count: int) -> l
             gc.enable()
 
 
-def read_range(url: str, stream: str, part: StreamRange, chunk: int = READ_CHUNK,
-               rules: Rules = NO_RULES, partials: PartitionPartials | None = None) -> Iterator[pa.RecordBatch]:
+def read_range(url: str, stream: str, part: StreamRange, chunk: int = READ_CHUNK, rules: Rules = NO_RULES,
+               partials: PartitionPartials | None = None, presence: bool = False) -> Iterator[pa.RecordBatch]:
     """XRANGE the partition in chunks, one Arrow record batch per chunk; with ``partials``, the accepted
-    events are folded into them instead and a last batch holds the partition's partial rows."""
+    events are folded into them instead and a last batch holds the partition's partial rows; with
+    ``presence`` too, each chunk's accepted events also come as presence rows."""
     client = _client(url)
     lo = part.lo if part.lo_inclusive else "(" + part.lo
     while True:
@@ -156,7 +169,7 @@ def read_range(url: str, stream: str, part: StreamRange, chunk: int = READ_CHUNK
         if entries:
             batch = to_record_batch(entries, rules)
             if partials is not None:
-                batch = _fold(partials, batch)
+                batch = _fold(partials, batch, presence)
             if batch.num_rows:
                 yield batch
         if len(entries) < chunk:
@@ -165,19 +178,69 @@ def read_range(url: str, stream: str, part: StreamRange, chunk: int = READ_CHUNK
     if partials is not None:
         server, player, partial = partials.rows()
         if len(server):
-            yield partial_batch(server, player, partial)
+            yield pack(partial_batch(server, player, partial), PACKED)
 
 
-def _fold(partials: PartitionPartials, batch: pa.RecordBatch) -> pa.RecordBatch:
+def _fold(partials: PartitionPartials, batch: pa.RecordBatch, presence: bool = False) -> pa.RecordBatch:
     """The chunk's accepted events (not quarantined, not idle markers) into the partition's partials; the
-    rows left, one per entry."""
+    rows left, one per entry, and with ``presence`` the accepted events as presence rows."""
     kind = batch.column("kind")
     accepted = pc.and_(pc.and_(batch.column("error").is_null(), batch.column("event_time").is_valid()),
                        pc.invert(pc.fill_null(pc.equal(kind, IDLE_KIND), False)))
     events = batch.filter(accepted) if accepted.false_count else batch
+    event_us = pc.cast(events.column("event_time"), pa.int64())
     partials.add(events.column("server"), events.column("player_id"),
-                 pc.cast(events.column("ingest_time"), pa.int64()), pc.cast(events.column("event_time"), pa.int64()))
-    return batch.filter(pc.invert(accepted)) if accepted.false_count else batch.slice(0, 0)
+                 pc.cast(events.column("ingest_time"), pa.int64()), event_us)
+    rest = batch.filter(pc.invert(accepted)) if accepted.false_count else batch.slice(0, 0)
+    if not presence or not events.num_rows:
+        return rest
+    keep = {"entry_id", "server", "player_id", "kind", "event_time"}
+    n = events.num_rows
+    rows = pa.RecordBatch.from_arrays(
+        [events.column(f.name) if f.name in keep else presence_partial(event_us) if f.name == "partial"
+         else pa.nulls(n, f.type) for f in ROW_SCHEMA], schema=ROW_SCHEMA)
+    packed = pack(rows, PACKED_PRESENCE)
+    return pa.concat_batches([rest, packed]) if rest.num_rows else packed
+
+
+def pack(rows: pa.RecordBatch, of: str) -> pa.RecordBatch:
+    """``rows`` (in :data:`ROW_SCHEMA`) as one row per server carrying them as Arrow IPC bytes in ``blob``.
+
+    Spark turns every row it is handed into a JVM row and back into Arrow for the driver, a few
+    microseconds a row: with hundreds of thousands of players a batch's partial rows are about as many as
+    its events, and that conversion cost more than the rest of the batch. Packed, Spark moves a few byte
+    strings; the sink unpacks them (:func:`unpack`). A packed ``PACKED`` row keeps its rows' latest event
+    time as its own, so ``withWatermark`` sees each batch's maximum as before."""
+    servers = pc.unique(rows.column("server")).to_pylist()
+    out = []
+    for server in servers:
+        part = rows.filter(pc.equal(rows.column("server"), server)) if len(servers) > 1 else rows
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, ROW_SCHEMA) as writer:
+            writer.write_batch(part)
+        latest = pc.max(part.column("event_time")) if of == PACKED else pa.scalar(None, _TS)
+        columns = {"server": pa.array([server], pa.string()), "event_time": pa.array([latest.as_py()], _TS),
+                   "partial": pa.array([{"of": of, "key_us": None, "n": part.num_rows, "min_event_us": None,
+                                         "max_event_us": None}], PARTIAL_TYPE),
+                   "blob": pa.array([sink.getvalue().to_pybytes()], pa.binary())}
+        out.append(pa.RecordBatch.from_arrays([columns.get(f.name, pa.nulls(1, f.type)) for f in ARROW_SCHEMA],
+                                              schema=ARROW_SCHEMA))
+    return pa.concat_batches(out) if len(out) > 1 else out[0]
+
+
+def unpack(table: pa.Table) -> pa.Table:
+    """The rows of a batch with every packed row replaced by the rows it carries (blob column dropped)."""
+    blob = table.column("blob")
+    if not blob.null_count < len(blob):
+        return table.drop_columns(["blob"])
+    plain = table.filter(blob.is_null()).drop_columns(["blob"])
+    schema = plain.schema
+    parts = [plain]
+    for chunk in blob.chunks:
+        for value in chunk:
+            if value.is_valid:
+                parts.append(pa.ipc.open_stream(value.as_buffer()).read_all().select(schema.names).cast(schema))
+    return pa.concat_tables(parts)
 
 
 def partial_batch(server: pa.Array, player: pa.Array, partial: pa.StructArray) -> pa.RecordBatch:
@@ -187,8 +250,8 @@ def partial_batch(server: pa.Array, player: pa.Array, partial: pa.StructArray) -
     window = pc.equal(partial.field("of"), WINDOW)
     event_time = pc.cast(pc.if_else(window, partial.field("max_event_us"), pa.scalar(None, pa.int64())), _TS)
     columns = {"server": server, "player_id": player, "partial": partial, "event_time": event_time}
-    return pa.RecordBatch.from_arrays([columns.get(f.name, pa.nulls(n, f.type)) for f in ARROW_SCHEMA],
-                                      schema=ARROW_SCHEMA)
+    return pa.RecordBatch.from_arrays([columns.get(f.name, pa.nulls(n, f.type)) for f in ROW_SCHEMA],
+                                      schema=ROW_SCHEMA)
 
 
 # The shape of a well-formed event as writers produce it: keys in the documented order, event_id and kind
@@ -251,7 +314,7 @@ def to_record_batch(entries: Sequence[RawEntry] | Sequence[tuple[bytes, Mapping[
     columns = {"entry_id": entry_id, "ingest_time": pc.cast(ingest_us, _TS), "event_id": event_id,
                "server": server, "player_id": shape.field("player_id"), "kind": kind, "event_time": event_time,
                "error": pa.nulls(n, pa.string()), "error_detail": pa.nulls(n, pa.string()),
-               "raw": pa.nulls(n, pa.string()), "partial": pa.nulls(n, PARTIAL_TYPE)}
+               "raw": pa.nulls(n, pa.string()), "partial": pa.nulls(n, PARTIAL_TYPE), "blob": pa.nulls(n, pa.binary())}
     if fast.false_count:
         columns = _parse_slow(columns, pc.invert(fast), [i for i, ok in enumerate(fast.to_pylist()) if not ok],
                               ids, [f for _, f in entries], rules)
@@ -322,12 +385,18 @@ class _Options:
                                  f"{options.get('windowMs')!r} and {options.get('slideMs')!r}") from None
             PartitionPartials(window_ms, slide_ms)  # says what is wrong with them, here rather than in a worker
             self.window = (window_ms, slide_ms)
+        presence = options.get("presence", "false").strip().lower()
+        if presence not in ("true", "false"):
+            raise ValueError(f"option presence must be 'true' or 'false', got {options.get('presence')!r}")
+        if presence == "true" and self.window is None:
+            raise ValueError("option presence=true goes with preAggregate=true")
+        self.presence = presence == "true"
 
 
 def _read(opts: _Options, partition: InputPartition) -> Iterator[pa.RecordBatch]:
     assert isinstance(partition, StreamRange)
     return read_range(opts.url, opts.stream, partition, rules=opts.rules,
-                      partials=PartitionPartials(*opts.window) if opts.window else None)
+                      partials=PartitionPartials(*opts.window) if opts.window else None, presence=opts.presence)
 
 
 class RedisStreamReader(DataSourceStreamReader):

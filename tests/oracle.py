@@ -127,6 +127,11 @@ def oracle(lines: list[dict], length: int, slide: int, delay: int, with_late: bo
     return {"batches": [batches[k] for k in sorted(batches)], "windows": windows}
 
 
+def windows_part(doc: dict) -> dict:
+    """A check document without its ``online`` list, to compare with :func:`oracle` (which has none)."""
+    return {k: v for k, v in doc.items() if k != "online"}
+
+
 def random_event_set(seed: int, batches: int = 6, per_batch: int = 25, servers: str = "ABC") -> list[dict]:
     """Batches of events around a moving 'now', with late and very late stragglers and
     events on exact window boundaries, where off-by-one mistakes live."""

@@ -113,6 +113,33 @@ def test_trimming_follows_the_committed_offset_never_a_length(r: redis.Redis, ke
     assert 0 < ids[0] <= keep_from, "entries before the keep point were trimmed (approximately: whole nodes only)"
 
 
+@pytest.mark.parametrize(("held_at", "keep_from"), [
+    (None, 3_000),  # no reader behind: trimmed up to the batch's start, as above
+    (1_200, 1_200),  # the online view (or a lane) committed only up to 1,200: nothing after it goes
+    (0, 0),  # a reader that has committed nothing yet holds everything
+])
+def test_a_reader_held_back_keeps_what_it_still_needs(r: redis.Redis, keys: KeySchema, held_at: int | None,
+                                                      keep_from: int) -> None:
+    """Every reader of the input (each lab lane, the online view) names its state hash in ``readers``; the trim
+    stops below the least ``committed_id`` among them."""
+    pipe = r.pipeline()
+    for i in range(5_000):
+        pipe.xadd(keys.events, {"e": b"{}"}, id=f"{T0 + i}-0")
+    pipe.execute()
+    reader = f"{keys.namespace}.lane:state"
+    if held_at:
+        r.hset(reader, "committed_id", f"{T0 + held_at}-0")
+    elif held_at is None:
+        r.hset(reader, "committed_id", f"{T0 + 4_000}-0")
+    s = BatchSummary(0, 0, T0 + 86_400_000, f"{T0 + 3_000}-0", f"{T0 + 4_000}-0", [], {}, [])
+    assert commit_batch(r, keys, s, Params(600_000, 600_000, 300_000, readers=(reader,)))
+    ids = [int(e[0].split(b"-")[0]) - T0 for e in r.xrange(keys.events)]
+    assert ids == list(range(ids[0], 5_000)) and ids[0] <= keep_from, "trimmed an entry a reader still needs"
+    if keep_from:
+        assert ids[0] > 0, "nothing was trimmed at all: the test would pass without trimming"
+    r.delete(reader)
+
+
 def test_wait_for_commit_answers_from_the_commits_stream(r: redis.Redis, keys: KeySchema) -> None:
     from streaming.report import wait_for_commit
 

@@ -141,7 +141,14 @@ def test_live_ops_shows_players_now_and_totals_as_in_redis(env: Seeded,
     assert n(shown["Late but accepted"]) == int(totals["late"])
     assert n(shown["Quarantined"]) == int(totals["quarantined"]) == env.bad
     assert n(shown["Entries read"]) == int(totals["input"])
-    assert len(at.get("plotly_chart")) == 3
+    # the online view is folded by the same sink: its counts are on the page, equal to Redis
+    online = {k: int(v) for k, v in client.hgetall(keys.presence_counts).items()}
+    assert sum(online.values()) > 0
+    assert {s: n(shown[f"{s} · online now"]) for s in online} == online
+    assert {s: client.hlen(keys.online(s)) for s in online} == online
+    assert n(shown["All servers · online now"]) == sum(online.values())
+    # online per minute, transitions per minute, online after each batch, players now, over time, events
+    assert len(at.get("plotly_chart")) == 6
     # the current window is provisional (its end is above the watermark) and the page says so
     assert any("provisional" in c.value for c in at.caption)
     table = at.dataframe[0].value

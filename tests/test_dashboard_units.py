@@ -246,3 +246,27 @@ def test_the_dashboard_never_imports_pyspark() -> None:
 ])
 def test_redis_failures_say_what_went_wrong(error: Exception, phrase: str) -> None:
     assert phrase in unreachable("redis://x:6379/0", error).text
+
+
+def test_online_per_minute_and_transitions_per_minute() -> None:
+    from streaming.presence_rollup import TOTAL, Minute
+
+    minutes = [Minute(60_000, {"A": 3, "B": 1}, {"A": 4, "B": 1, TOTAL: 5},
+                      {"A": {"login": 3, "heartbeat": 1, "logout": 1}, "B": {"event": 1, "timeout": 2}}),
+               Minute(120_000, {"A": 2}, {"A": 3, TOTAL: 3}, {"A": {"timeout": 1}})]
+    fig = charts.online_per_minute(minutes, ["A", "B"])
+    assert [(t.name, list(t.y)) for t in fig.data] == [("A", [3, 2]), ("B", [1, 0])]  # B absent later: 0
+    assert [c[0] for c in fig.data[0].customdata] == [4, 3]  # each minute's peak, in the hover
+    fig = charts.transitions_per_minute(minutes)
+    # a heartbeat or a kind-less event that brings a player online counts as coming online
+    assert [(t.name, list(t.y)) for t in fig.data] == [("came online", [5, 0]), ("logged out", [1, 0]),
+                                                       ("timed out", [2, 1])]
+
+
+def test_the_online_chart_leaves_out_a_batch_before_any_event() -> None:
+    """Its watermark is the epoch: drawn, it would stretch the time axis to 1970."""
+    from streaming.presence_store import OnlinePoint
+
+    history = [OnlinePoint(0, 0, 1, {}, 0, 0), OnlinePoint(1, 1_767_225_600_000, 2, {"A": 1}, 1, 0)]
+    fig = charts.online_over_batches(history, ["A"])
+    assert list(fig.data[0].y) == [1]

@@ -17,7 +17,9 @@ import redis
 
 from streaming.events import PAYLOAD_FIELD
 from streaming.generator import generate
-from streaming.keys import KeySchema, WindowKey
+from streaming.keys import KeySchema
+from streaming.report import WindowKey
+from streaming.report import wait_for_commit as online_committed
 from tests.oracle import T0_MS, to_ms, windows_of
 from tests.seed import arrival_ids
 
@@ -67,22 +69,21 @@ def load(client: redis.Redis, keys: KeySchema, entries: list[tuple[str, bytes]])
 
 
 def snapshot(client: redis.Redis, keys: KeySchema) -> dict:
-    """Everything the sink wrote except wall-clock facts (batch trigger time, processing lag, progress).
-
-    The online-players query's keys are left out: the test waits for the windowed query only, and that
-    query's restarts are tested on their own (tests/test_online.py)."""
+    """Everything the sink wrote except wall-clock facts (batch trigger time, processing lag, progress, and the
+    online view's minutes and day's peaks, which are kept by batch time): the windows, and the online view's
+    players, counts and per-batch history."""
     out: dict = {}
-    skip = {keys.events, keys.commits}
+    skip = {keys.events, keys.commits, keys.presence_commits, keys.presence_minutes}
     for raw in client.keys(keys.namespace + ":*"):
         key = raw.decode()
-        if key in skip or key.startswith((keys.namespace + ":presence:", keys.namespace + ":online:")):
+        if key in skip or key.startswith(keys.namespace + ":presence:peak:"):
             continue
         name = key[len(keys.namespace):]
         kind = client.type(raw)
         if kind == b"hash":
             h = {f.decode(): v.decode() for f, v in client.hgetall(raw).items()}
-            h.pop("updated_ms", None)
-            h.pop("progress", None)
+            for wall_clock in ("updated_ms", "progress", "batch_ts_ms", "minute"):
+                h.pop(wall_clock, None)
             if "sink" in h:
                 rec = json.loads(h["sink"])
                 rec.pop("batch_ts_ms")
@@ -92,6 +93,9 @@ def snapshot(client: redis.Redis, keys: KeySchema) -> dict:
             out[name] = h
         elif kind == b"set":
             out[name] = sorted(client.smembers(raw))
+        elif key == keys.presence_history:
+            records = [json.loads(m) for m in client.zrange(raw, 0, -1)]
+            out[name] = [{k: v for k, v in rec.items() if k != "batch_ts_ms"} for rec in records]
         elif kind == b"zset":
             out[name] = client.zrange(raw, 0, -1, withscores=True)
         elif kind == b"stream":
@@ -142,6 +146,7 @@ def test_sigkill_at_random_moments_changes_nothing(redis_url: str, tmp_path: Pat
     proc = start_job(redis_url, clean.namespace, tmp_path / "ck-clean", log)
     try:
         wait_for_commit(client, clean, "0-0", until_id=last_id)
+        assert online_committed(client, clean, last_id, timeout_s=COMMIT_WAIT_MS / 1000, online=True)
     finally:
         proc.terminate()
         proc.wait(timeout=60)
@@ -164,6 +169,7 @@ def test_sigkill_at_random_moments_changes_nothing(redis_url: str, tmp_path: Pat
     try:
         if client.hget(crashed.state, "committed_id") != last_id.encode():
             wait_for_commit(client, crashed, seen, until_id=last_id)
+        assert online_committed(client, crashed, last_id, timeout_s=COMMIT_WAIT_MS / 1000, online=True)
     finally:
         proc.terminate()
         proc.wait(timeout=60)
@@ -172,6 +178,7 @@ def test_sigkill_at_random_moments_changes_nothing(redis_url: str, tmp_path: Pat
     expected, actual = snapshot(client, clean), snapshot(client, crashed)
     assert int(expected[":state"]["last_batch"]) >= len(entries) // BATCH_CAP
     assert actual == expected
+    assert sum(int(v) for v in expected[":presence:counts"].values()) > 0  # the online view was compared too
     # Nothing lost, nothing counted twice: every raw event is accepted or dropped, once per window.
     assert counted_per_window(client, crashed) == raw_per_window([p for _, p in entries])
     assert int(client.hget(crashed.totals, "dropped")) > 0, "the late bursts must be dropped for this to mean much"

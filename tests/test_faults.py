@@ -76,7 +76,7 @@ def test_a_failed_batch_is_retried_without_double_counting(spark: SparkSession, 
     flaky = cfg(f"flaky-{run}")
     keys = KeySchema(flaky.namespace)
     sink = FailingSink(redis_url, keys, params_of(flaky), flaky.checkpoint_dir, fail_batch=2,
-                       after_commit=after_commit)
+                       after_commit=after_commit, online_timeout_ms=flaky.online_timeout_ms)
     query = start_query(spark, flaky, sink=sink, trigger_ms=0)
     for part in parts[:2]:
         xadd_all(client, keys, part)

@@ -17,7 +17,6 @@ from dashboard.status import human_ms
 from streaming.config import Config
 from streaming.job import register_lanes
 from streaming.keys import KeySchema
-from streaming.lanes import lane_namespace
 from streaming.replay import replay
 from streaming.tradeoff import GRID_MS
 from tests.oracle import T0_MS, oracle, to_iso
@@ -58,12 +57,7 @@ def lab(spark: SparkSession, redis_url: str, tmp_path_factory: pytest.TempPathFa
     base = Config(redis_url=redis_url, embedded_redis=False, namespace=ns, window_ms=10 * MIN, slide_ms=10 * MIN,
                   delay_ms=5 * MIN, checkpoint_dir=str(tmp / ns), spark_master="local[2]",
                   retention_ms=100 * 365 * 86_400_000, known_servers=frozenset("ABC"), lanes=LANES)
-    replay(to_batches(LINES), base)
-    for lane in LANES:  # each lane replays the same events into its own namespace
-        policy = lane.rsplit("-", 1)[1]
-        cfg = base.with_(namespace=lane_namespace(ns, lane), checkpoint_dir=str(tmp / lane), lanes=(),
-                         watermark_mode="per-server", watermark_policy=policy)
-        replay(to_batches(LINES), cfg)
+    replay(to_batches(LINES), base)  # the pipeline's sink commits every lane from the same read
     register_lanes(redis.Redis.from_url(redis_url), KeySchema(ns), base)
     return base
 

@@ -1,6 +1,6 @@
-"""The driver-side aggregation (streaming.local_agg) against a plain-Python oracle built on the window math, and
-against the Spark aggregation it stands in for (streaming.sink.SummaryQuery) on the same rows: the source's
-partial aggregates (streaming.partial) of random entries, summed across partitions."""
+"""The sink's aggregation (streaming.local_agg) against a plain-Python oracle built on the window math: the
+source's partial aggregates (streaming.partial) and presence rows of random entries, summed across partitions;
+and the real source's packed rows through Spark, unpacked on the driver, against the same rows read in-process."""
 
 from __future__ import annotations
 
@@ -12,8 +12,9 @@ import pyarrow as pa
 import pytest
 
 from streaming import local_agg
-from streaming.local_agg import BAD, INGEST_LAG, NOT_PRE_AGGREGATED, PROCESSING_LAG, TICK, WINDOW
+from streaming.local_agg import BAD, INGEST_LAG, PRESENCE, PROCESSING_LAG, TICK, WINDOW
 from streaming.partial import PARTIAL_TYPE, PartitionPartials
+from streaming.presence_batch import KIND_CODES
 from streaming.windows import window_ranges
 
 S = 1_000_000
@@ -78,11 +79,18 @@ def as_read(entries: list[dict], window_ms: int, slide_ms: int, partitions: int 
             out.append({**{k: None for k in SCHEMA.names}, "server": server, "player_id": player,
                         "partial": partial,
                         "event_time": partial["max_event_us"] if partial["of"] == "window" else None})
+    for r in entries:  # and every accepted event as a presence row
+        if accepted(r):
+            ev = r["event_time"]
+            out.append({**{k: None for k in SCHEMA.names}, **{k: r[k] for k in ("server", "player_id", "kind",
+                                                                                 "event_time", "entry_id")},
+                        "partial": {"of": "presence", "key_us": ev, "n": 1, "min_event_us": ev, "max_event_us": ev}})
     return out
 
 
 def oracle(entries: list[dict], window_ms: int, slide_ms: int) -> dict[tuple, tuple]:
-    """(tag, server, a, b) -> (n, min_ev, max_ev), one entry at a time, windows from windows.window_ranges."""
+    """(tag, server, a, b, c) -> (n, min_ev, max_ev), one entry at a time, windows from windows.window_ranges;
+    a presence item has its kind's code in min_ev."""
     n: Counter = Counter()
     evs: dict[tuple, list[int]] = {}
 
@@ -95,15 +103,20 @@ def oracle(entries: list[dict], window_ms: int, slide_ms: int) -> dict[tuple, tu
         ev, server = r["event_time"], r["server"]
         if r["error"] is not None:
             doc = {k: r[k] for k in ("entry_id", "error", "error_detail", "raw") if r[k] is not None}
-            add((BAD, server, 0, json.dumps(doc)), None)
+            add((BAD, server, 0, json.dumps(doc), None), None)
         elif r["kind"] == "idle":
-            add((TICK, server, 0, None), ev)
+            add((TICK, server, 0, None, None), ev)
         else:
             for w in window_ranges(ev, window_ms, slide_ms):
-                add((WINDOW, server, w.start_ms * 1000, r["player_id"]), ev)
-            add((INGEST_LAG, server, r["ingest_time"] - ev, None), ev)
-            add((PROCESSING_LAG, server, -ev, None), ev)
-    return {k: (n[k], min(evs[k]) if k in evs else None, max(evs[k]) if k in evs else None) for k in n}
+                add((WINDOW, server, w.start_ms * 1000, r["player_id"], None), ev)
+            add((INGEST_LAG, server, r["ingest_time"] - ev, None, None), ev)
+            add((PROCESSING_LAG, server, -ev, None, None), ev)
+    out = {k: (n[k], min(evs[k]) if k in evs else None, max(evs[k]) if k in evs else None) for k in n}
+    for r in entries:
+        if accepted(r):
+            out[(PRESENCE, r["server"], r["event_time"], r["player_id"], r["entry_id"])] = (
+                1, KIND_CODES[r["kind"]], r["event_time"])
+    return out
 
 
 def as_table(rows: list[dict]) -> pa.Table:
@@ -117,7 +130,7 @@ def as_dict(t: pa.Table) -> dict[tuple, tuple]:
         b = row["b"]
         if row["tag"] == BAD:
             b = json.dumps(json.loads(b))
-        out[(row["tag"], row["server"], row["a"], b)] = (row["n"], row["min_ev"], row["max_ev"])
+        out[(row["tag"], row["server"], row["a"], b, row["c"])] = (row["n"], row["min_ev"], row["max_ev"])
     return out
 
 
@@ -130,7 +143,7 @@ def test_local_aggregate_matches_the_oracle(seed: int, window_ms: int, slide_ms:
     expected = oracle(entries, window_ms, slide_ms)
     assert got == expected
     tags = Counter(k[0] for k in expected)
-    assert all(tags[t] for t in (WINDOW, INGEST_LAG, PROCESSING_LAG, BAD, TICK))  # every kind of item is there
+    assert all(tags[t] for t in (WINDOW, INGEST_LAG, PROCESSING_LAG, BAD, TICK, PRESENCE))  # every kind of item
     assert any(v[0] > 1 for k, v in expected.items() if k[0] == WINDOW)  # groups of several events
 
 
@@ -141,16 +154,17 @@ def test_one_event_by_hand() -> None:
                 "error": None, "entry_id": "1-0", "error_detail": None, "raw": None, "partial": None}]
     got = as_dict(local_agg.aggregate(as_table(as_read(entries, 120_000, 60_000))))
     assert got == {
-        (WINDOW, "A", 0, "p1"): (1, ev, ev),
-        (WINDOW, "A", 60 * S, "p1"): (1, ev, ev),
-        (INGEST_LAG, "A", 2_500_000, None): (1, ev, ev),  # keyed by ingest - event, in microseconds
-        (PROCESSING_LAG, "A", -ev, None): (1, ev, ev),  # keyed by -event: the batch time is added later
+        (WINDOW, "A", 0, "p1", None): (1, ev, ev),
+        (WINDOW, "A", 60 * S, "p1", None): (1, ev, ev),
+        (INGEST_LAG, "A", 2_500_000, None, None): (1, ev, ev),  # keyed by ingest - event, in microseconds
+        (PROCESSING_LAG, "A", -ev, None, None): (1, ev, ev),  # keyed by -event: the batch time is added later
+        (PRESENCE, "A", ev, "p1", "1-0"): (1, KIND_CODES["login"], ev),  # the event itself, for the online view
     }
 
 
 def test_an_empty_batch_gives_an_empty_table() -> None:
     out = local_agg.aggregate(as_table([]))
-    assert out.num_rows == 0 and out.column_names == ["tag", "server", "a", "b", "n", "min_ev", "max_ev"]
+    assert out.num_rows == 0 and out.column_names == ["tag", "server", "a", "b", "c", "n", "min_ev", "max_ev"]
 
 
 def test_a_row_of_one_event_is_refused() -> None:
@@ -161,38 +175,35 @@ def test_a_row_of_one_event_is_refused() -> None:
 
 
 @pytest.mark.spark
-@pytest.mark.parametrize(("seed", "window_ms", "slide_ms"), CASES)
-def test_local_aggregate_equals_sparks(spark, seed: int, window_ms: int, slide_ms: int) -> None:  # noqa: ANN001
-    """The two paths of streaming.sink.summarize give the same table for the same rows."""
-    from streaming.sink import SummaryQuery
+def test_packed_rows_cross_spark_whole(spark, redis_url: str) -> None:  # noqa: ANN001
+    """The source's rows through Spark and unpacked on the driver (streaming.sink.aggregate) give the same
+    aggregate as the same partitions read in this process, with no JVM between: packing loses nothing."""
+    import uuid
 
-    table = as_table(as_read(random_entries(seed), window_ms, slide_ms))
-    query = SummaryQuery.shared()  # as the sink gets it: one per process
-    assert query is SummaryQuery.shared()
-    spark_result = as_dict(query.run(spark.createDataFrame(table)))
-    assert as_dict(local_agg.aggregate(table)) == spark_result
-    assert len(spark_result) > 100
+    import redis
 
+    from streaming.events import PAYLOAD_FIELD, Event
+    from streaming.sink import aggregate
+    from streaming.source import StreamRange, read_range, unpack
 
-@pytest.mark.spark
-def test_spark_refuses_a_row_of_one_event_too(spark) -> None:  # noqa: ANN001
-    from streaming.sink import SummaryQuery
-
-    with pytest.raises(Exception, match="preAggregate=true"):
-        SummaryQuery.shared().run(spark.createDataFrame(as_table(random_entries(0, 20))))
-    assert "preAggregate=true" in NOT_PRE_AGGREGATED
-
-
-@pytest.mark.parametrize(("start_id", "end_id", "max_span_ms", "expected"), [
-    ("1000-0", "6000-3", 5_000, True),  # arrivals 5 s apart: at the limit, on the driver
-    ("1000-0", "6001-0", 5_000, False),  # 1 ms more: Spark
-    ("0-0", "1767225600000-0", 5_000, False),  # a run's first batch starts at 0-0: a backlog of unknown size
-    ("1000-0", "1000-9", 0, False),  # 0 switches the driver path off, even for one millisecond
-])
-def test_which_batches_are_counted_on_the_driver(start_id: str, end_id: str, max_span_ms: int,
-                                                 expected: bool) -> None:
-    from streaming.commit import Params
-    from streaming.sink import on_driver
-
-    params = Params(window_ms=60_000, slide_ms=60_000, delay_ms=0, driver_agg_max_span_ms=max_span_ms)
-    assert on_driver(start_id, end_id, params) is expected
+    stream = f"pack-{uuid.uuid4().hex[:8]}:events"
+    client = redis.Redis.from_url(redis_url)
+    pipe = client.pipeline()
+    written = 0
+    for r in random_entries(7, 600):
+        if r["error"] is not None:
+            pipe.xadd(stream, {PAYLOAD_FIELD: b"{not json"})
+        elif accepted(r):
+            pipe.xadd(stream, Event(r["server"], r["player_id"], r["event_time"], kind=r["kind"]).fields())
+            written += 1
+    pipe.execute()
+    df = (spark.read.format("redis_stream").option("url", redis_url).option("stream", stream)
+          .option("partitions", "3").option("preAggregate", "true").option("presence", "true")
+          .option("windowMs", "600000").option("slideMs", "300000").load())
+    through_spark = as_dict(aggregate(df))
+    ids = [e[0].decode() for e in client.xrange(stream)]
+    local = pa.Table.from_batches(list(read_range(redis_url, stream, StreamRange(ids[0], ids[-1], True),
+                                                  partials=PartitionPartials(600_000, 300_000), presence=True)))
+    in_process = as_dict(local_agg.aggregate(unpack(local).select(list(local_agg.COLUMNS))))
+    assert through_spark == in_process
+    assert sum(1 for k in in_process if k[0] == PRESENCE) == written > 400  # every accepted event, once

@@ -1,15 +1,16 @@
-"""Online players: the per-player rule as a table, the Redis commit, and the real stateful query
-(transformWithStateInPandas over the real source) against an independent oracle, across restarts."""
+"""Online players: the per-player rule as a table, the Redis commit, and the real query (the online view is
+folded by the pipeline's own sink from the same read) against an independent oracle, across restarts."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from pathlib import Path
 
+import numpy as np
 import pytest
 import redis
 from pyspark.sql import SparkSession
-from pyspark.sql.streaming import StreamingQuery
 from streamlit.testing.v1 import AppTest
 
 from dashboard.charts import online_over_batches
@@ -17,9 +18,9 @@ from streaming.commit import Params
 from streaming.config import Config, ConfigError
 from streaming.events import PAYLOAD_FIELD, Event
 from streaming.keys import KeySchema
-from streaming.online import online_checkpoint, start_online_query
 from streaming.presence import PlayerState, Seen, Transition, apply_events, expiry_ms, on_timer
-from streaming.presence_store import OnlineBatch, OnlinePoint, PlayerTransition, commit_online, net_changes, read_online
+from streaming.presence_batch import KIND_CODES
+from streaming.presence_store import OnlinePoint, PresenceBatch, PresenceEvents, commit_presence, read_online
 from streaming.query import start_query
 from tests.oracle import T0_MS, online_oracle, random_presence_batches
 
@@ -114,21 +115,6 @@ def test_expiry_ms(last_us: int, expected: int) -> None:
     assert expiry_ms(last_us, TIMEOUT) == expected
 
 
-def pt(server: str, player: str, online: bool, seq: int) -> PlayerTransition:
-    return PlayerTransition(server, player, online, 0, "x", seq)
-
-
-@pytest.mark.parametrize(("transitions", "expected"), [
-    ([pt("A", "p1", True, 0)], {("A", "p1"): 1}),  # came online
-    ([pt("A", "p1", False, 0)], {("A", "p1"): -1}),  # went offline
-    ([pt("A", "p1", False, 0), pt("A", "p1", True, 1)], {}),  # offline and back: no net change
-    ([pt("A", "p1", True, 1), pt("A", "p1", False, 0)], {}),  # order is seq, not list order
-    ([pt("A", "p1", True, 0), pt("B", "p1", True, 0)], {("A", "p1"): 1, ("B", "p1"): 1}),  # per server
-])
-def test_net_changes(transitions: list[PlayerTransition], expected: dict) -> None:
-    assert net_changes(transitions) == expected
-
-
 @pytest.mark.parametrize(("raw", "message"), [
     ("0s", "ONLINE_TIMEOUT (0s) must be positive"),
     ("soon", "ONLINE_TIMEOUT='soon' is not a duration"),
@@ -143,20 +129,52 @@ def test_online_timeout_default_and_parse() -> None:
     assert Config.from_env({"ONLINE_TIMEOUT": "1m30s"}).online_timeout_ms == 90_000
 
 
+def events(*rows: tuple[str, str, int, str | None]) -> PresenceEvents:
+    """(server, player, event ms, kind) in arrival order."""
+    return PresenceEvents(np.array([r[0] for r in rows], object), np.array([r[1] for r in rows], object),
+                          np.array([r[2] * 1000 for r in rows], np.int64), np.arange(len(rows), dtype=np.int64),
+                          np.array([KIND_CODES[r[3]] for r in rows], np.int8))
+
+
+def members(r: redis.Redis, key: str) -> dict[str, int]:
+    return {m.decode(): int(v) for m, v in r.hgetall(key).items()}
+
+
 def test_commit_is_applied_once(r: redis.Redis) -> None:
     keys = KeySchema(f"t-{uuid.uuid4().hex[:8]}")
-    params = Params(60_000, 60_000, 5_000)
-    b0 = OnlineBatch(0, 0, 1, [PlayerTransition("A", "p1", True, 1, "login", 0),
-                               PlayerTransition("A", "p2", True, 1, "login", 0)])
-    b1 = OnlineBatch(1, 0, 2, [PlayerTransition("A", "p1", False, 2, "logout", 0)])
-    assert commit_online(r, keys, b0, params, TIMEOUT)
-    assert commit_online(r, keys, b1, params, TIMEOUT)
-    assert not commit_online(r, keys, b0, params, TIMEOUT)  # replayed after a crash: no-op
-    assert not commit_online(r, keys, b1, params, TIMEOUT)
-    assert r.smembers(keys.online("A")) == {b"p2"}
+    params = Params(60_000, 60_000, DELAY)
+    b0 = PresenceBatch(0, 0, 1, "1-0", events(("A", "p1", 100_000, "login"), ("A", "p2", 100_000, "login")), DELAY)
+    b1 = PresenceBatch(1, 95_000, 2, "2-0", events(("A", "p1", 101_000, "logout")), DELAY)
+    assert commit_presence(r, keys, b0, params, TIMEOUT)
+    assert commit_presence(r, keys, b1, params, TIMEOUT)
+    assert not commit_presence(r, keys, b0, params, TIMEOUT)  # replayed after a crash: no-op
+    assert not commit_presence(r, keys, b1, params, TIMEOUT)
+    assert members(r, keys.online("A")) == {"p2": 100_000_000}
+    assert members(r, keys.logged_out("A")) == {"p1": 101_000_000}  # kept: the watermark (96 s) is below it
     view = read_online(r, keys)
     assert view is not None and view.counts == {"A": 1} and view.last_batch == 1
-    assert [(p.batch, p.counts) for p in view.history] == [(0, {"A": 2}), (1, {"A": 1})]
+    assert [(p.batch, p.counts, p.online, p.offline) for p in view.history] == [(0, {"A": 2}, 2, 0),
+                                                                                (1, {"A": 1}, 0, 1)]
+    assert view.watermark_ms == 101_000 - DELAY  # the one its expiries used: after the batch
+
+
+def test_commit_expires_players_the_batch_does_not_touch(r: redis.Redis) -> None:
+    """Expiry needs no event of the player: the next watermark reaching last + timeout is enough, and a
+    logout is forgotten once the watermark passes it. Transitions are counted per server and cause."""
+    keys = KeySchema(f"t-{uuid.uuid4().hex[:8]}")
+    params = Params(60_000, 60_000, DELAY)
+    first = events(("A", "p1", 100_000, "login"), ("A", "p2", 100_000, "login"), ("B", "p3", 103_000, "logout"))
+    assert commit_presence(r, keys, PresenceBatch(0, 0, 1, "1-0", first, DELAY), params, TIMEOUT)
+    # next watermark 115 s - 5 s = 110 s: p1 and p2 (100 + 10 s) time out exactly, p3's logout is forgotten
+    later = events(("B", "p4", 115_000, "login"))
+    assert commit_presence(r, keys, PresenceBatch(1, 98_000, 2, "2-0", later, DELAY), params, TIMEOUT)
+    assert members(r, keys.online("A")) == {} and members(r, keys.logged_out("B")) == {}
+    assert members(r, keys.online("B")) == {"p4": 115_000_000}
+    view = read_online(r, keys)
+    assert view is not None and view.counts == {"A": 0, "B": 1}
+    last = json.loads(r.zrange(keys.presence_history, -1, -1)[0])
+    assert last["causes"] == {"A": {"timeout": 2}, "B": {"login": 1}}
+    assert (last["online"], last["offline"]) == (1, 2)
 
 
 # --- the real query ---------------------------------------------------------------------------------
@@ -207,31 +225,27 @@ def write_batch(client: redis.Redis, keys: KeySchema, batch: list[tuple], bad: b
 def online_sets(client: redis.Redis, keys: KeySchema) -> dict[str, set[str]]:
     view = read_online(client, keys)
     servers = view.counts if view else {}
-    sets = {s: {m.decode() for m in client.smembers(keys.online(s))} for s in servers}
+    sets = {s: set(members(client, keys.online(s))) for s in servers}
     return {s: ps for s, ps in sets.items() if ps}
 
 
-def run(spark: SparkSession, cfg: Config, batches: list[list[tuple]], restart_after: int | None = None,
-        main: bool = False) -> list[dict[str, set[str]]]:
+def run(spark: SparkSession, cfg: Config, batches: list[list[tuple]],
+        restart_after: int | None = None) -> list[dict[str, set[str]]]:
     """Write the batches one by one, processing each fully; the online sets after each."""
     client = redis.Redis.from_url(cfg.redis_url)
     keys = KeySchema(cfg.namespace)
-    queries: list[StreamingQuery] = [start_online_query(spark, cfg, trigger_ms=0)]
-    if main:
-        queries.append(start_query(spark, cfg, trigger_ms=0))
+    query = start_query(spark, cfg, trigger_ms=0)
     seen: list[dict[str, set[str]]] = []
     try:
         for i, batch in enumerate(batches):
             write_batch(client, keys, [(s, p, ms, k) for s, p, ms, k in batch], bad=(i == 1))
-            for q in queries:
-                q.processAllAvailable()
+            query.processAllAvailable()
             seen.append(online_sets(client, keys))
             if i == restart_after:
-                queries[0].stop()
-                queries[0] = start_online_query(spark, cfg, trigger_ms=0)
+                query.stop()
+                query = start_query(spark, cfg, trigger_ms=0)
     finally:
-        for q in queries:
-            q.stop()
+        query.stop()
     return seen
 
 
@@ -241,7 +255,7 @@ def check_counts(client: redis.Redis, keys: KeySchema, expected: dict[str, set[s
     assert view is not None
     nonzero = {s: n for s, n in view.counts.items() if n}
     assert nonzero == {s: len(ps) for s, ps in expected.items()}
-    assert {s: client.scard(keys.online(s)) for s in view.counts} == view.counts
+    assert {s: client.hlen(keys.online(s)) for s in view.counts} == view.counts
     assert view.history[-1].counts == view.counts
     batches = [p.batch for p in view.history]
     assert batches == list(range(len(batches)))  # every batch recorded once, none twice
@@ -264,10 +278,12 @@ def test_handmade_batches_match_the_oracle(spark: SparkSession, redis_url: str, 
     check_counts(client, keys, expected[-1])
     view = read_online(client, keys)
     assert view is not None and view.timeout_ms == TIMEOUT
-    # with the watermark at 40 s: the no-data batch that expires p3, then the batch of p9's gap (p9 off and
-    # back on, p10 on); the expiry of p8 waits for the no-data batch at 53 s
-    at_40 = [(p.online, p.offline) for p in view.history if p.watermark_ms == T0_MS + 40_000]
-    assert at_40 == [(0, 1), (2, 1)]
+    # batch 5 (p9 logs in) moves the watermark to 40 s, which expires p3; batch 6: p9's gap (off and back on),
+    # p10 on, and the watermark it leads to (53 s) expires p8
+    records = {json.loads(m)["batch"]: json.loads(m) for m in client.zrange(keys.presence_history, 0, -1)}
+    assert [(records[b]["watermark_ms"] - T0_MS, records[b]["online"], records[b]["offline"]) for b in (5, 6)] == [
+        (40_000, 1, 1), (53_000, 2, 2)]
+    assert records[6]["causes"] == {"A": {"login": 1, "timeout": 1}, "B": {"heartbeat": 1, "timeout": 1}}
 
 
 @pytest.mark.spark
@@ -286,11 +302,10 @@ def test_random_batches_match_the_oracle(spark: SparkSession, redis_url: str, tm
 @pytest.mark.spark
 def test_state_survives_a_restart(spark: SparkSession, redis_url: str, tmp_path: Path) -> None:
     """Stop the query after batch 2 and start a new one on the same checkpoint: players online before the
-    restart stay online, and expire, by the state and timers kept in the checkpoint."""
+    restart stay online, and expire, by the state kept in Redis."""
     cfg = presence_cfg(redis_url, tmp_path)
     seen = run(spark, cfg, HANDMADE, restart_after=2)
     assert seen == online_oracle(absolute(HANDMADE), DELAY, TIMEOUT)
-    assert (Path(online_checkpoint(cfg)) / "state").is_dir()
     check_counts(redis.Redis.from_url(redis_url), KeySchema(cfg.namespace), seen[-1])
 
 
@@ -311,24 +326,17 @@ def test_live_ops_page_shows_the_online_counts(spark: SparkSession, redis_url: s
         assert not at.exception, [e.value for e in at.exception]
         return at
 
-    # only the main query has run: the page says the online query has nothing yet
-    write_batch(client, keys, HANDMADE[0])
-    main = start_query(spark, cfg, trigger_ms=0)
-    try:
-        main.processAllAvailable()
-    finally:
-        main.stop()
+    # nothing has run: no online counts yet
     at = page(T0_MS + 60_000)
-    assert any("online query has not committed" in i.value for i in at.info)
     assert not [m for m in at.metric if m.label.endswith("online now")]
 
-    # now the online query catches up on the same stream
-    seen = run(spark, cfg, HANDMADE[1:], main=True)
+    seen = run(spark, cfg, HANDMADE)
     expected = online_oracle(absolute(HANDMADE), DELAY, TIMEOUT)[-1]
     assert seen[-1] == expected
     at = page(T0_MS + 120_000)
     shown = {m.label.removesuffix(" · online now"): int(m.value.replace(",", ""))
              for m in at.metric if m.label.endswith(" · online now")}
+    assert shown.pop("All servers") == sum(shown.values())
     view = read_online(client, keys)
     assert view is not None
     assert shown == view.counts

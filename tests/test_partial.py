@@ -7,12 +7,13 @@ import random
 from collections import Counter
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 import redis
 
 from streaming.events import Event, idle_marker
-from streaming.partial import EVENT_TIME, INGEST_LAG, WINDOW, PartitionPartials
-from streaming.source import READ_CHUNK, StreamRange, _Options, read_range
+from streaming.partial import EVENT_TIME, INGEST_LAG, PACKED, PRESENCE, WINDOW, PartitionPartials
+from streaming.source import READ_CHUNK, StreamRange, _Options, read_range, unpack
 from streaming.windows import window_ranges
 
 S = 1_000_000
@@ -103,8 +104,9 @@ def test_the_source_options_are_checked(options: dict[str, str], message: str) -
 
 def test_a_partition_returns_its_partials(r: redis.Redis, redis_url: str) -> None:
     """Read from a real stream across chunk boundaries: quarantined entries and idle markers come one row
-    each, the accepted events only as the last batch's partial rows, whose window rows carry their latest
-    event as ``event_time`` (the watermark's input)."""
+    each, the accepted events only as the last batch's partial rows, packed one row per server carrying
+    its servers' latest event as ``event_time`` (the watermark's input); unpacked, window rows carry their
+    own latest event. With presence on, every accepted event also comes once, packed per chunk."""
     stream = "test:partial:source"
     r.delete(stream)
     rng = random.Random(7)
@@ -128,9 +130,15 @@ def test_a_partition_returns_its_partials(r: redis.Redis, redis_url: str) -> Non
     pipe.execute()
     batches = list(read_range(redis_url, stream, StreamRange("0-0", f"{t0 + 10_000}-0"), chunk=300,
                               partials=PartitionPartials(1_000, 500, fold_at=1_000)))
-    entries, last = batches[:-1], batches[-1]
+    entries, packed = batches[:-1], batches[-1]
     assert sum(b.num_rows for b in entries) == other  # one row per quarantined entry or idle marker
     assert all(b.column("partial").null_count == b.num_rows for b in entries)
+    assert sorted(packed.column("server").to_pylist()) == ["A", "B"]  # one packed row per server
+    assert {p["of"] for p in packed.column("partial").to_pylist()} == {PACKED}
+    last = unpack(pa.Table.from_batches([packed]))
+    for server, latest in zip(packed.column("server").to_pylist(), packed.column("event_time").to_pylist(),
+                              strict=True):
+        assert int(latest.timestamp() * S) == max(e[3] for e in expected_events if e[0] == server)
     assert last.column("entry_id").null_count == last.num_rows
     got = as_counts(last.column("server"), last.column("player_id"), last.column("partial"))
     assert got == oracle(expected_events, 1_000, 500)
@@ -141,4 +149,11 @@ def test_a_partition_returns_its_partials(r: redis.Redis, redis_url: str) -> Non
     assert max(row["partial"]["max_event_us"] for row in windows) == max(e[3] for e in expected_events)
     plain = list(read_range(redis_url, stream, StreamRange("0-0", f"{t0 + 10_000}-0"), chunk=READ_CHUNK))
     assert sum(b.num_rows for b in plain) == 2_500  # without partials: one row per entry
+    with_presence = unpack(pa.Table.from_batches(list(read_range(
+        redis_url, stream, StreamRange("0-0", f"{t0 + 10_000}-0"), chunk=300,
+        partials=PartitionPartials(1_000, 500), presence=True))))
+    presence = with_presence.filter(pc.equal(pc.struct_field(with_presence.column("partial"), "of"), PRESENCE))
+    assert sorted(zip(*(presence.column(c).to_pylist() for c in ("server", "player_id")), strict=True)) == sorted(
+        (e[0], e[1]) for e in expected_events)
+    assert set(presence.column("kind").to_pylist()) == {"heartbeat"}
     r.delete(stream)

@@ -21,7 +21,7 @@ from streaming.events import PAYLOAD_FIELD, Event
 from streaming.keys import KeySchema
 from streaming.query import start_query
 from streaming.replay import load_batches, replay
-from streaming.report import build_document, read_batches, read_windows
+from streaming.report import build_document, read_windows
 from streaming.source import RedisStreamReader, read_range
 from tests.oracle import oracle, random_event_set, to_ms, windows_of
 
@@ -53,6 +53,18 @@ HANDMADE_EXPECTED = {
         {"server": "C", "start": "2026-01-01T00:30:00.000Z", "end": "2026-01-01T00:40:00.000Z",
          "events": 1, "players": 1, "dropped": 0, "final": False},
     ],
+    # events without a kind are presence; the default ONLINE_TIMEOUT is 30 s, and each batch's expiries use
+    # the watermark after it
+    "online": [
+        # wm 00:07 expires A's p1 (00:01) and p2 (00:04); B's p1 (00:12) stays
+        {"batch": 1, "watermark_ms": 1_767_226_020_000, "online": {"B": 1}},
+        # wm 00:20: only A's p3 (00:25) is left
+        {"batch": 2, "watermark_ms": 1_767_226_800_000, "online": {"A": 1}},
+        # every event late: nothing changes
+        {"batch": 3, "watermark_ms": 1_767_226_800_000, "online": {"A": 1}},
+        # wm 00:25 is below p3's 00:25 + 30 s
+        {"batch": 5, "watermark_ms": 1_767_227_100_000, "online": {"A": 1, "C": 1}},
+    ],
 }
 
 
@@ -73,10 +85,6 @@ def test_replay_handmade_case(spark: SparkSession, redis_url: str, tmp_path: Pat
     assert replay(load_batches(str(DATA / "handmade.jsonl")), cfg) == HANDMADE_EXPECTED
 
 
-@pytest.mark.parametrize("max_span", [
-    0,  # every batch aggregated by Spark
-    10**13,  # every batch aggregated on the driver (streaming.local_agg)
-], ids=["spark-agg", "driver-agg"])
 @pytest.mark.parametrize(
     ("seed", "window", "slide", "delay"),
     [
@@ -87,14 +95,12 @@ def test_replay_handmade_case(spark: SparkSession, redis_url: str, tmp_path: Pat
     ],
 )
 def test_replay_matches_independent_oracle(spark: SparkSession, redis_url: str, tmp_path: Path,
-                                           seed: int, window: int, slide: int, delay: int, max_span: int) -> None:
+                                           seed: int, window: int, slide: int, delay: int) -> None:
     lines = random_event_set(seed)
     path = write_lines(tmp_path / "events.jsonl", lines)
-    cfg = cfg_for(redis_url, tmp_path, window, slide, delay, driver_agg_max_span_ms=max_span)
+    cfg = cfg_for(redis_url, tmp_path, window, slide, delay)
     doc = replay(load_batches(str(path)), cfg)
     client, keys = redis.Redis.from_url(redis_url), KeySchema(cfg.namespace)
-    records = read_batches(client, keys)
-    assert {r["aggregation"] for r in records} == {"driver" if max_span else "spark"}
     expected = oracle(lines, window, slide, delay, with_late=True)
     assert doc["batches"] == expected["batches"]
     assert doc["windows"] == [{k: v for k, v in w.items() if k != "late"} for w in expected["windows"]]

@@ -43,8 +43,8 @@ def test_config_defaults_and_env() -> None:
     assert not cfg.embedded_redis
     assert (cfg.window_ms, cfg.slide_ms, cfg.delay_ms) == (600_000, 600_000, 120_000)
     assert cfg.checkpoint_dir == "data/checkpoints/game"
-    assert cfg.driver_agg_max_span_ms == 5_000
-    assert Config.from_env({"DRIVER_AGG_MAX_SPAN": "0s"}).driver_agg_max_span_ms == 0  # 0: always Spark
+    assert cfg.max_events_per_batch == 200_000  # admission control is on unless asked otherwise
+    assert Config.from_env({"MAX_EVENTS_PER_BATCH": "0"}).max_events_per_batch == 0  # 0: no cap
 
 
 @pytest.mark.parametrize(
@@ -58,7 +58,9 @@ def test_config_defaults_and_env() -> None:
         ({"MAX_EVENTS_PER_BATCH": "many"}, "MAX_EVENTS_PER_BATCH='many' is not an integer"),
         ({"SOURCE_PARTITIONS": "0"}, "SOURCE_PARTITIONS must be between 1 and 256"),
         ({"TRIGGER_INTERVAL": "0s"}, "TRIGGER_INTERVAL must be positive"),
-        ({"DRIVER_AGG_MAX_SPAN": "soon"}, "DRIVER_AGG_MAX_SPAN='soon' is not a duration"),
+        ({"MAX_EVENTS_PER_BATCH": "-1"}, r"MAX_EVENTS_PER_BATCH must be 0 \(no cap\) or positive"),
+        ({"DRIVER_AGG_MAX_SPAN": "5s"}, "DRIVER_AGG_MAX_SPAN is no longer used: every batch is counted on the driver"),
+        ({"LAB_TRIGGER": "5s"}, "LAB_TRIGGER is no longer used: the lab lanes and the online players"),
     ],
 )
 def test_config_errors_name_the_variable(env: dict[str, str], message: str) -> None:

@@ -7,6 +7,7 @@ import streamlit as st
 from dashboard import charts, ui
 from dashboard.data import Snapshot, WindowRow
 from dashboard.status import clock, human_ms
+from streaming.presence_rollup import TOTAL
 
 
 def window_status(w: WindowRow | None, bounds: tuple[int, int] | None, watermark_ms: int,
@@ -69,21 +70,30 @@ def render(snap: Snapshot, now_ms: int) -> None:
 
 
 def online_now(snap: Snapshot) -> None:
-    """Players online per server from the online query, which keeps per-player state in Spark."""
+    """Players online per server: the online view, folded by the pipeline's sink with every batch."""
     st.subheader("Online now")
     v = snap.online
     if v is None:
-        st.info("The online query has not committed a batch yet: no online players to show. It starts with "
+        st.info("The online view has not committed a batch yet: no online players to show. It starts with "
                 "the job and needs its first micro-batch (Spark takes 10-20 s to start).")
         return
     servers = sorted({*snap.servers, *v.counts})
-    cols = st.columns(max(1, len(servers)))
-    for col, server in zip(cols, servers, strict=False):
-        col.metric(f"{server} · online now", ui.fmt_int(v.counts.get(server, 0)),
+    cols = st.columns(max(1, len(servers)) + 1)
+    for col, server in zip(cols, [*servers, TOTAL], strict=False):
+        name = "All servers" if server == TOTAL else server
+        n = v.total if server == TOTAL else v.counts.get(server, 0)
+        peak = v.peaks.get(server)
+        col.metric(f"{name} · online now", ui.fmt_int(n),
                    help="Logged in (or seen) and neither logged out nor silent for the timeout, in event time, "
-                        "as of the watermark below.")
-    st.caption(f"As of online batch {v.last_batch}, watermark {clock(v.watermark_ms)}: a player with no event for "
+                        "as of the watermark below (the online view, folded with every batch).")
+        if peak is not None:
+            col.caption(f"peak today {peak[0]:,} at {clock(peak[1])}")
+    st.caption(f"As of batch {v.last_batch}, watermark {clock(v.watermark_ms)}: a player with no event for "
                f"{human_ms(v.timeout_ms)} of event time counts as offline.")
+    if v.minutes:
+        left, right = st.columns(2)
+        left.plotly_chart(charts.online_per_minute(v.minutes, servers), key="online_per_minute")
+        right.plotly_chart(charts.transitions_per_minute(v.minutes), key="transitions_per_minute")
     if v.history:
         st.plotly_chart(charts.online_over_batches(v.history, servers), key="online_over_batches")
 

@@ -1,0 +1,421 @@
+"""The whole stack as ``./run.sh`` starts it, at a fixed generator rate: freshness per query, online view age, cost.
+
+    python bench/stack.py --rate 10000 [--seconds 60] [--warmup 20] [--code-root DIR | --base REV]
+    python bench/stack.py --search [--low 5000] [--high 100000] [--seconds 40]
+
+Starts the ``Procfile``'s ``redis``, ``job`` and ``generator`` lines (the dashboard's is left out: it costs
+nothing without a browser) with their defaults, in a scratch directory, with ``SCENARIO=steady`` and
+``RATE`` set: the job with its default lab lanes and the online-players query, the generator in follow mode.
+The generator starts once the job has started its queries; after ``--warmup`` seconds a window of
+``--seconds`` is measured. Then the generator stops and the job gets up to ``--drain`` seconds to commit
+what arrived in the window.
+
+Per committing query (the configured pipeline and every lane: each namespace's ``{ns}:commits`` stream,
+written in its commit transaction): **freshness** of every entry that arrived in the window, from its arrival
+(its ID's ms, Redis' clock) to the first commit that covers it (the commit entry's ID, Redis' clock), p50, p95
+and max; entries never committed are counted apart. The **online view age**, sampled twice a second on Redis'
+clock: now minus the trigger time of the newest committed online batch (it read everything that had arrived
+by then). **Cost**: CPU seconds per wall second of the job's whole process tree (driver, JVM, Python
+workers), the generator's and Redis', the job tree's peak resident memory and Redis' peak memory. The
+**generator's achieved rate**: entries that arrived in the window per second.
+
+``--search`` runs the stack at rising rates and bisects for the highest that meets the targets (main p95
+<= 1.5 s, each lane's p95 <= its trigger + 1.5 s, online age p95 <= 3 s, everything committed).
+
+``--base REV`` measures the tree at a git revision (exported to a scratch directory) instead of this checkout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import platform
+import signal
+import subprocess
+import sys
+import tarfile
+import tempfile
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import psutil
+import redis
+
+HERE = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(HERE))
+
+from streaming.redis_server import free_port  # noqa: E402
+TARGET_MAIN_P95_MS = 1_500
+TARGET_LANE_EXTRA_MS = 1_500
+TARGET_ONLINE_AGE_P95_MS = 3_000
+
+
+@dataclass
+class Freshness:
+    namespace: str
+    trigger_ms: int
+    entries: int
+    uncommitted: int
+    p50_ms: float | None
+    p95_ms: float | None
+    max_ms: float | None
+    batches: int
+
+
+@dataclass
+class Result:
+    code: str
+    rate: int
+    seconds: float
+    achieved_rate: float
+    freshness: list[Freshness]
+    online_age_p95_ms: float | None
+    online_age_max_ms: float | None
+    online_samples: int
+    job_cores: float
+    job_peak_rss_mb: float
+    generator_cores: float
+    redis_cores: float
+    backlog_at_end: int
+    redis_peak_mb: float = 0.0
+    machine: str = field(default_factory=lambda: f"{os.cpu_count()} CPUs, {platform.machine()}, "
+                                                    f"{platform.python_version()}")
+
+    def meets_targets(self) -> bool:
+        main = self.freshness[0]
+        fresh_ok = all(f.uncommitted == 0 and f.p95_ms is not None
+                       and f.p95_ms <= (TARGET_MAIN_P95_MS if f is main else f.trigger_ms + TARGET_LANE_EXTRA_MS)
+                       for f in self.freshness)
+        online_ok = self.online_age_p95_ms is not None and self.online_age_p95_ms <= TARGET_ONLINE_AGE_P95_MS
+        return fresh_ok and online_ok
+
+
+def procfile(code_root: Path) -> dict[str, str]:
+    lines = (code_root / "Procfile").read_text().splitlines()
+    return dict(line.split(":", 1) for line in lines if line.strip() and not line.startswith("#"))
+
+
+def export(rev: str, into: Path) -> Path:
+    archive = subprocess.run(["git", "archive", "--format=tar", rev], cwd=HERE, check=True, capture_output=True)
+    with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
+        tar.extractall(into, filter="data")
+    return into
+
+
+class Stack:
+    """The Procfile's processes in their own process groups, logs in the scratch directory."""
+
+    def __init__(self, code_root: Path, tmp: Path, rate: int) -> None:
+        self.code_root, self.tmp = code_root, tmp
+        self.port = free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        venv_bin = str(Path(sys.executable).parent)
+        self.env = {**os.environ, "PATH": f"{venv_bin}:{os.environ.get('PATH', '')}",
+                    "PYTHONPATH": str(code_root), "REDIS_PORT": str(self.port),
+                    "REDIS_DATA_DIR": str(tmp / "redis"), "CHECKPOINT_DIR": str(tmp / "checkpoints" / "wm"),
+                    "PIPELINE_NAMESPACE": "wm", "SCENARIO": "steady", "RATE": str(rate),
+                    "PYSPARK_DRIVER_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
+        for name in ("REDIS_URL", "KNOWN_SERVERS", "LAB_LANES", "PYSPARK_PYTHON"):
+            self.env.pop(name, None)
+        self.commands = procfile(code_root)
+        self.procs: dict[str, subprocess.Popen] = {}
+
+    def start(self, name: str) -> subprocess.Popen:
+        log = open(self.tmp / f"{name}.log", "w")  # noqa: SIM115 - closed with the process
+        proc = subprocess.Popen(["bash", "-c", self.commands[name]], cwd=self.code_root, env=self.env,
+                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.procs[name] = proc
+        return proc
+
+    def log(self, name: str) -> str:
+        return (self.tmp / f"{name}.log").read_text(errors="replace")
+
+    def stop(self, name: str, grace_s: float = 15.0) -> None:
+        proc = self.procs.get(name)
+        if proc is None or proc.poll() is not None:
+            return
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+    def stop_all(self) -> None:
+        for name in ("generator", "job", "redis"):
+            self.stop(name)
+
+
+def tree_cpu_s(pid: int) -> float:
+    """CPU seconds of a process and every descendant, reaped ones included."""
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return 0.0
+    total = 0.0
+    for p in procs:
+        try:
+            t = p.cpu_times()
+            total += t.user + t.system + t.children_user + t.children_system
+        except psutil.NoSuchProcess:
+            pass
+    return total
+
+
+def tree_rss_mb(pid: int) -> float:
+    try:
+        root = psutil.Process(pid)
+        return sum(p.memory_info().rss for p in [root, *root.children(recursive=True)]) / 2**20
+    except psutil.NoSuchProcess:
+        return 0.0
+
+
+def redis_ms(client: redis.Redis) -> int:
+    secs, micros = client.time()
+    return secs * 1000 + micros // 1000
+
+
+class Sampler(threading.Thread):
+    """Twice a second: the online view's age and the job tree's resident memory."""
+
+    def __init__(self, url: str, job_pid: int) -> None:
+        super().__init__(daemon=True)
+        self.client = redis.Redis.from_url(url, socket_timeout=10)
+        self.job_pid = job_pid
+        self.ages: list[int] = []
+        self.peak_rss_mb = 0.0
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        while not self.done.wait(0.5):
+            self.peak_rss_mb = max(self.peak_rss_mb, tree_rss_mb(self.job_pid))
+            try:
+                ts = self.client.hget("wm:presence:state", "batch_ts_ms")
+                now = redis_ms(self.client)
+            except redis.RedisError:
+                continue
+            self.ages.append(now - int(ts) if ts else -1)
+
+
+def wait_for(predicate, timeout_s: float, what: str) -> None:  # noqa: ANN001
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise SystemExit(f"timed out waiting for {what}")
+        time.sleep(0.2)
+
+
+def namespaces(client: redis.Redis) -> list[tuple[str, int]]:
+    """The configured pipeline, then every lane the job registered, each with its trigger."""
+    out = [("wm", int(client.hget("wm:state", "trigger_ms") or 1000))]
+    for raw in client.hvals("wm:lanes"):
+        ns = json.loads(raw)["namespace"]
+        out.append((ns, int(client.hget(f"{ns}:state", "trigger_ms") or 1000)))
+    return out
+
+
+def freshness(client: redis.Redis, ns: str, trigger_ms: int, window: tuple[int, int], arrived: np.ndarray,
+              ids: np.ndarray) -> Freshness:
+    """Each arrival's latency to the first commit whose end ID is at or above its entry."""
+    commits = client.xrange(f"{ns}:commits")
+    commit_ms = np.array([int(cid.decode().split("-")[0]) for cid, _ in commits], np.int64)
+    ends = [tuple(map(int, f[b"end_id"].decode().split("-"))) for _, f in commits]
+    end_key = np.array([ms * (1 << 20) + min(seq, (1 << 20) - 1) for ms, seq in ends], np.int64)
+    # commits are in order and their ends only grow: the first commit covering an entry is a binary search
+    idx = np.searchsorted(end_key, ids, side="left")
+    covered = idx < len(end_key)
+    lat = (commit_ms[idx[covered]] - arrived[covered]).astype(float)
+    in_window = sum(1 for ms in commit_ms if window[0] <= ms < window[1] + 60_000)
+    q = (lambda p: float(np.percentile(lat, p))) if len(lat) else (lambda p: None)
+    return Freshness(ns, trigger_ms, len(ids), int((~covered).sum()), q(50), q(95),
+                     float(lat.max()) if len(lat) else None, in_window)
+
+
+def entry_keys(client: redis.Redis, lo_ms: int, hi_ms: int) -> tuple[np.ndarray, np.ndarray]:
+    """(arrival ms, a sortable key of the entry ID) of every entry in the window."""
+    ms_list, key_list = [], []
+    lo = f"{lo_ms}-0"
+    while True:
+        chunk = client.xrange("wm:events", lo, f"{hi_ms - 1}-18446744073709551615", count=50_000)
+        if not chunk:
+            break
+        parts = [eid.split(b"-") for eid, _ in chunk]
+        ms = np.fromiter((int(a) for a, _ in parts), np.int64, len(parts))
+        seq = np.fromiter((int(b) for _, b in parts), np.int64, len(parts))
+        ms_list.append(ms)
+        key_list.append(ms * (1 << 20) + np.minimum(seq, (1 << 20) - 1))
+        lo = "(" + chunk[-1][0].decode()
+    if not ms_list:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    return np.concatenate(ms_list), np.concatenate(key_list)
+
+
+def run(code_root: Path, rate: int, seconds: float, warmup: float, drain: float, label: str) -> Result:
+    with tempfile.TemporaryDirectory(prefix="stack-bench-") as tmpdir:
+        tmp = Path(tmpdir)
+        stack = Stack(code_root, tmp, rate)
+        try:
+            return _measure(stack, rate, seconds, warmup, drain, label)
+        finally:
+            stack.stop_all()
+
+
+def _measure(stack: Stack, rate: int, seconds: float, warmup: float, drain: float, label: str) -> Result:
+    stack.start("redis")
+    client = redis.Redis.from_url(stack.url, socket_timeout=60)
+
+    def redis_up() -> bool:
+        try:
+            return bool(client.ping())
+        except redis.RedisError:
+            return False
+
+    wait_for(redis_up, 30, "the embedded Redis")
+    job = stack.start("job")
+    # Every query logs "query <name> running" once started; give the job until they stop coming.
+    wait_for(lambda: "running" in stack.log("job") or job.poll() is not None, 120, "the job's first query")
+    last, quiet_since = stack.log("job").count(" running"), time.monotonic()
+    while time.monotonic() - quiet_since < 5:
+        time.sleep(0.5)
+        n = stack.log("job").count(" running")
+        if n != last:
+            last, quiet_since = n, time.monotonic()
+    if job.poll() is not None:
+        raise SystemExit("the job exited:\n" + stack.log("job")[-3000:])
+    gen = stack.start("generator")
+    time.sleep(warmup)
+    sampler = Sampler(stack.url, job.pid)
+    pids = {"job": job.pid, "generator": gen.pid, "redis": stack.procs["redis"].pid}
+    cpu0 = {k: tree_cpu_s(p) for k, p in pids.items()}
+    t0, w0 = time.monotonic(), redis_ms(client)
+    sampler.start()
+    time.sleep(seconds)
+    t1, w1 = time.monotonic(), redis_ms(client)
+    cpu1 = {k: tree_cpu_s(p) for k, p in pids.items()}
+    sampler.done.set()
+    sampler.join()
+    stack.stop("generator")
+    wall = t1 - t0
+    arrived, ids = entry_keys(client, w0, w1)
+    lanes = namespaces(client)
+
+    def all_committed() -> bool:
+        return all(_committed_key(client, ns) >= (ids[-1] if len(ids) else 0) for ns, _ in lanes)
+
+    deadline = time.monotonic() + drain
+    while not all_committed() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    fresh = [freshness(client, ns, trig, (w0, w1), arrived, ids) for ns, trig in lanes]
+    backlog = int(client.xlen("wm:events"))
+    redis_peak_mb = int(client.info("memory")["used_memory_peak"]) / 2**20
+    ages = np.array([a for a in sampler.ages if a >= 0], float)
+    return Result(
+        code=label, rate=rate, seconds=round(wall, 1), achieved_rate=round(len(ids) / wall, 1), freshness=fresh,
+        online_age_p95_ms=float(np.percentile(ages, 95)) if len(ages) else None,
+        online_age_max_ms=float(ages.max()) if len(ages) else None, online_samples=len(sampler.ages),
+        job_cores=round((cpu1["job"] - cpu0["job"]) / wall, 2), job_peak_rss_mb=round(sampler.peak_rss_mb, 1),
+        generator_cores=round((cpu1["generator"] - cpu0["generator"]) / wall, 2),
+        redis_cores=round((cpu1["redis"] - cpu0["redis"]) / wall, 2), backlog_at_end=backlog,
+        redis_peak_mb=round(redis_peak_mb, 1),
+    )
+
+
+def _committed_key(client: redis.Redis, ns: str) -> int:
+    raw = client.hget(f"{ns}:state", "committed_id")
+    if not raw:
+        return -1
+    ms, seq = map(int, raw.decode().split("-"))
+    return ms * (1 << 20) + min(seq, (1 << 20) - 1)
+
+
+def table(results: list[Result]) -> str:
+    rows = ["| code | rate | achieved | query | freshness p50 / p95 / max | uncommitted | online age p95 / max "
+            "| job cores | job peak RSS | generator cores | Redis cores | Redis peak memory |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+
+    def s(ms: float | None) -> str:
+        return "-" if ms is None else f"{ms / 1000:.2f} s"
+
+    for r in results:
+        for i, f in enumerate(r.freshness):
+            first = i == 0
+            rows.append(
+                f"| {r.code if first else ''} | {f'{r.rate:,}' if first else ''} "
+                f"| {f'{r.achieved_rate:,.0f}' if first else ''} | {f.namespace} (trigger {f.trigger_ms / 1000:g} s) "
+                f"| {s(f.p50_ms)} / {s(f.p95_ms)} / {s(f.max_ms)} | {f.uncommitted:,} of {f.entries:,} "
+                f"| {(s(r.online_age_p95_ms) + ' / ' + s(r.online_age_max_ms)) if first else ''} "
+                f"| {r.job_cores if first else ''} | {f'{r.job_peak_rss_mb:,.0f} MB' if first else ''} "
+                f"| {r.generator_cores if first else ''} | {r.redis_cores if first else ''} "
+                f"| {f'{r.redis_peak_mb:,.0f} MB' if first else ''} |")
+    return "\n".join(rows)
+
+
+def search(code_root: Path, low: int, high: int, seconds: float, warmup: float, drain: float,
+           label: str) -> tuple[int | None, list[Result]]:
+    """Bisect for the highest rate that meets the targets (a rate that fails bounds it from above)."""
+    results: list[Result] = []
+    best: int | None = None
+    lo, hi = low, high
+    while hi - lo > max(1_000, lo // 10):
+        mid = (lo + hi) // 2 if best is not None or results else lo
+        r = run(code_root, mid, seconds, warmup, drain, label)
+        results.append(r)
+        print(table([r]), flush=True)
+        if r.meets_targets():
+            best, lo = mid, mid
+            if mid == low:
+                continue
+        else:
+            hi = mid
+            if mid == low:
+                break
+    return best, results
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--rate", type=int, default=10_000)
+    p.add_argument("--seconds", type=float, default=60.0, help="measured window (default 60)")
+    p.add_argument("--warmup", type=float, default=20.0, help="seconds of generator before the window (default 20)")
+    p.add_argument("--drain", type=float, default=90.0, help="seconds the job may take to commit the window")
+    p.add_argument("--search", action="store_true", help="bisect for the highest sustained rate")
+    p.add_argument("--low", type=int, default=5_000)
+    p.add_argument("--high", type=int, default=100_000)
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--code-root", type=Path, default=None, help="measure the tree here (default: this checkout)")
+    where.add_argument("--base", default=None, help="measure the tree at this git revision")
+    p.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
+    args = p.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="stack-code-") as codedir:
+        if args.base:
+            root, label = export(args.base, Path(codedir)), args.base
+        else:
+            root = (args.code_root or HERE).resolve()
+            label = _describe(root)
+        if args.search:
+            best, results = search(root, args.low, args.high, args.seconds, args.warmup, args.drain, label)
+            print(f"highest sustained rate: {best:,} events/s" if best else "no rate tried met the targets")
+        else:
+            results = [run(root, args.rate, args.seconds, args.warmup, args.drain, label)]
+            best = None
+        print(table(results))
+        if args.out:
+            args.out.write_text(json.dumps({"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                                            "highest_sustained": best,
+                                            "results": [asdict(r) for r in results]}, indent=1))
+    return 0
+
+
+def _describe(root: Path) -> str:
+    proc = subprocess.run(["git", "describe", "--always", "--dirty"], cwd=root, capture_output=True, text=True)
+    return proc.stdout.strip() or str(root)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

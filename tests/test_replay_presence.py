@@ -1,0 +1,81 @@
+"""``python -m streaming.replay ... --online-timeout T``: the document's ``online`` list, one item per batch,
+against an independent model of the presence rule (tests/oracle.py ``online_oracle``) on cases made for it:
+equal event times for one player, a logout and a return, a silence longer than the timeout, a late burst
+from one server."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.oracle import T0_MS, online_oracle, to_iso
+
+pytestmark = pytest.mark.spark
+DELAY, TIMEOUT = 5_000, 10_000
+
+# (server, player, ms after T0, kind) per batch, in arrival order
+CASE = [
+    [("A", "p1", 0, "login"), ("A", "p2", 1_000, "login"), ("B", "p3", 2_000, "login")],
+    # equal event times for one player: the heartbeat arrives before the logout, so p1 is offline
+    [("A", "p1", 5_000, "heartbeat"), ("A", "p1", 5_000, "logout"), ("B", "p3", 6_000, "heartbeat")],
+    # p1 returns after the logout
+    [("A", "p1", 9_000, "login")],
+    # the watermark moves to 15 s: p2, silent since 1 s, times out (1 + 10 s <= 15 s)
+    [("B", "p3", 14_000, None), ("B", "p10", 20_000, "login")],
+    # a late burst from C (all at or below the watermark in force, 15 s) changes nothing; A moves it to 25 s
+    [("C", "p4", 2_000, "login"), ("C", "p5", 3_000, "login"), ("C", "p6", 15_000, "heartbeat"),
+     ("A", "p7", 30_000, "login")],
+    # equal times the other way round: the logout first, then the login, so p9 is online
+    [("C", "p4", 26_000, "heartbeat"), ("B", "p9", 27_000, "logout"), ("B", "p9", 27_000, "login"),
+     ("A", "p8", 27_000, "login"), ("A", "p8", 27_000, "logout")],
+]
+
+
+def expected(batches: list[list[tuple]]) -> list[dict]:
+    """The oracle's online sets after each batch as the document's items; the watermark its expiries used is
+    the one after the batch: the largest event time so far minus the delay."""
+    sets = online_oracle([[(s, p, T0_MS + ms, k) for s, p, ms, k in b] for b in batches], DELAY, TIMEOUT)
+    out, top = [], None
+    for label, (batch, online) in enumerate(zip(batches, sets, strict=True)):
+        top = max([top or 0, *(T0_MS + ms for _, _, ms, _ in batch)])
+        out.append({"batch": label, "watermark_ms": max(0, top - DELAY),
+                    "online": {s: len(ps) for s, ps in sorted(online.items())}})
+    return out
+
+
+def test_replay_reports_who_is_online_after_each_batch(redis_url: str, tmp_path: Path) -> None:
+    path = tmp_path / "events.jsonl"
+    with path.open("w") as fh:
+        for label, batch in enumerate(CASE):
+            for s, p, ms, k in batch:
+                fh.write(json.dumps({"server": s, "player_id": p, "event_time": to_iso(T0_MS + ms), "batch": label,
+                                     **({"kind": k} if k else {})}) + "\n")
+    out = tmp_path / "out.json"
+    env = {**os.environ, "REDIS_URL": redis_url, "PYTHONPATH": str(Path(__file__).parents[1])}
+    proc = subprocess.run([sys.executable, "-m", "streaming.replay", str(path), "--window", "1m", "--delay", "5s",
+                           "--online-timeout", "10s", "--out", str(out)], env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    got = json.loads(out.read_text())["online"]
+    assert got == expected(CASE)
+    # what the cases are there for, so a weak model cannot hide a wrong rule
+    by_batch = {item["batch"]: item["online"] for item in got}
+    assert by_batch[1] == {"A": 1, "B": 1}  # p1 offline by arrival order at equal times, p2 on
+    assert by_batch[2] == {"A": 2, "B": 1}  # p1 back
+    assert by_batch[3] == {"A": 1, "B": 2}  # p2 timed out
+    assert by_batch[4] == {"A": 1, "B": 1}  # C's late burst ignored; p1 and p3 expired, p7 and p10 on
+    assert by_batch[5] == {"A": 1, "B": 2, "C": 1}  # p9 on, p8 off, p4 back within the watermark
+
+
+def test_replay_refuses_a_bad_timeout(tmp_path: Path) -> None:
+    path = tmp_path / "events.jsonl"
+    path.write_text('{"server": "A", "player_id": "p", "event_time": "2026-01-01T00:00:00Z", "batch": 0}\n')
+    proc = subprocess.run([sys.executable, "-m", "streaming.replay", str(path), "--window", "1m", "--delay", "5s",
+                           "--online-timeout", "0s"], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])})
+    assert proc.returncode == 2 and "--online-timeout must be positive" in proc.stderr
