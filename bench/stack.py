@@ -50,6 +50,7 @@ HERE = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(HERE))
 
 from streaming.redis_server import free_port  # noqa: E402
+
 TARGET_MAIN_P95_MS = 1_500
 TARGET_LANE_EXTRA_MS = 1_500
 TARGET_ONLINE_AGE_P95_MS = 3_000
