@@ -37,6 +37,7 @@ class Params:
     retention_ms: int = 86_400_000
     progress_history: int = 5_000
     stream_keep_ms: int = 600_000
+    stream_keep_entries: int = 1_000_000  # ... and about this many entries at most (at the batch's own rate)
     ttl_ms: int | None = None  # key TTL; defaults to retention_ms
     trigger_ms: int = 1_000  # not semantic: the dashboard judges batch health against it
     mode: str = "global"  # or "per-server": one watermarked input per server in `servers`
@@ -249,6 +250,17 @@ def _tradeoff_counts(windows: Sequence[WindowAgg], driver_ms: int | None) -> dic
     return out
 
 
+def keep_ms(s: BatchSummary, params: Params) -> int:
+    """How much committed input (ms of arrival time before the batch time) the trim keeps: ``stream_keep_ms``,
+    or less when at the batch's own arrival rate that would be more than ``stream_keep_entries`` entries, so
+    that at game scale the stream (Redis' memory, its append-only file) stays bounded. Counting entries
+    exactly would mean walking them; the rate of the batch just read is known for free."""
+    span_ms = parse_entry_id(s.end_id)[0] - parse_entry_id(s.start_id)[0]
+    if s.input <= 0 or span_ms <= 0 or s.start_id == "0-0":
+        return params.stream_keep_ms
+    return min(params.stream_keep_ms, params.stream_keep_entries * span_ms // s.input)
+
+
 def _count_reasons(bad: list[BadRow]) -> dict[str, int]:
     out: dict[str, int] = {}
     for b in bad:
@@ -300,7 +312,7 @@ def commit_batch(client: redis.Redis, keys: KeySchema, s: BatchSummary, params: 
             top = st.input_max_us(params.idle_timeout_ms is not None)
             if srv in params.servers and top is not None:
                 server_max[srv] = max(top, server_max.get(srv, top))
-        keep_from = min(parse_entry_id(s.start_id), (s.batch_ts_ms - params.stream_keep_ms, 0))
+        keep_from = min(parse_entry_id(s.start_id), (s.batch_ts_ms - keep_ms(s, params), 0))
         for reader in params.readers:  # a reader's committed ID only grows: reading it early is safe
             done = pipe.hget(reader, "committed_id")
             keep_from = min(keep_from, parse_entry_id(done) if done else (0, 0))

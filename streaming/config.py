@@ -47,8 +47,7 @@ class Config:
     spark_master: str = "local[*]"
     max_events_per_batch: int = 200_000  # admission control: a backlog is read in batches of at most this
     source_partitions: int = 2
-    # A batch whose entries arrived within this span is aggregated on the driver by Arrow, not by a Spark
-    # shuffle (streaming.local_agg); the span bounds its size by Redis' own write rate. 0: always Spark.
+    stream_keep_entries: int = 1_000_000  # committed input kept to look back at: about this many entries at most
     retention_ms: int = 86_400_000
     progress_history: int = 5_000
     key_ttl_ms: int | None = None  # how long keys outlive their last write; None = RETENTION
@@ -75,6 +74,7 @@ class Config:
         _check(1 <= self.source_partitions <= 256, "SOURCE_PARTITIONS", "must be between 1 and 256")
         _check(self.retention_ms >= self.window_ms, "RETENTION", "must be at least one WINDOW")
         _check(self.progress_history >= 10, "PROGRESS_HISTORY", "must be at least 10")
+        _check(self.stream_keep_entries >= 0, "STREAM_KEEP_ENTRIES", "must not be negative")
         _check(bool(_NAMESPACE.match(self.namespace)), "PIPELINE_NAMESPACE",
                f"{self.namespace!r} must be 1-64 characters of letters, digits, '_', '-', '.'")
         scheme = urlsplit(self.redis_url).scheme
@@ -141,6 +141,7 @@ class Config:
             source_partitions=_int(env, "SOURCE_PARTITIONS", cls.source_partitions),
             retention_ms=_duration(env, "RETENTION", cls.retention_ms),
             progress_history=_int(env, "PROGRESS_HISTORY", cls.progress_history),
+            stream_keep_entries=_int(env, "STREAM_KEEP_ENTRIES", cls.stream_keep_entries),
             max_future_skew_ms=_optional_duration(env, "MAX_FUTURE_SKEW", cls.max_future_skew_ms),
             known_servers=_name_set(env, "KNOWN_SERVERS"),
             watermark_mode=env.get("WATERMARK_MODE", cls.watermark_mode).strip(),

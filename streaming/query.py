@@ -29,7 +29,7 @@ def params_of(cfg: Config) -> Params:
                   policy=cfg.watermark_policy,
                   servers=tuple(sorted(cfg.known_servers or ())) if cfg.watermark_mode == "per-server" else (),
                   idle_timeout_ms=cfg.idle_timeout_ms, trims=cfg.input_namespace is None,
-                  readers=readers_of(cfg))
+                  readers=readers_of(cfg), stream_keep_entries=cfg.stream_keep_entries)
 
 
 def readers_of(cfg: Config) -> tuple[str, ...]:

@@ -178,3 +178,17 @@ def test_an_empty_or_uneven_histogram_is_refused() -> None:
         Lag.from_histogram([], [])
     with pytest.raises(ValueError, match="as many counts as values"):
         Lag.from_histogram([1, 2], [1])
+
+
+@pytest.mark.parametrize(("start_id", "end_id", "entries", "kept_ms"), [
+    (f"{T0}-0", f"{T0 + 1_000}-0", 50_000, 20_000),  # 50,000 entries/s: a million entries is 20 s
+    (f"{T0}-0", f"{T0 + 1_000}-0", 200, 600_000),  # 200 entries/s: the 10 minutes hold far fewer
+    ("0-0", f"{T0}-0", 50_000, 600_000),  # a run's first batch spans since 1970: no rate to judge by
+    (f"{T0}-0", f"{T0 + 1_000}-0", 0, 600_000),  # nothing read
+])
+def test_the_trim_keeps_ten_minutes_or_about_a_million_entries(start_id: str, end_id: str, entries: int,
+                                                               kept_ms: int) -> None:
+    from streaming.commit import keep_ms
+
+    s = BatchSummary(0, 0, T0, start_id, end_id, [], {"A": ServerStats(rows=entries)}, [])
+    assert keep_ms(s, Params(60_000, 60_000, 0)) == kept_ms
