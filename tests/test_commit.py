@@ -19,7 +19,7 @@ from streaming.commit import (
     check_params,
     commit_batch,
 )
-from streaming.keys import KeySchema
+from streaming.keys import KeySchema, WindowKey
 from streaming.report import build_document
 
 PARAMS = Params(window_ms=600_000, slide_ms=600_000, delay_ms=300_000)
@@ -192,3 +192,21 @@ def test_the_trim_keeps_ten_minutes_or_about_a_million_entries(start_id: str, en
 
     s = BatchSummary(0, 0, T0, start_id, end_id, [], {"A": ServerStats(rows=entries)}, [])
     assert keep_ms(s, Params(60_000, 60_000, 0)) == kept_ms
+
+
+def test_a_closed_windows_players_become_its_count(r: redis.Redis, keys: KeySchema) -> None:
+    """Once the watermark in force has passed a window's end, no batch adds a player to it: its set is replaced
+    by its exact size, so memory holds sets for open windows only; readers see the same number either way."""
+    from streaming.report import read_windows
+
+    assert commit_batch(r, keys, summary(0, 0, T0 + 1_000), PARAMS)  # players p1, p2 in [T0, T0 + 10 min)
+    assert r.scard(keys.players(WindowKey(T0, T0 + 600_000, "A"))) == 2
+    before = [w.players for w in read_windows(r, keys)]
+    # batch 1 runs with a watermark still inside the window: it stays open and keeps its set
+    assert commit_batch(r, keys, summary(1, T0 + 599_999, T0 + 2_000), PARAMS)
+    assert r.scard(keys.players(WindowKey(T0, T0 + 600_000, "A"))) == 3
+    # batch 2's watermark reaches the window's end: the window is closed, its set becomes its count
+    assert commit_batch(r, keys, summary(2, T0 + 600_000, T0 + 3_000, events=0, dropped=1), PARAMS)
+    assert not r.exists(keys.players(WindowKey(T0, T0 + 600_000, "A")))
+    assert r.hget(keys.window(WindowKey(T0, T0 + 600_000, "A")), "players") == b"3"
+    assert [w.players for w in read_windows(r, keys)] == [3] and before == [2]
