@@ -76,8 +76,11 @@ class PlayerTable:
         self.last_us = np.zeros(0, np.int64)
 
     def slots_of(self, players: Sequence[str]) -> np.ndarray:
-        out = np.empty(len(players), np.int64)
-        for i, p in enumerate(players):
+        get = self.slot.get
+        found = [get(p, -1) for p in players]  # a batch's players are mostly known: one dict lookup each
+        out = np.array(found, np.int64)
+        for i in np.flatnonzero(out < 0).tolist():
+            p = players[i]
             s = self.slot.get(p)
             if s is None:
                 s = self.slot[p] = len(self.names)
@@ -219,7 +222,7 @@ def _commit_presence(client: redis.Redis, keys: KeySchema, b: PresenceBatch, par
         mirror.valid = False  # until the transaction is in
         writes = {server: _decide_server(mirror.table(server), ev, ev.server == server, b.watermark_ms, next_wm,
                                          timeout_ms)
-                  for server in sorted(set(mirror.tables) | set(np.unique(ev.server).tolist()))}
+                  for server in sorted(set(mirror.tables) | set(ev.server.tolist()))}
         for w in writes.values():
             w.rewrite = lost
         counts = {s: w.count for s, w in writes.items()}
