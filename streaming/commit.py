@@ -267,10 +267,9 @@ def _final_player_counts(client: redis.Redis, keys: KeySchema, params: Params, c
         return {}
     reads = client.pipeline(transaction=False)
     for wk in members:
-        reads.exists(keys.players(wk))
         reads.scard(keys.players(wk))
-    replies = reads.execute()
-    return {wk: n for wk, exists, n in zip(members, replies[::2], replies[1::2], strict=True) if exists}
+    # Redis keeps no empty set: 0 means the window accepted no player (only dropped pairs), so it has none.
+    return {wk: n for wk, n in zip(members, reads.execute(), strict=True) if n}
 
 
 def keep_ms(s: BatchSummary, params: Params) -> int:
