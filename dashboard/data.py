@@ -21,9 +21,6 @@ from streaming.keys import KeySchema, WindowKey, parse_total_field
 from streaming.presence_store import OnlineView, online_view, queue_online_reads
 from streaming.report import WindowRow, queue_window_reads, window_rows
 
-WAITING_COUNT_CAP = 10_000
-"""Without Redis 7's ``entries-added``, waiting entries are counted with XRANGE up to this many."""
-
 MAX_BATCHES = 3_600
 """At most this many batch records per read (an hour at a 1 s trigger)."""
 
@@ -169,12 +166,20 @@ class StreamInfo:
     length: int
     last_id: str | None
     waiting: int
-    waiting_exact: bool
+    """Entries the pipeline has not committed yet (exact: see :attr:`KeySchema.trimmed`)."""
+    oldest_waiting_ms: int | None = None
+    """Arrival (entry ID's millisecond part) of the oldest entry not committed yet; ``None`` when none waits."""
+    first_ms: int | None = None
+    """Arrival of the oldest entry still in the stream (what the trim has kept)."""
 
     @property
     def head_ms(self) -> int | None:
         """Ingest time of the newest entry (its ID's millisecond part)."""
         return None if self.last_id is None else parse_entry_id(self.last_id)[0]
+
+    def behind_ms(self, now_ms: int) -> int:
+        """How long the oldest waiting entry has waited: how far behind the pipeline is, in time."""
+        return 0 if self.oldest_waiting_ms is None else max(0, now_ms - self.oldest_waiting_ms)
 
 
 @dataclass(frozen=True)
@@ -234,14 +239,17 @@ def read_snapshot(client: redis.Redis, keys: KeySchema, *, range_ms: int, now_ms
     ``input_keys``: the namespace whose input stream this pipeline reads (a lab lane reads its parent's)."""
     events = (input_keys or keys).events
     # Round trip 1: everything addressed by a fixed key.
-    pipe = client.pipeline(transaction=False)
+    # One MULTI: the totals, the trimmed count and the stream's length must come from the same moment for
+    # the waiting count to be exact (a commit in between moves all three).
+    pipe = client.pipeline(transaction=True)
     pipe.hgetall(keys.state)
     pipe.hgetall(keys.totals)
     pipe.smembers(keys.servers)
+    pipe.get((input_keys or keys).trimmed)
     pipe.xinfo_stream(events)
     queue_online_reads(pipe, keys, ONLINE_HISTORY, now_ms)
-    state_h, totals_h, servers_raw, xinfo, *online_replies = pipe.execute(raise_on_error=False)
-    for reply in (state_h, totals_h, servers_raw, *online_replies):
+    state_h, totals_h, servers_raw, trimmed, xinfo, *online_replies = pipe.execute(raise_on_error=False)
+    for reply in (state_h, totals_h, servers_raw, trimmed, *online_replies):
         if isinstance(reply, Exception):
             raise reply
     state = PipelineState.from_hash(_decode_hash(state_h))
@@ -262,9 +270,8 @@ def read_snapshot(client: redis.Redis, keys: KeySchema, *, range_ms: int, now_ms
     else:
         pipe.zrange(keys.windows, 0, -1)
     pipe.zrange(keys.batches, -n_batches, -1)
-    count_waiting = state is not None and "entries-added" not in xinfo
-    if count_waiting:
-        pipe.xrange(events, min="(" + state.committed_id, max="+", count=WAITING_COUNT_CAP)
+    if state is not None:
+        pipe.xrange(events, min="(" + state.committed_id, max="+", count=1)
     replies = pipe.execute()
     members = [WindowKey.parse(m) for m in replies[0]]
     if head is not None:
@@ -296,21 +303,28 @@ def read_snapshot(client: redis.Redis, keys: KeySchema, *, range_ms: int, now_ms
     last_id = _decode(xinfo.get("last-generated-id")) if xinfo else None
     if last_id == "0-0":
         last_id = None
-    if state is None:
-        waiting, exact = length, True
-    elif count_waiting:
-        waiting = len(replies[2])
-        exact = waiting < WAITING_COUNT_CAP
-    else:
-        waiting, exact = max(0, int(xinfo["entries-added"]) - totals.input), True
+    waiting = waiting_entries(length, int(trimmed or 0), totals.input if state else 0)
+    oldest = replies[2][0][0] if state is not None and replies[2] else None
+    oldest_ms = parse_entry_id(_decode(oldest))[0] if oldest is not None and waiting else None
+    first = xinfo.get("first-entry") if xinfo else None
+    first_ms = parse_entry_id(_decode(first[0]))[0] if first else None
+    if state is None and waiting:
+        oldest_ms = first_ms
 
     servers = sorted({*(_decode(s) for s in servers_raw), *totals.servers})
     return Snapshot(
         namespace=keys.namespace, read_ms=now_ms, range_ms=range_ms, state=state, totals=totals,
         servers=tuple(servers), windows=tuple(windows), batches=tuple(batches),
-        stream=StreamInfo(length=length, last_id=last_id, waiting=waiting, waiting_exact=exact),
+        stream=StreamInfo(length=length, last_id=last_id, waiting=waiting, oldest_waiting_ms=oldest_ms,
+                          first_ms=first_ms),
         online=online_view(*online_replies),
     )
+
+
+def waiting_entries(length: int, trimmed: int, committed: int) -> int:
+    """Entries not committed yet: every entry ever appended is either still in the stream or was trimmed,
+    and either committed or waiting (the job reads from the stream's start; only the job trims)."""
+    return max(0, length + trimmed - committed)
 
 
 def _decode(v: bytes | str | None) -> str | None:

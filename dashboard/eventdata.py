@@ -14,7 +14,6 @@ from dataclasses import dataclass
 
 import redis
 
-from dashboard.data import WAITING_COUNT_CAP
 from streaming.events import IDLE_KIND, BadEntry, parse_entry, parse_entry_id
 from streaming.eventview import BatchSpan, EventPoint, Status, Step, count_statuses, judge, watermark_steps
 from streaming.keys import KeySchema
@@ -45,8 +44,8 @@ class EventRange:
     cap: int
     stream_first_ms: int | None
     """Arrival of the stream's oldest entry; None when the stream is empty."""
-    trimmed: int | None
-    """Entries trimmed from the stream's front so far (entries read + waiting - length); None if unknown."""
+    trimmed: int
+    """Entries trimmed from the stream's front so far (the job counts them as it trims)."""
     entries_read: int
     points: tuple[EventPoint, ...]
     """The parsed events of ``server`` (all servers when None)."""
@@ -97,15 +96,12 @@ def read_events(client: redis.Redis, keys: KeySchema, *, server: str | None, ran
     pipe = client.pipeline(transaction=False)
     pipe.xrevrange(stream, max=hi, min=lo, count=cap + 1)
     pipe.xrevrange(keys.dead, max=hi, min=lo, count=cap + 1)  # dead IDs are a subset of the events'
-    # What was trimmed: entries the job read + entries waiting - entries in the stream.
-    pipe.xlen(stream)
-    pipe.hget(keys.totals, "input")
-    pipe.xrange(stream, min="(" + committed_id, max="+", count=WAITING_COUNT_CAP)
+    pipe.get(keys.trimmed)
     batch_ids = _batches_covering(commits, lo, hi, committed_id)
     for b in batch_ids:
         pipe.hget(keys.batch(b), "sink")
-    raw, dead, length, read_total, waiting, *sinks = pipe.execute()
-    trimmed = max(0, int(read_total or 0) + len(waiting) - length) if len(waiting) < WAITING_COUNT_CAP else None
+    raw, dead, trimmed_count, *sinks = pipe.execute()
+    trimmed = int(trimmed_count or 0)
 
     capped = len(raw) > cap
     raw = list(reversed(raw[:cap]))

@@ -19,6 +19,9 @@ STUCK_BATCHES = 3
 """Batches with data in a row without the watermark moving before we call it stuck."""
 SLOW_WINDOW = 10
 """Recent batches judged for falling behind."""
+BEHIND_TRIGGERS = 3
+"""The oldest waiting entry older than this many triggers means the job is behind, even if batches are quick
+(a capped batch is quick and still leaves entries waiting)."""
 
 
 class Level(StrEnum):
@@ -48,12 +51,13 @@ def assess(snap: Snapshot, now_ms: int) -> list[Status]:
     trigger = max(state.trigger_ms, 1)
     since = max(0, now_ms - state.updated_ms)
     waiting = snap.stream.waiting
-    waiting_text = f"{waiting:,}{'' if snap.stream.waiting_exact else '+'}"
+    behind = snap.stream.behind_ms(now_ms)
+    waiting_text = behind_text(waiting, behind)
     if since > max(STALE_TRIGGERS * trigger, STALE_MIN_MS):
         if waiting > 0:
             out.append(Status(Level.ERROR, f"No batch has completed for {human_ms(since)} (trigger "
-                                           f"{human_ms(trigger)}) while {waiting_text} events wait in the stream: "
-                                           "the Spark job is down or stuck."))
+                                           f"{human_ms(trigger)}) while {waiting_text}: the Spark job is down or "
+                                           "stuck."))
         else:
             out.append(Status(Level.INFO, f"Idle: no new events for {human_ms(since)}; the last batch "
                                           f"(#{state.last_batch}) completed at {clock(state.updated_ms)}. Windows "
@@ -67,16 +71,20 @@ def assess(snap: Snapshot, now_ms: int) -> list[Status]:
                                          "window closes until newer events arrive; a server clock running ahead "
                                          "causes this."))
     slow = [b for b in snap.batches[-SLOW_WINDOW:] if b.duration_ms is not None]
-    behind = [b for b in slow if b.duration_ms > trigger]  # type: ignore[operator]
-    if slow and len(behind) * 2 > len(slow):
-        worst = max(b.duration_ms for b in behind)  # type: ignore[type-var]
-        out.append(Status(Level.WARNING, f"Falling behind: {len(behind)} of the last {len(slow)} batches took longer "
+    late = [b for b in slow if b.duration_ms > trigger]  # type: ignore[operator]
+    if slow and len(late) * 2 > len(slow):
+        worst = max(b.duration_ms for b in late)  # type: ignore[type-var]
+        out.append(Status(Level.WARNING, f"Falling behind: {len(late)} of the last {len(slow)} batches took longer "
                                          f"than the {human_ms(trigger)} trigger (slowest {human_ms(worst)}); "
-                                         f"{waiting_text} events wait in the stream."))
+                                         f"{waiting_text}."))
+    elif behind > BEHIND_TRIGGERS * trigger and not out:
+        out.append(Status(Level.WARNING, f"Behind: {waiting_text}; batches are capped, so the job catches up "
+                                         "by reading at most its cap per batch."))
     if not out:
         wm = state.next_watermark_ms
         out.append(Status(Level.OK, f"Live: batch #{state.last_batch} committed {human_ms(since)} ago · watermark "
-                                    f"{clock(wm)} (lag {human_ms(now_ms - wm)}) · {waiting_text} events waiting"))
+                                    f"{clock(wm)} (lag {human_ms(now_ms - wm)}) · "
+                                    f"{'up to date' if not waiting else waiting_text}"))
     order = [Level.ERROR, Level.WARNING, Level.INFO, Level.OK]
     return sorted(out, key=lambda s: order.index(s.level))
 
@@ -105,6 +113,13 @@ def stuck_batches(snap: Snapshot) -> int:
             break
         n += 1
     return n
+
+
+def behind_text(waiting: int, behind_ms: int) -> str:
+    """``behind by 1,234 entries / 2.5 s``: entries not committed yet, and how long the oldest has waited."""
+    if waiting <= 0:
+        return "no entries wait"
+    return f"behind by {waiting:,} {'entry' if waiting == 1 else 'entries'} / {human_ms(behind_ms)}"
 
 
 def human_ms(ms: float) -> str:

@@ -117,6 +117,10 @@ class Control:
         return {k: v for k, v in out.items() if v is not None}
 
 
+ACHIEVED_OVER_MS = 5_000
+"""The generator's achieved rate is measured over this much of its clock: long enough to smooth its bursts."""
+
+
 @dataclass(frozen=True)
 class GeneratorStatus:
     """What the following generator is doing: ``rev`` is the control revision it applied."""
@@ -129,6 +133,8 @@ class GeneratorStatus:
     since_ms: int
     updated_ms: int
     error: str = ""
+    achieved: float = 0.0
+    """Events/s actually written over the last :data:`ACHIEVED_OVER_MS` (or since the run began)."""
 
     @classmethod
     def from_hash(cls, raw: Mapping) -> GeneratorStatus:
@@ -137,7 +143,7 @@ class GeneratorStatus:
         try:
             return cls(state=f["state"], scenario=f["scenario"], rate=float(f["rate"]), rev=int(f["rev"]),
                        written=int(f["written"]), since_ms=int(f["since_ms"]), updated_ms=int(f["updated_ms"]),
-                       error=f.get("error", ""))
+                       error=f.get("error", ""), achieved=float(f.get("achieved", "0")))
         except (KeyError, ValueError) as exc:
             raise ConfigError(f"generator status hash is malformed ({type(exc).__name__}: {exc})") from None
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -25,6 +26,7 @@ import redis
 
 from streaming.config import ConfigError
 from streaming.control import (
+    ACHIEVED_OVER_MS,
     RUNNING,
     STOPPED,
     Control,
@@ -41,6 +43,7 @@ from streaming.keys import KeySchema
 log = logging.getLogger("streaming.generator")
 
 CHECK_EVERY_US = 500_000
+
 EXITED = "exited"
 
 
@@ -100,6 +103,7 @@ class Follower:
         self.rev = 0
         self.since_ms = clock.now_us() // 1000
         self.error = ""
+        self._samples: deque[tuple[int, int]] = deque()  # (clock us, events written) at each publish
 
     # ------------------------------------------------------------------ one check
 
@@ -139,15 +143,30 @@ class Follower:
             self.run = _Run(ctl.scenario, ctl.rate, self.next_seed, now_us - sim.start_us, _Pending(sim.records()))
             self.next_seed += 1
             self.since_ms = now_us // 1000
+            self._samples.clear()  # a new rate: measure it from its start
         self.rev = ctl.rev
+
+    def achieved(self, now_us: int) -> float:
+        """Events/s written over the last :data:`ACHIEVED_OVER_MS` of this run: what the generator really does,
+        which falls short of the rate asked for when it (or Redis) runs out of CPU."""
+        samples, written = self._samples, self.writer.stats.written
+        if self.run is None:
+            samples.clear()
+            return 0.0
+        samples.append((now_us, written))
+        while len(samples) > 2 and samples[1][0] <= now_us - ACHIEVED_OVER_MS * 1000:
+            samples.popleft()
+        t0, w0 = samples[0]
+        return (written - w0) * 1e6 / (now_us - t0) if now_us > t0 else 0.0
 
     def status(self, now_us: int, state: str | None = None) -> GeneratorStatus:
         run = self.run
+        achieved = self.achieved(now_us) if state is None else 0.0  # an exited generator writes nothing
         return GeneratorStatus(
             state=state or (RUNNING if run is not None else STOPPED),
             scenario=run.scenario if run is not None else "", rate=run.rate if run is not None else 0.0,
             rev=self.rev, written=self.writer.stats.written, since_ms=self.since_ms, updated_ms=now_us // 1000,
-            error=self.error)
+            error=self.error, achieved=achieved)
 
     def publish(self, now_us: int, state: str | None = None) -> None:
         write_status(self.client, self.keys, self.status(now_us, state))

@@ -10,6 +10,9 @@ key                                                type    contents
 ``{ns}:events``                                    stream  input: one game event per entry, field ``e``
                                                            (JSON, see ``streaming.events``); the entry
                                                            ID's millisecond part is the ingest time
+``{ns}:trimmed``                                   string  entries trimmed from ``{ns}:events`` so far:
+                                                           with ``totals.input`` it says how many wait
+                                                           (``XLEN + trimmed - input``) without a walk
 ``{ns}:dead``                                      stream  quarantined entries, same IDs as in
                                                            ``events``; fields ``reason``, ``detail``,
                                                            ``raw``, ``batch``
@@ -116,6 +119,10 @@ class KeySchema:
     @property
     def events(self) -> str:
         return self._k("events")
+
+    @property
+    def trimmed(self) -> str:
+        return self._k("trimmed")
 
     @property
     def dead(self) -> str:

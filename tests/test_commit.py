@@ -111,6 +111,7 @@ def test_trimming_follows_the_committed_offset_never_a_length(r: redis.Redis, ke
     ids = [int(e[0].split(b"-")[0]) - T0 for e in r.xrange(keys.events)]
     assert ids[-1] == 4_999 and ids == list(range(ids[0], 5_000)), "nothing at or after the batch start is touched"
     assert 0 < ids[0] <= keep_from, "entries before the keep point were trimmed (approximately: whole nodes only)"
+    assert int(r.get(keys.trimmed)) == ids[0] == 5_000 - r.xlen(keys.events), "the trimmed count is exact"
 
 
 @pytest.mark.parametrize(("held_at", "keep_from"), [

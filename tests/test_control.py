@@ -70,7 +70,7 @@ def test_control_hash_round_trip(control: Control) -> None:
 
 
 def test_generator_status_round_trip() -> None:
-    status = GeneratorStatus("running", "clock-skew", 1000.0, 4, 12_345, 1_000, 2_000, "")
+    status = GeneratorStatus("running", "clock-skew", 1000.0, 4, 12_345, 1_000, 2_000, "", 997.5)
     assert GeneratorStatus.from_hash(status.to_hash()) == status
     with pytest.raises(ConfigError, match="generator status hash is malformed"):
         GeneratorStatus.from_hash({"state": "running"})
@@ -209,6 +209,8 @@ def test_a_scenario_switch_restarts_the_simulation_and_b_goes_silent_on_time(
     script = [
         (START + 10 * S, lambda: seen.update(switch=write_control(rd, keys, scenario="idle-server").__dict__)),
         (START + 10 * S + 600_000, lambda: seen.update(after=rd.hgetall(keys.generator_status))),
+        (START + 35 * S, lambda: seen.update(steady=rd.hgetall(keys.generator_status))),
+        (START + 80 * S, lambda: seen.update(b_silent=rd.hgetall(keys.generator_status))),
         (START + 145 * S, stop.set),
     ]
     clock = ScriptedClock(START, script)
@@ -231,6 +233,11 @@ def test_a_scenario_switch_restarts_the_simulation_and_b_goes_silent_on_time(
     assert any(29 * S <= o < 30 * S for o in offsets) and any(120 * S <= o < 121 * S for o in offsets)
     final = GeneratorStatus.from_hash(rd.hgetall(keys.generator_status))
     assert (final.state, final.written, final.rev) == ("exited", len(written), 2)
+    # the rate it reports is what it wrote over the last 5 s of the clock: 100/s asked, and about a third
+    # less while B (one of three servers) is silent
+    assert 90 <= GeneratorStatus.from_hash(seen["steady"]).achieved <= 110
+    assert 55 <= GeneratorStatus.from_hash(seen["b_silent"]).achieved <= 75
+    assert 0 < after.achieved and final.achieved == 0.0  # measured from the switch on; none once exited
 
 
 def test_stop_pauses_and_start_resumes_from_now(r: redis.Redis, rd: redis.Redis, redis_url: str, keys: KeySchema,

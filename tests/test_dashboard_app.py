@@ -107,7 +107,22 @@ def test_snapshot_numbers_equal_redis_and_the_oracle(seeded: Seeded, direct: tup
     assert snap.totals.input == len(seeded.lines) + seeded.bad
     assert [b.batch for b in snap.batches] == list(range(len(seeded.document["batches"])))
     assert all(b.duration_ms is not None for b in snap.batches), "every replayed batch carries Spark's progress"
-    assert snap.stream.waiting == 0 and snap.stream.waiting_exact
+    assert snap.stream.waiting == 0 and snap.stream.oldest_waiting_ms is None
+    assert int(client.get(keys.trimmed) or 0) + client.xlen(keys.events) == snap.totals.input
+
+
+def test_entries_waiting_are_counted_exactly_and_aged_by_the_oldest(seeded: Seeded,
+                                                                    direct: tuple[redis.Redis, KeySchema]) -> None:
+    """Entries after the last commit: as many as were appended, the oldest one's arrival gives the time behind."""
+    client, keys = direct
+    ids = [client.xadd(keys.events, {"e": "{}"}) for _ in range(3)]
+    try:
+        snap = read_snapshot(redis.Redis.from_url(seeded.cfg.redis_url), keys, range_ms=3_600_000, now_ms=0)
+        assert snap.stream.waiting == 3
+        assert snap.stream.oldest_waiting_ms == int(ids[0].split("-")[0])
+        assert snap.stream.behind_ms(snap.stream.oldest_waiting_ms + 2_500) == 2_500
+    finally:
+        client.xdel(keys.events, *ids)
 
 
 def test_the_time_range_keeps_windows_ending_within_it_of_the_newest_event(
@@ -226,7 +241,8 @@ def test_health_page_shows_the_last_batch_backlog_and_quarantine(env: Seeded,
     shown = metrics(at)
     assert shown["Last batch"] == f"#{client.hget(keys.state, 'last_batch')}"
     assert n(shown["Quarantined (total)"]) == env.bad
-    assert shown["Events waiting"] == "0"
+    assert shown["Entries waiting"] == "0" and shown["Behind by"] == "up to date"
+    assert shown["Input kept"] == f"{client.xlen(keys.events):,}"
     reasons = at.dataframe[0].value
     assert dict(zip(reasons["reason"], reasons["entries"], strict=True)) == {
         k.split("|", 1)[1]: int(v) for k, v in client.hgetall(keys.totals).items() if k.startswith("bad|")}

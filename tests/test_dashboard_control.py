@@ -128,13 +128,13 @@ def test_the_page_shows_when_the_generator_picked_up_the_request(r: redis.Redis,
                         reconnect=lambda: r, stop=threading.Event())
     follower.check()  # a generator is running: it seeded rev 1 and applied it
     at = open_page(NOW + 100)
-    assert "Generator running `steady` at 100 events/s" in " ".join(m for m in messages(at))
+    assert "Generator running at 100 events/s" in " ".join(m for m in messages(at))
     at.selectbox(key="lab_scenario").set_value("outage-and-backfill").run()
     at.button(key="lab_apply").click().run()
     assert any("Waiting for the generator to pick up rev 2 (it has applied rev 1" in m for m in messages(at))
     follower.check()
     at = open_page(NOW + 2_000)  # the next refresh tick (reads are shared per tick)
-    assert any(m.startswith("Generator running `outage-and-backfill` at 100 events/s") and "rev 2 applied" in m
+    assert any(m.startswith("Generator running at 100 events/s · `outage-and-backfill`") and "rev 2 applied" in m
                for m in messages(at)), messages(at)
 
 
@@ -147,7 +147,7 @@ def test_unreachable_redis_is_a_status_message(monkeypatch: pytest.MonkeyPatch) 
 
 def status(**kw: object) -> GeneratorStatus:
     base = {"state": "running", "scenario": "steady", "rate": 1000.0, "rev": 3, "written": 12_345,
-            "since_ms": NOW - 60_000, "updated_ms": NOW - 400, "error": ""}
+            "since_ms": NOW - 60_000, "updated_ms": NOW - 400, "error": "", "achieved": 998.0}
     return GeneratorStatus(**{**base, **kw})  # type: ignore[arg-type]
 
 
@@ -168,7 +168,14 @@ def status(**kw: object) -> GeneratorStatus:
      "Waiting for the generator to pick up rev 4 (it has applied rev 3"),
     # caught up and running
     (Control("steady", 1000.0, True, rev=3), status(), Level.OK,
-     "Generator running `steady` at 1,000 events/s since 07:59:00 UTC · rev 3 applied · 12,345 events written"),
+     "Generator running at 1,000 events/s (achieved 998/s) · `steady` since 07:59:00 UTC · rev 3 applied · "
+     "12,345 events written"),
+    # short of its rate for a whole measuring span: it or Redis lacks CPU
+    (Control("steady", 1000.0, True, rev=3), status(achieved=700.0), Level.WARNING,
+     "Generator short of its rate: asked for 1,000 events/s, writing 700/s"),
+    # just (re)started: the first span is not judged yet
+    (Control("steady", 1000.0, True, rev=3), status(achieved=700.0, since_ms=NOW - 3_000), Level.OK,
+     "(achieved 700/s)"),
     # caught up and stopped
     (Control("steady", 1000.0, False, rev=3), status(state="stopped"), Level.INFO,
      "Generator stopped since 07:59:00 UTC (rev 3 applied)"),

@@ -17,6 +17,7 @@ from pyspark.sql import SparkSession
 from streamlit.testing.v1 import AppTest
 
 from dashboard.eventdata import read_events
+from streaming.commit import trim_counted
 from streaming.events import Event, parse_entry_id
 from streaming.eventview import Status, dropped_pairs
 from streaming.keys import KeySchema, WindowKey
@@ -186,14 +187,14 @@ def test_page_counts_equal_the_oracle(env: World, server: str) -> None:
 
 def test_a_trimmed_range_says_so_and_counts_what_is_left(env: World, client: redis.Redis,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    """A copy of the namespace whose stream was trimmed as the sink does (XTRIM MINID)."""
+    """A copy of the namespace whose stream was trimmed as the sink does (XTRIM MINID, counted)."""
     copy = KeySchema(env.keys.namespace + "-trimmed")
     for key in client.scan_iter(match=env.keys.namespace + ":*", count=1000):
         name = key.decode()
         client.restore(copy.namespace + name[len(env.keys.namespace):], 0, client.dump(key), replace=True)
     ids = [i for i, _ in client.xrange(copy.events)]
     cut = parse_entry_id(ids[len(ids) // 2])
-    client.xtrim(copy.events, minid=f"{cut[0]}-{cut[1]}", approximate=False)
+    trim_counted(client, copy, f"{cut[0]}-{cut[1]}", approximate=False)
     monkeypatch.setenv("PIPELINE_NAMESPACE", copy.namespace)
     at = run_page("all servers")
     trimmed = [w.value for w in at.warning if "trimmed" in w.value]

@@ -15,6 +15,7 @@ from dashboard.data import (
     StreamInfo,
     Totals,
     WindowRow,
+    waiting_entries,
 )
 from dashboard.status import Level, assess, human_ms, stuck_batches, unreachable
 from streaming.commit import Lag, ServerStats
@@ -45,10 +46,12 @@ def window(start: int, server: str, players: int, final: bool, size: int = MIN) 
 
 
 def snap(st: PipelineState | None = None, batches: tuple[BatchPoint, ...] = (), waiting: int = 0, length: int = 0,
-         windows: tuple[WindowRow, ...] = (), servers: tuple[str, ...] = ("A", "B")) -> Snapshot:
+         windows: tuple[WindowRow, ...] = (), servers: tuple[str, ...] = ("A", "B"),
+         oldest_ms: int | None = None) -> Snapshot:
     return Snapshot(namespace="wm", read_ms=T, range_ms=15 * MIN, state=st, totals=Totals(), servers=servers,
                     windows=windows, batches=batches,
-                    stream=StreamInfo(length=length, last_id=None, waiting=waiting, waiting_exact=True))
+                    stream=StreamInfo(length=length, last_id=None, waiting=waiting,
+                                      oldest_waiting_ms=oldest_ms if waiting else None))
 
 
 MOVING = tuple(batch(i, T + i * 1000, T + (i + 1) * 1000) for i in range(10))
@@ -135,18 +138,39 @@ NOW = T + 10 * MIN
         (snap(state(), MOVING), NOW + 60_000, Level.INFO, "Idle: no new events for 1 min"),
         # 4.9 s is within 5 triggers (and the 10 s floor): still fine
         (snap(state(), MOVING, waiting=500), NOW + 4_900, Level.OK, "Live"),
+        # entries waiting, quick batches: live, and how far behind in entries and time
+        (snap(state(), MOVING, waiting=1, oldest_ms=NOW), NOW + 600, Level.OK, "behind by 1 entry / 600 ms"),
+        (snap(state(), MOVING), NOW + 600, Level.OK, "up to date"),
+        # quick (capped) batches but the oldest waiting entry is 3 triggers old: behind
+        (snap(state(), MOVING, waiting=250_000, oldest_ms=NOW - 12_000), NOW + 500, Level.WARNING,
+         "Behind: behind by 250,000 entries / 12.5 s"),
         # three batches with data, watermark unchanged: stuck
         (snap(state(), MOVING[:7] + tuple(batch(i, T, T) for i in (7, 8, 9))), NOW + 500, Level.WARNING,
          "has not moved for 3 batches"),
         # most of the last batches slower than the trigger
         (snap(state(), tuple(replace(b, duration_ms=1_500) for b in MOVING)), NOW + 500, Level.WARNING,
          "Falling behind: 10 of the last 10"),
+        (snap(state(), tuple(replace(b, duration_ms=1_500) for b in MOVING), waiting=90_000, oldest_ms=NOW - 2_500),
+         NOW + 500, Level.WARNING, "(slowest 1.5 s); behind by 90,000 entries / 3.0 s"),
     ],
 )
 def test_status_line(snapshot: Snapshot, now: int, level: Level, phrase: str) -> None:
     statuses = assess(snapshot, now)
     assert statuses[0].level is level, statuses
     assert phrase in statuses[0].text, statuses[0].text
+
+
+@pytest.mark.parametrize(("length", "trimmed", "committed", "waiting"), [
+    (0, 0, 0, 0),  # nothing ever written
+    (10, 0, 0, 10),  # nothing committed: the whole stream waits
+    (10, 0, 10, 0),  # all committed, nothing trimmed yet
+    (4, 6, 10, 0),  # all committed, 6 of them trimmed
+    (7, 6, 10, 3),  # 3 more arrived after the last commit
+    (3, 6, 10, 0),  # someone else deleted an entry: never below zero
+])
+def test_waiting_entries_from_length_trimmed_and_committed(length: int, trimmed: int, committed: int,
+                                                           waiting: int) -> None:
+    assert waiting_entries(length, trimmed, committed) == waiting
 
 
 def test_batches_without_data_do_not_count_as_stuck() -> None:

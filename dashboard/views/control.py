@@ -13,7 +13,8 @@ import streamlit as st
 
 from dashboard import ui
 from dashboard.lab import generator_line, rate_text
-from dashboard.status import unreachable
+from dashboard.lanes import MAIN, Lane
+from dashboard.status import assess, unreachable
 from streaming.config import Config, ConfigError, redact_url
 from streaming.control import Control
 from streaming.generator import SCENARIOS
@@ -31,9 +32,10 @@ def _status(cfg: Config) -> None:
         now = ui.now_ms()
         try:
             control, status = ui.load_lab(cfg.redis_url, cfg.namespace, view.tick(now))
+            snap = ui.lane_snapshot(cfg, Lane(MAIN, cfg.namespace, cfg.namespace), view, now)
         except (redis.RedisError, ConfigError):
             return  # said once above the form
-        ui.show_status([generator_line(control, status, now)])
+        ui.show_status([generator_line(control, status, now), *assess(snap, now)[:1]])
 
     tick()
 

@@ -15,7 +15,7 @@ import streamlit as st
 
 from dashboard import labview, ui
 from dashboard.lanes import read_tradeoff
-from dashboard.status import human_ms, unreachable
+from dashboard.status import assess, human_ms, unreachable
 from streaming.config import Config, redact_url
 from streaming.keys import KeySchema
 from streaming.tradeoff import Tradeoff
@@ -41,6 +41,7 @@ def render(cfg: Config) -> None:
     except redis.RedisError as exc:
         ui.show_status([unreachable(redact_url(cfg.redis_url), exc)])
         return
+    ui.show_status(assess(snap, now))
     if snap.state is None or not tradeoff.hist:
         st.info("No batch has been processed yet: the trade-off appears with the first events.")
         return

@@ -14,17 +14,27 @@ def render(snap: Snapshot, now_ms: int) -> None:
     assert state is not None
     st.caption(ui.params_caption(snap))
     last = snap.last_batch
-    c = st.columns(5)
+    stream = snap.stream
+    c = st.columns(4)
     c[0].metric("Last batch", f"#{state.last_batch}", help="The newest batch committed to Redis.")
     c[1].metric("Last batch duration", human_ms(last.duration_ms) if last and last.duration_ms is not None else "-",
                 help=f"Spark's triggerExecution; above the {human_ms(state.trigger_ms)} trigger the job falls behind.")
-    waiting = snap.stream.waiting
-    c[2].metric("Events waiting", f"{waiting:,}{'' if snap.stream.waiting_exact else '+'}",
-                help="Stream entries after the last committed offset.")
-    head = snap.stream.head_ms
-    c[3].metric("Newest entry age", human_ms(now_ms - head) if head else "-",
+    c[2].metric("Entries waiting", ui.fmt_int(stream.waiting),
+                help="Stream entries the job has not committed yet (exact: the stream's length plus what was "
+                     "trimmed, minus what was committed).")
+    c[3].metric("Behind by", human_ms(stream.behind_ms(now_ms)) if stream.waiting else "up to date",
+                help="How long the oldest entry not committed yet has waited (wall clock minus its arrival).")
+    c = st.columns(4)
+    head = stream.head_ms
+    c[0].metric("Newest entry age", human_ms(now_ms - head) if head else "-",
                 help="Wall clock minus the ingest time of the newest stream entry.")
-    c[4].metric("Quarantined (total)", ui.fmt_int(snap.totals.quarantined),
+    c[1].metric("Input kept", ui.fmt_int(stream.length),
+                help="Entries in the input stream now. Committed entries are trimmed once every reader (the "
+                     "pipeline, each lab lane, the online view) has committed them and they fall out of the "
+                     "look-back (10 minutes, or about STREAM_KEEP_ENTRIES entries at the current rate).")
+    c[2].metric("Kept since", human_ms(now_ms - stream.first_ms) + " ago" if stream.first_ms else "-",
+                help="Arrival of the oldest entry still in the input stream.")
+    c[3].metric("Quarantined (total)", ui.fmt_int(snap.totals.quarantined),
                 help="Entries that did not parse; kept with their reason in the dead-letter stream.")
 
     left, right = st.columns(2)

@@ -12,7 +12,7 @@ import streamlit as st
 
 from dashboard import labview, ui
 from dashboard.lanes import read_seen
-from dashboard.status import unreachable
+from dashboard.status import assess, unreachable
 from streaming.config import Config, redact_url
 from streaming.keys import KeySchema
 from streaming.lanes import DEFAULT_IDLE_TIMEOUT_MS
@@ -40,6 +40,7 @@ def render(cfg: Config) -> None:
         except redis.RedisError as exc:
             ui.show_status([unreachable(redact_url(cfg.redis_url), exc)])
             return
+        ui.show_status(assess(snaps[0], now)[:1])  # the pipeline all lanes read from: live, behind, down
         if len(lanes) < 2:
             st.info(SETUP_HINT)
         idle_after = cfg.idle_timeout_ms or DEFAULT_IDLE_TIMEOUT_MS
