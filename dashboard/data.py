@@ -99,6 +99,8 @@ class PipelineState:
     updated_ms: int
     mode: str = "global"
     policy: str = "min"
+    lost_at_batch: int | None = None
+    """Redis came back empty before this batch: totals and windows open then cover only what came after."""
 
     @classmethod
     def from_hash(cls, h: Mapping[str, str]) -> PipelineState | None:
@@ -114,6 +116,7 @@ class PipelineState:
             slide_ms=int(params.get("slide_ms", 0)), delay_ms=int(params.get("delay_ms", 0)),
             trigger_ms=int(h.get("trigger_ms") or 1_000), updated_ms=int(h.get("updated_ms") or 0),
             mode=str(params.get("mode", "global")), policy=str(params.get("policy", "min")),
+            lost_at_batch=int(h["lost_at_batch"]) if h.get("lost_at_batch") else None,
         )
 
     @property

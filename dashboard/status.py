@@ -80,11 +80,17 @@ def assess(snap: Snapshot, now_ms: int) -> list[Status]:
     elif behind > BEHIND_TRIGGERS * trigger and not out:
         out.append(Status(Level.WARNING, f"Behind: {waiting_text}; batches are capped, so the job catches up "
                                          "by reading at most its cap per batch."))
+    lost = state.lost_at_batch
+    if lost is not None and snap.batches and snap.batches[0].batch <= lost:  # the break is in the range shown
+        out.append(Status(Level.WARNING, f"History lost at batch {lost}: Redis came back empty, so the totals "
+                                         "and the windows open then count only what came after it; windows "
+                                         "that opened later are whole."))
     if not out:
         wm = state.next_watermark_ms
+        since_loss = "" if lost is None else f" · totals from batch {lost} (Redis came back empty then)"
         out.append(Status(Level.OK, f"Live: batch #{state.last_batch} committed {human_ms(since)} ago · watermark "
                                     f"{clock(wm)} (lag {human_ms(now_ms - wm)}) · "
-                                    f"{'up to date' if not waiting else waiting_text}"))
+                                    f"{'up to date' if not waiting else waiting_text}{since_loss}"))
     order = [Level.ERROR, Level.WARNING, Level.INFO, Level.OK]
     return sorted(out, key=lambda s: order.index(s.level))
 

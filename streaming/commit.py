@@ -331,8 +331,12 @@ def commit_batch(client: redis.Redis, keys: KeySchema, s: BatchSummary, params: 
         if pipe is None:
             return False
         server_fields = [total_field("max_event_us", srv) for srv in params.servers] if params.per_server else []
-        prev_max, collapsed, *prev_servers = pipe.hmget(keys.state, ["max_event_us", "sets_closed_below_ms",
-                                                                      *server_fields])
+        last, lost_at, prev_max, collapsed, *prev_servers = pipe.hmget(
+            keys.state, ["last_batch", "lost_at_batch", "max_event_us", "sets_closed_below_ms", *server_fields])
+        # No commit record, yet Spark ran batches before this one: Redis came back empty (a lane starts its
+        # record with its first batch, whenever it was added, so only the pipeline judges this).
+        if last is None and s.batch_id > 0 and params.trims:
+            lost_at = str(s.batch_id).encode()
         final_players = _final_player_counts(client, keys, params, int(collapsed or 0), s.watermark_ms)
         batch_max = s.max_event_us
         known = [v for v in (batch_max, int(prev_max) if prev_max else None) if v is not None]
@@ -430,6 +434,7 @@ def commit_batch(client: redis.Redis, keys: KeySchema, s: BatchSummary, params: 
                if s.server_watermarks is not None else {}),
             "delay_ms": params.delay_ms,
             "committed_id": s.end_id,
+            "lost_at_batch": lost_at or b"",
             "sets_closed_below_ms": max(s.watermark_ms, int(collapsed or 0)),
             "params": json.dumps(params.semantic(), sort_keys=True),
             "trigger_ms": params.trigger_ms,

@@ -25,7 +25,8 @@ key                                                type    contents
                                                            final), ``max_event_us``, ``committed_id``,
                                                            ``params`` (JSON window/slide/delay),
                                                            ``trigger_ms``, ``updated_ms`` (commit
-                                                           time)
+                                                           time), ``lost_at_batch`` (Redis came back
+                                                           empty before it)
 ``{ns}:totals``                                    hash    ``input``, ``parsed``, ``events``,
                                                            ``dropped``, ``late``, ``quarantined``, and
                                                            per server ``events|S``, ``dropped|S``,
@@ -66,7 +67,10 @@ key                                                type    contents
                                                            commit guard), ``watermark_ms`` (its expiries'),
                                                            ``in_force_ms``, ``batch_ts_ms``, ``timeout_ms``,
                                                            ``updated_ms``, ``max_event_us``,
-                                                           ``committed_id``, ``lost_at_batch``
+                                                           ``committed_id``, ``lost_at_batch`` (Redis
+                                                           came back empty before it),
+                                                           ``partial_until_ms`` (rebuilt from new events
+                                                           only: whole once the watermark passes it)
 ``{ns}:presence:history``                          zset    one JSON record per batch (online counts per
                                                            server after it, transitions per server and
                                                            cause), score = its batch id

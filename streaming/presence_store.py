@@ -206,12 +206,15 @@ def _commit_presence(client: redis.Redis, keys: KeySchema, b: PresenceBatch, par
         if pipe is None:
             mirror.valid = False
             return False
-        last, prev_max, lost_at, minute = pipe.hmget(keys.presence_state, ["last_batch", "max_event_us",
-                                                                           "lost_at_batch", "minute"])
+        last, prev_max, lost_at, minute, partial_until = pipe.hmget(
+            keys.presence_state, ["last_batch", "max_event_us", "lost_at_batch", "minute", "partial_until_ms"])
         day = day_of(b.batch_ts_ms)
         peaks = parse_peaks(pipe.hgetall(keys.presence_peak(day)))
         committed = None if last is None else int(last)
         lost = committed is None and mirror.batch is not None and mirror.valid
+        # Redis has no view and the job no copy, yet batches ran before (a restart after Redis came back
+        # empty): rebuilt from new events only, so partial until every online player has sent one more.
+        rebuilt = committed is None and not lost and b.batch_id > 0
         if not lost and (not mirror.valid or mirror.batch != committed):
             mirror.load(client, keys, [k.decode() for k in pipe.hkeys(keys.presence_counts)], committed)
         known = [int(v) for v in (prev_max or None, ev.event_us.max() if len(ev.event_us) else None) if v]
@@ -219,6 +222,9 @@ def _commit_presence(client: redis.Redis, keys: KeySchema, b: PresenceBatch, par
         next_wm = (b.next_watermark_ms if b.next_watermark_ms is not None
                    else next_watermark(b.watermark_ms, running, b.delay_ms))
         next_wm = max(b.watermark_ms, next_wm)
+        if rebuilt:
+            newest_ms = running // 1000 if running is not None else next_wm + b.delay_ms
+            partial_until = str(newest_ms + timeout_ms).encode()
         mirror.valid = False  # until the transaction is in
         writes = {server: _decide_server(mirror.table(server), ev, ev.server == server, b.watermark_ms, next_wm,
                                          timeout_ms)
@@ -249,7 +255,8 @@ def _commit_presence(client: redis.Redis, keys: KeySchema, b: PresenceBatch, par
             "last_batch": b.batch_id, "watermark_ms": next_wm, "in_force_ms": b.watermark_ms,
             "batch_ts_ms": b.batch_ts_ms, "timeout_ms": timeout_ms, "updated_ms": now_ms(),
             "max_event_us": running if running is not None else "", "committed_id": b.end_id,
-            "lost_at_batch": b.batch_id if lost else (lost_at or b""), "minute": open_minute.to_json(),
+            "lost_at_batch": b.batch_id if lost or rebuilt else (lost_at or b""), "minute": open_minute.to_json(),
+            "partial_until_ms": partial_until or b"",
         })
         pipe.xadd(keys.presence_commits, {"batch": b.batch_id, "end_id": b.end_id}, maxlen=1000, approximate=True)
         pipe.execute()
@@ -312,6 +319,13 @@ class OnlineView:
     minutes: tuple[Minute, ...] = ()  # the last hour's minutes of batch time, the open one last
     peaks: dict[str, tuple[int, int]] = field(default_factory=dict)  # today's: server or TOTAL -> (count, at)
     lost_at_batch: int | None = None  # Redis came back empty before this batch: history before it is gone
+    partial_until_ms: int | None = None  # rebuilt from new events after a loss: whole once the watermark is here
+
+    @property
+    def partial(self) -> bool:
+        """Rebuilt after Redis and the job lost the state together; players who have not sent an event since
+        are missing until the watermark passes :attr:`partial_until_ms` (then they would have timed out)."""
+        return self.partial_until_ms is not None and self.watermark_ms < self.partial_until_ms
 
     @property
     def total(self) -> int:
@@ -345,6 +359,7 @@ def online_view(state: Mapping[bytes, bytes], counts: Mapping[bytes, bytes], his
         minutes=tuple([*closed, *(m for m in open_minute if not closed or m.minute_ms > closed[-1].minute_ms)]),
         peaks=parse_peaks(peaks or {}),
         lost_at_batch=int(h["lost_at_batch"]) if h.get("lost_at_batch") else None,
+        partial_until_ms=int(h["partial_until_ms"]) if h.get("partial_until_ms") else None,
     )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import statistics
 import uuid
+from dataclasses import replace
 
 import pytest
 import redis
@@ -211,3 +212,19 @@ def test_a_closed_windows_players_become_its_count(r: redis.Redis, keys: KeySche
     assert not r.exists(keys.players(WindowKey(T0, T0 + 600_000, "A")))
     assert r.hget(keys.window(WindowKey(T0, T0 + 600_000, "A")), "players") == b"3"
     assert [w.players for w in read_windows(r, keys)] == [3] and before == [2]
+
+
+@pytest.mark.parametrize(("params", "lost_at"), [
+    (PARAMS, b"2"),  # the pipeline: Spark ran batches 0 and 1, Redis has no record of them
+    (replace(PARAMS, trims=False), None),  # a lab lane starts its record whenever it was added: not a loss
+])
+def test_a_commit_record_gone_under_a_running_job_is_recorded_as_lost_history(
+        r: redis.Redis, keys: KeySchema, params: Params, lost_at: bytes | None) -> None:
+    assert commit_batch(r, keys, summary(0, 0, T0 + 60_000), params)
+    assert commit_batch(r, keys, summary(1, 0, T0 + 70_000), params)
+    assert r.hget(keys.state, "lost_at_batch") in (b"", None)  # a first batch 0 is a start, not a loss
+    for key in list(r.scan_iter(match=f"{keys.namespace}:*")):
+        r.delete(key)  # Redis came back empty
+    assert commit_batch(r, keys, summary(2, 0, T0 + 80_000), params)
+    assert commit_batch(r, keys, summary(3, 0, T0 + 90_000), params)
+    assert (r.hget(keys.state, "lost_at_batch") or None) == lost_at  # and it stays said

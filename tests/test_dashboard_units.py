@@ -144,6 +144,10 @@ NOW = T + 10 * MIN
         # quick (capped) batches but the oldest waiting entry is 3 triggers old: behind
         (snap(state(), MOVING, waiting=250_000, oldest_ms=NOW - 12_000), NOW + 500, Level.WARNING,
          "Behind: behind by 250,000 entries / 12.5 s"),
+        # Redis came back empty at batch 5, within the batches shown: the break is said
+        (snap(state(lost_at_batch=5), MOVING), NOW + 500, Level.WARNING, "History lost at batch 5: Redis came back"),
+        # long ago (before the range shown): live, with where the totals start
+        (snap(state(lost_at_batch=5), MOVING[6:]), NOW + 500, Level.OK, "totals from batch 5 (Redis came back empty"),
         # three batches with data, watermark unchanged: stuck
         (snap(state(), MOVING[:7] + tuple(batch(i, T, T) for i in (7, 8, 9))), NOW + 500, Level.WARNING,
          "has not moved for 3 batches"),

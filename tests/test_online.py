@@ -20,7 +20,15 @@ from streaming.events import PAYLOAD_FIELD, Event
 from streaming.keys import KeySchema
 from streaming.presence import PlayerState, Seen, Transition, apply_events, expiry_ms, on_timer
 from streaming.presence_batch import KIND_CODES
-from streaming.presence_store import OnlinePoint, PresenceBatch, PresenceEvents, commit_presence, read_online
+from streaming.presence_store import (
+    OnlinePoint,
+    OnlineView,
+    PresenceBatch,
+    PresenceEvents,
+    PresenceMirror,
+    commit_presence,
+    read_online,
+)
 from streaming.query import start_query
 from tests.oracle import T0_MS, online_oracle, random_presence_batches
 
@@ -175,6 +183,63 @@ def test_commit_expires_players_the_batch_does_not_touch(r: redis.Redis) -> None
     last = json.loads(r.zrange(keys.presence_history, -1, -1)[0])
     assert last["causes"] == {"A": {"timeout": 2}, "B": {"login": 1}}
     assert (last["online"], last["offline"]) == (1, 2)
+
+
+def flush(r: redis.Redis, keys: KeySchema) -> None:
+    """Redis came back empty (no persistence, a failover, a FLUSHALL): every key of the namespace is gone."""
+    for key in list(r.scan_iter(match=f"{keys.namespace}:*", count=1000)):
+        r.delete(key)
+
+
+LOSS_BATCHES = [  # (server, player, event ms, kind); delay 5 s, timeout 10 s
+    [("A", "p1", 100_000, "login"), ("A", "p2", 100_000, "login"), ("B", "p3", 101_000, "login")],
+    [("A", "p1", 104_000, "heartbeat")],  # wm 99 s: nobody expires; p2 and p3 say nothing in this batch
+    [("A", "p1", 108_000, "heartbeat"), ("B", "p3", 108_000, "heartbeat")],  # wm 103 s
+    [("A", "p1", 120_000, "heartbeat")],  # wm 115 s: p2 (100 + 10 s) is gone by the rule; p3 (118 s) not yet
+]
+
+
+def commit_all(r: redis.Redis, keys: KeySchema, batches: list[list[tuple]], mirror: PresenceMirror,
+               flush_before: int | None = None, new_mirror: bool = False) -> list[OnlineView]:
+    """Commit the batches in order, losing Redis' data (and the job's copy, if ``new_mirror``) before one."""
+    views, wm = [], 0
+    for i, batch in enumerate(batches):
+        if i == flush_before:
+            flush(r, keys)
+            mirror = PresenceMirror() if new_mirror else mirror
+        b = PresenceBatch(i, wm, 1_000 + i, f"{i + 1}-0", events(*batch), DELAY)
+        assert commit_presence(r, keys, b, Params(60_000, 60_000, DELAY), TIMEOUT, mirror)
+        view = read_online(r, keys)
+        assert view is not None
+        views.append(view)
+        wm = view.watermark_ms
+    return views
+
+
+def test_redis_empty_while_the_job_runs_rewrites_the_whole_view(r: redis.Redis) -> None:
+    """The job's copy still holds every player: the next batch writes the whole view again, says so, and
+    from then on equals a run that lost nothing."""
+    calm = commit_all(r, KeySchema(f"t-{uuid.uuid4().hex[:8]}"), LOSS_BATCHES, PresenceMirror())
+    keys = KeySchema(f"t-{uuid.uuid4().hex[:8]}")
+    views = commit_all(r, keys, LOSS_BATCHES, PresenceMirror(), flush_before=1)
+    assert [v.counts for v in views] == [v.counts for v in calm]
+    assert members(r, keys.online("A")) == {"p1": 120_000_000} and members(r, keys.online("B")) == {"p3": 108_000_000}
+    assert [(v.lost_at_batch, v.partial) for v in views] == [(None, False), (1, False), (1, False), (1, False)]
+    assert calm[-1].lost_at_batch is None
+
+
+def test_redis_empty_and_a_job_restart_together_rebuild_and_say_partial_until_whole(r: redis.Redis) -> None:
+    """Nobody holds the players any more: the view is rebuilt from new events, says it is partial until the
+    watermark passes the first rebuilt batch's newest event + the timeout, and is whole from then on."""
+    calm = commit_all(r, KeySchema(f"t-{uuid.uuid4().hex[:8]}"), LOSS_BATCHES, PresenceMirror())
+    keys = KeySchema(f"t-{uuid.uuid4().hex[:8]}")
+    views = commit_all(r, keys, LOSS_BATCHES, PresenceMirror(), flush_before=1, new_mirror=True)
+    assert views[1].counts == {"A": 1} != calm[1].counts  # p2 and p3 are missing: partial
+    assert views[1].partial_until_ms == 104_000 + TIMEOUT and views[1].lost_at_batch == 1
+    assert [v.partial for v in views] == [False, True, True, False]
+    assert [v.watermark_ms for v in views] == [v.watermark_ms for v in calm]
+    assert views[-1].counts == calm[-1].counts  # whole: everyone who could be online has spoken since
+    assert views[2].counts == {"A": 1, "B": 1} != calm[2].counts  # p3 spoke again; p2 (silent) still missing
 
 
 # --- the real query ---------------------------------------------------------------------------------
@@ -349,3 +414,19 @@ def test_online_chart_has_each_servers_count_after_each_batch() -> None:
     fig = online_over_batches(history, ["A", "B"])
     assert [(t.name, list(t.y)) for t in fig.data] == [("A", [2, 1]), ("B", [0, 3])]  # B unseen in batch 0: 0
     assert [c[0] for c in fig.data[0].customdata] == [0, 1]
+
+
+@pytest.mark.parametrize(("lost_at", "until", "watermark", "phrase"), [
+    (None, None, 50_000, None),  # nothing lost: nothing said
+    (4, None, 50_000, "Players online are whole again (rewritten from the job's copy)"),
+    (4, 60_000, 50_000, "Partial: Redis came back empty before batch 4 while the job restarted"),
+    (4, 60_000, 60_000, "Players online are whole again (rebuilt from new events)"),  # the watermark got there
+])
+def test_live_ops_says_what_a_loss_did_to_the_online_view(lost_at: int | None, until: int | None, watermark: int,
+                                                         phrase: str | None) -> None:
+    from dashboard.views.ops import online_loss_note
+    view = OnlineView(last_batch=9, watermark_ms=T0_MS + watermark, timeout_ms=TIMEOUT, updated_ms=0, batch_ts_ms=0,
+                      counts={"A": 3}, history=(), lost_at_batch=lost_at,
+                      partial_until_ms=None if until is None else T0_MS + until)
+    note = online_loss_note(view)
+    assert note == phrase if phrase is None else phrase in (note or "")

@@ -8,6 +8,7 @@ from dashboard import charts, ui
 from dashboard.data import Snapshot, WindowRow
 from dashboard.status import clock, human_ms
 from streaming.presence_rollup import TOTAL
+from streaming.presence_store import OnlineView
 
 
 def window_status(w: WindowRow | None, bounds: tuple[int, int] | None, watermark_ms: int,
@@ -77,6 +78,9 @@ def online_now(snap: Snapshot) -> None:
         st.info("The online view has not committed a batch yet: no online players to show. It starts with "
                 "the job and needs its first micro-batch (Spark takes 10-20 s to start).")
         return
+    note = online_loss_note(v)
+    if note:
+        (st.warning if v.partial else st.info)(note)
     servers = sorted({*snap.servers, *v.counts})
     cols = st.columns(max(1, len(servers)) + 1)
     for col, server in zip(cols, [*servers, TOTAL], strict=False):
@@ -96,6 +100,21 @@ def online_now(snap: Snapshot) -> None:
         right.plotly_chart(charts.transitions_per_minute(v.minutes), key="transitions_per_minute")
     if v.history:
         st.plotly_chart(charts.online_over_batches(v.history, servers), key="online_over_batches")
+
+
+def online_loss_note(v: OnlineView) -> str | None:
+    """What a loss of Redis' data did to the online view, in words; None when nothing was lost."""
+    if v.partial:
+        assert v.partial_until_ms is not None
+        return (f"Partial: Redis came back empty before batch {v.lost_at_batch} while the job restarted, so the "
+                "online view is being rebuilt from new events. Players who have not sent an event since are "
+                f"missing, and their next event counts as a login, until the watermark reaches "
+                f"{clock(v.partial_until_ms)} (now {clock(v.watermark_ms)}; by then they would have timed out).")
+    if v.lost_at_batch is not None:
+        how = "rebuilt from new events" if v.partial_until_ms is not None else "rewritten from the job's copy"
+        return (f"Redis came back empty before batch {v.lost_at_batch}. Players online are whole again ({how}); "
+                "transitions, peaks and the trend from before the loss are gone.")
+    return None
 
 
 def window_table(windows: tuple[WindowRow, ...]) -> list[dict[str, object]]:
