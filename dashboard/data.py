@@ -242,16 +242,8 @@ def read_snapshot(client: redis.Redis, keys: KeySchema, *, range_ms: int, now_ms
     ``input_keys``: the namespace whose input stream this pipeline reads (a lab lane reads its parent's)."""
     events = (input_keys or keys).events
     # Round trip 1: everything addressed by a fixed key.
-    # One MULTI: the totals, the trimmed count and the stream's length must come from the same moment for
-    # the waiting count to be exact (a commit in between moves all three).
-    pipe = client.pipeline(transaction=True)
-    pipe.hgetall(keys.state)
-    pipe.hgetall(keys.totals)
-    pipe.smembers(keys.servers)
-    pipe.get((input_keys or keys).trimmed)
-    pipe.xinfo_stream(events)
-    queue_online_reads(pipe, keys, ONLINE_HISTORY, now_ms)
-    state_h, totals_h, servers_raw, trimmed, xinfo, *online_replies = pipe.execute(raise_on_error=False)
+    state_h, totals_h, servers_raw, trimmed, xinfo, *online_replies = _fixed_reads(client, keys, input_keys or keys,
+                                                                                   now_ms)
     for reply in (state_h, totals_h, servers_raw, trimmed, *online_replies):
         if isinstance(reply, Exception):
             raise reply
@@ -322,6 +314,34 @@ def read_snapshot(client: redis.Redis, keys: KeySchema, *, range_ms: int, now_ms
                           first_ms=first_ms),
         online=online_view(*online_replies),
     )
+
+
+FIXED_READ_TRIES = 3
+
+
+def _fixed_reads(client: redis.Redis, keys: KeySchema, input_keys: KeySchema, now_ms: int) -> list:
+    """Round trip 1, consistent without MULTI (a read-only ACL user may not run it): the totals, the trimmed
+    count and the stream's length must come from between the same two commits for the waiting count to be
+    exact. Each commit bumps its ``last_batch``, so the same ``last_batch`` before and after the reads means no
+    commit came in between; otherwise read again."""
+    guards = list(dict.fromkeys([keys.state, input_keys.state]))
+    for _ in range(FIXED_READ_TRIES):
+        pipe = client.pipeline(transaction=False)
+        for g in guards:
+            pipe.hget(g, "last_batch")
+        pipe.hgetall(keys.state)
+        pipe.hgetall(keys.totals)
+        pipe.smembers(keys.servers)
+        pipe.get(input_keys.trimmed)
+        pipe.xinfo_stream(input_keys.events)
+        queue_online_reads(pipe, keys, ONLINE_HISTORY, now_ms)
+        for g in guards:
+            pipe.hget(g, "last_batch")
+        replies = pipe.execute(raise_on_error=False)
+        n = len(guards)
+        if replies[:n] == replies[-n:]:
+            break
+    return replies[n:-n]
 
 
 def waiting_entries(length: int, trimmed: int, committed: int) -> int:
