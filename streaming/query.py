@@ -153,6 +153,7 @@ def read_events(spark: SparkSession, cfg: Config, pre_aggregate: bool = False) -
         .option("stream", cfg.input_stream)
         .option("partitions", str(cfg.source_partitions))
         .option("maxEventsPerBatch", str(cfg.max_events_per_batch))
+        .option("committedBy", "" if cfg.input_namespace else cfg.namespace)
         .option("preAggregate", str(pre_aggregate).lower())
         .option("presence", str(pre_aggregate).lower())
         .option("windowMs", str(cfg.window_ms))

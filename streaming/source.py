@@ -41,6 +41,7 @@ from pyspark.sql.types import StructType
 
 from streaming.events import ACCEPTED_KINDS, IDLE_KIND, NO_RULES, PAYLOAD_FIELD, BadEntry, Rules, parse_entry
 from streaming.events import parse_entry_id as parse_id
+from streaming.keys import KeySchema
 from streaming.partial import (
     PACKED,
     PACKED_PRESENCE,
@@ -85,6 +86,27 @@ while remaining > 0 do
 end
 return last
 """
+
+
+_CAPPED_END_LUA = """
+local start, cap = ARGV[1], tonumber(ARGV[2])
+local waiting = nil
+if start == '0-0' then
+  waiting = redis.call('XLEN', KEYS[1])
+elseif #KEYS == 4 and redis.call('HGET', KEYS[2], 'committed_id') == start then
+  local input = tonumber(redis.call('HGET', KEYS[3], 'input') or '0')
+  local trimmed = tonumber(redis.call('GET', KEYS[4]) or '0')
+  waiting = redis.call('XLEN', KEYS[1]) + trimmed - input
+end
+if waiting ~= nil and waiting <= cap then
+  if waiting <= 0 then return false end
+  return redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)[1][1]
+end
+""" + _NTH_ID_LUA
+"""The end of a batch of at most ``cap`` entries after ``start``, atomically. When the sink's commit record
+says how many entries wait (its ``committed_id`` is ``start``: ``XLEN + trimmed - input``, see
+``KeySchema.trimmed``) and they fit, the newest entry is the end, found without walking; otherwise (over the
+cap, or a start the record does not describe) the cap-th entry is found by walking."""
 
 
 def format_id(ms: int, seq: int) -> str:
@@ -370,6 +392,14 @@ class _Options:
             raise ValueError(f"option partitions must be >= 1, got {self.partitions}")
         if self.max_events < 0:
             raise ValueError(f"option maxEventsPerBatch must be >= 0, got {self.max_events}")
+        committed_by = options.get("committedBy", "")
+        # The namespace whose sink commits and trims this stream: its record says how many entries wait.
+        self.commit_keys: tuple[str, ...] = ()
+        if committed_by:
+            keys = KeySchema(committed_by)
+            if keys.events != self.stream:
+                raise ValueError(f"option committedBy {committed_by!r} trims {keys.events!r}, not {self.stream!r}")
+            self.commit_keys = (keys.state, keys.totals, keys.trimmed)
         self.start_id = options.get("startId", "0-0")
         self.end_id = options.get("endId", "+")
         self.rules = Rules.from_options(options)
@@ -427,7 +457,8 @@ class RedisStreamReader(DataSourceStreamReader):
     def _latest(self, start: dict, limit: ReadLimit) -> dict:
         start_id = start["id"]
         if isinstance(limit, ReadMaxRows):
-            last = self.redis.eval(_NTH_ID_LUA, 1, self.opts.stream, start_id, limit.max_rows)
+            keys = self.opts.commit_keys
+            last = self.redis.eval(_CAPPED_END_LUA, 1 + len(keys), self.opts.stream, *keys, start_id, limit.max_rows)
             return {"id": last.decode()} if last else start
         newest = self.redis.xrevrange(self.opts.stream, count=1)
         if not newest:
