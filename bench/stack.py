@@ -84,6 +84,7 @@ class Result:
     redis_cores: float
     backlog_at_end: int
     redis_peak_mb: float = 0.0
+    phases: dict[str, tuple[float, float]] = field(default_factory=dict)  # main's batch phases: p50, p95 ms
     machine: str = field(default_factory=lambda: f"{os.cpu_count()} CPUs, {platform.machine()}, "
                                                     f"{platform.python_version()}")
 
@@ -314,6 +315,7 @@ def _measure(stack: Stack, rate: int, seconds: float, warmup: float, drain: floa
         time.sleep(0.5)
     fresh = [freshness(client, ns, trig, (w0, w1), arrived, ids) for ns, trig in lanes]
     backlog = int(client.xlen("wm:events"))
+    phases = batch_phases(client, lanes[0][0], (w0, w1))
     redis_peak_mb = int(client.info("memory")["used_memory_peak"]) / 2**20
     ages = np.array([a for a in sampler.ages if a >= 0], float)
     return Result(
@@ -323,8 +325,29 @@ def _measure(stack: Stack, rate: int, seconds: float, warmup: float, drain: floa
         job_cores=round((cpu1["job"] - cpu0["job"]) / wall, 2), job_peak_rss_mb=round(sampler.peak_rss_mb, 1),
         generator_cores=round((cpu1["generator"] - cpu0["generator"]) / wall, 2),
         redis_cores=round((cpu1["redis"] - cpu0["redis"]) / wall, 2), backlog_at_end=backlog,
-        redis_peak_mb=round(redis_peak_mb, 1),
+        redis_peak_mb=round(redis_peak_mb, 1), phases=phases,
     )
+
+
+PROGRESS_PHASES = ("latestOffset", "walCommit", "addBatch", "commitOffsets", "triggerExecution")
+
+
+def batch_phases(client: redis.Redis, ns: str, window: tuple[int, int]) -> dict[str, tuple[float, float]]:
+    """p50 and p95 of each phase of the pipeline's batches that ran in the window: Spark's (from the
+    listener's progress) and the sink's own steps (``phases``), in ms."""
+    ids = [int(b) for b in client.zrange(f"{ns}:batches", 0, -1)]
+    pipe = client.pipeline(transaction=False)
+    for b in ids:
+        pipe.hmget(f"{ns}:batch:{b}", ["sink", "progress", "phases"])
+    samples: dict[str, list[float]] = {}
+    for sink, progress, phases in pipe.execute():
+        if not sink or not window[0] <= json.loads(sink)["batch_ts_ms"] <= window[1]:
+            continue
+        durations = json.loads(progress).get("durationMs", {}) if progress else {}
+        for name, ms in [*((k, durations[k]) for k in PROGRESS_PHASES if k in durations),
+                         *(json.loads(phases).items() if phases else ())]:
+            samples.setdefault(name, []).append(float(ms))
+    return {k: (float(np.percentile(v, 50)), float(np.percentile(v, 95))) for k, v in samples.items()}
 
 
 def _committed_key(client: redis.Redis, ns: str) -> int:
@@ -357,6 +380,12 @@ def table(results: list[Result]) -> str:
     return "\n".join(rows)
 
 
+def phases_line(r: Result) -> str:
+    """``batch phases at 50,000/s (p50 / p95 ms): latestOffset 3 / 6 · ...``: where a batch's time went."""
+    parts = [f"{k} {p50:.0f} / {p95:.0f}" for k, (p50, p95) in r.phases.items()]
+    return f"batch phases at {r.rate:,}/s (p50 / p95 ms): " + " · ".join(parts) if parts else ""
+
+
 def search(code_root: Path, low: int, high: int, seconds: float, warmup: float, drain: float,
            label: str) -> tuple[int | None, list[Result]]:
     """Bisect for the highest rate that meets the targets (a rate that fails bounds it from above)."""
@@ -367,7 +396,7 @@ def search(code_root: Path, low: int, high: int, seconds: float, warmup: float, 
         mid = (lo + hi) // 2 if best is not None or results else lo
         r = run(code_root, mid, seconds, warmup, drain, label)
         results.append(r)
-        print(table([r]), flush=True)
+        print(table([r]), phases_line(r), sep="\n", flush=True)
         if r.meets_targets():
             best, lo = mid, mid
             if mid == low:
@@ -406,6 +435,8 @@ def main(argv: list[str] | None = None) -> int:
             results = [run(root, args.rate, args.seconds, args.warmup, args.drain, label)]
             best = None
         print(table(results))
+        for r in results:
+            print(phases_line(r))
         if args.out:
             args.out.write_text(json.dumps({"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                                             "highest_sustained": best,

@@ -40,7 +40,8 @@ key                                                type    contents
 ``{ns}:players:{start_ms}:{end_ms}:{server}``      set     distinct accepted player ids (exact)
 ``{ns}:batches``                                   zset    index of batch records, score = batch id
 ``{ns}:batch:{id}``                                hash    ``sink``: JSON :class:`BatchRecord` fields;
-                                                           ``progress``: JSON from the query listener
+                                                           ``progress``: JSON from the query listener;
+                                                           ``phases``: the sink's steps, wall ms (JSON)
 ``{ns}:commits``                                   stream  one entry per committed batch (``batch``),
                                                            for anyone who wants to wait on commits
 ``{ns}:seen``                                      hash    server -> ingest ms of its newest event

@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -173,6 +175,24 @@ def _by_server(t: pa.Table, tag: int) -> Iterator[tuple[str, pa.Table]]:
         yield server, part.filter(pc.equal(part.column("server"), server)).sort_by("a").combine_chunks()
 
 
+class Phases:
+    """Wall milliseconds of the sink's steps in one batch: ``with phases("commit"): ...``."""
+
+    def __init__(self) -> None:
+        self.ms: dict[str, int] = {}
+
+    @contextmanager
+    def __call__(self, name: str) -> Iterator[None]:
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.ms[name] = round((time.perf_counter() - t0) * 1000)
+
+    def to_json(self) -> str:
+        return json.dumps(self.ms, separators=(",", ":"))
+
+
 class RedisSink(DriverClient):
     """The callable handed to ``foreachBatch``; holds the Redis client on the driver.
 
@@ -206,25 +226,33 @@ class RedisSink(DriverClient):
         if batch_id > 0:
             prev = read_offset_log(self.checkpoint_dir, batch_id - 1, spark)
             start_id = (prev.source_offsets[0] or {}).get("id", "0-0")
-        table = aggregate(df)
-        batch = BatchTable.read(table, entry.batch_ts_ms)
-        summary = batch.summary(batch_id, entry.watermark_ms, entry.batch_ts_ms, start_id, end_id, self.params)
-        if self.watermarks is not None:
-            per_server(summary, self.watermarks, self.params.idle_timeout_ms is not None)
-        # Guarded by the batch id, so retrying after a lost reply cannot count twice.
-        applied = with_retry(lambda: commit_batch(self.client, self.keys, summary, self.params),
-                             f"commit of batch {batch_id}")
+        phases = Phases()
+        with phases("read"):  # Spark's job: the source partitions read, parse and pre-aggregate
+            table = aggregate(df)
+        with phases("sum"):
+            batch = BatchTable.read(table, entry.batch_ts_ms)
+            summary = batch.summary(batch_id, entry.watermark_ms, entry.batch_ts_ms, start_id, end_id, self.params)
+            if self.watermarks is not None:
+                per_server(summary, self.watermarks, self.params.idle_timeout_ms is not None)
+        with phases("commit"):  # guarded by the batch id, so retrying after a lost reply cannot count twice
+            applied = with_retry(lambda: commit_batch(self.client, self.keys, summary, self.params),
+                                 f"commit of batch {batch_id}")
         if not applied:
             log.info("batch %d already in Redis (replayed after a restart): skipped", batch_id)
-        for lane in self.lanes:
-            with_retry(lambda lane=lane: lane.commit(self.client, batch, summary), f"lane {lane.keys.namespace} "
-                       f"of batch {batch_id}")
+        with phases("lanes"):
+            for lane in self.lanes:
+                with_retry(lambda lane=lane: lane.commit(self.client, batch, summary),
+                           f"lane {lane.keys.namespace} of batch {batch_id}")
         if self.online_timeout_ms is not None:
-            online = PresenceBatch(batch_id, entry.watermark_ms, entry.batch_ts_ms, end_id, presence_events(table),
-                                   self.params.delay_ms, summary.next_watermark_ms)
-            timeout = self.online_timeout_ms
-            with_retry(lambda: commit_presence(self.client, self.keys, online, self.params, timeout, self.mirror),
-                       f"online players of batch {batch_id}")
+            with phases("online"):
+                online = PresenceBatch(batch_id, entry.watermark_ms, entry.batch_ts_ms, end_id,
+                                       presence_events(table), self.params.delay_ms, summary.next_watermark_ms)
+                timeout = self.online_timeout_ms
+                with_retry(lambda: commit_presence(self.client, self.keys, online, self.params, timeout,
+                                                   self.mirror), f"online players of batch {batch_id}")
+        if applied:  # where the sink's time went, beside the batch's record (its TTL already set)
+            with_retry(lambda: self.client.hset(self.keys.batch(batch_id), "phases", phases.to_json()),
+                       f"phases of batch {batch_id}")
 
         if self.on_commit is not None:
             self.on_commit(summary, applied)
