@@ -343,7 +343,7 @@ def batch_phases(client: redis.Redis, ns: str, window: tuple[int, int]) -> dict[
     for sink, progress, phases in pipe.execute():
         if not sink or not window[0] <= json.loads(sink)["batch_ts_ms"] <= window[1]:
             continue
-        durations = json.loads(progress).get("durationMs", {}) if progress else {}
+        durations = json.loads(progress).get("durations_ms", {}) if progress else {}
         for name, ms in [*((k, durations[k]) for k in PROGRESS_PHASES if k in durations),
                          *(json.loads(phases).items() if phases else ())]:
             samples.setdefault(name, []).append(float(ms))
