@@ -69,11 +69,12 @@ def load(client: redis.Redis, keys: KeySchema, entries: list[tuple[str, bytes]])
 
 
 def snapshot(client: redis.Redis, keys: KeySchema) -> dict:
-    """Everything the sink wrote except wall-clock facts (batch trigger time, processing lag, progress, and the
+    """Everything the sink wrote except wall-clock facts (batch trigger time, processing lag, progress, the
+    sink's phase timings, how much input the trim took by time, and the
     online view's minutes and day's peaks, which are kept by batch time): the windows, and the online view's
     players, counts and per-batch history."""
     out: dict = {}
-    skip = {keys.events, keys.commits, keys.presence_commits, keys.presence_minutes}
+    skip = {keys.events, keys.trimmed, keys.commits, keys.presence_commits, keys.presence_minutes}
     for raw in client.keys(keys.namespace + ":*"):
         key = raw.decode()
         if key in skip or key.startswith(keys.namespace + ":presence:peak:"):
@@ -82,7 +83,7 @@ def snapshot(client: redis.Redis, keys: KeySchema) -> dict:
         kind = client.type(raw)
         if kind == b"hash":
             h = {f.decode(): v.decode() for f, v in client.hgetall(raw).items()}
-            for wall_clock in ("updated_ms", "progress", "batch_ts_ms", "minute"):
+            for wall_clock in ("updated_ms", "progress", "phases", "batch_ts_ms", "minute"):
                 h.pop(wall_clock, None)
             if "sink" in h:
                 rec = json.loads(h["sink"])
