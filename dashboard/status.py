@@ -90,7 +90,7 @@ def assess(snap: Snapshot, now_ms: int) -> list[Status]:
         since_loss = "" if lost is None else f" · totals from batch {lost} (Redis came back empty then)"
         out.append(Status(Level.OK, f"Live: batch #{state.last_batch} committed {human_ms(since)} ago · watermark "
                                     f"{clock(wm)} (lag {human_ms(now_ms - wm)}) · "
-                                    f"{'up to date' if not waiting else waiting_text}{since_loss}"))
+                                    f"{waiting_line(waiting, behind)}{since_loss}"))
     order = [Level.ERROR, Level.WARNING, Level.INFO, Level.OK]
     return sorted(out, key=lambda s: order.index(s.level))
 
@@ -126,6 +126,13 @@ def behind_text(waiting: int, behind_ms: int) -> str:
     if waiting <= 0:
         return "no entries wait"
     return f"behind by {waiting:,} {'entry' if waiting == 1 else 'entries'} / {human_ms(behind_ms)}"
+
+
+def waiting_line(waiting: int, behind_ms: int) -> str:
+    """For a pipeline keeping up: entries that arrived since the last batch are waiting, not "behind"."""
+    if waiting <= 0:
+        return "up to date"
+    return f"{waiting:,} {'entry' if waiting == 1 else 'entries'} waiting (the oldest {human_ms(behind_ms)})"
 
 
 def human_ms(ms: float) -> str:

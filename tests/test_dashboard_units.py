@@ -139,7 +139,7 @@ NOW = T + 10 * MIN
         # 4.9 s is within 5 triggers (and the 10 s floor): still fine
         (snap(state(), MOVING, waiting=500), NOW + 4_900, Level.OK, "Live"),
         # entries waiting, quick batches: live, and how far behind in entries and time
-        (snap(state(), MOVING, waiting=1, oldest_ms=NOW), NOW + 600, Level.OK, "behind by 1 entry / 600 ms"),
+        (snap(state(), MOVING, waiting=1, oldest_ms=NOW), NOW + 600, Level.OK, "1 entry waiting (the oldest 600 ms)"),
         (snap(state(), MOVING), NOW + 600, Level.OK, "up to date"),
         # quick (capped) batches but the oldest waiting entry is 3 triggers old: behind
         (snap(state(), MOVING, waiting=250_000, oldest_ms=NOW - 12_000), NOW + 500, Level.WARNING,

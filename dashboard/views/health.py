@@ -32,8 +32,8 @@ def render(snap: Snapshot, now_ms: int) -> None:
                 help="Entries in the input stream now. Committed entries are trimmed once every reader (the "
                      "pipeline, each lab lane, the online view) has committed them and they fall out of the "
                      "look-back (10 minutes, or about STREAM_KEEP_ENTRIES entries at the current rate).")
-    c[2].metric("Kept since", human_ms(now_ms - stream.first_ms) + " ago" if stream.first_ms else "-",
-                help="Arrival of the oldest entry still in the input stream.")
+    c[2].metric("Input kept for", human_ms(now_ms - stream.first_ms) if stream.first_ms else "-",
+                help="Age of the oldest entry still in the input stream (wall clock minus its arrival).")
     c[3].metric("Quarantined (total)", ui.fmt_int(snap.totals.quarantined),
                 help="Entries that did not parse; kept with their reason in the dead-letter stream.")
 
