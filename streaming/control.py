@@ -134,7 +134,10 @@ class GeneratorStatus:
     updated_ms: int
     error: str = ""
     achieved: float = 0.0
-    """Events/s actually written over the last :data:`ACHIEVED_OVER_MS` (or since the run began)."""
+    """Events/s actually written over the last :data:`ACHIEVED_OVER_MS` (or since the run began); below the
+    rate asked whenever the scenario holds events back (late bursts, outages), so not a health signal."""
+    lag_ms: int = 0
+    """How far behind its schedule the last write finished: above zero the generator (or Redis) lacks CPU."""
 
     @classmethod
     def from_hash(cls, raw: Mapping) -> GeneratorStatus:
@@ -143,7 +146,8 @@ class GeneratorStatus:
         try:
             return cls(state=f["state"], scenario=f["scenario"], rate=float(f["rate"]), rev=int(f["rev"]),
                        written=int(f["written"]), since_ms=int(f["since_ms"]), updated_ms=int(f["updated_ms"]),
-                       error=f.get("error", ""), achieved=float(f.get("achieved", "0")))
+                       error=f.get("error", ""), achieved=float(f.get("achieved", "0")),
+                       lag_ms=int(f.get("lag_ms", "0")))
         except (KeyError, ValueError) as exc:
             raise ConfigError(f"generator status hash is malformed ({type(exc).__name__}: {exc})") from None
 

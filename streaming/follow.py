@@ -104,6 +104,7 @@ class Follower:
         self.since_ms = clock.now_us() // 1000
         self.error = ""
         self._samples: deque[tuple[int, int]] = deque()  # (clock us, events written) at each publish
+        self.lag_us = 0  # how late the last chunk's writes finished, against the time they were due by
 
     # ------------------------------------------------------------------ one check
 
@@ -166,7 +167,7 @@ class Follower:
             state=state or (RUNNING if run is not None else STOPPED),
             scenario=run.scenario if run is not None else "", rate=run.rate if run is not None else 0.0,
             rev=self.rev, written=self.writer.stats.written, since_ms=self.since_ms, updated_ms=now_us // 1000,
-            error=self.error, achieved=achieved)
+            error=self.error, achieved=achieved, lag_ms=self.lag_us // 1000 if run is not None else 0)
 
     def publish(self, now_us: int, state: str | None = None) -> None:
         write_status(self.client, self.keys, self.status(now_us, state))
@@ -185,6 +186,7 @@ class Follower:
                 if run is not None:
                     self.writer.offset_us = run.offset_us
                     self.writer.resume(run.pending.until(next_check - run.offset_us), raw=True)
+                    self.lag_us = max(0, clock.now_us() - next_check)
             except LOST_REDIS as exc:
                 if stop.is_set():
                     break

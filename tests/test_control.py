@@ -70,7 +70,7 @@ def test_control_hash_round_trip(control: Control) -> None:
 
 
 def test_generator_status_round_trip() -> None:
-    status = GeneratorStatus("running", "clock-skew", 1000.0, 4, 12_345, 1_000, 2_000, "", 997.5)
+    status = GeneratorStatus("running", "clock-skew", 1000.0, 4, 12_345, 1_000, 2_000, "", 997.5, 12)
     assert GeneratorStatus.from_hash(status.to_hash()) == status
     with pytest.raises(ConfigError, match="generator status hash is malformed"):
         GeneratorStatus.from_hash({"state": "running"})
@@ -238,6 +238,7 @@ def test_a_scenario_switch_restarts_the_simulation_and_b_goes_silent_on_time(
     assert 90 <= GeneratorStatus.from_hash(seen["steady"]).achieved <= 110
     assert 55 <= GeneratorStatus.from_hash(seen["b_silent"]).achieved <= 75
     assert 0 < after.achieved and final.achieved == 0.0  # measured from the switch on; none once exited
+    assert after.lag_ms == 0  # a manual clock: every write is on time
 
 
 def test_stop_pauses_and_start_resumes_from_now(r: redis.Redis, rd: redis.Redis, redis_url: str, keys: KeySchema,
@@ -346,3 +347,23 @@ def test_read_lab_reads_both_hashes(rd: redis.Redis, keys: KeySchema) -> None:
     status = GeneratorStatus("stopped", "", 0.0, 1, 0, 1, 2)
     rd.hset(keys.generator_status, mapping=status.to_hash())
     assert read_lab(rd, keys) == (ctl, status)
+
+
+class StarvedClock(ScriptedClock):
+    """Time runs on while the generator works: every look at the clock finds 1.5 s more gone by, as when the
+    generator (or Redis) gets too little CPU."""
+
+    def now_us(self) -> int:
+        self.advance(1_500_000)
+        return super().now_us()
+
+
+def test_a_generator_behind_its_schedule_says_so(r: redis.Redis, rd: redis.Redis, redis_url: str, keys: KeySchema,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    stop = threading.Event()
+    seen: dict[str, dict] = {}
+    clock = StarvedClock(START, [(START + 20 * S, lambda: seen.update(late=rd.hgetall(keys.generator_status))),
+                                 (START + 30 * S, stop.set)])
+    no_sleeping(monkeypatch)
+    follower(r, keys, clock, stop, redis_url).follow()
+    assert GeneratorStatus.from_hash(seen["late"]).lag_ms >= 1_500
