@@ -21,7 +21,7 @@ from streaming.keys import KeySchema, WindowKey, parse_total_field
 from streaming.presence_store import OnlineView, online_view, queue_online_reads
 from streaming.report import WindowRow, queue_window_reads, window_rows
 
-MAX_BATCHES = 3_600
+MAX_BATCHES = 7_200  # the 60-minute range at the default 500 ms trigger
 """At most this many batch records per read (an hour at a 1 s trigger)."""
 
 ONLINE_HISTORY = 600

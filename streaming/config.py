@@ -42,14 +42,14 @@ class Config:
     window_ms: int = 60_000
     slide_ms: int = 60_000
     delay_ms: int = 30_000
-    trigger_ms: int = 1_000
+    trigger_ms: int = 500  # waiting for the next trigger is most of a fresh entry's age: keep it short
     checkpoint_dir: str = "data/checkpoints/wm"
     spark_master: str = "local[*]"
     max_events_per_batch: int = 200_000  # admission control: a backlog is read in batches of at most this
     source_partitions: int = 2
     stream_keep_entries: int = 1_000_000  # committed input kept to look back at: about this many entries at most
     retention_ms: int = 86_400_000
-    progress_history: int = 5_000
+    progress_history: int = 10_000  # an hour and more of batches at the default trigger
     key_ttl_ms: int | None = None  # how long keys outlive their last write; None = RETENTION
     max_future_skew_ms: int | None = 300_000  # events further ahead of their ingest time are quarantined
     known_servers: frozenset[str] | None = None  # None: any server name is accepted

@@ -34,6 +34,8 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
+    from streaming.sink import RedisSink
+
 log = logging.getLogger("streaming.job")
 HEALTHY_RUN_S = 120.0
 """A query that ran this long before failing starts the failure count afresh."""
@@ -46,6 +48,7 @@ class Pipeline:
 
     cfg: Config
     query: StreamingQuery | None = None
+    sink: RedisSink | None = None
     started: float = 0.0
     failures: int = 0
     retry_at: float | None = None
@@ -127,6 +130,7 @@ def main() -> int:
                 # a re-run of an already committed batch a no-op.
                 p.failures = 1 if time.monotonic() - p.started > HEALTHY_RUN_S else p.failures + 1
                 p.query = None
+                close_sink(p)
                 if p.failures > MAX_QUICK_FAILURES:
                     log.error("query %s failed %d times in a row, giving up: %s", p.name, p.failures, failure)
                     stop_all(pipelines)
@@ -152,9 +156,11 @@ def main() -> int:
 
 
 def start(spark: SparkSession, p: Pipeline) -> None:
-    from streaming.query import start_query
+    from streaming.query import pipeline_sink, start_query
 
-    p.query = start_query(spark, p.cfg, query_name=p.name)
+    # The lanes and the online view commit while Spark reads the next batch (see RedisSink).
+    p.sink = pipeline_sink(p.cfg, background=True)
+    p.query = start_query(spark, p.cfg, sink=p.sink, query_name=p.name)
     p.started = time.monotonic()
     c = p.cfg
     log.info(
@@ -177,6 +183,14 @@ def stop_all(pipelines: list[Pipeline]) -> None:
             except Exception as exc:  # a query that died meanwhile: nothing left to stop
                 log.warning("stopping %s: %s", p.name, first_line(exc))
             p.query = None
+        close_sink(p)
+
+
+def close_sink(p: Pipeline) -> None:
+    """Let the followers finish the batch they are committing (a stop between batches loses nothing)."""
+    if p.sink is not None:
+        p.sink.close()
+        p.sink = None
 
 
 def failed(p: Pipeline) -> str | None:

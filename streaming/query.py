@@ -34,8 +34,9 @@ def params_of(cfg: Config) -> Params:
 
 def readers_of(cfg: Config) -> tuple[str, ...]:
     """The state hashes whose ``committed_id`` holds back the trim of the input: each lab lane's and the
-    online view's. They commit after the pipeline in every batch, so none is more than a batch behind it
-    while the job runs; a reader held back (a failing commit) keeps the entries it still needs."""
+    online view's. They commit after the pipeline (in the job on a thread of their own, while the next batch
+    runs); a reader held back (a failing commit, a crash before it committed) keeps the entries it still
+    needs, which is what lets the next run catch it up (:meth:`RedisSink.catch_up`)."""
     if cfg.input_namespace is not None:
         return ()  # a lane trims nothing
     keys = KeySchema(cfg.namespace)
@@ -124,11 +125,14 @@ def build_session(cfg: Config, app_name: str = "watermark-pipeline", ui: bool = 
     return spark
 
 
-def pipeline_sink(cfg: Config) -> RedisSink:
-    """The sink of the job's one query: the configured pipeline, its lab lanes and the online players."""
+def pipeline_sink(cfg: Config, background: bool = False) -> RedisSink:
+    """The sink of the job's one query: the configured pipeline, its lab lanes and the online players (with
+    ``background``, the lanes and the online players commit on a thread of their own: see
+    :class:`RedisSink`)."""
     lanes = [Lane(KeySchema(c.namespace), params_of(c)) for c in (lane_config(cfg, lane) for lane in cfg.lanes)]
     return RedisSink(cfg.redis_url, KeySchema(cfg.namespace), params_of(cfg), cfg.checkpoint_dir, lanes=lanes,
-                     online_timeout_ms=cfg.online_timeout_ms)
+                     online_timeout_ms=cfg.online_timeout_ms, background=background,
+                     source_options=source_options(cfg, pre_aggregate=True))
 
 
 def start_query(spark: SparkSession, cfg: Config, sink: RedisSink | None = None,
@@ -147,23 +151,22 @@ def read_events(spark: SparkSession, cfg: Config, pre_aggregate: bool = False) -
     ``pre_aggregate`` the accepted events come as the source partitions' partial aggregates for the configured
     windows (:mod:`streaming.partial`) and as presence rows, which :class:`streaming.sink.RedisSink` sums;
     without it, one row per entry."""
-    events = (
-        spark.readStream.format("redis_stream")
-        .option("url", cfg.redis_url)
-        .option("stream", cfg.input_stream)
-        .option("partitions", str(cfg.source_partitions))
-        .option("maxEventsPerBatch", str(cfg.max_events_per_batch))
-        .option("committedBy", "" if cfg.input_namespace else cfg.namespace)
-        .option("preAggregate", str(pre_aggregate).lower())
-        .option("presence", str(pre_aggregate).lower())
-        .option("windowMs", str(cfg.window_ms))
-        .option("slideMs", str(cfg.slide_ms))
-        .options(**Rules(cfg.max_future_skew_ms, cfg.known_servers).to_options())
-        .load()
-    )
+    events = spark.readStream.format("redis_stream").options(**source_options(cfg, pre_aggregate)).load()
     # Read when the query starts and kept in its checkpoint from then on.
     spark.conf.set("spark.sql.streaming.multipleWatermarkPolicy", cfg.watermark_policy)
     return watermarked(events, cfg)
+
+
+def source_options(cfg: Config, pre_aggregate: bool) -> dict[str, str]:
+    """The ``redis_stream`` source's options for the configuration (:mod:`streaming.source`)."""
+    return {
+        "url": cfg.redis_url, "stream": cfg.input_stream, "partitions": str(cfg.source_partitions),
+        "maxEventsPerBatch": str(cfg.max_events_per_batch),
+        "committedBy": "" if cfg.input_namespace else cfg.namespace,
+        "preAggregate": str(pre_aggregate).lower(), "presence": str(pre_aggregate).lower(),
+        "windowMs": str(cfg.window_ms), "slideMs": str(cfg.slide_ms),
+        **Rules(cfg.max_future_skew_ms, cfg.known_servers).to_options(),
+    }
 
 
 def with_trigger(writer: DataStreamWriter, cfg: Config, trigger_ms: int | None) -> DataStreamWriter:

@@ -100,7 +100,7 @@ def wait_for_commit(client: redis.Redis, keys: KeySchema, last_id: str, timeout_
                     online: bool = False) -> bool:
     """Block on ``{ns}:commits`` (no polling) until the pipeline has committed up to entry ``last_id``;
     False if it has not within ``timeout_s``. With ``online``, until the online view has, on its own stream
-    (it commits right after the windows of the same batch)."""
+    (it commits after the windows of the same batch, in the job on a thread of its own)."""
     want = parse_entry_id(last_id)
     state, commits = (keys.presence_state, keys.presence_commits) if online else (keys.state, keys.commits)
     deadline = time.monotonic() + timeout_s

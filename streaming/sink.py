@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
@@ -27,9 +27,10 @@ import redis
 from pyspark.sql import DataFrame
 
 from streaming import local_agg
-from streaming.checkpoint import read_offset_log
+from streaming.checkpoint import OffsetEntry, read_offset_log
 from streaming.commit import BadRow, BatchSummary, Lag, Params, ServerStats, WindowAgg, commit_batch
 from streaming.events import parse_entry_id
+from streaming.handover import Handover
 from streaming.keys import KeySchema
 from streaming.local_agg import (  # the items' tags, one set for both paths
     BAD,
@@ -41,7 +42,7 @@ from streaming.local_agg import (  # the items' tags, one set for both paths
 )
 from streaming.presence_store import PresenceBatch, PresenceEvents, PresenceMirror, commit_presence
 from streaming.redis_conn import DriverClient, with_retry
-from streaming.source import unpack
+from streaming.source import ARROW_SCHEMA, StreamRange, _Options, _read, unpack
 from streaming.watermarks import ServerWatermarks
 from streaming.windows import event_ms, late_counts
 
@@ -69,7 +70,21 @@ def aggregate(df: DataFrame) -> pa.Table:
     Nothing in the query depends on the batch (watermark, batch time), so Spark's plan is the same for
     every batch: which windows are closed, which events are late and the processing lag follow from the
     result and the watermark afterwards (:class:`BatchTable`)."""
-    return local_agg.aggregate(unpack(df.select(*local_agg.COLUMNS, "blob").toArrow()))
+    return aggregate_arrow(df.select(*local_agg.COLUMNS, "blob").toArrow())
+
+
+def aggregate_arrow(rows: pa.Table) -> pa.Table:
+    """:func:`aggregate` of the source's rows as Arrow (the columns it selects), wherever they were read."""
+    return local_agg.aggregate(unpack(rows))
+
+
+def reread(source_options: Mapping[str, str], start_id: str, end_id: str) -> pa.Table:
+    """The aggregate of the entries ``(start_id, end_id]`` read again on the driver with the source's own
+    partition read (one partition: a sum does not depend on the split), for a batch Spark has already
+    committed."""
+    opts = _Options(source_options)
+    rows = pa.Table.from_batches(list(_read(opts, StreamRange(start_id, end_id))), schema=ARROW_SCHEMA)
+    return aggregate_arrow(rows.select([*local_agg.COLUMNS, "blob"]))
 
 
 def presence_events(t: pa.Table) -> PresenceEvents:
@@ -162,11 +177,6 @@ class BatchTable:
         )
 
 
-def _from_aggregate(t: pa.Table, batch_id: int, watermark_ms: int, batch_ts_ms: int, start_id: str,
-                    end_id: str, params: Params) -> BatchSummary:
-    return BatchTable.read(t, batch_ts_ms).summary(batch_id, watermark_ms, batch_ts_ms, start_id, end_id, params)
-
-
 def _by_server(t: pa.Table, tag: int) -> Iterator[tuple[str, pa.Table]]:
     """A lag tag's rows per server, ascending by lag key, as numpy-ready columns (a histogram per server:
     tens of thousands of rows a live batch, too many for a Python loop)."""
@@ -201,11 +211,22 @@ class RedisSink(DriverClient):
     lane's own watermark) and, with ``online_timeout_ms``, the online players. Each is committed in its own
     transaction guarded by its own ``last_batch``, so a batch replayed after a crash between them commits
     only what is missing, with the same numbers: a lane's watermark and the players' state are read back from
-    what the previous batch committed."""
+    what the previous batch committed.
+
+    The lanes and the online view are the pipeline's *followers*. With ``background`` they commit a batch on
+    a thread of their own (:class:`streaming.handover.Handover`) once the pipeline's commit is in, while Spark
+    already plans and reads the next batch: the batch's path to its first commit stays as short as the
+    pipeline alone. Spark marks a batch done when this call returns, so a job killed before its followers
+    committed leaves them behind the pipeline; the first batch of every run therefore catches them up
+    (:meth:`catch_up`, reading the missing batches again from ``source_options``)."""
 
     def __init__(self, redis_url: str, keys: KeySchema, params: Params, checkpoint_dir: str,
                  on_commit: Callable[[BatchSummary, bool], None] | None = None, lanes: Sequence[Lane] = (),
-                 online_timeout_ms: int | None = None) -> None:
+                 online_timeout_ms: int | None = None, background: bool = False,
+                 source_options: Mapping[str, str] | None = None) -> None:
+        if background and source_options is None:
+            raise ValueError("a sink whose followers commit in the background needs source_options to catch "
+                             "them up after a crash")
         self.redis_url = redis_url
         self.keys = keys
         self.params = params
@@ -213,49 +234,117 @@ class RedisSink(DriverClient):
         self.on_commit = on_commit
         self.lanes = tuple(lanes)
         self.online_timeout_ms = online_timeout_ms
+        self.source_options = dict(source_options or {})
         self.mirror = PresenceMirror()
+        self.handover = Handover(f"followers-{keys.namespace}") if background else None
+        self._caught_up = False
         # One sink per query run, like Spark's per-input watermark map, which is not checkpointed.
         self.watermarks = (ServerWatermarks(params.servers, params.delay_ms, params.policy)
                            if params.per_server else None)
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
         spark = df.sparkSession
+        fresh = False
+        if not self._caught_up:
+            fresh = self.catch_up(batch_id, spark)
+            self._caught_up = True
+        entry, start_id, end_id = self.bounds(batch_id, spark)
+        phases = Phases()
+        with phases("read"):  # Spark's job: the source partitions read, parse and pre-aggregate
+            table = aggregate(df)
+        with phases("sum"):
+            batch, summary = self.judge(table, batch_id, entry, start_id, end_id, self.watermarks)
+        with phases("commit"):  # guarded by the batch id, so retrying after a lost reply cannot count twice
+            applied = with_retry(lambda: commit_batch(self.client, self.keys, summary, self.params),
+                                 f"commit of batch {batch_id}")
+        if not applied:
+            log.info("batch %d already in Redis (replayed after a restart): skipped", batch_id)
+
+        def follow() -> None:
+            self.follow(table, batch, summary, entry, phases)
+            if applied:  # where the sink's time went, beside the batch's record (its TTL already set)
+                with_retry(lambda: self.client.hset(self.keys.batch(batch_id), "phases", phases.to_json()),
+                           f"phases of batch {batch_id}")
+
+        # A follower's first batch commits before Spark's does: nothing could catch it up otherwise.
+        if self.handover is None or fresh:
+            follow()
+        else:
+            self.handover.hand_over(follow)
+        if self.on_commit is not None:
+            self.on_commit(summary, applied)
+
+    def bounds(self, batch_id: int, spark: object) -> tuple[OffsetEntry, str, str]:
+        """The batch's offset log entry and its entry ID range ``(start, end]``."""
         entry = read_offset_log(self.checkpoint_dir, batch_id, spark)
         end_id = (entry.source_offsets[0] or {}).get("id", "0-0")
         start_id = "0-0"
         if batch_id > 0:
             prev = read_offset_log(self.checkpoint_dir, batch_id - 1, spark)
             start_id = (prev.source_offsets[0] or {}).get("id", "0-0")
-        phases = Phases()
-        with phases("read"):  # Spark's job: the source partitions read, parse and pre-aggregate
-            table = aggregate(df)
-        with phases("sum"):
-            batch = BatchTable.read(table, entry.batch_ts_ms)
-            summary = batch.summary(batch_id, entry.watermark_ms, entry.batch_ts_ms, start_id, end_id, self.params)
-            if self.watermarks is not None:
-                per_server(summary, self.watermarks, self.params.idle_timeout_ms is not None)
-        with phases("commit"):  # guarded by the batch id, so retrying after a lost reply cannot count twice
-            applied = with_retry(lambda: commit_batch(self.client, self.keys, summary, self.params),
-                                 f"commit of batch {batch_id}")
-        if not applied:
-            log.info("batch %d already in Redis (replayed after a restart): skipped", batch_id)
+        return entry, start_id, end_id
+
+    def judge(self, table: pa.Table, batch_id: int, entry: OffsetEntry, start_id: str, end_id: str,
+              watermarks: ServerWatermarks | None) -> tuple[BatchTable, BatchSummary]:
+        batch = BatchTable.read(table, entry.batch_ts_ms)
+        summary = batch.summary(batch_id, entry.watermark_ms, entry.batch_ts_ms, start_id, end_id, self.params)
+        if watermarks is not None:
+            per_server(summary, watermarks, self.params.idle_timeout_ms is not None)
+        return batch, summary
+
+    def follow(self, table: pa.Table, batch: BatchTable, summary: BatchSummary, entry: OffsetEntry,
+               phases: Phases) -> None:
+        """Commit the batch to every follower that does not have it yet: each lane, then the online view."""
+        batch_id = summary.batch_id
         with phases("lanes"):
             for lane in self.lanes:
                 with_retry(lambda lane=lane: lane.commit(self.client, batch, summary),
                            f"lane {lane.keys.namespace} of batch {batch_id}")
         if self.online_timeout_ms is not None:
             with phases("online"):
-                online = PresenceBatch(batch_id, entry.watermark_ms, entry.batch_ts_ms, end_id,
+                online = PresenceBatch(batch_id, entry.watermark_ms, entry.batch_ts_ms, summary.end_id,
                                        presence_events(table), self.params.delay_ms, summary.next_watermark_ms)
                 timeout = self.online_timeout_ms
                 with_retry(lambda: commit_presence(self.client, self.keys, online, self.params, timeout,
                                                    self.mirror), f"online players of batch {batch_id}")
-        if applied:  # where the sink's time went, beside the batch's record (its TTL already set)
-            with_retry(lambda: self.client.hset(self.keys.batch(batch_id), "phases", phases.to_json()),
-                       f"phases of batch {batch_id}")
 
-        if self.on_commit is not None:
-            self.on_commit(summary, applied)
+    def followers_last(self) -> list[int | None]:
+        """Each follower's last committed batch (None: it has not committed one)."""
+        guards = [lane.keys.state for lane in self.lanes]
+        if self.online_timeout_ms is not None:
+            guards.append(self.keys.presence_state)
+        pipe = self.client.pipeline(transaction=False)
+        for guard in guards:
+            pipe.hget(guard, "last_batch")
+        return [None if v is None else int(v) for v in with_retry(pipe.execute, "the followers' last batches")]
+
+    def catch_up(self, batch_id: int, spark: object) -> bool:
+        """Commit to the followers the batches before ``batch_id`` that Spark has committed and they have not
+        (the job stopped between the two), in order, each read again from the stream: the trim keeps every
+        entry a follower has not committed, and the offset log keeps each batch's range and watermark.
+        Returns True when a follower has no commit yet (it starts with this batch)."""
+        lasts = self.followers_last()
+        behind = [last for last in lasts if last is not None and last < batch_id - 1]
+        for k in range(min(behind, default=batch_id - 1) + 1, batch_id):
+            entry, start_id, end_id = self.bounds(k, spark)
+            table = with_retry(lambda s=start_id, e=end_id: reread(self.source_options, s, e),
+                               f"read of batch {k} again")
+            batch, summary = self.judge(table, k, entry, start_id, end_id, None)
+            if self.params.per_server:  # the watermark Spark went on with: this run's model starts afresh
+                summary.next_watermark_ms = read_offset_log(self.checkpoint_dir, k + 1, spark).watermark_ms
+            log.info("batch %d: committing it to the lanes and the online view, which the last run stopped "
+                     "before", k)
+            self.follow(table, batch, summary, entry, Phases())
+        return None in lasts
+
+    def close(self) -> None:
+        """Wait for the followers' pending commit; a failure is logged (the next run catches them up)."""
+        if self.handover is None:
+            return
+        try:
+            self.handover.close()
+        except Exception as exc:  # noqa: BLE001 - stopping: said, and mended by the next run's catch_up
+            log.warning("the followers' last commit failed: %s", exc)
 
 
 def per_server(summary: BatchSummary, model: ServerWatermarks, idle: bool) -> None:
