@@ -7,23 +7,41 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 
-PYTHON=${PYTHON:-python3.11}
-command -v "$PYTHON" >/dev/null 2>&1 || PYTHON=python3
-if ! "$PYTHON" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))'; then
-  echo "error: Python 3.11 is required ($PYTHON is $("$PYTHON" -V 2>&1))" >&2; exit 1
+# Python 3.11 or newer; Java 17 or newer (Spark 4 runs on 17 and 21).
+PYTHON=${PYTHON:-}
+if [ -z "$PYTHON" ]; then
+  for candidate in python3.11 python3.12 python3.13 python3; do
+    command -v "$candidate" >/dev/null 2>&1 && { PYTHON=$candidate; break; }
+  done
 fi
-if ! java -version 2>&1 | grep -q 'version "17'; then
-  echo "error: Java 17 is required for Spark (apt-get install openjdk-17-jre-headless)" >&2; exit 1
+if [ -z "$PYTHON" ] || ! "$PYTHON" -c 'import sys; sys.exit(sys.version_info[:2] < (3, 11))' 2>/dev/null; then
+  echo "error: Python 3.11 or newer is required (found: ${PYTHON:-none}${PYTHON:+ $("$PYTHON" -V 2>&1)})" >&2
+  exit 1
+fi
+java_major=$(java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -1) || true
+if [ -z "$java_major" ] || [ "$java_major" -lt 17 ]; then
+  echo "error: Java 17 or newer is required for Spark (found: ${java_major:-none}); on Debian:" \
+       "apt-get install openjdk-17-jre-headless" >&2
+  exit 1
 fi
 
 if [ ! -x .venv/bin/python ]; then
+  echo "setting up .venv with $("$PYTHON" -V 2>&1) (first run only)"
   "$PYTHON" -m venv .venv
 fi
 stamp=.venv/.requirements.sha
 want=$(sha256sum requirements.txt | cut -d' ' -f1)
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  echo "installing requirements.txt into .venv (PySpark is large: about a minute the first time)"
   .venv/bin/python -m pip install -q --upgrade pip
-  .venv/bin/python -m pip install -q -r requirements.txt
+  # One line a package as pip collects it, not 50 silent seconds; its errors in full.
+  { .venv/bin/python -m pip install -r requirements.txt 2>&1; echo "pip exit $?"; } | while IFS= read -r line; do
+    case $line in
+      "pip exit 0") ;;
+      "pip exit "*) echo "error: pip install -r requirements.txt failed" >&2; exit 1 ;;
+      Collecting*|Successfully\ installed*|ERROR*|error*) echo "  $line" ;;
+    esac
+  done
   echo "$want" > "$stamp"
 fi
 # shellcheck disable=SC1091
@@ -40,7 +58,20 @@ case "${1:-run}" in
   run) export DASHBOARD_PORT="${PORT:-8501}"
        echo "dashboard: http://127.0.0.1:$DASHBOARD_PORT"
        exec honcho start ;;
-  test) shift; ruff check . && exec python -m pytest "$@" ;;
+  test) shift
+        # The browser test drives Debian's chromium; install it where we may, else say how.
+        if [ ! -x /usr/bin/chromium ]; then
+          if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+            echo "installing chromium for the browser tests (apt-get)"
+            (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
+              || { echo "error: apt-get install chromium failed" >&2; exit 1; }
+          else
+            echo "error: the browser tests need Debian's chromium at /usr/bin/chromium:" \
+                 "sudo apt-get install chromium (or skip them: ./run.sh test -m 'not browser')" >&2
+            exit 1
+          fi
+        fi
+        ruff check . && exec python -m pytest "$@" ;;
   setup) echo "ready: .venv" ;;
   *) echo "usage: ./run.sh [run|test|setup]" >&2; exit 2 ;;
 esac

@@ -101,6 +101,8 @@ class PipelineState:
     policy: str = "min"
     lost_at_batch: int | None = None
     """Redis came back empty before this batch: totals and windows open then cover only what came after."""
+    stopped_ms: int | None = None
+    """The job was stopped on request at this time, after ``last_batch`` (cleared by its next commit)."""
 
     @classmethod
     def from_hash(cls, h: Mapping[str, str]) -> PipelineState | None:
@@ -117,6 +119,7 @@ class PipelineState:
             trigger_ms=int(h.get("trigger_ms") or 1_000), updated_ms=int(h.get("updated_ms") or 0),
             mode=str(params.get("mode", "global")), policy=str(params.get("policy", "min")),
             lost_at_batch=int(h["lost_at_batch"]) if h.get("lost_at_batch") else None,
+            stopped_ms=int(h["stopped_ms"]) if h.get("stopped_ms") else None,
         )
 
     @property

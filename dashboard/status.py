@@ -53,7 +53,12 @@ def assess(snap: Snapshot, now_ms: int) -> list[Status]:
     waiting = snap.stream.waiting
     behind = snap.stream.behind_ms(now_ms)
     waiting_text = behind_text(waiting, behind)
-    if since > max(STALE_TRIGGERS * trigger, STALE_MIN_MS):
+    if state.stopped_ms is not None:
+        out.append(Status(Level.INFO, f"Stopped: the job was stopped at {clock(state.stopped_ms)} "
+                                      f"({human_ms(now_ms - state.stopped_ms)} ago) after batch "
+                                      f"#{state.last_batch}; {waiting_line(waiting, behind)}. `./run.sh` starts it "
+                                      "again, and it goes on from there."))
+    elif since > max(STALE_TRIGGERS * trigger, STALE_MIN_MS):
         if waiting > 0:
             out.append(Status(Level.ERROR, f"No batch has completed for {human_ms(since)} (trigger "
                                            f"{human_ms(trigger)}) while {waiting_text}: the Spark job is down or "
@@ -62,7 +67,8 @@ def assess(snap: Snapshot, now_ms: int) -> list[Status]:
             out.append(Status(Level.INFO, f"Idle: no new events for {human_ms(since)}; the last batch "
                                           f"(#{state.last_batch}) completed at {clock(state.updated_ms)}. Windows "
                                           "close only when new events move the watermark."))
-    stuck = stuck_batches(snap)
+    idle = state.stopped_ms is not None or since > max(STALE_TRIGGERS * trigger, STALE_MIN_MS)
+    stuck = 0 if idle else stuck_batches(snap)  # "events keep arriving" is not true of a quiet pipeline
     if stuck >= STUCK_BATCHES:
         head = state.head_ms
         out.append(Status(Level.WARNING, f"Events keep arriving but the watermark has not moved for {stuck} batches: "

@@ -435,6 +435,7 @@ def commit_batch(client: redis.Redis, keys: KeySchema, s: BatchSummary, params: 
             "delay_ms": params.delay_ms,
             "committed_id": s.end_id,
             "lost_at_batch": lost_at or b"",
+            "stopped_ms": "",  # running again
             "sets_closed_below_ms": max(s.watermark_ms, int(collapsed or 0)),
             "params": json.dumps(params.semantic(), sort_keys=True),
             "trigger_ms": params.trigger_ms,

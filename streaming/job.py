@@ -94,7 +94,7 @@ def main() -> int:
                      c.namespace, format_duration_ms(before), format_duration_ms(delay_ms))
     register_lanes(client, keys, cfg)
 
-    spark = build_session(cfg)
+    spark = build_session(cfg, own_session=True)
     writer = ProgressWriter(cfg.redis_url, [keys, *(KeySchema(c.namespace) for c in lanes)],
                             ttl_s=params_of(cfg).ttl_s)
     writer.start()
@@ -119,7 +119,9 @@ def main() -> int:
                 if p.query is None and (p.retry_at is None or now >= p.retry_at):
                     start(spark, p)
             if stopping.wait(0.5):
-                stop_all(pipelines)
+                stop_all(pipelines, between_batches=True)
+                record_stop(client, keys)
+                stop_spark(spark)
                 return 0
             for p in pipelines:
                 failure = failed(p)
@@ -175,15 +177,46 @@ def start(spark: SparkSession, p: Pipeline) -> None:
     )
 
 
-def stop_all(pipelines: list[Pipeline]) -> None:
+def stop_all(pipelines: list[Pipeline], between_batches: bool = False) -> None:
     for p in pipelines:
         if p.query is not None:
             try:
+                if between_batches:
+                    await_idle(p.query)
                 p.query.stop()
             except Exception as exc:  # a query that died meanwhile: nothing left to stop
                 log.warning("stopping %s: %s", p.name, first_line(exc))
             p.query = None
         close_sink(p)
+
+
+STOP_WAIT_S = 5.0
+"""How long a stop waits for the running batch to end (a capped batch far behind takes a few seconds)."""
+
+
+def await_idle(query: StreamingQuery, wait_s: float = STOP_WAIT_S) -> None:
+    """Return when no batch is running, or after ``wait_s``. Stopping a query interrupts its batch: the batch
+    is read again on the next start (nothing is lost), but the interrupted read ends in Java stack traces."""
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline and query.status["isTriggerActive"]:
+        time.sleep(0.02)
+
+
+def record_stop(client: redis.Redis, keys: KeySchema) -> None:
+    """Say on the commit record that the job was stopped on request (the pages say "stopped", not "down");
+    the next commit clears it."""
+    try:
+        if client.hexists(keys.state, "last_batch"):
+            client.hset(keys.state, "stopped_ms", redis_now_ms(client))
+    except redis.RedisError as exc:
+        log.warning("could not record the stop: %s", exc)
+
+
+def stop_spark(spark: SparkSession) -> None:
+    try:
+        spark.stop()
+    except Exception as exc:  # noqa: BLE001 - stopping anyway
+        log.warning("stopping Spark: %s", first_line(exc))
 
 
 def close_sink(p: Pipeline) -> None:

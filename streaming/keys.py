@@ -26,7 +26,9 @@ key                                                type    contents
                                                            ``params`` (JSON window/slide/delay),
                                                            ``trigger_ms``, ``updated_ms`` (commit
                                                            time), ``lost_at_batch`` (Redis came back
-                                                           empty before it)
+                                                           empty before it), ``stopped_ms`` (the job
+                                                           was stopped on request then; cleared by
+                                                           the next commit)
 ``{ns}:totals``                                    hash    ``input``, ``parsed``, ``events``,
                                                            ``dropped``, ``late``, ``quarantined``, and
                                                            per server ``events|S``, ``dropped|S``,

@@ -7,6 +7,7 @@ import sys
 from functools import reduce
 from pathlib import Path
 
+from pyspark import SparkConf, SparkContext
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
@@ -72,6 +73,7 @@ def watermarked(events: DataFrame, cfg: Config) -> DataFrame:
 
 
 WORKER_PYTHON = Path(__file__).with_name("spark-worker-python")
+LOG4J_CONFIG = Path(__file__).with_name("log4j2.properties")
 
 
 def worker_python() -> str:
@@ -89,35 +91,48 @@ def worker_python() -> str:
     return str(WORKER_PYTHON)
 
 
-def build_session(cfg: Config, app_name: str = "watermark-pipeline", ui: bool = True) -> SparkSession:
+def build_session(cfg: Config, app_name: str = "watermark-pipeline", ui: bool = True,
+                  own_session: bool = False) -> SparkSession:
     """On a local master everything binds to 127.0.0.1; on a cluster the driver takes Spark's usual
     address (``SPARK_LOCAL_IP`` / ``spark.driver.host``) so executors can reach it, and the
-    ``streaming`` package is shipped to the executors."""
+    ``streaming`` package is shipped to the executors.
+
+    With ``own_session`` the JVM starts in a session of its own, so a signal to the job's process group (a
+    process manager's SIGTERM, a terminal's Ctrl-C) reaches the job alone, which stops its queries between
+    batches before Spark goes down; a JVM that got the signal too shut down under a running batch and filled
+    the terminal with its stack traces. It still ends with the job: PySpark's gateway exits when its stdin,
+    a pipe from the job, closes."""
     local = is_local_master(cfg.spark_master)
     if "PYSPARK_PYTHON" not in os.environ:  # the user's choice stands
         os.environ["PYSPARK_PYTHON"] = worker_python() if local else sys.executable
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     if local:
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    builder = SparkSession.builder.appName(app_name).master(cfg.spark_master)
+    settings = {"spark.app.name": app_name, "spark.master": cfg.spark_master}
     if local:
-        builder = builder.config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
-    builder = (
-        builder.config("spark.sql.session.timeZone", "UTC")
-        .config("spark.sql.shuffle.partitions", str(max(2, cfg.source_partitions)))
+        settings.update({"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"})
+    settings.update({
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.shuffle.partitions": str(max(2, cfg.source_partitions)),
         # Adaptive execution re-plans the sink's job at its shuffle, every batch: ~0.15 s on a 50,000-event
-        # batch here (bench/batch_costs.py), for a plan whose shape never changes.
-        .config("spark.sql.adaptive.enabled", "false")
+        # batch (bench/batch_costs.py), for a plan whose shape never changes.
+        "spark.sql.adaptive.enabled": "false",
         # Checkpoint files on a local disk without Hadoop's .crc side files: the offset and commit log
-        # writes take ~15 ms less each, ~30 ms of a live batch (bench/batch_costs.py). Files are still
-        # written to a temporary name and renamed into place; other file systems are untouched.
-        .config("spark.hadoop.fs.AbstractFileSystem.file.impl", "org.apache.hadoop.fs.local.RawLocalFs")
-        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-        .config("spark.ui.enabled", "true" if ui else "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.streaming.stopActiveRunOnRestart", "true")
-    )
-    spark = builder.getOrCreate()
+        # writes take ~15 ms less each (bench/batch_costs.py). Files are still written to a temporary name
+        # and renamed into place; other file systems are untouched.
+        "spark.hadoop.fs.AbstractFileSystem.file.impl": "org.apache.hadoop.fs.local.RawLocalFs",
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+        "spark.ui.enabled": "true" if ui else "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.streaming.stopActiveRunOnRestart": "true",
+        "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={LOG4J_CONFIG.as_uri()}",
+    })
+    conf = SparkConf().setAll(list(settings.items()))
+    if own_session:
+        from pyspark.java_gateway import launch_gateway
+
+        SparkContext(conf=conf, gateway=launch_gateway(conf, popen_kwargs={"start_new_session": True}))
+    spark = SparkSession.builder.config(conf=conf).getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     if not local:
         ship_package(spark.sparkContext)

@@ -14,7 +14,10 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
+
+import redis
 
 from streaming.config import Config, ConfigError, redact_url
 
@@ -64,7 +67,9 @@ class RedisServer:
 
     def start(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        self.proc = subprocess.Popen(self.command(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        # Its own session: a Ctrl-C in the terminal reaches the server once, through whoever runs it.
+        self.proc = subprocess.Popen(self.command(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                     start_new_session=True)
         assert self.proc.stdout is not None
         for line in self.proc.stdout:
             self._log.append(line.rstrip())
@@ -77,11 +82,20 @@ class RedisServer:
         # Keep draining its output so the pipe never fills and blocks the server.
         threading.Thread(target=self._drain, daemon=True).start()
 
+    def log_tail(self, n: int) -> list[str]:
+        return self._log[-n:]
+
     def _drain(self) -> None:
         assert self.proc is not None and self.proc.stdout is not None
         for line in self.proc.stdout:
             self._log.append(line.rstrip())
             del self._log[:-200]
+
+    def terminate(self) -> None:
+        """Ask the server to shut down (it flushes its append-only file, then exits); returns at once, so a
+        signal handler may call it while another frame waits for the process."""
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
 
     def stop(self) -> None:
         if self.proc and self.proc.poll() is None:
@@ -91,6 +105,22 @@ class RedisServer:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+
+
+CLIENTS_GRACE_S = 3.5
+"""How long a stop waits for the other clients to leave: within honcho's 5 s before it kills."""
+
+
+def let_clients_leave(url: str, grace_s: float) -> None:
+    """Return once no client but this one is connected, or after ``grace_s``."""
+    deadline = time.monotonic() + grace_s
+    try:
+        client = redis.Redis.from_url(url, socket_timeout=1)
+        while time.monotonic() < deadline and len(client.client_list(_type="normal")) > 1:
+            time.sleep(0.05)
+        client.close()
+    except redis.RedisError:
+        pass  # the server is going anyway
 
 
 def main() -> int:
@@ -111,13 +141,24 @@ def main() -> int:
         print(f"embedded Redis failed to start on 127.0.0.1:{port}: {exc}", file=sys.stderr)
         return 1
     print(f"embedded Redis ready at {server.url} (data in {cfg.redis_data_dir}, AOF on)", flush=True)
-    signal.signal(signal.SIGTERM, lambda *_: server.stop())
-    try:
-        assert server.proc is not None
-        return server.proc.wait()
-    except KeyboardInterrupt:
-        server.stop()
+    # The handler only flags the request: waiting in it would wait on the wait it interrupted.
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    assert server.proc is not None
+    while server.proc.poll() is None:
+        if stop.wait(0.2):
+            # The processes stopped beside us (honcho signals all at once) still write their last words: the
+            # job its stop, the followers their last commit. Shut down once they have gone, or after a grace.
+            let_clients_leave(server.url, CLIENTS_GRACE_S)
+            server.terminate()
+            break
+    code = server.proc.wait()
+    if code == 0:
+        print("embedded Redis stopped (append-only file flushed)", flush=True)
         return 0
+    print(f"embedded Redis exited with {code}:\n" + "\n".join(server.log_tail(10)), file=sys.stderr, flush=True)
+    return 1
 
 
 if __name__ == "__main__":

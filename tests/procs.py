@@ -11,7 +11,24 @@ import threading
 import time
 from pathlib import Path
 
+import psutil
+
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def kill_tree(pid: int) -> None:
+    """SIGKILL a process and everything it started, wherever their sessions are (the job's JVM runs in one
+    of its own): all are frozen first, so none acts on another's death before it dies too."""
+    try:
+        family = [pid, *(c.pid for c in psutil.Process(pid).children(recursive=True))]
+    except psutil.NoSuchProcess:
+        return
+    for sig in (signal.SIGSTOP, signal.SIGKILL):
+        for p in family:
+            try:
+                os.kill(p, sig)
+            except ProcessLookupError:
+                pass
 
 
 class Proc:
@@ -79,5 +96,6 @@ class Proc:
             try:
                 return self.popen.wait(timeout)
             except subprocess.TimeoutExpired:
+                kill_tree(self.popen.pid)
                 os.killpg(self.popen.pid, signal.SIGKILL)
         return self.popen.wait()

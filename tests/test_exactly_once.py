@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import signal
 import subprocess
 import sys
 import uuid
@@ -21,6 +20,7 @@ from streaming.keys import KeySchema
 from streaming.report import WindowKey
 from streaming.report import wait_for_commit as online_committed
 from tests.oracle import T0_MS, to_ms, windows_of
+from tests.procs import kill_tree
 from tests.seed import arrival_ids
 
 pytestmark = pytest.mark.spark
@@ -39,13 +39,15 @@ def start_job(redis_url: str, ns: str, checkpoint: Path, log: Path) -> subproces
         "MAX_EVENTS_PER_BATCH": str(BATCH_CAP), "TRIGGER_INTERVAL": "200ms", "SPARK_MASTER": "local[2]",
         "RETENTION": "36500d",
     }
-    # Its own process group, so SIGKILL takes the JVM down with the Python driver: a real crash.
+    # Its own process group; kill() takes the JVM (in a session of its own) down with it: a real crash.
     return subprocess.Popen([sys.executable, "-m", "streaming.job"], env=env, cwd=ROOT, start_new_session=True,
                             stdout=log.open("ab"), stderr=subprocess.STDOUT)
 
 
 def kill(proc: subprocess.Popen[bytes]) -> None:
-    os.killpg(proc.pid, signal.SIGKILL)
+    """SIGKILL the driver and, at the same moment, everything it started: the JVM runs in a session of its
+    own (so that a stop's signal reaches the driver alone), and a crash of the machine takes it down too."""
+    kill_tree(proc.pid)
     proc.wait()
 
 
@@ -70,7 +72,7 @@ def load(client: redis.Redis, keys: KeySchema, entries: list[tuple[str, bytes]])
 
 def snapshot(client: redis.Redis, keys: KeySchema) -> dict:
     """Everything the sink wrote except wall-clock facts (batch trigger time, processing lag, progress, the
-    sink's phase timings, how much input the trim took by time, and the
+    sink's phase timings, when the job was stopped, how much input the trim took by time, and the
     online view's minutes and day's peaks, which are kept by batch time): the windows, and the online view's
     players, counts and per-batch history."""
     out: dict = {}
@@ -83,7 +85,7 @@ def snapshot(client: redis.Redis, keys: KeySchema) -> dict:
         kind = client.type(raw)
         if kind == b"hash":
             h = {f.decode(): v.decode() for f, v in client.hgetall(raw).items()}
-            for wall_clock in ("updated_ms", "progress", "phases", "batch_ts_ms", "minute"):
+            for wall_clock in ("updated_ms", "progress", "phases", "batch_ts_ms", "minute", "stopped_ms"):
                 h.pop(wall_clock, None)
             if "sink" in h:
                 rec = json.loads(h["sink"])
