@@ -19,8 +19,10 @@ from dashboard import ui  # noqa: E402
 
 
 def main() -> None:
-    st.set_page_config(page_title="Watermark dashboard", page_icon=":material/schedule:", layout="wide")
-    ui.sidebar()
+    # A local icon: a material icon as page_icon makes the browser fetch it from a font host on the internet,
+    # and a wall screen in a studio may be offline.
+    st.set_page_config(page_title="Watermark dashboard", page_icon=str(ROOT / "dashboard" / "static" / "favicon.png"),
+                       layout="wide")
     pages = [
         st.Page("views/ops.py", title="Live ops", icon=":material/sports_esports:", default=True),
         st.Page("views/watermark.py", title="Watermark", icon=":material/water:", url_path="watermark"),
@@ -31,7 +33,9 @@ def main() -> None:
         st.Page("views/delay.py", title="Choosing the delay", icon=":material/tune:", url_path="delay"),
         st.Page("views/control.py", title="Lab control", icon=":material/settings_remote:", url_path="control"),
     ]
-    st.navigation(pages).run()
+    page = st.navigation(pages)
+    ui.sidebar(active=page.url_path != "control")  # Lab control reads none of them
+    page.run()
 
 
 main()

@@ -6,13 +6,16 @@ Conventions every chart keeps, so a reader learns them once:
 * provisional windows (the watermark has not passed their end, numbers can
   still grow) are hatched and lighter, or drawn dotted; final ones are solid;
 * hovering any point tells its batch (or window) and its exact values;
-* times are UTC.
+* times are UTC; a time axis spans the data shown and no more, and a stretch with no data (the job
+  stopped, a server silent) is a gap in the line, never a straight line across it;
+* count axes start at zero; a title fits a half-width chart (:data:`TITLE_MAX_CHARS`);
+* a chart with nothing to show is not drawn: the page says in words what would appear (:func:`has_data`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
@@ -31,6 +34,10 @@ BEHIND = "#d62728"
 ON_TIME = "#2ca02c"
 PROVISIONAL_PATTERN = "/"
 HEIGHT = 340
+TITLE_MAX_CHARS = 48
+"""What a chart's title holds without being cut in half of a 1280 px page."""
+MAX_TRACES = 6
+"""More lines than this in one chart and they hide each other: use a selector or small multiples."""
 
 
 def ts(ms: int | float) -> datetime:
@@ -42,13 +49,60 @@ def server_colors(servers: Iterable[str]) -> dict[str, str]:
     return {s: PALETTE[i % len(PALETTE)] for i, s in enumerate(sorted(servers))}
 
 
-def _layout(fig: go.Figure, title: str, y_title: str, height: int = HEIGHT) -> go.Figure:
+def _layout(fig: go.Figure, title: str, y_title: str, height: int = HEIGHT, counts: bool = True) -> go.Figure:
     fig.update_layout(
         title={"text": title, "x": 0, "xanchor": "left"}, height=height, margin={"l": 10, "r": 10, "t": 50, "b": 10},
-        legend={"orientation": "h", "y": -0.12, "yanchor": "top", "traceorder": "normal"}, hovermode="closest",
+        legend={"orientation": "h", "y": -0.14, "yanchor": "top", "traceorder": "normal"}, hovermode="closest",
         yaxis_title=y_title,
     )
+    if counts:
+        fig.update_yaxes(rangemode="tozero")
     return fig
+
+
+def _time_axis(fig: go.Figure, *, pad_ms: int = 0, **where: object) -> go.Figure:
+    """The x axis (or the one ``where`` selects) spans exactly the times in the data, padded by ``pad_ms`` (half
+    a bar's width), with one-line tick labels (no date line for the legend to sit on)."""
+    xs = [x for t in fig.data for x in (t.x or ()) if isinstance(x, datetime)]
+    fig.update_xaxes(tickformat="%H:%M:%S", hoverformat="%H:%M:%S", **where)
+    if xs:
+        lo, hi = min(xs), max(xs)
+        # Room for the end markers: 2% of the span, or half a bar.
+        pad = timedelta(milliseconds=pad_ms) if pad_ms else max((hi - lo) / 50, timedelta(seconds=1))
+        fig.update_xaxes(range=[lo - pad, hi + pad], **where)
+    return fig
+
+
+def gaps(xs_ms: Sequence[int], ys: Sequence[object], limit_ms: int) -> tuple[list[datetime | None], list[object]]:
+    """Points as plotly draws them with a break (a None) wherever two neighbours are more than ``limit_ms``
+    apart: the job stopped, or nothing arrived, and a line across would invent values."""
+    out_x: list[datetime | None] = []
+    out_y: list[object] = []
+    for i, (x, y) in enumerate(zip(xs_ms, ys, strict=True)):
+        if i and x - xs_ms[i - 1] > limit_ms:
+            out_x.append(None)
+            out_y.append(None)
+        out_x.append(ts(x))
+        out_y.append(y)
+    return out_x, out_y
+
+
+def batch_gap_ms(batches: Sequence[BatchPoint]) -> int:
+    """Neighbouring batches further apart than this are a gap: five times their usual spacing, at least 10 s."""
+    steps = sorted(b.batch_ts_ms - a.batch_ts_ms for a, b in zip(batches, batches[1:], strict=False))
+    usual = steps[len(steps) // 2] if steps else 0
+    return max(10_000, 5 * usual)
+
+
+def has_data(fig: go.Figure) -> bool:
+    """Whether any trace has a value worth drawing: a count chart of nothing but zeros is empty too."""
+    for t in fig.data:
+        if getattr(t, "showlegend", None) is False and t.name in ("", None):
+            continue
+        for y in t.y or ():
+            if y is not None and y != 0:
+                return True
+    return False
 
 
 def _window_label(w: WindowRow) -> str:
@@ -82,18 +136,18 @@ def players_now(current: dict[str, WindowRow | None], servers: Sequence[str]) ->
             hovertemplate=_WINDOW_HOVER if w else f"<b>{s}</b>: no events in the current window<extra></extra>",
             showlegend=False,
         ))
-    return _layout(fig, "Active players now (current window; hatched = provisional)", "distinct players")
+    return _layout(fig, "Current window's players (hatched: provisional)", "distinct players")
 
 
 def players_over_time(windows: Sequence[WindowRow], servers: Sequence[str]) -> go.Figure:
     """Distinct players per window and server: solid where final, dotted where provisional."""
-    return _per_window_lines(windows, servers, "players", "Active players per window", "distinct players")
+    return _per_window_lines(windows, servers, "players", "Players per window", "distinct players")
 
 
 def events_per_window(windows: Sequence[WindowRow], servers: Sequence[str]) -> go.Figure:
     """Accepted events per window and server, grouped; provisional windows hatched."""
-    return _per_window_bars(windows, servers, "events", "Accepted events per window (hatched = provisional)",
-                            "events", hatch=True)
+    return _per_window_bars(windows, servers, "events", "Events per window (hatched: provisional)", "events",
+                            hatch=True)
 
 
 def _per_window_bars(windows: Sequence[WindowRow], servers: Sequence[str], attr: str, title: str, y_title: str,
@@ -109,12 +163,20 @@ def _per_window_bars(windows: Sequence[WindowRow], servers: Sequence[str], attr:
             customdata=[_window_custom(w) for w in ws], hovertemplate=_WINDOW_HOVER,
         ))
     fig.update_layout(barmode="group")
-    return _layout(fig, title, y_title)
+    return _time_axis(_layout(fig, title, y_title), pad_ms=_window_step_ms(windows) // 2)
+
+
+def _window_step_ms(windows: Sequence[WindowRow]) -> int:
+    """The slide, as the smallest step between window starts (a window length when there is one start)."""
+    starts = sorted({w.start_ms for w in windows})
+    steps = [b - a for a, b in zip(starts, starts[1:], strict=False)]
+    return min(steps) if steps else (windows[0].end_ms - windows[0].start_ms if windows else 60_000)
 
 
 def _per_window_lines(windows: Sequence[WindowRow], servers: Sequence[str], attr: str, title: str,
                       y_title: str) -> go.Figure:
     colors = server_colors(servers)
+    limit = 3 * _window_step_ms(windows) // 2  # a window with no events is missing: a gap, not a line across
     fig = go.Figure()
     for s in servers:
         ws = sorted((w for w in windows if w.server == s), key=lambda w: (w.start_ms, w.end_ms))
@@ -126,13 +188,14 @@ def _per_window_lines(windows: Sequence[WindowRow], servers: Sequence[str], attr
                                                                              " (provisional)")):
             if not part:
                 continue
+            x, y = gaps([w.start_ms for w in part], [getattr(w, attr) for w in part], limit)
+            _, custom = gaps([w.start_ms for w in part], [_window_custom(w) for w in part], limit)
             fig.add_trace(go.Scatter(
-                x=[ts(w.start_ms) for w in part], y=[getattr(w, attr) for w in part], name=s + suffix,
-                legendgroup=s, mode="lines+markers", line={"color": colors[s], "dash": dash},
-                marker={"symbol": symbol, "size": 7}, customdata=[_window_custom(w) for w in part],
+                x=x, y=y, name=s + suffix, legendgroup=s, mode="lines+markers",
+                line={"color": colors[s], "dash": dash}, marker={"symbol": symbol, "size": 7}, customdata=custom,
                 hovertemplate=_WINDOW_HOVER,
             ))
-    return _layout(fig, title + " (dotted = provisional)", y_title)
+    return _time_axis(_layout(fig, title + " (dotted: provisional)", y_title))
 
 
 def online_over_batches(history: Sequence[OnlinePoint], servers: Sequence[str]) -> go.Figure:
@@ -140,16 +203,20 @@ def online_over_batches(history: Sequence[OnlinePoint], servers: Sequence[str]) 
     event has none: left out, it would stretch the axis to 1970)."""
     colors = server_colors(servers)
     history = [p for p in history if p.watermark_ms > 0]
+    steps = sorted(b.watermark_ms - a.watermark_ms for a, b in zip(history, history[1:], strict=False))
+    limit = max(10_000, 5 * steps[len(steps) // 2]) if steps else 10_000
+    marks = [p.watermark_ms for p in history]
+    _, custom = gaps(marks, [[p.batch, p.online, p.offline] for p in history], limit)
     fig = go.Figure()
     for s in servers:
+        x, y = gaps(marks, [p.counts.get(s, 0) for p in history], limit)
         fig.add_trace(go.Scatter(
-            x=[ts(p.watermark_ms) for p in history], y=[p.counts.get(s, 0) for p in history], name=s,
-            mode="lines+markers", line={"color": colors[s], "shape": "hv"}, marker={"size": 5},
-            customdata=[[p.batch, p.online, p.offline] for p in history],
+            x=x, y=y, name=s, mode="lines+markers", line={"color": colors[s], "shape": "hv"}, marker={"size": 5},
+            customdata=custom,
             hovertemplate=f"<b>{s}</b> batch %{{customdata[0]}}<br>online %{{y:,}}<br>watermark %{{x|%H:%M:%S}}"
                           "<br>batch transitions: %{customdata[1]:,} on, %{customdata[2]:,} off<extra></extra>",
         ))
-    return _layout(fig, "Players online after each batch (by watermark)", "players online")
+    return _time_axis(_layout(fig, "Players online after each batch (by watermark)", "players online"))
 
 
 def online_per_minute(minutes: Sequence[Minute], servers: Sequence[str]) -> go.Figure:
@@ -157,16 +224,17 @@ def online_per_minute(minutes: Sequence[Minute], servers: Sequence[str]) -> go.F
     minute's peak in the hover."""
     colors = server_colors(servers)
     fig = go.Figure()
+    marks = [m.minute_ms for m in minutes]
     for s in servers:
+        x, y = gaps(marks, [m.last.get(s, 0) for m in minutes], 90_000)  # a minute without batches: a gap
+        _, custom = gaps(marks, [[m.peak.get(s, 0)] for m in minutes], 90_000)
         fig.add_trace(go.Scatter(
-            x=[ts(m.minute_ms) for m in minutes], y=[m.last.get(s, 0) for m in minutes], name=s,
-            mode="lines+markers", line={"color": colors[s]}, marker={"size": 5},
-            customdata=[[m.peak.get(s, 0)] for m in minutes],
+            x=x, y=y, name=s, mode="lines+markers", line={"color": colors[s]}, marker={"size": 5},
+            customdata=custom,
             hovertemplate=f"<b>{s}</b> %{{x|%H:%M}}<br>online at the minute's end %{{y:,}}"
                           "<br>the minute's peak %{customdata[0]:,}<extra></extra>",
         ))
-    fig.update_yaxes(rangemode="tozero")
-    return _layout(fig, "Players online, last hour (per minute)", "players online")
+    return _time_axis(_layout(fig, "Players online, last hour (per minute)", "players online"))
 
 
 TRANSITIONS = (("came online", ("login", "heartbeat", "event"), ON_TIME), ("logged out", ("logout",), MAX_EVENT),
@@ -183,7 +251,7 @@ def transitions_per_minute(minutes: Sequence[Minute]) -> go.Figure:
         fig.add_trace(go.Bar(x=[ts(m.minute_ms) for m in minutes], y=counts, name=name, marker_color=color,
                              hovertemplate=f"%{{x|%H:%M}}<br>{name}: %{{y:,}}<extra></extra>"))
     fig.update_layout(barmode="group")
-    return _layout(fig, "Logins, logouts and timeouts per minute", "players per minute")
+    return _time_axis(_layout(fig, "Logins, logouts and timeouts per minute", "players per minute"), pad_ms=30_000)
 
 
 # --------------------------------------------------------------------------- watermark
@@ -202,54 +270,54 @@ def watermark_vs_time(batches: Sequence[BatchPoint], now_ms: int) -> go.Figure:
     """
     fig = go.Figure()
     if batches:
-        first = batches[0].batch_ts_ms
+        first, last = batches[0].batch_ts_ms, max(batches[-1].batch_ts_ms, now_ms)
         fig.add_trace(go.Scatter(
-            x=[ts(first), ts(now_ms)], y=[ts(first), ts(now_ms)], name="wall clock", mode="lines",
-            line={"color": WALL_CLOCK, "dash": "dash"}, hovertemplate="wall clock %{y}<extra></extra>",
+            x=[ts(first), ts(last)], y=[ts(first), ts(last)], name="wall clock", mode="lines",
+            line={"color": WALL_CLOCK, "dash": "dash", "width": 2}, hovertemplate="wall clock %{y}<extra></extra>",
         ))
+        limit = batch_gap_ms(batches)
         with_max = [b for b in batches if b.running_max_event_us is not None]
         # Until the first batch with data the watermark is the epoch; drawing it would flatten everything else.
         batches = [b for b in batches if b.watermark_ms > 0]
-        fig.add_trace(go.Scatter(
-            x=[ts(b.batch_ts_ms) for b in with_max], y=[ts(b.running_max_event_us // 1000) for b in with_max],
-            name="max event time", mode="lines+markers", line={"color": MAX_EVENT}, marker={"size": 5},
-            customdata=[_batch_custom(b) for b in with_max],
-            hovertemplate="batch %{customdata[0]} at %{x}<br>max event time %{y}<br>input %{customdata[1]:,}"
-                          "<extra></extra>",
-        ))
-        fig.add_trace(go.Scatter(
-            x=[ts(b.batch_ts_ms) for b in batches], y=[ts(b.watermark_ms) for b in batches],
-            name="watermark in force", mode="lines+markers", line={"color": WATERMARK, "shape": "hv"},
-            marker={"size": 5}, customdata=[_batch_custom(b) for b in batches],
-            hovertemplate="batch %{customdata[0]} at %{x}<br>watermark %{y}<br>dropped %{customdata[2]:,} · "
-                          "late accepted %{customdata[3]:,}<extra></extra>",
-        ))
-    return _layout(fig, "Event time (y) against processing time (x): wall clock, max event time, watermark",
-                   "event time (UTC)", height=420)
+        for part, name, value, line, hover in (
+            (with_max, "max event time", lambda b: ts(b.running_max_event_us // 1000), {"color": MAX_EVENT},
+             "batch %{customdata[0]} at %{x}<br>max event time %{y}<br>input %{customdata[1]:,}<extra></extra>"),
+            (batches, "watermark in force", lambda b: ts(b.watermark_ms), {"color": WATERMARK, "shape": "hv"},
+             "batch %{customdata[0]} at %{x}<br>watermark %{y}<br>dropped %{customdata[2]:,} · late accepted "
+             "%{customdata[3]:,}<extra></extra>"),
+        ):
+            x, y = gaps([b.batch_ts_ms for b in part], [value(b) for b in part], limit)
+            _, custom = gaps([b.batch_ts_ms for b in part], [_batch_custom(b) for b in part], limit)
+            fig.add_trace(go.Scatter(x=x, y=y, name=name, mode="lines+markers", line=line, marker={"size": 5},
+                                     customdata=custom, hovertemplate=hover))
+    fig = _layout(fig, "Event time against processing time", "event time (UTC)", height=420, counts=False)
+    fig.update_xaxes(title="processing time (UTC)")
+    fig.update_yaxes(tickformat="%H:%M:%S", hoverformat="%H:%M:%S")
+    return _time_axis(fig)
 
 
 def watermark_lag(batches: Sequence[BatchPoint], delay_ms: int) -> go.Figure:
     """Seconds the watermark trails the batch's clock, against the configured delay."""
     fig = go.Figure()
-    x = [ts(b.batch_ts_ms) for b in batches]
-    fig.add_trace(go.Scatter(
-        x=x, y=[(b.batch_ts_ms - b.watermark_ms) / 1000 if b.watermark_ms else None for b in batches],
-        name="watermark lag (now − watermark)", mode="lines+markers", line={"color": WATERMARK}, marker={"size": 5},
-        customdata=[_batch_custom(b) for b in batches],
-        hovertemplate="batch %{customdata[0]}<br>watermark lag %{y:.1f} s<extra></extra>",
-    ))
+    limit = batch_gap_ms(batches)
+    marked = [b for b in batches if b.watermark_ms]
     with_max = [b for b in batches if b.running_max_event_us is not None]
-    fig.add_trace(go.Scatter(
-        x=[ts(b.batch_ts_ms) for b in with_max],
-        y=[(b.batch_ts_ms - b.running_max_event_us / 1000) / 1000 for b in with_max],  # type: ignore[operator]
-        name="event-time lag (now − max event time)", mode="lines", line={"color": MAX_EVENT},
-        customdata=[_batch_custom(b) for b in with_max],
-        hovertemplate="batch %{customdata[0]}<br>now − max event time %{y:.1f} s<extra></extra>",
-    ))
-    if batches:
-        fig.add_hline(y=delay_ms / 1000, line={"color": WALL_CLOCK, "dash": "dot"},
-                      annotation_text=f"delay {delay_ms / 1000:g} s", annotation_position="top left")
-    return _layout(fig, "Watermark lag", "seconds")
+    for part, name, value, color, hover in (
+        (marked, "watermark lag (now − watermark)", lambda b: (b.batch_ts_ms - b.watermark_ms) / 1000, WATERMARK,
+         "batch %{customdata[0]}<br>watermark lag %{y:.1f} s<extra></extra>"),
+        (with_max, "event-time lag (now − max event time)",
+         lambda b: (b.batch_ts_ms - b.running_max_event_us / 1000) / 1000, MAX_EVENT,
+         "batch %{customdata[0]}<br>now − max event time %{y:.1f} s<extra></extra>"),
+    ):
+        x, y = gaps([b.batch_ts_ms for b in part], [value(b) for b in part], limit)
+        _, custom = gaps([b.batch_ts_ms for b in part], [_batch_custom(b) for b in part], limit)
+        fig.add_trace(go.Scatter(x=x, y=y, name=name, mode="lines", line={"color": color}, customdata=custom,
+                                 hovertemplate=hover))
+    if marked:  # the delay as a line of its own, named in the legend rather than written over the data
+        fig.add_trace(go.Scatter(x=[ts(marked[0].batch_ts_ms), ts(marked[-1].batch_ts_ms)],
+                                 y=[delay_ms / 1000] * 2, name=f"the delay ({delay_ms / 1000:g} s)", mode="lines",
+                                 line={"color": WALL_CLOCK, "dash": "dot"}, hoverinfo="skip"))
+    return _time_axis(_layout(fig, "Watermark lag", "seconds"))
 
 
 def per_server_over_time(batches: Sequence[BatchPoint], servers: Sequence[str], attr: str, title: str) -> go.Figure:
@@ -265,7 +333,7 @@ def per_server_over_time(batches: Sequence[BatchPoint], servers: Sequence[str], 
                           "%{customdata[1]}<extra></extra>",
         ))
     fig.update_layout(barmode="stack")
-    return _layout(fig, title, "events")
+    return _time_axis(_layout(fig, title, "events"), pad_ms=batch_gap_ms(batches) // 10)
 
 
 def dropped_per_window(windows: Sequence[WindowRow], servers: Sequence[str]) -> go.Figure:
@@ -276,25 +344,30 @@ def dropped_per_window(windows: Sequence[WindowRow], servers: Sequence[str]) -> 
 # --------------------------------------------------------------------------- lag
 
 
-def lag_chart(batches: Sequence[BatchPoint], servers: Sequence[str]) -> go.Figure:
-    """p50 / p95 / max of ingest − event time and processing − event time, per server and batch."""
+LAG_STATS = {"p50": "median", "p95": "95th percentile", "max": "maximum"}
+
+
+def lag_chart(batches: Sequence[BatchPoint], servers: Sequence[str], stat: str = "p95") -> go.Figure:
+    """One statistic (``p50``, ``p95`` or ``max``) of ingest − event time and of processing − event time, per
+    server and batch: one line per server in each panel, so no server's line hides another's pattern."""
     colors = server_colors(servers)
-    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.12, subplot_titles=(
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.14, subplot_titles=(
         "ingest − event time (network and server delay)", "processing − event time (what the watermark sees)"))
-    styles = (("p50", "solid"), ("p95", "dash"), ("max", "dot"))
+    limit = batch_gap_ms(batches)
     for row, attr in ((1, "ingest_lag_ms"), (2, "processing_lag_ms")):
         for s in servers:
             pts: list[tuple[BatchPoint, Lag]] = [(b, lag) for b in batches
                                                  if (sb := b.servers.get(s)) and (lag := getattr(sb, attr))]
-            for stat, dash in styles:
-                fig.add_trace(go.Scatter(
-                    x=[ts(b.batch_ts_ms) for b, _ in pts], y=[getattr(lag, stat) / 1000 for _, lag in pts],
-                    name=f"{s} {stat}", legendgroup=s, showlegend=row == 1, mode="lines",
-                    line={"color": colors[s], "dash": dash}, customdata=[[b.batch] for b, _ in pts],
-                    hovertemplate=f"<b>{s}</b> {stat} %{{y:.2f}} s<br>batch %{{customdata[0]}}<extra></extra>",
-                ), row=row, col=1)
+            x, y = gaps([b.batch_ts_ms for b, _ in pts], [getattr(lag, stat) / 1000 for _, lag in pts], limit)
+            _, custom = gaps([b.batch_ts_ms for b, _ in pts], [[b.batch] for b, _ in pts], limit)
+            fig.add_trace(go.Scatter(
+                x=x, y=y, name=s, legendgroup=s, showlegend=row == 1, mode="lines", line={"color": colors[s]},
+                customdata=custom,
+                hovertemplate=f"<b>{s}</b> {stat} %{{y:.2f}} s<br>batch %{{customdata[0]}}<extra></extra>",
+            ), row=row, col=1)
     fig.update_yaxes(title_text="seconds")
-    return _layout(fig, "Event-time lag per server (solid p50, dashed p95, dotted max)", "seconds", height=560)
+    fig = _layout(fig, f"Event-time lag per server: {LAG_STATS[stat]}", "seconds", height=560)
+    return _time_axis(fig)
 
 
 # --------------------------------------------------------------------------- health
@@ -312,23 +385,45 @@ def batch_durations(batches: Sequence[BatchPoint], trigger_ms: int) -> go.Figure
                       "<extra></extra>",
         name="batch duration",
     ))
-    fig.add_hline(y=trigger_ms / 1000, line={"color": WALL_CLOCK, "dash": "dash"},
-                  annotation_text=f"trigger {trigger_ms / 1000:g} s", annotation_position="top left")
-    return _layout(fig, "Batch duration vs trigger (red = falling behind)", "seconds")
+    if timed:  # the trigger as a line named in the legend, not a label written over the bars
+        fig.add_trace(go.Scatter(x=[ts(timed[0].batch_ts_ms), ts(timed[-1].batch_ts_ms)], y=[trigger_ms / 1000] * 2,
+                                 name=f"trigger ({trigger_ms / 1000:g} s)", mode="lines",
+                                 line={"color": WALL_CLOCK, "dash": "dash"}, hoverinfo="skip"))
+        top = max(trigger_ms, *(b.duration_ms for b in timed)) / 1000  # type: ignore[type-var]
+        fig.update_yaxes(range=[0, top * 1.1])  # the tallest bar whole
+    fig = _layout(fig, "Batch duration (red: longer than the trigger)", "seconds")
+    return _time_axis(fig, pad_ms=batch_gap_ms(batches) // 10)
+
+
+RATE_SPAN = 10
+"""Batches a committed rate is averaged over: one batch's own rate swings with its duration."""
+
+
+def committed_rates(batches: Sequence[BatchPoint], span: int = RATE_SPAN) -> list[float | None]:
+    """Entries committed per second of wall time over the last ``span`` batches (up to each one): it equals the
+    arriving rate while the job keeps up and falls below it when the job falls behind."""
+    out: list[float | None] = []
+    for i, b in enumerate(batches):
+        j = max(0, i - span)
+        elapsed_ms = b.batch_ts_ms - batches[j].batch_ts_ms
+        out.append(sum(x.input for x in batches[j + 1:i + 1]) * 1000 / elapsed_ms if elapsed_ms > 0 else None)
+    return out
 
 
 def rates(batches: Sequence[BatchPoint]) -> go.Figure:
-    """Spark's input rate (arriving) against processed rate (keeping up), in stream entries."""
-    timed = [b for b in batches if b.input_per_s is not None or b.processed_per_s is not None]
+    """Entries arriving per second (Spark's input rate) against entries committed per second of wall time."""
+    limit = batch_gap_ms(batches)
+    marks = [b.batch_ts_ms for b in batches]
     fig = go.Figure()
-    for attr, name, color in (("input_per_s", "input rate", MAX_EVENT),
-                              ("processed_per_s", "processed rate", ON_TIME)):
+    for name, values, color in (("arriving", [b.input_per_s for b in batches], MAX_EVENT),
+                                (f"committed (over {RATE_SPAN} batches)", committed_rates(batches), ON_TIME)):
+        x, y = gaps(marks, values, limit)
+        _, custom = gaps(marks, [[b.batch] for b in batches], limit)
         fig.add_trace(go.Scatter(
-            x=[ts(b.batch_ts_ms) for b in timed], y=[getattr(b, attr) for b in timed], name=name, mode="lines+markers",
-            line={"color": color}, marker={"size": 4}, customdata=[[b.batch] for b in timed],
+            x=x, y=y, name=name, mode="lines", line={"color": color}, customdata=custom,
             hovertemplate=f"batch %{{customdata[0]}}<br>{name} %{{y:,.0f}} entries/s<extra></extra>",
         ))
-    return _layout(fig, "Input vs processed rate", "entries/s")
+    return _time_axis(_layout(fig, "Entries arriving and committed per second", "entries/s"))
 
 
 def input_per_batch(batches: Sequence[BatchPoint]) -> go.Figure:
@@ -342,4 +437,4 @@ def input_per_batch(batches: Sequence[BatchPoint]) -> go.Figure:
         fig.add_trace(go.Bar(x=x, y=values, name=name, marker_color=color, customdata=[[b.batch] for b in batches],
                              hovertemplate=f"batch %{{customdata[0]}}<br>{name} %{{y:,}}<extra></extra>"))
     fig.update_layout(barmode="stack")
-    return _layout(fig, "Entries per batch", "entries")
+    return _time_axis(_layout(fig, "Entries per batch", "entries"), pad_ms=batch_gap_ms(batches) // 10)

@@ -93,7 +93,8 @@ def events_figure(points: Sequence[EventPoint], steps: Sequence[Step], window_ms
             text=[f"batch {s.batch}" if s.batch is not None else "next batch" for s in part for _ in (0, 1)],
             hovertemplate="%{text}: watermark %{x}<br>arrival %{y}<extra></extra>",
         ))
-    fig.update_xaxes(title_text="event time (UTC)")
-    fig = _layout(fig, title, "arrival time (UTC)", height=560)
-    fig.update_layout(legend={"y": -0.2})  # below the x-axis title
+    fig.update_xaxes(title_text="event time (UTC)", tickformat="%H:%M:%S")
+    fig.update_yaxes(tickformat="%H:%M:%S")  # one-line labels: the date is in the caption above
+    fig = _layout(fig, title, "arrival time (UTC)", height=560, counts=False)
+    fig.update_layout(legend={"y": -0.16})  # below the x-axis title
     return fig

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import plotly.graph_objects as go
 
-from dashboard.charts import PALETTE, WALL_CLOCK, _layout, server_colors, ts
+from dashboard.charts import PALETTE, WALL_CLOCK, _layout, _time_axis, server_colors, ts
 from dashboard.data import BatchPoint, Snapshot
 from dashboard.lanes import Lane
 from dashboard.status import Level, Status, clock, human_ms
@@ -33,6 +33,19 @@ class LaneRow:
     dropped_by_server: str
     late: int
     idle_markers: int
+
+
+LANE_COLUMNS = {"pipeline": "Pipeline", "watermark": "Watermark", "final_windows": "Final windows",
+                "events": "Accepted", "dropped": "Dropped late", "dropped_by_server": "Dropped by server",
+                "late": "Late accepted", "idle_markers": "Idle markers"}
+"""The comparison table's headers, for people (the watermark's lag is left out: the same clock for all lanes,
+and the table must fit a 1280 px page)."""
+
+
+def lane_table(rows: Sequence[LaneRow]) -> list[dict[str, object]]:
+    """The rows with people's headers and formatted counts."""
+    return [{LANE_COLUMNS[k]: f"{v:,}" if isinstance(v, int) else v for k, v in r.__dict__.items()
+             if k in LANE_COLUMNS} for r in rows]
 
 
 def lane_row(lane: Lane, snap: Snapshot, now_ms: int) -> LaneRow:
@@ -120,16 +133,19 @@ def lanes_watermarks(lanes: Sequence[Lane], snaps: Sequence[Snapshot], now_ms: i
                                  line={"color": WALL_CLOCK, "dash": "dot"}))
     for i, (lane, snap) in enumerate(zip(lanes, snaps, strict=True)):
         bs = snap.batches
+        # Each later line thinner, so lanes with the same watermark show as a line inside a line, not one line.
         fig.add_trace(go.Scatter(
             x=[ts(b.batch_ts_ms) for b in bs], y=[ts(b.next_watermark_ms) if b.next_watermark_ms else None for b in bs],
-            name=lane.label, mode="lines", line={"shape": "hv", "color": PALETTE[i % len(PALETTE)], "width": 2},
+            name=lane.label, mode="lines",
+            line={"shape": "hv", "color": PALETTE[i % len(PALETTE)], "width": max(1.5, 6 - 2 * i)},
             customdata=[[b.batch, clock(b.next_watermark_ms)] for b in bs],
             hovertemplate=f"<b>{lane.label}</b> batch %{{customdata[0]}}<br>watermark %{{customdata[1]}}"
                           "<extra></extra>"))
-    fig = _layout(fig, "Watermark of each pipeline (same events)", "event time (UTC)")
+    fig = _layout(fig, "Watermark of each pipeline (same events)", "event time (UTC)", counts=False)
     fig.update_layout(legend={"y": -0.3})
     fig.update_xaxes(title="processing time (UTC)")
-    return fig
+    fig.update_yaxes(tickformat="%H:%M:%S")
+    return _time_axis(fig)
 
 
 def server_watermarks(lane: Lane, snap: Snapshot) -> go.Figure:
@@ -138,26 +154,36 @@ def server_watermarks(lane: Lane, snap: Snapshot) -> go.Figure:
     bs = [b for b in snap.batches if b.server_watermarks]
     servers = sorted({s for b in bs for s in (b.server_watermarks or {})})
     colors = server_colors(servers)
+    # The combined line first and wide, the servers' thin and dotted on top: a server whose watermark is the
+    # combined one shows inside it instead of vanishing under it.
+    fig.add_trace(go.Scatter(x=[ts(b.batch_ts_ms) for b in bs],
+                             y=[ts(b.next_watermark_ms) if b.next_watermark_ms else None for b in bs],
+                             name=f"combined ({lane.policy})", mode="lines",
+                             line={"shape": "hv", "color": "rgba(0,0,0,0.35)", "width": 7},
+                             hovertemplate="<b>combined</b> %{y|%H:%M:%S.%L}<extra></extra>"))
     for s in servers:
         fig.add_trace(go.Scatter(
             x=[ts(b.batch_ts_ms) for b in bs],
             y=[ts(v) if (v := (b.server_watermarks or {}).get(s)) else None for b in bs],
-            name=f"{s}'s watermark", mode="lines", line={"shape": "hv", "color": colors[s], "dash": "dot"},
+            name=f"{s}'s watermark", mode="lines", line={"shape": "hv", "color": colors[s], "dash": "dot",
+                                                         "width": 2},
             hovertemplate=f"<b>{s}</b> %{{y|%H:%M:%S.%L}}<extra></extra>"))
-    fig.add_trace(go.Scatter(x=[ts(b.batch_ts_ms) for b in bs],
-                             y=[ts(b.next_watermark_ms) if b.next_watermark_ms else None for b in bs],
-                             name=f"combined ({lane.policy})", mode="lines",
-                             line={"shape": "hv", "color": "#000000", "width": 3},
-                             hovertemplate="<b>combined</b> %{y|%H:%M:%S.%L}<extra></extra>"))
-    fig = _layout(fig, f"{lane.label}: per-server watermarks, combined by {lane.policy}", "event time (UTC)")
+    fig = _layout(fig, f"{lane.label}: each server's watermark", "event time (UTC)", counts=False)
     fig.update_layout(legend={"y": -0.3})  # below the axis title
     fig.update_xaxes(title="processing time (UTC)")
-    return fig
+    fig.update_yaxes(tickformat="%H:%M:%S")
+    return _time_axis(fig)
 
 
 def delay_text(ms: int | None) -> str:
     """A candidate delay in words; None is a recommendation that no candidate meets."""
     return "beyond the largest candidate" if ms is None else human_ms(ms) if ms else "0 s"
+
+
+TICK_DELAYS_MS = frozenset({0, 1_000, 2_000, 5_000, 10_000, 30_000, 60_000, 120_000, 300_000, 600_000, 1_800_000,
+                            3_600_000})
+"""The candidate delays labelled on the axis: every candidate is drawn, but their labels would pile up where
+the log scale packs them together (30 s to 3 min); hovering a point names its delay."""
 
 
 def tradeoff_chart(tradeoff: Tradeoff, current_delay_ms: int, recommended_ms: int | None) -> go.Figure:
@@ -181,7 +207,7 @@ def tradeoff_chart(tradeoff: Tradeoff, current_delay_ms: int, recommended_ms: in
             x=xs, y=ys, name=name, mode="lines+markers",
             line={"color": color, "width": 3 if servers is None else 1.5},
             customdata=[[delay_text(c.delay_ms), c.dropped, c.pairs] for c in cands],
-            hovertemplate=f"<b>{name}</b> delay %{{customdata[0]}}<br>%{{y:.3f}}% dropped (%{{customdata[1]:,}} of "
+            hovertemplate=f"<b>{name}</b> delay %{{customdata[0]}}<br>%{{y:.3g}}% dropped (%{{customdata[1]:,}} of "
                           "%{customdata[2]:,} pairs)<extra></extra>"))
     marks = [("current delay", current_delay_ms, WALL_CLOCK, "dash")]
     if recommended_ms is not None:
@@ -190,7 +216,10 @@ def tradeoff_chart(tradeoff: Tradeoff, current_delay_ms: int, recommended_ms: in
         fig.add_trace(go.Scatter(x=[x(ms), x(ms)], y=[0, top or 1], name=label, mode="lines",
                                  line={"color": color, "dash": dash},
                                  hovertemplate=f"{label}: {delay_text(ms)}<extra></extra>"))
-    fig.update_xaxes(title="watermark delay", type="log", tickvals=xs,
-                     ticktext=[delay_text(d) for d in tradeoff.grid])
-    fig.update_yaxes(rangemode="tozero")
-    return _layout(fig, "Dropped if the delay had been…", "dropped (% of event-window pairs)")
+    ticks = [(x(d), delay_text(d)) for d in tradeoff.grid if d in TICK_DELAYS_MS]
+    fig.update_xaxes(title="watermark delay", type="log", tickvals=[t for t, _ in ticks],
+                     ticktext=[label for _, label in ticks])
+    fig.update_yaxes(ticksuffix="%")
+    fig = _layout(fig, "Dropped if the delay had been…", "dropped (share of event-window pairs)", height=400)
+    fig.update_layout(legend={"y": -0.25})  # below the axis title
+    return fig

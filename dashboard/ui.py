@@ -12,6 +12,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import redis
 import streamlit as st
@@ -50,23 +51,27 @@ def now_ms() -> int:
     return int(override) if override is not None else int(time.time() * 1000)
 
 
-def sidebar() -> None:
-    """The controls every page shares; drawn by the entry script so they persist across pages."""
+def sidebar(active: bool = True) -> None:
+    """The controls every page shares; drawn by the entry script so they persist across pages. On a page that
+    reads none of them (``active`` false) they are shown disabled, with a word on why, and keep their values."""
     lanes = available_lanes()
+    off = not active
     with st.sidebar:
+        if off:
+            st.caption("These settings are for the other pages; this one does not use them.")
         if len(lanes) > 1:
-            st.selectbox("Pipeline", [lane.name for lane in lanes], key="pipeline",
+            st.selectbox("Pipeline", [lane.name for lane in lanes], key="pipeline", disabled=off,
                          format_func=lambda name: next(f"{x.label} ({x.mode}"
                                                        + (f", {x.policy}" if x.mode == "per-server" else "")
                                                        + (", idleness" if x.idle else "") + ")"
                                                        for x in lanes if x.name == name),
                          help="The configured pipeline, or one of the lab lanes the job runs beside it over the "
                               "same events (see the Watermark lab page).")
-        st.segmented_control("Time range", list(RANGES), default="15 min", key="range",
+        st.segmented_control("Time range", list(RANGES), default="15 min", key="range", disabled=off,
                              help="Windows whose end is this close to the newest event time, and batches this close "
                                   "to the newest batch.")
-        st.selectbox("Refresh every", list(REFRESH), index=1, key="refresh")
-        st.toggle("Pause", key="paused", help="Stop refreshing; the page keeps what it shows.")
+        st.selectbox("Refresh every", list(REFRESH), index=1, key="refresh", disabled=off)
+        st.toggle("Pause", key="paused", disabled=off, help="Stop refreshing; the page keeps what it shows.")
 
 
 def current_view() -> View:
@@ -209,6 +214,17 @@ def params_caption(snap: Snapshot) -> str:
     mode = f" · per-server watermarks combined by {s.policy}" if s.mode == "per-server" else ""
     return (f"Namespace `{snap.namespace}` · windows of {human_ms(s.window_ms)} ({kind}) · watermark delay "
             f"{human_ms(s.delay_ms)}{mode} · trigger {human_ms(s.trigger_ms)} · times in UTC")
+
+
+def chart(where: Any, fig: Any, key: str, empty: str) -> None:
+    """Draw ``fig`` in ``where`` (``st`` or a column), or, when it has nothing to show, say so in words:
+    ``empty`` says what would appear and when."""
+    from dashboard.charts import has_data
+
+    if has_data(fig):
+        where.plotly_chart(fig, key=key)
+    else:
+        where.info(empty)
 
 
 def fmt_int(n: int) -> str:

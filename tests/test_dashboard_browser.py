@@ -152,5 +152,65 @@ def test_dashboard_in_a_real_browser_follows_the_live_pipeline(stack: dict) -> N
         page.get_by_text("Recommended delay for 99.9%").wait_for(timeout=60_000)
         page.wait_for_selector(".js-plotly-plot .main-svg", timeout=60_000)
         page.screenshot(path=str(shots / "dashboard-delay.png"), full_page=True)
+
+        problems = audit_pages(page, stack["url"], shots)
         browser.close()
     client.close()
+    assert problems == [], "\n".join(problems)
+
+
+PAGES = (("/", "Live ops", "ops"), ("/watermark", "Watermark", "watermark"), ("/lag", "Event-time lag", "lag"),
+         ("/events", "Events", "events"), ("/health", "Pipeline health", "health"), ("/lab", "Watermark lab", "lab"),
+         ("/delay", "Choosing the delay", "delay"), ("/control", "Lab control", "control"))
+FIGURES_JS = """
+() => Array.from(document.querySelectorAll('.js-plotly-plot')).filter(p => p._fullLayout).map(p => {
+  const box = p.getBoundingClientRect();
+  const rect = (el) => { const r = el.getBoundingClientRect(); return [r.left, r.top, r.right, r.bottom]; };
+  const title = p.querySelector('.gtitle');
+  const legend = p.querySelector('.legend');
+  return {
+    data: p.data.map(t => ({name: t.name || '', x: t.x || [], y: t.y || [], showlegend: t.showlegend})),
+    layout: {title: {text: (p.layout.title && p.layout.title.text) || ''},
+             xaxis: {range: p._fullLayout.xaxis && p._fullLayout.xaxis.type === 'date' ? p._fullLayout.xaxis.range
+                            : null},
+             yaxis: {range: p._fullLayout.yaxis ? p._fullLayout.yaxis.range : null}},
+    width: box.width, box: [box.left, box.top, box.right, box.bottom],
+    title: title ? rect(title) : null, legend: legend ? rect(legend) : null,
+    ticks: Array.from(p.querySelectorAll('.xtick text')).map(rect),
+  };
+})
+"""
+
+
+def overlaps(a: list[float], b: list[float]) -> bool:
+    return a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]
+
+
+def audit_pages(page, url: str, shots: Path) -> list[str]:  # noqa: ANN001 - playwright's Page
+    """Every page at 1280x800, as an operator's screen shows it: a status line, and every chart within the
+    rules (tests/figure_audit.py) with its title inside its box and its legend off the tick labels; a
+    screenshot of each page."""
+    from tests.figure_audit import audit
+
+    page.set_viewport_size({"width": 1280, "height": 800})
+    problems: list[str] = []
+    for path, title, name in PAGES:
+        page.goto(url + path)
+        page.get_by_role("heading", name=title).first.wait_for(timeout=60_000)
+        page.wait_for_selector('[data-testid="stAlert"]', timeout=60_000)  # the status line, or its message
+        page.wait_for_selector('[data-test-script-state="notRunning"]', timeout=60_000)
+        for fig in page.evaluate(FIGURES_JS):
+            label = f"{name}: {fig['layout']['title']['text'] or 'untitled chart'}"
+            # Titles are measured here rather than counted: the page's own boxes say whether they fit.
+            problems += audit(fig["data"], fig["layout"], range_ms=15 * 60_000, half_width=False, name=label)
+            if fig["title"] and fig["title"][2] > fig["box"][2] + 1:
+                problems.append(f"{label}: title cut at the right edge")
+            if fig["legend"] and any(overlaps(fig["legend"], t) for t in fig["ticks"]):
+                problems.append(f"{label}: legend on the tick labels")
+        # The page scrolls inside Streamlit's main block: a window as tall as its content shows all of it.
+        height = page.evaluate("() => document.querySelector('[data-testid=\"stMain\"]').scrollHeight")
+        page.set_viewport_size({"width": 1280, "height": max(800, min(int(height), 6000))})
+        page.wait_for_selector('[data-test-script-state="notRunning"]', timeout=60_000)
+        page.screenshot(path=str(shots / f"page-{name}.png"))
+        page.set_viewport_size({"width": 1280, "height": 800})
+    return problems

@@ -134,6 +134,9 @@ NOW = T + 10 * MIN
         (snap(state(), MOVING), NOW + 800, Level.OK, "Live: batch #9 committed 800 ms ago"),
         # no commit for 60 s with entries waiting: the job is down
         (snap(state(), MOVING, waiting=500), NOW + 60_000, Level.ERROR, "No batch has completed for 1 min"),
+        # stopped on request 60 s ago, entries arrived since: stopped, not down
+        (snap(state(stopped_ms=NOW), MOVING, waiting=500, oldest_ms=NOW), NOW + 60_000, Level.INFO,
+         "Stopped: the job was stopped at 00:10:00 UTC (1 min ago) after batch #9; 500 entries waiting"),
         # no commit for 60 s and nothing waiting: idle, not broken
         (snap(state(), MOVING), NOW + 60_000, Level.INFO, "Idle: no new events for 1 min"),
         # 4.9 s is within 5 triggers (and the 10 s floor): still fine
@@ -242,14 +245,17 @@ def test_per_server_counts_over_time_use_each_servers_share() -> None:
     assert by_name == {"A": [0, 0], "C": [2, 0]}
 
 
-def test_lag_chart_has_p50_p95_max_per_server_in_both_panels() -> None:
+@pytest.mark.parametrize(("stat", "ingest", "processing"), [("p50", 0.01, 0.1), ("p95", 0.02, 0.2),
+                                                            ("max", 0.03, 0.3)])
+def test_lag_chart_has_the_chosen_statistic_per_server_in_both_panels(stat: str, ingest: float,
+                                                                      processing: float) -> None:
     lag = Lag(10.0, 20.0, 30.0)
     sb = ServerStats(rows=1, events=1, dropped=0, late=0, min_event_us=None, max_event_us=None, ingest_lag_ms=lag,
                      processing_lag_ms=Lag(100.0, 200.0, 300.0))
-    fig = charts.lag_chart([batch(1, T, T, servers={"A": sb})], ["A", "B"])
-    assert len(fig.data) == 2 * 2 * 3
-    ys = {(t.name, t.yaxis): list(t.y) for t in fig.data if t.name.startswith("A")}
-    assert ys[("A p95", "y")] == [0.02] and ys[("A max", "y2")] == [0.3]
+    fig = charts.lag_chart([batch(1, T, T, servers={"A": sb})], ["A", "B"], stat)
+    assert len(fig.data) == 2 * 2  # one line per server in each panel
+    ys = {(t.name, t.yaxis): list(t.y) for t in fig.data}
+    assert ys[("A", "y")] == [ingest] and ys[("A", "y2")] == [processing]
 
 
 def test_server_colours_are_stable_across_pages() -> None:
@@ -298,3 +304,96 @@ def test_the_online_chart_leaves_out_a_batch_before_any_event() -> None:
     history = [OnlinePoint(0, 0, 1, {}, 0, 0), OnlinePoint(1, 1_767_225_600_000, 2, {"A": 1}, 1, 0)]
     fig = charts.online_over_batches(history, ["A"])
     assert list(fig.data[0].y) == [1]
+
+
+# --------------------------------------------------------------------------- the charts' rules (issue 18)
+
+
+def _audit(fig, **kw: object) -> list[str]:  # noqa: ANN001
+    from tests.figure_audit import audit
+
+    d = fig.to_dict()
+    return audit(d["data"], d["layout"], **kw)
+
+
+def _lags() -> dict[str, ServerStats]:
+    lag = Lag(p50=100, p95=200, max=300)
+    return {s: ServerStats(rows=5, dropped=2 if s == "C" else 0, ingest_lag_ms=lag, processing_lag_ms=lag)
+            for s in ("A", "B", "C")}
+
+
+# A run, a stop of 13 minutes, and a run again: the charts must show the gap, not a line across it.
+RESTARTED = tuple(batch(i, T + i * 1000, T + (i + 1) * 1000, servers=_lags(), dropped=i % 2, late=0)
+                  for i in range(10)) + tuple(
+    replace(batch(i, T + i * 1000, T + (i + 1) * 1000, servers=_lags(), dropped=1), batch_ts_ms=T + 23 * MIN + i * 500)
+    for i in range(10, 20))
+WINDOWS = tuple(window(T + k * MIN, s, 3 + k, k < 18) for k in (0, 1, 2, 16, 17, 18) for s in ("A", "B", "C"))
+
+
+@pytest.mark.parametrize("name", ["players_over_time", "events_per_window", "watermark_vs_time", "watermark_lag",
+                                  "dropped_over_time", "lag_chart", "batch_durations", "rates", "input_per_batch"])
+def test_every_chart_keeps_the_rules(name: str) -> None:
+    servers = ("A", "B", "C")
+    fig = {
+        "players_over_time": lambda: charts.players_over_time(WINDOWS, servers),
+        "events_per_window": lambda: charts.events_per_window(WINDOWS, servers),
+        "watermark_vs_time": lambda: charts.watermark_vs_time(RESTARTED, T + 24 * MIN),
+        "watermark_lag": lambda: charts.watermark_lag(RESTARTED, 30_000),
+        "dropped_over_time": lambda: charts.per_server_over_time(RESTARTED, servers, "dropped", "Dropped late"),
+        "lag_chart": lambda: charts.lag_chart(RESTARTED, servers, "p95"),
+        "batch_durations": lambda: charts.batch_durations(RESTARTED, 500),
+        "rates": lambda: charts.rates(RESTARTED),
+        "input_per_batch": lambda: charts.input_per_batch(RESTARTED),
+    }[name]()
+    assert _audit(fig, range_ms=60 * MIN) == []
+
+
+@pytest.mark.parametrize("name", ["watermark_vs_time", "watermark_lag", "lag_chart", "rates", "players_over_time"])
+def test_lines_break_where_the_job_did_not_run(name: str) -> None:
+    servers = ("A", "B", "C")
+    fig = {
+        "watermark_vs_time": lambda: charts.watermark_vs_time(RESTARTED, T + 24 * MIN),
+        "watermark_lag": lambda: charts.watermark_lag(RESTARTED, 30_000),
+        "lag_chart": lambda: charts.lag_chart(RESTARTED, servers, "p95"),
+        "rates": lambda: charts.rates(RESTARTED),
+        "players_over_time": lambda: charts.players_over_time(WINDOWS, servers),
+    }[name]()
+    lines = [t for t in fig.data if t.mode and "lines" in t.mode and len(t.x or ()) > 2]
+    assert lines and all(None in list(t.x) for t in lines), [t.name for t in lines]
+
+
+def test_a_count_chart_of_zeros_is_empty_and_says_so_instead() -> None:
+    quiet = charts.per_server_over_time(MOVING, ("A", "B"), "late", "Late but accepted per batch")
+    assert not charts.has_data(quiet)
+    assert charts.has_data(charts.per_server_over_time(RESTARTED, ("A", "B", "C"), "dropped", "Dropped"))
+
+
+def test_time_axes_span_the_data_not_the_epoch() -> None:
+    fig = charts.watermark_vs_time((batch(0, 0, 0, running_max_event_us=None), *MOVING), T + 11 * MIN)
+    lo, hi = fig.layout.xaxis.range
+    assert lo.year == 2026 and (hi - lo).total_seconds() < 11 * 60
+
+
+@pytest.mark.parametrize(("gaps_in", "limit", "expected"), [
+    ([0, 1_000, 2_000], 5_000, [0, 1_000, 2_000]),
+    ([0, 1_000, 60_000, 61_000], 5_000, [0, 1_000, None, 60_000, 61_000]),
+    ([0, 5_000], 5_000, [0, 5_000]),  # exactly at the limit: joined
+    ([], 5_000, []),
+])
+def test_gaps_break_a_line_where_neighbours_are_too_far_apart(gaps_in: list[int], limit: int,
+                                                             expected: list[int | None]) -> None:
+    xs, ys = charts.gaps([T + x for x in gaps_in], gaps_in, limit)
+    assert ys == expected
+    assert [None if x is None else int(x.timestamp() * 1000) - T for x in xs] == expected
+
+
+def test_committed_rate_is_entries_per_second_of_wall_time() -> None:
+    bs = tuple(replace(batch(i, T, T, parsed=200), batch_ts_ms=T + i * 1_000) for i in range(12))
+    rates = charts.committed_rates(bs, span=10)
+    assert rates[0] is None and rates[1] == 200.0 and rates[11] == 200.0
+
+
+def test_a_quiet_pipeline_is_idle_not_stuck() -> None:
+    stuck = MOVING[:7] + tuple(batch(i, T, T) for i in (7, 8, 9))
+    texts = [s.text for s in assess(snap(state(), stuck), NOW + 60_000)]
+    assert any(t.startswith("Idle") for t in texts) and not any("has not moved" in t for t in texts), texts

@@ -88,14 +88,14 @@ def test_the_seed_shows_the_policies_apart() -> None:
 
 def test_lab_page_compares_the_lanes_exactly(env: Config) -> None:
     at = run_page("views/lab.py")
-    rows = {r["pipeline"]: r for r in at.dataframe[0].value.to_dict("records")}
+    rows = {r["Pipeline"]: r for r in at.dataframe[0].value.to_dict("records")}
     assert set(rows) == {"configured pipeline", *LANES}
     for label, policy in (("configured pipeline", None), ("per-server-min", "min"), ("per-server-max", "max")):
         doc = expected(policy)
-        assert rows[label]["dropped"] == sum(w["dropped"] for w in doc["windows"]), label
-        assert rows[label]["events"] == sum(w["events"] for w in doc["windows"]), label
+        assert rows[label]["Dropped late"] == f'{sum(w["dropped"] for w in doc["windows"]):,}', label
+        assert rows[label]["Accepted"] == f'{sum(w["events"] for w in doc["windows"]):,}', label
         per_server = {s: sum(w["dropped"] for w in doc["windows"] if w["server"] == s) for s in "ABC"}
-        assert rows[label]["dropped_by_server"] == ", ".join(f"{s} {n:,}" for s, n in per_server.items())
+        assert rows[label]["Dropped by server"] == ", ".join(f"{s} {n:,}" for s, n in per_server.items())
     texts = [e.value for e in (*at.warning, *at.info, *at.success)]
     assert any(t.startswith("per-server-min: **C** holds the combined watermark") for t in texts), texts
     lost = {s: sum(w["dropped"] for w in expected("max")["windows"] if w["server"] == s) for s in "ABC"}
@@ -122,9 +122,9 @@ def test_delay_page_recommends_what_the_oracle_does(env: Config, target: str) ->
     table = at.dataframe[1].value.to_dict("records")
     for row, d in zip(table, GRID_MS, strict=True):
         doc = expected(None, d)
-        assert (row["dropped pairs"], row["of"]) == (sum(w["dropped"] for w in doc["windows"]),
-                                                     sum(w["events"] + w["dropped"] for w in doc["windows"]))
-    per_server = {r["server"]: r["recommended delay"] for r in at.dataframe[0].value.to_dict("records")}
+        assert (row["Dropped pairs"], row["Of"]) == (f'{sum(w["dropped"] for w in doc["windows"]):,}',
+                                                     f'{sum(w["events"] + w["dropped"] for w in doc["windows"]):,}')
+    per_server = {r["Server"]: r["Recommended delay"] for r in at.dataframe[0].value.to_dict("records")}
     for s in "ABC":
         rec = oracle_recommendation({"99%": 0.99, "99.9%": 0.999}[target], s)
         assert per_server[s] == ("beyond the largest candidate" if rec is None else "0 s" if rec == 0

@@ -57,7 +57,7 @@ def render(cfg: Config) -> None:
                    help="The delay the pipeline runs with now.")
     if best is not None:
         c = cands[best]
-        cols[2].metric("Dropped at the recommended delay", f"{100 * c.dropped_share:.3f}%",
+        cols[2].metric("Dropped at the recommended delay", percent(c.dropped_share),
                        help=f"{c.dropped:,} of {c.pairs:,} pairs")
     lags = [b.batch_ts_ms - b.running_max_event_us // 1000 for b in snap.batches if b.running_max_event_us]
     behind = statistics.median(lags) if lags else 0
@@ -67,17 +67,17 @@ def render(cfg: Config) -> None:
                     f"about **{human_ms(best + behind)}** after its end on the wall clock (the newest event time "
                     f"trails the clock by {human_ms(behind)} here); the current {human_ms(current)} closes it after "
                     f"about {human_ms(current + behind)}"
-                    + (f" and would have dropped {100 * now_share:.3f}% of pairs." if now_share is not None else "."))
+                    + (f" and would have dropped {percent(now_share)} of pairs." if now_share is not None else "."))
     rows = []
     for server in tradeoff.servers:
         rec = tradeoff.recommend(target, [server])
         pairs = tradeoff.candidates([server])[0].pairs
-        rows.append({"server": server, "pairs": pairs, "recommended delay": labview.delay_text(rec),
-                     "window closes after (wall clock)": "-" if rec is None else human_ms(rec + behind)})
+        rows.append({"Server": server, "Pairs": f"{pairs:,}", "Recommended delay": labview.delay_text(rec),
+                     "Window closes after (wall clock)": "-" if rec is None else human_ms(rec + behind)})
     st.dataframe(rows, hide_index=True, key="per_server_delay")
     st.plotly_chart(labview.tradeoff_chart(tradeoff, current, best), key="tradeoff_chart")
-    st.dataframe([{"delay": labview.delay_text(c.delay_ms), "dropped pairs": c.dropped, "of": c.pairs,
-                   "dropped %": round(100 * c.dropped_share, 4)} for c in cands.values()],
+    st.dataframe([{"Delay": labview.delay_text(c.delay_ms), "Dropped pairs": f"{c.dropped:,}",
+                   "Of": f"{c.pairs:,}", "Dropped": percent(c.dropped_share)} for c in cands.values()],
                  hide_index=True, key="tradeoff_table")
     if best is not None and best != current:
         st.button(f"Restart the query with {labview.delay_text(best)} (history kept)", key="apply_recommended",
@@ -92,6 +92,14 @@ def render(cfg: Config) -> None:
             "iff *d* ≤ *M* − window end. The sink adds each window's pairs to a histogram of that slack at every "
             "batch, so the share dropped is exact for every candidate, over all history, at no cost to the query. "
             "The batches are the ones that ran; a different delay would not have changed them.")
+
+
+def percent(share: float) -> str:
+    """A share for people: ``1.02%``, ``0.013%``, ``0%``; small shares keep two significant digits."""
+    if share == 0:
+        return "0%"
+    pct = 100 * share
+    return f"{pct:.2f}%" if pct >= 0.1 else f"{pct:.2g}%"
 
 
 def main() -> None:

@@ -49,11 +49,27 @@ def notes(ev: EventRange, namespace: str, input_namespace: str) -> None:
                 f"or counted above: {text}. They are kept in `{namespace}:dead` (see Pipeline health).")
 
 
+def latest_server(snap: Snapshot) -> str:
+    """The server whose events the page opens on: the most dropped and late-accepted events in the batches
+    shown, else the first server (all servers when there is none)."""
+    late: dict[str, int] = {}
+    for b in snap.batches:
+        for server, sb in b.servers.items():
+            late[server] = late.get(server, 0) + sb.dropped + sb.late
+    ranked = [s for s in snap.servers if late.get(s)]
+    if ranked:
+        return max(ranked, key=lambda s: late[s])
+    return snap.servers[0] if snap.servers else ALL
+
+
 def render(snap: Snapshot, now_ms: int) -> None:
     state = snap.state
     assert state is not None
     st.caption(ui.params_caption(snap))
     options = [*snap.servers, ALL]
+    # Opens on the server with the most late events (dropped or late accepted): the ones people ask about.
+    if st.session_state.get("events_server") not in options:  # once: then the user's choice stays
+        st.session_state["events_server"] = latest_server(snap)
     choice = st.selectbox("Server", options, key="events_server")
     view = ui.current_view()
     cfg = Config.from_env()

@@ -38,12 +38,15 @@ def render(snap: Snapshot, now_ms: int) -> None:
                 help="Entries that did not parse; kept with their reason in the dead-letter stream.")
 
     left, right = st.columns(2)
-    left.plotly_chart(charts.batch_durations(snap.batches, state.trigger_ms), key="batch_durations")
-    right.plotly_chart(charts.rates(snap.batches), key="rates")
-    st.plotly_chart(charts.input_per_batch(snap.batches), key="input_per_batch")
+    ui.chart(left, charts.batch_durations(snap.batches, state.trigger_ms), "batch_durations",
+             "No batch timings in this range yet: Spark reports each batch's duration as it completes.")
+    ui.chart(right, charts.rates(snap.batches), "rates",
+             "No rates in this range yet: they appear once a few batches have run.")
+    ui.chart(st, charts.input_per_batch(snap.batches), "input_per_batch",
+             "No entries arrived in this range: each batch with entries appears here as a bar.")
     if snap.totals.bad:
         st.subheader("Quarantined by reason")
-        st.dataframe([{"reason": r, "entries": n} for r, n in snap.totals.bad.items()], hide_index=True)
+        st.dataframe([{"Reason": r, "Entries": f"{n:,}"} for r, n in snap.totals.bad.items()], hide_index=True)
         st.caption(f"Each is kept in `{snap.namespace}:dead` under its original entry ID.")
 
 

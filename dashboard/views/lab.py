@@ -46,11 +46,11 @@ def render(cfg: Config) -> None:
         idle_after = cfg.idle_timeout_ms or DEFAULT_IDLE_TIMEOUT_MS
         for lane, snap in zip(lanes, snaps, strict=True):
             ui.show_status(labview.findings(lane, snap, seen, now, idle_after, reference=snaps[0]))
-        st.dataframe([labview.lane_row(lane, snap, now).__dict__ for lane, snap in zip(lanes, snaps, strict=True)],
-                     hide_index=True, key="lanes_table",
-                     column_config={"pipeline": "pipeline", "final_windows": "final windows (range)",
-                                    "dropped": "dropped late (total)", "dropped_by_server": "dropped per server",
-                                    "late": "late but accepted", "idle_markers": "idle markers (range)"})
+        st.dataframe(labview.lane_table([labview.lane_row(lane, snap, now)
+                                         for lane, snap in zip(lanes, snaps, strict=True)]),
+                     hide_index=True, key="lanes_table", width="stretch")
+        st.caption("Accepted, dropped late and late accepted are totals since each pipeline started; final "
+                   "windows and idle markers count the range shown.")
         st.plotly_chart(labview.lanes_watermarks(lanes, snaps, now), key="lanes_watermarks")
         per_server = [(lane, snap) for lane, snap in zip(lanes, snaps, strict=True) if lane.mode == "per-server"]
         for i in range(0, len(per_server), 2):

@@ -6,6 +6,7 @@ import streamlit as st
 
 from dashboard import charts, ui
 from dashboard.data import BatchPoint, Snapshot
+from dashboard.status import human_ms
 from streaming.commit import ServerStats
 
 
@@ -27,11 +28,11 @@ def lag_table(latest: dict[str, tuple[int, ServerStats]]) -> list[dict[str, obje
     for server, (batch, sb) in latest.items():
         il, pl = sb.ingest_lag_ms, sb.processing_lag_ms
         assert il is not None and pl is not None
-        rows.append({"server": server, "batch": batch, "ingest p50 (s)": round(il.p50 / 1000, 3),
-                     "ingest p95 (s)": round(il.p95 / 1000, 3), "ingest max (s)": round(il.max / 1000, 3),
-                     "processing p50 (s)": round(pl.p50 / 1000, 3), "processing p95 (s)": round(pl.p95 / 1000, 3),
-                     "processing max (s)": round(pl.max / 1000, 3)})
-    return sorted(rows, key=lambda r: -float(r["ingest p95 (s)"]))  # type: ignore[arg-type]
+        rows.append({"Server": server, "Batch": batch, "Ingest p50": human_ms(il.p50), "Ingest p95": human_ms(il.p95),
+                     "Ingest max": human_ms(il.max), "Processing p50": human_ms(pl.p50),
+                     "Processing p95": human_ms(pl.p95), "Processing max": human_ms(pl.max), "_order": -il.p95})
+    rows.sort(key=lambda r: r["_order"])  # type: ignore[arg-type,return-value]
+    return [{k: v for k, v in r.items() if k != "_order"} for r in rows]
 
 
 def render(snap: Snapshot, now_ms: int) -> None:
@@ -48,7 +49,10 @@ def render(snap: Snapshot, now_ms: int) -> None:
                        help="95th percentile of (ingest − event time) in the server's newest batch.")
             if server == worst and len(latest) > 1:
                 col.caption(":red[slowest server]")
-    st.plotly_chart(charts.lag_chart(snap.batches, snap.servers), key="lag_chart")
+    stat = st.segmented_control("Statistic", list(charts.LAG_STATS), default="p95", key="lag_stat",
+                                format_func=lambda k: charts.LAG_STATS[k]) or "p95"
+    ui.chart(st, charts.lag_chart(snap.batches, snap.servers, stat), "lag_chart",
+             "No lag figures in this range yet: each batch with events adds a point per server.")
     st.dataframe(lag_table(latest), hide_index=True, width="stretch")
 
 

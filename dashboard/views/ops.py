@@ -33,35 +33,47 @@ def render(snap: Snapshot, now_ms: int) -> None:
     last_final = snap.last_final_windows()
     bounds = snap.current_window_bounds()
 
-    st.subheader("Players now")
+    online_now(snap)
+
+    st.subheader("Distinct players per window")
+    st.caption("Not the same number as online now: every player with an accepted event anywhere in the window "
+               f"({human_ms(state.window_ms)}), including those who have since logged out or gone silent.")
     cols = st.columns(max(1, len(snap.servers)))
     for col, server in zip(cols, snap.servers, strict=False):
         w = current.get(server)
         f = last_final.get(server)
         with col:
-            st.metric(f"{server} · players now", ui.fmt_int(w.players if w else 0),
-                      help="Distinct players with an accepted event in the window holding the newest event time. "
-                           "Provisional until the watermark passes the window's end.")
+            st.metric(f"{server} · distinct players, current window", ui.fmt_int(w.players if w else 0),
+                      help="From the windowed counts: distinct player ids with an accepted event in the window "
+                           "holding the newest event time (a Redis set per window and server). Provisional until "
+                           "the watermark passes the window's end.")
             st.caption(window_status(w, bounds, state.next_watermark_ms, state.head_ms))
             if f is not None:
                 st.caption(f"last final: {f.players:,} players in {charts.ts(f.start_ms):%H:%M}–"
                            f"{charts.ts(f.end_ms):%H:%M:%S}")
 
-    online_now(snap)
-
     st.subheader("Totals")
     t = snap.totals
     c = st.columns(5)
-    c[0].metric("Events accepted", ui.fmt_int(t.events), help="Counted into a window (each window once).")
-    c[1].metric("Late but accepted", ui.fmt_int(t.late), help="Behind the watermark, but their window was open.")
-    c[2].metric("Dropped late", ui.fmt_int(t.dropped), help="Arrived after their window closed (end <= watermark).")
-    c[3].metric("Quarantined", ui.fmt_int(t.quarantined), help="Entries that did not parse; see Pipeline health.")
-    c[4].metric("Entries read", ui.fmt_int(t.input), help="Stream entries the job has processed.")
+    c[0].metric("Events accepted", ui.fmt_int(t.events),
+                help="(event, window) pairs counted into an open window, summed over every batch the job committed "
+                     "(the totals hash).")
+    c[1].metric("Late but accepted", ui.fmt_int(t.late),
+                help="(event, window) pairs behind the watermark in force whose window was still open: counted.")
+    c[2].metric("Dropped late", ui.fmt_int(t.dropped),
+                help="(event, window) pairs whose window had closed (end <= watermark in force): not counted, "
+                     "counted here exactly, per event.")
+    c[3].metric("Quarantined", ui.fmt_int(t.quarantined),
+                help="Stream entries that are not valid events, kept with their reason; see Pipeline health.")
+    c[4].metric("Entries read", ui.fmt_int(t.input), help="Stream entries in every batch the job has committed.")
 
     left, right = st.columns(2)
-    left.plotly_chart(charts.players_now(current, snap.servers), key="players_now")
-    right.plotly_chart(charts.players_over_time(snap.windows, snap.servers), key="players_over_time")
-    st.plotly_chart(charts.events_per_window(snap.windows, snap.servers), key="events_per_window")
+    ui.chart(left, charts.players_now(current, snap.servers), "players_now",
+             "No events in the current window yet: its distinct players per server appear with the first one.")
+    ui.chart(right, charts.players_over_time(snap.windows, snap.servers), "players_over_time",
+             "No windows in this range yet: each window's distinct players appear once it has events.")
+    ui.chart(st, charts.events_per_window(snap.windows, snap.servers), "events_per_window",
+             "No windows in this range yet: each window's accepted events appear once it has events.")
 
     with st.expander(f"Windows in range ({len(snap.windows)})"):
         st.dataframe(window_table(snap.windows), hide_index=True, width="stretch")
@@ -72,7 +84,7 @@ def render(snap: Snapshot, now_ms: int) -> None:
 
 def online_now(snap: Snapshot) -> None:
     """Players online per server: the online view, folded by the pipeline's sink with every batch."""
-    st.subheader("Online now")
+    st.subheader("Players online now")
     v = snap.online
     if v is None:
         st.info("The online view has not committed a batch yet: no online players to show. It starts with "
@@ -88,18 +100,22 @@ def online_now(snap: Snapshot) -> None:
         n = v.total if server == TOTAL else v.counts.get(server, 0)
         peak = v.peaks.get(server)
         col.metric(f"{name} · online now", ui.fmt_int(n),
-                   help="Logged in (or seen) and neither logged out nor silent for the timeout, in event time, "
-                        "as of the watermark below (the online view, folded with every batch).")
+                   help="From the online view: players whose latest event is a login or heartbeat and who have "
+                        "been silent for less than the timeout in event time, as of the watermark below (every "
+                        "batch folds its events into each player's state, streaming/presence.py).")
         if peak is not None:
             col.caption(f"peak today {peak[0]:,} at {clock(peak[1])}")
     st.caption(f"As of batch {v.last_batch}, watermark {clock(v.watermark_ms)}: a player with no event for "
                f"{human_ms(v.timeout_ms)} of event time counts as offline.")
     if v.minutes:
         left, right = st.columns(2)
-        left.plotly_chart(charts.online_per_minute(v.minutes, servers), key="online_per_minute")
-        right.plotly_chart(charts.transitions_per_minute(v.minutes), key="transitions_per_minute")
+        ui.chart(left, charts.online_per_minute(v.minutes, servers), "online_per_minute",
+                 "No player has been online in the last hour.")
+        ui.chart(right, charts.transitions_per_minute(v.minutes), "transitions_per_minute",
+                 "No logins, logouts or timeouts in the last hour.")
     if v.history:
-        st.plotly_chart(charts.online_over_batches(v.history, servers), key="online_over_batches")
+        ui.chart(st, charts.online_over_batches(v.history, servers), "online_over_batches",
+                 "No player online after any batch in this range.")
 
 
 def online_loss_note(v: OnlineView) -> str | None:
@@ -119,9 +135,9 @@ def online_loss_note(v: OnlineView) -> str | None:
 
 def window_table(windows: tuple[WindowRow, ...]) -> list[dict[str, object]]:
     return [
-        {"server": w.server, "start (UTC)": charts.ts(w.start_ms), "end (UTC)": charts.ts(w.end_ms),
-         "players": w.players, "events": w.events, "late accepted": w.late, "dropped": w.dropped,
-         "status": "final" if w.final else "provisional"}
+        {"Server": w.server, "Start (UTC)": f"{charts.ts(w.start_ms):%H:%M:%S}",
+         "End (UTC)": f"{charts.ts(w.end_ms):%H:%M:%S}", "Players": f"{w.players:,}", "Events": f"{w.events:,}",
+         "Late accepted": f"{w.late:,}", "Dropped": f"{w.dropped:,}", "Status": "final" if w.final else "provisional"}
         for w in reversed(windows)
     ]
 

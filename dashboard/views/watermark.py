@@ -24,7 +24,7 @@ def render(snap: Snapshot, now_ms: int) -> None:
                 help="The newest event time seen; the watermark is this minus the delay.")
     c[3].metric("Dropped late (total)", ui.fmt_int(t.dropped),
                 help="Exact count of events (per window) that arrived after their window closed.")
-    c[4].metric("Late but accepted (total)", ui.fmt_int(t.late),
+    c[4].metric("Late accepted (total)", ui.fmt_int(t.late),
                 help="Events behind the watermark whose window was still open: counted.")
 
     if snap.servers:
@@ -34,15 +34,24 @@ def render(snap: Snapshot, now_ms: int) -> None:
             col.metric(f"{server} · dropped late", ui.fmt_int(st_tot.dropped if st_tot else 0))
             col.caption(f"late but accepted: {st_tot.late if st_tot else 0:,}")
 
-    st.plotly_chart(charts.watermark_vs_time(snap.batches, now_ms), key="watermark_vs_time")
+    st.caption("Dashed grey: the wall clock. Blue: the newest event time seen. Red: the watermark in force. The "
+               "gap from the clock down to blue is how late events arrive; from blue down to red is the delay; a "
+               "flat red line while events arrive is a stall.")
+    ui.chart(st, charts.watermark_vs_time(snap.batches, now_ms), "watermark_vs_time",
+             "No batches in this range: the watermark appears here with the first batch.")
     left, right = st.columns(2)
-    left.plotly_chart(charts.watermark_lag(snap.batches, state.delay_ms), key="watermark_lag")
-    right.plotly_chart(charts.dropped_per_window(snap.windows, snap.servers), key="dropped_per_window")
+    ui.chart(left, charts.watermark_lag(snap.batches, state.delay_ms), "watermark_lag",
+             "No watermark yet: it starts with the first batch that has events.")
+    ui.chart(right, charts.dropped_per_window(snap.windows, snap.servers), "dropped_per_window",
+             "No window in this range has dropped an event: an event arriving after its window closed would "
+             "appear here, under its window.")
     left, right = st.columns(2)
-    left.plotly_chart(charts.per_server_over_time(snap.batches, snap.servers, "dropped", "Dropped late per batch"),
-                      key="dropped_over_time")
-    right.plotly_chart(charts.per_server_over_time(snap.batches, snap.servers, "late",
-                                                   "Late but accepted per batch"), key="late_over_time")
+    ui.chart(left, charts.per_server_over_time(snap.batches, snap.servers, "dropped", "Dropped late per batch"),
+             "dropped_over_time", "No batch in this range dropped an event: a batch that does appears here as a "
+             "bar per server.")
+    ui.chart(right, charts.per_server_over_time(snap.batches, snap.servers, "late", "Late but accepted per batch"),
+             "late_over_time", "No batch in this range accepted a late event (behind the watermark, its window "
+             "still open): a batch that does appears here as a bar per server.")
     with st.expander("The late rule"):
         st.markdown(
             "Spark's rule, applied to every (event, window) pair: a window is **closed**, and an event for it is "
