@@ -94,6 +94,25 @@ def batch_gap_ms(batches: Sequence[BatchPoint]) -> int:
     return max(10_000, 5 * usual)
 
 
+LOST = "#9467bd"
+
+
+def mark_loss(fig: go.Figure, batches: Sequence[BatchPoint], lost_at_batch: int | None) -> go.Figure:
+    """A vertical line where Redis came back empty (before ``lost_at_batch``), named in the legend, when that
+    batch is in the range: what is left of it is all there is."""
+    at = next((b for b in batches if b.batch == lost_at_batch), None)
+    if at is None:
+        return fig
+    ys = [y for t in fig.data for y in (t.y or ()) if y is not None]
+    if not ys:
+        return fig
+    fig.add_trace(go.Scatter(x=[ts(at.batch_ts_ms)] * 2, y=[min(ys), max(ys)], mode="lines",
+                             name=f"history lost (batch {lost_at_batch})", line={"color": LOST, "dash": "dashdot"},
+                             hovertemplate="Redis came back empty before this batch: totals and windows open then "
+                                           "count only what came after<extra></extra>"))
+    return fig
+
+
 def has_data(fig: go.Figure) -> bool:
     """Whether any trace has a value worth drawing: a count chart of nothing but zeros is empty too."""
     for t in fig.data:

@@ -92,10 +92,16 @@ def findings(lane: Lane, snap: Snapshot, seen_ms: Mapping[str, int], now_ms: int
             quiet = (f"; it has been silent for {human_ms(silent)}" if silent is not None and silent >= idle_after_ms
                      else "")
             text = f"{lane.label}: **{holder}** holds the combined watermark at {clock(pick)}{gap}{quiet}."
-            if stall is not None:
-                text += (f" Windows stopped closing at batch {stall.batch} ({clock(stall.batch_ts_ms)}), "
+            if stall is not None:  # the problem: yellow, and called a stall
+                text += (f" Stalled: windows stopped closing at batch {stall.batch} ({clock(stall.batch_ts_ms)}), "
                          f"{human_ms(now_ms - stall.batch_ts_ms)} ago, while events kept arriving.")
-            out.append(Status(Level.WARNING if stall is not None or quiet else Level.INFO, text))
+                level = Level.WARNING
+            elif quiet and lane.idle:  # the remedy at work: green, and called what it is
+                text += " Its idle markers move its watermark on, so windows keep closing: no stall."
+                level = Level.OK
+            else:
+                level = Level.WARNING if quiet else Level.INFO
+            out.append(Status(level, text))
         else:
             slow = min(marks, key=lambda s: marks[s])
             lost = {s: t.dropped for s, t in snap.totals.servers.items() if t.dropped}
@@ -108,9 +114,13 @@ def findings(lane: Lane, snap: Snapshot, seen_ms: Mapping[str, int], now_ms: int
                                                       or "none") + ")"
             out.append(Status(Level.WARNING if lost else Level.INFO, text + "."))
         ticks = sum(b.ticks for b in snap.batches)
-        if lane.idle:
-            out.append(Status(Level.INFO, f"{lane.label}: {ticks:,} idle markers in the range: a server silent for "
-                                          f"{human_ms(idle_after_ms)} stops holding the watermark back."))
+        if lane.idle and ticks:
+            out.append(Status(Level.OK, f"{lane.label}: idleness at work: {ticks:,} idle markers in the range, "
+                                        f"written by the job for servers silent {human_ms(idle_after_ms)} or more, "
+                                        "so a silent server stops holding the watermark back."))
+        elif lane.idle:
+            out.append(Status(Level.INFO, f"{lane.label}: 0 idle markers in the range: no server has been silent "
+                                          f"for {human_ms(idle_after_ms)}, so idleness has had nothing to do."))
     else:
         stall = stalled_since(snap.batches)
         if stall is not None:

@@ -338,3 +338,21 @@ def _hms(ms: int) -> str:
     from datetime import UTC, datetime
 
     return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%H:%M:%S")
+
+
+def test_the_pages_mark_where_redis_came_back_empty(env: Seeded, direct: tuple[redis.Redis, KeySchema]) -> None:
+    client, keys = direct
+    batches = [int(b) for b in client.zrange(keys.batches, 0, -1)]
+    lost = batches[len(batches) // 2]
+    client.hset(keys.state, "lost_at_batch", lost)  # what the job records when it finds Redis empty
+    try:
+        now = int(client.hget(keys.state, "updated_ms")) + 7_777  # a refresh tick no other test has cached
+        at = run_page("views/watermark.py", now_ms=now)
+        assert any(f"Totals count from batch {lost}" in c.value for c in at.caption)
+        assert any(f"History lost at batch {lost}" in s for s in statuses(at))
+        traces = [t for c in at.get("plotly_chart") for t in json.loads(c.proto.spec)["data"]]
+        assert sum(t.get("name") == f"history lost (batch {lost})" for t in traces) == 2  # watermark, dropped
+        at = run_page(now_ms=now)
+        assert any(f"Counted from batch {lost}" in c.value for c in at.caption)
+    finally:
+        client.hdel(keys.state, "lost_at_batch")

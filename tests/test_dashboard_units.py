@@ -397,3 +397,10 @@ def test_a_quiet_pipeline_is_idle_not_stuck() -> None:
     stuck = MOVING[:7] + tuple(batch(i, T, T) for i in (7, 8, 9))
     texts = [s.text for s in assess(snap(state(), stuck), NOW + 60_000)]
     assert any(t.startswith("Idle") for t in texts) and not any("has not moved" in t for t in texts), texts
+
+
+def test_the_break_where_redis_came_back_empty_is_marked_on_the_charts() -> None:
+    fig = charts.mark_loss(charts.input_per_batch(MOVING), MOVING, 5)
+    mark = fig.data[-1]
+    assert mark.name == "history lost (batch 5)" and list(mark.x) == [charts.ts(MOVING[5].batch_ts_ms)] * 2
+    assert len(charts.mark_loss(charts.input_per_batch(MOVING), MOVING, 42).data) == len(fig.data) - 1  # not shown

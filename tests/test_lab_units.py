@@ -8,6 +8,7 @@ import pytest
 from dashboard.data import BatchPoint, PipelineState, ServerTotals, Snapshot, StreamInfo, Totals
 from dashboard.labview import findings, stalled_since
 from dashboard.lanes import Lane
+from dashboard.status import Level
 from streaming.config import Config, ConfigError
 from streaming.idleness import IdleTicker
 from streaming.lanes import DEFAULT_IDLE_TIMEOUT_MS, lane_config
@@ -150,7 +151,17 @@ def test_findings_name_the_silent_server_holding_min_back() -> None:
     (f,) = findings(lane, snap, {"A": 1_003_000, "B": 990_000}, now_ms=1_004_000, idle_after_ms=10_000)
     assert f.text.startswith("per-server-min: **B** holds the combined watermark")
     assert "30.0 s behind the fastest" in f.text and "silent for 14.0 s" in f.text
-    assert "stopped closing at batch 1" in f.text
+    assert "Stalled: windows stopped closing at batch 1" in f.text and f.level is Level.WARNING
+
+
+def test_findings_tell_the_idleness_remedy_from_the_stall_it_cures() -> None:
+    lane = Lane("per-server-min-idle", "wm.per-server-min-idle", "wm", "per-server", "min", idle=True)
+    marks = {"A": 50_000, "B": 40_000}
+    snap = snapshot([point(i, 10_000 * (i + 1), marks=marks, ticks=1) for i in range(4)])
+    found = findings(lane, snap, {"A": 1_003_000, "B": 990_000}, now_ms=1_004_000, idle_after_ms=10_000)
+    assert [f.level for f in found] == [Level.OK, Level.OK], found
+    assert "no stall" in found[0].text and "Stalled" not in found[0].text
+    assert found[1].text.startswith("per-server-min-idle: idleness at work: 4 idle markers")
 
 
 def test_findings_for_max_and_idleness() -> None:
@@ -160,7 +171,7 @@ def test_findings_for_max_and_idleness() -> None:
     texts = [f.text for f in findings(lane, snap, {}, now_ms=0, idle_after_ms=20_000)]
     assert texts[0].startswith("per-server-max: the fastest server **A** drives the watermark")
     assert "**B**, trails it by 30.0 s. Late (event, window) pairs dropped here: B 7." in texts[0]
-    assert texts[1].startswith("per-server-max: 2 idle markers")
+    assert texts[1].startswith("per-server-max: idleness at work: 2 idle markers")
 
 
 def test_tradeoff_chart_has_a_line_per_server_and_the_two_delays() -> None:

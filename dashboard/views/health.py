@@ -42,7 +42,8 @@ def render(snap: Snapshot, now_ms: int) -> None:
              "No batch timings in this range yet: Spark reports each batch's duration as it completes.")
     ui.chart(right, charts.rates(snap.batches), "rates",
              "No rates in this range yet: they appear once a few batches have run.")
-    ui.chart(st, charts.input_per_batch(snap.batches), "input_per_batch",
+    ui.chart(st, charts.mark_loss(charts.input_per_batch(snap.batches), snap.batches, state.lost_at_batch),
+             "input_per_batch",
              "No entries arrived in this range: each batch with entries appears here as a bar.")
     if snap.totals.bad:
         st.subheader("Quarantined by reason")

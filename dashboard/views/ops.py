@@ -53,6 +53,9 @@ def render(snap: Snapshot, now_ms: int) -> None:
                            f"{charts.ts(f.end_ms):%H:%M:%S}")
 
     st.subheader("Totals")
+    if state.lost_at_batch is not None:
+        st.caption(f"Counted from batch {state.lost_at_batch}: Redis came back empty before it, and what it held "
+                   "is gone; windows open then count only what came after.")
     t = snap.totals
     c = st.columns(5)
     c[0].metric("Events accepted", ui.fmt_int(t.events),

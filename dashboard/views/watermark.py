@@ -27,6 +27,9 @@ def render(snap: Snapshot, now_ms: int) -> None:
     c[4].metric("Late accepted (total)", ui.fmt_int(t.late),
                 help="Events behind the watermark whose window was still open: counted.")
 
+    if state.lost_at_batch is not None:
+        st.caption(f"Totals count from batch {state.lost_at_batch}: Redis came back empty before it, and what it "
+                   "held is gone.")
     if snap.servers:
         cols = st.columns(len(snap.servers))
         for col, server in zip(cols, snap.servers, strict=False):
@@ -37,7 +40,9 @@ def render(snap: Snapshot, now_ms: int) -> None:
     st.caption("Dashed grey: the wall clock. Blue: the newest event time seen. Red: the watermark in force. The "
                "gap from the clock down to blue is how late events arrive; from blue down to red is the delay; a "
                "flat red line while events arrive is a stall.")
-    ui.chart(st, charts.watermark_vs_time(snap.batches, now_ms), "watermark_vs_time",
+    lost = state.lost_at_batch
+    ui.chart(st, charts.mark_loss(charts.watermark_vs_time(snap.batches, now_ms), snap.batches, lost),
+             "watermark_vs_time",
              "No batches in this range: the watermark appears here with the first batch.")
     left, right = st.columns(2)
     ui.chart(left, charts.watermark_lag(snap.batches, state.delay_ms), "watermark_lag",
@@ -46,7 +51,8 @@ def render(snap: Snapshot, now_ms: int) -> None:
              "No window in this range has dropped an event: an event arriving after its window closed would "
              "appear here, under its window.")
     left, right = st.columns(2)
-    ui.chart(left, charts.per_server_over_time(snap.batches, snap.servers, "dropped", "Dropped late per batch"),
+    ui.chart(left, charts.mark_loss(charts.per_server_over_time(snap.batches, snap.servers, "dropped",
+                                                                "Dropped late per batch"), snap.batches, lost),
              "dropped_over_time", "No batch in this range dropped an event: a batch that does appears here as a "
              "bar per server.")
     ui.chart(right, charts.per_server_over_time(snap.batches, snap.servers, "late", "Late but accepted per batch"),
