@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import redis
 
+from streaming.idleness import IdleDecision
 from streaming.keys import KeySchema
 from streaming.tradeoff import Tradeoff
 
@@ -60,3 +61,9 @@ def read_tradeoff(client: redis.Redis, keys: KeySchema) -> Tradeoff:
 def read_seen(client: redis.Redis, keys: KeySchema) -> dict[str, int]:
     """Server -> ingest ms of its newest event, as the sink last recorded it."""
     return {k.decode(): int(v) for k, v in client.hgetall(keys.seen).items()}
+
+
+def read_idleness(client: redis.Redis, keys: KeySchema, count: int) -> list[tuple[str, IdleDecision]]:
+    """The job's newest ``count`` idle decisions, newest first, each with its marker's entry ID."""
+    return [(f[b"marker_id"].decode(), IdleDecision.from_record(f))
+            for _, f in client.xrevrange(keys.idleness, count=count)]

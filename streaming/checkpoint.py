@@ -9,6 +9,8 @@ watermark Spark used, including when the batch is replayed after a crash.
 from __future__ import annotations
 
 import json
+import os
+import secrets
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -53,3 +55,43 @@ def read_offset_log(checkpoint_dir: str, batch_id: int, spark: object | None = N
     finally:
         stream.close()
     return parse_offset_log(text, batch_id)
+
+
+SECRET_FILE = "idle-marker.key"
+
+
+def job_secret(checkpoint_dir: str, spark: object | None = None) -> bytes:
+    """The job's secret for signing idle markers (``streaming.events.sign``), kept beside its checkpoint so a
+    restart, and a batch read again after a crash, verifies the markers it wrote before; created on first use.
+    Producers write the input stream, not the checkpoint, so they cannot sign a marker."""
+    scheme = urlsplit(checkpoint_dir).scheme
+    if scheme in ("", "file"):
+        path = Path(urlsplit(checkpoint_dir).path if scheme else checkpoint_dir) / SECRET_FILE
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(f".{os.getpid()}")
+            tmp.write_bytes(secrets.token_bytes(32))
+            tmp.chmod(0o600)
+            try:
+                os.link(tmp, path)  # never replaces: of two starts at once, both read the first one's, whole
+            except FileExistsError:
+                pass
+            finally:
+                tmp.unlink()
+        return path.read_bytes()
+    if spark is None:
+        raise ValueError(f"the idle-marker secret in {checkpoint_dir} needs a SparkSession")
+    jvm = spark._jvm  # type: ignore[attr-defined]
+    hpath = jvm.org.apache.hadoop.fs.Path(f"{checkpoint_dir.rstrip('/')}/{SECRET_FILE}")
+    fs = hpath.getFileSystem(spark._jsc.hadoopConfiguration())  # type: ignore[attr-defined]
+    if not fs.exists(hpath):
+        out = fs.create(hpath, False)
+        try:
+            out.write(bytearray(secrets.token_bytes(32)))
+        finally:
+            out.close()
+    stream = fs.open(hpath)
+    try:
+        return bytes(jvm.org.apache.commons.io.IOUtils.toByteArray(stream))
+    finally:
+        stream.close()

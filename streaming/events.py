@@ -15,11 +15,14 @@ Reason codes: ``missing_payload``, ``malformed_json``, ``not_an_object``,
 ``missing_field``, ``bad_type``, ``bad_timestamp``, ``bad_value``, and under
 :class:`Rules`: ``future_timestamp`` (event time more than the allowed skew
 ahead of ingest time: it would drag the watermark forward and make every later
-event late) and ``unknown_server``.
+event late), ``unknown_server`` and ``forged_idle_marker`` (an idle marker the
+job did not sign: see :func:`sign`).
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -65,28 +68,57 @@ def idle_marker(server: str, event_time_us: int) -> Event:
     return Event(server, IDLE_PLAYER, event_time_us, IDLE_KIND)
 
 
+# Idle markers travel through the input stream, which producers write too. The job signs each marker with a
+# secret only it holds (kept beside its checkpoint), so a producer's write cannot declare a server idle: the
+# source quarantines a marker without a valid signature (``forged_idle_marker``).
+SIG_BYTES = 16
+
+
+def sign(key: bytes, server: str, event_time_us: int, silent_ms: int) -> str:
+    """The marker's signature: HMAC-SHA256 over what it declares, hex, ``SIG_BYTES`` long."""
+    msg = f"{server}|{event_time_us}|{silent_ms}".encode()
+    return hmac.new(key, msg, hashlib.sha256).hexdigest()[: 2 * SIG_BYTES]
+
+
+def verify(key: bytes, server: str, event_time_us: int, silent_ms: object, sig: object) -> bool:
+    if isinstance(silent_ms, bool) or not isinstance(silent_ms, int) or not isinstance(sig, str):
+        return False
+    return hmac.compare_digest(sign(key, server, event_time_us, silent_ms), sig)
+
+
 @dataclass(frozen=True)
 class Rules:
     """Admission rules beyond the wire format; ``None`` switches a rule off."""
 
     max_future_skew_ms: int | None = None
     servers: frozenset[str] | None = None
+    idle_key: bytes | None = None
+    """The job's secret: idle markers must be signed with it (None: markers are taken as they are)."""
 
     def __post_init__(self) -> None:
         if self.max_future_skew_ms is not None and self.max_future_skew_ms < 0:
             raise ValueError(f"max_future_skew_ms must not be negative, got {self.max_future_skew_ms}")
+        if self.idle_key is not None and len(self.idle_key) < SIG_BYTES:
+            raise ValueError(f"idle_key must be at least {SIG_BYTES} bytes, got {len(self.idle_key)}")
 
     def to_options(self) -> dict[str, str]:
-        """As data source options (strings), read back by :meth:`from_options`."""
+        """As data source options (strings), read back by :meth:`from_options`. The secret's option name
+        matches Spark's redaction pattern, so plans and the UI show it redacted."""
         return {"maxFutureSkewMs": "" if self.max_future_skew_ms is None else str(self.max_future_skew_ms),
-                "servers": ",".join(sorted(self.servers)) if self.servers is not None else ""}
+                "servers": ",".join(sorted(self.servers)) if self.servers is not None else "",
+                "idleMarkerSecret": "" if self.idle_key is None else self.idle_key.hex()}
 
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> Rules:
         skew = (options.get("maxFutureSkewMs") or "").strip()
         servers = (options.get("servers") or "").strip()
+        secret = (options.get("idleMarkerSecret") or "").strip()
+        try:
+            key = bytes.fromhex(secret) if secret else None
+        except ValueError:
+            raise ValueError("option idleMarkerSecret must be hex") from None
         return cls(int(skew) if skew else None,
-                   frozenset(s.strip() for s in servers.split(",") if s.strip()) if servers else None)
+                   frozenset(s.strip() for s in servers.split(",") if s.strip()) if servers else None, key)
 
 
 NO_RULES = Rules()
@@ -145,6 +177,10 @@ def parse_payload(payload: bytes, entry_id: str, rules: Rules = NO_RULES) -> Eve
     kind = doc.get("kind")
     if kind is not None and kind not in ACCEPTED_KINDS:
         return bad("bad_value", f"kind must be one of {', '.join(ACCEPTED_KINDS)}, got {kind!r}")
+    if kind == IDLE_KIND and rules.idle_key is not None and not verify(
+            rules.idle_key, server, event_time_us, doc.get("silent_ms"), doc.get("sig")):
+        return bad("forged_idle_marker", f"an idle marker for server {server!r} without the job's signature: only "
+                                         "the job declares a server idle")
     event_id = doc.get("event_id")
     if event_id is not None and not isinstance(event_id, (str, int)):
         return bad("bad_type", f"event_id must be a string, got {event_id!r}")

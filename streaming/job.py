@@ -20,11 +20,12 @@ from typing import TYPE_CHECKING
 
 import redis
 
+from streaming.checkpoint import job_secret
 from streaming.commit import ParamsMismatch, check_params
 from streaming.config import Config, ConfigError, redact_url
 from streaming.control import read_control
-from streaming.events import idle_marker
-from streaming.idleness import IdleTicker
+from streaming.events import PAYLOAD_FIELD
+from streaming.idleness import IDLENESS_KEEP, IdleTicker
 from streaming.keys import KeySchema
 from streaming.lanes import LANES, lane_config, lane_namespace
 from streaming.redis_conn import connect
@@ -102,6 +103,7 @@ def main() -> int:
     # One pipeline with idleness decides when a server is idle; its markers go into the shared input.
     watcher = next((c for c in (own, *lanes) if c.idle_timeout_ms), None)
     ticker = None if watcher is None else idle_ticker(client, watcher)
+    secret = job_secret(own.checkpoint_dir, spark)  # the one query's checkpoint: its source checks markers
     stopping = threading.Event()
 
     def stop(signum: int, _frame: object) -> None:
@@ -152,7 +154,7 @@ def main() -> int:
                         p.cfg = p.cfg.with_(delay_ms=wanted)
                         p.retry_at = None
             if ticker is not None and watcher is not None:
-                tick_idle(client, ticker, watcher)
+                tick_idle(client, ticker, watcher, secret, keys)
     finally:
         writer.close()
 
@@ -276,17 +278,30 @@ def idle_ticker(client: redis.Redis, watcher: Config) -> IdleTicker:
                       max(1_000, watcher.trigger_ms), started_ms=redis_now_ms(client))
 
 
-def tick_idle(client: redis.Redis, ticker: IdleTicker, watcher: Config) -> None:
-    """Append idle markers for servers silent too long (judged on Redis' clock, the ingest clock)."""
+# The marker and its decision record in one step: a reader who sees the marker finds why it was written.
+_IDLE_LUA = """
+local id = redis.call('XADD', KEYS[1], '*', ARGV[1], ARGV[2])
+local record = {}
+for i = 4, #ARGV, 2 do
+  record[#record + 1] = ARGV[i]
+  record[#record + 1] = (ARGV[i] == 'marker_id') and id or ARGV[i + 1]
+end
+redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[3], '*', unpack(record))
+return id
+"""
+
+
+def tick_idle(client: redis.Redis, ticker: IdleTicker, watcher: Config, key: bytes, keys: KeySchema) -> None:
+    """Append signed idle markers for servers silent too long (judged on Redis' clock, the ingest clock), each
+    with its decision and reason in the job's ``{ns}:idleness``."""
     try:
         seen = {k.decode(): int(v) for k, v in client.hgetall(KeySchema(watcher.namespace).seen).items()}
-        now_ms = redis_now_ms(client)
-        due = ticker.due(now_ms, seen)
-        if due:
-            pipe = client.pipeline(transaction=False)
-            for server in due:
-                pipe.xadd(watcher.input_stream, idle_marker(server, now_ms * 1000).fields())
-            pipe.execute()
+        for decision in ticker.due(redis_now_ms(client), seen):
+            record = [x for kv in decision.record("").items() for x in kv]
+            marker_id = client.register_script(_IDLE_LUA)(
+                keys=[watcher.input_stream, keys.idleness],
+                args=[PAYLOAD_FIELD, decision.marker(key), IDLENESS_KEEP, *record]).decode()
+            log.info("server %s is idle: %s (marker %s)", decision.server, decision.reason(), marker_id)
     except redis.RedisError as exc:  # markers are best effort: the next tick tries again
         log.warning("idle markers: %s", exc)
 

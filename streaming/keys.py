@@ -48,6 +48,9 @@ key                                                type    contents
                                                            for anyone who wants to wait on commits
 ``{ns}:seen``                                      hash    server -> ingest ms of its newest event
                                                            (what idleness is judged by)
+``{ns}:idleness``                                  stream  the job's idle decisions (``streaming.idleness``):
+                                                           ``server``, ``at_ms``, ``last_heard_ms``,
+                                                           ``heard``, ``marker_id``, ``reason``
 ``{ns}:tradeoff``                                  hash    ``{server}|{bucket}`` -> (event, window)
                                                            pairs, ``grid`` (see ``streaming.tradeoff``)
 ``{ns}:lanes``                                     hash    lab lane name -> JSON (namespace, mode,
@@ -162,6 +165,10 @@ class KeySchema:
     @property
     def seen(self) -> str:
         return self._k("seen")
+
+    @property
+    def idleness(self) -> str:
+        return self._k("idleness")
 
     @property
     def tradeoff(self) -> str:

@@ -12,6 +12,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 
+from streaming.checkpoint import job_secret
 from streaming.cluster import is_local_master, ship_package
 from streaming.commit import Params
 from streaming.config import Config
@@ -147,7 +148,7 @@ def pipeline_sink(cfg: Config, background: bool = False) -> RedisSink:
     lanes = [Lane(KeySchema(c.namespace), params_of(c)) for c in (lane_config(cfg, lane) for lane in cfg.lanes)]
     return RedisSink(cfg.redis_url, KeySchema(cfg.namespace), params_of(cfg), cfg.checkpoint_dir, lanes=lanes,
                      online_timeout_ms=cfg.online_timeout_ms, background=background,
-                     source_options=source_options(cfg, pre_aggregate=True))
+                     source_options=source_options(cfg, pre_aggregate=True, spark=SparkSession.getActiveSession()))
 
 
 def start_query(spark: SparkSession, cfg: Config, sink: RedisSink | None = None,
@@ -166,21 +167,23 @@ def read_events(spark: SparkSession, cfg: Config, pre_aggregate: bool = False) -
     ``pre_aggregate`` the accepted events come as the source partitions' partial aggregates for the configured
     windows (:mod:`streaming.partial`) and as presence rows, which :class:`streaming.sink.RedisSink` sums;
     without it, one row per entry."""
-    events = spark.readStream.format("redis_stream").options(**source_options(cfg, pre_aggregate)).load()
+    events = spark.readStream.format("redis_stream").options(**source_options(cfg, pre_aggregate, spark)).load()
     # Read when the query starts and kept in its checkpoint from then on.
     spark.conf.set("spark.sql.streaming.multipleWatermarkPolicy", cfg.watermark_policy)
     return watermarked(events, cfg)
 
 
-def source_options(cfg: Config, pre_aggregate: bool) -> dict[str, str]:
-    """The ``redis_stream`` source's options for the configuration (:mod:`streaming.source`)."""
+def source_options(cfg: Config, pre_aggregate: bool, spark: SparkSession | None = None) -> dict[str, str]:
+    """The ``redis_stream`` source's options for the configuration (:mod:`streaming.source`); idle markers
+    must carry the signature of the job whose checkpoint this is (``spark`` reads it where that is not a
+    local path)."""
     return {
         "url": cfg.redis_url, "stream": cfg.input_stream, "partitions": str(cfg.source_partitions),
         "maxEventsPerBatch": str(cfg.max_events_per_batch),
         "committedBy": "" if cfg.input_namespace else cfg.namespace,
         "preAggregate": str(pre_aggregate).lower(), "presence": str(pre_aggregate).lower(),
         "windowMs": str(cfg.window_ms), "slideMs": str(cfg.slide_ms),
-        **Rules(cfg.max_future_skew_ms, cfg.known_servers).to_options(),
+        **Rules(cfg.max_future_skew_ms, cfg.known_servers, job_secret(cfg.checkpoint_dir, spark)).to_options(),
     }
 
 

@@ -39,7 +39,7 @@ from pyspark.sql.datasource import (
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 from pyspark.sql.types import StructType
 
-from streaming.events import ACCEPTED_KINDS, IDLE_KIND, NO_RULES, PAYLOAD_FIELD, BadEntry, Rules, parse_entry
+from streaming.events import IDLE_KIND, KINDS, NO_RULES, PAYLOAD_FIELD, BadEntry, Rules, parse_entry
 from streaming.events import parse_entry_id as parse_id
 from streaming.keys import KeySchema
 from streaming.partial import (
@@ -295,7 +295,7 @@ FAST_SHAPE = (
     f"(?:{_key('event_id', _STR + '+')}{_WS},{_WS})?"
     f"{_key('server', _STR + '+')}{_WS},{_WS}"
     f"{_key('player_id', _STR + '+')}{_WS},{_WS}"
-    f"(?:{_key('kind', '|'.join(ACCEPTED_KINDS))}{_WS},{_WS})?"
+    f"(?:{_key('kind', '|'.join(KINDS))}{_WS},{_WS})?"  # idle markers: the full parser checks their signature
     f"{_key('event_time', _TIMESTAMP)}{_WS}\\}}{_WS}$"
 )
 

@@ -20,15 +20,17 @@ from hypothesis import strategies as st
 
 from streaming.config import Config, ConfigError
 from streaming.events import NO_RULES, BadEntry, Event, Rules, parse_entry
+from streaming.idleness import IdleDecision
 from streaming.keys import KeySchema
 from streaming.source import to_record_batch
 from streaming.timeutil import iso_from_us
 
 INGEST_MS = 1_795_000_000_000
-RULES = Rules(max_future_skew_ms=60_000, servers=frozenset({"A", "B", "C"}))
+SECRET = b"the job's secret, 32 bytes long."
+RULES = Rules(max_future_skew_ms=60_000, servers=frozenset({"A", "B", "C"}), idle_key=SECRET)
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 REASONS = {"missing_payload", "malformed_json", "not_an_object", "missing_field", "bad_type", "bad_timestamp",
-           "bad_value", "future_timestamp", "unknown_server"}
+           "bad_value", "future_timestamp", "unknown_server", "forged_idle_marker"}
 
 
 def payload(**doc: object) -> dict[bytes, bytes]:
@@ -66,6 +68,56 @@ def test_unknown_servers_are_quarantined_only_when_servers_are_listed() -> None:
 def test_rules_travel_as_data_source_options() -> None:
     assert Rules.from_options(RULES.to_options()) == RULES
     assert Rules.from_options(NO_RULES.to_options()) == NO_RULES
+    assert "secret" in next(k for k, v in RULES.to_options().items() if v == SECRET.hex()).lower()  # redacted
+    with pytest.raises(ValueError, match="idleMarkerSecret must be hex"):
+        Rules.from_options({"idleMarkerSecret": "not hex"})
+    with pytest.raises(ValueError, match="at least 16 bytes"):
+        Rules(idle_key=b"short")
+
+
+AT_MS = INGEST_MS - 1_000
+JOBS = IdleDecision("B", AT_MS, AT_MS - 12_500).marker(SECRET)
+
+
+def _tampered(**changes: object) -> bytes:
+    doc = orjson.loads(JOBS)
+    doc.update(changes)
+    return orjson.dumps(doc)
+
+
+@pytest.mark.parametrize(("marker", "rules", "accepted"), [
+    (JOBS, RULES, True),  # the job's own marker
+    (JOBS, NO_RULES, True),  # no secret given: markers are taken as they are (tools, tests)
+    (IdleDecision("B", AT_MS, AT_MS - 12_500).marker(b"another job's secret, 32 bytes."), RULES, False),
+    (orjson.dumps({"server": "B", "player_id": "*", "kind": "idle", "event_time": iso_from_us(AT_MS * 1000)}),
+     RULES, False),  # a producer's marker: no signature at all
+    (_tampered(server="A"), RULES, False),  # someone else's server under the job's signature
+    (_tampered(event_time=iso_from_us((AT_MS + 60_000) * 1000)), RULES, False),  # moved forward
+    (_tampered(silent_ms=99_000), RULES, False),
+    (_tampered(silent_ms="12500"), RULES, False),
+    (_tampered(sig=None), RULES, False),
+])
+def test_only_the_job_declares_a_server_idle(marker: bytes, rules: Rules, accepted: bool) -> None:
+    entry_id = f"{INGEST_MS}-0"
+    out = parse_entry({b"e": marker}, entry_id, rules)
+    if accepted:
+        assert isinstance(out, Event) and out.kind == "idle" and out.event_time_us == AT_MS * 1000
+    else:
+        assert isinstance(out, BadEntry) and out.reason == "forged_idle_marker", out
+        assert "only the job declares a server idle" in out.detail
+    row = to_record_batch([(entry_id.encode(), {b"e": marker})], rules).to_pylist()[0]  # the source agrees
+    assert (row["error"] is None) == accepted and row["kind"] == ("idle" if accepted else None)
+
+
+def test_an_idle_decision_says_why_and_reads_back() -> None:
+    d = IdleDecision("B", 20_000, 7_500)
+    assert d.silent_ms == 12_500 and d.reason() == "silent for 12.5 s: its last event arrived 12.5 s before"
+    assert IdleDecision("C", 20_000, 10_000, heard=False).reason().startswith(
+        "silent for 10.0 s: the job started and it has sent nothing since")
+    fields = {k.encode(): v.encode() for k, v in d.record("123-0").items()}
+    assert IdleDecision.from_record(fields) == d and fields[b"marker_id"] == b"123-0"
+    with pytest.raises(ValueError, match="not an idle decision record"):
+        IdleDecision.from_record({b"server": b"B"})
 
 
 @pytest.mark.parametrize(
@@ -105,7 +157,9 @@ event_docs = st.fixed_dictionaries(
     optional={"server": st.one_of(st.sampled_from(["A", "B", "C", "Z", ""]), json_values),
               "player_id": st.one_of(st.text(min_size=1, max_size=8), st.integers(), json_values),
               "event_time": st.one_of(timestamps, json_values),
-              "kind": st.one_of(st.sampled_from(["login", "heartbeat", "logout", "dance"]), json_values),
+              "kind": st.one_of(st.sampled_from(["login", "heartbeat", "logout", "idle", "dance"]), json_values),
+              "silent_ms": st.one_of(st.integers(0, 10_000), json_values),
+              "sig": st.one_of(st.text(max_size=32), json_values),
               "event_id": st.one_of(st.text(max_size=8), json_values)},
 )
 
@@ -130,7 +184,7 @@ near_events = st.builds(  # the shape the source parses in bulk, and its near mi
     st.one_of(st.none(), st.just(""), near_strings, st.just("A-000000016")),
     st.one_of(st.sampled_from(["A", "B", "C", "Z", ""]), near_strings),
     st.one_of(st.just("A-p46182"), near_strings),
-    st.one_of(st.none(), st.sampled_from(["login", "heartbeat", "logout", "dance", ""])),
+    st.one_of(st.none(), st.sampled_from(["login", "heartbeat", "logout", "idle", "dance", ""])),
     st.one_of(st.integers(1_794_000_000_000_000, 1_795_100_000_000_000).map(iso_from_us), near_timestamps),
     st.lists(st.sampled_from(["", "", "", " ", "\n", "\t", "\r", "\x0b", "\u00a0"]), min_size=8, max_size=8),
 )

@@ -15,6 +15,7 @@ from streamlit.testing.v1 import AppTest
 
 from dashboard.status import human_ms
 from streaming.config import Config
+from streaming.idleness import IdleDecision
 from streaming.job import register_lanes
 from streaming.keys import KeySchema
 from streaming.replay import replay
@@ -25,7 +26,7 @@ from tests.test_lab import to_batches
 pytestmark = pytest.mark.spark
 APP = str(Path(__file__).resolve().parent.parent / "dashboard" / "app.py")
 MIN = 60_000
-LANES = ("per-server-max", "per-server-min")
+LANES = ("per-server-max", "per-server-min", "per-server-min-idle")
 
 def lab_lines(seed: int = 41, batches: int = 12) -> list[dict]:
     """A and B around a moving now with some stragglers; C 30 minutes behind it in every batch: min waits for
@@ -102,7 +103,24 @@ def test_lab_page_compares_the_lanes_exactly(env: Config) -> None:
     here = ", ".join(f"{s} {n:,}" for s, n in lost.items() if n)
     assert any(t.startswith("per-server-max: the fastest server") and f"dropped here: {here}" in t
                for t in texts), texts
-    assert len(at.get("plotly_chart")) == 3  # all lanes, and one per per-server lane
+    assert len(at.get("plotly_chart")) == 1 + len(LANES)  # all lanes, and one per per-server lane
+    assert any("No server has been declared idle" in c.value for c in at.caption)  # the empty state, in words
+
+
+def test_lab_page_lists_the_jobs_idle_decisions_and_why(env: Config) -> None:
+    client, keys = redis.Redis.from_url(env.redis_url), KeySchema(env.namespace)
+    decisions = [IdleDecision("B", T0_MS + 100 * MIN, T0_MS + 90 * MIN), IdleDecision("C", T0_MS + 101 * MIN,
+                                                                                     T0_MS + 95 * MIN)]
+    for i, d in enumerate(decisions):
+        client.xadd(keys.idleness, d.record(f"{d.at_ms}-{i}"))
+    try:
+        at = run_page("views/lab.py", now_ms=T0_MS + 207 * MIN)  # a refresh tick no other test has cached
+        table = at.dataframe[1].value.to_dict("records")
+        assert [(r["Server"], r["Why"], r["Marker entry"]) for r in table] == [
+            ("C", "silent for 360.0 s: its last event arrived 360.0 s before", f"{T0_MS + 101 * MIN}-1"),
+            ("B", "silent for 600.0 s: its last event arrived 600.0 s before", f"{T0_MS + 100 * MIN}-0")]
+    finally:
+        client.delete(keys.idleness)
 
 
 def oracle_recommendation(target: float, server: str | None = None) -> int | None:

@@ -9,15 +9,19 @@ import time
 import uuid
 from pathlib import Path
 
+import orjson
 import pytest
 import redis
 
+from streaming.checkpoint import job_secret
 from streaming.control import write_control
-from streaming.events import IDLE_KIND, Event, parse_entry
+from streaming.events import IDLE_KIND, Event, Rules, parse_entry
+from streaming.idleness import IdleDecision
 from streaming.keys import KeySchema
 from streaming.lanes import lane_namespace
 from streaming.redis_server import RedisServer, free_port
 from streaming.report import wait_for_commit
+from streaming.timeutil import iso_from_us
 from tests.procs import Proc
 
 pytestmark = pytest.mark.spark
@@ -77,7 +81,7 @@ def test_lanes_idle_markers_and_a_delay_change(tmp_path: Path) -> None:
 
         # B falls silent; A goes on until the job has written a marker for B (after IDLE_TIMEOUT of silence).
         cursor = client.xinfo_stream(keys.events)["last-generated-id"].decode()
-        marker = None
+        marker, marker_id = None, ""
         deadline = time.monotonic() + 120
         while marker is None and time.monotonic() < deadline:  # each round blocks until the stream grows
             last = write(client, keys, "A", n=1)
@@ -86,10 +90,19 @@ def test_lanes_idle_markers_and_a_delay_change(tmp_path: Path) -> None:
                 for entry_id, fields in entries:
                     cursor = entry_id.decode()
                     ev = parse_entry(fields, cursor)
-                    if isinstance(ev, Event) and ev.kind == IDLE_KIND:
-                        marker = ev
+                    # A may get a marker too when the first batch outlasts IDLE_TIMEOUT (it was silent in Redis)
+                    if isinstance(ev, Event) and ev.kind == IDLE_KIND and ev.server == "B":
+                        marker, marker_id = ev, cursor
             assert job.running(), job.tail()
         assert marker is not None and marker.server == "B", job.tail()
+        # The job recorded its decision and why; a producer's marker (unsigned) is quarantined, not obeyed.
+        decisions = [IdleDecision.from_record(f) for i, f in client.xrange(keys.idleness)
+                     if f[b"marker_id"].decode() == marker_id]
+        assert [(d.server, d.at_ms * 1000) for d in decisions] == [("B", marker.event_time_us)]
+        assert decisions[0].silent_ms >= 3_000 and decisions[0].reason().startswith("silent for ")
+        forged = client.xadd(keys.events, {"e": orjson.dumps({
+            "server": "A", "player_id": "*", "kind": "idle",
+            "event_time": iso_from_us(redis_now_us(client))})}).decode()
         last = write(client, keys, "A", n=1)  # after the marker: one more batch moves the watermarks
         wait_all(client, [keys, held, freed], last)
         held_state, freed_state = state(client, held), state(client, freed)
@@ -99,9 +112,12 @@ def test_lanes_idle_markers_and_a_delay_change(tmp_path: Path) -> None:
         # committing (B's markers keep coming), and two separate reads straddled a batch in CI (6 ticks, 8 markers).
         snap = {k: snapshot(client, k) for k in (keys, held, freed)}
         totals = {k: t for k, (t, _) in snap.items()}
-        for k in (keys, freed):  # every marker each pipeline has read is counted as a tick, never as an event
+        (dead,) = [f for i, f in client.xrange(keys.dead, forged, forged)]
+        assert dead[b"reason"] == b"forged_idle_marker" and totals[keys]["bad|forged_idle_marker"] == 1, dead
+        signed = Rules(idle_key=job_secret(str(tmp_path / "ck")))
+        for k in (keys, freed):  # every marker of the job's each pipeline has read is a tick, never an event
             read = client.xrange(keys.events, "-", snap[k][1]["committed_id"])
-            markers = sum(1 for i, f in read if getattr(parse_entry(f, i.decode()), "kind", None) == IDLE_KIND)
+            markers = sum(1 for i, f in read if getattr(parse_entry(f, i.decode(), signed), "kind", None) == IDLE_KIND)
             assert totals[k]["ticks"] == markers >= 1, k.namespace
         assert totals[keys]["events"] == totals[held]["events"] == totals[freed]["events"]  # markers never count
 

@@ -10,7 +10,7 @@ from dashboard.labview import findings, stalled_since
 from dashboard.lanes import Lane
 from dashboard.status import Level
 from streaming.config import Config, ConfigError
-from streaming.idleness import IdleTicker
+from streaming.idleness import IdleDecision, IdleTicker
 from streaming.lanes import DEFAULT_IDLE_TIMEOUT_MS, lane_config
 from streaming.tradeoff import GRID_MS, Tradeoff, bucket, hist_field, parse_hist_field
 from streaming.watermarks import ServerWatermarks, policy_max
@@ -80,12 +80,14 @@ def test_policy_max(running: dict[str, int], policy: str, expected: int | None) 
 def test_idle_ticker_marks_silent_servers_once_per_interval() -> None:
     t = IdleTicker(("A", "B"), timeout_ms=3_000, interval_ms=1_000, started_ms=10_000)
     assert t.due(12_000, {"A": 11_500}) == []  # B unseen since the start: 2 s of silence
-    assert t.due(13_000, {"A": 12_900}) == ["B"]  # B: 3 s since the ticker started
+    assert t.due(13_000, {"A": 12_900}) == [IdleDecision("B", 13_000, 10_000, heard=False)]  # 3 s since the start
     assert t.due(13_500, {"A": 13_400}) == []  # B again only after the interval
-    assert t.due(14_000, {"A": 13_900}) == ["B"]
+    assert t.due(14_000, {"A": 13_900}) == [IdleDecision("B", 14_000, 10_000, heard=False)]
     assert t.due(14_100, {"A": 13_900, "B": 14_050}) == []  # B is back
     assert t.due(17_000, {"A": 16_900, "B": 14_050}) == []  # 2.95 s: not yet
-    assert t.due(17_050, {"A": 16_900, "B": 14_050}) == ["B"]
+    assert t.due(17_050, {"A": 16_900, "B": 14_050}) == [IdleDecision("B", 17_050, 14_050)]
+    assert t.due(20_050, {"A": 16_900, "B": 14_050}) == [IdleDecision("A", 20_050, 16_900),
+                                                        IdleDecision("B", 20_050, 14_050)]
     with pytest.raises(ValueError):
         IdleTicker(("A",), 0, 1, 0)
 

@@ -11,9 +11,10 @@ import redis
 import streamlit as st
 
 from dashboard import labview, ui
-from dashboard.lanes import read_seen
-from dashboard.status import assess, unreachable
+from dashboard.lanes import read_idleness, read_seen
+from dashboard.status import assess, clock, human_ms, unreachable
 from streaming.config import Config, redact_url
+from streaming.idleness import IdleDecision
 from streaming.keys import KeySchema
 from streaming.lanes import DEFAULT_IDLE_TIMEOUT_MS
 
@@ -22,9 +23,31 @@ SETUP_HINT = ("No lab lanes run beside this pipeline. Start the job with `LAB_LA
               "switch to the `idle-server` scenario on the Lab control page.")
 
 
+IDLE_DECISIONS_SHOWN = 12
+
+
 @st.cache_data(show_spinner=False, ttl=60, max_entries=64)
 def load_seen(url: str, namespace: str, tick: int) -> dict[str, int]:
     return read_seen(ui.redis_client(url), KeySchema(namespace))
+
+
+@st.cache_data(show_spinner=False, ttl=60, max_entries=64)
+def load_idleness(url: str, namespace: str, tick: int) -> list[tuple[str, IdleDecision]]:
+    return read_idleness(ui.redis_client(url), KeySchema(namespace), IDLE_DECISIONS_SHOWN)
+
+
+def idle_decisions(decisions: list[tuple[str, IdleDecision]], idle_after_ms: int) -> None:
+    """The job's idle decisions and why: the only way a server is declared idle (a producer's marker is
+    quarantined)."""
+    st.subheader("Idle decisions")
+    if not decisions:
+        st.caption(f"No server has been declared idle: the job declares one silent for "
+                   f"{human_ms(idle_after_ms)} or more (a marker written by anyone else is quarantined).")
+        return
+    st.dataframe([{"Declared at": clock(d.at_ms), "Server": d.server, "Why": d.reason(), "Marker entry": marker}
+                  for marker, d in decisions], hide_index=True, key="idle_decisions", width="stretch")
+    st.caption(f"The job's newest {len(decisions)} decisions. Only the job declares a server idle: it signs "
+               "its markers, and the pipeline quarantines any other (Pipeline health, *forged idle marker*).")
 
 
 def render(cfg: Config) -> None:
@@ -37,6 +60,7 @@ def render(cfg: Config) -> None:
         try:
             snaps = [ui.lane_snapshot(cfg, lane, view, now) for lane in lanes]
             seen = load_seen(cfg.redis_url, cfg.namespace, view.tick(now))
+            decisions = load_idleness(cfg.redis_url, cfg.namespace, view.tick(now))
         except redis.RedisError as exc:
             ui.show_status([unreachable(redact_url(cfg.redis_url), exc)])
             return
@@ -57,6 +81,8 @@ def render(cfg: Config) -> None:
             cols = st.columns(2)
             for col, (lane, snap) in zip(cols, per_server[i:i + 2], strict=False):
                 col.plotly_chart(labview.server_watermarks(lane, snap), key=f"server_wm_{lane.name}")
+        if any(lane.idle for lane in lanes):
+            idle_decisions(decisions, idle_after)
 
     tick()
     with st.expander("How the lanes differ"):
