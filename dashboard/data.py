@@ -144,6 +144,8 @@ class Totals:
     dropped: int = 0
     late: int = 0
     quarantined: int = 0
+    kept: int = 0
+    """Late events ever kept in ``{ns}:late`` (``kept`` minus its length: evicted by the bound)."""
     servers: dict[str, ServerTotals] = field(default_factory=dict)
     bad: dict[str, int] = field(default_factory=dict)
 
@@ -160,7 +162,7 @@ class Totals:
                 bad[qualifier] = int(v)
             else:
                 per_server.setdefault(qualifier, {})[metric] = int(v)
-        known = ("input", "parsed", "events", "dropped", "late", "quarantined")
+        known = ("input", "parsed", "events", "dropped", "late", "quarantined", "kept")
         return cls(**{k: overall.get(k, 0) for k in known},
                    servers={s: ServerTotals(**{k: d.get(k, 0) for k in ("events", "dropped", "late", "rows")})
                             for s, d in sorted(per_server.items())},

@@ -9,14 +9,16 @@ Streamlit (the page caches :func:`read_events` per refresh tick in
 from __future__ import annotations
 
 import json
+from bisect import bisect_left
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 import redis
 
-from streaming.events import IDLE_KIND, BadEntry, parse_entry, parse_entry_id
+from streaming.events import IDLE_KIND, BadEntry, Event, parse_entry, parse_entry_id
 from streaming.eventview import BatchSpan, EventPoint, Status, Step, count_statuses, judge, watermark_steps
 from streaming.keys import KeySchema
+from streaming.late import LateEvent
 
 MAX_POINTS = 20_000
 """At most this many stream entries per read; the newest in the range are kept."""
@@ -48,7 +50,8 @@ class EventRange:
     """Entries trimmed from the stream's front so far (the job counts them as it trims)."""
     entries_read: int
     points: tuple[EventPoint, ...]
-    """The parsed events of ``server`` (all servers when None)."""
+    """The parsed events of ``server`` (all servers when None), by arrival: first the late events kept from
+    before ``shown_from_ms`` (``kept`` of them), then every event the stream still holds from there."""
     quarantined: tuple[Quarantined, ...]
     """Entries in the range that are not events (any server: a bad entry may name none)."""
     steps: tuple[Step, ...]
@@ -56,6 +59,15 @@ class EventRange:
     slide_ms: int
     delay_ms: int
     committed_id: str
+    kept: int = 0
+    """Points before ``shown_from_ms`` (the stream no longer holds them): late events from ``{ns}:late``."""
+    kept_total: int = 0
+    """Late events the pipeline ever kept; ``kept_total - kept_now`` were evicted by ``LATE_EVENTS_KEEP``."""
+    kept_now: int = 0
+
+    @property
+    def kept_evicted(self) -> int:
+        return self.kept_total - self.kept_now
 
     def counts(self) -> dict[Status, int]:
         return count_statuses(self.points)
@@ -97,10 +109,13 @@ def read_events(client: redis.Redis, keys: KeySchema, *, server: str | None, ran
     pipe.xrevrange(stream, max=hi, min=lo, count=cap + 1)
     pipe.xrevrange(keys.dead, max=hi, min=lo, count=cap + 1)  # dead IDs are a subset of the events'
     pipe.get(keys.trimmed)
+    pipe.hget(keys.totals, "kept")
+    pipe.xlen(keys.late)
     batch_ids = _batches_covering(commits, lo, hi, committed_id)
     for b in batch_ids:
         pipe.hget(keys.batch(b), "sink")
-    raw, dead, trimmed_count, *sinks = pipe.execute()
+    raw, dead, trimmed_count, kept_count, kept_len, *sinks = pipe.execute()
+    kept_total, kept_now = int(kept_count or 0), int(kept_len)
     trimmed = int(trimmed_count or 0)
 
     capped = len(raw) > cap
@@ -128,15 +143,29 @@ def read_events(client: redis.Redis, keys: KeySchema, *, server: str | None, ran
             events.append((entry_id, parsed))
     spans = [_span(json.loads(s)) for s in sinks if s is not None]
     next_wm = int(state.get("next_watermark_ms") or 0)
+    # Round trip 3, when the stream no longer covers the whole range: the late events kept below it.
+    below = raw[0][0].decode() if capped else (first[0][0].decode() if first else None)
+    kept: list[EventPoint] = []
+    if below is not None and shown_from > lo:
+        kept = [e.point(window_ms, slide_ms) for e in read_kept(client, keys, lo, f"({below}", cap)
+                if server is None or e.server == server]
     return EventRange(
         server=server, lo_ms=lo, hi_ms=hi, shown_from_ms=shown_from, capped=capped, cap=cap,
         stream_first_ms=first_ms,
         trimmed=trimmed,
-        entries_read=len(raw), points=tuple(judge(events, spans, committed_id, window_ms, slide_ms)),
+        entries_read=len(raw), points=(*kept, *judge(events, spans, committed_id, window_ms, slide_ms)),
+        kept=len(kept), kept_total=kept_total, kept_now=kept_now,
         quarantined=tuple(quarantined),
         steps=tuple(watermark_steps(spans, shown_from, hi, committed_id, next_wm)),
         window_ms=window_ms, slide_ms=slide_ms, delay_ms=delay_ms, committed_id=committed_id,
     )
+
+
+def read_kept(client: redis.Redis, keys: KeySchema, lo: int | str, hi: int | str, cap: int) -> list[LateEvent]:
+    """The late events kept with arrival IDs in ``[lo, hi]`` (Redis range syntax), the newest ``cap``,
+    oldest first."""
+    return [LateEvent.from_fields(i, f) for i, f in reversed(client.xrevrange(keys.late, max=hi, min=lo,
+                                                                               count=cap))]
 
 
 def _span(rec: Mapping) -> BatchSpan:
@@ -157,3 +186,96 @@ def _batches_covering(commits: list, lo_ms: int, hi_ms: int, committed_id: str) 
         if end[0] > hi_ms:
             break
     return out
+
+
+SCAN_CAP = 200_000
+"""At most this many input entries are scanned by one player lookup."""
+_CHUNK = 10_000
+
+
+@dataclass(frozen=True)
+class PlayerEvents:
+    """One player's events that arrived in ``[lo_ms, hi_ms]``: from the input stream where it still holds
+    them, and the late ones from ``{ns}:late`` whatever the stream has lost."""
+
+    player_id: str
+    lo_ms: int
+    hi_ms: int
+    points: tuple[EventPoint, ...]
+    """By arrival."""
+    scanned: int
+    """Input entries read."""
+    stream_from_ms: int | None
+    """Where the stream's part of the search started (the oldest entry still there); None: nothing there."""
+    capped_at_ms: int | None
+    """The scan stopped at ``SCAN_CAP`` entries here: later arrivals were not searched in the stream."""
+    trimmed: int = 0
+    """Entries trimmed from the input stream so far."""
+
+
+def find_player(client: redis.Redis, keys: KeySchema, player_id: str, lo_ms: int, hi_ms: int, *,
+                scan_cap: int = SCAN_CAP, input_keys: KeySchema | None = None) -> PlayerEvents | None:
+    """Every event of ``player_id`` that arrived in ``[lo_ms, hi_ms]``, judged as :func:`read_events` judges
+    them; None when no batch has been committed. Scans at most ``scan_cap`` stream entries (said in the
+    result); the late ones come from ``{ns}:late`` as well, however old."""
+    state = {k.decode(): v.decode() for k, v in client.hgetall(keys.state).items()}
+    if not state.get("last_batch"):
+        return None
+    params = json.loads(state.get("params") or "{}")
+    window_ms, slide_ms = int(params.get("window_ms", 0)), int(params.get("slide_ms", 0))
+    committed_id = state.get("committed_id") or "0-0"
+    found, scanned, first_ms, capped_at = _scan_stream(client, (input_keys or keys).events, player_id, lo_ms,
+                                                       hi_ms, scan_cap)
+    spans = _spans_of(client, keys, [entry_id for entry_id, _ in found], committed_id)
+    points = judge(found, spans, committed_id, window_ms, slide_ms)
+    in_stream = {p.entry_id for p in points}
+    kept = [e.point(window_ms, slide_ms) for e in _scan_kept(client, keys, player_id, lo_ms, hi_ms)
+            if e.entry_id not in in_stream]
+    merged = sorted((*kept, *points), key=lambda p: parse_entry_id(p.entry_id))
+    trimmed = int(client.get((input_keys or keys).trimmed) or 0)
+    return PlayerEvents(player_id, lo_ms, hi_ms, tuple(merged), scanned, first_ms, capped_at, trimmed)
+
+
+def _scan_stream(client: redis.Redis, stream: str, player_id: str, lo_ms: int, hi_ms: int,
+                 scan_cap: int) -> tuple[list[tuple[str, Event]], int, int | None, int | None]:
+    """The player's entries in the range (a substring test before the parser: cheap for the others)."""
+    needle, found, scanned, cursor, first_ms = player_id.encode(), [], 0, str(lo_ms), None
+    while scanned < scan_cap:
+        chunk = client.xrange(stream, min=cursor, max=hi_ms, count=min(_CHUNK, scan_cap - scanned))
+        if not chunk:
+            return found, scanned, first_ms, None
+        first_ms = first_ms if first_ms is not None else parse_entry_id(chunk[0][0])[0]
+        scanned += len(chunk)
+        for raw_id, fields in chunk:
+            payload = fields.get(b"e", b"")
+            if needle in payload or b"\\" in payload:  # an escaped id is for the parser to read
+                parsed = parse_entry(fields, raw_id.decode())
+                if isinstance(parsed, Event) and parsed.player_id == player_id and parsed.kind != IDLE_KIND:
+                    found.append((raw_id.decode(), parsed))
+        cursor = "(" + chunk[-1][0].decode()
+    more = client.xrange(stream, min=cursor, max=hi_ms, count=1)
+    return found, scanned, first_ms, parse_entry_id(more[0][0])[0] if more else None
+
+
+def _spans_of(client: redis.Redis, keys: KeySchema, entry_ids: list[str], committed_id: str) -> list[BatchSpan]:
+    """The records of the batches that read ``entry_ids`` (one each, from the ``{ns}:commits`` index)."""
+    if not entry_ids:
+        return []
+    rows = sorted((parse_entry_id(f[b"end_id"]), int(f[b"batch"])) for _, f in client.xrange(keys.commits))
+    ends = [end for end, _ in rows]
+    batches = {rows[i][1] for i in (bisect_left(ends, parse_entry_id(e)) for e in entry_ids) if i < len(rows)}
+    pipe = client.pipeline(transaction=False)
+    for b in sorted(batches):
+        pipe.hget(keys.batch(b), "sink")
+    return [_span(json.loads(s)) for s in pipe.execute() if s is not None]
+
+
+def _scan_kept(client: redis.Redis, keys: KeySchema, player_id: str, lo_ms: int, hi_ms: int) -> list[LateEvent]:
+    """The player's late events kept in ``{ns}:late`` (bounded by ``LATE_EVENTS_KEEP``), oldest first."""
+    out, cursor, want = [], str(lo_ms), player_id.encode()
+    while True:
+        chunk = client.xrange(keys.late, min=cursor, max=hi_ms, count=_CHUNK)
+        out.extend(LateEvent.from_fields(i, f) for i, f in chunk if f.get(b"p") == want)
+        if len(chunk) < _CHUNK:
+            return out
+        cursor = "(" + chunk[-1][0].decode()

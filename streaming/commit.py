@@ -14,13 +14,14 @@ import math
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 import redis
 
 from streaming.events import parse_entry_id
 from streaming.keys import KeySchema, WindowKey, total_field
+from streaming.late import DEFAULT_KEEP, LateEvent
 from streaming.tradeoff import GRID_FIELD, GRID_MS, bucket, hist_field
 from streaming.watermarks import policy_max
 from streaming.windows import event_ms
@@ -47,6 +48,7 @@ class Params:
     trims: bool = True  # a lab lane reads its parent's input and leaves trimming to it
     readers: tuple[str, ...] = ()  # state hashes of everything else that commits from our input (lanes, online
     # view): their ``committed_id`` holds the trim back, so nothing one of them still needs is trimmed
+    late_keep: int = DEFAULT_KEEP  # late events kept in ``{ns}:late`` (streaming.late)
 
     @property
     def ttl_s(self) -> int:
@@ -157,6 +159,7 @@ class BatchSummary:
     server_watermarks: dict[str, int] | None = None  # per-server mode: Spark's per-input map after the batch
     next_watermark_ms: int | None = None  # per-server mode: the combined watermark for the next batch
     aggregation: str = "driver"  # where the batch was counted (the driver, since the source packs its rows)
+    late_events: list[LateEvent] = field(default_factory=list)  # behind the watermark: kept in {ns}:late
 
     @property
     def parsed(self) -> int:
@@ -306,6 +309,20 @@ def _count_reasons(bad: list[BadRow]) -> dict[str, int]:
     return dict(sorted(out.items()))
 
 
+def queue_late(pipe: redis.client.Pipeline, keys: KeySchema, s: BatchSummary, top: list, params: Params,
+               ttl_s: int) -> None:
+    """Keep the batch's late events (IDs above the newest kept: a batch Spark runs again after Redis lost
+    part of its data cannot add one twice) and count them in ``totals.kept``; the exact ``MAXLEN`` keeps
+    ``late_keep`` and ``kept - XLEN`` says how many it evicted."""
+    above = parse_entry_id(top[0][0]) if top else (0, 0)
+    kept = [e for e in s.late_events if parse_entry_id(e.entry_id) > above]
+    for e in kept:
+        pipe.xadd(keys.late, e.fields(), id=e.entry_id, maxlen=params.late_keep, approximate=False)
+    if kept:
+        pipe.hincrby(keys.totals, "kept", len(kept))
+        pipe.expire(keys.late, ttl_s)
+
+
 @contextmanager
 def guarded(client: redis.Redis, guard_key: str, batch_id: int,
             *also_watch: str) -> Iterator[redis.client.Pipeline | None]:
@@ -338,6 +355,7 @@ def commit_batch(client: redis.Redis, keys: KeySchema, s: BatchSummary, params: 
         if last is None and s.batch_id > 0 and params.trims:
             lost_at = str(s.batch_id).encode()
         final_players = _final_player_counts(client, keys, params, int(collapsed or 0), s.watermark_ms)
+        late_top = pipe.xrevrange(keys.late, count=1) if s.late_events else []
         batch_max = s.max_event_us
         known = [v for v in (batch_max, int(prev_max) if prev_max else None) if v is not None]
         running_max = max(known) if known else None
@@ -411,6 +429,7 @@ def commit_batch(client: redis.Redis, keys: KeySchema, s: BatchSummary, params: 
         pipe.zremrangebyscore(keys.windows, "-inf", f"({next_wm - params.retention_ms - params.window_ms}")
         pipe.expire(keys.windows, ttl_s)
 
+        queue_late(pipe, keys, s, late_top, params, ttl_s)
         for b in s.bad:
             pipe.xadd(keys.dead, {"reason": b.reason, "detail": b.detail, "raw": b.raw, "batch": s.batch_id},
                       id=b.entry_id)

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from urllib.parse import urlsplit
 
+from streaming.late import DEFAULT_KEEP
 from streaming.timeutil import format_duration_ms, parse_duration_ms
 
 DEFAULT_EMBEDDED_PORT = 6379
@@ -48,6 +49,7 @@ class Config:
     max_events_per_batch: int = 200_000  # admission control: a backlog is read in batches of at most this
     source_partitions: int = 2
     stream_keep_entries: int = 1_000_000  # committed input kept to look back at: about this many entries at most
+    late_events_keep: int = DEFAULT_KEEP  # events behind the watermark kept for the Events page (streaming.late)
     retention_ms: int = 86_400_000
     progress_history: int = 10_000  # an hour and more of batches at the default trigger
     key_ttl_ms: int | None = None  # how long keys outlive their last write; None = RETENTION
@@ -75,6 +77,7 @@ class Config:
         _check(self.retention_ms >= self.window_ms, "RETENTION", "must be at least one WINDOW")
         _check(self.progress_history >= 10, "PROGRESS_HISTORY", "must be at least 10")
         _check(self.stream_keep_entries >= 0, "STREAM_KEEP_ENTRIES", "must not be negative")
+        _check(self.late_events_keep >= 1, "LATE_EVENTS_KEEP", "must be at least 1")
         _check(bool(_NAMESPACE.match(self.namespace)), "PIPELINE_NAMESPACE",
                f"{self.namespace!r} must be 1-64 characters of letters, digits, '_', '-', '.'")
         scheme = urlsplit(self.redis_url).scheme
@@ -142,6 +145,7 @@ class Config:
             retention_ms=_duration(env, "RETENTION", cls.retention_ms),
             progress_history=_int(env, "PROGRESS_HISTORY", cls.progress_history),
             stream_keep_entries=_int(env, "STREAM_KEEP_ENTRIES", cls.stream_keep_entries),
+            late_events_keep=_int(env, "LATE_EVENTS_KEEP", cls.late_events_keep),
             max_future_skew_ms=_optional_duration(env, "MAX_FUTURE_SKEW", cls.max_future_skew_ms),
             known_servers=_name_set(env, "KNOWN_SERVERS"),
             watermark_mode=env.get("WATERMARK_MODE", cls.watermark_mode).strip(),

@@ -16,6 +16,13 @@ key                                                type    contents
 ``{ns}:dead``                                      stream  quarantined entries, same IDs as in
                                                            ``events``; fields ``reason``, ``detail``,
                                                            ``raw``, ``batch``
+``{ns}:late``                                      stream  every event that arrived behind the watermark
+                                                           (dropped or late accepted), same IDs as in
+                                                           ``events``; fields ``s`` server, ``p`` player,
+                                                           ``k`` kind, ``t`` event time (us), ``b`` batch,
+                                                           ``w`` watermark met (``streaming.late``); at
+                                                           most ``LATE_EVENTS_KEEP``, ``totals.kept`` all
+                                                           ever kept
 ``{ns}:state``                                     hash    ``last_batch`` (the commit guard),
                                                            ``delay_ms`` (the last batch ran with),
                                                            per-server mode ``max_event_us|S``,
@@ -137,6 +144,10 @@ class KeySchema:
     @property
     def dead(self) -> str:
         return self._k("dead")
+
+    @property
+    def late(self) -> str:
+        return self._k("late")
 
     @property
     def state(self) -> str:

@@ -32,6 +32,7 @@ from streaming.commit import BadRow, BatchSummary, Lag, Params, ServerStats, Win
 from streaming.events import parse_entry_id
 from streaming.handover import Handover
 from streaming.keys import KeySchema
+from streaming.late import LateEvent
 from streaming.local_agg import (  # the items' tags, one set for both paths
     BAD,
     INGEST_LAG,
@@ -40,6 +41,7 @@ from streaming.local_agg import (  # the items' tags, one set for both paths
     TICK,
     WINDOW,
 )
+from streaming.presence_batch import KIND_CODES
 from streaming.presence_store import PresenceBatch, PresenceEvents, PresenceMirror, commit_presence
 from streaming.redis_conn import DriverClient, with_retry
 from streaming.source import ARROW_SCHEMA, StreamRange, _Options, _read, unpack
@@ -100,6 +102,21 @@ def presence_events(t: pa.Table) -> PresenceEvents:
     return PresenceEvents(part.column("server").to_numpy(zero_copy_only=False),
                           part.column("b").to_numpy(zero_copy_only=False), part.column("a").to_numpy(), arrival,
                           part.column("min_ev").to_numpy().astype(np.int8))
+
+
+_KIND_NAMES = {code: name for name, code in KIND_CODES.items()}
+
+
+def late_events(t: pa.Table, batch_id: int, watermark_ms: int) -> list[LateEvent]:
+    """The batch's accepted events behind ``watermark_ms``, in arrival order, to be kept
+    (:mod:`streaming.late`). Usually none: one vectorised filter finds them."""
+    tags = t.column("tag")
+    part = t.filter(pc.and_(pc.equal(tags, PRESENCE), pc.less(t.column("a"), watermark_ms * 1000)))
+    out = [LateEvent(entry_id, server, player, _KIND_NAMES.get(code), event_us, batch_id, watermark_ms)
+           for server, event_us, player, entry_id, code in zip(
+               *(part.column(c).to_pylist() for c in ("server", "a", "b", "c", "min_ev")), strict=True)]
+    out.sort(key=lambda e: parse_entry_id(e.entry_id))
+    return out
 
 
 @dataclass(frozen=True)
@@ -288,6 +305,7 @@ class RedisSink(DriverClient):
               watermarks: ServerWatermarks | None) -> tuple[BatchTable, BatchSummary]:
         batch = BatchTable.read(table, entry.batch_ts_ms)
         summary = batch.summary(batch_id, entry.watermark_ms, entry.batch_ts_ms, start_id, end_id, self.params)
+        summary.late_events = late_events(table, batch_id, entry.watermark_ms)
         if watermarks is not None:
             per_server(summary, watermarks, self.params.idle_timeout_ms is not None)
         return batch, summary

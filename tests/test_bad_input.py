@@ -136,6 +136,8 @@ def test_config_reads_the_rules(env: dict[str, str], skew: int | None, servers: 
 @pytest.mark.parametrize(("env", "message"), [
     ({"MAX_FUTURE_SKEW": "soon"}, "MAX_FUTURE_SKEW='soon' is not a duration"),
     ({"KNOWN_SERVERS": "A,,B"}, "KNOWN_SERVERS='A,,B' has an empty name"),
+    ({"LATE_EVENTS_KEEP": "0"}, "LATE_EVENTS_KEEP must be at least 1"),
+    ({"LATE_EVENTS_KEEP": "lots"}, "LATE_EVENTS_KEEP='lots' is not an integer"),
 ])
 def test_config_errors_name_the_variable(env: dict[str, str], message: str) -> None:
     with pytest.raises(ConfigError, match=message):

@@ -16,11 +16,12 @@ import redis
 from pyspark.sql import SparkSession
 from streamlit.testing.v1 import AppTest
 
-from dashboard.eventdata import read_events
+from dashboard.eventdata import find_player, read_events
 from streaming.commit import trim_counted
 from streaming.events import Event, parse_entry_id
 from streaming.eventview import Status, dropped_pairs
 from streaming.keys import KeySchema, WindowKey
+from streaming.late import LateEvent
 from streaming.redis_server import free_port
 from tests.oracle import event_status, judged
 from tests.seed import BAD_PAYLOADS, Seeded, seed_pipeline
@@ -42,15 +43,22 @@ class World:
         self.pending_bad = pending_bad
         self.keys = KeySchema(seeded.cfg.namespace)
 
-    def expected(self, server: str | None, from_id: tuple[int, int] = (0, 0)) -> dict[str, int]:
-        """Per-status counts by the oracle: committed events judged from the raw lines and the rules,
-        then every entry written after the last batch as pending."""
+    def judged(self) -> list[tuple[dict, int, list[tuple[int, int, bool]]]]:
+        """Every committed event by the oracle: its line (with ``entry``), the watermark met, its windows."""
         lines = [dict(line, entry=entry_id) for line, (entry_id, _) in zip(self.seeded.lines, self.seeded.entries,
                                                                              strict=True)]
+        return judged(lines, WINDOW, SLIDE, self.seeded.cfg.delay_ms)
+
+    def expected(self, server: str | None, from_id: tuple[int, int] = (0, 0)) -> dict[str, int]:
+        """Per-status counts by the oracle: committed events judged from the raw lines and the rules,
+        then every entry written after the last batch as pending. Below ``from_id`` (trimmed from the
+        stream) only the late events count: they are kept."""
         counts = Counter({k: 0 for k in LABELS})
-        for line, wm, windows in judged(lines, WINDOW, SLIDE, self.seeded.cfg.delay_ms):
-            if (server is None or line["server"] == server) and parse_entry_id(line["entry"]) >= from_id:
-                counts[event_status(line, wm, windows)] += 1
+        for line, wm, windows in self.judged():
+            status = event_status(line, wm, windows)
+            below = parse_entry_id(line["entry"]) < from_id
+            if (server is None or line["server"] == server) and (not below or status != "on_time"):
+                counts[status] += 1
         counts["pending"] = sum(1 for entry_id, ev in self.pending
                                 if (server is None or ev.server == server) and parse_entry_id(entry_id) >= from_id)
         return dict(counts)
@@ -162,7 +170,9 @@ def test_the_cap_keeps_the_newest_entries_and_says_so(world: World, client: redi
     assert ev is not None and ev.capped and ev.entries_read == 100
     newest = client.xrevrange(world.keys.events, count=100)
     assert ev.shown_from_ms == parse_entry_id(newest[-1][0])[0]
-    assert len(ev.points) + len(ev.quarantined) == 100
+    assert len(ev.points) - ev.kept + len(ev.quarantined) == 100
+    below = [i for i, _ in client.xrange(world.keys.late, "-", f"({newest[-1][0].decode()}")]
+    assert [p.entry_id for p in ev.points[:ev.kept]] == [i.decode() for i in below] and ev.kept > 0  # kept, shown
 
 
 # --------------------------------------------------------------------------- the page
@@ -203,6 +213,45 @@ def test_a_trimmed_range_says_so_and_counts_what_is_left(env: World, client: red
     assert len(trimmed) == 1 and f"{len(ids) // 2:,} entries have been trimmed" in trimmed[0]
     assert _hms(parse_entry_id(first)[0]) in trimmed[0]
     assert shown_counts(at) == env.expected(None, from_id=cut)
+    late_below = [line for line, wm, windows in env.judged()
+                  if parse_entry_id(line["entry"]) < cut and event_status(line, wm, windows) != "on_time"]
+    assert late_below and f"the {len(late_below):,} late ones (dropped or late but accepted) are kept" in trimmed[0]
+
+
+def test_the_late_events_kept_are_exactly_the_oracles(world: World, client: redis.Redis) -> None:
+    want = {}
+    for line, wm, windows in world.judged():
+        status = event_status(line, wm, windows)
+        if status != "on_time":
+            want[line["entry"]] = (line["server"], line["player_id"], status, wm)
+    kept = [LateEvent.from_fields(i, f) for i, f in client.xrange(world.keys.late)]
+    got = {e.entry_id: (e.server, e.player_id, e.point(WINDOW, SLIDE).status.value, e.watermark_ms) for e in kept}
+    assert got == want and len(kept) == len(want) > 0
+    assert int(client.hget(world.keys.totals, "kept")) == client.xlen(world.keys.late)  # nothing evicted
+
+
+def test_a_player_is_found_in_the_stream_and_in_the_late_events_kept(env: World, client: redis.Redis) -> None:
+    """In a copy whose stream lost its older half, a player with a late event in that half and events after."""
+    copy = KeySchema(env.keys.namespace + "-lookup")
+    for key in client.scan_iter(match=env.keys.namespace + ":*", count=1000):
+        client.restore(copy.namespace + key.decode()[len(env.keys.namespace):], 0, client.dump(key), replace=True)
+    ids = [i for i, _ in client.xrange(copy.events)]
+    cut = parse_entry_id(ids[len(ids) // 2])
+    trim_counted(client, copy, f"{cut[0]}-{cut[1]}", approximate=False)
+    rows = env.judged()
+    late_before = {line["player_id"] for line, wm, windows in rows
+                   if parse_entry_id(line["entry"]) < cut and event_status(line, wm, windows) != "on_time"}
+    after = {line["player_id"] for line, _, _ in rows if parse_entry_id(line["entry"]) >= cut}
+    player = sorted(late_before & after)[0]
+    found = find_player(client, copy, player, 0, 2**62)
+    assert found is not None
+    want = [(line["entry"], event_status(line, wm, windows)) for line, wm, windows in rows
+            if line["player_id"] == player and (parse_entry_id(line["entry"]) >= cut
+                                                or event_status(line, wm, windows) != "on_time")]
+    assert [(p.entry_id, p.status.value) for p in found.points] == sorted(want, key=lambda x: parse_entry_id(x[0]))
+    assert found.stream_from_ms == cut[0] and found.capped_at_ms is None
+    narrow = find_player(client, copy, player, 0, 2**62, scan_cap=3)  # a bounded scan says where it stopped
+    assert narrow is not None and narrow.scanned == 3 and narrow.capped_at_ms is not None
 
 
 def test_the_page_never_writes(env: World, client: redis.Redis) -> None:
@@ -222,3 +271,20 @@ def _hms(ms: int) -> str:
     from datetime import UTC, datetime
 
     return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%H:%M:%S")
+
+
+def test_the_page_finds_a_player_by_id_and_time(env: World, client: redis.Redis) -> None:
+    line, wm, windows = next((line, wm, w) for line, wm, w in env.judged() if event_status(line, wm, w) == "dropped")
+    player = line["player_id"]
+    at = run_page("all servers")
+    assert any("Type a player id" in c.value for c in at.caption)  # nothing asked yet: said in words
+    at.text_input(key="lookup_player").set_value(player)
+    at.selectbox(key="lookup_span").set_value("± 12 h")
+    next(b for b in at.button if b.label == "Find").click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    table = at.dataframe[-1].value  # below the dropped events table
+    want = sum(1 for ln, _, _ in env.judged() if ln["player_id"] == player) + sum(
+        1 for _, ev in env.pending if ev.player_id == player)
+    assert set(table["Player"]) == {player} and len(table) == want
+    assert "dropped" in set(table["Status"])
+    assert any("Searched the whole range in the input stream" in c.value for c in at.caption)

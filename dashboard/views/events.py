@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from datetime import UTC, datetime
+
 import redis
 import streamlit as st
 
 from dashboard import event_charts, ui
 from dashboard.data import Snapshot
 from dashboard.event_charts import clock_ms
-from dashboard.eventdata import EventRange
+from dashboard.eventdata import EventRange, PlayerEvents, find_player
 from dashboard.status import clock, human_ms
 from streaming.config import Config
-from streaming.eventview import STATUS_LABELS, Status
+from streaming.eventview import STATUS_LABELS, EventPoint, Status
+from streaming.keys import KeySchema
 
 ALL = "all servers"
 TABLE_ROWS = 1_000
@@ -26,15 +30,19 @@ def notes(ev: EventRange, namespace: str, input_namespace: str) -> None:
         stream = f"{input_namespace}:events"
         st.warning(f"The range starts at {clock(ev.lo_ms)}, but the oldest entry still in `{stream}` "
                    f"arrived at {first}: {how_many} been trimmed from the stream (it keeps about 10 minutes below "
-                   "what the job committed). Events that arrived in the range before "
-                   f"{first} are neither drawn nor counted.")
+                   f"what the job committed). Of the events that arrived in the range before {first}, the "
+                   f"{ev.kept:,} late ones (dropped or late but accepted) are kept and shown; the on-time ones "
+                   "are neither drawn nor counted.")
     elif ev.reaches_below_stream:
         st.caption(f"The stream starts at {clock(ev.stream_first_ms or 0)} and nothing was trimmed from it: no "
                    "event arrived earlier.")
     if ev.capped:
         st.warning(f"More than {ev.cap:,} entries arrived in the range: showing the newest {ev.cap:,}, which "
-                   f"arrived from {clock(ev.shown_from_ms)} on. Counts cover those only; choose a shorter time "
-                   "range to see everything.")
+                   f"arrived from {clock(ev.shown_from_ms)} on, and the {ev.kept:,} late events kept from before. "
+                   "On-time counts cover the newest entries only; choose a shorter time range to see everything.")
+    if ev.kept_evicted:
+        st.caption(f"Late events are kept up to `LATE_EVENTS_KEEP` ({ev.kept_now:,} now): the bound has evicted "
+                   f"the oldest {ev.kept_evicted:,} of the {ev.kept_total:,} kept so far.")
     counts = ev.counts()
     if counts[Status.UNKNOWN]:
         st.warning(f"{counts[Status.UNKNOWN]:,} events were processed by batches whose records are no longer kept "
@@ -102,15 +110,11 @@ def render(snap: Snapshot, now_ms: int) -> None:
     if dropped:
         st.subheader("Dropped and partly dropped events")
         rows = dropped[-TABLE_ROWS:]
-        st.dataframe([{
-            "arrived": clock_ms(p.arrival_ms), "event time": clock_ms(p.event_time_us // 1000),
-            "server": p.server, "player": p.player_id, "kind": p.kind or "", "batch": p.batch,
-            "watermark met": clock_ms(p.watermark_ms or 0), "status": STATUS_LABELS[p.status],
-            "windows": "; ".join(f"{clock_ms(w.window.start_ms)}–{clock_ms(w.window.end_ms)} "
-                                 f"{event_charts.VERDICT_LABELS[w.verdict]}" for w in p.windows),
-        } for p in rows], hide_index=True)
+        st.dataframe(point_rows(rows), hide_index=True)
         if len(dropped) > len(rows):
             st.caption(f"The newest {len(rows):,} of {len(dropped):,} dropped events.")
+
+    player_lookup(cfg, lane.namespace, lane.input_namespace, now_ms)
 
     with st.expander("How each event is judged"):
         st.markdown(
@@ -125,6 +129,78 @@ def render(snap: Snapshot, now_ms: int) -> None:
             "point left of it was late, and it was dropped when the grey boundary right of it (its window's end) "
             "is left of the red line too."
         )
+
+
+SPANS: dict[str, int] = {"± 5 min": 300_000, "± 30 min": 1_800_000, "± 2 h": 7_200_000, "± 12 h": 43_200_000}
+
+
+@st.cache_data(show_spinner=False, ttl=30, max_entries=16)
+def load_player(url: str, namespace: str, input_namespace: str, player: str, lo_ms: int,
+                hi_ms: int) -> PlayerEvents | None:
+    return find_player(ui.redis_client(url), KeySchema(namespace), player, lo_ms, hi_ms,
+                       input_keys=KeySchema(input_namespace))
+
+
+def point_rows(points: Sequence[EventPoint]) -> list[dict[str, object]]:
+    """Events as table rows, in people's words."""
+    return [{
+        "Arrived": clock_ms(p.arrival_ms), "Event time": clock_ms(p.event_time_us // 1000), "Server": p.server,
+        "Player": p.player_id, "Kind": p.kind or "", "Batch": p.batch,
+        "Watermark met": clock_ms(p.watermark_ms) if p.watermark_ms is not None else "",
+        "Status": STATUS_LABELS[p.status],
+        "Windows": "; ".join(f"{clock_ms(w.window.start_ms)}–{clock_ms(w.window.end_ms)} "
+                             f"{event_charts.VERDICT_LABELS[w.verdict]}" for w in p.windows),
+    } for p in points]
+
+
+def player_lookup(cfg: Config, namespace: str, input_namespace: str, now_ms: int) -> None:
+    """Any event, by player and arrival time: the stream where it still holds it, the late ones kept for
+    hours (``{ns}:late``)."""
+    st.subheader("Find a player's events")
+    now = datetime.fromtimestamp(now_ms / 1000, tz=UTC)
+    with st.form("player_lookup", border=False):
+        c = st.columns([2, 1.3, 1, 1, 0.8], vertical_alignment="bottom")
+        player = c[0].text_input("Player id", key="lookup_player", placeholder="e.g. A-p46182")
+        day = c[1].date_input("Arrived on (UTC)", value=now.date(), key="lookup_day")
+        at = c[2].time_input("around", value=now.time().replace(microsecond=0), step=60, key="lookup_time")
+        span = c[3].selectbox("within", list(SPANS), index=1, key="lookup_span")
+        c[4].form_submit_button("Find")
+    player = (player or "").strip()
+    if not player:
+        st.caption("Type a player id: every event of theirs that arrived around that time, with how it was "
+                   "judged. Late ones (dropped or late but accepted) are kept for hours, after the input stream "
+                   "has let them go.")
+        return
+    centre = int(datetime.combine(day, at, tzinfo=UTC).timestamp() * 1000)
+    lo, hi = centre - SPANS[span], centre + SPANS[span]
+    try:
+        found = load_player(cfg.redis_url, namespace, input_namespace, player, lo, hi)
+    except redis.RedisError as exc:
+        st.error(f"Could not search for the player: {exc}")
+        return
+    if found is None:
+        st.info("No batch has been committed yet: nothing to judge.")
+        return
+    if found.points:
+        st.dataframe(point_rows(found.points), hide_index=True, key="lookup_table")
+    else:
+        st.info(f"No event of player `{player}` arrived between {clock(lo)} and {clock(hi)}.")
+    st.caption(lookup_coverage(found))
+
+
+def lookup_coverage(found: PlayerEvents) -> str:
+    """What the search covered, in words: where the stream's part started and stopped."""
+    if found.stream_from_ms is None and found.trimmed:
+        text = "The input stream holds nothing from that time any more (it has been trimmed)"
+    elif found.stream_from_ms is not None and found.stream_from_ms > found.lo_ms and found.trimmed:
+        text = (f"The input stream holds entries from {clock(found.stream_from_ms)} on ({found.trimmed:,} older "
+                "ones were trimmed): earlier on-time events are not in it")
+    else:
+        text = "Searched the whole range in the input stream"
+    if found.capped_at_ms is not None:
+        text += (f"; the search stopped after {found.scanned:,} entries, at {clock(found.capped_at_ms)}: narrow the "
+                 "time to search past it")
+    return text + ". Late events (dropped or late but accepted) come from those kept, whenever they arrived."
 
 
 def main() -> None:
