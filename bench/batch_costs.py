@@ -6,8 +6,8 @@ Pre-loads events, runs the pipeline's query with batches capped at ``--batch``
 (back to back, after a warm-up) and prints the median of Spark's per-batch
 phases (``durationMs``: latestOffset, walCommit, addBatch = the sink,
 commitOffsets, triggerExecution = the whole batch). Profile first, then
-optimise: this is how the per-batch fixed costs in the README's "Benchmark"
-section were found.
+optimise: this is how the per-batch fixed costs of docs/benchmarks.md were
+found.
 """
 
 from __future__ import annotations

@@ -78,6 +78,7 @@ class Config:
         _check(self.progress_history >= 10, "PROGRESS_HISTORY", "must be at least 10")
         _check(self.stream_keep_entries >= 0, "STREAM_KEEP_ENTRIES", "must not be negative")
         _check(self.late_events_keep >= 1, "LATE_EVENTS_KEEP", "must be at least 1")
+        _check(bool(self.checkpoint_dir.strip()), "CHECKPOINT_DIR", "must not be empty")
         _check(bool(_NAMESPACE.match(self.namespace)), "PIPELINE_NAMESPACE",
                f"{self.namespace!r} must be 1-64 characters of letters, digits, '_', '-', '.'")
         scheme = urlsplit(self.redis_url).scheme

@@ -7,7 +7,7 @@ job has committed everything, the dropped-late total on the page equals the
 pipeline's total in Redis and an independent oracle's count over the raw stream
 cut at the job's own batch boundaries.
 
-Set ``DASHBOARD_SCREENSHOTS=docs`` to refresh the README's screenshots.
+Set ``DASHBOARD_SCREENSHOTS=docs`` to refresh the screenshots in docs/
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from streaming.report import wait_for_commit
 from tests.oracle import oracle
 from tests.procs import ROOT, Proc
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.browser]
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync"]

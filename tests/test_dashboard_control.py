@@ -102,7 +102,7 @@ def test_a_read_only_redis_user_gets_a_warning_not_a_traceback(r: redis.Redis, r
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     name, password = f"dash-{uuid.uuid4().hex[:6]}", uuid.uuid4().hex
     r.acl_setuser(name, enabled=True, passwords=[f"+{password}"], keys=[f"{keys.namespace}:*"],
-                  commands=["-@all", "+@read", "+@connection"])  # what README recommends for the dashboard
+                  commands=["-@all", "+@read", "+@connection"])  # what docs/operations.md recommends for the dashboard
     parts = urlsplit(redis_url)
     monkeypatch.setenv("REDIS_URL", f"redis://{name}:{password}@{parts.hostname}:{parts.port}/0")
     try:

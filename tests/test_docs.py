@@ -1,0 +1,51 @@
+"""The documents say what the code does: every configuration error shown is the one ``Config`` raises, every
+variable ``Config`` reads is documented, the README stays short and every relative link resolves."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from streaming.config import Config, ConfigError
+
+ROOT = Path(__file__).resolve().parent.parent
+ROW = re.compile(r"^\| `([A-Z_]+)` \|(.*)\|$")
+EXAMPLE = re.compile(r"`([A-Z_]+)=([^`]*)`: (.*)$")
+
+
+def config_rows() -> dict[str, list[str]]:
+    rows = {}
+    for line in (ROOT / "docs" / "configuration.md").read_text().splitlines():
+        m = ROW.match(line)
+        if m:
+            rows[m.group(1)] = [c.strip() for c in re.split(r"(?<!\\)\|", m.group(2))]
+    return rows
+
+
+@pytest.mark.parametrize(("var", "cells"), sorted(config_rows().items()))
+def test_each_documented_error_is_the_one_config_raises(var: str, cells: list[str]) -> None:
+    invalid = cells[-1]
+    if invalid == "—":
+        return
+    m = EXAMPLE.match(invalid)
+    assert m is not None and m.group(1) == var, invalid
+    with pytest.raises(ConfigError) as err:
+        Config.from_env({var: m.group(2)})
+    assert str(err.value) == m.group(3).replace("\\|", "|")
+
+
+def test_every_variable_config_reads_is_documented() -> None:
+    source = (ROOT / "streaming" / "config.py").read_text()
+    read = set(re.findall(r'env(?:\.get)?\(?\s*\[?"([A-Z_]+)"', source)) | set(
+        re.findall(r'_(?:int|duration|optional_duration)\(env, "([A-Z_]+)"', source))
+    assert read and read <= set(config_rows()), sorted(read - set(config_rows()))
+
+
+def test_the_readme_is_short_and_every_relative_link_resolves() -> None:
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.splitlines()) <= 150
+    for doc in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]:
+        for target in re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", doc.read_text()):
+            assert (doc.parent / target).exists(), f"{doc.relative_to(ROOT)} links to a missing {target}"
