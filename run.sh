@@ -30,7 +30,7 @@ if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
 stamp=.venv/.requirements.sha
-want=$(sha256sum requirements.txt | cut -d' ' -f1)
+want=$(cat requirements.txt pyproject.toml | sha256sum | cut -d' ' -f1)
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "installing requirements.txt into .venv (PySpark is large: about a minute the first time)"
   .venv/bin/python -m pip install -q --upgrade pip
@@ -42,6 +42,10 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
       Collecting*|Successfully\ installed*|ERROR*|error*) echo "  $line" ;;
     esac
   done
+  # The project itself, editable: its commands (wm-job, wm-replay, ...) and imports without PYTHONPATH.
+  echo "  installing the project itself (pip install -e .)"
+  out=$(.venv/bin/python -m pip install -q --no-deps -e . 2>&1) \
+    || { echo "$out" >&2; echo "error: pip install -e . failed" >&2; exit 1; }
   echo "$want" > "$stamp"
 fi
 # shellcheck disable=SC1091
@@ -49,7 +53,6 @@ source .venv/bin/activate
 # PYSPARK_PYTHON is left to streaming.query.build_session (set it to override): the venv's interpreter,
 # started through streaming/spark-worker-python on a local master so workers skip Spark's pyspark.zip.
 export PYSPARK_DRIVER_PYTHON="$PWD/.venv/bin/python"
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 # Local Spark binds to 127.0.0.1; on a cluster the driver needs an address the workers can reach.
 case "${SPARK_MASTER:-local}" in local|local\[*) export SPARK_LOCAL_IP=${SPARK_LOCAL_IP:-127.0.0.1} ;; esac
 

@@ -17,13 +17,10 @@ import statistics
 import sys
 import time
 import uuid
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import redis  # noqa: E402
-from run import cfg_for, preload, scratch_redis, warm_up  # noqa: E402
 
+from bench.run import cfg_for, preload, scratch_redis, warm_up  # noqa: E402
 from streaming.keys import KeySchema  # noqa: E402
 
 

@@ -27,14 +27,12 @@ from datetime import datetime
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parent))
 
 
 def child(starts: int) -> None:
     import redis
-    from run import cfg_for, preload, scratch_redis, warm_up
 
+    from bench.run import cfg_for, preload, scratch_redis, warm_up
     from streaming.keys import KeySchema
     from streaming.query import build_session, start_query
 

@@ -18,13 +18,10 @@ import statistics
 import sys
 import time
 import uuid
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import redis  # noqa: E402
-from run import preload, scratch_redis  # noqa: E402
 
+from bench.run import preload, scratch_redis  # noqa: E402
 from streaming.keys import KeySchema  # noqa: E402
 from streaming.source import READ_CHUNK, _client, _xrange, to_record_batch  # noqa: E402
 

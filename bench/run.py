@@ -38,7 +38,6 @@ from pathlib import Path
 
 # The code measured: this checkout, or another one (bench/compare.py measures two side by side).
 ROOT = Path(os.environ.get("BENCH_CODE_ROOT") or Path(__file__).resolve().parents[1]).resolve()
-sys.path.insert(0, str(ROOT))
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
 import redis  # noqa: E402

@@ -47,7 +47,6 @@ import psutil
 import redis
 
 HERE = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(HERE))
 
 from streaming.redis_server import free_port  # noqa: E402
 

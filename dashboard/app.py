@@ -6,16 +6,13 @@ each reads one :class:`~dashboard.data.Snapshot` per refresh tick.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
+import streamlit as st
+
+from dashboard import ui  # the installed package (pip install -e .): `streamlit run` adds only this folder
+
 ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:  # `streamlit run` puts only this script's folder on the path
-    sys.path.insert(0, str(ROOT))
-
-import streamlit as st  # noqa: E402
-
-from dashboard import ui  # noqa: E402
 
 
 def main() -> None:

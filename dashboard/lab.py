@@ -9,7 +9,7 @@ from __future__ import annotations
 from dashboard.status import Level, Status, clock, human_ms
 from streaming.control import RUNNING, STATUS_STALE_MS, Control, GeneratorStatus
 
-START_HINT = "start it with `python -m streaming.generator --follow` (`./run.sh` does); it applies these settings"
+START_HINT = "start it with `wm-generator --follow` (`./run.sh` does); it applies these settings"
 
 
 def rate_text(rate: float) -> str:

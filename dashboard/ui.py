@@ -139,7 +139,7 @@ def submit_control(cfg: Config, changes: Callable[[], dict[str, object]]) -> Non
     except redis.exceptions.NoPermissionError as exc:
         result = Status(Level.WARNING, f"This dashboard's Redis user cannot change the control settings: NOPERM "
                                        f"{exc}. Give it write access to `{keys.control}` (e.g. `+hset +hincrby "
-                                       "+multi +exec`), or use `python -m streaming.control set` with the job's user.")
+                                       "+multi +exec`), or use `wm-control set` with the job's user.")
     except (ConfigError, ValueError) as exc:
         result = Status(Level.ERROR, f"Not saved: {exc}")
     except redis.RedisError as exc:

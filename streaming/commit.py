@@ -309,20 +309,6 @@ def _count_reasons(bad: list[BadRow]) -> dict[str, int]:
     return dict(sorted(out.items()))
 
 
-def queue_late(pipe: redis.client.Pipeline, keys: KeySchema, s: BatchSummary, top: list, params: Params,
-               ttl_s: int) -> None:
-    """Keep the batch's late events (IDs above the newest kept: a batch Spark runs again after Redis lost
-    part of its data cannot add one twice) and count them in ``totals.kept``; the exact ``MAXLEN`` keeps
-    ``late_keep`` and ``kept - XLEN`` says how many it evicted."""
-    above = parse_entry_id(top[0][0]) if top else (0, 0)
-    kept = [e for e in s.late_events if parse_entry_id(e.entry_id) > above]
-    for e in kept:
-        pipe.xadd(keys.late, e.fields(), id=e.entry_id, maxlen=params.late_keep, approximate=False)
-    if kept:
-        pipe.hincrby(keys.totals, "kept", len(kept))
-        pipe.expire(keys.late, ttl_s)
-
-
 @contextmanager
 def guarded(client: redis.Redis, guard_key: str, batch_id: int,
             *also_watch: str) -> Iterator[redis.client.Pipeline | None]:
@@ -340,131 +326,202 @@ def guarded(client: redis.Redis, guard_key: str, batch_id: int,
             yield pipe
 
 
+@dataclass(frozen=True)
+class Prior:
+    """What a batch's commit reads back (under ``WATCH``) before deciding its writes."""
+
+    lost_at: str | None
+    """The batch Redis came back empty before (kept, or found now), else None."""
+    max_event_us: int | None
+    sets_closed_below_ms: int
+    server_max: dict[str, int]
+    """Per-server mode: each server's input max so far (``max_event_us|S``)."""
+    final_players: dict[WindowKey, int]
+    """Windows that closed since the last batch: their exact distinct players, counted from their sets."""
+    late_top: tuple[int, int]
+    """The newest late event kept (``(0, 0)``: none)."""
+    readers_done: tuple[tuple[int, int], ...]
+    """Each other reader's committed entry ID: the trim keeps what they have not committed."""
+
+
+@dataclass(frozen=True)
+class BatchWrites:
+    """Every write of one batch, decided (:func:`plan_commit`) before one transaction applies them
+    (:func:`apply_writes`)."""
+
+    batch_id: int
+    end_id: str
+    totals: dict[str, int]
+    servers: tuple[str, ...]
+    seen: dict[str, int]
+    tradeoff: dict[str, int]
+    windows: list[WindowAgg]
+    final_players: dict[WindowKey, int]
+    windows_end_below_ms: int
+    """Windows starting below this leave the index (they ended a whole retention before the watermark)."""
+    late: list[LateEvent]
+    bad: list[BadRow]
+    record: dict
+    state: dict[str, object]
+    trim_below: str | None
+
+
+def read_prior(pipe: redis.client.Pipeline, client: redis.Redis, keys: KeySchema, s: BatchSummary,
+               params: Params) -> Prior:
+    server_fields = [total_field("max_event_us", srv) for srv in params.servers] if params.per_server else []
+    last, lost_at, prev_max, collapsed, *prev_servers = pipe.hmget(
+        keys.state, ["last_batch", "lost_at_batch", "max_event_us", "sets_closed_below_ms", *server_fields])
+    # No commit record, yet Spark ran batches before this one: Redis came back empty (a lane starts its
+    # record with its first batch, whenever it was added, so only the pipeline judges this).
+    if last is None and s.batch_id > 0 and params.trims:
+        lost_at = str(s.batch_id).encode()
+    top = pipe.xrevrange(keys.late, count=1) if s.late_events else []
+    # A reader's committed ID only grows: reading it before the transaction is safe.
+    done = [pipe.hget(reader, "committed_id") for reader in params.readers]
+    return Prior(
+        lost_at=lost_at.decode() if lost_at else None, max_event_us=int(prev_max) if prev_max else None,
+        sets_closed_below_ms=int(collapsed or 0),
+        server_max={srv: int(v) for srv, v in zip(params.servers, prev_servers, strict=True) if v},
+        final_players=_final_player_counts(client, keys, params, int(collapsed or 0), s.watermark_ms),
+        late_top=parse_entry_id(top[0][0]) if top else (0, 0),
+        readers_done=tuple(parse_entry_id(d) if d else (0, 0) for d in done))
+
+
+def plan_commit(s: BatchSummary, params: Params, prior: Prior, now_ms: int) -> BatchWrites:
+    """The batch's writes, decided from the batch and what Redis held before it: pure."""
+    known = [v for v in (s.max_event_us, prior.max_event_us) if v is not None]
+    running_max = max(known) if known else None
+    if s.next_watermark_ms is not None:  # per-server: combined from each input's watermark by the sink
+        next_wm = max(s.watermark_ms, s.next_watermark_ms)
+    else:
+        next_wm = next_watermark(s.watermark_ms, running_max, params.delay_ms)
+    record = batch_record(s, next_wm, running_max, params.delay_ms)
+    if params.per_server:
+        driver = policy_max({k: event_ms(v) for k, v in prior.server_max.items()}, params.servers, params.policy)
+    else:
+        driver = event_ms(prior.max_event_us) if prior.max_event_us is not None else None
+    server_max = dict(prior.server_max)
+    for srv, st in s.servers.items():
+        top = st.input_max_us(params.idle_timeout_ms is not None)
+        if srv in params.servers and top is not None:
+            server_max[srv] = max(top, server_max.get(srv, top))
+    # Entries before this batch's start are in a batch Spark has committed, and so are those below every
+    # other reader's committed ID: safe to trim.
+    keep_from = min(parse_entry_id(s.start_id), (s.batch_ts_ms - keep_ms(s, params), 0), *prior.readers_done)
+    state = {
+        "last_batch": s.batch_id, "watermark_ms": s.watermark_ms, "next_watermark_ms": next_wm,
+        "max_event_us": running_max if running_max is not None else "",
+        **{total_field("max_event_us", srv): v for srv, v in server_max.items()},
+        **({"server_watermarks": json.dumps(s.server_watermarks, sort_keys=True)}
+           if s.server_watermarks is not None else {}),
+        "delay_ms": params.delay_ms, "committed_id": s.end_id, "lost_at_batch": prior.lost_at or "",
+        "stopped_ms": "",  # running again
+        "sets_closed_below_ms": max(s.watermark_ms, prior.sets_closed_below_ms),
+        "params": json.dumps(params.semantic(), sort_keys=True), "trigger_ms": params.trigger_ms,
+        "updated_ms": now_ms,
+    }
+    return BatchWrites(
+        batch_id=s.batch_id, end_id=s.end_id, totals=_totals(s, record), servers=tuple(s.servers),
+        seen={srv: st.max_ingest_us // 1000 for srv, st in s.servers.items() if st.max_ingest_us is not None},
+        tradeoff=_tradeoff_counts(s.windows, driver), windows=s.windows, final_players=prior.final_players,
+        windows_end_below_ms=next_wm - params.retention_ms - params.window_ms,
+        late=[e for e in s.late_events if parse_entry_id(e.entry_id) > prior.late_top], bad=s.bad,
+        record=record, state=state,
+        trim_below=f"{keep_from[0]}-{keep_from[1]}" if params.trims and keep_from > (0, 0) else None)
+
+
+def _totals(s: BatchSummary, record: dict) -> dict[str, int]:
+    """The increments of ``{ns}:totals``: overall, per server and per quarantine reason."""
+    totals: dict[str, int] = {"input": s.input, "parsed": s.parsed, "quarantined": len(s.bad),
+                              "events": record["events"], "dropped": record["dropped"], "late": record["late"],
+                              "ticks": s.ticks}
+    for name, st in s.servers.items():
+        for metric in ("events", "dropped", "late", "rows", "ticks"):
+            totals[total_field(metric, name)] = getattr(st, metric)
+    for reason, n in record["bad"].items():
+        totals[total_field("bad", reason)] = n
+    return totals
+
+
+def apply_writes(pipe: redis.client.Pipeline, keys: KeySchema, w: BatchWrites, params: Params) -> None:
+    """Queue the batch's writes in the transaction (after ``multi()``); the caller executes it."""
+    ttl_s = params.ttl_s
+    for f, n in w.totals.items():
+        if n:
+            pipe.hincrby(keys.totals, f, n)
+    if w.servers:
+        pipe.sadd(keys.servers, *w.servers)
+        pipe.expire(keys.servers, ttl_s)
+    if w.seen:
+        pipe.hset(keys.seen, mapping=w.seen)
+        pipe.expire(keys.seen, ttl_s)
+    if w.tradeoff:
+        pipe.hset(keys.tradeoff, GRID_FIELD, json.dumps(GRID_MS))
+        for f, n in w.tradeoff.items():
+            pipe.hincrby(keys.tradeoff, f, n)
+        pipe.expire(keys.tradeoff, ttl_s)
+    _queue_windows(pipe, keys, w, ttl_s)
+    _queue_kept(pipe, keys, w, params)
+    bkey = keys.batch(w.batch_id)
+    pipe.hset(bkey, "sink", json.dumps(w.record, separators=(",", ":")))
+    pipe.expire(bkey, ttl_s)
+    pipe.zadd(keys.batches, {str(w.batch_id): w.batch_id})
+    pipe.zremrangebyscore(keys.batches, "-inf", f"({w.batch_id - params.progress_history + 1}")
+    pipe.expire(keys.batches, ttl_s)
+    pipe.hset(keys.state, mapping=w.state)
+    if w.trim_below is not None:
+        trim_counted(pipe, keys, w.trim_below)
+    pipe.xadd(keys.commits, {"batch": w.batch_id, "end_id": w.end_id}, maxlen=1000, approximate=True)
+
+
+def _queue_windows(pipe: redis.client.Pipeline, keys: KeySchema, w: BatchWrites, ttl_s: int) -> None:
+    index: dict[str, int] = {}
+    for win in w.windows:
+        wk = win.key
+        hkey = keys.window(wk)
+        for f, n in (("events", win.events), ("dropped", win.dropped), ("late", win.late)):
+            if n:
+                pipe.hincrby(hkey, f, n)
+        pipe.expire(hkey, ttl_s)
+        if win.players:
+            pkey = keys.players(wk)
+            pipe.sadd(pkey, *win.players)
+            pipe.expire(pkey, ttl_s)
+        index[wk.member()] = wk.start_ms
+    if index:
+        pipe.zadd(keys.windows, index)
+    for wk, n in w.final_players.items():  # closed: the exact count stays, the set goes
+        pipe.hset(keys.window(wk), "players", n)
+        pipe.unlink(keys.players(wk))
+    pipe.zremrangebyscore(keys.windows, "-inf", f"({w.windows_end_below_ms}")
+    pipe.expire(keys.windows, ttl_s)
+
+
+def _queue_kept(pipe: redis.client.Pipeline, keys: KeySchema, w: BatchWrites, params: Params) -> None:
+    """The late events (exact ``MAXLEN``: ``totals.kept - XLEN`` is what the bound evicted) and the
+    quarantined entries, each under its input entry ID."""
+    for e in w.late:
+        pipe.xadd(keys.late, e.fields(), id=e.entry_id, maxlen=params.late_keep, approximate=False)
+    if w.late:
+        pipe.hincrby(keys.totals, "kept", len(w.late))
+        pipe.expire(keys.late, params.ttl_s)
+    for b in w.bad:
+        pipe.xadd(keys.dead, {"reason": b.reason, "detail": b.detail, "raw": b.raw, "batch": w.batch_id},
+                  id=b.entry_id)
+    if w.bad:
+        pipe.expire(keys.dead, params.ttl_s)
+
+
 def commit_batch(client: redis.Redis, keys: KeySchema, s: BatchSummary, params: Params,
                  now_ms: Callable[[], int] = lambda: int(time.time() * 1000)) -> bool:
-    """Apply the batch once. Returns False when it was already committed."""
-    ttl_s = params.ttl_s
+    """Apply the batch once: read what it depends on, decide its writes, apply them in one transaction
+    guarded by the batch id. Returns False when it was already committed."""
     with guarded(client, keys.state, s.batch_id) as pipe:
         if pipe is None:
             return False
-        server_fields = [total_field("max_event_us", srv) for srv in params.servers] if params.per_server else []
-        last, lost_at, prev_max, collapsed, *prev_servers = pipe.hmget(
-            keys.state, ["last_batch", "lost_at_batch", "max_event_us", "sets_closed_below_ms", *server_fields])
-        # No commit record, yet Spark ran batches before this one: Redis came back empty (a lane starts its
-        # record with its first batch, whenever it was added, so only the pipeline judges this).
-        if last is None and s.batch_id > 0 and params.trims:
-            lost_at = str(s.batch_id).encode()
-        final_players = _final_player_counts(client, keys, params, int(collapsed or 0), s.watermark_ms)
-        late_top = pipe.xrevrange(keys.late, count=1) if s.late_events else []
-        batch_max = s.max_event_us
-        known = [v for v in (batch_max, int(prev_max) if prev_max else None) if v is not None]
-        running_max = max(known) if known else None
-        if s.next_watermark_ms is not None:  # per-server: combined from each input's watermark by the sink
-            next_wm = max(s.watermark_ms, s.next_watermark_ms)
-        else:
-            next_wm = next_watermark(s.watermark_ms, running_max, params.delay_ms)
-        record = batch_record(s, next_wm, running_max, params.delay_ms)
-        server_max = {srv: int(v) for srv, v in zip(params.servers, prev_servers, strict=True) if v}
-        if params.per_server:
-            driver = policy_max({k: event_ms(v) for k, v in server_max.items()}, params.servers, params.policy)
-        else:
-            driver = event_ms(int(prev_max)) if prev_max else None
-        tradeoff = _tradeoff_counts(s.windows, driver)
-        for srv, st in s.servers.items():
-            top = st.input_max_us(params.idle_timeout_ms is not None)
-            if srv in params.servers and top is not None:
-                server_max[srv] = max(top, server_max.get(srv, top))
-        keep_from = min(parse_entry_id(s.start_id), (s.batch_ts_ms - keep_ms(s, params), 0))
-        for reader in params.readers:  # a reader's committed ID only grows: reading it early is safe
-            done = pipe.hget(reader, "committed_id")
-            keep_from = min(keep_from, parse_entry_id(done) if done else (0, 0))
-
+        writes = plan_commit(s, params, read_prior(pipe, client, keys, s, params), now_ms())
         pipe.multi()
-        totals: dict[str, int] = {"input": s.input, "parsed": s.parsed, "quarantined": len(s.bad),
-                                  "events": record["events"], "dropped": record["dropped"], "late": record["late"]}
-        for name, st in s.servers.items():
-            totals[total_field("events", name)] = st.events
-            totals[total_field("dropped", name)] = st.dropped
-            totals[total_field("late", name)] = st.late
-            totals[total_field("rows", name)] = st.rows
-            totals[total_field("ticks", name)] = st.ticks
-        totals["ticks"] = s.ticks
-        for reason, n in record["bad"].items():
-            totals[total_field("bad", reason)] = n
-        for f, n in totals.items():
-            if n:
-                pipe.hincrby(keys.totals, f, n)
-        if s.servers:
-            pipe.sadd(keys.servers, *s.servers)
-            pipe.expire(keys.servers, ttl_s)
-        seen = {srv: st.max_ingest_us // 1000 for srv, st in s.servers.items() if st.max_ingest_us is not None}
-        if seen:
-            pipe.hset(keys.seen, mapping=seen)
-            pipe.expire(keys.seen, ttl_s)
-        if tradeoff:
-            pipe.hset(keys.tradeoff, GRID_FIELD, json.dumps(GRID_MS))
-            for f, n in tradeoff.items():
-                pipe.hincrby(keys.tradeoff, f, n)
-            pipe.expire(keys.tradeoff, ttl_s)
-
-        index: dict[str, int] = {}
-        for w in s.windows:
-            wk = w.key
-            hkey = keys.window(wk)
-            for f, n in (("events", w.events), ("dropped", w.dropped), ("late", w.late)):
-                if n:
-                    pipe.hincrby(hkey, f, n)
-            pipe.expire(hkey, ttl_s)
-            if w.players:
-                pkey = keys.players(wk)
-                pipe.sadd(pkey, *w.players)
-                pipe.expire(pkey, ttl_s)
-            index[wk.member()] = wk.start_ms
-        if index:
-            pipe.zadd(keys.windows, index)
-        for wk, n in final_players.items():  # closed: the exact count stays, the set goes
-            pipe.hset(keys.window(wk), "players", n)
-            pipe.unlink(keys.players(wk))
-        # Windows that ended a whole retention before the watermark leave the index.
-        pipe.zremrangebyscore(keys.windows, "-inf", f"({next_wm - params.retention_ms - params.window_ms}")
-        pipe.expire(keys.windows, ttl_s)
-
-        queue_late(pipe, keys, s, late_top, params, ttl_s)
-        for b in s.bad:
-            pipe.xadd(keys.dead, {"reason": b.reason, "detail": b.detail, "raw": b.raw, "batch": s.batch_id},
-                      id=b.entry_id)
-        if s.bad:
-            pipe.expire(keys.dead, ttl_s)
-
-        bkey = keys.batch(s.batch_id)
-        pipe.hset(bkey, "sink", json.dumps(record, separators=(",", ":")))
-        pipe.expire(bkey, ttl_s)
-        pipe.zadd(keys.batches, {str(s.batch_id): s.batch_id})
-        pipe.zremrangebyscore(keys.batches, "-inf", f"({s.batch_id - params.progress_history + 1}")
-        pipe.expire(keys.batches, ttl_s)
-
-        pipe.hset(keys.state, mapping={
-            "last_batch": s.batch_id,
-            "watermark_ms": s.watermark_ms,
-            "next_watermark_ms": next_wm,
-            "max_event_us": running_max if running_max is not None else "",
-            **{total_field("max_event_us", srv): v for srv, v in server_max.items()},
-            **({"server_watermarks": json.dumps(s.server_watermarks, sort_keys=True)}
-               if s.server_watermarks is not None else {}),
-            "delay_ms": params.delay_ms,
-            "committed_id": s.end_id,
-            "lost_at_batch": lost_at or b"",
-            "stopped_ms": "",  # running again
-            "sets_closed_below_ms": max(s.watermark_ms, int(collapsed or 0)),
-            "params": json.dumps(params.semantic(), sort_keys=True),
-            "trigger_ms": params.trigger_ms,
-            "updated_ms": now_ms(),
-        })
-        # Entries before this batch's start are in a batch Spark has committed (and so are those below
-        # every follower lane's committed ID): safe to trim.
-        if params.trims and keep_from > (0, 0):
-            trim_counted(pipe, keys, f"{keep_from[0]}-{keep_from[1]}")
-        pipe.xadd(keys.commits, {"batch": s.batch_id, "end_id": s.end_id}, maxlen=1000, approximate=True)
+        apply_writes(pipe, keys, writes, params)
         pipe.execute()
     return True
 

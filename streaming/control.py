@@ -1,8 +1,8 @@
 """The lab's control plane: what the presenter asks for, and what the generator applied.
 
-The dashboard's "Lab control" page (or ``python -m streaming.control``) writes
+The dashboard's "Lab control" page (or ``wm-control``) writes
 the request into ``{ns}:control``; the generator in follow mode
-(``python -m streaming.generator --follow``, see ``streaming.follow``) polls it
+(``wm-generator --follow``, see ``streaming.follow``) polls it
 and reports what it applied in ``{ns}:generator``. Both sides go through this
 module, so the field names and their text forms live in one place. No pyspark:
 the dashboard imports it.
@@ -240,7 +240,7 @@ def _delay(text: str) -> int:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
-        prog="python -m streaming.control",
+        prog="wm-control",
         description="Show or change what the lab's generator runs and the watermark delay the job should use "
                     "(REDIS_URL, PIPELINE_NAMESPACE from the environment).",
         epilog=scenarios_help(),

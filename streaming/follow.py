@@ -1,6 +1,6 @@
 """Generator follow mode: write whatever scenario ``{ns}:control`` asks for, and say what was applied.
 
-``python -m streaming.generator --follow`` runs :class:`Follower`. Between
+``wm-generator --follow`` runs :class:`Follower`. Between
 write chunks (at least every :data:`CHECK_EVERY_US` of its clock) it reads the
 control hash; a new scenario or rate restarts the :class:`Simulator` from the
 current time with the next seed, ``stopped`` pauses writing, and ``running``

@@ -14,7 +14,7 @@ Two layers, so tests and replays never sleep:
 * :class:`StreamWriter` XADDs every event whose arrival time has come on an
   injected :class:`Clock`, many per round trip, then sleeps until the next one.
 
-``python -m streaming.generator --scenario overseas-lag --rate 1000``; see
+``wm-generator --scenario overseas-lag --rate 1000``; see
 ``--help``. With ``--follow`` it runs whatever ``{ns}:control`` asks for
 (``streaming.follow``). Scenarios live in :data:`SCENARIOS`; a new one is a new
 :class:`Scenario` value, usually :meth:`Scenario.replace_server` of an old one.
@@ -917,7 +917,7 @@ def _positive_int(text: str) -> int:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
-        prog="python -m streaming.generator",
+        prog="wm-generator",
         description="Simulated game servers writing events to the input Redis Stream (REDIS_URL, "
                     "PIPELINE_NAMESPACE from the environment).",
         epilog=scenarios_help(),
@@ -936,7 +936,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--batch-size", type=_positive_int, default=2_000, help="max XADDs per round trip (default: 2000)")
     p.add_argument("--log-every", type=float, default=5.0, help="seconds between summary lines (default: 5)")
     p.add_argument("--follow", action="store_true",
-                   help="follow {namespace}:control (the dashboard's Lab control page, python -m streaming.control): "
+                   help="follow {namespace}:control (the dashboard's Lab control page, wm-control): "
                         "--scenario and --rate only fill in what it does not set yet; a change of scenario or rate "
                         "restarts the simulation from now, stop pauses; status in {namespace}:generator")
     return p.parse_args(argv)

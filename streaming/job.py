@@ -1,4 +1,4 @@
-"""The live Spark job: ``python -m streaming.job``.
+"""The live Spark job: ``wm-job``.
 
 Reads configuration from the environment, refuses to continue a namespace
 built with a different window/slide/delay, then runs the query until stopped.
@@ -327,5 +327,10 @@ def exit_now(code: int) -> None:
     os._exit(code)
 
 
-if __name__ == "__main__":
+def run() -> None:
+    """The ``wm-job`` command."""
     exit_now(main())
+
+
+if __name__ == "__main__":
+    run()

@@ -63,7 +63,7 @@ key                                                type    contents
 ``{ns}:lanes``                                     hash    lab lane name -> JSON (namespace, mode,
                                                            policy, idle timeout); see ``streaming.lanes``
 ``{ns}:control``                                   hash    what the presenter asks for (dashboard's Lab
-                                                           control, ``python -m streaming.control``):
+                                                           control, ``wm-control``):
                                                            ``scenario``, ``rate``, ``generator``
                                                            (running|stopped), ``delay_ms``, ``rev``,
                                                            ``updated_ms``; see ``streaming.control``

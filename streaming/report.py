@@ -1,6 +1,6 @@
 """The check document: what Redis says the pipeline computed, in a form anyone can diff.
 
-``python -m streaming.report [--out OUT.json]`` writes it for the live
+``wm-report [--out OUT.json]`` writes it for the live
 pipeline; ``streaming.replay`` writes the same document for a replayed event
 set. A window is ``final`` when its end is at or below the watermark that will
 be in force for the next batch: no later event can change it.
@@ -169,7 +169,7 @@ def write_document(doc: dict, out: str | None) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m streaming.report", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="wm-report", description=__doc__.splitlines()[0])
     parser.add_argument("--out", help="write the JSON here instead of stdout")
     args = parser.parse_args(argv)
     try:

@@ -24,6 +24,8 @@ also as a presence row, for the online players), and for batch reads
 from __future__ import annotations
 
 import gc
+import os
+import sys
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -490,6 +492,13 @@ class RedisStreamReader(DataSourceStreamReader):
 
     def commit(self, end: dict) -> None:
         """Nothing to do: trimming by committed offset is the sink's job (it knows what is committed)."""
+
+    def stop(self) -> None:
+        """Spark stops a query's source runner by closing its socket: the runner's read ends in EOFError, after
+        which it would try to report that error on the closed socket and print a traceback on the job's
+        stderr (a stop is not an error). Called on the way out, with nothing left to do: leave quietly."""
+        if isinstance(sys.exc_info()[1], EOFError):
+            os._exit(0)
 
 
 class RedisStreamBatchReader(DataSourceReader):

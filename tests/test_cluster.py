@@ -74,9 +74,9 @@ def test_package_zip_is_importable_alone_and_named_by_content(tmp_path: Path) ->
     assert first.name.startswith("streaming-") and first.suffix == ".zip"
     # Only the zip on the path, run from elsewhere: how an executor's Python worker imports the source.
     probe = "import streaming.source as s, streaming.sink; print(s.__file__)"
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    out = subprocess.run([sys.executable, "-c", f"import sys; sys.path.insert(0, {str(first)!r}); {probe}"],
-                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    env = {**os.environ, "PYTHONPATH": str(first)}  # ahead of the installed package, as on an executor
+    out = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, env=env, capture_output=True, text=True,
+                         timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == str(first / "streaming" / "source.py")
 

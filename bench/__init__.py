@@ -1,0 +1,1 @@
+"""Benchmarks: the whole stack (``bench.stack``, console script ``wm-bench``) and its parts."""

@@ -1,0 +1,57 @@
+"""The pure half of a batch's commit (``streaming.commit.plan_commit``): what it writes, decided from the batch
+and what Redis held before it, as a table; no Redis."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from streaming.commit import BatchSummary, Params, Prior, ServerStats, WindowAgg, plan_commit
+from streaming.late import LateEvent
+
+T0 = 1_767_225_600_000
+PARAMS = Params(window_ms=60_000, slide_ms=60_000, delay_ms=10_000, stream_keep_ms=600_000)
+EMPTY = Prior(lost_at=None, max_event_us=None, sets_closed_below_ms=0, server_max={}, final_players={},
+              late_top=(0, 0), readers_done=())
+
+
+def batch(max_event_ms: int | None = T0 + 30_000, start_id: str = f"{T0 + 900_000}-0", **kw: object) -> BatchSummary:
+    st = ServerStats(rows=2, events=2, min_event_us=T0 * 1000,
+                     max_event_us=None if max_event_ms is None else max_event_ms * 1000,
+                     max_ingest_us=(T0 + 950_000) * 1000)
+    return BatchSummary(7, T0, T0 + 1_000_000, start_id, f"{T0 + 1_000_000}-0",
+                        [WindowAgg(T0, T0 + 60_000, "A", events=2, players={"p1"})], {"A": st}, [], **kw)
+
+
+@pytest.mark.parametrize(("s", "prior", "next_wm"), [
+    (batch(T0 + 30_000), EMPTY, T0 + 20_000),  # the batch's max - delay
+    (batch(T0 + 30_000), replace(EMPTY, max_event_us=(T0 + 50_000) * 1000), T0 + 40_000),  # the running max
+    (batch(T0 - 30_000), EMPTY, T0),  # never below the watermark in force
+    (batch(None), EMPTY, T0),  # no event: it stays
+    (batch(T0 + 30_000, next_watermark_ms=T0 + 5_000), EMPTY, T0 + 5_000),  # per-server: the sink's combination
+])
+def test_the_next_watermark(s: BatchSummary, prior: Prior, next_wm: int) -> None:
+    w = plan_commit(s, PARAMS, prior, now_ms=1)
+    assert w.state["next_watermark_ms"] == next_wm and w.record["next_watermark_ms"] == next_wm
+    assert w.windows_end_below_ms == next_wm - PARAMS.retention_ms - PARAMS.window_ms
+
+
+@pytest.mark.parametrize(("params", "readers", "trim_below"), [
+    (PARAMS, (), f"{T0 + 400_000}-0"),  # ten minutes of arrival before the batch time
+    (PARAMS, ((T0 + 300_000, 4),), f"{T0 + 300_000}-4"),  # a reader behind that: kept for it
+    (PARAMS, ((T0 + 990_000, 0),), f"{T0 + 400_000}-0"),  # a reader ahead changes nothing
+    (PARAMS, ((0, 0),), None),  # a reader that has committed nothing: nothing is trimmed
+    (replace(PARAMS, trims=False), (), None),  # a lane leaves the trim to its parent
+])
+def test_the_trim_keeps_what_every_reader_needs(params: Params, readers: tuple, trim_below: str | None) -> None:
+    assert plan_commit(batch(), params, replace(EMPTY, readers_done=readers), now_ms=1).trim_below == trim_below
+
+
+def test_late_events_above_the_newest_kept_and_the_state_fields() -> None:
+    late = [LateEvent(f"{T0 + 950_000}-{i}", "A", "p1", None, T0 * 1000, 7, T0) for i in range(3)]
+    w = plan_commit(batch(late_events=late), PARAMS, replace(EMPTY, late_top=(T0 + 950_000, 0), lost_at="3"),
+                    now_ms=42)
+    assert [e.entry_id for e in w.late] == [f"{T0 + 950_000}-1", f"{T0 + 950_000}-2"]
+    assert w.state["lost_at_batch"] == "3" and w.state["updated_ms"] == 42 and w.state["committed_id"] == w.end_id
+    assert w.totals["events"] == 2 and w.totals["events|A"] == 2 and w.seen == {"A": T0 + 950_000}
