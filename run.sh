@@ -50,8 +50,8 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
 fi
 # shellcheck disable=SC1091
 source .venv/bin/activate
-# PYSPARK_PYTHON is left to streaming.query.build_session (set it to override): the venv's interpreter,
-# started through streaming/spark-worker-python on a local master so workers skip Spark's pyspark.zip.
+# PYSPARK_PYTHON is left to watermark.spark.query.build_session (set it to override): the venv's interpreter,
+# started through watermark/spark/spark-worker-python on a local master so workers skip Spark's pyspark.zip.
 export PYSPARK_DRIVER_PYTHON="$PWD/.venv/bin/python"
 # Local Spark binds to 127.0.0.1; on a cluster the driver needs an address the workers can reach.
 case "${SPARK_MASTER:-local}" in local|local\[*) export SPARK_LOCAL_IP=${SPARK_LOCAL_IP:-127.0.0.1} ;; esac
@@ -74,7 +74,11 @@ case "${1:-run}" in
             exit 1
           fi
         fi
-        ruff check . && exec python -m pytest "$@" ;;
+        ruff check .
+        # The floors (.importlinter): its report only when a contract is broken.
+        imports=$(lint-imports --no-cache 2>&1) || { echo "$imports" >&2; exit 1; }
+        mypy  # the pure core (pyproject.toml)
+        exec python -m pytest "$@" ;;
   setup) echo "ready: .venv" ;;
   *) echo "usage: ./run.sh [run|test|setup]" >&2; exit 2 ;;
 esac

@@ -2,10 +2,12 @@
 
     python bench/generator_rate.py [--count 1000000] [--scenario overseas-lag]
 
-Three figures: simulation alone (``Simulator.records``, what the writer
+Four figures: simulation alone (``Simulator.records``, what the writer
 consumes, plus the public ``(arrival, Event)`` iterator), simulation + XADD as
-fast as possible (``--rate 0``), and a paced run at ``--paced-rate`` on the real
-clock, which shows whether that rate is sustained (achieved rate and lag).
+fast as possible (``--rate 0``) by the writer's hand-packed RESP and, side by
+side, through redis-py's public pipeline API, and a paced run at
+``--paced-rate`` on the real clock, which shows whether that rate is sustained
+(achieved rate and lag).
 """
 
 from __future__ import annotations
@@ -18,8 +20,8 @@ import time
 
 import redis  # noqa: E402
 
-from streaming.generator import SCENARIOS, RealClock, Simulator, write  # noqa: E402
-from streaming.redis_server import RedisServer  # noqa: E402
+from watermark.apps.generator import SCENARIOS, RealClock, Simulator, write  # noqa: E402
+from watermark.store.redis_server import RedisServer  # noqa: E402
 
 
 def rate_of(n: int, seconds: float) -> str:
@@ -55,6 +57,28 @@ def bench_write(client: redis.Redis, scenario: str, count: int, start_us: int, b
         print(f"{label:<30} {rate_of(stats.written, elapsed)}; CPU {cpu / count * 1e6:.2f} us/event here, "
               f"{rcpu / count * 1e6:.2f} in redis-server")
         client.delete(key)
+
+
+def bench_public_api(client: redis.Redis, scenario: str, count: int, start_us: int, batch_size: int) -> None:
+    """The same events through redis-py's public API (a non-transactional pipeline of XADDs per batch), the
+    alternative to the writer's hand-packed RESP: side by side with ``bench_write``."""
+    key = f"bench:{scenario}:public"
+    client.delete(key)
+    events = Simulator(scenario, seed=1, start_us=start_us, rate=0, count=count)
+    t, cpu, rcpu = time.perf_counter(), time.process_time(), redis_cpu_s(client)
+    pipe, n = client.pipeline(transaction=False), 0
+    for _, ev in events:
+        pipe.xadd(key, ev.fields())
+        n += 1
+        if n % batch_size == 0:
+            pipe.execute()
+    pipe.execute()
+    elapsed = time.perf_counter() - t
+    cpu, rcpu = time.process_time() - cpu, redis_cpu_s(client) - rcpu
+    assert client.xlen(key) == count
+    print(f"{'generation + XADD (public)':<30} {rate_of(count, elapsed)}; CPU {cpu / count * 1e6:.2f} us/event here, "
+          f"{rcpu / count * 1e6:.2f} in redis-server")
+    client.delete(key)
 
 
 def bench_paced(client: redis.Redis, rate: int, seconds: float, batch_size: int) -> None:
@@ -100,6 +124,7 @@ def main() -> int:
         try:
             client = redis.Redis.from_url(server.url)
             bench_write(client, args.scenario, args.count, start_us, args.batch_size)
+            bench_public_api(client, args.scenario, args.count, start_us, args.batch_size)
             if args.paced_rate:
                 bench_paced(client, args.paced_rate, args.paced_seconds, args.batch_size)
             client.close()

@@ -42,12 +42,12 @@ os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
 import redis  # noqa: E402
 
-from streaming.config import Config  # noqa: E402
-from streaming.events import parse_entry_id  # noqa: E402
-from streaming.generator import Simulator, write  # noqa: E402
-from streaming.keys import KeySchema  # noqa: E402
-from streaming.redis_server import RedisServer  # noqa: E402
-from streaming.report import read_batches, wait_for_commit  # noqa: E402
+from watermark.apps.generator import Simulator, write  # noqa: E402
+from watermark.schema.config import Config  # noqa: E402
+from watermark.schema.events import parse_entry_id  # noqa: E402
+from watermark.schema.keys import KeySchema  # noqa: E402
+from watermark.store.redis_server import RedisServer  # noqa: E402
+from watermark.store.report import read_batches, wait_for_commit  # noqa: E402
 
 
 @contextmanager
@@ -89,7 +89,7 @@ def drain_rate(url: str, keys: KeySchema, chunk: int = 10_000) -> tuple[int, flo
 
 def warm_up(spark, cfg: Config, n: int = 20_000) -> None:  # noqa: ANN001
     """A short run first, as a long-lived job would have had: Python workers started, the JVM's JIT warm."""
-    from streaming.query import start_query
+    from watermark.spark.query import start_query
 
     preload(redis.Redis.from_url(cfg.redis_url), KeySchema(cfg.namespace), n)
     query = start_query(spark, cfg, trigger_ms=0)
@@ -99,7 +99,7 @@ def warm_up(spark, cfg: Config, n: int = 20_000) -> None:  # noqa: ANN001
 
 def throughput(spark, cfg: Config, n: int) -> tuple[float, list[str]]:  # noqa: ANN001
     """Seconds from starting the query to all ``n`` events committed, and where each batch was aggregated."""
-    from streaming.query import start_query
+    from watermark.spark.query import start_query
 
     t = time.perf_counter()
     query = start_query(spark, cfg, trigger_ms=0)
@@ -113,13 +113,13 @@ def throughput(spark, cfg: Config, n: int) -> tuple[float, list[str]]:  # noqa: 
 
 
 def freshness(spark, cfg: Config, rate: int, seconds: int) -> dict:  # noqa: ANN001
-    from streaming.query import start_query
+    from watermark.spark.query import start_query
 
     keys = KeySchema(cfg.namespace)
     client = redis.Redis.from_url(cfg.redis_url, socket_timeout=120)
     query = start_query(spark, cfg)  # the live trigger
     env = {**os.environ, "PYTHONPATH": str(ROOT), "REDIS_URL": cfg.redis_url, "PIPELINE_NAMESPACE": cfg.namespace}
-    gen = subprocess.run([sys.executable, "-m", "streaming.generator", "--scenario", "steady", "--rate", str(rate),
+    gen = subprocess.run([sys.executable, "-m", "watermark.apps.generator", "--scenario", "steady", "--rate", str(rate),
                           "--count", str(rate * seconds), "--seed", "3", "--log-every", "60"],
                          env=env, cwd=ROOT, capture_output=True, text=True)
     assert gen.returncode == 0, gen.stderr
@@ -177,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--only", choices=("all", "throughput", "freshness"), default="all",
                    help="one measure alone, without the dashboard load (bench/compare.py uses it)")
     args = p.parse_args(argv)
-    from streaming.query import build_session
+    from watermark.spark.query import build_session
 
     results: dict = {"machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
                                  "platform": platform.platform(), "when": time.strftime("%Y-%m-%d %H:%M UTC",

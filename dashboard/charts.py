@@ -21,9 +21,9 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from dashboard.data import BatchPoint, WindowRow
-from streaming.commit import Lag
-from streaming.presence_rollup import Minute
-from streaming.presence_store import OnlinePoint
+from watermark.rules.presence_rollup import Minute
+from watermark.store.commit import Lag
+from watermark.store.presence_store import OnlinePoint
 
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
            "#17becf")

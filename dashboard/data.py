@@ -1,6 +1,6 @@
 """What the dashboard shows, read from Redis in three pipelined round trips, never written.
 
-Only ``streaming.keys`` decides key names and only read commands are sent, so
+Only ``watermark.schema.keys`` decides key names and only read commands are sent, so
 the dashboard can run with a read-only Redis user. No Streamlit here: the pages
 cache :func:`read_snapshot` per refresh tick (``dashboard.ui``), and tests call
 it directly against a real Redis.
@@ -15,11 +15,11 @@ from dataclasses import dataclass, field
 
 import redis
 
-from streaming.commit import ServerStats
-from streaming.events import parse_entry_id
-from streaming.keys import KeySchema, WindowKey, parse_total_field
-from streaming.presence_store import OnlineView, online_view, queue_online_reads
-from streaming.report import WindowRow, queue_window_reads, window_rows
+from watermark.schema.events import parse_entry_id
+from watermark.schema.keys import KeySchema, WindowKey, parse_total_field
+from watermark.store.commit import ServerStats
+from watermark.store.presence_store import OnlineView, online_view, queue_online_reads
+from watermark.store.report import WindowRow, queue_window_reads, window_rows
 
 MAX_BATCHES = 7_200  # the 60-minute range at the default 500 ms trigger
 """At most this many batch records per read (an hour at a 1 s trigger)."""
@@ -77,7 +77,7 @@ class BatchPoint:
 
 def _entries_per_s(rows_per_s: float | None, entries: int, rows: int | None) -> float | None:
     """Spark's rates count its input rows, which are not the stream's entries: each source partition returns
-    its accepted events as partial aggregate rows (streaming.partial), and in per-server mode every input
+    its accepted events as partial aggregate rows (watermark.spark.partial), and in per-server mode every input
     scans the stream again. Both rates divide the batch's rows by a duration, so the batch's entries per row
     turn them into entries per second."""
     if rows_per_s is None or rows is None:

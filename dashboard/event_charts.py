@@ -13,8 +13,8 @@ from collections.abc import Sequence
 import plotly.graph_objects as go
 
 from dashboard.charts import WALL_CLOCK, WATERMARK, _layout, ts
-from streaming.eventview import STATUS_LABELS, EventPoint, Status, Step, window_boundaries
-from streaming.windows import Verdict
+from watermark.rules.eventview import STATUS_LABELS, EventPoint, Status, Step, window_boundaries
+from watermark.rules.windows import Verdict
 
 STATUS_COLORS: dict[Status, str] = {
     Status.ON_TIME: "#2ca02c",

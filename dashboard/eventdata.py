@@ -15,10 +15,10 @@ from dataclasses import dataclass
 
 import redis
 
-from streaming.events import IDLE_KIND, BadEntry, Event, parse_entry, parse_entry_id
-from streaming.eventview import BatchSpan, EventPoint, Status, Step, count_statuses, judge, watermark_steps
-from streaming.keys import KeySchema
-from streaming.late import LateEvent
+from watermark.rules.eventview import BatchSpan, EventPoint, Status, Step, count_statuses, judge, watermark_steps
+from watermark.rules.late import LateEvent
+from watermark.schema.events import IDLE_KIND, BadEntry, Event, parse_entry, parse_entry_id
+from watermark.schema.keys import KeySchema
 
 MAX_POINTS = 20_000
 """At most this many stream entries per read; the newest in the range are kept."""

@@ -17,7 +17,7 @@ from dashboard.charts import PALETTE, WALL_CLOCK, _layout, _time_axis, server_co
 from dashboard.data import BatchPoint, Snapshot
 from dashboard.lanes import Lane
 from dashboard.status import Level, Status, clock, human_ms
-from streaming.tradeoff import Tradeoff
+from watermark.rules.tradeoff import Tradeoff
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """Which pipelines the dashboard can show: the configured one and the lab lanes the job runs beside it.
 
 Read commands only. The job registers its lanes in ``{ns}:lanes``
-(``streaming.job.register_lanes``); each lane is a whole pipeline in its own
+(``watermark.apps.job.register_lanes``); each lane is a whole pipeline in its own
 namespace reading the parent's input stream, so every page can show it.
 """
 
@@ -12,9 +12,9 @@ from dataclasses import dataclass
 
 import redis
 
-from streaming.idleness import IdleDecision
-from streaming.keys import KeySchema
-from streaming.tradeoff import Tradeoff
+from watermark.rules.idleness import IdleDecision
+from watermark.rules.tradeoff import Tradeoff
+from watermark.schema.keys import KeySchema
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from dashboard.data import Snapshot
-from streaming.timeutil import iso_from_ms
+from watermark.schema.timeutil import iso_from_ms
 
 STALE_TRIGGERS = 5
 """No commit for this many trigger intervals (and at least :data:`STALE_MIN_MS`) is worth saying."""

@@ -21,9 +21,9 @@ from dashboard.data import Snapshot, read_snapshot
 from dashboard.eventdata import EventRange, read_events
 from dashboard.lanes import MAIN, Lane, read_lanes
 from dashboard.status import Level, Status, assess, clock, human_ms, unreachable
-from streaming.config import Config, ConfigError, redact_url
-from streaming.control import Control, GeneratorStatus, read_lab, write_control
-from streaming.keys import KeySchema
+from watermark.apps.control import Control, GeneratorStatus, read_lab, write_control
+from watermark.schema.config import Config, ConfigError, redact_url
+from watermark.schema.keys import KeySchema
 
 log = logging.getLogger("dashboard")
 

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from streaming.redis_server import RedisServer
+from watermark.store.redis_server import RedisServer
 
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -37,8 +37,8 @@ def r(redis_url: str) -> Iterator[redis.Redis]:
 
 @pytest.fixture(scope="session")
 def spark(redis_url: str):  # noqa: ANN201 - SparkSession, imported lazily
-    from streaming.config import Config
-    from streaming.query import build_session
+    from watermark.schema.config import Config
+    from watermark.spark.query import build_session
 
     session = build_session(Config(redis_url=redis_url, spark_master="local[2]"), app_name="tests", ui=False)
     yield session

@@ -14,11 +14,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from streaming.config import Config
-from streaming.events import Event
-from streaming.generator import generate
-from streaming.replay import ReplayBatch, replay
-from streaming.timeutil import iso_from_us
+from watermark.apps.generator import generate
+from watermark.apps.replay import ReplayBatch, replay
+from watermark.schema.config import Config
+from watermark.schema.events import Event
+from watermark.schema.timeutil import iso_from_us
 
 BAD_PAYLOADS = (b"{not json", b'{"server": "A"}', b'{"server": "B", "player_id": "p1", "event_time": "yesterday"}')
 

@@ -18,12 +18,12 @@ import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from streaming.config import Config, ConfigError
-from streaming.events import NO_RULES, BadEntry, Event, Rules, parse_entry
-from streaming.idleness import IdleDecision
-from streaming.keys import KeySchema
-from streaming.source import to_record_batch
-from streaming.timeutil import iso_from_us
+from watermark.rules.idleness import IdleDecision
+from watermark.schema.config import Config, ConfigError
+from watermark.schema.events import NO_RULES, BadEntry, Event, Rules, parse_entry
+from watermark.schema.keys import KeySchema
+from watermark.schema.timeutil import iso_from_us
+from watermark.spark.source import to_record_batch
 
 INGEST_MS = 1_795_000_000_000
 SECRET = b"the job's secret, 32 bytes long."
@@ -235,7 +235,7 @@ def test_every_entry_becomes_exactly_the_row_the_parser_says(batch: list[dict[by
 
 
 def test_well_formed_events_take_the_fast_path_with_the_same_result() -> None:
-    from streaming.generator import generate
+    from watermark.apps.generator import generate
 
     events = generate("late-burst", seed=2, start_us=(INGEST_MS - 60_000) * 1000, rate=100, count=2_000)
     batch = [{b"e": ev.payload()} for _, ev in events]
@@ -275,7 +275,7 @@ def test_the_query_accounts_for_every_entry(spark_query: dict, batch: list[dict[
 
 @pytest.fixture(scope="module")
 def spark_query(spark, redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> dict:  # noqa: ANN001
-    from streaming.query import start_query
+    from watermark.spark.query import start_query
 
     ns = f"fuzz-{uuid.uuid4().hex[:8]}"
     cfg = Config(redis_url=redis_url, embedded_redis=False, namespace=ns, window_ms=60_000, slide_ms=60_000,

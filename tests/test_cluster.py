@@ -17,16 +17,16 @@ from pathlib import Path
 import pytest
 import redis
 
-from streaming.cluster import PACKAGE_DIR, is_local_master, package_zip
-from streaming.generator import generate
-from streaming.keys import KeySchema
-from streaming.redis_server import free_port
-from streaming.report import build_document, wait_for_commit
-from streaming.timeutil import iso_from_us
 from tests.oracle import T0_MS, oracle
 from tests.procs import Proc
 from tests.seed import arrival_ids
 from tests.test_exactly_once import load
+from watermark.apps.generator import generate
+from watermark.schema.keys import KeySchema
+from watermark.schema.timeutil import iso_from_us
+from watermark.spark.cluster import PACKAGE_DIR, is_local_master, package_zip
+from watermark.store.redis_server import free_port
+from watermark.store.report import build_document, wait_for_commit
 
 MASTER = "org.apache.spark.deploy.master.Master"
 WORKER = "org.apache.spark.deploy.worker.Worker"
@@ -71,18 +71,18 @@ def test_which_masters_run_executors_elsewhere(master: str, local: bool) -> None
 def test_package_zip_is_importable_alone_and_named_by_content(tmp_path: Path) -> None:
     first, again = package_zip(out_dir=tmp_path / "a"), package_zip(out_dir=tmp_path / "b")
     assert first.name == again.name and first.read_bytes() == again.read_bytes()  # same code, same file
-    assert first.name.startswith("streaming-") and first.suffix == ".zip"
+    assert first.name.startswith("watermark-") and first.suffix == ".zip"
     # Only the zip on the path, run from elsewhere: how an executor's Python worker imports the source.
-    probe = "import streaming.source as s, streaming.sink; print(s.__file__)"
+    probe = "import watermark.spark.source as s, watermark.spark.sink; print(s.__file__)"
     env = {**os.environ, "PYTHONPATH": str(first)}  # ahead of the installed package, as on an executor
     out = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, env=env, capture_output=True, text=True,
                          timeout=120)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == str(first / "streaming" / "source.py")
+    assert out.stdout.strip() == str(first / "watermark" / "spark" / "source.py")
 
-    changed = tmp_path / "copy" / "streaming"
+    changed = tmp_path / "copy" / "watermark"
     shutil.copytree(PACKAGE_DIR, changed, ignore=shutil.ignore_patterns("__pycache__"))
-    (changed / "windows.py").write_text((changed / "windows.py").read_text() + "\n# changed\n")
+    (changed / "rules" / "windows.py").write_text((changed / "rules" / "windows.py").read_text() + "\n# changed\n")
     assert package_zip(changed, out_dir=tmp_path / "a").name != first.name  # new code, new name: shipped anew
 
 
@@ -149,7 +149,7 @@ def start_job(name: str, redis_url: str, master: str, entries: list[tuple[str, b
         "MAX_FUTURE_SKEW": "off", "MAX_EVENTS_PER_BATCH": str(BATCH_CAP), "TRIGGER_INTERVAL": "200ms",
         "SPARK_MASTER": master, "RETENTION": "36500d",
     }
-    return keys, Proc.python(name, ["streaming.job"], env, tmp_path)
+    return keys, Proc.python(name, ["watermark.apps.job"], env, tmp_path)
 
 
 @pytest.mark.spark
@@ -189,4 +189,4 @@ def test_job_on_a_standalone_cluster_matches_local_mode_and_the_oracle(
     assert [w["state"] for w in master["workers"]] == ["ALIVE"]
     assert [e["appid"] for e in worker["executors"]] == [apps[0]["id"]], worker
     app_dir = spark_cluster.work_dir / apps[0]["id"]
-    assert len(list(app_dir.glob("*/streaming-*.zip"))) == 1, sorted(p.name for p in app_dir.rglob("*"))
+    assert len(list(app_dir.glob("*/watermark-*.zip"))) == 1, sorted(p.name for p in app_dir.rglob("*"))

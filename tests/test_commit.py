@@ -9,7 +9,8 @@ from dataclasses import replace
 import pytest
 import redis
 
-from streaming.commit import (
+from watermark.schema.keys import KeySchema, WindowKey
+from watermark.store.commit import (
     BadRow,
     BatchSummary,
     Lag,
@@ -20,8 +21,7 @@ from streaming.commit import (
     check_params,
     commit_batch,
 )
-from streaming.keys import KeySchema, WindowKey
-from streaming.report import build_document
+from watermark.store.report import build_document
 
 PARAMS = Params(window_ms=600_000, slide_ms=600_000, delay_ms=300_000)
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z in ms
@@ -143,7 +143,7 @@ def test_a_reader_held_back_keeps_what_it_still_needs(r: redis.Redis, keys: KeyS
 
 
 def test_wait_for_commit_answers_from_the_commits_stream(r: redis.Redis, keys: KeySchema) -> None:
-    from streaming.report import wait_for_commit
+    from watermark.store.report import wait_for_commit
 
     assert not wait_for_commit(r, keys, "1-0", timeout_s=0.05)  # nothing committed yet
     assert commit_batch(r, keys, summary(0, 0, T0), PARAMS)  # ends at entry 1-0
@@ -190,7 +190,7 @@ def test_an_empty_or_uneven_histogram_is_refused() -> None:
 ])
 def test_the_trim_keeps_ten_minutes_or_about_a_million_entries(start_id: str, end_id: str, entries: int,
                                                                kept_ms: int) -> None:
-    from streaming.commit import keep_ms
+    from watermark.store.commit import keep_ms
 
     s = BatchSummary(0, 0, T0, start_id, end_id, [], {"A": ServerStats(rows=entries)}, [])
     assert keep_ms(s, Params(60_000, 60_000, 0)) == kept_ms
@@ -199,7 +199,7 @@ def test_the_trim_keeps_ten_minutes_or_about_a_million_entries(start_id: str, en
 def test_a_closed_windows_players_become_its_count(r: redis.Redis, keys: KeySchema) -> None:
     """Once the watermark in force has passed a window's end, no batch adds a player to it: its set is replaced
     by its exact size, so memory holds sets for open windows only; readers see the same number either way."""
-    from streaming.report import read_windows
+    from watermark.store.report import read_windows
 
     assert commit_batch(r, keys, summary(0, 0, T0 + 1_000), PARAMS)  # players p1, p2 in [T0, T0 + 10 min)
     assert r.scard(keys.players(WindowKey(T0, T0 + 600_000, "A"))) == 2

@@ -1,4 +1,4 @@
-"""The pure half of a batch's commit (``streaming.commit.plan_commit``): what it writes, decided from the batch
+"""The pure half of a batch's commit (``watermark.store.commit.plan_commit``): what it writes, decided from the batch
 and what Redis held before it, as a table; no Redis."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ from dataclasses import replace
 
 import pytest
 
-from streaming.commit import BatchSummary, Params, Prior, ServerStats, WindowAgg, plan_commit
-from streaming.late import LateEvent
+from watermark.rules.late import LateEvent
+from watermark.store.commit import BatchSummary, Params, Prior, ServerStats, WindowAgg, plan_commit
 
 T0 = 1_767_225_600_000
 PARAMS = Params(window_ms=60_000, slide_ms=60_000, delay_ms=10_000, stream_keep_ms=600_000)

@@ -17,8 +17,8 @@ from urllib.parse import urlsplit
 import pytest
 import redis
 
-from streaming.config import ConfigError
-from streaming.control import (
+from tests.test_generator import no_sleeping
+from watermark.apps.control import (
     Control,
     GeneratorStatus,
     main,
@@ -27,12 +27,12 @@ from streaming.control import (
     seed_control,
     write_control,
 )
-from streaming.follow import Follower
-from streaming.generator import ManualClock, Simulator, record_payload
-from streaming.keys import KeySchema
-from streaming.redis_conn import connect
-from streaming.timeutil import parse_iso_us
-from tests.test_generator import no_sleeping
+from watermark.apps.follow import Follower
+from watermark.apps.generator import ManualClock, Simulator, record_payload
+from watermark.schema.config import ConfigError
+from watermark.schema.keys import KeySchema
+from watermark.schema.timeutil import parse_iso_us
+from watermark.store.redis_conn import connect
 
 START = parse_iso_us("2026-01-01T00:00:00Z")
 S = 1_000_000

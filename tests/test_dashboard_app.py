@@ -18,12 +18,12 @@ from pyspark.sql import SparkSession
 from streamlit.testing.v1 import AppTest
 
 from dashboard.data import read_snapshot
-from streaming.events import parse_entry_id
-from streaming.keys import KeySchema, WindowKey
-from streaming.redis_server import free_port
-from streaming.report import read_batches
 from tests.oracle import oracle, to_ms
 from tests.seed import Seeded, seed_pipeline
+from watermark.schema.events import parse_entry_id
+from watermark.schema.keys import KeySchema, WindowKey
+from watermark.store.redis_server import free_port
+from watermark.store.report import read_batches
 
 pytestmark = pytest.mark.spark
 APP = str(Path(__file__).resolve().parent.parent / "dashboard" / "app.py")

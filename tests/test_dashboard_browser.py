@@ -21,11 +21,11 @@ from pathlib import Path
 import pytest
 import redis
 
-from streaming.keys import KeySchema
-from streaming.redis_server import free_port
-from streaming.report import wait_for_commit
 from tests.oracle import oracle
 from tests.procs import ROOT, Proc
+from watermark.schema.keys import KeySchema
+from watermark.store.redis_server import free_port
+from watermark.store.report import wait_for_commit
 
 pytestmark = [pytest.mark.spark, pytest.mark.browser]
 CHROMIUM = "/usr/bin/chromium"
@@ -62,7 +62,7 @@ def stack(redis_url: str, tmp_path: Path) -> Iterator[dict]:
     port = free_port()
     procs: dict[str, Proc] = {}
     try:
-        procs["job"] = Proc.python("job", ["streaming.job"], env, tmp_path)
+        procs["job"] = Proc.python("job", ["watermark.apps.job"], env, tmp_path)
         procs["dashboard"] = Proc.python("dashboard", [
             "streamlit", "run", str(ROOT / "dashboard" / "app.py"), "--server.port", str(port),
             "--server.address", "127.0.0.1", "--server.headless", "true", "--browser.gatherUsageStats", "false",
@@ -100,7 +100,7 @@ def test_dashboard_in_a_real_browser_follows_the_live_pipeline(stack: dict) -> N
     if not shots.is_absolute():
         shots = ROOT / shots
     # 40 s of overseas-lag traffic: C's 0.5-25 s delays against a 2 s watermark delay drop some of its events.
-    gen = Proc.python("generator", ["streaming.generator", "--scenario", "overseas-lag", "--rate", "200",
+    gen = Proc.python("generator", ["watermark.apps.generator", "--scenario", "overseas-lag", "--rate", "200",
                                     "--count", "8000", "--seed", "11", "--log-every", "2"],
                       stack["env"], stack["log_dir"])
     stack["procs"]["generator"] = gen

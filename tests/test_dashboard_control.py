@@ -19,11 +19,11 @@ from streamlit.testing.v1 import AppTest
 
 from dashboard.lab import generator_line
 from dashboard.status import Level
-from streaming.control import Control, GeneratorStatus, read_control, write_control
-from streaming.follow import Follower
-from streaming.generator import SCENARIOS, ManualClock
-from streaming.keys import KeySchema
-from streaming.redis_server import free_port
+from watermark.apps.control import Control, GeneratorStatus, read_control, write_control
+from watermark.apps.follow import Follower
+from watermark.apps.generator import SCENARIOS, ManualClock
+from watermark.schema.keys import KeySchema
+from watermark.store.redis_server import free_port
 
 APP = str(Path(__file__).resolve().parent.parent / "dashboard" / "app.py")
 PAGE = "views/control.py"

@@ -17,14 +17,14 @@ from pyspark.sql import SparkSession
 from streamlit.testing.v1 import AppTest
 
 from dashboard.eventdata import find_player, read_events
-from streaming.commit import trim_counted
-from streaming.events import Event, parse_entry_id
-from streaming.eventview import Status, dropped_pairs
-from streaming.keys import KeySchema, WindowKey
-from streaming.late import LateEvent
-from streaming.redis_server import free_port
 from tests.oracle import event_status, judged
 from tests.seed import BAD_PAYLOADS, Seeded, seed_pipeline
+from watermark.rules.eventview import Status, dropped_pairs
+from watermark.rules.late import LateEvent
+from watermark.schema.events import Event, parse_entry_id
+from watermark.schema.keys import KeySchema, WindowKey
+from watermark.store.commit import trim_counted
+from watermark.store.redis_server import free_port
 
 pytestmark = pytest.mark.spark
 APP = str(Path(__file__).resolve().parent.parent / "dashboard" / "app.py")

@@ -18,8 +18,8 @@ from dashboard.data import (
     waiting_entries,
 )
 from dashboard.status import Level, assess, human_ms, stuck_batches, unreachable
-from streaming.commit import Lag, ServerStats
-from streaming.keys import WindowKey
+from watermark.schema.keys import WindowKey
+from watermark.store.commit import Lag, ServerStats
 
 MIN = 60_000
 T = 1_767_225_600_000  # 2026-01-01T00:00:00Z
@@ -283,7 +283,7 @@ def test_redis_failures_say_what_went_wrong(error: Exception, phrase: str) -> No
 
 
 def test_online_per_minute_and_transitions_per_minute() -> None:
-    from streaming.presence_rollup import TOTAL, Minute
+    from watermark.rules.presence_rollup import TOTAL, Minute
 
     minutes = [Minute(60_000, {"A": 3, "B": 1}, {"A": 4, "B": 1, TOTAL: 5},
                       {"A": {"login": 3, "heartbeat": 1, "logout": 1}, "B": {"event": 1, "timeout": 2}}),
@@ -299,7 +299,7 @@ def test_online_per_minute_and_transitions_per_minute() -> None:
 
 def test_the_online_chart_leaves_out_a_batch_before_any_event() -> None:
     """Its watermark is the epoch: drawn, it would stretch the time axis to 1970."""
-    from streaming.presence_store import OnlinePoint
+    from watermark.store.presence_store import OnlinePoint
 
     history = [OnlinePoint(0, 0, 1, {}, 0, 0), OnlinePoint(1, 1_767_225_600_000, 2, {"A": 1}, 1, 0)]
     fig = charts.online_over_batches(history, ["A"])

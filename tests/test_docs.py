@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from streaming.config import Config, ConfigError
+from watermark.schema.config import Config, ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
 ROW = re.compile(r"^\| `([A-Z_]+)` \|(.*)\|$")
@@ -37,7 +37,7 @@ def test_each_documented_error_is_the_one_config_raises(var: str, cells: list[st
 
 
 def test_every_variable_config_reads_is_documented() -> None:
-    source = (ROOT / "streaming" / "config.py").read_text()
+    source = (ROOT / "watermark" / "schema" / "config.py").read_text()
     read = set(re.findall(r'env(?:\.get)?\(?\s*\[?"([A-Z_]+)"', source)) | set(
         re.findall(r'_(?:int|duration|optional_duration)\(env, "([A-Z_]+)"', source))
     assert read and read <= set(config_rows()), sorted(read - set(config_rows()))

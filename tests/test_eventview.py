@@ -5,8 +5,7 @@ from __future__ import annotations
 import pytest
 
 from dashboard import event_charts
-from streaming.events import Event
-from streaming.eventview import (
+from watermark.rules.eventview import (
     BatchSpan,
     Status,
     Step,
@@ -16,7 +15,8 @@ from streaming.eventview import (
     watermark_steps,
     window_boundaries,
 )
-from streaming.windows import Verdict, Window
+from watermark.rules.windows import Verdict, Window
+from watermark.schema.events import Event
 
 T = 1_767_225_600_000  # 2026-01-01T00:00:00Z, a window boundary
 S, MIN = 1_000, 60_000

@@ -14,14 +14,14 @@ from pathlib import Path
 import pytest
 import redis
 
-from streaming.events import PAYLOAD_FIELD
-from streaming.generator import generate
-from streaming.keys import KeySchema
-from streaming.report import WindowKey
-from streaming.report import wait_for_commit as online_committed
 from tests.oracle import T0_MS, to_ms, windows_of
 from tests.procs import kill_tree
 from tests.seed import arrival_ids
+from watermark.apps.generator import generate
+from watermark.schema.events import PAYLOAD_FIELD
+from watermark.schema.keys import KeySchema
+from watermark.store.report import WindowKey
+from watermark.store.report import wait_for_commit as online_committed
 
 pytestmark = pytest.mark.spark
 ROOT = Path(__file__).parents[1]
@@ -40,7 +40,7 @@ def start_job(redis_url: str, ns: str, checkpoint: Path, log: Path) -> subproces
         "RETENTION": "36500d",
     }
     # Its own process group; kill() takes the JVM (in a session of its own) down with it: a real crash.
-    return subprocess.Popen([sys.executable, "-m", "streaming.job"], env=env, cwd=ROOT, start_new_session=True,
+    return subprocess.Popen([sys.executable, "-m", "watermark.apps.job"], env=env, cwd=ROOT, start_new_session=True,
                             stdout=log.open("ab"), stderr=subprocess.STDOUT)
 
 

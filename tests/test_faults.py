@@ -12,15 +12,15 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
 
 from dashboard.data import read_snapshot
-from streaming.config import Config
-from streaming.events import PAYLOAD_FIELD
-from streaming.keys import KeySchema
-from streaming.query import params_of, start_query
-from streaming.redis_server import RedisServer, free_port
-from streaming.report import wait_for_commit
-from streaming.sink import RedisSink
 from tests.procs import Proc
 from tests.test_exactly_once import counted_per_window, raw_per_window, seeded_entries, snapshot
+from watermark.schema.config import Config
+from watermark.schema.events import PAYLOAD_FIELD
+from watermark.schema.keys import KeySchema
+from watermark.spark.query import params_of, start_query
+from watermark.spark.sink import RedisSink
+from watermark.store.redis_server import RedisServer, free_port
+from watermark.store.report import wait_for_commit
 
 pytestmark = pytest.mark.spark
 
@@ -104,12 +104,12 @@ def test_redis_restart_mid_run_loses_nothing_committed(tmp_path: Path) -> None:
     keys = KeySchema(ns)
     env = {"REDIS_URL": server.url, "PIPELINE_NAMESPACE": ns, "WINDOW": "10s", "WATERMARK_DELAY": "2s",
            "TRIGGER_INTERVAL": "1s", "CHECKPOINT_DIR": str(tmp_path / "ck"), "SPARK_MASTER": "local[2]"}
-    job = Proc.python("job", ["streaming.job"], env, tmp_path)
+    job = Proc.python("job", ["watermark.apps.job"], env, tmp_path)
     gen: Proc | None = None
     client = redis.Redis.from_url(server.url, socket_timeout=60)
     try:
         job.wait_for(r"query \S+ running", timeout=180)
-        gen = Proc.python("generator", ["streaming.generator", "--scenario", "overseas-lag", "--rate", "300",
+        gen = Proc.python("generator", ["watermark.apps.generator", "--scenario", "overseas-lag", "--rate", "300",
                                         "--count", "9000", "--seed", "4", "--log-every", "1"], env, tmp_path)
         assert client.xread({keys.commits: "0-0"}, block=120_000), "no batch committed before the restart"
         committed_before = client.hgetall(keys.state)

@@ -1,7 +1,7 @@
 """The followers (lab lanes and the online view) committing off the batch's path.
 
 The job hands each batch's followers to a background thread once the pipeline's commit is in
-(:class:`streaming.sink.RedisSink` with ``background``). What must hold: the same Redis as a sink that
+(:class:`watermark.spark.sink.RedisSink` with ``background``). What must hold: the same Redis as a sink that
 commits them in the batch, and after a crash between Spark's commit of a batch and its followers' commit,
 the next run catches them up from the stream so that nothing is lost or counted twice.
 """
@@ -16,14 +16,14 @@ import pytest
 import redis
 from pyspark.sql import SparkSession
 
-from streaming.config import Config
-from streaming.handover import Handover
-from streaming.keys import KeySchema
-from streaming.lanes import lane_namespace
-from streaming.query import params_of, pipeline_sink, start_query
-from streaming.sink import RedisSink
 from tests.test_exactly_once import seeded_entries, snapshot
 from tests.test_faults import chunks, xadd_all
+from watermark.schema.config import Config
+from watermark.schema.keys import KeySchema
+from watermark.schema.lanes import lane_namespace
+from watermark.spark.handover import Handover
+from watermark.spark.query import params_of, pipeline_sink, start_query
+from watermark.spark.sink import RedisSink
 
 LANES = ("per-server-min", "per-server-max")
 

@@ -21,9 +21,8 @@ import redis
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streaming.config import ConfigError
-from streaming.events import KINDS, Event, parse_entry
-from streaming.generator import (
+from tests.seed import arrival_ids
+from watermark.apps.generator import (
     SCENARIOS,
     BurstModel,
     DelayModel,
@@ -43,8 +42,9 @@ from streaming.generator import (
     stream_last_id,
     write,
 )
-from streaming.timeutil import parse_iso_us
-from tests.seed import arrival_ids
+from watermark.schema.config import ConfigError
+from watermark.schema.events import KINDS, Event, parse_entry
+from watermark.schema.timeutil import parse_iso_us
 
 START = parse_iso_us("2026-01-01T00:00:00Z")
 REPO = Path(__file__).resolve().parents[1]
@@ -424,7 +424,7 @@ def test_rejected_xadds_raise_and_leave_the_connection_usable(r: redis.Redis, ke
 
 def test_writer_falls_back_to_redis_py_replies_without_hiredis(
         r: redis.Redis, key: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("streaming.generator.hiredis", None)
+    monkeypatch.setattr("watermark.apps.generator.hiredis", None)
     events = generate("steady", seed=2, start_us=START, rate=1000, count=500)
     assert write(r, key, events, batch_size=128).written == r.xlen(key) == 500
     r.delete(key)
@@ -453,7 +453,7 @@ def test_cli_config_errors_exit_2_without_traceback(capsys: pytest.CaptureFixtur
 def cli(redis_url: str, namespace: str, *args: str) -> subprocess.Popen[str]:
     env = {**os.environ, "REDIS_URL": redis_url, "PIPELINE_NAMESPACE": namespace,
            "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
-    return subprocess.Popen([sys.executable, "-m", "streaming.generator", *args], cwd=REPO, env=env,
+    return subprocess.Popen([sys.executable, "-m", "watermark.apps.generator", *args], cwd=REPO, env=env,
                             stderr=subprocess.PIPE, text=True)
 
 

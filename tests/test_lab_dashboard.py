@@ -14,14 +14,14 @@ from pyspark.sql import SparkSession
 from streamlit.testing.v1 import AppTest
 
 from dashboard.status import human_ms
-from streaming.config import Config
-from streaming.idleness import IdleDecision
-from streaming.job import register_lanes
-from streaming.keys import KeySchema
-from streaming.replay import replay
-from streaming.tradeoff import GRID_MS
 from tests.oracle import T0_MS, oracle, to_iso
 from tests.test_lab import to_batches
+from watermark.apps.job import register_lanes
+from watermark.apps.replay import replay
+from watermark.rules.idleness import IdleDecision
+from watermark.rules.tradeoff import GRID_MS
+from watermark.schema.config import Config
+from watermark.schema.keys import KeySchema
 
 pytestmark = pytest.mark.spark
 APP = str(Path(__file__).resolve().parent.parent / "dashboard" / "app.py")

@@ -13,16 +13,16 @@ import orjson
 import pytest
 import redis
 
-from streaming.checkpoint import job_secret
-from streaming.control import write_control
-from streaming.events import IDLE_KIND, Event, Rules, parse_entry
-from streaming.idleness import IdleDecision
-from streaming.keys import KeySchema
-from streaming.lanes import lane_namespace
-from streaming.redis_server import RedisServer, free_port
-from streaming.report import wait_for_commit
-from streaming.timeutil import iso_from_us
 from tests.procs import Proc
+from watermark.apps.control import write_control
+from watermark.rules.idleness import IdleDecision
+from watermark.schema.events import IDLE_KIND, Event, Rules, parse_entry
+from watermark.schema.keys import KeySchema
+from watermark.schema.lanes import lane_namespace
+from watermark.schema.timeutil import iso_from_us
+from watermark.spark.checkpoint import job_secret
+from watermark.store.redis_server import RedisServer, free_port
+from watermark.store.report import wait_for_commit
 
 pytestmark = pytest.mark.spark
 
@@ -69,7 +69,7 @@ def test_lanes_idle_markers_and_a_delay_change(tmp_path: Path) -> None:
     env = {"REDIS_URL": server.url, "PIPELINE_NAMESPACE": ns, "WINDOW": "10s", "WATERMARK_DELAY": "2s",
            "TRIGGER_INTERVAL": "1s", "CHECKPOINT_DIR": str(tmp_path / "ck"), "SPARK_MASTER": "local[2]",
            "KNOWN_SERVERS": "A,B", "LAB_LANES": "per-server-min,per-server-min-idle", "IDLE_TIMEOUT": "3s"}
-    job = Proc.python("job", ["streaming.job"], env, tmp_path)
+    job = Proc.python("job", ["watermark.apps.job"], env, tmp_path)
     client = redis.Redis.from_url(server.url, socket_timeout=60)
     try:
         # one query serves the pipeline, both lanes and the online view

@@ -9,11 +9,11 @@ from dashboard.data import BatchPoint, PipelineState, ServerTotals, Snapshot, St
 from dashboard.labview import findings, stalled_since
 from dashboard.lanes import Lane
 from dashboard.status import Level
-from streaming.config import Config, ConfigError
-from streaming.idleness import IdleDecision, IdleTicker
-from streaming.lanes import DEFAULT_IDLE_TIMEOUT_MS, lane_config
-from streaming.tradeoff import GRID_MS, Tradeoff, bucket, hist_field, parse_hist_field
-from streaming.watermarks import ServerWatermarks, policy_max
+from watermark.rules.idleness import IdleDecision, IdleTicker
+from watermark.rules.tradeoff import GRID_MS, Tradeoff, bucket, hist_field, parse_hist_field
+from watermark.rules.watermarks import ServerWatermarks, policy_max
+from watermark.schema.config import Config, ConfigError
+from watermark.schema.lanes import DEFAULT_IDLE_TIMEOUT_MS, lane_config
 
 
 @pytest.mark.parametrize(("slack_ms", "expected"), [

@@ -1,4 +1,4 @@
-"""The late events kept for the Events page (``streaming.late``): the record, its verdicts by the same rule as
+"""The late events kept for the Events page (``watermark.rules.late``): the record, its verdicts by the same rule as
 the stream's events, and the bounded, exactly-once keep against a real Redis."""
 
 from __future__ import annotations
@@ -9,11 +9,11 @@ from dataclasses import replace
 import pytest
 import redis
 
-from streaming.commit import BatchSummary, Params, commit_batch
-from streaming.events import Event
-from streaming.eventview import BatchSpan, Status, judge
-from streaming.keys import KeySchema
-from streaming.late import LateEvent, is_late
+from watermark.rules.eventview import BatchSpan, Status, judge
+from watermark.rules.late import LateEvent, is_late
+from watermark.schema.events import Event
+from watermark.schema.keys import KeySchema
+from watermark.store.commit import BatchSummary, Params, commit_batch
 
 MIN = 60_000
 T0 = 1_767_225_600_000

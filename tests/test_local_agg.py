@@ -1,5 +1,5 @@
-"""The sink's aggregation (streaming.local_agg) against a plain-Python oracle built on the window math: the
-source's partial aggregates (streaming.partial) and presence rows of random entries, summed across partitions;
+"""The sink's aggregation (watermark.spark.local_agg) against a plain-Python oracle built on the window math: the
+source's partial aggregates (watermark.spark.partial) and presence rows of random entries, summed across partitions;
 and the real source's packed rows through Spark, unpacked on the driver, against the same rows read in-process."""
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ from collections import Counter
 import pyarrow as pa
 import pytest
 
-from streaming import local_agg
-from streaming.local_agg import BAD, INGEST_LAG, PRESENCE, PROCESSING_LAG, TICK, WINDOW
-from streaming.partial import PARTIAL_TYPE, PartitionPartials
-from streaming.presence_batch import KIND_CODES
-from streaming.windows import window_ranges
+from watermark.rules.presence_batch import KIND_CODES
+from watermark.rules.windows import window_ranges
+from watermark.spark import local_agg
+from watermark.spark.local_agg import BAD, INGEST_LAG, PRESENCE, PROCESSING_LAG, TICK, WINDOW
+from watermark.spark.partial import PARTIAL_TYPE, PartitionPartials
 
 S = 1_000_000
 _TS = pa.timestamp("us", tz="UTC")
@@ -176,15 +176,15 @@ def test_a_row_of_one_event_is_refused() -> None:
 
 @pytest.mark.spark
 def test_packed_rows_cross_spark_whole(spark, redis_url: str) -> None:  # noqa: ANN001
-    """The source's rows through Spark and unpacked on the driver (streaming.sink.aggregate) give the same
+    """The source's rows through Spark and unpacked on the driver (watermark.spark.sink.aggregate) give the same
     aggregate as the same partitions read in this process, with no JVM between: packing loses nothing."""
     import uuid
 
     import redis
 
-    from streaming.events import PAYLOAD_FIELD, Event
-    from streaming.sink import aggregate
-    from streaming.source import StreamRange, read_range, unpack
+    from watermark.schema.events import PAYLOAD_FIELD, Event
+    from watermark.spark.sink import aggregate
+    from watermark.spark.source import StreamRange, read_range, unpack
 
     stream = f"pack-{uuid.uuid4().hex[:8]}:events"
     client = redis.Redis.from_url(redis_url)

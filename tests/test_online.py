@@ -14,13 +14,15 @@ from pyspark.sql import SparkSession
 from streamlit.testing.v1 import AppTest
 
 from dashboard.charts import online_over_batches
-from streaming.commit import Params
-from streaming.config import Config, ConfigError
-from streaming.events import PAYLOAD_FIELD, Event
-from streaming.keys import KeySchema
-from streaming.presence import PlayerState, Seen, Transition, apply_events, expiry_ms, on_timer
-from streaming.presence_batch import KIND_CODES
-from streaming.presence_store import (
+from tests.oracle import T0_MS, online_oracle, random_presence_batches
+from watermark.rules.presence import PlayerState, Seen, Transition, apply_events, expiry_ms, on_timer
+from watermark.rules.presence_batch import KIND_CODES
+from watermark.schema.config import Config, ConfigError
+from watermark.schema.events import PAYLOAD_FIELD, Event
+from watermark.schema.keys import KeySchema
+from watermark.spark.query import start_query
+from watermark.store.commit import Params
+from watermark.store.presence_store import (
     OnlinePoint,
     OnlineView,
     PresenceBatch,
@@ -29,8 +31,6 @@ from streaming.presence_store import (
     commit_presence,
     read_online,
 )
-from streaming.query import start_query
-from tests.oracle import T0_MS, online_oracle, random_presence_batches
 
 TIMEOUT = 10_000  # ms
 DELAY = 5_000

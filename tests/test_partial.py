@@ -1,4 +1,4 @@
-"""The source's partial aggregates (streaming.partial): exact against a plain count of the events, however
+"""The source's partial aggregates (watermark.spark.partial): exact against a plain count of the events, however
 the events are folded, and as the source emits them from a real Redis stream."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ import pyarrow.compute as pc
 import pytest
 import redis
 
-from streaming.events import Event, idle_marker
-from streaming.partial import EVENT_TIME, INGEST_LAG, PACKED, PRESENCE, WINDOW, PartitionPartials
-from streaming.source import READ_CHUNK, StreamRange, _Options, read_range, unpack
-from streaming.windows import window_ranges
+from watermark.rules.windows import window_ranges
+from watermark.schema.events import Event, idle_marker
+from watermark.spark.partial import EVENT_TIME, INGEST_LAG, PACKED, PRESENCE, WINDOW, PartitionPartials
+from watermark.spark.source import READ_CHUNK, StreamRange, _Options, read_range, unpack
 
 S = 1_000_000
 
@@ -30,7 +30,7 @@ def as_counts(server: pa.Array, player: pa.Array, partial: pa.StructArray) -> di
 
 
 def oracle(events: list[tuple[str, str, int, int]], window_ms: int, slide_ms: int) -> dict[tuple, tuple]:
-    """(server, player, ingest, event) counted one at a time, windows from streaming.windows."""
+    """(server, player, ingest, event) counted one at a time, windows from watermark.rules.windows."""
     n: Counter = Counter()
     lo: dict[tuple, int] = {}
     hi: dict[tuple, int] = {}

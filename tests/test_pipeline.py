@@ -16,14 +16,14 @@ import redis
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from streaming.config import Config
-from streaming.events import PAYLOAD_FIELD, Event
-from streaming.keys import KeySchema
-from streaming.query import start_query
-from streaming.replay import load_batches, replay
-from streaming.report import build_document, read_windows
-from streaming.source import RedisStreamReader, read_range
 from tests.oracle import oracle, random_event_set, to_ms, windows_of
+from watermark.apps.replay import load_batches, replay
+from watermark.schema.config import Config
+from watermark.schema.events import PAYLOAD_FIELD, Event
+from watermark.schema.keys import KeySchema
+from watermark.spark.query import start_query
+from watermark.spark.source import RedisStreamReader, read_range
+from watermark.store.report import build_document, read_windows
 
 pytestmark = pytest.mark.spark
 DATA = Path(__file__).parent / "data"
@@ -262,8 +262,8 @@ def test_replay_command_line(redis_url: str, tmp_path: Path) -> None:
     out = tmp_path / "out.json"
     env = {**os.environ, "REDIS_URL": redis_url, "PYTHONPATH": str(Path(__file__).parents[1])}
     proc = subprocess.run(
-        [sys.executable, "-m", "streaming.replay", str(DATA / "handmade.jsonl"), "--window", "10m", "--delay", "5m",
-         "--out", str(out)], env=env, capture_output=True, text=True, timeout=600,
+        [sys.executable, "-m", "watermark.apps.replay", str(DATA / "handmade.jsonl"), "--window", "10m",
+         "--delay", "5m", "--out", str(out)], env=env, capture_output=True, text=True, timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert json.loads(out.read_text()) == HANDMADE_EXPECTED
@@ -272,7 +272,7 @@ def test_replay_command_line(redis_url: str, tmp_path: Path) -> None:
 def test_replay_rejects_a_line_without_batch(tmp_path: Path) -> None:
     line = {"server": "A", "player_id": "p", "event_time": "2026-01-01T00:00:00Z"}
     path = write_lines(tmp_path / "bad.jsonl", [line])
-    proc = subprocess.run([sys.executable, "-m", "streaming.replay", str(path), "--window", "10m", "--delay", "5m"],
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run([sys.executable, "-m", "watermark.apps.replay", str(path), "--window", "10m",
+                           "--delay", "5m"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2
     assert "bad.jsonl:1: 'batch' must be an integer" in proc.stderr

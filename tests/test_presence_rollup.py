@@ -1,4 +1,4 @@
-"""The online view per minute and per day (streaming.presence_rollup) as tables, and through the real commit
+"""The online view per minute and per day (watermark.rules.presence_rollup) as tables, and through the real commit
 against Redis: the minute records, the open minute and the day's peaks the dashboard reads."""
 
 from __future__ import annotations
@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 import redis
 
-from streaming.commit import Params
-from streaming.keys import KeySchema
-from streaming.presence_batch import KIND_CODES
-from streaming.presence_rollup import DAY_MS, MINUTE_MS, TOTAL, Minute, day_of, raise_peaks, roll
-from streaming.presence_store import PresenceBatch, PresenceEvents, PresenceMirror, commit_presence, read_online
+from watermark.rules.presence_batch import KIND_CODES
+from watermark.rules.presence_rollup import DAY_MS, MINUTE_MS, TOTAL, Minute, day_of, raise_peaks, roll
+from watermark.schema.keys import KeySchema
+from watermark.store.commit import Params
+from watermark.store.presence_store import PresenceBatch, PresenceEvents, PresenceMirror, commit_presence, read_online
 
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z, a minute and a day boundary
 

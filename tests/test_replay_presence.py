@@ -1,4 +1,4 @@
-"""``python -m streaming.replay ... --online-timeout T``: the document's ``online`` list, one item per batch,
+"""``python -m watermark.apps.replay ... --online-timeout T``: the document's ``online`` list, one item per batch,
 against an independent model of the presence rule (tests/oracle.py ``online_oracle``) on cases made for it:
 equal event times for one player, a logout and a return, a silence longer than the timeout, a late burst
 from one server."""
@@ -57,7 +57,7 @@ def test_replay_reports_who_is_online_after_each_batch(redis_url: str, tmp_path:
                                      **({"kind": k} if k else {})}) + "\n")
     out = tmp_path / "out.json"
     env = {**os.environ, "REDIS_URL": redis_url, "PYTHONPATH": str(Path(__file__).parents[1])}
-    proc = subprocess.run([sys.executable, "-m", "streaming.replay", str(path), "--window", "1m", "--delay", "5s",
+    proc = subprocess.run([sys.executable, "-m", "watermark.apps.replay", str(path), "--window", "1m", "--delay", "5s",
                            "--online-timeout", "10s", "--out", str(out)], env=env, capture_output=True, text=True,
                           timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -75,7 +75,7 @@ def test_replay_reports_who_is_online_after_each_batch(redis_url: str, tmp_path:
 def test_replay_refuses_a_bad_timeout(tmp_path: Path) -> None:
     path = tmp_path / "events.jsonl"
     path.write_text('{"server": "A", "player_id": "p", "event_time": "2026-01-01T00:00:00Z", "batch": 0}\n')
-    proc = subprocess.run([sys.executable, "-m", "streaming.replay", str(path), "--window", "1m", "--delay", "5s",
+    proc = subprocess.run([sys.executable, "-m", "watermark.apps.replay", str(path), "--window", "1m", "--delay", "5s",
                            "--online-timeout", "0s"], capture_output=True, text=True, timeout=60,
                           env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])})
     assert proc.returncode == 2 and "--online-timeout must be positive" in proc.stderr

@@ -10,9 +10,9 @@ import pytest
 import redis
 
 from dashboard.data import read_snapshot
-from streaming.commit import BatchSummary, Params, ServerStats, WindowAgg, commit_batch
-from streaming.config import Config, redact_url
-from streaming.keys import KeySchema
+from watermark.schema.config import Config, redact_url
+from watermark.schema.keys import KeySchema
+from watermark.store.commit import BatchSummary, Params, ServerStats, WindowAgg, commit_batch
 
 
 @pytest.fixture()

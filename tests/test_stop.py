@@ -16,9 +16,9 @@ import psutil
 import pytest
 import redis
 
-from streaming.keys import KeySchema
-from streaming.redis_server import free_port
 from tests.procs import ROOT, Proc
+from watermark.schema.keys import KeySchema
+from watermark.store.redis_server import free_port
 
 STOP_LIMIT_S = 10  # the bound for the whole stack
 MAX_LINES = 20
@@ -26,7 +26,7 @@ MAX_LINES = 20
 
 def _embedded_redis(tmp_path: Path, port: int, name: str) -> Proc:
     env = {"REDIS_PORT": str(port), "REDIS_DATA_DIR": str(tmp_path / "redis"), "REDIS_URL": ""}
-    proc = Proc.python(name, ["streaming.redis_server"], env, tmp_path)
+    proc = Proc.python(name, ["watermark.store.redis_server"], env, tmp_path)
     proc.wait_for(r"embedded Redis ready", timeout=60)
     return proc
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from streaming.checkpoint import parse_offset_log
-from streaming.config import Config, ConfigError, redact_url
-from streaming.events import BadEntry, Event, parse_entry, parse_payload
-from streaming.keys import KeySchema, WindowKey, parse_total_field, total_field
-from streaming.timeutil import format_duration_ms, iso_from_us, parse_duration_ms, parse_iso_us
+from watermark.schema.config import Config, ConfigError, redact_url
+from watermark.schema.events import BadEntry, Event, parse_entry, parse_payload
+from watermark.schema.keys import KeySchema, WindowKey, parse_total_field, total_field
+from watermark.schema.timeutil import format_duration_ms, iso_from_us, parse_duration_ms, parse_iso_us
+from watermark.spark.checkpoint import parse_offset_log
 
 
 @pytest.mark.parametrize(
@@ -76,7 +76,7 @@ def test_redact_url_hides_password() -> None:
 
 
 def test_progress_from_json() -> None:
-    from streaming.listener import Progress
+    from watermark.spark.listener import Progress
 
     doc = {"batchId": 7, "timestamp": "2026-11-22T01:00:00.000Z", "numInputRows": 120,
            "inputRowsPerSecond": 60.0, "processedRowsPerSecond": "NaN",
@@ -158,7 +158,7 @@ def test_parse_offset_log() -> None:
 
 
 def test_parse_entry_id_orders_like_redis() -> None:
-    from streaming.events import parse_entry_id
+    from watermark.schema.events import parse_entry_id
 
     assert parse_entry_id(b"1700000000000-12") == (1_700_000_000_000, 12)
     assert parse_entry_id("5") == (5, 0)
@@ -168,7 +168,7 @@ def test_parse_entry_id_orders_like_redis() -> None:
 def test_with_retry_backs_off_then_gives_up_by_attempts_or_deadline() -> None:
     import redis
 
-    from streaming.redis_conn import with_retry
+    from watermark.store.redis_conn import with_retry
 
     calls: list[int] = []
 
@@ -200,7 +200,7 @@ def test_with_retry_backs_off_then_gives_up_by_attempts_or_deadline() -> None:
 def test_with_retry_does_not_retry_other_errors() -> None:
     import redis
 
-    from streaming.redis_conn import with_retry
+    from watermark.store.redis_conn import with_retry
 
     def wrong() -> None:
         raise redis.ResponseError("WRONGTYPE")
@@ -212,7 +212,7 @@ def test_with_retry_does_not_retry_other_errors() -> None:
 def test_an_error_whose_text_is_gone_still_logs_a_line() -> None:
     """A py4j error asks the JVM for its text; once the JVM is gone (SIGTERM to the process group) str() raises,
     and stopping the job must not fail on it."""
-    from streaming.job import first_line
+    from watermark.apps.job import first_line
 
     class GoneWithTheJVM(Exception):
         def __str__(self) -> str:

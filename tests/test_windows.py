@@ -7,7 +7,7 @@ import random
 import numpy as np
 import pytest
 
-from streaming.windows import (
+from watermark.rules.windows import (
     Verdict,
     Window,
     advance_watermark,

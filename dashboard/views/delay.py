@@ -1,6 +1,6 @@
 """Choosing the delay: what each candidate watermark delay would have dropped, and what it costs in latency.
 
-Exact, from the sink's trade-off histogram (``streaming.tradeoff``): every
+Exact, from the sink's trade-off histogram (``watermark.rules.tradeoff``): every
 (event, window) pair the pipeline has seen, by the smallest delay that would
 have kept it. A larger delay keeps more late data and closes every window that
 much later.
@@ -16,9 +16,9 @@ import streamlit as st
 from dashboard import labview, ui
 from dashboard.lanes import read_tradeoff
 from dashboard.status import assess, human_ms, unreachable
-from streaming.config import Config, redact_url
-from streaming.keys import KeySchema
-from streaming.tradeoff import Tradeoff
+from watermark.rules.tradeoff import Tradeoff
+from watermark.schema.config import Config, redact_url
+from watermark.schema.keys import KeySchema
 
 TARGETS = {"99%": 0.99, "99.9%": 0.999, "99.99%": 0.9999}
 

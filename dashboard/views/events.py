@@ -13,9 +13,9 @@ from dashboard.data import Snapshot
 from dashboard.event_charts import clock_ms
 from dashboard.eventdata import EventRange, PlayerEvents, find_player
 from dashboard.status import clock, human_ms
-from streaming.config import Config
-from streaming.eventview import STATUS_LABELS, EventPoint, Status
-from streaming.keys import KeySchema
+from watermark.rules.eventview import STATUS_LABELS, EventPoint, Status
+from watermark.schema.config import Config
+from watermark.schema.keys import KeySchema
 
 ALL = "all servers"
 TABLE_ROWS = 1_000

@@ -13,10 +13,10 @@ import streamlit as st
 from dashboard import labview, ui
 from dashboard.lanes import read_idleness, read_seen
 from dashboard.status import assess, clock, human_ms, unreachable
-from streaming.config import Config, redact_url
-from streaming.idleness import IdleDecision
-from streaming.keys import KeySchema
-from streaming.lanes import DEFAULT_IDLE_TIMEOUT_MS
+from watermark.rules.idleness import IdleDecision
+from watermark.schema.config import Config, redact_url
+from watermark.schema.keys import KeySchema
+from watermark.schema.lanes import DEFAULT_IDLE_TIMEOUT_MS
 
 SETUP_HINT = ("No lab lanes run beside this pipeline. Start the job with `LAB_LANES=per-server-min,"
               "per-server-min-idle,per-server-max` and `KNOWN_SERVERS=A,B,C` (`./run.sh` does by default), then "

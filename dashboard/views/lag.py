@@ -7,7 +7,7 @@ import streamlit as st
 from dashboard import charts, ui
 from dashboard.data import BatchPoint, Snapshot
 from dashboard.status import human_ms
-from streaming.commit import ServerStats
+from watermark.store.commit import ServerStats
 
 
 def latest_per_server(batches: tuple[BatchPoint, ...], servers: tuple[str, ...]) -> dict[str, tuple[int, ServerStats]]:

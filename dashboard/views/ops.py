@@ -7,8 +7,8 @@ import streamlit as st
 from dashboard import charts, ui
 from dashboard.data import Snapshot, WindowRow
 from dashboard.status import clock, human_ms
-from streaming.presence_rollup import TOTAL
-from streaming.presence_store import OnlineView
+from watermark.rules.presence_rollup import TOTAL
+from watermark.store.presence_store import OnlineView
 
 
 def window_status(w: WindowRow | None, bounds: tuple[int, int] | None, watermark_ms: int,
@@ -105,7 +105,7 @@ def online_now(snap: Snapshot) -> None:
         col.metric(f"{name} · online now", ui.fmt_int(n),
                    help="From the online view: players whose latest event is a login or heartbeat and who have "
                         "been silent for less than the timeout in event time, as of the watermark below (every "
-                        "batch folds its events into each player's state, streaming/presence.py).")
+                        "batch folds its events into each player's state, watermark/rules/presence.py).")
         if peak is not None:
             col.caption(f"peak today {peak[0]:,} at {clock(peak[1])}")
     st.caption(f"As of batch {v.last_batch}, watermark {clock(v.watermark_ms)}: a player with no event for "

@@ -1,0 +1,60 @@
+"""The house rules the code keeps (fast, no Spark): no import cycle, no code folder with more than 12 modules,
+and no code changes ``sys.path`` (the package is installed)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CODE = ("watermark", "dashboard", "bench")
+
+
+def modules() -> dict[str, Path]:
+    out = {}
+    for top in CODE:
+        for path in (ROOT / top).rglob("*.py"):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return out
+
+
+def imports(path: Path) -> set[str]:
+    """Modules imported at module level (a function's own import is how a cycle is broken on purpose)."""
+    found = set()
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.ImportFrom) and node.module:
+            found |= {node.module, *(f"{node.module}.{a.name}" for a in node.names)}
+        elif isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+    return found
+
+
+def test_no_import_cycle() -> None:
+    mods = modules()
+    graph = {m: {d for d in imports(p) if d in mods and d != m} for m, p in mods.items()}
+    state: dict[str, int] = {}  # 1 on the path, 2 done
+
+    def visit(m: str, path: list[str]) -> None:
+        state[m] = 1
+        for d in sorted(graph[m]):
+            assert state.get(d) != 1, "import cycle: " + " -> ".join([*path[path.index(d):], d])
+            if d not in state:
+                visit(d, [*path, d])
+        state[m] = 2
+
+    for m in sorted(graph):
+        if m not in state:
+            visit(m, [m])
+
+
+def test_no_code_folder_holds_more_than_twelve_modules() -> None:
+    folders = {p.parent for p in modules().values()}
+    crowded = {str(f.relative_to(ROOT)): n for f in folders
+               if (n := len([p for p in f.glob("*.py") if p.name != "__init__.py"])) > 12}
+    assert not crowded, crowded
+
+
+def test_no_code_edits_sys_path() -> None:
+    edits = [str(p.relative_to(ROOT)) for p in modules().values() if "sys.path." in p.read_text()]
+    assert not edits, edits

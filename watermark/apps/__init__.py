@@ -1,0 +1,2 @@
+"""The commands: the job, replay, the event generator and its control.
+"""

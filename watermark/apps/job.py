@@ -1,0 +1,336 @@
+"""The live Spark job: ``wm-job``.
+
+Reads configuration from the environment, refuses to continue a namespace
+built with a different window/slide/delay, then runs the query until stopped.
+Restarting after any crash (even SIGKILL) resumes from the checkpoint and
+Redis ends up exactly as if it had never stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import redis
+
+from watermark.apps.control import read_control
+from watermark.rules.idleness import IDLENESS_KEEP, IdleTicker
+from watermark.schema.config import Config, ConfigError, redact_url
+from watermark.schema.events import PAYLOAD_FIELD
+from watermark.schema.keys import KeySchema
+from watermark.schema.lanes import LANES, lane_config, lane_namespace
+from watermark.schema.timeutil import format_duration_ms
+from watermark.spark.checkpoint import job_secret
+from watermark.store.commit import ParamsMismatch, check_params
+from watermark.store.redis_conn import connect
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+    from pyspark.sql.streaming import StreamingQuery
+
+    from watermark.spark.sink import RedisSink
+
+log = logging.getLogger("watermark.apps.job")
+HEALTHY_RUN_S = 120.0
+"""A query that ran this long before failing starts the failure count afresh."""
+MAX_QUICK_FAILURES = 5
+
+
+@dataclass
+class Pipeline:
+    """The query the job keeps running (a list of them, so that restarts and stops have one shape)."""
+
+    cfg: Config
+    query: StreamingQuery | None = None
+    sink: RedisSink | None = None
+    started: float = 0.0
+    failures: int = 0
+    retry_at: float | None = None
+
+    @property
+    def name(self) -> str:
+        return f"watermark-{self.cfg.namespace}"
+
+
+def main() -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s job %(levelname)s %(message)s", stream=sys.stderr)
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+    try:
+        cfg = Config.from_env()
+        lanes = [lane_config(cfg, lane) for lane in cfg.lanes]
+    except ConfigError as exc:
+        log.error("config error: %s", exc)
+        return 2
+    keys = KeySchema(cfg.namespace)
+    try:
+        client = connect(cfg.redis_url)
+    except ConnectionError as exc:
+        log.error("%s", exc)
+        return 1
+
+    from watermark.spark.listener import ProgressListener, ProgressWriter
+    from watermark.spark.query import build_session, params_of
+
+    wanted = requested_delay(client, keys)
+    delay_ms = cfg.delay_ms if wanted is None else wanted
+    # IDLE_TIMEOUT is for per-server pipelines (the lanes' with a global parent).
+    own = cfg if cfg.watermark_mode == "per-server" else cfg.with_(idle_timeout_ms=None)
+    # One query reads the input once; its sink also serves every lab lane and the online players.
+    pipelines = [Pipeline(own.with_(delay_ms=delay_ms))]
+    for c in (own, *lanes):
+        try:
+            before = check_params(client, KeySchema(c.namespace), params_of(c.with_(delay_ms=delay_ms)))
+        except ParamsMismatch as exc:
+            log.error("%s", exc)
+            return 2
+        if before is not None and before != delay_ms:
+            log.info("namespace %s: watermark delay %s -> %s (batch records keep each batch's delay)",
+                     c.namespace, format_duration_ms(before), format_duration_ms(delay_ms))
+    register_lanes(client, keys, cfg)
+
+    spark = build_session(cfg, own_session=True)
+    writer = ProgressWriter(cfg.redis_url, [keys, *(KeySchema(c.namespace) for c in lanes)],
+                            ttl_s=params_of(cfg).ttl_s)
+    writer.start()
+    spark.streams.addListener(ProgressListener(writer, pipelines[0].name))
+    # One pipeline with idleness decides when a server is idle; its markers go into the shared input.
+    watcher = next((c for c in (own, *lanes) if c.idle_timeout_ms), None)
+    ticker = None if watcher is None else idle_ticker(client, watcher)
+    secret = job_secret(own.checkpoint_dir, spark)  # the one query's checkpoint: its source checks markers
+    stopping = threading.Event()
+
+    def stop(signum: int, _frame: object) -> None:
+        # Only flag it: calling into the JVM from a signal handler races the blocked py4j call.
+        log.info("signal %d: stopping the queries", signum)
+        stopping.set()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    next_control = 0.0
+    try:
+        while True:
+            now = time.monotonic()
+            for p in pipelines:
+                if p.query is None and (p.retry_at is None or now >= p.retry_at):
+                    start(spark, p)
+            if stopping.wait(0.5):
+                stop_all(pipelines, between_batches=True)
+                record_stop(client, keys)
+                stop_spark(spark)
+                return 0
+            for p in pipelines:
+                failure = failed(p)
+                if failure is None:
+                    continue
+                # A failed batch (foreachBatch raised, Redis gone too long) is retried by restarting from the
+                # checkpoint: Spark re-runs it with the same offsets and watermark, and the commit guard makes
+                # a re-run of an already committed batch a no-op.
+                p.failures = 1 if time.monotonic() - p.started > HEALTHY_RUN_S else p.failures + 1
+                p.query = None
+                close_sink(p)
+                if p.failures > MAX_QUICK_FAILURES:
+                    log.error("query %s failed %d times in a row, giving up: %s", p.name, p.failures, failure)
+                    stop_all(pipelines)
+                    return 1
+                backoff = min(30.0, 2.0 ** p.failures)
+                p.retry_at = time.monotonic() + backoff
+                log.error("query %s failed: %s; restarting from the checkpoint in %.0fs (%d/%d)", p.name, failure,
+                          backoff, p.failures, MAX_QUICK_FAILURES)
+            if time.monotonic() >= next_control:
+                next_control = time.monotonic() + 1.0
+                wanted = requested_delay(client, keys)
+                if wanted is not None and wanted != pipelines[0].cfg.delay_ms:
+                    log.info("the presenter asked for watermark delay %s (was %s): restarting the queries",
+                             format_duration_ms(wanted), format_duration_ms(pipelines[0].cfg.delay_ms))
+                    stop_all(pipelines)
+                    for p in pipelines:
+                        p.cfg = p.cfg.with_(delay_ms=wanted)
+                        p.retry_at = None
+            if ticker is not None and watcher is not None:
+                tick_idle(client, ticker, watcher, secret, keys)
+    finally:
+        writer.close()
+
+
+def start(spark: SparkSession, p: Pipeline) -> None:
+    from watermark.spark.query import pipeline_sink, start_query
+
+    # The lanes and the online view commit while Spark reads the next batch (see RedisSink).
+    p.sink = pipeline_sink(p.cfg, background=True)
+    p.query = start_query(spark, p.cfg, sink=p.sink, query_name=p.name)
+    p.started = time.monotonic()
+    c = p.cfg
+    log.info(
+        "query %s running: master %s, Redis %s, namespace %s (input %s), window %s slide %s delay %s, watermark %s%s, "
+        "trigger %s, checkpoint %s, lanes %s, online timeout %s", p.name, spark.sparkContext.master,
+        redact_url(c.redis_url), c.namespace, c.input_stream, format_duration_ms(c.window_ms),
+        format_duration_ms(c.slide_ms), format_duration_ms(c.delay_ms), c.watermark_mode,
+        f" ({c.watermark_policy}, idle after {format_duration_ms(c.idle_timeout_ms)})" if c.idle_timeout_ms
+        else f" ({c.watermark_policy})" if c.watermark_mode == "per-server" else "",
+        format_duration_ms(c.trigger_ms), c.checkpoint_dir, ",".join(c.lanes) or "none",
+        format_duration_ms(c.online_timeout_ms),
+    )
+
+
+def stop_all(pipelines: list[Pipeline], between_batches: bool = False) -> None:
+    for p in pipelines:
+        if p.query is not None:
+            try:
+                if between_batches:
+                    await_idle(p.query)
+                p.query.stop()
+            except Exception as exc:  # a query that died meanwhile: nothing left to stop
+                log.warning("stopping %s: %s", p.name, first_line(exc))
+            p.query = None
+        close_sink(p)
+
+
+STOP_WAIT_S = 5.0
+"""How long a stop waits for the running batch to end (a capped batch far behind takes a few seconds)."""
+
+
+def await_idle(query: StreamingQuery, wait_s: float = STOP_WAIT_S) -> None:
+    """Return when no batch is running, or after ``wait_s``. Stopping a query interrupts its batch: the batch
+    is read again on the next start (nothing is lost), but the interrupted read ends in Java stack traces."""
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline and query.status["isTriggerActive"]:
+        time.sleep(0.02)
+
+
+def record_stop(client: redis.Redis, keys: KeySchema) -> None:
+    """Say on the commit record that the job was stopped on request (the pages say "stopped", not "down");
+    the next commit clears it."""
+    try:
+        if client.hexists(keys.state, "last_batch"):
+            client.hset(keys.state, "stopped_ms", redis_now_ms(client))
+    except redis.RedisError as exc:
+        log.warning("could not record the stop: %s", exc)
+
+
+def stop_spark(spark: SparkSession) -> None:
+    try:
+        spark.stop()
+    except Exception as exc:  # noqa: BLE001 - stopping anyway
+        log.warning("stopping Spark: %s", first_line(exc))
+
+
+def close_sink(p: Pipeline) -> None:
+    """Let the followers finish the batch they are committing (a stop between batches loses nothing)."""
+    if p.sink is not None:
+        p.sink.close()
+        p.sink = None
+
+
+def failed(p: Pipeline) -> str | None:
+    """The failure's text if the query has ended, else None."""
+    if p.query is None:
+        return None
+    try:
+        if p.query.isActive:
+            return None
+        failure = p.query.exception()
+    except Exception as exc:
+        return first_line(exc)
+    return "stopped" if failure is None else first_line(failure)
+
+
+def first_line(exc: object) -> str:
+    """An error's first line for the log. A py4j error fetches its text from the JVM, which on SIGTERM to the
+    process group may already be gone: then str() raises (ConnectionRefusedError), and the job, stopping
+    cleanly, exited 1 (seen in CI)."""
+    try:
+        return (str(exc).splitlines() or [""])[0]
+    except Exception:
+        return f"{type(exc).__name__} (its text is gone with the JVM)"
+
+
+def requested_delay(client: redis.Redis, keys: KeySchema) -> int | None:
+    """The delay the presenter asked for on the dashboard, if any; a bad request is logged, not fatal."""
+    try:
+        control = read_control(client, keys)
+    except (ConfigError, redis.RedisError) as exc:
+        log.warning("cannot read the control settings: %s", exc)
+        return None
+    return None if control is None else control.delay_ms
+
+
+def register_lanes(client: redis.Redis, keys: KeySchema, cfg: Config) -> None:
+    """Tell the dashboard which lanes run beside this pipeline."""
+    docs = {lane: json.dumps({"namespace": lane_namespace(cfg.namespace, lane), "mode": LANES[lane].mode,
+                              "policy": LANES[lane].policy, "idle": LANES[lane].idle,
+                              "description": LANES[lane].description}) for lane in cfg.lanes}
+    pipe = client.pipeline(transaction=True)
+    pipe.delete(keys.lanes)
+    if docs:
+        pipe.hset(keys.lanes, mapping=docs)
+    pipe.execute()
+
+
+def idle_ticker(client: redis.Redis, watcher: Config) -> IdleTicker:
+    return IdleTicker(tuple(sorted(watcher.known_servers or ())), watcher.idle_timeout_ms or 0,
+                      max(1_000, watcher.trigger_ms), started_ms=redis_now_ms(client))
+
+
+# The marker and its decision record in one step: a reader who sees the marker finds why it was written.
+_IDLE_LUA = """
+local id = redis.call('XADD', KEYS[1], '*', ARGV[1], ARGV[2])
+local record = {}
+for i = 4, #ARGV, 2 do
+  record[#record + 1] = ARGV[i]
+  record[#record + 1] = (ARGV[i] == 'marker_id') and id or ARGV[i + 1]
+end
+redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[3], '*', unpack(record))
+return id
+"""
+
+
+def tick_idle(client: redis.Redis, ticker: IdleTicker, watcher: Config, key: bytes, keys: KeySchema) -> None:
+    """Append signed idle markers for servers silent too long (judged on Redis' clock, the ingest clock), each
+    with its decision and reason in the job's ``{ns}:idleness``."""
+    try:
+        seen = {k.decode(): int(v) for k, v in client.hgetall(KeySchema(watcher.namespace).seen).items()}
+        for decision in ticker.due(redis_now_ms(client), seen):
+            record = [x for kv in decision.record("").items() for x in kv]
+            marker_id = client.register_script(_IDLE_LUA)(
+                keys=[watcher.input_stream, keys.idleness],
+                args=[PAYLOAD_FIELD, decision.marker(key), IDLENESS_KEEP, *record]).decode()
+            log.info("server %s is idle: %s (marker %s)", decision.server, decision.reason(), marker_id)
+    except redis.RedisError as exc:  # markers are best effort: the next tick tries again
+        log.warning("idle markers: %s", exc)
+
+
+def redis_now_ms(client: redis.Redis) -> int:
+    secs, micros = client.time()
+    return secs * 1000 + micros // 1000
+
+
+def exit_now(code: int) -> None:
+    """Leave without the interpreter's finalisation once the queries are stopped.
+
+    py4j's callback threads are daemons and may still be writing to stderr while the JVM goes down with
+    us (a SIGTERM to the process group reaches both); finalising the interpreter under such threads can
+    abort it (a Fatal Python error, exit -6, seen once in CI after a clean stop). Nothing is left to
+    clean up: the checkpoint and Redis were written before ``main`` returned."""
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
+
+
+def run() -> None:
+    """The ``wm-job`` command."""
+    exit_now(main())
+
+
+if __name__ == "__main__":
+    run()

@@ -1,0 +1,91 @@
+"""Idleness, like Flink's ``withIdleness``: a silent server stops holding the per-server watermark back.
+
+Spark has no notion of an idle input: under ``multipleWatermarkPolicy=min`` a
+server that sends nothing keeps the combined watermark where its last event
+left it, and windows stop closing. The job's remedy is an *idle marker*: when
+a server has not been heard from (ingest time of its newest event) for
+``timeout_ms``, the job appends ``{"server": S, "kind": "idle", "event_time": now}``
+to the input, once per ``interval_ms`` while the silence lasts, signed (:func:`sign`) so that only the job can
+declare a server idle, and records the decision with its reason in ``{ns}:idleness``. In a lane with
+idleness on the marker is part of S's input, so S's watermark follows the
+clock; it is never counted as an event or a player. When S's data returns the
+markers stop and S holds the watermark back again as its events dictate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import orjson
+
+from watermark.schema.events import IDLE_KIND, IDLE_PLAYER, sign
+from watermark.schema.timeutil import iso_from_us
+
+IDLENESS_KEEP = 10_000
+"""Decisions kept in ``{ns}:idleness`` (about: the stream is trimmed approximately)."""
+
+
+@dataclass
+class IdleTicker:
+    servers: tuple[str, ...]
+    timeout_ms: int
+    interval_ms: int
+    started_ms: int
+    """A server never heard from counts as last heard from when the ticker started."""
+    last_marker_ms: dict[str, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.timeout_ms <= 0 or self.interval_ms <= 0:
+            raise ValueError(f"timeout and interval must be positive, got {self.timeout_ms} and {self.interval_ms}")
+
+    def due(self, now_ms: int, seen_ms: Mapping[str, int]) -> list[IdleDecision]:
+        """The servers that get a marker now, as decisions; records that they got one."""
+        out = []
+        for s in self.servers:
+            seen = seen_ms.get(s)
+            heard = max(seen if seen is not None else self.started_ms, self.started_ms)
+            last = self.last_marker_ms.get(s)
+            if now_ms - heard >= self.timeout_ms and (last is None or now_ms - last >= self.interval_ms):
+                self.last_marker_ms[s] = now_ms
+                out.append(IdleDecision(s, now_ms, heard, heard == seen))
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class IdleDecision:
+    """The job's decision that ``server`` is idle at ``at_ms`` (Redis' clock): it was last heard from
+    (ingest time of its newest event) at ``last_heard_ms``, or never since the job started then."""
+
+    server: str
+    at_ms: int
+    last_heard_ms: int
+    heard: bool = True
+
+    @property
+    def silent_ms(self) -> int:
+        return self.at_ms - self.last_heard_ms
+
+    def reason(self) -> str:
+        since = "its last event arrived" if self.heard else "the job started and it has sent nothing since"
+        return f"silent for {self.silent_ms / 1000:.1f} s: {since} {self.silent_ms / 1000:.1f} s before"
+
+    def marker(self, key: bytes) -> bytes:
+        """The marker's payload for the input stream (``watermark.schema.events``' wire format, signed)."""
+        event_us = self.at_ms * 1000
+        return orjson.dumps({"server": self.server, "player_id": IDLE_PLAYER, "kind": IDLE_KIND,
+                             "event_time": iso_from_us(event_us), "silent_ms": self.silent_ms,
+                             "sig": sign(key, self.server, event_us, self.silent_ms)})
+
+    def record(self, marker_id: str) -> dict[str, str]:
+        """The decision's entry in ``{ns}:idleness``."""
+        return {"server": self.server, "at_ms": str(self.at_ms), "last_heard_ms": str(self.last_heard_ms),
+                "heard": "1" if self.heard else "0", "marker_id": marker_id, "reason": self.reason()}
+
+    @classmethod
+    def from_record(cls, fields: Mapping[bytes, bytes]) -> IdleDecision:
+        try:
+            return cls(fields[b"server"].decode(), int(fields[b"at_ms"]), int(fields[b"last_heard_ms"]),
+                       fields.get(b"heard", b"1") == b"1")
+        except (KeyError, ValueError) as exc:
+            raise ValueError(f"not an idle decision record: {dict(fields)!r} ({exc})") from None

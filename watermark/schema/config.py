@@ -1,0 +1,225 @@
+"""One configuration object, read from environment variables.
+
+Invalid values fail at construction with a message naming the variable, so a
+typo stops the pipeline at start rather than producing wrong numbers later.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+from urllib.parse import urlsplit
+
+from watermark.schema.timeutil import format_duration_ms, parse_duration_ms
+
+DEFAULT_LATE_KEEP = 200_000
+"""Late events kept per pipeline (``LATE_EVENTS_KEEP``): about 30 MB of Redis at most."""
+
+DEFAULT_EMBEDDED_PORT = 6379
+WATERMARK_MODES = ("global", "per-server")
+WATERMARK_POLICIES = ("min", "max")
+_NAMESPACE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+
+
+class ConfigError(ValueError):
+    """A configuration value is invalid; the message names the variable."""
+
+
+REMOVED = {
+    "DRIVER_AGG_MAX_SPAN": "every batch is counted on the driver (the source packs its partial rows), and "
+                           "MAX_EVENTS_PER_BATCH bounds a batch",
+    "LAB_TRIGGER": "the lab lanes and the online players are committed with every batch of the pipeline, on "
+                   "TRIGGER_INTERVAL",
+}
+"""Variables earlier versions read: set, they would silently do nothing, so they are refused with the reason."""
+
+
+@dataclass(frozen=True)
+class Config:
+    redis_url: str = f"redis://127.0.0.1:{DEFAULT_EMBEDDED_PORT}/0"
+    embedded_redis: bool = True
+    redis_data_dir: str = "data/redis"
+    namespace: str = "wm"
+    window_ms: int = 60_000
+    slide_ms: int = 60_000
+    delay_ms: int = 30_000
+    trigger_ms: int = 500  # waiting for the next trigger is most of a fresh entry's age: keep it short
+    checkpoint_dir: str = "data/checkpoints/wm"
+    spark_master: str = "local[*]"
+    max_events_per_batch: int = 200_000  # admission control: a backlog is read in batches of at most this
+    source_partitions: int = 2
+    stream_keep_entries: int = 1_000_000  # committed input kept to look back at: about this many entries at most
+    late_events_keep: int = DEFAULT_LATE_KEEP  # late events kept for the Events page (watermark.rules.late)
+    retention_ms: int = 86_400_000
+    progress_history: int = 10_000  # an hour and more of batches at the default trigger
+    key_ttl_ms: int | None = None  # how long keys outlive their last write; None = RETENTION
+    max_future_skew_ms: int | None = 300_000  # events further ahead of their ingest time are quarantined
+    known_servers: frozenset[str] | None = None  # None: any server name is accepted
+    watermark_mode: str = "global"  # "per-server": each known server is its own input with its own watermark
+    watermark_policy: str = "min"  # how Spark combines per-server watermarks (multipleWatermarkPolicy)
+    idle_timeout_ms: int | None = None  # per-server mode: a server silent this long stops holding the watermark
+    input_namespace: str | None = None  # read another namespace's input stream (lab lanes); None: our own
+    lanes: tuple[str, ...] = ()  # lab lanes run beside this pipeline over the same input (see watermark.schema.lanes)
+    online_timeout_ms: int = 30_000  # event time without an event after which a player is offline
+
+    def __post_init__(self) -> None:
+        _check(self.window_ms > 0, "WINDOW", "must be positive")
+        _check(self.slide_ms > 0, "SLIDE", "must be positive")
+        _check(
+            self.slide_ms <= self.window_ms,
+            "SLIDE",
+            f"({format_duration_ms(self.slide_ms)}) must not exceed WINDOW ({format_duration_ms(self.window_ms)})",
+        )
+        _check(self.delay_ms >= 0, "WATERMARK_DELAY", "must not be negative")
+        _check(self.trigger_ms > 0, "TRIGGER_INTERVAL", "must be positive")
+        _check(self.max_events_per_batch >= 0, "MAX_EVENTS_PER_BATCH", "must be 0 (no cap) or positive")
+        _check(1 <= self.source_partitions <= 256, "SOURCE_PARTITIONS", "must be between 1 and 256")
+        _check(self.retention_ms >= self.window_ms, "RETENTION", "must be at least one WINDOW")
+        _check(self.progress_history >= 10, "PROGRESS_HISTORY", "must be at least 10")
+        _check(self.stream_keep_entries >= 0, "STREAM_KEEP_ENTRIES", "must not be negative")
+        _check(self.late_events_keep >= 1, "LATE_EVENTS_KEEP", "must be at least 1")
+        _check(bool(self.checkpoint_dir.strip()), "CHECKPOINT_DIR", "must not be empty")
+        _check(bool(_NAMESPACE.match(self.namespace)), "PIPELINE_NAMESPACE",
+               f"{self.namespace!r} must be 1-64 characters of letters, digits, '_', '-', '.'")
+        scheme = urlsplit(self.redis_url).scheme
+        _check(scheme in ("redis", "rediss", "unix"), "REDIS_URL",
+               f"{redact_url(self.redis_url)!r} must start with redis://, rediss:// or unix://")
+        _check(bool(self.spark_master), "SPARK_MASTER", "must not be empty")
+        _check(self.max_future_skew_ms is None or self.max_future_skew_ms >= 0, "MAX_FUTURE_SKEW",
+               "must not be negative")
+        _check(self.known_servers is None or (len(self.known_servers) > 0 and all(self.known_servers)),
+               "KNOWN_SERVERS", "must list at least one server name")
+        _check(self.watermark_mode in WATERMARK_MODES, "WATERMARK_MODE",
+               f"{self.watermark_mode!r} must be one of {', '.join(WATERMARK_MODES)}")
+        _check(self.watermark_policy in WATERMARK_POLICIES, "WATERMARK_POLICY",
+               f"{self.watermark_policy!r} must be one of {', '.join(WATERMARK_POLICIES)}")
+        _check(self.watermark_mode != "per-server" or self.known_servers is not None, "WATERMARK_MODE",
+               "per-server needs KNOWN_SERVERS: Spark needs one input per server when the query starts")
+        _check(self.idle_timeout_ms is None or self.idle_timeout_ms > 0, "IDLE_TIMEOUT", "must be positive or off")
+        from watermark.schema.lanes import LANES  # the lane catalogue builds on this module
+
+        _check(all(lane in LANES for lane in self.lanes), "LAB_LANES",
+               f"{','.join(self.lanes)!r}: choose from {', '.join(LANES)}")
+        _check(self.idle_timeout_ms is None or self.watermark_mode == "per-server"
+               or any(LANES[lane].idle for lane in self.lanes), "IDLE_TIMEOUT",
+               "only applies with WATERMARK_MODE=per-server or an idle lane in LAB_LANES "
+               "(one global watermark is never held back by a single server)")
+        _check(self.online_timeout_ms > 0, "ONLINE_TIMEOUT",
+               f"({format_duration_ms(max(0, self.online_timeout_ms))}) must be positive: a player with no event "
+               "for this long in event time counts as offline")
+
+    @property
+    def input_stream(self) -> str:
+        """The stream key this pipeline reads (a lab lane reads its parent's)."""
+        return f"{self.input_namespace or self.namespace}:events"
+
+    @property
+    def is_sliding(self) -> bool:
+        return self.slide_ms != self.window_ms
+
+    def with_(self, **changes: Any) -> Config:  # noqa: ANN401 - any field of the dataclass, checked again
+        return replace(self, **changes)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Config:
+        env = os.environ if env is None else env
+        for name, why in REMOVED.items():
+            if name in env:
+                raise ConfigError(f"{name} is no longer used: {why}; unset it")
+        ns = env.get("PIPELINE_NAMESPACE", cls.namespace)
+        window = _duration(env, "WINDOW", cls.window_ms)
+        url = env.get("REDIS_URL", "").strip()
+        port = _int(env, "REDIS_PORT", DEFAULT_EMBEDDED_PORT)
+        return cls(
+            redis_url=url or f"redis://127.0.0.1:{port}/0",
+            embedded_redis=not url,
+            redis_data_dir=env.get("REDIS_DATA_DIR", cls.redis_data_dir),
+            namespace=ns,
+            window_ms=window,
+            slide_ms=_duration(env, "SLIDE", window),
+            delay_ms=_duration(env, "WATERMARK_DELAY", cls.delay_ms),
+            trigger_ms=_duration(env, "TRIGGER_INTERVAL", cls.trigger_ms),
+            checkpoint_dir=env.get("CHECKPOINT_DIR", f"data/checkpoints/{ns}"),
+            spark_master=env.get("SPARK_MASTER", cls.spark_master),
+            max_events_per_batch=_int(env, "MAX_EVENTS_PER_BATCH", cls.max_events_per_batch),
+            source_partitions=_int(env, "SOURCE_PARTITIONS", cls.source_partitions),
+            retention_ms=_duration(env, "RETENTION", cls.retention_ms),
+            progress_history=_int(env, "PROGRESS_HISTORY", cls.progress_history),
+            stream_keep_entries=_int(env, "STREAM_KEEP_ENTRIES", cls.stream_keep_entries),
+            late_events_keep=_int(env, "LATE_EVENTS_KEEP", cls.late_events_keep),
+            max_future_skew_ms=_optional_duration(env, "MAX_FUTURE_SKEW", cls.max_future_skew_ms),
+            known_servers=_name_set(env, "KNOWN_SERVERS"),
+            watermark_mode=env.get("WATERMARK_MODE", cls.watermark_mode).strip(),
+            watermark_policy=env.get("WATERMARK_POLICY", cls.watermark_policy).strip(),
+            idle_timeout_ms=_optional_duration(env, "IDLE_TIMEOUT", cls.idle_timeout_ms),
+            lanes=_lane_list(env, "LAB_LANES"),
+            online_timeout_ms=_duration(env, "ONLINE_TIMEOUT", cls.online_timeout_ms),
+        )
+
+
+def redact_url(url: str) -> str:
+    """The URL with any password replaced, safe for logs and the dashboard."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
+    return parts._replace(netloc=netloc).geturl()
+
+
+def _check(ok: bool, var: str, message: str) -> None:
+    if not ok:
+        raise ConfigError(f"{var} {message}")
+
+
+def _duration(env: Mapping[str, str], var: str, default: int) -> int:
+    raw = env.get(var)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        return parse_duration_ms(raw)
+    except ValueError as exc:
+        raise ConfigError(f"{var}={raw!r} is not a duration: {exc}") from None
+
+
+def _optional_duration(env: Mapping[str, str], var: str, default: int | None) -> int | None:
+    """A duration, or ``off`` to switch the check off."""
+    raw = (env.get(var) or "").strip()
+    if raw.lower() == "off":
+        return None
+    return _duration(env, var, default) if raw else default  # type: ignore[arg-type]
+
+
+def _name_set(env: Mapping[str, str], var: str) -> frozenset[str] | None:
+    raw = (env.get(var) or "").strip()
+    if not raw:
+        return None
+    names = frozenset(n.strip() for n in raw.split(","))
+    if "" in names:
+        raise ConfigError(f"{var}={raw!r} has an empty name; use a comma-separated list like A,B,C")
+    return names
+
+
+def _lane_list(env: Mapping[str, str], var: str) -> tuple[str, ...]:
+    from watermark.schema.lanes import LANES  # the lane catalogue, kept beside the code that builds lanes
+
+    raw = (env.get(var) or "").strip()
+    names = tuple(n.strip() for n in raw.split(",") if n.strip()) if raw else ()
+    unknown = [n for n in names if n not in LANES]
+    if unknown:
+        raise ConfigError(f"{var}={raw!r}: unknown lane {', '.join(unknown)}; choose from {', '.join(LANES)}")
+    if len(set(names)) != len(names):
+        raise ConfigError(f"{var}={raw!r} names a lane twice")
+    return names
+
+
+def _int(env: Mapping[str, str], var: str, default: int) -> int:
+    raw = env.get(var)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise ConfigError(f"{var}={raw!r} is not an integer") from None

@@ -1,0 +1,271 @@
+"""The Redis key schema: every key the pipeline writes, built and parsed in one place.
+
+All keys start with the namespace, so several pipelines (the live one, each
+replay) share one Redis without touching each other. The dashboard reads
+through this module and never imports pyspark.
+
+=================================================  ======  =============================================
+key                                                type    contents
+=================================================  ======  =============================================
+``{ns}:events``                                    stream  input: one game event per entry, field ``e``
+                                                           (JSON, see ``watermark.schema.events``); the entry
+                                                           ID's millisecond part is the ingest time
+``{ns}:trimmed``                                   string  entries trimmed from ``{ns}:events`` so far:
+                                                           with ``totals.input`` it says how many wait
+                                                           (``XLEN + trimmed - input``) without a walk
+``{ns}:dead``                                      stream  quarantined entries, same IDs as in
+                                                           ``events``; fields ``reason``, ``detail``,
+                                                           ``raw``, ``batch``
+``{ns}:late``                                      stream  every event that arrived behind the watermark
+                                                           (dropped or late accepted), same IDs as in
+                                                           ``events``; fields ``s`` server, ``p`` player,
+                                                           ``k`` kind, ``t`` event time (us), ``b`` batch,
+                                                           ``w`` watermark met (``watermark.rules.late``); at
+                                                           most ``LATE_EVENTS_KEEP``, ``totals.kept`` all
+                                                           ever kept
+``{ns}:state``                                     hash    ``last_batch`` (the commit guard),
+                                                           ``delay_ms`` (the last batch ran with),
+                                                           per-server mode ``max_event_us|S``,
+                                                           ``watermark_ms`` (in force for last_batch),
+                                                           ``next_watermark_ms`` (in force for the next
+                                                           batch; windows ending at or below it are
+                                                           final), ``max_event_us``, ``committed_id``,
+                                                           ``params`` (JSON window/slide/delay),
+                                                           ``trigger_ms``, ``updated_ms`` (commit
+                                                           time), ``lost_at_batch`` (Redis came back
+                                                           empty before it), ``stopped_ms`` (the job
+                                                           was stopped on request then; cleared by
+                                                           the next commit)
+``{ns}:totals``                                    hash    ``input``, ``parsed``, ``events``,
+                                                           ``dropped``, ``late``, ``quarantined``, and
+                                                           per server ``events|S``, ``dropped|S``,
+                                                           ``late|S``, per reason ``bad|R``
+``{ns}:servers``                                   set     server names seen
+``{ns}:windows``                                   zset    index of windows: member
+                                                           ``{start_ms}:{end_ms}:{server}``, score
+                                                           ``start_ms``
+``{ns}:win:{start_ms}:{end_ms}:{server}``          hash    ``events`` (accepted), ``dropped``,
+                                                           ``late`` (late but accepted)
+``{ns}:players:{start_ms}:{end_ms}:{server}``      set     distinct accepted player ids (exact)
+``{ns}:batches``                                   zset    index of batch records, score = batch id
+``{ns}:batch:{id}``                                hash    ``sink``: JSON :class:`BatchRecord` fields;
+                                                           ``progress``: JSON from the query listener;
+                                                           ``phases``: the sink's steps, wall ms (JSON)
+``{ns}:commits``                                   stream  one entry per committed batch (``batch``),
+                                                           for anyone who wants to wait on commits
+``{ns}:seen``                                      hash    server -> ingest ms of its newest event
+                                                           (what idleness is judged by)
+``{ns}:idleness``                                  stream  the job's idle decisions (``watermark.rules.idleness``):
+                                                           ``server``, ``at_ms``, ``last_heard_ms``,
+                                                           ``heard``, ``marker_id``, ``reason``
+``{ns}:tradeoff``                                  hash    ``{server}|{bucket}`` -> (event, window)
+                                                           pairs, ``grid`` (see ``watermark.rules.tradeoff``)
+``{ns}:lanes``                                     hash    lab lane name -> JSON (namespace, mode,
+                                                           policy, idle timeout); see ``watermark.schema.lanes``
+``{ns}:control``                                   hash    what the presenter asks for (dashboard's Lab
+                                                           control, ``wm-control``):
+                                                           ``scenario``, ``rate``, ``generator``
+                                                           (running|stopped), ``delay_ms``, ``rev``,
+                                                           ``updated_ms``; see ``watermark.apps.control``
+``{ns}:generator``                                 hash    what the following generator applied:
+                                                           ``state``, ``scenario``, ``rate``, ``rev``,
+                                                           ``written``, ``since_ms``, ``updated_ms``,
+                                                           ``error``
+``{ns}:present:{server}``                          hash    players online now -> event time (us) of
+                                                           their latest event (``watermark.store.presence_store``)
+``{ns}:loggedout:{server}``                        hash    players who logged out -> the logout's event
+                                                           time (us), kept until the watermark passes it
+``{ns}:presence:counts``                           hash    per server: how many players are online
+``{ns}:presence:state``                            hash    the online view's ``last_batch`` (its own
+                                                           commit guard), ``watermark_ms`` (its expiries'),
+                                                           ``in_force_ms``, ``batch_ts_ms``, ``timeout_ms``,
+                                                           ``updated_ms``, ``max_event_us``,
+                                                           ``committed_id``, ``lost_at_batch`` (Redis
+                                                           came back empty before it),
+                                                           ``partial_until_ms`` (rebuilt from new events
+                                                           only: whole once the watermark passes it)
+``{ns}:presence:history``                          zset    one JSON record per batch (online counts per
+                                                           server after it, transitions per server and
+                                                           cause), score = its batch id
+``{ns}:presence:commits``                          stream  one entry per batch the online view committed
+                                                           (``batch``, ``end_id``), to wait on
+``{ns}:presence:minutes``                          zset    one JSON record per closed minute of batch time
+                                                           (``watermark.rules.presence_rollup.Minute``), score =
+                                                           the minute's first ms; the open minute is the
+                                                           state's ``minute`` field
+``{ns}:presence:peak:{day_ms}``                    hash    the UTC day's peak online per server and ``*``
+                                                           (all): ``count|at_ms``
+=================================================  ======  =============================================
+
+Every key except the input stream and the two lab hashes expires ``RETENTION`` after its last write;
+windows leave the index once they end ``RETENTION`` before the watermark, and
+batch records beyond ``PROGRESS_HISTORY`` leave theirs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+SEP = "|"
+
+
+@dataclass(frozen=True, slots=True)
+class WindowKey:
+    start_ms: int
+    end_ms: int
+    server: str
+
+    def member(self) -> str:
+        return f"{self.start_ms}:{self.end_ms}:{self.server}"
+
+    @classmethod
+    def parse(cls, member: str | bytes) -> WindowKey:
+        """Inverse of :meth:`member`; the server name may itself contain ``:``."""
+        text = member.decode() if isinstance(member, bytes) else member
+        start, end, server = text.split(":", 2)
+        return cls(int(start), int(end), server)
+
+
+@dataclass(frozen=True)
+class KeySchema:
+    namespace: str
+
+    def _k(self, *parts: object) -> str:
+        return ":".join((self.namespace, *map(str, parts)))
+
+    @property
+    def events(self) -> str:
+        return self._k("events")
+
+    @property
+    def trimmed(self) -> str:
+        return self._k("trimmed")
+
+    @property
+    def dead(self) -> str:
+        return self._k("dead")
+
+    @property
+    def late(self) -> str:
+        return self._k("late")
+
+    @property
+    def state(self) -> str:
+        return self._k("state")
+
+    @property
+    def totals(self) -> str:
+        return self._k("totals")
+
+    @property
+    def servers(self) -> str:
+        return self._k("servers")
+
+    @property
+    def windows(self) -> str:
+        return self._k("windows")
+
+    @property
+    def batches(self) -> str:
+        return self._k("batches")
+
+    @property
+    def commits(self) -> str:
+        return self._k("commits")
+
+    @property
+    def seen(self) -> str:
+        return self._k("seen")
+
+    @property
+    def idleness(self) -> str:
+        return self._k("idleness")
+
+    @property
+    def tradeoff(self) -> str:
+        return self._k("tradeoff")
+
+    @property
+    def lanes(self) -> str:
+        return self._k("lanes")
+
+    @property
+    def control(self) -> str:
+        return self._k("control")
+
+    @property
+    def generator_status(self) -> str:
+        return self._k("generator")
+
+    @property
+    def presence_state(self) -> str:
+        return self._k("presence", "state")
+
+    @property
+    def presence_counts(self) -> str:
+        return self._k("presence", "counts")
+
+    @property
+    def presence_history(self) -> str:
+        return self._k("presence", "history")
+
+    @property
+    def presence_commits(self) -> str:
+        return self._k("presence", "commits")
+
+    @property
+    def presence_minutes(self) -> str:
+        return self._k("presence", "minutes")
+
+    def presence_peak(self, day_ms: int) -> str:
+        return self._k("presence", "peak", day_ms)
+
+    def online(self, server: str) -> str:
+        """Hash of the players online now on ``server``: player -> event time (us) of their latest event.
+        Not under ``presence``: a server may be called ``state``."""
+        return self._k("present", server)
+
+    def logged_out(self, server: str) -> str:
+        """Hash of players who logged out: player -> the logout's event time (us), kept until the watermark
+        passes it so that an older straggler cannot bring them back."""
+        return self._k("loggedout", server)
+
+    def window(self, w: WindowKey) -> str:
+        return self._k("win", w.member())
+
+    def players(self, w: WindowKey) -> str:
+        return self._k("players", w.member())
+
+    def batch(self, batch_id: int) -> str:
+        return self._k("batch", batch_id)
+
+    def parse_window(self, key: str | bytes) -> WindowKey:
+        """Inverse of :meth:`window` and :meth:`players`."""
+        text = key.decode() if isinstance(key, bytes) else key
+        prefix = self.namespace + ":"
+        if not text.startswith(prefix):
+            raise ValueError(f"{text!r} is not in namespace {self.namespace!r}")
+        kind, member = text[len(prefix):].split(":", 1)
+        if kind not in ("win", "players"):
+            raise ValueError(f"{text!r} is not a window key")
+        return WindowKey.parse(member)
+
+    def parse_batch(self, key: str | bytes) -> int:
+        """Inverse of :meth:`batch`."""
+        text = key.decode() if isinstance(key, bytes) else key
+        prefix = self._k("batch") + ":"
+        if not text.startswith(prefix):
+            raise ValueError(f"{text!r} is not a batch key of namespace {self.namespace!r}")
+        return int(text[len(prefix):])
+
+
+def total_field(metric: str, qualifier: str | None = None) -> str:
+    """Field of ``{ns}:totals``: ``events`` overall, ``events|A`` for server A, ``bad|malformed_json``."""
+    return metric if qualifier is None else f"{metric}{SEP}{qualifier}"
+
+
+def parse_total_field(field: str | bytes) -> tuple[str, str | None]:
+    """Inverse of :func:`total_field`."""
+    text = field.decode() if isinstance(field, bytes) else field
+    metric, _, qualifier = text.partition(SEP)
+    return metric, (qualifier or None)

@@ -1,0 +1,112 @@
+"""Query progress into Redis: a thin listener and a writer thread.
+
+The listener only parses the event and enqueues it, so a slow or unreachable
+Redis never blocks the query; the writer thread merges each progress report
+into the batch's record (``{ns}:batch:{id}`` field ``progress``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import queue
+import threading
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+import redis
+from pyspark.sql.streaming import StreamingQueryListener
+
+from watermark.schema.keys import KeySchema
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Progress:
+    batch: int
+    timestamp: str
+    input_rows: int
+    input_rows_per_s: float | None
+    processed_rows_per_s: float | None
+    durations_ms: dict[str, int]
+
+    @classmethod
+    def from_json(cls, doc: dict) -> Progress:
+        """From ``StreamingQueryProgress.json``: testable without a query."""
+        return cls(
+            batch=int(doc["batchId"]),
+            timestamp=doc.get("timestamp", ""),
+            input_rows=int(doc.get("numInputRows", 0)),
+            input_rows_per_s=_num(doc.get("inputRowsPerSecond")),
+            processed_rows_per_s=_num(doc.get("processedRowsPerSecond")),
+            durations_ms={k: int(v) for k, v in (doc.get("durationMs") or {}).items()},
+        )
+
+
+def _num(v: object) -> float | None:
+    try:
+        f = float(v)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+    return None if f != f else f  # NaN -> None
+
+
+def write_progress(client: redis.Redis, keys: KeySchema, p: Progress, ttl_s: int) -> None:
+    bkey = keys.batch(p.batch)
+    with client.pipeline(transaction=True) as pipe:
+        pipe.hset(bkey, "progress", json.dumps(asdict(p), separators=(",", ":")))
+        pipe.expire(bkey, ttl_s)
+        pipe.execute()
+
+
+class ProgressWriter(threading.Thread):
+    """Writes each report into the batch's record of every namespace the query commits (a pipeline and its
+    lab lanes share the query, so they share its durations)."""
+
+    def __init__(self, redis_url: str, keys: KeySchema | Sequence[KeySchema], ttl_s: int,
+                 maxsize: int = 10_000) -> None:
+        super().__init__(name="progress-writer", daemon=True)
+        self.queue: queue.Queue[Progress | None] = queue.Queue(maxsize=maxsize)
+        self.client = redis.Redis.from_url(redis_url)
+        self.keys = (keys,) if isinstance(keys, KeySchema) else tuple(keys)
+        self.ttl_s = ttl_s
+
+    def offer(self, p: Progress) -> None:
+        try:
+            self.queue.put_nowait(p)
+        except queue.Full:
+            log.warning("progress queue full: dropped progress of batch %d", p.batch)
+
+    def run(self) -> None:
+        while (p := self.queue.get()) is not None:
+            try:
+                for keys in self.keys:
+                    write_progress(self.client, keys, p, self.ttl_s)
+            except redis.RedisError as exc:
+                log.warning("could not write progress of batch %d: %s", p.batch, exc)
+
+    def close(self) -> None:
+        self.queue.put(None)
+        self.join(timeout=5)
+
+
+class ProgressListener(StreamingQueryListener):
+    def __init__(self, writer: ProgressWriter, query_name: str | None = None) -> None:
+        self.writer = writer
+        self.query_name = query_name
+
+    def onQueryStarted(self, event: object) -> None:
+        pass
+
+    def onQueryProgress(self, event: object) -> None:
+        progress = event.progress  # type: ignore[attr-defined]
+        if self.query_name and progress.name != self.query_name:
+            return
+        self.writer.offer(Progress.from_json(json.loads(progress.json)))
+
+    def onQueryIdle(self, event: object) -> None:
+        pass
+
+    def onQueryTerminated(self, event: object) -> None:
+        pass

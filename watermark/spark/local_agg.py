@@ -1,0 +1,117 @@
+"""The sink's aggregation, with Arrow on the driver.
+
+A batch comes to the driver already folded into partial aggregates by the source
+partitions (bounded by the source's cap on entries per batch), and Arrow's own
+hash aggregation sums them into one table of items, which
+:class:`watermark.spark.sink.BatchTable` reads. No pyspark here.
+
+Items (tag, server, a, b, c, n, lo, hi), one per row:
+- a partial row of the source (:mod:`watermark.spark.partial`): a WINDOW item keyed by the window's start (``a``,
+  microseconds) and the player (``b``), an INGEST_LAG item keyed by ``ingest - event`` or a PROCESSING_LAG
+  item keyed by ``-event``, each with the row's count and event time range;
+- an idle marker: one TICK item; a quarantined entry: one BAD item whose ``b`` is the entry as JSON;
+- a presence row (one accepted event): a PRESENCE item with the event time in ``a``, the player in ``b``, the
+  entry ID in ``c`` and the kind's code (:data:`watermark.rules.presence_batch.KIND_CODES`) in ``lo``; unique by
+  its entry, so the sum leaves it as it is.
+Summed per (tag, server, a, b, c): ``n``, and ``min_ev``/``max_ev`` the least ``lo`` and greatest ``hi``.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from watermark.rules.presence_batch import KIND_CODES
+from watermark.schema.events import IDLE_KIND
+from watermark.spark import partial
+
+# Tags of the items (column ``tag``), shared with watermark.spark.sink.
+WINDOW, INGEST_LAG, PROCESSING_LAG, BAD, TICK, PRESENCE = 0, 1, 2, 3, 4, 5
+
+# The columns of the batch the aggregation reads.
+COLUMNS = ("server", "player_id", "kind", "event_time", "error", "entry_id", "error_detail", "raw", "partial")
+_KEYS = ["tag", "server", "a", "b", "c"]
+_AGGS = [("n", "sum"), ("lo", "min"), ("hi", "max")]
+NAMES = ["tag", "server", "a", "b", "c", "n", "min_ev", "max_ev"]
+TYPES = (pa.int32(), pa.string(), pa.int64(), pa.string(), pa.string(), pa.int64(), pa.int64(), pa.int64())
+BAD_FIELDS = ("entry_id", "error", "error_detail", "raw")  # a quarantined entry's document, as Spark's to_json
+NOT_PRE_AGGREGATED = ("a row of one accepted event reached the sink: the source must be read with "
+                      "preAggregate=true (watermark.spark.query.read_events)")
+
+
+def _items(tag: int | pa.Array, server: pa.Array, a: pa.Array, b: pa.Array | None, n: pa.Array | None,
+           lo: pa.Array | None, hi: pa.Array | None, c: pa.Array | None = None) -> pa.Table:
+    size = len(server)
+    return pa.table({
+        "tag": pa.array(np.full(size, tag, np.int32)) if isinstance(tag, int) else tag,
+        "server": server,
+        "a": a,
+        "b": b if b is not None else pa.nulls(size, pa.string()),
+        "c": c if c is not None else pa.nulls(size, pa.string()),
+        "n": n if n is not None else pa.array(np.ones(size, np.int64)),
+        "lo": lo if lo is not None else pa.nulls(size, pa.int64()),
+        "hi": hi if hi is not None else pa.nulls(size, pa.int64()),
+    })
+
+
+def aggregate(batch: pa.Table) -> pa.Table:
+    """The items of a batch's rows (unpacked), summed per (tag, server, a, b, c)."""
+    batch = batch.combine_chunks()
+    bad = pc.is_valid(batch.column("error"))
+    part = pc.and_(pc.invert(bad), batch.column("partial").is_valid())
+    tick = pc.and_(pc.invert(pc.or_(bad, part)), pc.fill_null(pc.equal(batch.column("kind"), IDLE_KIND), False))
+    if not pc.all(pc.or_(pc.or_(bad, part), tick), min_count=0).as_py():
+        raise ValueError(NOT_PRE_AGGREGATED)
+    parts: list[pa.Table] = []
+    presence = pc.and_(part, pc.fill_null(pc.equal(batch.column("partial").combine_chunks().field("of"),
+                                                   partial.PRESENCE), False))
+    unique = _presence_items(batch.filter(presence)) if pc.any(presence).as_py() else None
+    part = pc.and_(part, pc.invert(presence))
+
+    rows = batch.filter(part)
+    if rows.num_rows:
+        p = rows.column("partial").combine_chunks()
+        of, key = p.field("of"), p.field("key_us")
+        event_time, window = pc.equal(of, partial.EVENT_TIME), pc.equal(of, partial.WINDOW)
+        tag = pc.if_else(window, np.int32(WINDOW), pc.if_else(event_time, np.int32(PROCESSING_LAG),
+                                                              np.int32(INGEST_LAG)))
+        parts.append(_items(tag, rows.column("server"), pc.if_else(event_time, pc.negate(key), key),
+                            pc.if_else(window, rows.column("player_id"), pa.scalar(None, pa.string())),
+                            p.field("n"), p.field("min_event_us"), p.field("max_event_us")))
+
+    ticks = batch.filter(tick)
+    if ticks.num_rows:
+        ev = pc.cast(ticks.column("event_time"), pa.int64())
+        parts.append(_items(TICK, ticks.column("server"), pa.array(np.zeros(ticks.num_rows, np.int64)), None, None,
+                            ev, ev))
+
+    quarantined = batch.filter(bad)
+    if quarantined.num_rows:
+        docs = [json.dumps({k: v for k, v in zip(BAD_FIELDS, row, strict=True) if v is not None})
+                for row in zip(*(quarantined.column(c).to_pylist() for c in BAD_FIELDS), strict=True)]
+        parts.append(_items(BAD, quarantined.column("server"), pa.array(np.zeros(quarantined.num_rows, np.int64)),
+                            pa.array(docs, pa.string()), None, None, None))
+
+    schema = pa.schema(list(zip(NAMES, TYPES, strict=True)))
+    out = [unique] if unique is not None else []
+    if parts:
+        items = pa.concat_tables([p.cast(parts[0].schema) for p in parts])
+        summed = items.group_by(_KEYS, use_threads=False).aggregate(_AGGS)
+        out.insert(0, summed.select([*_KEYS, "n_sum", "lo_min", "hi_max"]).rename_columns(NAMES).cast(schema))
+    return pa.concat_tables(out) if out else schema.empty_table()
+
+
+def _presence_items(rows: pa.Table) -> pa.Table:
+    """Presence rows as their items, already in the result's shape: each is unique by its entry."""
+    event_us = rows.column("partial").combine_chunks().field("key_us")
+    codes = pa.array(np.zeros(rows.num_rows, np.int64))
+    kind = rows.column("kind")
+    for name, code in KIND_CODES.items():
+        if name is not None:
+            codes = pc.if_else(pc.fill_null(pc.equal(kind, name), False), np.int64(code), codes)
+    t = _items(PRESENCE, rows.column("server"), event_us, rows.column("player_id"), None, codes, event_us,
+               rows.column("entry_id"))
+    return t.rename_columns(NAMES).cast(pa.schema(list(zip(NAMES, TYPES, strict=True))))

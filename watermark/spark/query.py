@@ -1,0 +1,193 @@
+"""Building the SparkSession and starting the streaming query; shared by the job and replay."""
+
+from __future__ import annotations
+
+import os
+import sys
+from functools import reduce
+from pathlib import Path
+
+from pyspark import SparkConf, SparkContext
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
+
+from watermark.schema.config import Config
+from watermark.schema.events import IDLE_KIND, Rules
+from watermark.schema.keys import KeySchema
+from watermark.schema.lanes import lane_config, lane_namespace
+from watermark.spark.checkpoint import job_secret
+from watermark.spark.cluster import is_local_master, ship_package
+from watermark.spark.partial import PACKED
+from watermark.spark.sink import Lane, RedisSink
+from watermark.spark.source import RedisStreamDataSource
+from watermark.store.commit import Params
+
+
+def params_of(cfg: Config) -> Params:
+    return Params(window_ms=cfg.window_ms, slide_ms=cfg.slide_ms, delay_ms=cfg.delay_ms,
+                  retention_ms=cfg.retention_ms, progress_history=cfg.progress_history,
+                  ttl_ms=cfg.key_ttl_ms, trigger_ms=cfg.trigger_ms, mode=cfg.watermark_mode,
+                  policy=cfg.watermark_policy,
+                  servers=tuple(sorted(cfg.known_servers or ())) if cfg.watermark_mode == "per-server" else (),
+                  idle_timeout_ms=cfg.idle_timeout_ms, trims=cfg.input_namespace is None,
+                  readers=readers_of(cfg), stream_keep_entries=cfg.stream_keep_entries,
+                  late_keep=cfg.late_events_keep)
+
+
+def readers_of(cfg: Config) -> tuple[str, ...]:
+    """The state hashes whose ``committed_id`` holds back the trim of the input: each lab lane's and the
+    online view's. They commit after the pipeline (in the job on a thread of their own, while the next batch
+    runs); a reader held back (a failing commit, a crash before it committed) keeps the entries it still
+    needs, which is what lets the next run catch it up (:meth:`RedisSink.catch_up`)."""
+    if cfg.input_namespace is not None:
+        return ()  # a lane trims nothing
+    keys = KeySchema(cfg.namespace)
+    return (*(KeySchema(lane_namespace(cfg.namespace, lane)).state for lane in cfg.lanes), keys.presence_state)
+
+
+def watermarked(events: DataFrame, cfg: Config) -> DataFrame:
+    """``withWatermark`` as the configuration asks: one watermark, or one input per server.
+
+    Per server, each known server's accepted events are an input of their own with their own
+    ``withWatermark`` and Spark combines them by ``multipleWatermarkPolicy`` (set when the query starts;
+    Spark then keeps it in the checkpoint). Accepted events are the source's window rows when it
+    pre-aggregates (their ``event_time`` is their latest event's). Quarantined rows, lag histogram rows, and
+    idle markers where idleness is off, go through an input without a watermark: they must reach the sink but
+    never move a watermark.
+    Each input scans the source again, so per-server mode costs a read per server.
+    """
+    delay = f"{cfg.delay_ms} milliseconds"
+    marker = F.coalesce(F.col("kind") == IDLE_KIND, F.lit(False))
+    if cfg.watermark_mode == "global":
+        # Its own column, so that an idle marker's time still reaches the sink (the lab lanes with idleness
+        # judge by it) while it never moves this watermark.
+        timed = F.when(marker, F.lit(None)).otherwise(F.col("event_time"))
+        return events.withColumn("watermark_time", timed).withWatermark("watermark_time", delay)
+    servers = sorted(cfg.known_servers or ())
+    partial = F.col("partial")
+    counted = F.col("error").isNull() & (partial.isNull() | (partial["of"] == PACKED))
+    if cfg.idle_timeout_ms is None:
+        counted = counted & ~marker
+    inputs = [events.where(counted & (F.col("server") == s)).withWatermark("event_time", delay) for s in servers]
+    rest = events.where(~F.coalesce(counted & F.col("server").isin(servers), F.lit(False)))
+    return reduce(DataFrame.unionByName, [*inputs, rest])
+
+
+WORKER_PYTHON = Path(__file__).with_name("spark-worker-python")
+LOG4J_CONFIG = Path(__file__).with_name("log4j2.properties")
+
+
+def worker_python() -> str:
+    """The interpreter for Spark's Python workers on a local master: this one, started through
+    ``spark-worker-python`` when Spark's home is this interpreter's own pyspark package (a pip install),
+    so workers import pyspark with its compiled bytecode rather than from Spark's zip (0.5 s less per
+    query start and per worker daemon here; bench/run.py's throughput includes a query start)."""
+    import pyspark
+    from pyspark.find_spark_home import _find_spark_home
+
+    home = Path(os.environ.get("SPARK_HOME") or _find_spark_home()).resolve()
+    if Path(pyspark.__file__).resolve().parent != home or not os.access(WORKER_PYTHON, os.X_OK):
+        return sys.executable
+    os.environ["PIPELINE_WORKER_PYTHON"] = sys.executable
+    return str(WORKER_PYTHON)
+
+
+def build_session(cfg: Config, app_name: str = "watermark-pipeline", ui: bool = True,
+                  own_session: bool = False) -> SparkSession:
+    """On a local master everything binds to 127.0.0.1; on a cluster the driver takes Spark's usual
+    address (``SPARK_LOCAL_IP`` / ``spark.driver.host``) so executors can reach it, and the
+    ``watermark`` package is shipped to the executors.
+
+    With ``own_session`` the JVM starts in a session of its own, so a signal to the job's process group (a
+    process manager's SIGTERM, a terminal's Ctrl-C) reaches the job alone, which stops its queries between
+    batches before Spark goes down; a JVM that got the signal too shut down under a running batch and filled
+    the terminal with its stack traces. It still ends with the job: PySpark's gateway exits when its stdin,
+    a pipe from the job, closes."""
+    local = is_local_master(cfg.spark_master)
+    if "PYSPARK_PYTHON" not in os.environ:  # the user's choice stands
+        os.environ["PYSPARK_PYTHON"] = worker_python() if local else sys.executable
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    if local:
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    settings = {"spark.app.name": app_name, "spark.master": cfg.spark_master}
+    if local:
+        settings.update({"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"})
+    settings.update({
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.shuffle.partitions": str(max(2, cfg.source_partitions)),
+        # Adaptive execution re-plans the sink's job at its shuffle, every batch: ~0.15 s on a 50,000-event
+        # batch (bench/batch_costs.py), for a plan whose shape never changes.
+        "spark.sql.adaptive.enabled": "false",
+        # Checkpoint files on a local disk without Hadoop's .crc side files: the offset and commit log
+        # writes take ~15 ms less each (bench/batch_costs.py). Files are still written to a temporary name
+        # and renamed into place; other file systems are untouched.
+        "spark.hadoop.fs.AbstractFileSystem.file.impl": "org.apache.hadoop.fs.local.RawLocalFs",
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+        "spark.ui.enabled": "true" if ui else "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.streaming.stopActiveRunOnRestart": "true",
+        "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={LOG4J_CONFIG.as_uri()}",
+    })
+    conf = SparkConf().setAll(list(settings.items()))
+    if own_session:
+        from pyspark.java_gateway import launch_gateway
+
+        SparkContext(conf=conf, gateway=launch_gateway(conf, popen_kwargs={"start_new_session": True}))
+    spark = SparkSession.builder.config(conf=conf).getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    if not local:
+        ship_package(spark.sparkContext)
+    spark.dataSource.register(RedisStreamDataSource)
+    return spark
+
+
+def pipeline_sink(cfg: Config, background: bool = False) -> RedisSink:
+    """The sink of the job's one query: the configured pipeline, its lab lanes and the online players (with
+    ``background``, the lanes and the online players commit on a thread of their own: see
+    :class:`RedisSink`)."""
+    lanes = [Lane(KeySchema(c.namespace), params_of(c)) for c in (lane_config(cfg, lane) for lane in cfg.lanes)]
+    return RedisSink(cfg.redis_url, KeySchema(cfg.namespace), params_of(cfg), cfg.checkpoint_dir, lanes=lanes,
+                     online_timeout_ms=cfg.online_timeout_ms, background=background,
+                     source_options=source_options(cfg, pre_aggregate=True, spark=SparkSession.getActiveSession()))
+
+
+def start_query(spark: SparkSession, cfg: Config, sink: RedisSink | None = None,
+                trigger_ms: int | None = None, query_name: str | None = None) -> StreamingQuery:
+    """``source -> withWatermark -> foreachBatch(RedisSink)``; ``trigger_ms=0`` runs batches back to back.
+
+    The one read of the input serves every lane and the online players (:func:`pipeline_sink`)."""
+    sink = sink or pipeline_sink(cfg)
+    events = read_events(spark, cfg, pre_aggregate=True)
+    writer = events.writeStream.foreachBatch(sink).option("checkpointLocation", cfg.checkpoint_dir)
+    return with_trigger(writer, cfg, trigger_ms).queryName(query_name or f"watermark-{cfg.namespace}").start()
+
+
+def read_events(spark: SparkSession, cfg: Config, pre_aggregate: bool = False) -> DataFrame:
+    """The event stream with its watermark(s) (quarantined rows and idle markers included). With
+    ``pre_aggregate`` the accepted events come as the source partitions' partial aggregates for the configured
+    windows (:mod:`watermark.spark.partial`) and as presence rows, which :class:`watermark.spark.sink.RedisSink` sums;
+    without it, one row per entry."""
+    events = spark.readStream.format("redis_stream").options(**source_options(cfg, pre_aggregate, spark)).load()
+    # Read when the query starts and kept in its checkpoint from then on.
+    spark.conf.set("spark.sql.streaming.multipleWatermarkPolicy", cfg.watermark_policy)
+    return watermarked(events, cfg)
+
+
+def source_options(cfg: Config, pre_aggregate: bool, spark: SparkSession | None = None) -> dict[str, str]:
+    """The ``redis_stream`` source's options for the configuration (:mod:`watermark.spark.source`); idle markers
+    must carry the signature of the job whose checkpoint this is (``spark`` reads it where that is not a
+    local path)."""
+    return {
+        "url": cfg.redis_url, "stream": cfg.input_stream, "partitions": str(cfg.source_partitions),
+        "maxEventsPerBatch": str(cfg.max_events_per_batch),
+        "committedBy": "" if cfg.input_namespace else cfg.namespace,
+        "preAggregate": str(pre_aggregate).lower(), "presence": str(pre_aggregate).lower(),
+        "windowMs": str(cfg.window_ms), "slideMs": str(cfg.slide_ms),
+        **Rules(cfg.max_future_skew_ms, cfg.known_servers, job_secret(cfg.checkpoint_dir, spark)).to_options(),
+    }
+
+
+def with_trigger(writer: DataStreamWriter, cfg: Config, trigger_ms: int | None) -> DataStreamWriter:
+    interval = cfg.trigger_ms if trigger_ms is None else trigger_ms
+    return writer.trigger(processingTime=f"{interval} milliseconds") if interval > 0 else writer

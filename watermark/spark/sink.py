@@ -1,0 +1,402 @@
+"""The foreachBatch sink: sum a micro-batch's partial aggregates in Spark, classify, commit to Redis once.
+
+Stateless design: the query is ``source -> withWatermark -> foreachBatch``.
+Spark still tracks the watermark and records the one in force for batch N in
+``offsets/N``; the sink reads it there. The source has counted each
+partition's (event, window) pairs per player and its events per event time
+(:mod:`watermark.spark.partial`); the sink sums them across partitions, marks each
+window's pairs dropped (``window.end <= watermark``) or accepted, counts the
+late but accepted ones from the event-time histogram, and merges the small
+result into Redis through :func:`watermark.store.commit.commit_batch`. Counting
+raw pairs, not groups, is what makes the dropped counts exact.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import redis
+from pyspark.sql import DataFrame
+
+from watermark.rules.late import LateEvent
+from watermark.rules.presence_batch import KIND_CODES
+from watermark.rules.watermarks import ServerWatermarks
+from watermark.rules.windows import event_ms, late_counts
+from watermark.schema.events import parse_entry_id
+from watermark.schema.keys import KeySchema
+from watermark.spark import local_agg
+from watermark.spark.checkpoint import OffsetEntry, read_offset_log
+from watermark.spark.handover import Handover
+from watermark.spark.local_agg import (  # the items' tags, one set for both paths
+    BAD,
+    INGEST_LAG,
+    PRESENCE,
+    PROCESSING_LAG,
+    TICK,
+    WINDOW,
+)
+from watermark.spark.source import ARROW_SCHEMA, StreamRange, _Options, _read, unpack
+from watermark.store.commit import BadRow, BatchSummary, Lag, Params, ServerStats, WindowAgg, commit_batch
+from watermark.store.presence_store import PresenceBatch, PresenceEvents, PresenceMirror, commit_presence
+from watermark.store.redis_conn import DriverClient, with_retry
+
+log = logging.getLogger(__name__)
+
+
+def summarize(df: DataFrame, batch_id: int, watermark_ms: int, batch_ts_ms: int,
+              start_id: str, end_id: str, params: Params) -> BatchSummary:
+    """Everything the batch contributes to one pipeline, judged against ``watermark_ms``."""
+    return BatchTable.read(aggregate(df), batch_ts_ms).summary(batch_id, watermark_ms, batch_ts_ms, start_id, end_id,
+                                                               params)
+
+
+def aggregate(df: DataFrame) -> pa.Table:
+    """The batch's items summed, from one Spark job whose result is small.
+
+    The source has already folded each partition's accepted events into partial aggregates
+    (:mod:`watermark.spark.partial`: per window and player, and the two lag histograms, exact integers) and
+    presence rows, and packed them (:func:`watermark.spark.source.pack`); quarantined entries and idle markers
+    come one row each. The driver collects them as Arrow, unpacks them and sums the items with Arrow
+    (:func:`watermark.spark.local_agg.aggregate`): the batch costs one Spark job and nothing is cached. The
+    DataFrame must come from the source with ``preAggregate=true`` (:func:`watermark.spark.query.read_events`); a
+    row of a single accepted event fails the batch with :data:`NOT_PRE_AGGREGATED`.
+
+    Nothing in the query depends on the batch (watermark, batch time), so Spark's plan is the same for
+    every batch: which windows are closed, which events are late and the processing lag follow from the
+    result and the watermark afterwards (:class:`BatchTable`)."""
+    return aggregate_arrow(df.select(*local_agg.COLUMNS, "blob").toArrow())
+
+
+def aggregate_arrow(rows: pa.Table) -> pa.Table:
+    """:func:`aggregate` of the source's rows as Arrow (the columns it selects), wherever they were read."""
+    return local_agg.aggregate(unpack(rows))
+
+
+def reread(source_options: Mapping[str, str], start_id: str, end_id: str) -> pa.Table:
+    """The aggregate of the entries ``(start_id, end_id]`` read again on the driver with the source's own
+    partition read (one partition: a sum does not depend on the split), for a batch Spark has already
+    committed."""
+    opts = _Options(source_options)
+    rows = pa.Table.from_batches(list(_read(opts, StreamRange(start_id, end_id))), schema=ARROW_SCHEMA)
+    return aggregate_arrow(rows.select([*local_agg.COLUMNS, "blob"]))
+
+
+def presence_events(t: pa.Table) -> PresenceEvents:
+    """The batch's accepted events for the online view, from its PRESENCE items."""
+    part = t.filter(pc.equal(t.column("tag"), PRESENCE))
+    if not part.num_rows:
+        return PresenceEvents.empty()
+    ids = pc.split_pattern(part.column("c"), "-", max_splits=1)
+    ms = pc.cast(pc.list_element(ids, 0), pa.int64()).to_numpy()
+    seq = pc.cast(pc.list_element(ids, 1), pa.int64()).to_numpy()
+    arrival = np.empty(len(ms), np.int64)
+    arrival[np.lexsort((seq, ms))] = np.arange(len(ms))
+    return PresenceEvents(part.column("server").to_numpy(zero_copy_only=False),
+                          part.column("b").to_numpy(zero_copy_only=False), part.column("a").to_numpy(), arrival,
+                          part.column("min_ev").to_numpy().astype(np.int8))
+
+
+_KIND_NAMES = {code: name for name, code in KIND_CODES.items()}
+
+
+def late_events(t: pa.Table, batch_id: int, watermark_ms: int) -> list[LateEvent]:
+    """The batch's accepted events behind ``watermark_ms``, in arrival order, to be kept
+    (:mod:`watermark.rules.late`). Usually none: one vectorised filter finds them."""
+    tags = t.column("tag")
+    part = t.filter(pc.and_(pc.equal(tags, PRESENCE), pc.less(t.column("a"), watermark_ms * 1000)))
+    out = [LateEvent(entry_id, server, player, _KIND_NAMES.get(code), event_us, batch_id, watermark_ms)
+           for server, event_us, player, entry_id, code in zip(
+               *(part.column(c).to_pylist() for c in ("server", "a", "b", "c", "min_ev")), strict=True)]
+    out.sort(key=lambda e: parse_entry_id(e.entry_id))
+    return out
+
+
+@dataclass(frozen=True)
+class BatchTable:
+    """A batch's aggregate read once: everything in it that no watermark changes, shared by the pipeline and
+    its lanes. ``windows``: (start ms, server, (event, window) pairs, distinct players) per window;
+    ``servers``: each server's input figures (rows, event time range, lags, idle markers) before any window
+    is judged; ``event_hist``: each server's events per event time, ascending (late counts come from it)."""
+
+    windows: list[tuple[int, str, int, list[str]]]
+    servers: dict[str, ServerStats]
+    event_hist: dict[str, tuple[np.ndarray, np.ndarray]]
+    bad: list[BadRow]
+
+    @classmethod
+    def read(cls, t: pa.Table, batch_ts_ms: int) -> BatchTable:
+        tags = t.column("tag")
+        per_window = (t.filter(pc.equal(tags, WINDOW)).group_by(["a", "server"], use_threads=False)
+                      .aggregate([("n", "sum"), ("b", "list")]))
+        # the items are unique per (window, player), so each window's list holds distinct players
+        windows = [(ws // 1000, server, n, players) for ws, server, n, players in zip(
+            *(per_window.column(c).to_pylist() for c in ("a", "server", "n_sum", "b_list")), strict=True)]
+        servers: dict[str, ServerStats] = {}
+        for server, part in _by_server(t, INGEST_LAG):
+            lag_us, n = part.column("a").to_numpy(), part.column("n").to_numpy()
+            servers[server] = ServerStats(
+                rows=int(n.sum()), min_event_us=pc.min(part.column("min_ev")).as_py(),
+                max_event_us=pc.max(part.column("max_ev")).as_py(),
+                max_ingest_us=int((part.column("max_ev").to_numpy() + lag_us).max()),  # the newest arrival
+                ingest_lag_ms=Lag.from_histogram(lag_us, n))
+        event_hist = {}
+        for server, part in _by_server(t, PROCESSING_LAG):  # keyed by -event time: the batch time makes it a lag
+            neg_event_us, n = part.column("a").to_numpy(), part.column("n").to_numpy()
+            servers[server].processing_lag_ms = Lag.from_histogram(batch_ts_ms * 1000 + neg_event_us, n)
+            event_hist[server] = (-neg_event_us[::-1], n[::-1])
+        ticks = t.filter(pc.equal(tags, TICK)).sort_by("server")
+        for server, n, hi in zip(*(ticks.column(c).to_pylist() for c in ("server", "n", "max_ev")), strict=True):
+            st = servers.setdefault(server, ServerStats())
+            st.ticks, st.max_tick_us = n, hi
+        bad = [BadRow(d["entry_id"], d["error"], d.get("error_detail") or "", d.get("raw") or "")
+               for d in map(json.loads, t.filter(pc.equal(tags, BAD)).column("b").to_pylist())]
+        bad.sort(key=lambda b: parse_entry_id(b.entry_id))
+        return cls(windows, servers, event_hist, bad)
+
+    def summary(self, batch_id: int, watermark_ms: int, batch_ts_ms: int, start_id: str, end_id: str,
+                params: Params) -> BatchSummary:
+        """The batch judged against ``watermark_ms``: each window's pairs dropped (``end <= watermark``) or
+        accepted, and of the accepted ones those before the watermark counted as late."""
+        windows: list[WindowAgg] = []
+        open_windows: dict[str, list[WindowAgg]] = {}
+        for start_ms, server, n, players in self.windows:
+            w = WindowAgg(start_ms, start_ms + params.window_ms, server)
+            windows.append(w)
+            if w.end_ms <= watermark_ms:  # closed: Spark drops the pair
+                w.dropped = n
+            else:
+                w.events, w.players = n, players
+                open_windows.setdefault(server, []).append(w)
+        servers = {name: replace(st) for name, st in self.servers.items()}
+        for server, accepted in open_windows.items():
+            event_us, n = self.event_hist[server]
+            late = late_counts(np.array([w.start_ms for w in accepted], np.int64),
+                               np.array([w.end_ms for w in accepted], np.int64), event_us, n, watermark_ms)
+            for w, k in zip(accepted, late.tolist(), strict=True):
+                w.late = k
+        for w in windows:
+            st = servers[w.server]
+            st.events += w.events
+            st.dropped += w.dropped
+            st.late += w.late
+        return BatchSummary(
+            batch_id=batch_id, watermark_ms=watermark_ms, batch_ts_ms=batch_ts_ms, start_id=start_id,
+            end_id=end_id, windows=sorted(windows, key=lambda w: (w.start_ms, w.server, w.end_ms)),
+            servers=servers, bad=list(self.bad),
+        )
+
+
+def _by_server(t: pa.Table, tag: int) -> Iterator[tuple[str, pa.Table]]:
+    """A lag tag's rows per server, ascending by lag key, as numpy-ready columns (a histogram per server:
+    tens of thousands of rows a live batch, too many for a Python loop)."""
+    part = t.filter(pc.and_(pc.equal(t.column("tag"), tag), pc.is_valid(t.column("a"))))
+    for server in sorted(pc.unique(part.column("server")).drop_null().to_pylist()):
+        yield server, part.filter(pc.equal(part.column("server"), server)).sort_by("a").combine_chunks()
+
+
+class Phases:
+    """Wall milliseconds of the sink's steps in one batch: ``with phases("commit"): ...``."""
+
+    def __init__(self) -> None:
+        self.ms: dict[str, int] = {}
+
+    @contextmanager
+    def __call__(self, name: str) -> Iterator[None]:
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.ms[name] = round((time.perf_counter() - t0) * 1000)
+
+    def to_json(self) -> str:
+        return json.dumps(self.ms, separators=(",", ":"))
+
+
+class RedisSink(DriverClient):
+    """The callable handed to ``foreachBatch``; holds the Redis client on the driver.
+
+    Everything of a batch comes from one read of the input and one aggregation: the configured pipeline's
+    windows (watermark from Spark's ``offsets/N``), each lab lane's (:class:`Lane`: the same table under the
+    lane's own watermark) and, with ``online_timeout_ms``, the online players. Each is committed in its own
+    transaction guarded by its own ``last_batch``, so a batch replayed after a crash between them commits
+    only what is missing, with the same numbers: a lane's watermark and the players' state are read back from
+    what the previous batch committed.
+
+    The lanes and the online view are the pipeline's *followers*. With ``background`` they commit a batch on
+    a thread of their own (:class:`watermark.spark.handover.Handover`) once the pipeline's commit is in, while Spark
+    already plans and reads the next batch: the batch's path to its first commit stays as short as the
+    pipeline alone. Spark marks a batch done when this call returns, so a job killed before its followers
+    committed leaves them behind the pipeline; the first batch of every run therefore catches them up
+    (:meth:`catch_up`, reading the missing batches again from ``source_options``)."""
+
+    def __init__(self, redis_url: str, keys: KeySchema, params: Params, checkpoint_dir: str,
+                 on_commit: Callable[[BatchSummary, bool], None] | None = None, lanes: Sequence[Lane] = (),
+                 online_timeout_ms: int | None = None, background: bool = False,
+                 source_options: Mapping[str, str] | None = None) -> None:
+        if background and source_options is None:
+            raise ValueError("a sink whose followers commit in the background needs source_options to catch "
+                             "them up after a crash")
+        self.redis_url = redis_url
+        self.keys = keys
+        self.params = params
+        self.checkpoint_dir = checkpoint_dir
+        self.on_commit = on_commit
+        self.lanes = tuple(lanes)
+        self.online_timeout_ms = online_timeout_ms
+        self.source_options = dict(source_options or {})
+        self.mirror = PresenceMirror()
+        self.handover = Handover(f"followers-{keys.namespace}") if background else None
+        self._caught_up = False
+        # One sink per query run, like Spark's per-input watermark map, which is not checkpointed.
+        self.watermarks = (ServerWatermarks(params.servers, params.delay_ms, params.policy)
+                           if params.per_server else None)
+
+    def __call__(self, df: DataFrame, batch_id: int) -> None:
+        spark = df.sparkSession
+        fresh = False
+        if not self._caught_up:
+            fresh = self.catch_up(batch_id, spark)
+            self._caught_up = True
+        entry, start_id, end_id = self.bounds(batch_id, spark)
+        phases = Phases()
+        with phases("read"):  # Spark's job: the source partitions read, parse and pre-aggregate
+            table = aggregate(df)
+        with phases("sum"):
+            batch, summary = self.judge(table, batch_id, entry, start_id, end_id, self.watermarks)
+        with phases("commit"):  # guarded by the batch id, so retrying after a lost reply cannot count twice
+            applied = with_retry(lambda: commit_batch(self.client, self.keys, summary, self.params),
+                                 f"commit of batch {batch_id}")
+        if not applied:
+            log.info("batch %d already in Redis (replayed after a restart): skipped", batch_id)
+
+        def follow() -> None:
+            self.follow(table, batch, summary, entry, phases)
+            if applied:  # where the sink's time went, beside the batch's record (its TTL already set)
+                with_retry(lambda: self.client.hset(self.keys.batch(batch_id), "phases", phases.to_json()),
+                           f"phases of batch {batch_id}")
+
+        # A follower's first batch commits before Spark's does: nothing could catch it up otherwise.
+        if self.handover is None or fresh:
+            follow()
+        else:
+            self.handover.hand_over(follow)
+        if self.on_commit is not None:
+            self.on_commit(summary, applied)
+
+    def bounds(self, batch_id: int, spark: object) -> tuple[OffsetEntry, str, str]:
+        """The batch's offset log entry and its entry ID range ``(start, end]``."""
+        entry = read_offset_log(self.checkpoint_dir, batch_id, spark)
+        end_id = (entry.source_offsets[0] or {}).get("id", "0-0")
+        start_id = "0-0"
+        if batch_id > 0:
+            prev = read_offset_log(self.checkpoint_dir, batch_id - 1, spark)
+            start_id = (prev.source_offsets[0] or {}).get("id", "0-0")
+        return entry, start_id, end_id
+
+    def judge(self, table: pa.Table, batch_id: int, entry: OffsetEntry, start_id: str, end_id: str,
+              watermarks: ServerWatermarks | None) -> tuple[BatchTable, BatchSummary]:
+        batch = BatchTable.read(table, entry.batch_ts_ms)
+        summary = batch.summary(batch_id, entry.watermark_ms, entry.batch_ts_ms, start_id, end_id, self.params)
+        summary.late_events = late_events(table, batch_id, entry.watermark_ms)
+        if watermarks is not None:
+            per_server(summary, watermarks, self.params.idle_timeout_ms is not None)
+        return batch, summary
+
+    def follow(self, table: pa.Table, batch: BatchTable, summary: BatchSummary, entry: OffsetEntry,
+               phases: Phases) -> None:
+        """Commit the batch to every follower that does not have it yet: each lane, then the online view."""
+        batch_id = summary.batch_id
+        with phases("lanes"):
+            for lane in self.lanes:
+                with_retry(lambda lane=lane: lane.commit(self.client, batch, summary),
+                           f"lane {lane.keys.namespace} of batch {batch_id}")
+        if self.online_timeout_ms is not None:
+            with phases("online"):
+                online = PresenceBatch(batch_id, entry.watermark_ms, entry.batch_ts_ms, summary.end_id,
+                                       presence_events(table), self.params.delay_ms, summary.next_watermark_ms)
+                timeout = self.online_timeout_ms
+                with_retry(lambda: commit_presence(self.client, self.keys, online, self.params, timeout,
+                                                   self.mirror), f"online players of batch {batch_id}")
+
+    def followers_last(self) -> list[int | None]:
+        """Each follower's last committed batch (None: it has not committed one)."""
+        guards = [lane.keys.state for lane in self.lanes]
+        if self.online_timeout_ms is not None:
+            guards.append(self.keys.presence_state)
+        pipe = self.client.pipeline(transaction=False)
+        for guard in guards:
+            pipe.hget(guard, "last_batch")
+        return [None if v is None else int(v) for v in with_retry(pipe.execute, "the followers' last batches")]
+
+    def catch_up(self, batch_id: int, spark: object) -> bool:
+        """Commit to the followers the batches before ``batch_id`` that Spark has committed and they have not
+        (the job stopped between the two), in order, each read again from the stream: the trim keeps every
+        entry a follower has not committed, and the offset log keeps each batch's range and watermark.
+        Returns True when a follower has no commit yet (it starts with this batch)."""
+        lasts = self.followers_last()
+        behind = [last for last in lasts if last is not None and last < batch_id - 1]
+        for k in range(min(behind, default=batch_id - 1) + 1, batch_id):
+            entry, start_id, end_id = self.bounds(k, spark)
+            table = with_retry(lambda s=start_id, e=end_id: reread(self.source_options, s, e),
+                               f"read of batch {k} again")
+            batch, summary = self.judge(table, k, entry, start_id, end_id, None)
+            if self.params.per_server:  # the watermark Spark went on with: this run's model starts afresh
+                summary.next_watermark_ms = read_offset_log(self.checkpoint_dir, k + 1, spark).watermark_ms
+            log.info("batch %d: committing it to the lanes and the online view, which the last run stopped "
+                     "before", k)
+            self.follow(table, batch, summary, entry, Phases())
+        return None in lasts
+
+    def close(self) -> None:
+        """Wait for the followers' pending commit; a failure is logged (the next run catches them up)."""
+        if self.handover is None:
+            return
+        try:
+            self.handover.close()
+        except Exception as exc:  # noqa: BLE001 - stopping: said, and mended by the next run's catch_up
+            log.warning("the followers' last commit failed: %s", exc)
+
+
+def per_server(summary: BatchSummary, model: ServerWatermarks, idle: bool) -> None:
+    """Advance the per-input watermarks with what each server's input saw (idle markers too, where idleness
+    is on: they are in that input), as Spark does after running the batch."""
+    seen: dict[str, int] = {}
+    for server, st in summary.servers.items():
+        top = st.input_max_us(idle)
+        if top is not None:
+            seen[server] = event_ms(top)
+    summary.server_watermarks = model.update(seen)
+    summary.next_watermark_ms = model.combined(summary.watermark_ms)
+
+
+@dataclass(frozen=True)
+class Lane:
+    """A lab lane: the pipeline's batch under another watermark strategy, in the lane's namespace.
+
+    The lane reads nothing itself: it takes the batch's aggregate and judges it against its own watermark,
+    which it keeps where the previous batch committed it (``next_watermark_ms`` and, per server, the
+    per-input map ``server_watermarks`` in ``{lane}:state``), so a restart changes nothing."""
+
+    keys: KeySchema
+    params: Params
+
+    def commit(self, client: redis.Redis, batch: BatchTable, main: BatchSummary) -> bool:
+        last, in_force, stored = client.hmget(self.keys.state, ["last_batch", "next_watermark_ms",
+                                                               "server_watermarks"])
+        if last is not None and int(last) >= main.batch_id:
+            return False
+        summary = batch.summary(main.batch_id, int(in_force or 0), main.batch_ts_ms, main.start_id, main.end_id,
+                                self.params)
+        if self.params.per_server:
+            values = {k: int(v) for k, v in json.loads(stored).items()} if stored else {}
+            model = ServerWatermarks(self.params.servers, self.params.delay_ms, self.params.policy, values)
+            per_server(summary, model, self.params.idle_timeout_ms is not None)
+        return commit_batch(client, self.keys, summary, self.params)

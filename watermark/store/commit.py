@@ -1,0 +1,528 @@
+"""Merging one batch's summary into Redis: one MULTI/EXEC, guarded by the batch id.
+
+This is the exactly-once step. The guard (``state.last_batch``) is read under
+WATCH; a batch at or below it is already in Redis (Spark replays a batch whose
+commit it did not record before a crash) and is skipped. Everything a batch
+changes goes in one transaction, so a crash leaves Redis at a batch boundary.
+No pyspark here: the Spark side only builds a :class:`BatchSummary`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+import redis
+
+from watermark.rules.late import LateEvent
+from watermark.rules.tradeoff import GRID_FIELD, GRID_MS, bucket, hist_field
+from watermark.rules.watermarks import policy_max
+from watermark.rules.windows import event_ms
+from watermark.schema.config import DEFAULT_LATE_KEEP
+from watermark.schema.events import parse_entry_id
+from watermark.schema.keys import KeySchema, WindowKey, total_field
+
+
+@dataclass(frozen=True)
+class Params:
+    """How a namespace is built. Window, slide and watermark mode must not change on restart; the delay may
+    (the presenter's lever): every batch record keeps the delay it ran with."""
+
+    window_ms: int
+    slide_ms: int
+    delay_ms: int
+    retention_ms: int = 86_400_000
+    progress_history: int = 5_000
+    stream_keep_ms: int = 600_000
+    stream_keep_entries: int = 1_000_000  # ... and about this many entries at most (at the batch's own rate)
+    ttl_ms: int | None = None  # key TTL; defaults to retention_ms
+    trigger_ms: int = 1_000  # not semantic: the dashboard judges batch health against it
+    mode: str = "global"  # or "per-server": one watermarked input per server in `servers`
+    policy: str = "min"  # per-server: Spark's multipleWatermarkPolicy
+    servers: tuple[str, ...] = ()
+    idle_timeout_ms: int | None = None  # per-server: idle markers move a silent server's watermark
+    trims: bool = True  # a lab lane reads its parent's input and leaves trimming to it
+    readers: tuple[str, ...] = ()  # state hashes of everything else that commits from our input (lanes, online
+    # view): their ``committed_id`` holds the trim back, so nothing one of them still needs is trimmed
+    late_keep: int = DEFAULT_LATE_KEEP  # late events kept in ``{ns}:late`` (watermark.rules.late)
+
+    @property
+    def ttl_s(self) -> int:
+        return max(1, (self.ttl_ms or self.retention_ms) // 1000)
+
+    def semantic(self) -> dict[str, object]:
+        return {"window_ms": self.window_ms, "slide_ms": self.slide_ms, "delay_ms": self.delay_ms,
+                "mode": self.mode, "policy": self.policy}
+
+    @property
+    def per_server(self) -> bool:
+        return self.mode == "per-server"
+
+
+@dataclass
+class WindowAgg:
+    start_ms: int
+    end_ms: int
+    server: str
+    events: int = 0
+    dropped: int = 0
+    late: int = 0
+    players: Sequence[str] = ()  # distinct accepted players
+
+    @property
+    def key(self) -> WindowKey:
+        return WindowKey(self.start_ms, self.end_ms, self.server)
+
+
+@dataclass(frozen=True)
+class Lag:
+    """Milliseconds."""
+
+    p50: float
+    p95: float
+    max: float
+
+    @classmethod
+    def from_histogram(cls, values_us: Sequence[int], counts: Sequence[int]) -> Lag:
+        """Exact figures of ``values_us[i]`` seen ``counts[i]`` times (ascending, distinct).
+
+        Percentiles interpolate as Spark's exact ``percentile`` does: position
+        ``p * (n - 1)`` between the values either side. A histogram is what the
+        sink's one aggregation can produce, and it loses nothing."""
+        if not len(values_us) or len(values_us) != len(counts):
+            raise ValueError("a lag histogram needs as many counts as values, and at least one")
+        cum = np.cumsum(np.asarray(counts, dtype=np.int64))
+        values = np.asarray(values_us, dtype=np.int64)
+
+        def at(rank: int) -> int:
+            return int(values[np.searchsorted(cum, rank, side="right")])  # the value holding that rank
+
+        def percentile(p: float) -> float:
+            pos = p * (int(cum[-1]) - 1)
+            lo, hi = math.floor(pos), math.ceil(pos)
+            if lo == hi:
+                return at(lo) / 1000
+            return ((hi - pos) * at(lo) + (pos - lo) * at(hi)) / 1000
+
+        return cls(percentile(0.5), percentile(0.95), int(values[-1]) / 1000)
+
+
+@dataclass
+class ServerStats:
+    rows: int = 0
+    events: int = 0
+    dropped: int = 0
+    late: int = 0
+    min_event_us: int | None = None
+    max_event_us: int | None = None
+    ingest_lag_ms: Lag | None = None
+    processing_lag_ms: Lag | None = None
+    ticks: int = 0  # idle markers (never events)
+    max_tick_us: int | None = None
+    max_ingest_us: int | None = None  # of real events: when the server was last heard from
+
+    def input_max_us(self, idle: bool) -> int | None:
+        """The newest event time this server's own input saw (per-server mode): its events, and its idle
+        markers where idleness is on."""
+        return max((v for v in (self.max_event_us, self.max_tick_us if idle else None) if v is not None),
+                   default=None)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, object]) -> ServerStats:
+        """Inverse of ``asdict`` as stored in the batch record (``servers``)."""
+        lags = {k: Lag(**d[k]) if d.get(k) else None for k in ("ingest_lag_ms", "processing_lag_ms")}  # type: ignore[arg-type]
+        return cls(**{k: v for k, v in d.items() if k not in lags}, **lags)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class BadRow:
+    entry_id: str
+    reason: str
+    detail: str
+    raw: str
+
+
+@dataclass
+class BatchSummary:
+    batch_id: int
+    watermark_ms: int
+    batch_ts_ms: int
+    start_id: str
+    end_id: str
+    windows: list[WindowAgg]
+    servers: dict[str, ServerStats]
+    bad: list[BadRow]
+    server_watermarks: dict[str, int] | None = None  # per-server mode: Spark's per-input map after the batch
+    next_watermark_ms: int | None = None  # per-server mode: the combined watermark for the next batch
+    aggregation: str = "driver"  # where the batch was counted (the driver, since the source packs its rows)
+    late_events: list[LateEvent] = field(default_factory=list)  # behind the watermark: kept in {ns}:late
+
+    @property
+    def parsed(self) -> int:
+        return sum(s.rows for s in self.servers.values())
+
+    @property
+    def ticks(self) -> int:
+        return sum(s.ticks for s in self.servers.values())
+
+    @property
+    def input(self) -> int:
+        return self.parsed + self.ticks + len(self.bad)
+
+    @property
+    def max_event_us(self) -> int | None:
+        return max((s.max_event_us for s in self.servers.values() if s.max_event_us is not None), default=None)
+
+    @property
+    def min_event_us(self) -> int | None:
+        return min((s.min_event_us for s in self.servers.values() if s.min_event_us is not None), default=None)
+
+
+def next_watermark(watermark_ms: int, running_max_us: int | None, delay_ms: int) -> int:
+    if running_max_us is None:
+        return watermark_ms
+    return max(watermark_ms, event_ms(running_max_us) - delay_ms)
+
+
+class ParamsMismatch(RuntimeError):
+    pass
+
+
+_TRIM_LUA = """
+local n = redis.call('XTRIM', KEYS[1], 'MINID', '~', ARGV[1])
+if n > 0 then redis.call('INCRBY', KEYS[2], n) end
+return n
+"""
+"""Trim the input and count what went, in one step: ``{ns}:trimmed`` plus the entries left minus those
+committed is exactly how many wait, without walking the stream (Redis 6 has no ``entries-added``)."""
+
+
+def trim_counted(client: redis.Redis, keys: KeySchema, min_id: str, approximate: bool = True) -> None:
+    """Trim the input below ``min_id`` and add what went to ``{ns}:trimmed`` (queued when ``client`` is a
+    pipeline). Approximate trims free whole stream nodes only: cheap, and the count is still exact."""
+    script = _TRIM_LUA if approximate else _TRIM_LUA.replace("'~', ", "")
+    client.eval(script, 2, keys.events, keys.trimmed, min_id)
+
+
+_FIXED = {"window_ms": None, "slide_ms": None, "mode": "global", "policy": "min"}
+
+
+def check_params(client: redis.Redis, keys: KeySchema, params: Params) -> int | None:
+    """Refuse to continue a namespace with a different window, slide or watermark mode: its numbers would mix.
+
+    Returns the delay it last ran with (None for a new namespace), so the caller can log a change of delay,
+    which is allowed: batch records keep the delay each batch ran with."""
+    stored = client.hget(keys.state, "params")
+    if stored is None:
+        return None
+    old = json.loads(stored)
+    new = params.semantic()
+    changed = {k: (old.get(k, default), new[k]) for k, default in _FIXED.items() if old.get(k, default) != new[k]}
+    if changed:
+        what = ", ".join(f"{k} {a} -> {b}" for k, (a, b) in changed.items())
+        raise ParamsMismatch(
+            f"namespace {keys.namespace!r} was built with {old}, the job now has {new} ({what}): "
+            "use a fresh PIPELINE_NAMESPACE and CHECKPOINT_DIR to change window, slide or watermark mode"
+        )
+    return int(old["delay_ms"]) if "delay_ms" in old else None
+
+
+def batch_record(s: BatchSummary, next_wm_ms: int, running_max_us: int | None, delay_ms: int) -> dict:
+    """The deterministic per-batch record stored at ``{ns}:batch:{id}`` field ``sink``."""
+    return {
+        "batch": s.batch_id,
+        "watermark_ms": s.watermark_ms,
+        "next_watermark_ms": next_wm_ms,
+        "delay_ms": delay_ms,
+        "server_watermarks": s.server_watermarks,
+        "ticks": s.ticks,
+        "batch_ts_ms": s.batch_ts_ms,
+        "start_id": s.start_id,
+        "end_id": s.end_id,
+        "input": s.input,
+        "parsed": s.parsed,
+        "quarantined": len(s.bad),
+        "events": sum(w.events for w in s.windows),
+        "dropped": sum(w.dropped for w in s.windows),
+        "late": sum(w.late for w in s.windows),
+        "min_event_us": s.min_event_us,
+        "max_event_us": s.max_event_us,
+        "running_max_event_us": running_max_us,
+        "servers": {name: asdict(st) for name, st in sorted(s.servers.items())},
+        "bad": _count_reasons(s.bad),
+        "aggregation": s.aggregation,
+    }
+
+
+def _tradeoff_counts(windows: Sequence[WindowAgg], driver_ms: int | None) -> dict[str, int]:
+    """This batch's (event, window) pairs per server and slack bucket (see :mod:`watermark.rules.tradeoff`)."""
+    out: dict[str, int] = {}
+    for w in windows:
+        n = w.events + w.dropped
+        if n:
+            f = hist_field(w.server, bucket(None if driver_ms is None else driver_ms - w.end_ms))
+            out[f] = out.get(f, 0) + n
+    return out
+
+
+def _final_player_counts(client: redis.Redis, keys: KeySchema, params: Params, closed_below_ms: int,
+                         watermark_ms: int) -> dict[WindowKey, int]:
+    """The distinct players of every window that closed since the last batch did this (its end at or below the
+    watermark in force for this batch, so this batch adds no player to it), counted from its set.
+
+    A closed window never changes again, so its exact count can replace its set: at game scale the sets of a
+    day of windows (a quarter of a million players a minute, per server and namespace) would not fit in
+    memory, while only open windows need one."""
+    if watermark_ms <= closed_below_ms:
+        return {}
+    lo, hi = closed_below_ms - params.window_ms, watermark_ms - params.window_ms  # by start: end = start + window
+    members = [WindowKey.parse(m) for m in client.zrangebyscore(keys.windows, f"({lo}", hi)]
+    members = [wk for wk in members if closed_below_ms < wk.end_ms <= watermark_ms]
+    if not members:
+        return {}
+    reads = client.pipeline(transaction=False)
+    for wk in members:
+        reads.scard(keys.players(wk))
+    # Redis keeps no empty set: 0 means the window accepted no player (only dropped pairs), so it has none.
+    return {wk: n for wk, n in zip(members, reads.execute(), strict=True) if n}
+
+
+def keep_ms(s: BatchSummary, params: Params) -> int:
+    """How much committed input (ms of arrival time before the batch time) the trim keeps: ``stream_keep_ms``,
+    or less when at the batch's own arrival rate that would be more than ``stream_keep_entries`` entries, so
+    that at game scale the stream (Redis' memory, its append-only file) stays bounded. Counting entries
+    exactly would mean walking them; the rate of the batch just read is known for free."""
+    span_ms = parse_entry_id(s.end_id)[0] - parse_entry_id(s.start_id)[0]
+    if s.input <= 0 or span_ms <= 0 or s.start_id == "0-0":
+        return params.stream_keep_ms
+    return min(params.stream_keep_ms, params.stream_keep_entries * span_ms // s.input)
+
+
+def _count_reasons(bad: list[BadRow]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for b in bad:
+        out[b.reason] = out.get(b.reason, 0) + 1
+    return dict(sorted(out.items()))
+
+
+@contextmanager
+def guarded(client: redis.Redis, guard_key: str, batch_id: int,
+            *also_watch: str) -> Iterator[redis.client.Pipeline | None]:
+    """The frame of an exactly-once commit: yields None when ``batch_id`` is at or below the
+    ``last_batch`` field of ``guard_key`` (already in Redis), else the pipeline, watching the
+    guard (and ``also_watch``) and still in immediate mode for reads. The caller then calls
+    ``multi()``, queues every write including the new ``last_batch``, and ``execute()``s."""
+    with client.pipeline(transaction=True) as pipe:
+        pipe.watch(guard_key, *also_watch)
+        last = pipe.hget(guard_key, "last_batch")
+        if last is not None and int(last) >= batch_id:
+            pipe.unwatch()
+            yield None
+        else:
+            yield pipe
+
+
+@dataclass(frozen=True)
+class Prior:
+    """What a batch's commit reads back (under ``WATCH``) before deciding its writes."""
+
+    lost_at: str | None
+    """The batch Redis came back empty before (kept, or found now), else None."""
+    max_event_us: int | None
+    sets_closed_below_ms: int
+    server_max: dict[str, int]
+    """Per-server mode: each server's input max so far (``max_event_us|S``)."""
+    final_players: dict[WindowKey, int]
+    """Windows that closed since the last batch: their exact distinct players, counted from their sets."""
+    late_top: tuple[int, int]
+    """The newest late event kept (``(0, 0)``: none)."""
+    readers_done: tuple[tuple[int, int], ...]
+    """Each other reader's committed entry ID: the trim keeps what they have not committed."""
+
+
+@dataclass(frozen=True)
+class BatchWrites:
+    """Every write of one batch, decided (:func:`plan_commit`) before one transaction applies them
+    (:func:`apply_writes`)."""
+
+    batch_id: int
+    end_id: str
+    totals: dict[str, int]
+    servers: tuple[str, ...]
+    seen: dict[str, int]
+    tradeoff: dict[str, int]
+    windows: list[WindowAgg]
+    final_players: dict[WindowKey, int]
+    windows_end_below_ms: int
+    """Windows starting below this leave the index (they ended a whole retention before the watermark)."""
+    late: list[LateEvent]
+    bad: list[BadRow]
+    record: dict
+    state: dict[str, object]
+    trim_below: str | None
+
+
+def read_prior(pipe: redis.client.Pipeline, client: redis.Redis, keys: KeySchema, s: BatchSummary,
+               params: Params) -> Prior:
+    server_fields = [total_field("max_event_us", srv) for srv in params.servers] if params.per_server else []
+    last, lost_at, prev_max, collapsed, *prev_servers = pipe.hmget(
+        keys.state, ["last_batch", "lost_at_batch", "max_event_us", "sets_closed_below_ms", *server_fields])
+    # No commit record, yet Spark ran batches before this one: Redis came back empty (a lane starts its
+    # record with its first batch, whenever it was added, so only the pipeline judges this).
+    if last is None and s.batch_id > 0 and params.trims:
+        lost_at = str(s.batch_id).encode()
+    top = pipe.xrevrange(keys.late, count=1) if s.late_events else []
+    # A reader's committed ID only grows: reading it before the transaction is safe.
+    done = [pipe.hget(reader, "committed_id") for reader in params.readers]
+    return Prior(
+        lost_at=lost_at.decode() if lost_at else None, max_event_us=int(prev_max) if prev_max else None,
+        sets_closed_below_ms=int(collapsed or 0),
+        server_max={srv: int(v) for srv, v in zip(params.servers, prev_servers, strict=True) if v},
+        final_players=_final_player_counts(client, keys, params, int(collapsed or 0), s.watermark_ms),
+        late_top=parse_entry_id(top[0][0]) if top else (0, 0),
+        readers_done=tuple(parse_entry_id(d) if d else (0, 0) for d in done))
+
+
+def plan_commit(s: BatchSummary, params: Params, prior: Prior, now_ms: int) -> BatchWrites:
+    """The batch's writes, decided from the batch and what Redis held before it: pure."""
+    known = [v for v in (s.max_event_us, prior.max_event_us) if v is not None]
+    running_max = max(known) if known else None
+    if s.next_watermark_ms is not None:  # per-server: combined from each input's watermark by the sink
+        next_wm = max(s.watermark_ms, s.next_watermark_ms)
+    else:
+        next_wm = next_watermark(s.watermark_ms, running_max, params.delay_ms)
+    record = batch_record(s, next_wm, running_max, params.delay_ms)
+    if params.per_server:
+        driver = policy_max({k: event_ms(v) for k, v in prior.server_max.items()}, params.servers, params.policy)
+    else:
+        driver = event_ms(prior.max_event_us) if prior.max_event_us is not None else None
+    server_max = dict(prior.server_max)
+    for srv, st in s.servers.items():
+        top = st.input_max_us(params.idle_timeout_ms is not None)
+        if srv in params.servers and top is not None:
+            server_max[srv] = max(top, server_max.get(srv, top))
+    # Entries before this batch's start are in a batch Spark has committed, and so are those below every
+    # other reader's committed ID: safe to trim.
+    keep_from = min(parse_entry_id(s.start_id), (s.batch_ts_ms - keep_ms(s, params), 0), *prior.readers_done)
+    state = {
+        "last_batch": s.batch_id, "watermark_ms": s.watermark_ms, "next_watermark_ms": next_wm,
+        "max_event_us": running_max if running_max is not None else "",
+        **{total_field("max_event_us", srv): v for srv, v in server_max.items()},
+        **({"server_watermarks": json.dumps(s.server_watermarks, sort_keys=True)}
+           if s.server_watermarks is not None else {}),
+        "delay_ms": params.delay_ms, "committed_id": s.end_id, "lost_at_batch": prior.lost_at or "",
+        "stopped_ms": "",  # running again
+        "sets_closed_below_ms": max(s.watermark_ms, prior.sets_closed_below_ms),
+        "params": json.dumps(params.semantic(), sort_keys=True), "trigger_ms": params.trigger_ms,
+        "updated_ms": now_ms,
+    }
+    return BatchWrites(
+        batch_id=s.batch_id, end_id=s.end_id, totals=_totals(s, record), servers=tuple(s.servers),
+        seen={srv: st.max_ingest_us // 1000 for srv, st in s.servers.items() if st.max_ingest_us is not None},
+        tradeoff=_tradeoff_counts(s.windows, driver), windows=s.windows, final_players=prior.final_players,
+        windows_end_below_ms=next_wm - params.retention_ms - params.window_ms,
+        late=[e for e in s.late_events if parse_entry_id(e.entry_id) > prior.late_top], bad=s.bad,
+        record=record, state=state,
+        trim_below=f"{keep_from[0]}-{keep_from[1]}" if params.trims and keep_from > (0, 0) else None)
+
+
+def _totals(s: BatchSummary, record: dict) -> dict[str, int]:
+    """The increments of ``{ns}:totals``: overall, per server and per quarantine reason."""
+    totals: dict[str, int] = {"input": s.input, "parsed": s.parsed, "quarantined": len(s.bad),
+                              "events": record["events"], "dropped": record["dropped"], "late": record["late"],
+                              "ticks": s.ticks}
+    for name, st in s.servers.items():
+        for metric in ("events", "dropped", "late", "rows", "ticks"):
+            totals[total_field(metric, name)] = getattr(st, metric)
+    for reason, n in record["bad"].items():
+        totals[total_field("bad", reason)] = n
+    return totals
+
+
+def apply_writes(pipe: redis.client.Pipeline, keys: KeySchema, w: BatchWrites, params: Params) -> None:
+    """Queue the batch's writes in the transaction (after ``multi()``); the caller executes it."""
+    ttl_s = params.ttl_s
+    for f, n in w.totals.items():
+        if n:
+            pipe.hincrby(keys.totals, f, n)
+    if w.servers:
+        pipe.sadd(keys.servers, *w.servers)
+        pipe.expire(keys.servers, ttl_s)
+    if w.seen:
+        pipe.hset(keys.seen, mapping=w.seen)
+        pipe.expire(keys.seen, ttl_s)
+    if w.tradeoff:
+        pipe.hset(keys.tradeoff, GRID_FIELD, json.dumps(GRID_MS))
+        for f, n in w.tradeoff.items():
+            pipe.hincrby(keys.tradeoff, f, n)
+        pipe.expire(keys.tradeoff, ttl_s)
+    _queue_windows(pipe, keys, w, ttl_s)
+    _queue_kept(pipe, keys, w, params)
+    bkey = keys.batch(w.batch_id)
+    pipe.hset(bkey, "sink", json.dumps(w.record, separators=(",", ":")))
+    pipe.expire(bkey, ttl_s)
+    pipe.zadd(keys.batches, {str(w.batch_id): w.batch_id})
+    pipe.zremrangebyscore(keys.batches, "-inf", f"({w.batch_id - params.progress_history + 1}")
+    pipe.expire(keys.batches, ttl_s)
+    pipe.hset(keys.state, mapping=w.state)
+    if w.trim_below is not None:
+        trim_counted(pipe, keys, w.trim_below)
+    pipe.xadd(keys.commits, {"batch": w.batch_id, "end_id": w.end_id}, maxlen=1000, approximate=True)
+
+
+def _queue_windows(pipe: redis.client.Pipeline, keys: KeySchema, w: BatchWrites, ttl_s: int) -> None:
+    index: dict[str, int] = {}
+    for win in w.windows:
+        wk = win.key
+        hkey = keys.window(wk)
+        for f, n in (("events", win.events), ("dropped", win.dropped), ("late", win.late)):
+            if n:
+                pipe.hincrby(hkey, f, n)
+        pipe.expire(hkey, ttl_s)
+        if win.players:
+            pkey = keys.players(wk)
+            pipe.sadd(pkey, *win.players)
+            pipe.expire(pkey, ttl_s)
+        index[wk.member()] = wk.start_ms
+    if index:
+        pipe.zadd(keys.windows, index)
+    for wk, n in w.final_players.items():  # closed: the exact count stays, the set goes
+        pipe.hset(keys.window(wk), "players", n)
+        pipe.unlink(keys.players(wk))
+    pipe.zremrangebyscore(keys.windows, "-inf", f"({w.windows_end_below_ms}")
+    pipe.expire(keys.windows, ttl_s)
+
+
+def _queue_kept(pipe: redis.client.Pipeline, keys: KeySchema, w: BatchWrites, params: Params) -> None:
+    """The late events (exact ``MAXLEN``: ``totals.kept - XLEN`` is what the bound evicted) and the
+    quarantined entries, each under its input entry ID."""
+    for e in w.late:
+        pipe.xadd(keys.late, e.fields(), id=e.entry_id, maxlen=params.late_keep, approximate=False)
+    if w.late:
+        pipe.hincrby(keys.totals, "kept", len(w.late))
+        pipe.expire(keys.late, params.ttl_s)
+    for b in w.bad:
+        pipe.xadd(keys.dead, {"reason": b.reason, "detail": b.detail, "raw": b.raw, "batch": w.batch_id},
+                  id=b.entry_id)
+    if w.bad:
+        pipe.expire(keys.dead, params.ttl_s)
+
+
+def commit_batch(client: redis.Redis, keys: KeySchema, s: BatchSummary, params: Params,
+                 now_ms: Callable[[], int] = lambda: int(time.time() * 1000)) -> bool:
+    """Apply the batch once: read what it depends on, decide its writes, apply them in one transaction
+    guarded by the batch id. Returns False when it was already committed."""
+    with guarded(client, keys.state, s.batch_id) as pipe:
+        if pipe is None:
+            return False
+        writes = plan_commit(s, params, read_prior(pipe, client, keys, s, params), now_ms())
+        pipe.multi()
+        apply_writes(pipe, keys, writes, params)
+        pipe.execute()
+    return True
+

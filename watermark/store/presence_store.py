@@ -1,0 +1,370 @@
+"""The online players in Redis: their state, one batch folded in once, and read back for the dashboard.
+
+Each player's state lives in two hashes per server (:meth:`watermark.schema.keys.KeySchema.online` and
+``logged_out``): player -> event time (us) of their latest event. The job keeps the same state in arrays
+(:class:`PresenceMirror`), folds each batch into it (:mod:`watermark.rules.presence_batch`), and writes only what
+changed, in one MULTI/EXEC guarded by ``{ns}:presence:state`` ``last_batch``, so a replayed batch is a
+no-op, as :func:`watermark.store.commit.commit_batch` does for the windows. No pyspark: the dashboard imports this.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import redis
+
+from watermark.rules.presence import TIMEOUT
+from watermark.rules.presence_batch import CAUSES, Prior, fold
+from watermark.rules.presence_rollup import (
+    DAY_MS,
+    MINUTE_MS,
+    Minute,
+    day_of,
+    format_peak,
+    parse_peaks,
+    raise_peaks,
+    roll,
+)
+from watermark.schema.keys import KeySchema
+from watermark.store.commit import Params, guarded, next_watermark
+
+HOUR_MS = 3_600_000
+
+
+@dataclass(frozen=True)
+class PresenceEvents:
+    """One batch's accepted events for the online view, any order: ``entry`` orders them by arrival,
+    ``kind`` holds :data:`watermark.rules.presence_batch.KIND_CODES`."""
+
+    server: np.ndarray
+    player: np.ndarray
+    event_us: np.ndarray
+    entry: np.ndarray
+    kind: np.ndarray
+
+    @classmethod
+    def empty(cls) -> PresenceEvents:
+        return cls(np.array([], object), np.array([], object), np.array([], np.int64), np.array([], np.int64),
+                   np.array([], np.int8))
+
+
+@dataclass(frozen=True)
+class PresenceBatch:
+    batch_id: int
+    watermark_ms: int  # in force for the batch: events at or below it are late
+    batch_ts_ms: int
+    end_id: str
+    events: PresenceEvents
+    delay_ms: int
+    next_watermark_ms: int | None = None  # per-server pipelines: Spark's combined one, from the sink's model
+
+
+class PlayerTable:
+    """Every player of one server the rule still keeps: online, or logged out and kept until the watermark
+    passes the logout. Arrays by slot, so a batch is folded and the whole server expired without a Python
+    loop over players; a player keeps their slot for the life of the process."""
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+        self.slot: dict[str, int] = {}
+        self.known = np.zeros(0, bool)
+        self.online = np.zeros(0, bool)
+        self.last_us = np.zeros(0, np.int64)
+
+    def slots_of(self, players: Sequence[str]) -> np.ndarray:
+        get = self.slot.get
+        found = [get(p, -1) for p in players]  # a batch's players are mostly known: one dict lookup each
+        out = np.array(found, np.int64)
+        for i in np.flatnonzero(out < 0).tolist():
+            p = players[i]
+            s = self.slot.get(p)
+            if s is None:
+                s = self.slot[p] = len(self.names)
+                self.names.append(p)
+            out[i] = s
+        if len(self.names) > len(self.known):
+            grow = max(len(self.names) - len(self.known), len(self.known))
+            self.known = np.concatenate([self.known, np.zeros(grow, bool)])
+            self.online = np.concatenate([self.online, np.zeros(grow, bool)])
+            self.last_us = np.concatenate([self.last_us, np.zeros(grow, np.int64)])
+        return out
+
+    def load(self, online: Mapping[bytes, bytes], logged_out: Mapping[bytes, bytes]) -> None:
+        for mapping, flag in ((online, True), (logged_out, False)):
+            slots = self.slots_of([k.decode() for k in mapping])
+            self.known[slots], self.online[slots] = True, flag
+            self.last_us[slots] = np.array([int(v) for v in mapping.values()], np.int64)
+
+    def count(self) -> int:
+        return int((self.known & self.online).sum())
+
+    def entries(self, online: bool) -> dict[str, int]:
+        slots = np.flatnonzero(self.known & (self.online == online))
+        return dict(zip((self.names[i] for i in slots), self.last_us[slots].tolist(), strict=True))
+
+
+@dataclass
+class _ServerWrites:
+    """What one batch does to one server's players, decided before anything is written."""
+
+    online: dict[str, int]  # player -> last event us: online now
+    logged_out: dict[str, int]  # player -> logout us: kept until the watermark passes it
+    drop_online: list[str]
+    drop_logged_out: list[str]
+    count: int
+    causes: dict[str, int]
+    came_online: int
+    went_offline: int
+    rewrite: bool = False  # Redis lost the server's state: write the whole of it
+
+
+def _decide_server(table: PlayerTable, events: PresenceEvents, mask: np.ndarray, watermark_ms: int,
+                   next_wm: int, timeout_ms: int) -> _ServerWrites:
+    """Fold the server's events (``mask``) into its table, expire the rest, and say what changed."""
+    slots = table.slots_of(events.player[mask].tolist())
+    prior = Prior(table.known.copy(), table.online.copy(), table.last_us.copy())
+    f = fold(slots, events.event_us[mask], events.entry[mask], events.kind[mask], prior, watermark_ms, next_wm,
+             timeout_ms)
+    table.known[f.player], table.online[f.player], table.last_us[f.player] = True, f.online, f.last_us
+    table.known[f.gone] = False
+    timeout_us = timeout_ms * 1000
+    timed_out = table.known & table.online & (table.last_us + timeout_us <= next_wm * 1000)
+    forgotten = table.known & ~table.online & (table.last_us <= next_wm * 1000)
+    table.known[timed_out | forgotten] = False
+    names = table.names
+    now_on, now_out = f.player[f.online], f.player[~f.online]
+    was_on = np.flatnonzero(prior.known & prior.online & ~(table.known & table.online))
+    was_out = np.flatnonzero(prior.known & ~prior.online & ~(table.known & ~table.online))
+    causes: dict[str, int] = {}
+    for code, n in zip(*np.unique(f.t_cause, return_counts=True), strict=True):
+        causes[CAUSES[code]] = int(n)
+    if timed_out.any():
+        causes[TIMEOUT] = causes.get(TIMEOUT, 0) + int(timed_out.sum())
+    return _ServerWrites(
+        online=dict(zip((names[i] for i in now_on), table.last_us[now_on].tolist(), strict=True)),
+        logged_out=dict(zip((names[i] for i in now_out), table.last_us[now_out].tolist(), strict=True)),
+        drop_online=[names[i] for i in was_on], drop_logged_out=[names[i] for i in was_out],
+        count=table.count(), causes=dict(sorted(causes.items())), came_online=int(f.t_online.sum()),
+        went_offline=int((~f.t_online).sum()) + int(timed_out.sum()))
+
+
+class PresenceMirror:
+    """The job's copy of every player's state, one :class:`PlayerTable` per server, as of ``batch``.
+
+    Redis holds the durable copy (two hashes per server); the mirror spares each batch reading its players'
+    state back, and when Redis comes back empty it still has what Redis lost, so the next batch writes the
+    whole view again. It is trusted only while it reflects the batch Redis last committed; otherwise (a
+    restart, a failed commit) it is loaded from Redis first."""
+
+    def __init__(self) -> None:
+        self.tables: dict[str, PlayerTable] = {}
+        self.batch: int | None = None  # the last committed batch it reflects; None: nothing yet
+        self.valid = True
+
+    def table(self, server: str) -> PlayerTable:
+        return self.tables.setdefault(server, PlayerTable())
+
+    def load(self, client: redis.Redis, keys: KeySchema, servers: Sequence[str], batch: int | None) -> None:
+        self.tables = {}
+        pipe = client.pipeline(transaction=False)
+        for server in servers:
+            pipe.hgetall(keys.online(server))
+            pipe.hgetall(keys.logged_out(server))
+        replies = iter(pipe.execute())
+        for server in servers:
+            self.table(server).load(next(replies), next(replies))
+        self.batch, self.valid = batch, True
+
+
+def commit_presence(client: redis.Redis, keys: KeySchema, b: PresenceBatch, params: Params, timeout_ms: int,
+                    mirror: PresenceMirror | None = None,
+                    now_ms: Callable[[], int] = lambda: int(time.time() * 1000)) -> bool:
+    """Apply one batch to the online view once (guarded by its own ``last_batch``). Returns False when it
+    was already committed.
+
+    The batch's events are folded into the players' state (:func:`watermark.rules.presence_batch.fold`); every
+    other online player whose time + timeout the next watermark reaches times out, and logouts it passes are
+    forgotten. The next watermark is the pipeline's: ``max(in force, running max event - delay)`` from the
+    running maximum kept here, or the per-server one handed over. When Redis came back empty while ``mirror``
+    still holds the state, the whole view is written again and the loss is recorded (``lost_at_batch``)."""
+    mirror = mirror if mirror is not None else PresenceMirror()
+    try:
+        return _commit_presence(client, keys, b, params, timeout_ms, mirror, now_ms)
+    except BaseException:
+        mirror.valid = False  # it may be ahead of Redis now: load it again before the next batch
+        raise
+
+
+def _commit_presence(client: redis.Redis, keys: KeySchema, b: PresenceBatch, params: Params, timeout_ms: int,
+                     mirror: PresenceMirror, now_ms: Callable[[], int]) -> bool:
+    ev = b.events
+    with guarded(client, keys.presence_state, b.batch_id, keys.presence_counts) as pipe:
+        if pipe is None:
+            mirror.valid = False
+            return False
+        last, prev_max, lost_at, minute, partial_until = pipe.hmget(
+            keys.presence_state, ["last_batch", "max_event_us", "lost_at_batch", "minute", "partial_until_ms"])
+        day = day_of(b.batch_ts_ms)
+        peaks = parse_peaks(pipe.hgetall(keys.presence_peak(day)))
+        committed = None if last is None else int(last)
+        lost = committed is None and mirror.batch is not None and mirror.valid
+        # Redis has no view and the job no copy, yet batches ran before (a restart after Redis came back
+        # empty): rebuilt from new events only, so partial until every online player has sent one more.
+        rebuilt = committed is None and not lost and b.batch_id > 0
+        if not lost and (not mirror.valid or mirror.batch != committed):
+            mirror.load(client, keys, [k.decode() for k in pipe.hkeys(keys.presence_counts)], committed)
+        known = [int(v) for v in (prev_max or None, ev.event_us.max() if len(ev.event_us) else None) if v]
+        running = max(known) if known else None
+        next_wm = (b.next_watermark_ms if b.next_watermark_ms is not None
+                   else next_watermark(b.watermark_ms, running, b.delay_ms))
+        next_wm = max(b.watermark_ms, next_wm)
+        if rebuilt:
+            newest_ms = running // 1000 if running is not None else next_wm + b.delay_ms
+            partial_until = str(newest_ms + timeout_ms).encode()
+        mirror.valid = False  # until the transaction is in
+        writes = {server: _decide_server(mirror.table(server), ev, ev.server == server, b.watermark_ms, next_wm,
+                                         timeout_ms)
+                  for server in sorted(set(mirror.tables) | set(ev.server.tolist()))}
+        for w in writes.values():
+            w.rewrite = lost
+        counts = {s: w.count for s, w in writes.items()}
+        causes = {s: w.causes for s, w in writes.items() if w.causes}
+        record = {"batch": b.batch_id, "watermark_ms": next_wm, "in_force_ms": b.watermark_ms,
+                  "batch_ts_ms": b.batch_ts_ms, "counts": counts,
+                  "online": sum(w.came_online for w in writes.values()),
+                  "offline": sum(w.went_offline for w in writes.values()), "causes": causes}
+        closed, open_minute = roll(Minute.from_json(minute) if minute else None, b.batch_ts_ms, counts, causes)
+        raised = raise_peaks(peaks, counts, b.batch_ts_ms)
+        pipe.multi()
+        _apply(pipe, keys, writes, mirror, params.ttl_s)
+        if closed is not None:
+            pipe.zadd(keys.presence_minutes, {closed.to_json(): closed.minute_ms})
+            pipe.zremrangebyscore(keys.presence_minutes, "-inf", f"({closed.minute_ms - DAY_MS}")
+            pipe.expire(keys.presence_minutes, params.ttl_s)
+        if raised:
+            pipe.hset(keys.presence_peak(day), mapping={k: format_peak(*v) for k, v in raised.items()})
+            pipe.expire(keys.presence_peak(day), max(params.ttl_s, 2 * DAY_MS // 1000))
+        pipe.zadd(keys.presence_history, {json.dumps(record, separators=(",", ":")): b.batch_id})
+        pipe.zremrangebyscore(keys.presence_history, "-inf", f"({b.batch_id - params.progress_history + 1}")
+        pipe.expire(keys.presence_history, params.ttl_s)
+        pipe.hset(keys.presence_state, mapping={
+            "last_batch": b.batch_id, "watermark_ms": next_wm, "in_force_ms": b.watermark_ms,
+            "batch_ts_ms": b.batch_ts_ms, "timeout_ms": timeout_ms, "updated_ms": now_ms(),
+            "max_event_us": running if running is not None else "", "committed_id": b.end_id,
+            "lost_at_batch": b.batch_id if lost or rebuilt else (lost_at or b""), "minute": open_minute.to_json(),
+            "partial_until_ms": partial_until or b"",
+        })
+        pipe.xadd(keys.presence_commits, {"batch": b.batch_id, "end_id": b.end_id}, maxlen=1000, approximate=True)
+        pipe.execute()
+    mirror.batch, mirror.valid = b.batch_id, True
+    return True
+
+
+def _apply(pipe: redis.client.Pipeline, keys: KeySchema, writes: dict[str, _ServerWrites], mirror: PresenceMirror,
+           ttl_s: int) -> None:
+    for server, w in writes.items():
+        on_key, out_key = keys.online(server), keys.logged_out(server)
+        if w.rewrite:
+            pipe.delete(on_key, out_key)
+            online, logged_out = mirror.table(server).entries(True), mirror.table(server).entries(False)
+        else:
+            online, logged_out = w.online, w.logged_out
+            if w.drop_online:
+                pipe.hdel(on_key, *w.drop_online)
+            if w.drop_logged_out:
+                pipe.hdel(out_key, *w.drop_logged_out)
+        if online:
+            pipe.hset(on_key, mapping=online)
+        if logged_out:
+            pipe.hset(out_key, mapping=logged_out)
+        pipe.expire(on_key, ttl_s)
+        pipe.expire(out_key, ttl_s)
+    if writes:
+        pipe.hset(keys.presence_counts, mapping={s: w.count for s, w in writes.items()})
+        pipe.expire(keys.presence_counts, ttl_s)
+
+
+@dataclass(frozen=True)
+class OnlinePoint:
+    """Online counts per server after one batch."""
+
+    batch: int
+    watermark_ms: int
+    batch_ts_ms: int
+    counts: dict[str, int]
+    online: int  # transitions to online in the batch
+    offline: int
+
+    @classmethod
+    def from_json(cls, raw: str | bytes) -> OnlinePoint:
+        d = json.loads(raw)
+        return cls(batch=int(d["batch"]), watermark_ms=int(d["watermark_ms"]), batch_ts_ms=int(d["batch_ts_ms"]),
+                   counts={str(k): int(v) for k, v in d["counts"].items()}, online=int(d["online"]),
+                   offline=int(d["offline"]))
+
+
+@dataclass(frozen=True)
+class OnlineView:
+    last_batch: int
+    watermark_ms: int
+    timeout_ms: int
+    updated_ms: int
+    batch_ts_ms: int
+    counts: dict[str, int]
+    history: tuple[OnlinePoint, ...]
+    minutes: tuple[Minute, ...] = ()  # the last hour's minutes of batch time, the open one last
+    peaks: dict[str, tuple[int, int]] = field(default_factory=dict)  # today's: server or TOTAL -> (count, at)
+    lost_at_batch: int | None = None  # Redis came back empty before this batch: history before it is gone
+    partial_until_ms: int | None = None  # rebuilt from new events after a loss: whole once the watermark is here
+
+    @property
+    def partial(self) -> bool:
+        """Rebuilt after Redis and the job lost the state together; players who have not sent an event since
+        are missing until the watermark passes :attr:`partial_until_ms` (then they would have timed out)."""
+        return self.partial_until_ms is not None and self.watermark_ms < self.partial_until_ms
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+
+def queue_online_reads(pipe: redis.client.Pipeline, keys: KeySchema, last: int, now_ms: int) -> None:
+    """Five replies, parsed by :func:`online_view`; lets a caller share one round trip. A fixed number of
+    commands, whatever the number of players."""
+    pipe.hgetall(keys.presence_state)
+    pipe.hgetall(keys.presence_counts)
+    pipe.zrange(keys.presence_history, -last, -1)
+    pipe.zrangebyscore(keys.presence_minutes, now_ms - now_ms % MINUTE_MS - HOUR_MS, "+inf")
+    pipe.hgetall(keys.presence_peak(day_of(now_ms)))
+
+
+def online_view(state: Mapping[bytes, bytes], counts: Mapping[bytes, bytes], history: Sequence[bytes],
+                minutes: Sequence[bytes] = (), peaks: Mapping[bytes, bytes] | None = None) -> OnlineView | None:
+    """None until the online view has committed a batch."""
+    h = {k.decode(): v.decode() for k, v in state.items()}
+    if not h.get("last_batch"):
+        return None
+    closed = [Minute.from_json(m) for m in minutes]
+    open_minute = [Minute.from_json(h["minute"])] if h.get("minute") else []
+    return OnlineView(
+        last_batch=int(h["last_batch"]), watermark_ms=int(h.get("watermark_ms") or 0),
+        timeout_ms=int(h.get("timeout_ms") or 0), updated_ms=int(h.get("updated_ms") or 0),
+        batch_ts_ms=int(h.get("batch_ts_ms") or 0),
+        counts={k.decode(): int(v) for k, v in sorted(counts.items())},
+        history=tuple(OnlinePoint.from_json(m) for m in history),
+        minutes=tuple([*closed, *(m for m in open_minute if not closed or m.minute_ms > closed[-1].minute_ms)]),
+        peaks=parse_peaks(peaks or {}),
+        lost_at_batch=int(h["lost_at_batch"]) if h.get("lost_at_batch") else None,
+        partial_until_ms=int(h["partial_until_ms"]) if h.get("partial_until_ms") else None,
+    )
+
+
+def read_online(client: redis.Redis, keys: KeySchema, last: int = 1_000,
+                now_ms: int | None = None) -> OnlineView | None:
+    pipe = client.pipeline(transaction=False)
+    queue_online_reads(pipe, keys, last, int(time.time() * 1000) if now_ms is None else now_ms)
+    return online_view(*pipe.execute())

