@@ -20,8 +20,11 @@ import time
 
 import redis  # noqa: E402
 
-from watermark.apps.generator import SCENARIOS, RealClock, Simulator, write  # noqa: E402
+from watermark.rules.scenarios import SCENARIOS  # noqa: E402
+from watermark.rules.simulate import Simulator  # noqa: E402
+from watermark.schema.clock import RealClock  # noqa: E402
 from watermark.store.redis_server import RedisServer  # noqa: E402
+from watermark.store.stream_writer import write  # noqa: E402
 
 
 def rate_of(n: int, seconds: float) -> str:

@@ -15,7 +15,7 @@ import time
 
 import pyarrow as pa  # noqa: E402
 
-from watermark.apps.generator import generate  # noqa: E402
+from watermark.rules.simulate import generate  # noqa: E402
 from watermark.schema.events import BadEntry, parse_entry  # noqa: E402
 from watermark.spark.partial import PARTIAL_TYPE  # noqa: E402
 from watermark.spark.source import _TS, ARROW_SCHEMA, to_record_batch  # noqa: E402

@@ -42,12 +42,13 @@ os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
 import redis  # noqa: E402
 
-from watermark.apps.generator import Simulator, write  # noqa: E402
+from watermark.rules.simulate import Simulator  # noqa: E402
 from watermark.schema.config import Config  # noqa: E402
 from watermark.schema.events import parse_entry_id  # noqa: E402
 from watermark.schema.keys import KeySchema  # noqa: E402
 from watermark.store.redis_server import RedisServer  # noqa: E402
 from watermark.store.report import read_batches, wait_for_commit  # noqa: E402
+from watermark.store.stream_writer import write  # noqa: E402
 
 
 @contextmanager
@@ -167,6 +168,44 @@ def dashboard_load(cfg: Config, sessions: int) -> dict:
             "render_ms_max": 1000 * max(renders)}
 
 
+def print_table(results: dict) -> None:
+    """The figures as a Markdown table."""
+    tp = results["throughput"]
+    print("\n| measure | figure |\n| --- | --- |")
+    print(f"| throughput, {tp['events']:,} pre-loaded events, first run (JIT compiling) | "
+          f"{tp['cold_events_per_s']:,.0f} events/s ({tp['cold_pipeline_s']:.1f} s) |")
+    runs = ", ".join(f"{r:,.0f}" for r in tp["runs_events_per_s"])
+    print(f"| throughput, {tp['events']:,} pre-loaded events, median of the next {len(tp['runs_events_per_s'])} runs | "
+          f"{tp['pipeline_events_per_s']:,.0f} events/s ({tp['pipeline_s']:.1f} s; runs {runs}; "
+          f"{len(tp['aggregation'])} batch(es) aggregated by {'/'.join(sorted(set(tp['aggregation'])))}) |")
+    drains = ", ".join(f"{r:,.0f}" for r in tp["drains_events_per_s"])
+    print(f"| plain XRANGE drain, one Python client, median of {len(tp['drains_events_per_s'])} | "
+          f"{tp['drain_events_per_s']:,.0f} events/s (drains {drains}) |")
+    print(f"| pipeline / drain | {tp['ratio']:.2f} |")
+    for f in results.get("freshness", []):
+        print(f"| freshness at {f['rate']:,} events/s, 1 s trigger | p50 {f['p50_ms'] / 1000:.2f} s, "
+              f"p95 {f['p95_ms'] / 1000:.2f} s, max {f['max_ms'] / 1000:.2f} s ({f['batches']} batches: "
+              f"{', '.join(f'{k} on {p}' for p, k in f['aggregation'].items())}) |")
+    for d in results.get("dashboard", []):
+        print(f"| dashboard, {d['sessions']} session(s) in one tick | {d['redis_commands_per_tick']} Redis commands, "
+              f"render {d['render_ms_mean']:.0f} ms mean / {d['render_ms_max']:.0f} ms max |")
+
+
+def after_throughput(spark: object, url: str, tmp: Path, run: str, args: argparse.Namespace) -> dict:
+    """Freshness at each rate and the dashboard's load, as ``--only`` asks."""
+    out: dict = {}
+    if args.only != "throughput":
+        out["freshness"] = []
+        for rate in [int(r) for r in args.rates.split(",") if r]:
+            fresh = freshness(spark, cfg_for(url, tmp, f"fresh-{rate}-{run}"), rate, args.seconds)
+            out["freshness"].append(fresh)
+            print(json.dumps(fresh), flush=True)
+    if args.only == "all":
+        dash_cfg = cfg_for(url, tmp, f"fresh-{args.rates.split(',')[0]}-{run}")
+        out["dashboard"] = [dashboard_load(dash_cfg, k) for k in (1, 20)]
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--events", type=int, default=1_000_000)
@@ -219,37 +258,11 @@ def main(argv: list[str] | None = None) -> int:
                                  "drains_events_per_s": [k / sec for k, sec in drains],
                                  "ratio": (args.events / query_s) / (n / drain_s), "aggregation": aggregation}
         print(json.dumps(results["throughput"]), flush=True)
-        if args.only != "throughput":
-            results["freshness"] = []
-            # After the throughput run, as in a long-running job: the JVM's JIT has compiled the hot paths.
-            for rate in [int(r) for r in args.rates.split(",") if r]:
-                fresh = freshness(spark, cfg_for(server.url, tmp, f"fresh-{rate}-{run}"), rate, args.seconds)
-                results["freshness"].append(fresh)
-                print(json.dumps(fresh), flush=True)
-        if args.only == "all":
-            dash_cfg = cfg_for(server.url, tmp, f"fresh-{args.rates.split(',')[0]}-{run}")
-            results["dashboard"] = [dashboard_load(dash_cfg, k) for k in (1, 20)]
+        # After the throughput run, as in a long-running job: the JVM's JIT has compiled the hot paths.
+        results.update(after_throughput(spark, server.url, tmp, run, args))
         spark.stop()
 
-    tp = results["throughput"]
-    print("\n| measure | figure |\n| --- | --- |")
-    print(f"| throughput, {tp['events']:,} pre-loaded events, first run (JIT compiling) | "
-          f"{tp['cold_events_per_s']:,.0f} events/s ({tp['cold_pipeline_s']:.1f} s) |")
-    runs = ", ".join(f"{r:,.0f}" for r in tp["runs_events_per_s"])
-    print(f"| throughput, {tp['events']:,} pre-loaded events, median of the next {len(tp['runs_events_per_s'])} runs | "
-          f"{tp['pipeline_events_per_s']:,.0f} events/s ({tp['pipeline_s']:.1f} s; runs {runs}; "
-          f"{len(tp['aggregation'])} batch(es) aggregated by {'/'.join(sorted(set(tp['aggregation'])))}) |")
-    drains = ", ".join(f"{r:,.0f}" for r in tp["drains_events_per_s"])
-    print(f"| plain XRANGE drain, one Python client, median of {len(tp['drains_events_per_s'])} | "
-          f"{tp['drain_events_per_s']:,.0f} events/s (drains {drains}) |")
-    print(f"| pipeline / drain | {tp['ratio']:.2f} |")
-    for f in results.get("freshness", []):
-        print(f"| freshness at {f['rate']:,} events/s, 1 s trigger | p50 {f['p50_ms'] / 1000:.2f} s, "
-              f"p95 {f['p95_ms'] / 1000:.2f} s, max {f['max_ms'] / 1000:.2f} s ({f['batches']} batches: "
-              f"{', '.join(f'{k} on {p}' for p, k in f['aggregation'].items())}) |")
-    for d in results.get("dashboard", []):
-        print(f"| dashboard, {d['sessions']} session(s) in one tick | {d['redis_commands_per_tick']} Redis commands, "
-              f"render {d['render_ms_mean']:.0f} ms mean / {d['render_ms_max']:.0f} ms max |")
+    print_table(results)
     Path(args.out).write_text(json.dumps(results, indent=2) + "\n")
     print(f"\nwritten: {args.out}")
     return 0

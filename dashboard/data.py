@@ -287,8 +287,21 @@ def read_snapshot(client: redis.Redis, keys: KeySchema, *, range_ms: int, now_ms
 
     windows = window_rows(members, details, state.next_watermark_ms if state else 0)
 
+    batches = batch_points(details[2 * len(members):], range_ms)
+    oldest = replies[2][0][0] if state is not None and replies[2] else None
+    servers = sorted({*(_decode(s) for s in servers_raw), *totals.servers})
+    return Snapshot(
+        namespace=keys.namespace, read_ms=now_ms, range_ms=range_ms, state=state, totals=totals,
+        servers=tuple(servers), windows=tuple(windows), batches=tuple(batches),
+        stream=stream_info(xinfo, int(trimmed or 0), totals.input if state else 0, oldest, state is None),
+        online=online_view(*online_replies),
+    )
+
+
+def batch_points(details: list, range_ms: int) -> list[BatchPoint]:
+    """The batch records read (``sink``, ``progress``), within ``range_ms`` of the newest."""
     batches = []
-    for sink, progress in details[2 * len(members):]:
+    for sink, progress in details:
         if sink is None:  # expired or trimmed between the two reads
             continue
         rec = json.loads(sink)
@@ -298,27 +311,24 @@ def read_snapshot(client: redis.Redis, keys: KeySchema, *, range_ms: int, now_ms
     if batches:
         cutoff = batches[-1].batch_ts_ms - range_ms
         batches = [b for b in batches if b.batch_ts_ms >= cutoff]
+    return batches
 
+
+def stream_info(xinfo: Mapping, trimmed: int, committed: int, oldest: object, no_batch: bool) -> StreamInfo:
+    """The input's length, ends and what waits, exactly (``XLEN + trimmed - committed``); ``oldest``: the
+    first entry after the committed one, if any."""
     length = int(xinfo.get("length", 0)) if xinfo else 0
     last_id = _decode(xinfo.get("last-generated-id")) if xinfo else None
     if last_id == "0-0":
         last_id = None
-    waiting = waiting_entries(length, int(trimmed or 0), totals.input if state else 0)
-    oldest = replies[2][0][0] if state is not None and replies[2] else None
+    waiting = waiting_entries(length, trimmed, committed)
     oldest_ms = parse_entry_id(_decode(oldest))[0] if oldest is not None and waiting else None
     first = xinfo.get("first-entry") if xinfo else None
     first_ms = parse_entry_id(_decode(first[0]))[0] if first else None
-    if state is None and waiting:
+    if no_batch and waiting:
         oldest_ms = first_ms
-
-    servers = sorted({*(_decode(s) for s in servers_raw), *totals.servers})
-    return Snapshot(
-        namespace=keys.namespace, read_ms=now_ms, range_ms=range_ms, state=state, totals=totals,
-        servers=tuple(servers), windows=tuple(windows), batches=tuple(batches),
-        stream=StreamInfo(length=length, last_id=last_id, waiting=waiting, oldest_waiting_ms=oldest_ms,
-                          first_ms=first_ms),
-        online=online_view(*online_replies),
-    )
+    return StreamInfo(length=length, last_id=last_id, waiting=waiting, oldest_waiting_ms=oldest_ms,
+                      first_ms=first_ms)
 
 
 FIXED_READ_TRIES = 3
@@ -361,3 +371,11 @@ def _decode(v: bytes | str | None) -> str | None:
 
 def _decode_hash(h: Mapping[bytes, bytes]) -> dict[str, str]:
     return {k.decode(): v.decode() for k, v in h.items()}
+
+
+def open_at_loss(w: WindowRow, snap: Snapshot) -> bool:
+    """Whether the window was open (not final) when Redis came back empty, so its count lacks what came before:
+    it ends after the watermark of the first batch after the loss and starts before that batch ran."""
+    lost = snap.state.lost_at_batch if snap.state else None
+    at = next((b for b in snap.batches if b.batch == lost), None)
+    return at is not None and w.end_ms > at.watermark_ms and w.start_ms < at.batch_ts_ms

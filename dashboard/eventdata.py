@@ -87,14 +87,7 @@ def read_events(client: redis.Redis, keys: KeySchema, *, server: str | None, ran
     stream = (input_keys or keys).events
     if cap < 1:
         raise ValueError(f"cap must be positive, got {cap}")
-    # Round trip 1: pipeline state, the stream's ends, the commits index.
-    pipe = client.pipeline(transaction=False)
-    pipe.hgetall(keys.state)
-    pipe.xrange(stream, count=1)
-    pipe.xrevrange(stream, count=1)
-    pipe.xrange(keys.commits)
-    state_h, first, last, commits = pipe.execute()
-    state = {k.decode(): v.decode() for k, v in state_h.items()}
+    state, first, last, commits = _head(client, keys, stream)
     if not state.get("last_batch"):
         return None
     params = json.loads(state.get("params") or "{}")
@@ -125,22 +118,7 @@ def read_events(client: redis.Redis, keys: KeySchema, *, server: str | None, ran
         shown_from = parse_entry_id(raw[0][0])[0]
     elif first_ms is not None and first_ms > lo:
         shown_from = first_ms
-    dead_reasons = {parse_entry_id(i): f.get(b"reason", b"").decode() for i, f in dead}
-
-    events, quarantined = [], []
-    for raw_id, fields in raw:
-        entry_id = raw_id.decode()
-        pending = parse_entry_id(entry_id) > parse_entry_id(committed_id)
-        reason = dead_reasons.get(parse_entry_id(entry_id))
-        parsed = parse_entry(fields, entry_id)
-        if reason is None and isinstance(parsed, BadEntry):
-            reason = parsed.reason
-        if reason is not None:
-            quarantined.append(Quarantined(entry_id, reason, pending))
-        elif parsed.kind == IDLE_KIND:  # type: ignore[union-attr]
-            continue
-        elif server is None or parsed.server == server:  # type: ignore[union-attr]
-            events.append((entry_id, parsed))
+    events, quarantined = _sort_entries(raw, dead, server, committed_id)
     spans = [_span(json.loads(s)) for s in sinks if s is not None]
     next_wm = int(state.get("next_watermark_ms") or 0)
     # Round trip 3, when the stream no longer covers the whole range: the late events kept below it.
@@ -159,6 +137,37 @@ def read_events(client: redis.Redis, keys: KeySchema, *, server: str | None, ran
         steps=tuple(watermark_steps(spans, shown_from, hi, committed_id, next_wm)),
         window_ms=window_ms, slide_ms=slide_ms, delay_ms=delay_ms, committed_id=committed_id,
     )
+
+
+def _head(client: redis.Redis, keys: KeySchema, stream: str) -> tuple[dict[str, str], list, list, list]:
+    """Round trip 1: the pipeline's state, the stream's first and last entries, the commits index."""
+    pipe = client.pipeline(transaction=False)
+    pipe.hgetall(keys.state)
+    pipe.xrange(stream, count=1)
+    pipe.xrevrange(stream, count=1)
+    pipe.xrange(keys.commits)
+    state_h, first, last, commits = pipe.execute()
+    return {k.decode(): v.decode() for k, v in state_h.items()}, first, last, commits
+
+
+def _sort_entries(raw: list, dead: list, server: str | None,
+                  committed_id: str) -> tuple[list[tuple[str, Event]], list[Quarantined]]:
+    """The entries' events of ``server`` (idle markers are not events) and the quarantined ones of any server,
+    with the sink's reason where it has judged them."""
+    dead_reasons = {parse_entry_id(i): f.get(b"reason", b"").decode() for i, f in dead}
+    events, quarantined = [], []
+    for raw_id, fields in raw:
+        entry_id = raw_id.decode()
+        pending = parse_entry_id(entry_id) > parse_entry_id(committed_id)
+        reason = dead_reasons.get(parse_entry_id(entry_id))
+        parsed = parse_entry(fields, entry_id)
+        if reason is None and isinstance(parsed, BadEntry):
+            reason = parsed.reason
+        if reason is not None:
+            quarantined.append(Quarantined(entry_id, reason, pending))
+        elif isinstance(parsed, Event) and parsed.kind != IDLE_KIND and server in (None, parsed.server):
+            events.append((entry_id, parsed))
+    return events, quarantined
 
 
 def read_kept(client: redis.Redis, keys: KeySchema, lo: int | str, hi: int | str, cap: int) -> list[LateEvent]:

@@ -37,6 +37,21 @@ class Status:
     text: str
 
 
+def pace(snap: Snapshot, trigger: int, behind: int, waiting_text: str, quiet: bool) -> list[Status]:
+    """Falling behind (most recent batches over the trigger) or, with nothing else to say, behind."""
+    slow = [b for b in snap.batches[-SLOW_WINDOW:] if b.duration_ms is not None]
+    late = [b for b in slow if b.duration_ms > trigger]  # type: ignore[operator]
+    if slow and len(late) * 2 > len(slow):
+        worst = max(b.duration_ms for b in late)  # type: ignore[type-var]
+        return [Status(Level.WARNING, f"Falling behind: {len(late)} of the last {len(slow)} batches took longer "
+                                      f"than the {human_ms(trigger)} trigger (slowest {human_ms(worst)}); "
+                                      f"{waiting_text}.")]
+    if behind > BEHIND_TRIGGERS * trigger and quiet:
+        return [Status(Level.WARNING, f"Behind: {waiting_text}; batches are capped, so the job catches up "
+                                      "by reading at most its cap per batch.")]
+    return []
+
+
 def assess(snap: Snapshot, now_ms: int) -> list[Status]:
     """The messages for the status line, worst first; one OK message when all is well."""
     ns = snap.namespace
@@ -76,16 +91,7 @@ def assess(snap: Snapshot, now_ms: int) -> list[Status]:
                                          f"older than the max event time seen ({clock(head) if head else '-'}). No "
                                          "window closes until newer events arrive; a server clock running ahead "
                                          "causes this."))
-    slow = [b for b in snap.batches[-SLOW_WINDOW:] if b.duration_ms is not None]
-    late = [b for b in slow if b.duration_ms > trigger]  # type: ignore[operator]
-    if slow and len(late) * 2 > len(slow):
-        worst = max(b.duration_ms for b in late)  # type: ignore[type-var]
-        out.append(Status(Level.WARNING, f"Falling behind: {len(late)} of the last {len(slow)} batches took longer "
-                                         f"than the {human_ms(trigger)} trigger (slowest {human_ms(worst)}); "
-                                         f"{waiting_text}."))
-    elif behind > BEHIND_TRIGGERS * trigger and not out:
-        out.append(Status(Level.WARNING, f"Behind: {waiting_text}; batches are capped, so the job catches up "
-                                         "by reading at most its cap per batch."))
+    out.extend(pace(snap, trigger, behind, waiting_text, quiet=not out))
     lost = state.lost_at_batch
     if lost is not None and snap.batches and snap.batches[0].batch <= lost:  # the break is in the range shown
         out.append(Status(Level.WARNING, f"History lost at batch {lost}: Redis came back empty, so the totals "

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import orjson
 
-from watermark.apps.generator import generate
+from watermark.rules.simulate import generate
 from watermark.schema.timeutil import iso_from_us
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from watermark.apps.generator import generate
 from watermark.apps.replay import ReplayBatch, replay
+from watermark.rules.simulate import generate
 from watermark.schema.config import Config
 from watermark.schema.events import Event
 from watermark.schema.timeutil import iso_from_us

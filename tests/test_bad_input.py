@@ -235,7 +235,7 @@ def test_every_entry_becomes_exactly_the_row_the_parser_says(batch: list[dict[by
 
 
 def test_well_formed_events_take_the_fast_path_with_the_same_result() -> None:
-    from watermark.apps.generator import generate
+    from watermark.rules.simulate import generate
 
     events = generate("late-burst", seed=2, start_us=(INGEST_MS - 60_000) * 1000, rate=100, count=2_000)
     batch = [{b"e": ev.payload()} for _, ev in events]

@@ -21,7 +21,7 @@ from tests.oracle import T0_MS, oracle
 from tests.procs import Proc
 from tests.seed import arrival_ids
 from tests.test_exactly_once import load
-from watermark.apps.generator import generate
+from watermark.rules.simulate import generate
 from watermark.schema.keys import KeySchema
 from watermark.schema.timeutil import iso_from_us
 from watermark.spark.cluster import PACKAGE_DIR, is_local_master, package_zip

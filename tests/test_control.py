@@ -28,7 +28,8 @@ from watermark.apps.control import (
     write_control,
 )
 from watermark.apps.follow import Follower
-from watermark.apps.generator import ManualClock, Simulator, record_payload
+from watermark.rules.simulate import Simulator, record_payload
+from watermark.schema.clock import ManualClock
 from watermark.schema.config import ConfigError
 from watermark.schema.keys import KeySchema
 from watermark.schema.timeutil import parse_iso_us

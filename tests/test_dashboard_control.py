@@ -21,7 +21,8 @@ from dashboard.lab import generator_line
 from dashboard.status import Level
 from watermark.apps.control import Control, GeneratorStatus, read_control, write_control
 from watermark.apps.follow import Follower
-from watermark.apps.generator import SCENARIOS, ManualClock
+from watermark.rules.scenarios import SCENARIOS
+from watermark.schema.clock import ManualClock
 from watermark.schema.keys import KeySchema
 from watermark.store.redis_server import free_port
 

@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 import redis
 
-from dashboard import charts
+from dashboard import charts, data
 from dashboard.data import (
     BatchPoint,
     PipelineState,
@@ -404,3 +404,16 @@ def test_the_break_where_redis_came_back_empty_is_marked_on_the_charts() -> None
     mark = fig.data[-1]
     assert mark.name == "history lost (batch 5)" and list(mark.x) == [charts.ts(MOVING[5].batch_ts_ms)] * 2
     assert len(charts.mark_loss(charts.input_per_batch(MOVING), MOVING, 42).data) == len(fig.data) - 1  # not shown
+
+
+@pytest.mark.parametrize(("start", "lost", "partial"), [
+    (T + 4 * MIN, 5, True),  # open at the loss (ends after batch 5's watermark, started before it ran)
+    (T, 5, False),  # final before the loss (ends at or below batch 5's watermark): whole
+    (T + 11 * MIN, 5, False),  # started after the loss: whole
+    (T + 4 * MIN, None, False),  # nothing lost
+    (T + 4 * MIN, 42, False),  # the loss is not in the range shown: the status line says where totals start
+])
+def test_a_window_open_when_redis_came_back_empty_is_partial(start: int, lost: int | None, partial: bool) -> None:
+    batches = tuple(batch(i, T + i * MIN // 5, T + (i + 1) * MIN // 5) for i in range(10))
+    s = snap(state(lost_at_batch=lost), batches)
+    assert data.open_at_loss(window(start, "A", 3, final=False), s) is partial

@@ -17,7 +17,7 @@ import redis
 from tests.oracle import T0_MS, to_ms, windows_of
 from tests.procs import kill_tree
 from tests.seed import arrival_ids
-from watermark.apps.generator import generate
+from watermark.rules.simulate import generate
 from watermark.schema.events import PAYLOAD_FIELD
 from watermark.schema.keys import KeySchema
 from watermark.store.report import WindowKey

@@ -22,29 +22,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.seed import arrival_ids
-from watermark.apps.generator import (
-    SCENARIOS,
-    BurstModel,
-    DelayModel,
-    ManualClock,
-    Outage,
-    Scenario,
-    ServerProfile,
-    Simulator,
-    StreamWriter,
-    WriteError,
-    WriteStats,
-    fast_payload,
-    generate,
-    get_scenario,
-    main,
-    record_payload,
-    stream_last_id,
-    write,
-)
+from watermark.apps.generator import main
+from watermark.rules.scenarios import SCENARIOS, BurstModel, DelayModel, Outage, Scenario, ServerProfile, get_scenario
+from watermark.rules.simulate import Simulator, fast_payload, generate, record_payload
+from watermark.schema.clock import ManualClock
 from watermark.schema.config import ConfigError
 from watermark.schema.events import KINDS, Event, parse_entry
 from watermark.schema.timeutil import parse_iso_us
+from watermark.store.stream_writer import StreamWriter, WriteError, WriteStats, stream_last_id, write
 
 START = parse_iso_us("2026-01-01T00:00:00Z")
 REPO = Path(__file__).resolve().parents[1]
@@ -424,7 +409,7 @@ def test_rejected_xadds_raise_and_leave_the_connection_usable(r: redis.Redis, ke
 
 def test_writer_falls_back_to_redis_py_replies_without_hiredis(
         r: redis.Redis, key: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("watermark.apps.generator.hiredis", None)
+    monkeypatch.setattr("watermark.store.stream_writer.hiredis", None)
     events = generate("steady", seed=2, start_us=START, rate=1000, count=500)
     assert write(r, key, events, batch_size=128).written == r.xlen(key) == 500
     r.delete(key)

@@ -58,3 +58,17 @@ def test_no_code_folder_holds_more_than_twelve_modules() -> None:
 def test_no_code_edits_sys_path() -> None:
     edits = [str(p.relative_to(ROOT)) for p in modules().values() if "sys.path." in p.read_text()]
     assert not edits, edits
+
+
+# The one exception: the simulator's per-event loop, inlined because a call per event costs more than the event
+# (bench/generator_rate.py measures it); it is the generator's whole hot path.
+LONG_ON_PURPOSE = {("watermark/rules/simulate.py", "records")}
+
+
+def test_no_function_is_longer_than_sixty_lines() -> None:
+    long = []
+    for path in modules().values():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.end_lineno - node.lineno >= 60:
+                long.append((str(path.relative_to(ROOT)), node.name))
+    assert set(long) == LONG_ON_PURPOSE, sorted(set(long) - LONG_ON_PURPOSE)

@@ -16,7 +16,7 @@ from dashboard.lab import generator_line, rate_text
 from dashboard.lanes import MAIN, Lane
 from dashboard.status import assess, unreachable
 from watermark.apps.control import Control
-from watermark.apps.generator import SCENARIOS
+from watermark.rules.scenarios import SCENARIOS
 from watermark.schema.config import Config, ConfigError, redact_url
 from watermark.schema.keys import KeySchema
 from watermark.schema.timeutil import format_duration_ms, parse_duration_ms

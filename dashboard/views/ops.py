@@ -5,7 +5,7 @@ from __future__ import annotations
 import streamlit as st
 
 from dashboard import charts, ui
-from dashboard.data import Snapshot, WindowRow
+from dashboard.data import Snapshot, WindowRow, open_at_loss
 from dashboard.status import clock, human_ms
 from watermark.rules.presence_rollup import TOTAL
 from watermark.store.presence_store import OnlineView
@@ -25,16 +25,11 @@ def window_status(w: WindowRow | None, bounds: tuple[int, int] | None, watermark
             f"{clock(w.end_ms)}")
 
 
-def render(snap: Snapshot, now_ms: int) -> None:
+def distinct_players(snap: Snapshot, current: dict, last_final: dict, bounds: object) -> None:
+    """Each server's distinct players in the current window (provisional until final; partial when it was open
+    when Redis came back empty) and in the last final one."""
     state = snap.state
     assert state is not None
-    st.caption(ui.params_caption(snap))
-    current = snap.current_windows()
-    last_final = snap.last_final_windows()
-    bounds = snap.current_window_bounds()
-
-    online_now(snap)
-
     st.subheader("Distinct players per window")
     st.caption("Not the same number as online now: every player with an accepted event anywhere in the window "
                f"({human_ms(state.window_ms)}), including those who have since logged out or gone silent.")
@@ -48,9 +43,25 @@ def render(snap: Snapshot, now_ms: int) -> None:
                            "holding the newest event time (a Redis set per window and server). Provisional until "
                            "the watermark passes the window's end.")
             st.caption(window_status(w, bounds, state.next_watermark_ms, state.head_ms))
+            if w is not None and open_at_loss(w, snap):
+                st.caption(f"Partial: this window was open when Redis came back empty (before batch "
+                           f"{state.lost_at_batch}); it counts only what came after.")
             if f is not None:
                 st.caption(f"last final: {f.players:,} players in {charts.ts(f.start_ms):%H:%M}–"
                            f"{charts.ts(f.end_ms):%H:%M:%S}")
+
+
+def render(snap: Snapshot, now_ms: int) -> None:
+    state = snap.state
+    assert state is not None
+    st.caption(ui.params_caption(snap))
+    current = snap.current_windows()
+    last_final = snap.last_final_windows()
+    bounds = snap.current_window_bounds()
+
+    online_now(snap)
+
+    distinct_players(snap, current, last_final, bounds)
 
     st.subheader("Totals")
     if state.lost_at_batch is not None:

@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass
 
 import redis
 
-from watermark.apps.generator import SCENARIOS, scenarios_help
+from watermark.rules.scenarios import SCENARIOS, scenarios_help
 from watermark.schema.config import Config, ConfigError
 from watermark.schema.keys import KeySchema
 from watermark.schema.timeutil import format_duration_ms, parse_duration_ms

@@ -36,9 +36,11 @@ from watermark.apps.control import (
     seed_control,
     write_status,
 )
-from watermark.apps.generator import LOST_REDIS, Clock, Record, Simulator, StreamWriter, WriteStats
+from watermark.rules.simulate import Record, Simulator
+from watermark.schema.clock import Clock
 from watermark.schema.config import ConfigError
 from watermark.schema.keys import KeySchema
+from watermark.store.stream_writer import LOST_REDIS, StreamWriter, WriteStats
 
 log = logging.getLogger("watermark.apps.generator")
 

@@ -68,33 +68,47 @@ def main() -> int:
     except ConfigError as exc:
         log.error("config error: %s", exc)
         return 2
-    keys = KeySchema(cfg.namespace)
     try:
         client = connect(cfg.redis_url)
     except ConnectionError as exc:
         log.error("%s", exc)
         return 1
-
-    from watermark.spark.listener import ProgressListener, ProgressWriter
-    from watermark.spark.query import build_session, params_of
-
-    wanted = requested_delay(client, keys)
-    delay_ms = cfg.delay_ms if wanted is None else wanted
     # IDLE_TIMEOUT is for per-server pipelines (the lanes' with a global parent).
     own = cfg if cfg.watermark_mode == "per-server" else cfg.with_(idle_timeout_ms=None)
-    # One query reads the input once; its sink also serves every lab lane and the online players.
-    pipelines = [Pipeline(own.with_(delay_ms=delay_ms))]
+    pipelines = prepare(client, cfg, own, lanes)
+    if pipelines is None:
+        return 2
+    return supervise(client, cfg, own, lanes, pipelines)
+
+
+def prepare(client: redis.Redis, cfg: Config, own: Config, lanes: list[Config]) -> list[Pipeline] | None:
+    """The one pipeline to run (its query reads the input once; its sink also serves every lab lane and the
+    online players), with the delay the presenter asked for; None when a namespace was built otherwise."""
+    from watermark.spark.query import params_of
+
+    keys = KeySchema(cfg.namespace)
+    wanted = requested_delay(client, keys)
+    delay_ms = cfg.delay_ms if wanted is None else wanted
     for c in (own, *lanes):
         try:
             before = check_params(client, KeySchema(c.namespace), params_of(c.with_(delay_ms=delay_ms)))
         except ParamsMismatch as exc:
             log.error("%s", exc)
-            return 2
+            return None
         if before is not None and before != delay_ms:
             log.info("namespace %s: watermark delay %s -> %s (batch records keep each batch's delay)",
                      c.namespace, format_duration_ms(before), format_duration_ms(delay_ms))
     register_lanes(client, keys, cfg)
+    return [Pipeline(own.with_(delay_ms=delay_ms))]
 
+
+def supervise(client: redis.Redis, cfg: Config, own: Config, lanes: list[Config], pipelines: list[Pipeline]) -> int:
+    """Run the queries until a signal asks to stop (0) or they fail too often in a row (1): restart a failed
+    one from its checkpoint, follow the presenter's delay, write idle markers."""
+    from watermark.spark.listener import ProgressListener, ProgressWriter
+    from watermark.spark.query import build_session, params_of
+
+    keys = KeySchema(cfg.namespace)
     spark = build_session(cfg, own_session=True)
     writer = ProgressWriter(cfg.redis_url, [keys, *(KeySchema(c.namespace) for c in lanes)],
                             ttl_s=params_of(cfg).ttl_s)
@@ -104,15 +118,7 @@ def main() -> int:
     watcher = next((c for c in (own, *lanes) if c.idle_timeout_ms), None)
     ticker = None if watcher is None else idle_ticker(client, watcher)
     secret = job_secret(own.checkpoint_dir, spark)  # the one query's checkpoint: its source checks markers
-    stopping = threading.Event()
-
-    def stop(signum: int, _frame: object) -> None:
-        # Only flag it: calling into the JVM from a signal handler races the blocked py4j call.
-        log.info("signal %d: stopping the queries", signum)
-        stopping.set()
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
+    stopping = on_signals()
     next_control = 0.0
     try:
         while True:
@@ -125,38 +131,63 @@ def main() -> int:
                 record_stop(client, keys)
                 stop_spark(spark)
                 return 0
-            for p in pipelines:
-                failure = failed(p)
-                if failure is None:
-                    continue
-                # A failed batch (foreachBatch raised, Redis gone too long) is retried by restarting from the
-                # checkpoint: Spark re-runs it with the same offsets and watermark, and the commit guard makes
-                # a re-run of an already committed batch a no-op.
-                p.failures = 1 if time.monotonic() - p.started > HEALTHY_RUN_S else p.failures + 1
-                p.query = None
-                close_sink(p)
-                if p.failures > MAX_QUICK_FAILURES:
-                    log.error("query %s failed %d times in a row, giving up: %s", p.name, p.failures, failure)
-                    stop_all(pipelines)
-                    return 1
-                backoff = min(30.0, 2.0 ** p.failures)
-                p.retry_at = time.monotonic() + backoff
-                log.error("query %s failed: %s; restarting from the checkpoint in %.0fs (%d/%d)", p.name, failure,
-                          backoff, p.failures, MAX_QUICK_FAILURES)
+            if not all(restart_if_failed(p) for p in pipelines):
+                stop_all(pipelines)
+                return 1
             if time.monotonic() >= next_control:
                 next_control = time.monotonic() + 1.0
-                wanted = requested_delay(client, keys)
-                if wanted is not None and wanted != pipelines[0].cfg.delay_ms:
-                    log.info("the presenter asked for watermark delay %s (was %s): restarting the queries",
-                             format_duration_ms(wanted), format_duration_ms(pipelines[0].cfg.delay_ms))
-                    stop_all(pipelines)
-                    for p in pipelines:
-                        p.cfg = p.cfg.with_(delay_ms=wanted)
-                        p.retry_at = None
+                follow_delay(client, keys, pipelines)
             if ticker is not None and watcher is not None:
                 tick_idle(client, ticker, watcher, secret, keys)
     finally:
         writer.close()
+
+
+def on_signals() -> threading.Event:
+    """SIGTERM and SIGINT set the returned event (only flag it: calling into the JVM from a signal handler
+    races the blocked py4j call)."""
+    stopping = threading.Event()
+
+    def stop(signum: int, _frame: object) -> None:
+        log.info("signal %d: stopping the queries", signum)
+        stopping.set()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    return stopping
+
+
+def restart_if_failed(p: Pipeline) -> bool:
+    """Schedule a failed query's restart with backoff; False when it failed too often in a row. A failed batch
+    (foreachBatch raised, Redis gone too long) is retried by restarting from the checkpoint: Spark re-runs it
+    with the same offsets and watermark, and the commit guard makes a re-run of a committed batch a no-op."""
+    failure = failed(p)
+    if failure is None:
+        return True
+    p.failures = 1 if time.monotonic() - p.started > HEALTHY_RUN_S else p.failures + 1
+    p.query = None
+    close_sink(p)
+    if p.failures > MAX_QUICK_FAILURES:
+        log.error("query %s failed %d times in a row, giving up: %s", p.name, p.failures, failure)
+        return False
+    backoff = min(30.0, 2.0 ** p.failures)
+    p.retry_at = time.monotonic() + backoff
+    log.error("query %s failed: %s; restarting from the checkpoint in %.0fs (%d/%d)", p.name, failure,
+              backoff, p.failures, MAX_QUICK_FAILURES)
+    return True
+
+
+def follow_delay(client: redis.Redis, keys: KeySchema, pipelines: list[Pipeline]) -> None:
+    """A delay the presenter asked for restarts every query with it (the history stays)."""
+    wanted = requested_delay(client, keys)
+    if wanted is None or wanted == pipelines[0].cfg.delay_ms:
+        return
+    log.info("the presenter asked for watermark delay %s (was %s): restarting the queries",
+             format_duration_ms(wanted), format_duration_ms(pipelines[0].cfg.delay_ms))
+    stop_all(pipelines)
+    for p in pipelines:
+        p.cfg = p.cfg.with_(delay_ms=wanted)
+        p.retry_at = None
 
 
 def start(spark: SparkSession, p: Pipeline) -> None:

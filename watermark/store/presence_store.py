@@ -199,6 +199,22 @@ def commit_presence(client: redis.Redis, keys: KeySchema, b: PresenceBatch, para
         raise
 
 
+def _queue_rollups(pipe: redis.client.Pipeline, keys: KeySchema, params: Params, record: dict,
+                   closed: Minute | None, day: int, raised: dict) -> None:
+    """The batch's history record, the minute it closed and the day's peaks it raised."""
+    if closed is not None:
+        pipe.zadd(keys.presence_minutes, {closed.to_json(): closed.minute_ms})
+        pipe.zremrangebyscore(keys.presence_minutes, "-inf", f"({closed.minute_ms - DAY_MS}")
+        pipe.expire(keys.presence_minutes, params.ttl_s)
+    if raised:
+        pipe.hset(keys.presence_peak(day), mapping={k: format_peak(*v) for k, v in raised.items()})
+        pipe.expire(keys.presence_peak(day), max(params.ttl_s, 2 * DAY_MS // 1000))
+    batch_id = record["batch"]
+    pipe.zadd(keys.presence_history, {json.dumps(record, separators=(",", ":")): batch_id})
+    pipe.zremrangebyscore(keys.presence_history, "-inf", f"({batch_id - params.progress_history + 1}")
+    pipe.expire(keys.presence_history, params.ttl_s)
+
+
 def _commit_presence(client: redis.Redis, keys: KeySchema, b: PresenceBatch, params: Params, timeout_ms: int,
                      mirror: PresenceMirror, now_ms: Callable[[], int]) -> bool:
     ev = b.events
@@ -241,16 +257,7 @@ def _commit_presence(client: redis.Redis, keys: KeySchema, b: PresenceBatch, par
         raised = raise_peaks(peaks, counts, b.batch_ts_ms)
         pipe.multi()
         _apply(pipe, keys, writes, mirror, params.ttl_s)
-        if closed is not None:
-            pipe.zadd(keys.presence_minutes, {closed.to_json(): closed.minute_ms})
-            pipe.zremrangebyscore(keys.presence_minutes, "-inf", f"({closed.minute_ms - DAY_MS}")
-            pipe.expire(keys.presence_minutes, params.ttl_s)
-        if raised:
-            pipe.hset(keys.presence_peak(day), mapping={k: format_peak(*v) for k, v in raised.items()})
-            pipe.expire(keys.presence_peak(day), max(params.ttl_s, 2 * DAY_MS // 1000))
-        pipe.zadd(keys.presence_history, {json.dumps(record, separators=(",", ":")): b.batch_id})
-        pipe.zremrangebyscore(keys.presence_history, "-inf", f"({b.batch_id - params.progress_history + 1}")
-        pipe.expire(keys.presence_history, params.ttl_s)
+        _queue_rollups(pipe, keys, params, record, closed, day, raised)
         pipe.hset(keys.presence_state, mapping={
             "last_batch": b.batch_id, "watermark_ms": next_wm, "in_force_ms": b.watermark_ms,
             "batch_ts_ms": b.batch_ts_ms, "timeout_ms": timeout_ms, "updated_ms": now_ms(),

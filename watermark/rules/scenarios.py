@@ -1,0 +1,240 @@
+"""The generator's scenarios: each server's population, network delays, late bursts, outages and clock skew,
+as values. A new scenario is a new :class:`Scenario`, usually :meth:`Scenario.replace_server` of an old one;
+:data:`SCENARIOS` lists them by name."""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, replace
+from statistics import NormalDist
+
+from watermark.schema.config import ConfigError
+
+ASAP_TIMELINE_RATE = 100_000
+"""Events per second of event time when ``rate=0`` (write as fast as possible):
+close to what one process writes, so event time stays near wall-clock time."""
+
+MIN_PLAYERS = 20
+MAX_PLAYERS = 1_000_000
+"""Per-server population bounds; above the cap, heartbeats just get more frequent. The cap leaves room for
+game scale: at 50,000 events/s and a heartbeat every 5 s, about 250,000 players are online."""
+
+_RING_MS = 1 << 15  # ~33 s: normal delays stay in the ring, late bursts go beyond
+_DELAY_BITS = 12
+_DELAY_TABLE_SIZE = 1 << _DELAY_BITS
+_SERVER_NAME = re.compile(r"^[A-Za-z0-9_]{1,16}$")
+
+
+@dataclass(frozen=True)
+class DelayModel:
+    """Network delay from a server to Redis: log-normal around ``median_ms``, clipped.
+
+    Log-normal because real latency has a hard floor and a long right tail;
+    ``sigma`` is the jitter (0 = constant).
+    """
+
+    min_ms: int
+    median_ms: int
+    max_ms: int
+    sigma: float = 0.5
+
+    def __post_init__(self) -> None:
+        if self.min_ms < 0:
+            raise ConfigError(f"delay min_ms must not be negative, got {self.min_ms}")
+        if not self.min_ms <= self.median_ms <= self.max_ms:
+            raise ConfigError(
+                f"delay median_ms ({self.median_ms}) must be between min_ms ({self.min_ms}) "
+                f"and max_ms ({self.max_ms})"
+            )
+        if not (self.sigma >= 0 and math.isfinite(self.sigma)):
+            raise ConfigError(f"delay sigma must be a finite number >= 0, got {self.sigma}")
+
+    def table_us(self, size: int = _DELAY_TABLE_SIZE) -> list[int]:
+        """Equally likely delays (quantiles), so drawing one costs a getrandbits and an index."""
+        normal = NormalDist()
+        lo, hi = self.min_ms * 1000, self.max_ms * 1000
+        out = []
+        for i in range(size):
+            z = normal.inv_cdf((i + 0.5) / size)
+            us = round(self.median_ms * 1000 * math.exp(self.sigma * z))
+            out.append(min(hi, max(lo, us)))
+        return out
+
+
+@dataclass(frozen=True)
+class BurstModel:
+    """Every ``period_ms`` a ``duration_ms`` chunk of a server's events is held back
+    and delivered together ``lateness`` later (uniform in [min, max], drawn per burst).
+
+    The first chunk starts ``offset_ms`` after the simulation start.
+    """
+
+    period_ms: int
+    duration_ms: int
+    lateness_min_ms: int
+    lateness_max_ms: int
+    offset_ms: int = 0
+
+    def __post_init__(self) -> None:
+        if self.period_ms <= 0:
+            raise ConfigError(f"burst period_ms must be positive, got {self.period_ms}")
+        if not 0 < self.duration_ms <= self.period_ms:
+            raise ConfigError(
+                f"burst duration_ms ({self.duration_ms}) must be positive and at most period_ms ({self.period_ms})"
+            )
+        if not 0 <= self.lateness_min_ms <= self.lateness_max_ms:
+            raise ConfigError(
+                f"burst lateness_min_ms ({self.lateness_min_ms}) must be >= 0 and at most "
+                f"lateness_max_ms ({self.lateness_max_ms})"
+            )
+        if self.offset_ms < 0:
+            raise ConfigError(f"burst offset_ms must not be negative, got {self.offset_ms}")
+
+
+@dataclass(frozen=True)
+class Outage:
+    """A server is unreachable from ``start_ms`` (after the simulation start) for ``duration_ms``,
+    and again every ``every_ms`` after that if set, so an endless live run keeps showing it.
+
+    With ``backfill`` it keeps playing and delivers the buffered events when the
+    link returns; without, it is idle (produces nothing) for that time.
+    """
+
+    start_ms: int
+    duration_ms: int
+    backfill: bool = True
+    every_ms: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.start_ms < 0 or self.duration_ms <= 0:
+            raise ConfigError(
+                f"outage needs start_ms >= 0 and duration_ms > 0, got {self.start_ms} and {self.duration_ms}"
+            )
+        if self.every_ms is not None and self.every_ms <= self.duration_ms:
+            raise ConfigError(
+                f"outage every_ms ({self.every_ms}) must be longer than duration_ms ({self.duration_ms})"
+            )
+
+
+@dataclass(frozen=True)
+class ServerProfile:
+    """One simulated game server: its share of the total rate, network, and players.
+
+    ``clock_skew_ms`` shifts the server's reported event times (its clock is
+    wrong), not when events happen or arrive. ``players=None`` sizes the
+    population so each online player heartbeats about every ``heartbeat_ms``.
+    """
+
+    name: str
+    share: float
+    delay: DelayModel
+    burst: BurstModel | None = None
+    outages: tuple[Outage, ...] = ()
+    clock_skew_ms: int = 0
+    heartbeat_ms: int = 5_000
+    online_fraction: float = 0.6
+    churn: float = 0.02
+    players: int | None = None
+
+    def __post_init__(self) -> None:
+        where = f"server {self.name!r}"
+        if not _SERVER_NAME.match(self.name):
+            raise ConfigError(f"{where}: name must be 1-16 letters, digits or '_'")
+        if not (self.share > 0 and math.isfinite(self.share)):
+            raise ConfigError(f"{where}: share must be a positive number, got {self.share}")
+        if self.heartbeat_ms <= 0:
+            raise ConfigError(f"{where}: heartbeat_ms must be positive, got {self.heartbeat_ms}")
+        if not 0 < self.online_fraction < 1:
+            raise ConfigError(f"{where}: online_fraction must be in (0, 1), got {self.online_fraction}")
+        if not 0 <= self.churn <= 0.5:
+            raise ConfigError(f"{where}: churn must be in [0, 0.5], got {self.churn}")
+        if self.players is not None and self.players < 2:
+            raise ConfigError(f"{where}: players must be at least 2, got {self.players}")
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    description: str
+    servers: tuple[ServerProfile, ...]
+
+    def __post_init__(self) -> None:
+        if not self.servers:
+            raise ConfigError(f"scenario {self.name!r} has no servers")
+        names = [s.name for s in self.servers]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ConfigError(f"scenario {self.name!r}: duplicate server names {', '.join(dupes)}")
+
+    def server(self, name: str) -> ServerProfile:
+        for s in self.servers:
+            if s.name == name:
+                return s
+        raise ConfigError(f"scenario {self.name!r} has no server {name!r}")
+
+    def replace_server(self, server: str, **changes: object) -> Scenario:
+        """A copy with one server's parameters changed; how derived scenarios are built."""
+        self.server(server)
+        return replace(self, servers=tuple(replace(s, **changes) if s.name == server else s  # type: ignore[arg-type]
+                                           for s in self.servers))
+
+
+HOME_DELAY = DelayModel(min_ms=20, median_ms=50, max_ms=150, sigma=0.5)
+OVERSEAS_DELAY = DelayModel(min_ms=500, median_ms=4_000, max_ms=25_000, sigma=0.7)
+LATE_BURST = BurstModel(period_ms=60_000, duration_ms=5_000, offset_ms=20_000,
+                        lateness_min_ms=120_000, lateness_max_ms=300_000)
+
+_STEADY = Scenario(
+    "steady",
+    "all servers close by: 20-150 ms delay, little disorder",
+    (ServerProfile("A", 0.40, HOME_DELAY), ServerProfile("B", 0.35, HOME_DELAY), ServerProfile("C", 0.25, HOME_DELAY)),
+)
+_OVERSEAS_LAG = replace(
+    _STEADY.replace_server("C", delay=OVERSEAS_DELAY),
+    name="overseas-lag",
+    description="C is overseas: 0.5-25 s delay (median 4 s) with heavy jitter",
+)
+_LATE_BURST = replace(
+    _OVERSEAS_LAG.replace_server("C", burst=LATE_BURST),
+    name="late-burst",
+    description="overseas-lag, and every 60 s a 5 s chunk of C's events arrives 2-5 min late",
+)
+
+OUTAGE_EVERY_MS = 300_000
+"""Outages of the idle-server and outage-and-backfill scenarios recur this often in an endless run."""
+_IDLE_SERVER = replace(
+    _STEADY.replace_server("B", outages=(Outage(30_000, 90_000, backfill=False, every_ms=OUTAGE_EVERY_MS),)),
+    name="idle-server",
+    description="steady, but B goes silent 30 s after the start for 90 s (again every 5 min): no events at all, "
+                "so a per-server watermark would stall on B",
+)
+_CLOCK_SKEW = replace(
+    _STEADY.replace_server("A", clock_skew_ms=20_000),
+    name="clock-skew",
+    description="steady, but A's clock runs 20 s ahead: its events are accepted (under MAX_FUTURE_SKEW) and "
+                "drag the watermark 20 s forward, so B and C look 20 s late",
+)
+_OUTAGE_AND_BACKFILL = replace(
+    _STEADY.replace_server("C", outages=(Outage(30_000, 60_000, backfill=True, every_ms=OUTAGE_EVERY_MS),)),
+    name="outage-and-backfill",
+    description="steady, but C loses its link 30 s after the start for 60 s (again every 5 min) and then "
+                "delivers the whole backlog at once",
+)
+
+SCENARIOS: dict[str, Scenario] = {s.name: s for s in (_STEADY, _OVERSEAS_LAG, _LATE_BURST, _IDLE_SERVER,
+                                                       _CLOCK_SKEW, _OUTAGE_AND_BACKFILL)}
+
+
+
+
+def scenarios_help() -> str:
+    """Every scenario with its description, for a command's ``--help``."""
+    return "scenarios: " + "; ".join(f"{s.name}: {s.description}" for s in SCENARIOS.values())
+
+
+def get_scenario(name: str) -> Scenario:
+    try:
+        return SCENARIOS[name]
+    except KeyError:
+        raise ConfigError(f"unknown scenario {name!r}; choose one of: {', '.join(SCENARIOS)}") from None
