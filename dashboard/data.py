@@ -13,10 +13,12 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+import msgspec
 import redis
 
 from watermark.schema.events import parse_entry_id
 from watermark.schema.keys import KeySchema, WindowKey, parse_total_field
+from watermark.schema.records import BatchRecord
 from watermark.store.commit import ServerStats
 from watermark.store.presence_store import OnlineView, online_view, queue_online_reads
 from watermark.store.report import WindowRow, queue_window_reads, window_rows
@@ -56,22 +58,25 @@ class BatchPoint:
 
     @classmethod
     def from_record(cls, rec: Mapping) -> BatchPoint:
+        """A batch record (:class:`BatchRecord`, as a dict) with, once the listener reported, its ``progress``;
+        raises :class:`RecordError` when it is not one."""
         progress = rec.get("progress") or {}
-        servers = {name: ServerStats.from_dict(s) for name, s in (rec.get("servers") or {}).items()}
+        r = BatchRecord.from_dict({k: v for k, v in rec.items() if k != "progress"}, f"batch {rec.get('batch')}")
+        return cls.of(r, progress)
+
+    @classmethod
+    def of(cls, r: BatchRecord, progress: Mapping) -> BatchPoint:
+        servers = {name: ServerStats.from_dict(msgspec.to_builtins(s)) for name, s in r.servers.items()}
         durations = progress.get("durations_ms") or {}
         return cls(
-            batch=int(rec["batch"]), batch_ts_ms=int(rec["batch_ts_ms"]), watermark_ms=int(rec["watermark_ms"]),
-            next_watermark_ms=int(rec["next_watermark_ms"]), min_event_us=rec.get("min_event_us"),
-            max_event_us=rec.get("max_event_us"), running_max_event_us=rec.get("running_max_event_us"),
-            input=int(rec["input"]), parsed=int(rec["parsed"]), quarantined=int(rec["quarantined"]),
-            events=int(rec["events"]), dropped=int(rec["dropped"]), late=int(rec["late"]), servers=servers,
-            bad=dict(rec.get("bad") or {}),
-            duration_ms=durations.get("triggerExecution"),
-            input_per_s=_entries_per_s(progress.get("input_rows_per_s"), int(rec["input"]), progress.get("input_rows")),
-            processed_per_s=_entries_per_s(progress.get("processed_rows_per_s"), int(rec["input"]),
-                                           progress.get("input_rows")),
-            delay_ms=rec.get("delay_ms"), server_watermarks=rec.get("server_watermarks"),
-            ticks=int(rec.get("ticks") or 0),
+            batch=r.batch, batch_ts_ms=r.batch_ts_ms, watermark_ms=r.watermark_ms,
+            next_watermark_ms=r.next_watermark_ms, min_event_us=r.min_event_us, max_event_us=r.max_event_us,
+            running_max_event_us=r.running_max_event_us, input=r.input, parsed=r.parsed,
+            quarantined=r.quarantined, events=r.events, dropped=r.dropped, late=r.late, servers=servers,
+            bad=dict(r.bad), duration_ms=durations.get("triggerExecution"),
+            input_per_s=_entries_per_s(progress.get("input_rows_per_s"), r.input, progress.get("input_rows")),
+            processed_per_s=_entries_per_s(progress.get("processed_rows_per_s"), r.input, progress.get("input_rows")),
+            delay_ms=r.delay_ms, server_watermarks=r.server_watermarks, ticks=r.ticks,
         )
 
 
@@ -304,10 +309,8 @@ def batch_points(details: list, range_ms: int) -> list[BatchPoint]:
     for sink, progress in details:
         if sink is None:  # expired or trimmed between the two reads
             continue
-        rec = json.loads(sink)
-        if progress is not None:
-            rec["progress"] = json.loads(progress)
-        batches.append(BatchPoint.from_record(rec))
+        record = BatchRecord.decode(sink, "a batch record (sink)")
+        batches.append(BatchPoint.of(record, json.loads(progress) if progress is not None else {}))
     if batches:
         cutoff = batches[-1].batch_ts_ms - range_ms
         batches = [b for b in batches if b.batch_ts_ms >= cutoff]

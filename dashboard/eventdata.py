@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 from bisect import bisect_left
-from collections.abc import Mapping
 from dataclasses import dataclass
 
 import redis
@@ -19,6 +18,7 @@ from watermark.rules.eventview import BatchSpan, EventPoint, Status, Step, count
 from watermark.rules.late import LateEvent
 from watermark.schema.events import IDLE_KIND, BadEntry, Event, parse_entry, parse_entry_id
 from watermark.schema.keys import KeySchema
+from watermark.schema.records import BatchRecord, CommitEntry, DeadEntry
 
 MAX_POINTS = 20_000
 """At most this many stream entries per read; the newest in the range are kept."""
@@ -119,7 +119,7 @@ def read_events(client: redis.Redis, keys: KeySchema, *, server: str | None, ran
     elif first_ms is not None and first_ms > lo:
         shown_from = first_ms
     events, quarantined = _sort_entries(raw, dead, server, committed_id)
-    spans = [_span(json.loads(s)) for s in sinks if s is not None]
+    spans = [_span(s) for s in sinks if s is not None]
     next_wm = int(state.get("next_watermark_ms") or 0)
     # Round trip 3, when the stream no longer covers the whole range: the late events kept below it.
     below = raw[0][0].decode() if capped else (first[0][0].decode() if first else None)
@@ -154,7 +154,7 @@ def _sort_entries(raw: list, dead: list, server: str | None,
                   committed_id: str) -> tuple[list[tuple[str, Event]], list[Quarantined]]:
     """The entries' events of ``server`` (idle markers are not events) and the quarantined ones of any server,
     with the sink's reason where it has judged them."""
-    dead_reasons = {parse_entry_id(i): f.get(b"reason", b"").decode() for i, f in dead}
+    dead_reasons = {parse_entry_id(i): DeadEntry.from_fields(f, f"{i!r} in the dead letters").reason for i, f in dead}
     events, quarantined = [], []
     for raw_id, fields in raw:
         entry_id = raw_id.decode()
@@ -177,8 +177,9 @@ def read_kept(client: redis.Redis, keys: KeySchema, lo: int | str, hi: int | str
                                                                                count=cap))]
 
 
-def _span(rec: Mapping) -> BatchSpan:
-    return BatchSpan(int(rec["batch"]), rec["start_id"], rec["end_id"], int(rec["watermark_ms"]))
+def _span(sink: bytes) -> BatchSpan:
+    rec = BatchRecord.decode(sink, "a batch record (sink)")
+    return BatchSpan(rec.batch, rec.start_id, rec.end_id, rec.watermark_ms)
 
 
 def _batches_covering(commits: list, lo_ms: int, hi_ms: int, committed_id: str) -> list[int]:
@@ -186,7 +187,8 @@ def _batches_covering(commits: list, lo_ms: int, hi_ms: int, committed_id: str) 
 
     Batch N read ``(end_id of N-1, end_id of N]``: the first batch needed is the first ending at or
     after ``lo_ms``, the last the first ending at or after ``hi_ms`` (or the newest)."""
-    rows = sorted((int(f[b"batch"]), parse_entry_id(f[b"end_id"])) for _, f in commits)
+    entries = [CommitEntry.from_fields(f, f"{i!r} in the commits stream") for i, f in commits]
+    rows = sorted((e.batch, parse_entry_id(e.end_id)) for e in entries)
     out = []
     for batch, end in rows:
         if end[0] < lo_ms or end > parse_entry_id(committed_id):
@@ -270,13 +272,14 @@ def _spans_of(client: redis.Redis, keys: KeySchema, entry_ids: list[str], commit
     """The records of the batches that read ``entry_ids`` (one each, from the ``{ns}:commits`` index)."""
     if not entry_ids:
         return []
-    rows = sorted((parse_entry_id(f[b"end_id"]), int(f[b"batch"])) for _, f in client.xrange(keys.commits))
+    entries = [CommitEntry.from_fields(f, f"{i!r} in the commits stream") for i, f in client.xrange(keys.commits)]
+    rows = sorted((parse_entry_id(e.end_id), e.batch) for e in entries)
     ends = [end for end, _ in rows]
     batches = {rows[i][1] for i in (bisect_left(ends, parse_entry_id(e)) for e in entry_ids) if i < len(rows)}
     pipe = client.pipeline(transaction=False)
     for b in sorted(batches):
         pipe.hget(keys.batch(b), "sink")
-    return [_span(json.loads(s)) for s in pipe.execute() if s is not None]
+    return [_span(s) for s in pipe.execute() if s is not None]
 
 
 def _scan_kept(client: redis.Redis, keys: KeySchema, player_id: str, lo_ms: int, hi_ms: int) -> list[LateEvent]:

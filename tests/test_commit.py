@@ -228,3 +228,18 @@ def test_a_commit_record_gone_under_a_running_job_is_recorded_as_lost_history(
     assert commit_batch(r, keys, summary(2, 0, T0 + 80_000), params)
     assert commit_batch(r, keys, summary(3, 0, T0 + 90_000), params)
     assert (r.hget(keys.state, "lost_at_batch") or None) == lost_at  # and it stays said
+
+
+def test_a_batch_record_reads_back_exactly_and_a_bad_one_says_what_is_wrong(r: redis.Redis, keys: KeySchema) -> None:
+    from watermark.schema.records import BatchRecord, CommitEntry, RecordError
+
+    assert commit_batch(r, keys, summary(0, 0, T0 + 420_000), PARAMS)
+    raw = r.hget(keys.batch(0), "sink")
+    rec = BatchRecord.decode(raw, "batch 0")
+    assert rec.encode() == raw and rec.batch == 0 and rec.servers["A"].events == 2 and rec.bad == {"malformed_json": 1}
+    ((_, fields),) = r.xrange(keys.commits)
+    assert CommitEntry.from_fields(fields, "commit") == CommitEntry(0, "1-0")
+    with pytest.raises(RecordError, match=r"batch 0 is not a BatchRecord: Object missing required field `end_id`"):
+        BatchRecord.decode(raw.replace(b'"end_id"', b'"the_end"'), "batch 0")
+    with pytest.raises(RecordError, match="commit is not a commit entry"):
+        CommitEntry.from_fields({b"batch": b"one"}, "commit")

@@ -33,7 +33,7 @@ def batch(max_event_ms: int | None = T0 + 30_000, start_id: str = f"{T0 + 900_00
 ])
 def test_the_next_watermark(s: BatchSummary, prior: Prior, next_wm: int) -> None:
     w = plan_commit(s, PARAMS, prior, now_ms=1)
-    assert w.state["next_watermark_ms"] == next_wm and w.record["next_watermark_ms"] == next_wm
+    assert w.state["next_watermark_ms"] == next_wm and w.record.next_watermark_ms == next_wm
     assert w.windows_end_below_ms == next_wm - PARAMS.retention_ms - PARAMS.window_ms
 
 

@@ -19,6 +19,7 @@ from dashboard.data import (
 )
 from dashboard.status import Level, assess, human_ms, stuck_batches, unreachable
 from watermark.schema.keys import WindowKey
+from watermark.schema.records import RecordError
 from watermark.store.commit import Lag, ServerStats
 
 MIN = 60_000
@@ -62,6 +63,7 @@ MOVING = tuple(batch(i, T + i * 1000, T + (i + 1) * 1000) for i in range(10))
 
 def test_records_parse_from_what_the_sink_and_listener_write() -> None:
     rec = {"batch": 3, "batch_ts_ms": 5, "watermark_ms": 1, "next_watermark_ms": 2, "min_event_us": 10,
+           "start_id": "4-0", "end_id": "5-2",
            "max_event_us": 20, "running_max_event_us": 20, "input": 7, "parsed": 6, "quarantined": 1, "events": 5,
            "dropped": 1, "late": 2, "bad": {"malformed_json": 1},
            "servers": {"C": {"rows": 6, "events": 5, "dropped": 1, "late": 2, "min_event_us": 10, "max_event_us": 20,
@@ -77,6 +79,8 @@ def test_records_parse_from_what_the_sink_and_listener_write() -> None:
     assert b.servers["C"].processing_lag_ms == Lag(4.0, 5.0, 6.0)
     no_progress = BatchPoint.from_record({k: v for k, v in rec.items() if k != "progress"})
     assert no_progress.duration_ms is None
+    with pytest.raises(RecordError, match="batch 3 is not a batch record: Expected `int`, got `str` - at `\\$.input`"):
+        BatchPoint.from_record({**rec, "input": "seven"})  # a clear error where it is read, not three calls later
 
 
 def test_totals_split_overall_per_server_and_per_reason() -> None:

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 
+import msgspec
 import numpy as np
 import redis
 
@@ -26,6 +27,7 @@ from watermark.rules.windows import event_ms
 from watermark.schema.config import DEFAULT_LATE_KEEP
 from watermark.schema.events import parse_entry_id
 from watermark.schema.keys import KeySchema, WindowKey, total_field
+from watermark.schema.records import BatchRecord, CommitEntry, DeadEntry, ServerRecord
 
 
 @dataclass(frozen=True)
@@ -232,31 +234,17 @@ def check_params(client: redis.Redis, keys: KeySchema, params: Params) -> int | 
     return int(old["delay_ms"]) if "delay_ms" in old else None
 
 
-def batch_record(s: BatchSummary, next_wm_ms: int, running_max_us: int | None, delay_ms: int) -> dict:
+def batch_record(s: BatchSummary, next_wm_ms: int, running_max_us: int | None, delay_ms: int) -> BatchRecord:
     """The deterministic per-batch record stored at ``{ns}:batch:{id}`` field ``sink``."""
-    return {
-        "batch": s.batch_id,
-        "watermark_ms": s.watermark_ms,
-        "next_watermark_ms": next_wm_ms,
-        "delay_ms": delay_ms,
-        "server_watermarks": s.server_watermarks,
-        "ticks": s.ticks,
-        "batch_ts_ms": s.batch_ts_ms,
-        "start_id": s.start_id,
-        "end_id": s.end_id,
-        "input": s.input,
-        "parsed": s.parsed,
-        "quarantined": len(s.bad),
-        "events": sum(w.events for w in s.windows),
-        "dropped": sum(w.dropped for w in s.windows),
-        "late": sum(w.late for w in s.windows),
-        "min_event_us": s.min_event_us,
-        "max_event_us": s.max_event_us,
-        "running_max_event_us": running_max_us,
-        "servers": {name: asdict(st) for name, st in sorted(s.servers.items())},
-        "bad": _count_reasons(s.bad),
-        "aggregation": s.aggregation,
-    }
+    return BatchRecord(
+        batch=s.batch_id, watermark_ms=s.watermark_ms, next_watermark_ms=next_wm_ms, delay_ms=delay_ms,
+        server_watermarks=s.server_watermarks, ticks=s.ticks, batch_ts_ms=s.batch_ts_ms, start_id=s.start_id,
+        end_id=s.end_id, input=s.input, parsed=s.parsed, quarantined=len(s.bad),
+        events=sum(w.events for w in s.windows), dropped=sum(w.dropped for w in s.windows),
+        late=sum(w.late for w in s.windows), min_event_us=s.min_event_us, max_event_us=s.max_event_us,
+        running_max_event_us=running_max_us,
+        servers={name: msgspec.convert(asdict(st), ServerRecord) for name, st in sorted(s.servers.items())},
+        bad=_count_reasons(s.bad), aggregation=s.aggregation)
 
 
 def _tradeoff_counts(windows: Sequence[WindowAgg], driver_ms: int | None) -> dict[str, int]:
@@ -362,7 +350,7 @@ class BatchWrites:
     """Windows starting below this leave the index (they ended a whole retention before the watermark)."""
     late: list[LateEvent]
     bad: list[BadRow]
-    record: dict
+    record: BatchRecord
     state: dict[str, object]
     trim_below: str | None
 
@@ -431,15 +419,15 @@ def plan_commit(s: BatchSummary, params: Params, prior: Prior, now_ms: int) -> B
         trim_below=f"{keep_from[0]}-{keep_from[1]}" if params.trims and keep_from > (0, 0) else None)
 
 
-def _totals(s: BatchSummary, record: dict) -> dict[str, int]:
+def _totals(s: BatchSummary, record: BatchRecord) -> dict[str, int]:
     """The increments of ``{ns}:totals``: overall, per server and per quarantine reason."""
     totals: dict[str, int] = {"input": s.input, "parsed": s.parsed, "quarantined": len(s.bad),
-                              "events": record["events"], "dropped": record["dropped"], "late": record["late"],
+                              "events": record.events, "dropped": record.dropped, "late": record.late,
                               "ticks": s.ticks}
     for name, st in s.servers.items():
         for metric in ("events", "dropped", "late", "rows", "ticks"):
             totals[total_field(metric, name)] = getattr(st, metric)
-    for reason, n in record["bad"].items():
+    for reason, n in record.bad.items():
         totals[total_field("bad", reason)] = n
     return totals
 
@@ -464,7 +452,7 @@ def apply_writes(pipe: redis.client.Pipeline, keys: KeySchema, w: BatchWrites, p
     _queue_windows(pipe, keys, w, ttl_s)
     _queue_kept(pipe, keys, w, params)
     bkey = keys.batch(w.batch_id)
-    pipe.hset(bkey, "sink", json.dumps(w.record, separators=(",", ":")))
+    pipe.hset(bkey, "sink", w.record.encode())
     pipe.expire(bkey, ttl_s)
     pipe.zadd(keys.batches, {str(w.batch_id): w.batch_id})
     pipe.zremrangebyscore(keys.batches, "-inf", f"({w.batch_id - params.progress_history + 1}")
@@ -472,7 +460,7 @@ def apply_writes(pipe: redis.client.Pipeline, keys: KeySchema, w: BatchWrites, p
     pipe.hset(keys.state, mapping=w.state)
     if w.trim_below is not None:
         trim_counted(pipe, keys, w.trim_below)
-    pipe.xadd(keys.commits, {"batch": w.batch_id, "end_id": w.end_id}, maxlen=1000, approximate=True)
+    pipe.xadd(keys.commits, CommitEntry(w.batch_id, w.end_id).fields(), maxlen=1000, approximate=True)
 
 
 def _queue_windows(pipe: redis.client.Pipeline, keys: KeySchema, w: BatchWrites, ttl_s: int) -> None:
@@ -507,7 +495,7 @@ def _queue_kept(pipe: redis.client.Pipeline, keys: KeySchema, w: BatchWrites, pa
         pipe.hincrby(keys.totals, "kept", len(w.late))
         pipe.expire(keys.late, params.ttl_s)
     for b in w.bad:
-        pipe.xadd(keys.dead, {"reason": b.reason, "detail": b.detail, "raw": b.raw, "batch": w.batch_id},
+        pipe.xadd(keys.dead, DeadEntry(b.reason, b.detail, b.raw, w.batch_id).fields(),
                   id=b.entry_id)
     if w.bad:
         pipe.expire(keys.dead, params.ttl_s)

@@ -30,6 +30,7 @@ from watermark.rules.presence_rollup import (
     roll,
 )
 from watermark.schema.keys import KeySchema
+from watermark.schema.records import CommitEntry
 from watermark.store.commit import Params, guarded, next_watermark
 
 HOUR_MS = 3_600_000
@@ -265,7 +266,7 @@ def _commit_presence(client: redis.Redis, keys: KeySchema, b: PresenceBatch, par
             "lost_at_batch": b.batch_id if lost or rebuilt else (lost_at or b""), "minute": open_minute.to_json(),
             "partial_until_ms": partial_until or b"",
         })
-        pipe.xadd(keys.presence_commits, {"batch": b.batch_id, "end_id": b.end_id}, maxlen=1000, approximate=True)
+        pipe.xadd(keys.presence_commits, CommitEntry(b.batch_id, b.end_id).fields(), maxlen=1000, approximate=True)
         pipe.execute()
     mirror.batch, mirror.valid = b.batch_id, True
     return True

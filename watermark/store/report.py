@@ -15,11 +15,13 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+import msgspec
 import redis
 
 from watermark.schema.config import Config, ConfigError
 from watermark.schema.events import parse_entry_id
 from watermark.schema.keys import KeySchema, WindowKey
+from watermark.schema.records import BatchRecord
 from watermark.schema.timeutil import iso_from_ms
 
 
@@ -86,10 +88,10 @@ def read_batches(client: redis.Redis, keys: KeySchema, last: int | None = None) 
     for b in ids:
         pipe.hmget(keys.batch(int(b)), ["sink", "progress"])
     out = []
-    for sink, progress in pipe.execute():
+    for b, (sink, progress) in zip(ids, pipe.execute(), strict=True):
         if sink is None:
             continue
-        rec = json.loads(sink)
+        rec = msgspec.to_builtins(BatchRecord.decode(sink, f"{keys.batch(int(b))} (sink)"))
         if progress is not None:
             rec["progress"] = json.loads(progress)
         out.append(rec)
