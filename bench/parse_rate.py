@@ -3,7 +3,7 @@
     python bench/parse_rate.py [--count 200000] [--repeat 3]
 
 Both turn the same XRANGE replies (raw, as the source reads them) into the
-same Arrow record batch (tests/test_bad_input.py holds them to identical
+same Arrow record batch (tests/rules/test_bad_input.py holds them to identical
 rows); this measures one core.
 """
 

@@ -8,7 +8,7 @@ that has never had data counting as 0. The global watermark becomes
 (``spark.sql.streaming.multipleWatermarkPolicy``). Spark does not checkpoint the
 per-input map: after a restart it starts empty again, so one instance of this
 class lives as long as one query run. Spark reports only the global value;
-``tests/test_lab.py`` checks this model against the watermark Spark writes into
+``tests/pipeline/test_lab.py`` checks this model against the watermark Spark writes into
 the next offset log entry, batch by batch.
 """
 

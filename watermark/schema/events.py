@@ -81,8 +81,8 @@ def sign(key: bytes, server: str, event_time_us: int, silent_ms: int) -> str:
 
 
 def verify(key: bytes, server: str, event_time_us: int, silent_ms: object, sig: object) -> bool:
-    if isinstance(silent_ms, bool) or not isinstance(silent_ms, int) or not isinstance(sig, str):
-        return False
+    if isinstance(silent_ms, bool) or not isinstance(silent_ms, int) or not isinstance(sig, str) or not sig.isascii():
+        return False  # (compare_digest refuses non-ASCII text: a forged marker may hold anything)
     return hmac.compare_digest(sign(key, server, event_time_us, silent_ms), sig)
 
 

@@ -12,8 +12,8 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
 
 from dashboard.data import read_snapshot
+from tests.pipeline.test_exactly_once import counted_per_window, raw_per_window, seeded_entries, snapshot
 from tests.procs import Proc
-from tests.test_exactly_once import counted_per_window, raw_per_window, seeded_entries, snapshot
 from watermark.schema.config import Config
 from watermark.schema.events import PAYLOAD_FIELD
 from watermark.schema.keys import KeySchema

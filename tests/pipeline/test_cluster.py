@@ -18,9 +18,9 @@ import pytest
 import redis
 
 from tests.oracle import T0_MS, oracle
+from tests.pipeline.test_exactly_once import load
 from tests.procs import Proc
 from tests.seed import arrival_ids
-from tests.test_exactly_once import load
 from watermark.rules.simulate import generate
 from watermark.schema.keys import KeySchema
 from watermark.schema.timeutil import iso_from_us

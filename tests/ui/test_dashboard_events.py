@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 import redis
@@ -27,7 +26,8 @@ from watermark.store.commit import trim_counted
 from watermark.store.redis_server import free_port
 
 pytestmark = pytest.mark.spark
-APP = str(Path(__file__).resolve().parent.parent / "dashboard" / "app.py")
+from tests.paths import APP  # noqa: E402
+
 PAGE = "views/events.py"
 WINDOW, SLIDE = 60_000, 30_000
 LABELS = {"on_time": "On time", "late_accepted": "Late but accepted", "partly_dropped": "Partly dropped",

@@ -6,7 +6,6 @@ from __future__ import annotations
 import math
 import random
 import uuid
-from pathlib import Path
 
 import pytest
 import redis
@@ -15,7 +14,7 @@ from streamlit.testing.v1 import AppTest
 
 from dashboard.status import human_ms
 from tests.oracle import T0_MS, oracle, to_iso
-from tests.test_lab import to_batches
+from tests.pipeline.test_lab import to_batches
 from watermark.apps.job import register_lanes
 from watermark.apps.replay import replay
 from watermark.rules.idleness import IdleDecision
@@ -24,7 +23,8 @@ from watermark.schema.config import Config
 from watermark.schema.keys import KeySchema
 
 pytestmark = pytest.mark.spark
-APP = str(Path(__file__).resolve().parent.parent / "dashboard" / "app.py")
+from tests.paths import APP  # noqa: E402
+
 MIN = 60_000
 LANES = ("per-server-max", "per-server-min", "per-server-min-idle")
 

@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 import pytest
 import redis
 
-from tests.test_generator import no_sleeping
+from tests.store.test_generator import no_sleeping
 from watermark.apps.control import (
     Control,
     GeneratorStatus,

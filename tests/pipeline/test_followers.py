@@ -16,8 +16,8 @@ import pytest
 import redis
 from pyspark.sql import SparkSession
 
-from tests.test_exactly_once import seeded_entries, snapshot
-from tests.test_faults import chunks, xadd_all
+from tests.pipeline.test_exactly_once import seeded_entries, snapshot
+from tests.pipeline.test_faults import chunks, xadd_all
 from watermark.schema.config import Config
 from watermark.schema.keys import KeySchema
 from watermark.schema.lanes import lane_namespace

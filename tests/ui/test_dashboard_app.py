@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import statistics
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 import redis
@@ -26,7 +25,8 @@ from watermark.store.redis_server import free_port
 from watermark.store.report import read_batches
 
 pytestmark = pytest.mark.spark
-APP = str(Path(__file__).resolve().parent.parent / "dashboard" / "app.py")
+from tests.paths import APP  # noqa: E402
+
 PAGES = ["views/ops.py", "views/watermark.py", "views/lag.py", "views/health.py"]
 LAB_PAGES = ["views/events.py", "views/lab.py", "views/delay.py", "views/control.py"]
 

@@ -26,7 +26,7 @@ from watermark.spark.source import RedisStreamReader, read_range
 from watermark.store.report import build_document, read_windows
 
 pytestmark = pytest.mark.spark
-DATA = Path(__file__).parent / "data"
+from tests.paths import DATA, ROOT  # noqa: E402
 
 HANDMADE_EXPECTED = {
     "batches": [
@@ -260,7 +260,7 @@ def test_stream_partitions_share_a_backlog(redis_url: str, start: str, expected:
 
 def test_replay_command_line(redis_url: str, tmp_path: Path) -> None:
     out = tmp_path / "out.json"
-    env = {**os.environ, "REDIS_URL": redis_url, "PYTHONPATH": str(Path(__file__).parents[1])}
+    env = {**os.environ, "REDIS_URL": redis_url, "PYTHONPATH": str(ROOT)}
     proc = subprocess.run(
         [sys.executable, "-m", "watermark.apps.replay", str(DATA / "handmade.jsonl"), "--window", "10m",
          "--delay", "5m", "--out", str(out)], env=env, capture_output=True, text=True, timeout=600,

@@ -96,6 +96,7 @@ def _tampered(**changes: object) -> bytes:
     (_tampered(silent_ms=99_000), RULES, False),
     (_tampered(silent_ms="12500"), RULES, False),
     (_tampered(sig=None), RULES, False),
+    (_tampered(sig="\u0080"), RULES, False),  # not ASCII: still a verdict, never an exception
 ])
 def test_only_the_job_declares_a_server_idle(marker: bytes, rules: Rules, accepted: bool) -> None:
     entry_id = f"{INGEST_MS}-0"

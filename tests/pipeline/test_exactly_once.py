@@ -24,7 +24,8 @@ from watermark.store.report import WindowKey
 from watermark.store.report import wait_for_commit as online_committed
 
 pytestmark = pytest.mark.spark
-ROOT = Path(__file__).parents[1]
+from tests.paths import ROOT  # noqa: E402
+
 BATCH_CAP = 60
 COMMIT_WAIT_MS = 180_000
 KILLS = 5

@@ -382,7 +382,7 @@ def test_live_ops_page_shows_the_online_counts(spark: SparkSession, redis_url: s
     keys = KeySchema(cfg.namespace)
     monkeypatch.setenv("REDIS_URL", redis_url)
     monkeypatch.setenv("PIPELINE_NAMESPACE", cfg.namespace)
-    app = str(Path(__file__).resolve().parent.parent / "dashboard" / "app.py")
+    from tests.paths import APP as app
 
     def page(now_ms: int) -> AppTest:  # a new "now" each time: the snapshot is cached per refresh tick
         at = AppTest.from_file(app, default_timeout=60)

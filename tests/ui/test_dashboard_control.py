@@ -10,7 +10,6 @@ from __future__ import annotations
 import threading
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
@@ -19,6 +18,7 @@ from streamlit.testing.v1 import AppTest
 
 from dashboard.lab import generator_line
 from dashboard.status import Level
+from tests.paths import APP  # noqa: E402
 from watermark.apps.control import Control, GeneratorStatus, read_control, write_control
 from watermark.apps.follow import Follower
 from watermark.rules.scenarios import SCENARIOS
@@ -26,7 +26,6 @@ from watermark.schema.clock import ManualClock
 from watermark.schema.keys import KeySchema
 from watermark.store.redis_server import free_port
 
-APP = str(Path(__file__).resolve().parent.parent / "dashboard" / "app.py")
 PAGE = "views/control.py"
 NOW = 1_800_000_000_000
 

@@ -13,7 +13,6 @@ from collections import Counter, defaultdict
 from collections.abc import Iterator
 from dataclasses import replace
 from itertools import islice, pairwise
-from pathlib import Path
 from statistics import median
 
 import pytest
@@ -32,7 +31,7 @@ from watermark.schema.timeutil import parse_iso_us
 from watermark.store.stream_writer import StreamWriter, WriteError, WriteStats, stream_last_id, write
 
 START = parse_iso_us("2026-01-01T00:00:00Z")
-REPO = Path(__file__).resolve().parents[1]
+from tests.paths import ROOT as REPO  # noqa: E402
 
 
 def delays_by_server(events: list[tuple[int, Event]]) -> dict[str, list[int]]:

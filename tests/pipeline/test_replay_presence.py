@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.oracle import T0_MS, online_oracle, to_iso
+from tests.paths import ROOT
 
 pytestmark = pytest.mark.spark
 DELAY, TIMEOUT = 5_000, 10_000
@@ -56,7 +57,7 @@ def test_replay_reports_who_is_online_after_each_batch(redis_url: str, tmp_path:
                 fh.write(json.dumps({"server": s, "player_id": p, "event_time": to_iso(T0_MS + ms), "batch": label,
                                      **({"kind": k} if k else {})}) + "\n")
     out = tmp_path / "out.json"
-    env = {**os.environ, "REDIS_URL": redis_url, "PYTHONPATH": str(Path(__file__).parents[1])}
+    env = {**os.environ, "REDIS_URL": redis_url, "PYTHONPATH": str(ROOT)}
     proc = subprocess.run([sys.executable, "-m", "watermark.apps.replay", str(path), "--window", "1m", "--delay", "5s",
                            "--online-timeout", "10s", "--out", str(out)], env=env, capture_output=True, text=True,
                           timeout=600)
@@ -77,5 +78,5 @@ def test_replay_refuses_a_bad_timeout(tmp_path: Path) -> None:
     path.write_text('{"server": "A", "player_id": "p", "event_time": "2026-01-01T00:00:00Z", "batch": 0}\n')
     proc = subprocess.run([sys.executable, "-m", "watermark.apps.replay", str(path), "--window", "1m", "--delay", "5s",
                            "--online-timeout", "0s"], capture_output=True, text=True, timeout=60,
-                          env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])})
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert proc.returncode == 2 and "--online-timeout must be positive" in proc.stderr
