@@ -7,7 +7,6 @@ namespace reading the parent's input stream, so every page can show it.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 
 import redis
@@ -15,6 +14,7 @@ import redis
 from watermark.rules.idleness import IdleDecision
 from watermark.rules.tradeoff import Tradeoff
 from watermark.schema.keys import KeySchema
+from watermark.schema.records import LaneRecord
 
 
 @dataclass(frozen=True)
@@ -47,10 +47,9 @@ def read_lanes(client: redis.Redis, namespace: str) -> list[Lane]:
     """The configured pipeline first, then its lanes in name order; raises ``redis.RedisError``."""
     raw = client.hgetall(KeySchema(namespace).lanes)
     lanes = [Lane(MAIN, namespace, namespace)]
-    for name, doc in sorted((k.decode(), json.loads(v)) for k, v in raw.items()):
-        lanes.append(Lane(name, str(doc["namespace"]), namespace, str(doc.get("mode", "global")),
-                          str(doc.get("policy", "min")), bool(doc.get("idle", False)),
-                          str(doc.get("description", ""))))
+    for name, raw_doc in sorted((k.decode(), v) for k, v in raw.items()):
+        doc = LaneRecord.decode(raw_doc, f"lane {name} in {KeySchema(namespace).lanes}")
+        lanes.append(Lane(name, doc.namespace, namespace, doc.mode, doc.policy, doc.idle, doc.description))
     return lanes
 
 

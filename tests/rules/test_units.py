@@ -221,3 +221,17 @@ def test_an_error_whose_text_is_gone_still_logs_a_line() -> None:
     assert first_line(GoneWithTheJVM()) == "GoneWithTheJVM (its text is gone with the JVM)"
     assert first_line(RuntimeError("first\nsecond")) == "first"
     assert first_line(RuntimeError()) == ""
+
+
+def test_the_presence_record_reads_back_and_a_bad_one_says_what_is_wrong() -> None:
+    from watermark.schema.records import PresenceRecord, RecordError
+
+    rec = PresenceRecord(batch=4, watermark_ms=9_000, in_force_ms=8_000, batch_ts_ms=10_000, counts={"A": 3},
+                         online=2, offline=1, causes={"A": {"login": 2, "timeout": 1}})
+    raw = rec.encode()
+    assert raw.startswith(b'{"batch":4,"watermark_ms":9000,') and PresenceRecord.decode(raw, "h") == rec
+    old = b'{"batch":4,"watermark_ms":9000,"batch_ts_ms":10000,"counts":{"A":3},"online":2,"offline":1}'
+    assert PresenceRecord.decode(old, "h").in_force_ms == 0  # written before the field existed: still reads
+    wrong = r"history is not a PresenceRecord: Expected `int`, got `str` - at `\$.online`"
+    with pytest.raises(RecordError, match=wrong):
+        PresenceRecord.decode(raw.replace(b'"online":2', b'"online":"two"'), "history")

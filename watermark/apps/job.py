@@ -8,7 +8,6 @@ Redis ends up exactly as if it had never stopped.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import signal
@@ -26,6 +25,7 @@ from watermark.schema.config import Config, ConfigError, redact_url
 from watermark.schema.events import PAYLOAD_FIELD
 from watermark.schema.keys import KeySchema
 from watermark.schema.lanes import LANES, lane_config, lane_namespace
+from watermark.schema.records import LaneRecord
 from watermark.schema.timeutil import format_duration_ms
 from watermark.spark.checkpoint import job_secret
 from watermark.store.commit import ParamsMismatch, check_params
@@ -294,9 +294,9 @@ def requested_delay(client: redis.Redis, keys: KeySchema) -> int | None:
 
 def register_lanes(client: redis.Redis, keys: KeySchema, cfg: Config) -> None:
     """Tell the dashboard which lanes run beside this pipeline."""
-    docs = {lane: json.dumps({"namespace": lane_namespace(cfg.namespace, lane), "mode": LANES[lane].mode,
-                              "policy": LANES[lane].policy, "idle": LANES[lane].idle,
-                              "description": LANES[lane].description}) for lane in cfg.lanes}
+    docs = {lane: LaneRecord(namespace=lane_namespace(cfg.namespace, lane), mode=LANES[lane].mode,
+                             policy=LANES[lane].policy, idle=LANES[lane].idle,
+                             description=LANES[lane].description).encode() for lane in cfg.lanes}
     pipe = client.pipeline(transaction=True)
     pipe.delete(keys.lanes)
     if docs:

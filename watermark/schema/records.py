@@ -7,6 +7,8 @@ with it, where it is read, never a ``KeyError`` three calls later.
 * :class:`CommitEntry`: one entry of ``{ns}:commits`` (and ``{ns}:presence:commits``): the batch and the last
   input entry it covered.
 * :class:`DeadEntry`: one entry of ``{ns}:dead``, a quarantined input entry (same ID) with its reason.
+* :class:`PresenceRecord`: the online view's record of one batch, a member of ``{ns}:presence:history``.
+* :class:`LaneRecord`: a lab lane the job runs, a field of ``{ns}:lanes``.
 
 Fields added after the first release have defaults, so records written by an older job still read back.
 """
@@ -126,6 +128,46 @@ class DeadEntry(msgspec.Struct, frozen=True):
         except (KeyError, ValueError, UnicodeDecodeError) as exc:
             raise RecordError(f"{where} is not a quarantined entry: {dict(fields)!r} ({type(exc).__name__}: "
                               f"{exc})") from None
+
+
+class PresenceRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """Players online per server after one batch, and the batch's transitions."""
+
+    batch: int
+    watermark_ms: int
+    """The watermark the batch's expiries used (the one after it)."""
+    in_force_ms: int = 0
+    batch_ts_ms: int
+    counts: dict[str, int]
+    online: int
+    """Transitions to online in the batch."""
+    offline: int
+    causes: dict[str, dict[str, int]] = {}
+    """Per server, transitions per cause (login, heartbeat, logout, timeout, ...)."""
+
+    def encode(self) -> bytes:
+        return _ENCODER.encode(self)
+
+    @classmethod
+    def decode(cls, raw: bytes | str, where: str) -> PresenceRecord:
+        return _decode(raw, cls, where)
+
+
+class LaneRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """A lab lane: its namespace and watermark strategy (``watermark.schema.lanes``)."""
+
+    namespace: str
+    mode: str = "global"
+    policy: str = "min"
+    idle: bool = False
+    description: str = ""
+
+    def encode(self) -> bytes:
+        return _ENCODER.encode(self)
+
+    @classmethod
+    def decode(cls, raw: bytes | str, where: str) -> LaneRecord:
+        return _decode(raw, cls, where)
 
 
 _ENCODER = msgspec.json.Encoder()

@@ -9,7 +9,6 @@ no-op, as :func:`watermark.store.commit.commit_batch` does for the windows. No p
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -30,7 +29,7 @@ from watermark.rules.presence_rollup import (
     roll,
 )
 from watermark.schema.keys import KeySchema
-from watermark.schema.records import CommitEntry
+from watermark.schema.records import CommitEntry, PresenceRecord
 from watermark.store.commit import Params, guarded, next_watermark
 
 HOUR_MS = 3_600_000
@@ -200,7 +199,7 @@ def commit_presence(client: redis.Redis, keys: KeySchema, b: PresenceBatch, para
         raise
 
 
-def _queue_rollups(pipe: redis.client.Pipeline, keys: KeySchema, params: Params, record: dict,
+def _queue_rollups(pipe: redis.client.Pipeline, keys: KeySchema, params: Params, record: PresenceRecord,
                    closed: Minute | None, day: int, raised: dict) -> None:
     """The batch's history record, the minute it closed and the day's peaks it raised."""
     if closed is not None:
@@ -210,8 +209,8 @@ def _queue_rollups(pipe: redis.client.Pipeline, keys: KeySchema, params: Params,
     if raised:
         pipe.hset(keys.presence_peak(day), mapping={k: format_peak(*v) for k, v in raised.items()})
         pipe.expire(keys.presence_peak(day), max(params.ttl_s, 2 * DAY_MS // 1000))
-    batch_id = record["batch"]
-    pipe.zadd(keys.presence_history, {json.dumps(record, separators=(",", ":")): batch_id})
+    batch_id = record.batch
+    pipe.zadd(keys.presence_history, {record.encode(): batch_id})
     pipe.zremrangebyscore(keys.presence_history, "-inf", f"({batch_id - params.progress_history + 1}")
     pipe.expire(keys.presence_history, params.ttl_s)
 
@@ -250,10 +249,10 @@ def _commit_presence(client: redis.Redis, keys: KeySchema, b: PresenceBatch, par
             w.rewrite = lost
         counts = {s: w.count for s, w in writes.items()}
         causes = {s: w.causes for s, w in writes.items() if w.causes}
-        record = {"batch": b.batch_id, "watermark_ms": next_wm, "in_force_ms": b.watermark_ms,
-                  "batch_ts_ms": b.batch_ts_ms, "counts": counts,
-                  "online": sum(w.came_online for w in writes.values()),
-                  "offline": sum(w.went_offline for w in writes.values()), "causes": causes}
+        record = PresenceRecord(batch=b.batch_id, watermark_ms=next_wm, in_force_ms=b.watermark_ms,
+                                batch_ts_ms=b.batch_ts_ms, counts=counts,
+                                online=sum(w.came_online for w in writes.values()),
+                                offline=sum(w.went_offline for w in writes.values()), causes=causes)
         closed, open_minute = roll(Minute.from_json(minute) if minute else None, b.batch_ts_ms, counts, causes)
         raised = raise_peaks(peaks, counts, b.batch_ts_ms)
         pipe.multi()
@@ -309,10 +308,9 @@ class OnlinePoint:
 
     @classmethod
     def from_json(cls, raw: str | bytes) -> OnlinePoint:
-        d = json.loads(raw)
-        return cls(batch=int(d["batch"]), watermark_ms=int(d["watermark_ms"]), batch_ts_ms=int(d["batch_ts_ms"]),
-                   counts={str(k): int(v) for k, v in d["counts"].items()}, online=int(d["online"]),
-                   offline=int(d["offline"]))
+        r = PresenceRecord.decode(raw, "a member of the online view's history")
+        return cls(batch=r.batch, watermark_ms=r.watermark_ms, batch_ts_ms=r.batch_ts_ms, counts=dict(r.counts),
+                   online=r.online, offline=r.offline)
 
 
 @dataclass(frozen=True)

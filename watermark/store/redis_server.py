@@ -135,16 +135,17 @@ def main() -> int:
         return 0
     port = int(cfg.redis_url.rsplit(":", 1)[1].split("/")[0])
     server = RedisServer(cfg.redis_data_dir, port=port)
+    # Before "ready": a signal right after it must find the handler. The handler only flags the request:
+    # waiting in it would wait on the wait it interrupted.
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
     try:
         server.start()
     except RuntimeError as exc:
         print(f"embedded Redis failed to start on 127.0.0.1:{port}: {exc}", file=sys.stderr)
         return 1
     print(f"embedded Redis ready at {server.url} (data in {cfg.redis_data_dir}, AOF on)", flush=True)
-    # The handler only flags the request: waiting in it would wait on the wait it interrupted.
-    stop = threading.Event()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda *_: stop.set())
     assert server.proc is not None
     while server.proc.poll() is None:
         if stop.wait(0.2):

@@ -21,7 +21,7 @@ import redis
 from watermark.schema.config import Config, ConfigError
 from watermark.schema.events import parse_entry_id
 from watermark.schema.keys import KeySchema, WindowKey
-from watermark.schema.records import BatchRecord
+from watermark.schema.records import BatchRecord, PresenceRecord
 from watermark.schema.timeutil import iso_from_ms
 
 
@@ -154,10 +154,10 @@ def online_document(client: redis.Redis, keys: KeySchema, batch_labels: Mapping[
     servers with at least one player online after it."""
     out = []
     for raw in client.zrange(keys.presence_history, 0, -1):
-        rec = json.loads(raw)
-        out.append({"batch": batch_labels.get(rec["batch"], rec["batch"]) if batch_labels else rec["batch"],
-                    "watermark_ms": rec["watermark_ms"],
-                    "online": {s: n for s, n in sorted(rec["counts"].items()) if n}})
+        rec = PresenceRecord.decode(raw, f"a member of {keys.presence_history}")
+        out.append({"batch": batch_labels.get(rec.batch, rec.batch) if batch_labels else rec.batch,
+                    "watermark_ms": rec.watermark_ms,
+                    "online": {s: n for s, n in sorted(rec.counts.items()) if n}})
     return out
 
 
