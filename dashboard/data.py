@@ -18,7 +18,7 @@ import redis
 
 from watermark.schema.events import parse_entry_id
 from watermark.schema.keys import KeySchema, WindowKey, parse_total_field
-from watermark.schema.records import BatchRecord
+from watermark.schema.records import BatchRecord, StateParams, StateRecord
 from watermark.store.commit import ServerStats
 from watermark.store.presence_store import OnlineView, online_view, queue_online_reads
 from watermark.store.report import WindowRow, queue_window_reads, window_rows
@@ -110,21 +110,18 @@ class PipelineState:
     """The job was stopped on request at this time, after ``last_batch`` (cleared by its next commit)."""
 
     @classmethod
-    def from_hash(cls, h: Mapping[str, str]) -> PipelineState | None:
-        """None until the first batch has been committed."""
-        if not h.get("last_batch"):
+    def from_hash(cls, h: Mapping, where: str = "the pipeline's state") -> PipelineState | None:
+        """The ``{ns}:state`` hash read (bytes or text); None until the first batch has been committed. Raises
+        :class:`RecordError` when a field is not what :class:`StateRecord` says."""
+        r = StateRecord.from_hash(h, where)
+        if r.last_batch is None:
             return None
-        params = json.loads(h.get("params") or "{}")
+        p = r.params or StateParams()
         return cls(
-            last_batch=int(h["last_batch"]), watermark_ms=int(h.get("watermark_ms") or 0),
-            next_watermark_ms=int(h.get("next_watermark_ms") or 0),
-            max_event_us=int(h["max_event_us"]) if h.get("max_event_us") else None,
-            committed_id=h.get("committed_id") or "0-0", window_ms=int(params.get("window_ms", 0)),
-            slide_ms=int(params.get("slide_ms", 0)), delay_ms=int(params.get("delay_ms", 0)),
-            trigger_ms=int(h.get("trigger_ms") or 1_000), updated_ms=int(h.get("updated_ms") or 0),
-            mode=str(params.get("mode", "global")), policy=str(params.get("policy", "min")),
-            lost_at_batch=int(h["lost_at_batch"]) if h.get("lost_at_batch") else None,
-            stopped_ms=int(h["stopped_ms"]) if h.get("stopped_ms") else None,
+            last_batch=r.last_batch, watermark_ms=r.watermark_ms, next_watermark_ms=r.next_watermark_ms,
+            max_event_us=r.max_event_us, committed_id=r.committed_id, window_ms=p.window_ms or 0,
+            slide_ms=p.slide_ms or 0, delay_ms=p.delay_ms or 0, trigger_ms=r.trigger_ms, updated_ms=r.updated_ms,
+            mode=p.mode, policy=p.policy, lost_at_batch=r.lost_at_batch, stopped_ms=r.stopped_ms,
         )
 
     @property
@@ -257,7 +254,7 @@ def read_snapshot(client: redis.Redis, keys: KeySchema, *, range_ms: int, now_ms
     for reply in (state_h, totals_h, servers_raw, trimmed, *online_replies):
         if isinstance(reply, Exception):
             raise reply
-    state = PipelineState.from_hash(_decode_hash(state_h))
+    state = PipelineState.from_hash(state_h, keys.state)
     totals = Totals.from_hash(_decode_hash(totals_h))
     if isinstance(xinfo, redis.ResponseError):  # no such key: nothing was ever written
         xinfo = {}

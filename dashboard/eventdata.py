@@ -8,12 +8,12 @@ Streamlit (the page caches :func:`read_events` per refresh tick in
 
 from __future__ import annotations
 
-import json
 from bisect import bisect_left
 from dataclasses import dataclass
 
 import redis
 
+from dashboard.data import PipelineState
 from watermark.rules.eventview import BatchSpan, EventPoint, Status, Step, count_statuses, judge, watermark_steps
 from watermark.rules.late import LateEvent
 from watermark.schema.events import IDLE_KIND, BadEntry, Event, parse_entry, parse_entry_id
@@ -88,11 +88,10 @@ def read_events(client: redis.Redis, keys: KeySchema, *, server: str | None, ran
     if cap < 1:
         raise ValueError(f"cap must be positive, got {cap}")
     state, first, last, commits = _head(client, keys, stream)
-    if not state.get("last_batch"):
+    if state is None:
         return None
-    params = json.loads(state.get("params") or "{}")
-    window_ms, slide_ms, delay_ms = (int(params.get(k, 0)) for k in ("window_ms", "slide_ms", "delay_ms"))
-    committed_id = state.get("committed_id") or "0-0"
+    window_ms, slide_ms, delay_ms = state.window_ms, state.slide_ms, state.delay_ms
+    committed_id = state.committed_id
     first_ms = parse_entry_id(first[0][0])[0] if first else None
     hi = end_ms if end_ms is not None else (parse_entry_id(last[0][0])[0] if last else 0)
     lo = hi - range_ms
@@ -120,7 +119,7 @@ def read_events(client: redis.Redis, keys: KeySchema, *, server: str | None, ran
         shown_from = first_ms
     events, quarantined = _sort_entries(raw, dead, server, committed_id)
     spans = [_span(s) for s in sinks if s is not None]
-    next_wm = int(state.get("next_watermark_ms") or 0)
+    next_wm = state.next_watermark_ms
     # Round trip 3, when the stream no longer covers the whole range: the late events kept below it.
     below = raw[0][0].decode() if capped else (first[0][0].decode() if first else None)
     kept: list[EventPoint] = []
@@ -139,7 +138,7 @@ def read_events(client: redis.Redis, keys: KeySchema, *, server: str | None, ran
     )
 
 
-def _head(client: redis.Redis, keys: KeySchema, stream: str) -> tuple[dict[str, str], list, list, list]:
+def _head(client: redis.Redis, keys: KeySchema, stream: str) -> tuple[PipelineState | None, list, list, list]:
     """Round trip 1: the pipeline's state, the stream's first and last entries, the commits index."""
     pipe = client.pipeline(transaction=False)
     pipe.hgetall(keys.state)
@@ -147,7 +146,7 @@ def _head(client: redis.Redis, keys: KeySchema, stream: str) -> tuple[dict[str, 
     pipe.xrevrange(stream, count=1)
     pipe.xrange(keys.commits)
     state_h, first, last, commits = pipe.execute()
-    return {k.decode(): v.decode() for k, v in state_h.items()}, first, last, commits
+    return PipelineState.from_hash(state_h, keys.state), first, last, commits
 
 
 def _sort_entries(raw: list, dead: list, server: str | None,
@@ -229,12 +228,11 @@ def find_player(client: redis.Redis, keys: KeySchema, player_id: str, lo_ms: int
     """Every event of ``player_id`` that arrived in ``[lo_ms, hi_ms]``, judged as :func:`read_events` judges
     them; None when no batch has been committed. Scans at most ``scan_cap`` stream entries (said in the
     result); the late ones come from ``{ns}:late`` as well, however old."""
-    state = {k.decode(): v.decode() for k, v in client.hgetall(keys.state).items()}
-    if not state.get("last_batch"):
+    state = PipelineState.from_hash(client.hgetall(keys.state), keys.state)
+    if state is None:
         return None
-    params = json.loads(state.get("params") or "{}")
-    window_ms, slide_ms = int(params.get("window_ms", 0)), int(params.get("slide_ms", 0))
-    committed_id = state.get("committed_id") or "0-0"
+    window_ms, slide_ms = state.window_ms, state.slide_ms
+    committed_id = state.committed_id
     found, scanned, first_ms, capped_at = _scan_stream(client, (input_keys or keys).events, player_id, lo_ms,
                                                        hi_ms, scan_cap)
     spans = _spans_of(client, keys, [entry_id for entry_id, _ in found], committed_id)

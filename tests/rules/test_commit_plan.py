@@ -33,7 +33,7 @@ def batch(max_event_ms: int | None = T0 + 30_000, start_id: str = f"{T0 + 900_00
 ])
 def test_the_next_watermark(s: BatchSummary, prior: Prior, next_wm: int) -> None:
     w = plan_commit(s, PARAMS, prior, now_ms=1)
-    assert w.state["next_watermark_ms"] == next_wm and w.record.next_watermark_ms == next_wm
+    assert w.state.next_watermark_ms == next_wm and w.record.next_watermark_ms == next_wm
     assert w.windows_end_below_ms == next_wm - PARAMS.retention_ms - PARAMS.window_ms
 
 
@@ -50,8 +50,20 @@ def test_the_trim_keeps_what_every_reader_needs(params: Params, readers: tuple, 
 
 def test_late_events_above_the_newest_kept_and_the_state_fields() -> None:
     late = [LateEvent(f"{T0 + 950_000}-{i}", "A", "p1", None, T0 * 1000, 7, T0) for i in range(3)]
-    w = plan_commit(batch(late_events=late), PARAMS, replace(EMPTY, late_top=(T0 + 950_000, 0), lost_at="3"),
+    w = plan_commit(batch(late_events=late), PARAMS, replace(EMPTY, late_top=(T0 + 950_000, 0), lost_at=3),
                     now_ms=42)
     assert [e.entry_id for e in w.late] == [f"{T0 + 950_000}-1", f"{T0 + 950_000}-2"]
-    assert w.state["lost_at_batch"] == "3" and w.state["updated_ms"] == 42 and w.state["committed_id"] == w.end_id
+    assert w.state.lost_at_batch == 3 and w.state.updated_ms == 42 and w.state.committed_id == w.end_id
     assert w.totals["events"] == 2 and w.totals["events|A"] == 2 and w.seen == {"A": T0 + 950_000}
+
+
+def test_the_state_hash_is_the_fields_the_commit_always_wrote() -> None:
+    s = batch(server_watermarks={"A": T0 + 20_000}, next_watermark_ms=T0 + 20_000)
+    w = plan_commit(s, replace(PARAMS, mode="per-server", servers=("A",)), EMPTY, now_ms=42)
+    assert w.state.to_hash() == {
+        "last_batch": "7", "watermark_ms": str(T0), "next_watermark_ms": str(T0 + 20_000),
+        "max_event_us": str((T0 + 30_000) * 1000), "max_event_us|A": str((T0 + 30_000) * 1000),
+        "server_watermarks": f'{{"A": {T0 + 20_000}}}', "delay_ms": "10000", "committed_id": f"{T0 + 1_000_000}-0",
+        "lost_at_batch": "", "stopped_ms": "", "sets_closed_below_ms": str(T0),
+        "params": '{"delay_ms": 10000, "mode": "per-server", "policy": "min", "slide_ms": 60000, "window_ms": 60000}',
+        "trigger_ms": "1000", "updated_ms": "42"}

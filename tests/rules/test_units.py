@@ -235,3 +235,51 @@ def test_the_presence_record_reads_back_and_a_bad_one_says_what_is_wrong() -> No
     wrong = r"history is not a PresenceRecord: Expected `int`, got `str` - at `\$.online`"
     with pytest.raises(RecordError, match=wrong):
         PresenceRecord.decode(raw.replace(b'"online":2', b'"online":"two"'), "history")
+
+
+# What a commit wrote before the state hashes were typed, field for field: it still reads back, and the record
+# writes the very same strings again.
+OLD_STATE = {b"last_batch": b"7", b"watermark_ms": b"1767225600000", b"next_watermark_ms": b"1767225620000",
+             b"max_event_us": b"1767225630000000", b"max_event_us|A": b"1767225630000000",
+             b"max_event_us|B": b"1767225610000000", b"server_watermarks": b'{"A": 1767225620000, "B": 1767225600000}',
+             b"delay_ms": b"10000", b"committed_id": b"1767226600000-3", b"lost_at_batch": b"", b"stopped_ms": b"",
+             b"sets_closed_below_ms": b"1767225600000",
+             b"params": b'{"delay_ms": 10000, "mode": "per-server", "policy": "min", "slide_ms": 60000, '
+                        b'"window_ms": 60000}', b"trigger_ms": b"500", b"updated_ms": b"1767226601000"}
+
+
+def test_the_state_hash_reads_back_and_writes_the_same_fields() -> None:
+    from watermark.schema.records import StateParams, StateRecord
+
+    rec = StateRecord.from_hash(OLD_STATE, "wm:state")
+    assert (rec.last_batch, rec.max_event_us, rec.lost_at_batch, rec.stopped_ms) == (7, 1767225630000000, None, None)
+    assert rec.server_max_event_us == {"A": 1767225630000000, "B": 1767225610000000}
+    assert rec.server_watermarks == {"A": 1767225620000, "B": 1767225600000}
+    assert rec.params == StateParams(window_ms=60_000, slide_ms=60_000, delay_ms=10_000, mode="per-server")
+    assert rec.to_hash() == {k.decode(): v.decode() for k, v in OLD_STATE.items()}
+    global_one = StateRecord(last_batch=1, params=StateParams(window_ms=1, slide_ms=1, delay_ms=0)).to_hash()
+    assert "server_watermarks" not in global_one  # a global pipeline has never written it
+    assert StateRecord(stopped_ms=5).to_hash("stopped_ms") == {"stopped_ms": "5"}  # the job's stop, alone
+
+
+def test_a_partial_state_read_keeps_the_defaults_and_a_bad_field_is_named() -> None:
+    from watermark.schema.records import PresenceStateRecord, RecordError, StateRecord
+
+    part = StateRecord.from_hash({"last_batch": None, "max_event_us": b"5", "sets_closed_below_ms": None}, "h")
+    assert (part.last_batch, part.max_event_us, part.sets_closed_below_ms, part.committed_id) == (None, 5, 0, "0-0")
+    assert StateRecord.from_hash({}, "h") == StateRecord()
+    with pytest.raises(RecordError, match=r"wm:state is not a StateRecord: Expected `int`, got `str` - at "
+                                          r"`\$.watermark_ms`"):
+        StateRecord.from_hash({**OLD_STATE, b"watermark_ms": b"soon"}, "wm:state")
+    with pytest.raises(RecordError, match=r"wm:state is not a StateRecord: `params` is not JSON"):
+        StateRecord.from_hash({**OLD_STATE, b"params": b"{window"}, "wm:state")
+    with pytest.raises(RecordError, match=r"at `\$.server_max_event_us\[...\]`"):
+        StateRecord.from_hash({**OLD_STATE, b"max_event_us|A": b"x"}, "wm:state")
+    old = {b"last_batch": b"4", b"watermark_ms": b"9000", b"in_force_ms": b"8000", b"batch_ts_ms": b"10000",
+           b"timeout_ms": b"30000", b"updated_ms": b"10001", b"max_event_us": b"", b"committed_id": b"10000-0",
+           b"lost_at_batch": b"2", b"minute": b'{"minute_ms":0}', b"partial_until_ms": b""}
+    rec = PresenceStateRecord.from_hash(old, "wm:presence:state")
+    assert (rec.last_batch, rec.lost_at_batch, rec.partial_until_ms, rec.minute) == (4, 2, None, '{"minute_ms":0}')
+    assert rec.to_hash() == {k.decode(): v.decode() for k, v in old.items()}
+    with pytest.raises(RecordError, match=r"is not a PresenceStateRecord: .* at `\$.lost_at_batch`"):
+        PresenceStateRecord.from_hash({**old, b"lost_at_batch": b"two"}, "wm:presence:state")

@@ -25,7 +25,7 @@ from watermark.schema.config import Config, ConfigError, redact_url
 from watermark.schema.events import PAYLOAD_FIELD
 from watermark.schema.keys import KeySchema
 from watermark.schema.lanes import LANES, lane_config, lane_namespace
-from watermark.schema.records import LaneRecord
+from watermark.schema.records import LaneRecord, StateRecord
 from watermark.schema.timeutil import format_duration_ms
 from watermark.spark.checkpoint import job_secret
 from watermark.store.commit import ParamsMismatch, check_params
@@ -240,7 +240,7 @@ def record_stop(client: redis.Redis, keys: KeySchema) -> None:
     the next commit clears it."""
     try:
         if client.hexists(keys.state, "last_batch"):
-            client.hset(keys.state, "stopped_ms", redis_now_ms(client))
+            client.hset(keys.state, mapping=StateRecord(stopped_ms=redis_now_ms(client)).to_hash("stopped_ms"))
     except redis.RedisError as exc:
         log.warning("could not record the stop: %s", exc)
 

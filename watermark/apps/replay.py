@@ -102,8 +102,8 @@ def replay(batches: list[ReplayBatch], cfg: Config) -> dict:
             started = time.perf_counter()
             query.processAllAvailable()
             log.info("batch %s: %d events in %.2fs", batch.label, len(batch.payloads), time.perf_counter() - started)
-            last = read_state(client, keys).get("last_batch")
-            if last is None or int(last) != index:
+            last = read_state(client, keys).last_batch
+            if last != index:
                 raise RuntimeError(f"batch {batch.label} was not processed as micro-batch {index} (state: {last})")
             # The live job's listener is asynchronous; a replay writes the same progress records synchronously.
             for p in query.recentProgress:

@@ -9,16 +9,25 @@ with it, where it is read, never a ``KeyError`` three calls later.
 * :class:`DeadEntry`: one entry of ``{ns}:dead``, a quarantined input entry (same ID) with its reason.
 * :class:`PresenceRecord`: the online view's record of one batch, a member of ``{ns}:presence:history``.
 * :class:`LaneRecord`: a lab lane the job runs, a field of ``{ns}:lanes``.
+* :class:`StateRecord`: a pipeline's commit record, the hash ``{ns}:state`` (with :class:`StateParams`), written
+  by its commit (``watermark.store.commit``) and by the job when it stops; read by the commits, the sink's lanes,
+  the dashboard and the reports.
+* :class:`PresenceStateRecord`: the online view's commit record, the hash ``{ns}:presence:state``.
 
-Fields added after the first release have defaults, so records written by an older job still read back.
+Fields added after the first release have defaults, so records written by an older job still read back. The two
+state records stay hashes, a field per attribute (``to_hash``, ``from_hash``): a commit reads back only the
+fields it needs, and the job writes ``stopped_ms`` alone.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
-from typing import TypeVar
+from typing import Any, Self, TypeVar
 
 import msgspec
+
+from watermark.schema.keys import parse_total_field, total_field
 
 
 class RecordError(ValueError):
@@ -168,6 +177,152 @@ class LaneRecord(msgspec.Struct, frozen=True, kw_only=True):
     @classmethod
     def decode(cls, raw: bytes | str, where: str) -> LaneRecord:
         return _decode(raw, cls, where)
+
+
+class _HashRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """A record kept as a Redis hash, one field per attribute, each value its text: an integer in decimal and
+    ``None`` as the empty string (what the commits have always written), so a partial ``HMGET`` reads back as
+    a record whose other attributes keep their defaults."""
+
+    def to_hash(self, *only: str) -> dict[str, str]:
+        """The hash fields, or only those named (the job writes ``stopped_ms`` alone)."""
+        out = self._fields()
+        return {f: v for f, v in out.items() if f in only} if only else out
+
+    def _fields(self) -> dict[str, str]:
+        return {f: _text(getattr(self, f)) for f in self.__struct_fields__}
+
+    @classmethod
+    def from_hash(cls, mapping: Mapping[Any, Any], where: str) -> Self:
+        """The record of a hash as Redis returns it (bytes or text); a field that is missing, ``None`` (from an
+        ``HMGET``) or empty keeps its default. Raises :class:`RecordError` naming the field that is not what the
+        type says."""
+        fields = {_str(k): _str(v) for k, v in mapping.items() if v is not None and v not in ("", b"")}
+        try:
+            return msgspec.convert(cls._doc(fields, where), type=cls, strict=False)  # strict=False: "5" -> 5
+        except msgspec.ValidationError as exc:
+            raise RecordError(f"{where} is not a {cls.__name__}: {exc}") from None
+
+    @classmethod
+    def _doc(cls, fields: dict[str, str], where: str) -> dict[str, object]:
+        return {f: v for f, v in fields.items() if f in cls.__struct_fields__}
+
+
+class StateParams(msgspec.Struct, frozen=True, kw_only=True):
+    """How a namespace was built (``params`` of ``{ns}:state``): window, slide and watermark mode never change
+    on restart (``watermark.store.commit.check_params``); the delay may. ``None``: not recorded (a namespace
+    older than the field)."""
+
+    window_ms: int | None = None
+    slide_ms: int | None = None
+    delay_ms: int | None = None
+    mode: str = "global"
+    policy: str = "min"
+
+    def to_json(self) -> str:
+        # json.dumps with sorted keys, not msgspec: the text the commits have always written.
+        return json.dumps({k: v for k, v in msgspec.structs.asdict(self).items() if v is not None}, sort_keys=True)
+
+
+class StateRecord(_HashRecord, frozen=True, kw_only=True):
+    """A pipeline's commit record, ``{ns}:state``: what the last committed batch left and how the namespace is
+    built. ``last_batch`` is the commit guard (``None``: nothing committed yet)."""
+
+    last_batch: int | None = None
+    watermark_ms: int = 0
+    """In force for ``last_batch``."""
+    next_watermark_ms: int = 0
+    """In force for the next batch: windows ending at or below it are final."""
+    max_event_us: int | None = None
+    """The running max event time."""
+    server_max_event_us: dict[str, int] = {}
+    """Per-server mode: each server's input max so far, fields ``max_event_us|S``."""
+    server_watermarks: dict[str, int] | None = None
+    """Per-server mode: Spark's per-input watermark map after ``last_batch`` (JSON; not written otherwise)."""
+    delay_ms: int | None = None
+    """The delay ``last_batch`` ran with."""
+    committed_id: str = "0-0"
+    """The last input entry committed."""
+    lost_at_batch: int | None = None
+    """Redis came back empty before this batch: totals and windows open then are partial."""
+    stopped_ms: int | None = None
+    """The job was stopped on request then, after ``last_batch``; the next commit clears it."""
+    sets_closed_below_ms: int = 0
+    """Windows ending at or below this have their distinct players as a count, their sets gone."""
+    params: StateParams | None = None
+    trigger_ms: int = 1_000
+    updated_ms: int = 0
+    """When ``last_batch`` was committed."""
+
+    def _fields(self) -> dict[str, str]:
+        out: dict[str, str] = {}
+        for f in self.__struct_fields__:
+            value = getattr(self, f)
+            if f == "server_max_event_us":
+                out.update({total_field(_SERVER_MAX, s): str(v) for s, v in value.items()})
+            elif f == "server_watermarks":
+                if value is not None:  # a global pipeline has never written the field
+                    out[f] = json.dumps(value, sort_keys=True)
+            elif f == "params":
+                out[f] = "" if value is None else value.to_json()
+            else:
+                out[f] = _text(value)
+        return out
+
+    @classmethod
+    def _doc(cls, fields: dict[str, str], where: str) -> dict[str, object]:
+        doc: dict[str, object] = {}
+        per_server: dict[str, str] = {}
+        for f, v in fields.items():
+            metric, server = parse_total_field(f)
+            if server is not None:
+                if metric == _SERVER_MAX:
+                    per_server[server] = v
+            elif f in ("params", "server_watermarks"):
+                doc[f] = _json_field(v, f, cls.__name__, where)
+            elif f in cls.__struct_fields__ and f != "server_max_event_us":
+                doc[f] = v
+        return {**doc, "server_max_event_us": per_server}
+
+
+_SERVER_MAX = "max_event_us"
+
+
+class PresenceStateRecord(_HashRecord, frozen=True, kw_only=True):
+    """The online view's commit record, ``{ns}:presence:state``. ``last_batch`` is its own commit guard
+    (``None``: nothing committed yet)."""
+
+    last_batch: int | None = None
+    watermark_ms: int = 0
+    """The watermark the batch's expiries used (the one after it)."""
+    in_force_ms: int = 0
+    batch_ts_ms: int = 0
+    timeout_ms: int = 0
+    updated_ms: int = 0
+    max_event_us: int | None = None
+    committed_id: str = "0-0"
+    lost_at_batch: int | None = None
+    """Redis came back empty before this batch: the history before it is gone."""
+    minute: str | None = None
+    """The open minute as JSON, read by ``watermark.rules.presence_rollup.Minute`` (a rule: this floor cannot
+    name it)."""
+    partial_until_ms: int | None = None
+    """Rebuilt from new events after a loss: whole once the watermark passes this."""
+
+
+def _text(value: object) -> str:
+    return "" if value is None else str(value)
+
+
+def _str(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _json_field(raw: str, name: str, record: str, where: str) -> object:
+    try:
+        return json.loads(raw)
+    except ValueError:
+        raise RecordError(f"{where} is not a {record}: `{name}` is not JSON: {raw!r}") from None
 
 
 _ENCODER = msgspec.json.Encoder()

@@ -32,6 +32,7 @@ from watermark.rules.watermarks import ServerWatermarks
 from watermark.rules.windows import event_ms, late_counts
 from watermark.schema.events import parse_entry_id
 from watermark.schema.keys import KeySchema
+from watermark.schema.records import StateRecord
 from watermark.spark import local_agg
 from watermark.spark.checkpoint import OffsetEntry, read_offset_log
 from watermark.spark.handover import Handover
@@ -389,14 +390,15 @@ class Lane:
     params: Params
 
     def commit(self, client: redis.Redis, batch: BatchTable, main: BatchSummary) -> bool:
-        last, in_force, stored = client.hmget(self.keys.state, ["last_batch", "next_watermark_ms",
-                                                               "server_watermarks"])
-        if last is not None and int(last) >= main.batch_id:
+        names = ["last_batch", "next_watermark_ms", "server_watermarks"]
+        state = StateRecord.from_hash(dict(zip(names, client.hmget(self.keys.state, names), strict=True)),
+                                      self.keys.state)
+        if state.last_batch is not None and state.last_batch >= main.batch_id:
             return False
-        summary = batch.summary(main.batch_id, int(in_force or 0), main.batch_ts_ms, main.start_id, main.end_id,
-                                self.params)
+        summary = batch.summary(main.batch_id, state.next_watermark_ms, main.batch_ts_ms, main.start_id,
+                                main.end_id, self.params)
         if self.params.per_server:
-            values = {k: int(v) for k, v in json.loads(stored).items()} if stored else {}
-            model = ServerWatermarks(self.params.servers, self.params.delay_ms, self.params.policy, values)
+            model = ServerWatermarks(self.params.servers, self.params.delay_ms, self.params.policy,
+                                     dict(state.server_watermarks or {}))
             per_server(summary, model, self.params.idle_timeout_ms is not None)
         return commit_batch(client, self.keys, summary, self.params)

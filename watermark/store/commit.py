@@ -27,7 +27,7 @@ from watermark.rules.windows import event_ms
 from watermark.schema.config import DEFAULT_LATE_KEEP
 from watermark.schema.events import parse_entry_id
 from watermark.schema.keys import KeySchema, WindowKey, total_field
-from watermark.schema.records import BatchRecord, CommitEntry, DeadEntry, ServerRecord
+from watermark.schema.records import BatchRecord, CommitEntry, DeadEntry, ServerRecord, StateParams, StateRecord
 
 
 @dataclass(frozen=True)
@@ -57,9 +57,9 @@ class Params:
     def ttl_s(self) -> int:
         return max(1, (self.ttl_ms or self.retention_ms) // 1000)
 
-    def semantic(self) -> dict[str, object]:
-        return {"window_ms": self.window_ms, "slide_ms": self.slide_ms, "delay_ms": self.delay_ms,
-                "mode": self.mode, "policy": self.policy}
+    def semantic(self) -> StateParams:
+        return StateParams(window_ms=self.window_ms, slide_ms=self.slide_ms, delay_ms=self.delay_ms, mode=self.mode,
+                           policy=self.policy)
 
     @property
     def per_server(self) -> bool:
@@ -211,7 +211,7 @@ def trim_counted(client: redis.Redis, keys: KeySchema, min_id: str, approximate:
     client.eval(script, 2, keys.events, keys.trimmed, min_id)
 
 
-_FIXED = {"window_ms": None, "slide_ms": None, "mode": "global", "policy": "min"}
+_FIXED = ("window_ms", "slide_ms", "mode", "policy")
 
 
 def check_params(client: redis.Redis, keys: KeySchema, params: Params) -> int | None:
@@ -219,19 +219,18 @@ def check_params(client: redis.Redis, keys: KeySchema, params: Params) -> int | 
 
     Returns the delay it last ran with (None for a new namespace), so the caller can log a change of delay,
     which is allowed: batch records keep the delay each batch ran with."""
-    stored = client.hget(keys.state, "params")
-    if stored is None:
+    old = StateRecord.from_hash({"params": client.hget(keys.state, "params")}, keys.state).params
+    if old is None:
         return None
-    old = json.loads(stored)
     new = params.semantic()
-    changed = {k: (old.get(k, default), new[k]) for k, default in _FIXED.items() if old.get(k, default) != new[k]}
+    changed = {k: (getattr(old, k), getattr(new, k)) for k in _FIXED if getattr(old, k) != getattr(new, k)}
     if changed:
         what = ", ".join(f"{k} {a} -> {b}" for k, (a, b) in changed.items())
         raise ParamsMismatch(
-            f"namespace {keys.namespace!r} was built with {old}, the job now has {new} ({what}): "
-            "use a fresh PIPELINE_NAMESPACE and CHECKPOINT_DIR to change window, slide or watermark mode"
+            f"namespace {keys.namespace!r} was built with {old.to_json()}, the job now has {new.to_json()} "
+            f"({what}): use a fresh PIPELINE_NAMESPACE and CHECKPOINT_DIR to change window, slide or watermark mode"
         )
-    return int(old["delay_ms"]) if "delay_ms" in old else None
+    return old.delay_ms
 
 
 def batch_record(s: BatchSummary, next_wm_ms: int, running_max_us: int | None, delay_ms: int) -> BatchRecord:
@@ -319,7 +318,7 @@ def guarded(client: redis.Redis, guard_key: str, batch_id: int,
 class Prior:
     """What a batch's commit reads back (under ``WATCH``) before deciding its writes."""
 
-    lost_at: str | None
+    lost_at: int | None
     """The batch Redis came back empty before (kept, or found now), else None."""
     max_event_us: int | None
     sets_closed_below_ms: int
@@ -351,27 +350,27 @@ class BatchWrites:
     late: list[LateEvent]
     bad: list[BadRow]
     record: BatchRecord
-    state: dict[str, object]
+    state: StateRecord
     trim_below: str | None
 
 
 def read_prior(pipe: redis.client.Pipeline, client: redis.Redis, keys: KeySchema, s: BatchSummary,
                params: Params) -> Prior:
-    server_fields = [total_field("max_event_us", srv) for srv in params.servers] if params.per_server else []
-    last, lost_at, prev_max, collapsed, *prev_servers = pipe.hmget(
-        keys.state, ["last_batch", "lost_at_batch", "max_event_us", "sets_closed_below_ms", *server_fields])
+    names = ["last_batch", "lost_at_batch", "max_event_us", "sets_closed_below_ms",
+             *(total_field("max_event_us", srv) for srv in params.servers if params.per_server)]
+    state = StateRecord.from_hash(dict(zip(names, pipe.hmget(keys.state, names), strict=True)), keys.state)
+    lost_at = state.lost_at_batch
     # No commit record, yet Spark ran batches before this one: Redis came back empty (a lane starts its
     # record with its first batch, whenever it was added, so only the pipeline judges this).
-    if last is None and s.batch_id > 0 and params.trims:
-        lost_at = str(s.batch_id).encode()
+    if state.last_batch is None and s.batch_id > 0 and params.trims:
+        lost_at = s.batch_id
     top = pipe.xrevrange(keys.late, count=1) if s.late_events else []
     # A reader's committed ID only grows: reading it before the transaction is safe.
     done = [pipe.hget(reader, "committed_id") for reader in params.readers]
     return Prior(
-        lost_at=lost_at.decode() if lost_at else None, max_event_us=int(prev_max) if prev_max else None,
-        sets_closed_below_ms=int(collapsed or 0),
-        server_max={srv: int(v) for srv, v in zip(params.servers, prev_servers, strict=True) if v},
-        final_players=_final_player_counts(client, keys, params, int(collapsed or 0), s.watermark_ms),
+        lost_at=lost_at, max_event_us=state.max_event_us, sets_closed_below_ms=state.sets_closed_below_ms,
+        server_max=dict(state.server_max_event_us),
+        final_players=_final_player_counts(client, keys, params, state.sets_closed_below_ms, s.watermark_ms),
         late_top=parse_entry_id(top[0][0]) if top else (0, 0),
         readers_done=tuple(parse_entry_id(d) if d else (0, 0) for d in done))
 
@@ -397,18 +396,13 @@ def plan_commit(s: BatchSummary, params: Params, prior: Prior, now_ms: int) -> B
     # Entries before this batch's start are in a batch Spark has committed, and so are those below every
     # other reader's committed ID: safe to trim.
     keep_from = min(parse_entry_id(s.start_id), (s.batch_ts_ms - keep_ms(s, params), 0), *prior.readers_done)
-    state = {
-        "last_batch": s.batch_id, "watermark_ms": s.watermark_ms, "next_watermark_ms": next_wm,
-        "max_event_us": running_max if running_max is not None else "",
-        **{total_field("max_event_us", srv): v for srv, v in server_max.items()},
-        **({"server_watermarks": json.dumps(s.server_watermarks, sort_keys=True)}
-           if s.server_watermarks is not None else {}),
-        "delay_ms": params.delay_ms, "committed_id": s.end_id, "lost_at_batch": prior.lost_at or "",
-        "stopped_ms": "",  # running again
-        "sets_closed_below_ms": max(s.watermark_ms, prior.sets_closed_below_ms),
-        "params": json.dumps(params.semantic(), sort_keys=True), "trigger_ms": params.trigger_ms,
-        "updated_ms": now_ms,
-    }
+    state = StateRecord(
+        last_batch=s.batch_id, watermark_ms=s.watermark_ms, next_watermark_ms=next_wm, max_event_us=running_max,
+        server_max_event_us=server_max, server_watermarks=s.server_watermarks, delay_ms=params.delay_ms,
+        committed_id=s.end_id, lost_at_batch=prior.lost_at,
+        stopped_ms=None,  # running again
+        sets_closed_below_ms=max(s.watermark_ms, prior.sets_closed_below_ms), params=params.semantic(),
+        trigger_ms=params.trigger_ms, updated_ms=now_ms)
     return BatchWrites(
         batch_id=s.batch_id, end_id=s.end_id, totals=_totals(s, record), servers=tuple(s.servers),
         seen={srv: st.max_ingest_us // 1000 for srv, st in s.servers.items() if st.max_ingest_us is not None},
@@ -457,7 +451,7 @@ def apply_writes(pipe: redis.client.Pipeline, keys: KeySchema, w: BatchWrites, p
     pipe.zadd(keys.batches, {str(w.batch_id): w.batch_id})
     pipe.zremrangebyscore(keys.batches, "-inf", f"({w.batch_id - params.progress_history + 1}")
     pipe.expire(keys.batches, ttl_s)
-    pipe.hset(keys.state, mapping=w.state)
+    pipe.hset(keys.state, mapping=w.state.to_hash())
     if w.trim_below is not None:
         trim_counted(pipe, keys, w.trim_below)
     pipe.xadd(keys.commits, CommitEntry(w.batch_id, w.end_id).fields(), maxlen=1000, approximate=True)

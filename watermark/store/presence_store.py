@@ -29,7 +29,7 @@ from watermark.rules.presence_rollup import (
     roll,
 )
 from watermark.schema.keys import KeySchema
-from watermark.schema.records import CommitEntry, PresenceRecord
+from watermark.schema.records import CommitEntry, PresenceRecord, PresenceStateRecord
 from watermark.store.commit import Params, guarded, next_watermark
 
 HOUR_MS = 3_600_000
@@ -222,25 +222,28 @@ def _commit_presence(client: redis.Redis, keys: KeySchema, b: PresenceBatch, par
         if pipe is None:
             mirror.valid = False
             return False
-        last, prev_max, lost_at, minute, partial_until = pipe.hmget(
-            keys.presence_state, ["last_batch", "max_event_us", "lost_at_batch", "minute", "partial_until_ms"])
+        names = ["last_batch", "max_event_us", "lost_at_batch", "minute", "partial_until_ms"]
+        prior = PresenceStateRecord.from_hash(dict(zip(names, pipe.hmget(keys.presence_state, names), strict=True)),
+                                              keys.presence_state)
         day = day_of(b.batch_ts_ms)
         peaks = parse_peaks(pipe.hgetall(keys.presence_peak(day)))
-        committed = None if last is None else int(last)
+        committed = prior.last_batch
+        partial_until = prior.partial_until_ms
         lost = committed is None and mirror.batch is not None and mirror.valid
         # Redis has no view and the job no copy, yet batches ran before (a restart after Redis came back
         # empty): rebuilt from new events only, so partial until every online player has sent one more.
         rebuilt = committed is None and not lost and b.batch_id > 0
         if not lost and (not mirror.valid or mirror.batch != committed):
             mirror.load(client, keys, [k.decode() for k in pipe.hkeys(keys.presence_counts)], committed)
-        known = [int(v) for v in (prev_max or None, ev.event_us.max() if len(ev.event_us) else None) if v]
+        known = [v for v in (prior.max_event_us, int(ev.event_us.max()) if len(ev.event_us) else None)
+                 if v is not None]
         running = max(known) if known else None
         next_wm = (b.next_watermark_ms if b.next_watermark_ms is not None
                    else next_watermark(b.watermark_ms, running, b.delay_ms))
         next_wm = max(b.watermark_ms, next_wm)
         if rebuilt:
             newest_ms = running // 1000 if running is not None else next_wm + b.delay_ms
-            partial_until = str(newest_ms + timeout_ms).encode()
+            partial_until = newest_ms + timeout_ms
         mirror.valid = False  # until the transaction is in
         writes = {server: _decide_server(mirror.table(server), ev, ev.server == server, b.watermark_ms, next_wm,
                                          timeout_ms)
@@ -253,18 +256,17 @@ def _commit_presence(client: redis.Redis, keys: KeySchema, b: PresenceBatch, par
                                 batch_ts_ms=b.batch_ts_ms, counts=counts,
                                 online=sum(w.came_online for w in writes.values()),
                                 offline=sum(w.went_offline for w in writes.values()), causes=causes)
-        closed, open_minute = roll(Minute.from_json(minute) if minute else None, b.batch_ts_ms, counts, causes)
+        closed, open_minute = roll(Minute.from_json(prior.minute) if prior.minute else None, b.batch_ts_ms, counts,
+                                   causes)
         raised = raise_peaks(peaks, counts, b.batch_ts_ms)
         pipe.multi()
         _apply(pipe, keys, writes, mirror, params.ttl_s)
         _queue_rollups(pipe, keys, params, record, closed, day, raised)
-        pipe.hset(keys.presence_state, mapping={
-            "last_batch": b.batch_id, "watermark_ms": next_wm, "in_force_ms": b.watermark_ms,
-            "batch_ts_ms": b.batch_ts_ms, "timeout_ms": timeout_ms, "updated_ms": now_ms(),
-            "max_event_us": running if running is not None else "", "committed_id": b.end_id,
-            "lost_at_batch": b.batch_id if lost or rebuilt else (lost_at or b""), "minute": open_minute.to_json(),
-            "partial_until_ms": partial_until or b"",
-        })
+        pipe.hset(keys.presence_state, mapping=PresenceStateRecord(
+            last_batch=b.batch_id, watermark_ms=next_wm, in_force_ms=b.watermark_ms, batch_ts_ms=b.batch_ts_ms,
+            timeout_ms=timeout_ms, updated_ms=now_ms(), max_event_us=running, committed_id=b.end_id,
+            lost_at_batch=b.batch_id if lost or rebuilt else prior.lost_at_batch, minute=open_minute.to_json(),
+            partial_until_ms=partial_until).to_hash())
         pipe.xadd(keys.presence_commits, CommitEntry(b.batch_id, b.end_id).fields(), maxlen=1000, approximate=True)
         pipe.execute()
     mirror.batch, mirror.valid = b.batch_id, True
@@ -351,21 +353,18 @@ def queue_online_reads(pipe: redis.client.Pipeline, keys: KeySchema, last: int, 
 def online_view(state: Mapping[bytes, bytes], counts: Mapping[bytes, bytes], history: Sequence[bytes],
                 minutes: Sequence[bytes] = (), peaks: Mapping[bytes, bytes] | None = None) -> OnlineView | None:
     """None until the online view has committed a batch."""
-    h = {k.decode(): v.decode() for k, v in state.items()}
-    if not h.get("last_batch"):
+    rec = PresenceStateRecord.from_hash(state, "the online view's state")
+    if rec.last_batch is None:
         return None
     closed = [Minute.from_json(m) for m in minutes]
-    open_minute = [Minute.from_json(h["minute"])] if h.get("minute") else []
+    open_minute = [Minute.from_json(rec.minute)] if rec.minute else []
     return OnlineView(
-        last_batch=int(h["last_batch"]), watermark_ms=int(h.get("watermark_ms") or 0),
-        timeout_ms=int(h.get("timeout_ms") or 0), updated_ms=int(h.get("updated_ms") or 0),
-        batch_ts_ms=int(h.get("batch_ts_ms") or 0),
+        last_batch=rec.last_batch, watermark_ms=rec.watermark_ms, timeout_ms=rec.timeout_ms,
+        updated_ms=rec.updated_ms, batch_ts_ms=rec.batch_ts_ms,
         counts={k.decode(): int(v) for k, v in sorted(counts.items())},
         history=tuple(OnlinePoint.from_json(m) for m in history),
         minutes=tuple([*closed, *(m for m in open_minute if not closed or m.minute_ms > closed[-1].minute_ms)]),
-        peaks=parse_peaks(peaks or {}),
-        lost_at_batch=int(h["lost_at_batch"]) if h.get("lost_at_batch") else None,
-        partial_until_ms=int(h["partial_until_ms"]) if h.get("partial_until_ms") else None,
+        peaks=parse_peaks(peaks or {}), lost_at_batch=rec.lost_at_batch, partial_until_ms=rec.partial_until_ms,
     )
 
 

@@ -21,7 +21,7 @@ import redis
 from watermark.schema.config import Config, ConfigError
 from watermark.schema.events import parse_entry_id
 from watermark.schema.keys import KeySchema, WindowKey
-from watermark.schema.records import BatchRecord, PresenceRecord
+from watermark.schema.records import BatchRecord, PresenceRecord, StateRecord
 from watermark.schema.timeutil import iso_from_ms
 
 
@@ -48,8 +48,8 @@ class WindowRow:
         return self.key.server
 
 
-def read_state(client: redis.Redis, keys: KeySchema) -> dict[str, str]:
-    return {k.decode(): v.decode() for k, v in client.hgetall(keys.state).items()}
+def read_state(client: redis.Redis, keys: KeySchema) -> StateRecord:
+    return StateRecord.from_hash(client.hgetall(keys.state), keys.state)
 
 
 def queue_window_reads(pipe: redis.client.Pipeline, keys: KeySchema, members: list[WindowKey]) -> None:
@@ -74,7 +74,7 @@ def window_rows(members: list[WindowKey], replies: list, final_below_ms: int) ->
 def read_windows(client: redis.Redis, keys: KeySchema, min_start_ms: float = float("-inf"),
                  max_start_ms: float = float("inf")) -> list[WindowRow]:
     members = [WindowKey.parse(m) for m in client.zrangebyscore(keys.windows, min_start_ms, max_start_ms)]
-    final_below = int(read_state(client, keys).get("next_watermark_ms", 0) or 0)
+    final_below = read_state(client, keys).next_watermark_ms
     pipe = client.pipeline(transaction=False)
     queue_window_reads(pipe, keys, members)
     return window_rows(members, pipe.execute() if members else [], final_below)
