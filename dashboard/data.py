@@ -3,7 +3,8 @@
 Only ``watermark.schema.keys`` decides key names and only read commands are sent, so
 the dashboard can run with a read-only Redis user. No Streamlit here: the pages
 cache :func:`read_snapshot` per refresh tick (``dashboard.ui``), and tests call
-it directly against a real Redis.
+it directly against a real Redis. How the pipeline stands (its state, totals, servers
+and input) is read by ``watermark.store.pipeline_status``, which other processes share.
 """
 
 from __future__ import annotations
@@ -11,17 +12,30 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import msgspec
 import redis
 
-from watermark.schema.events import parse_entry_id
-from watermark.schema.keys import KeySchema, WindowKey, parse_total_field
-from watermark.schema.records import BatchRecord, StateParams, StateRecord
+from watermark.schema.keys import KeySchema, WindowKey
+from watermark.schema.records import BatchRecord
 from watermark.store.commit import ServerStats
+from watermark.store.pipeline_status import (
+    PipelineState,
+    ServerTotals,
+    StreamInfo,
+    Totals,
+    read_fixed,
+    stream_info,
+    waiting_entries,
+)
 from watermark.store.presence_store import OnlineView, online_view, queue_online_reads
 from watermark.store.report import WindowRow, queue_window_reads, window_rows
+
+__all__ = [  # the pages read everything through this module, the store's types too
+    "MAX_BATCHES", "ONLINE_HISTORY", "BatchPoint", "PipelineState", "ServerTotals", "Snapshot", "StreamInfo",
+    "Totals", "WindowRow", "batch_points", "open_at_loss", "read_snapshot", "stream_info", "waiting_entries",
+]
 
 MAX_BATCHES = 7_200  # the 60-minute range at the default 500 ms trigger
 """At most this many batch records per read (an hour at a 1 s trigger)."""
@@ -91,108 +105,6 @@ def _entries_per_s(rows_per_s: float | None, entries: int, rows: int | None) -> 
 
 
 @dataclass(frozen=True)
-class PipelineState:
-    last_batch: int
-    watermark_ms: int
-    next_watermark_ms: int
-    max_event_us: int | None
-    committed_id: str
-    window_ms: int
-    slide_ms: int
-    delay_ms: int
-    trigger_ms: int
-    updated_ms: int
-    mode: str = "global"
-    policy: str = "min"
-    lost_at_batch: int | None = None
-    """Redis came back empty before this batch: totals and windows open then cover only what came after."""
-    stopped_ms: int | None = None
-    """The job was stopped on request at this time, after ``last_batch`` (cleared by its next commit)."""
-
-    @classmethod
-    def from_hash(cls, h: Mapping, where: str = "the pipeline's state") -> PipelineState | None:
-        """The ``{ns}:state`` hash read (bytes or text); None until the first batch has been committed. Raises
-        :class:`RecordError` when a field is not what :class:`StateRecord` says."""
-        r = StateRecord.from_hash(h, where)
-        if r.last_batch is None:
-            return None
-        p = r.params or StateParams()
-        return cls(
-            last_batch=r.last_batch, watermark_ms=r.watermark_ms, next_watermark_ms=r.next_watermark_ms,
-            max_event_us=r.max_event_us, committed_id=r.committed_id, window_ms=p.window_ms or 0,
-            slide_ms=p.slide_ms or 0, delay_ms=p.delay_ms or 0, trigger_ms=r.trigger_ms, updated_ms=r.updated_ms,
-            mode=p.mode, policy=p.policy, lost_at_batch=r.lost_at_batch, stopped_ms=r.stopped_ms,
-        )
-
-    @property
-    def head_ms(self) -> int | None:
-        """The running max event time, in ms: where "now" is in event time."""
-        return None if self.max_event_us is None else self.max_event_us // 1000
-
-
-@dataclass(frozen=True)
-class ServerTotals:
-    events: int = 0
-    dropped: int = 0
-    late: int = 0
-    rows: int = 0
-
-
-@dataclass(frozen=True)
-class Totals:
-    input: int = 0
-    parsed: int = 0
-    events: int = 0
-    dropped: int = 0
-    late: int = 0
-    quarantined: int = 0
-    kept: int = 0
-    """Late events ever kept in ``{ns}:late`` (``kept`` minus its length: evicted by the bound)."""
-    servers: dict[str, ServerTotals] = field(default_factory=dict)
-    bad: dict[str, int] = field(default_factory=dict)
-
-    @classmethod
-    def from_hash(cls, h: Mapping[str, str]) -> Totals:
-        overall: dict[str, int] = {}
-        per_server: dict[str, dict[str, int]] = {}
-        bad: dict[str, int] = {}
-        for f, v in h.items():
-            metric, qualifier = parse_total_field(f)
-            if qualifier is None:
-                overall[metric] = int(v)
-            elif metric == "bad":
-                bad[qualifier] = int(v)
-            else:
-                per_server.setdefault(qualifier, {})[metric] = int(v)
-        known = ("input", "parsed", "events", "dropped", "late", "quarantined", "kept")
-        return cls(**{k: overall.get(k, 0) for k in known},
-                   servers={s: ServerTotals(**{k: d.get(k, 0) for k in ("events", "dropped", "late", "rows")})
-                            for s, d in sorted(per_server.items())},
-                   bad=dict(sorted(bad.items())))
-
-
-@dataclass(frozen=True)
-class StreamInfo:
-    length: int
-    last_id: str | None
-    waiting: int
-    """Entries the pipeline has not committed yet (exact: see :attr:`KeySchema.trimmed`)."""
-    oldest_waiting_ms: int | None = None
-    """Arrival (entry ID's millisecond part) of the oldest entry not committed yet; ``None`` when none waits."""
-    first_ms: int | None = None
-    """Arrival of the oldest entry still in the stream (what the trim has kept)."""
-
-    @property
-    def head_ms(self) -> int | None:
-        """Ingest time of the newest entry (its ID's millisecond part)."""
-        return None if self.last_id is None else parse_entry_id(self.last_id)[0]
-
-    def behind_ms(self, now_ms: int) -> int:
-        """How long the oldest waiting entry has waited: how far behind the pipeline is, in time."""
-        return 0 if self.oldest_waiting_ms is None else max(0, now_ms - self.oldest_waiting_ms)
-
-
-@dataclass(frozen=True)
 class Snapshot:
     namespace: str
     read_ms: int
@@ -248,18 +160,10 @@ def read_snapshot(client: redis.Redis, keys: KeySchema, *, range_ms: int, now_ms
 
     ``input_keys``: the namespace whose input stream this pipeline reads (a lab lane reads its parent's)."""
     events = (input_keys or keys).events
-    # Round trip 1: everything addressed by a fixed key.
-    state_h, totals_h, servers_raw, trimmed, xinfo, *online_replies = _fixed_reads(client, keys, input_keys or keys,
-                                                                                   now_ms)
-    for reply in (state_h, totals_h, servers_raw, trimmed, *online_replies):
-        if isinstance(reply, Exception):
-            raise reply
-    state = PipelineState.from_hash(state_h, keys.state)
-    totals = Totals.from_hash(_decode_hash(totals_h))
-    if isinstance(xinfo, redis.ResponseError):  # no such key: nothing was ever written
-        xinfo = {}
-    elif isinstance(xinfo, Exception):
-        raise xinfo
+    # Round trip 1: everything addressed by a fixed key, the online view's too.
+    fixed = read_fixed(client, keys, input_keys or keys,
+                       lambda pipe: queue_online_reads(pipe, keys, ONLINE_HISTORY, now_ms))
+    state = fixed.state
 
     # Round trip 2: window index, batch records, waiting entries.
     trigger_ms = state.trigger_ms if state else 1_000
@@ -290,13 +194,11 @@ def read_snapshot(client: redis.Redis, keys: KeySchema, *, range_ms: int, now_ms
     windows = window_rows(members, details, state.next_watermark_ms if state else 0)
 
     batches = batch_points(details[2 * len(members):], range_ms)
-    oldest = replies[2][0][0] if state is not None and replies[2] else None
-    servers = sorted({*(_decode(s) for s in servers_raw), *totals.servers})
+    status = fixed.status(replies[2][0][0] if state is not None and replies[2] else None)
     return Snapshot(
-        namespace=keys.namespace, read_ms=now_ms, range_ms=range_ms, state=state, totals=totals,
-        servers=tuple(servers), windows=tuple(windows), batches=tuple(batches),
-        stream=stream_info(xinfo, int(trimmed or 0), totals.input if state else 0, oldest, state is None),
-        online=online_view(*online_replies),
+        namespace=keys.namespace, read_ms=now_ms, range_ms=range_ms, state=state, totals=status.totals,
+        servers=status.servers, windows=tuple(windows), batches=tuple(batches), stream=status.stream,
+        online=online_view(*fixed.more),
     )
 
 
@@ -312,65 +214,6 @@ def batch_points(details: list, range_ms: int) -> list[BatchPoint]:
         cutoff = batches[-1].batch_ts_ms - range_ms
         batches = [b for b in batches if b.batch_ts_ms >= cutoff]
     return batches
-
-
-def stream_info(xinfo: Mapping, trimmed: int, committed: int, oldest: object, no_batch: bool) -> StreamInfo:
-    """The input's length, ends and what waits, exactly (``XLEN + trimmed - committed``); ``oldest``: the
-    first entry after the committed one, if any."""
-    length = int(xinfo.get("length", 0)) if xinfo else 0
-    last_id = _decode(xinfo.get("last-generated-id")) if xinfo else None
-    if last_id == "0-0":
-        last_id = None
-    waiting = waiting_entries(length, trimmed, committed)
-    oldest_ms = parse_entry_id(_decode(oldest))[0] if oldest is not None and waiting else None
-    first = xinfo.get("first-entry") if xinfo else None
-    first_ms = parse_entry_id(_decode(first[0]))[0] if first else None
-    if no_batch and waiting:
-        oldest_ms = first_ms
-    return StreamInfo(length=length, last_id=last_id, waiting=waiting, oldest_waiting_ms=oldest_ms,
-                      first_ms=first_ms)
-
-
-FIXED_READ_TRIES = 3
-
-
-def _fixed_reads(client: redis.Redis, keys: KeySchema, input_keys: KeySchema, now_ms: int) -> list:
-    """Round trip 1, consistent without MULTI (a read-only ACL user may not run it): the totals, the trimmed
-    count and the stream's length must come from between the same two commits for the waiting count to be
-    exact. Each commit bumps its ``last_batch``, so the same ``last_batch`` before and after the reads means no
-    commit came in between; otherwise read again."""
-    guards = list(dict.fromkeys([keys.state, input_keys.state]))
-    for _ in range(FIXED_READ_TRIES):
-        pipe = client.pipeline(transaction=False)
-        for g in guards:
-            pipe.hget(g, "last_batch")
-        pipe.hgetall(keys.state)
-        pipe.hgetall(keys.totals)
-        pipe.smembers(keys.servers)
-        pipe.get(input_keys.trimmed)
-        pipe.xinfo_stream(input_keys.events)
-        queue_online_reads(pipe, keys, ONLINE_HISTORY, now_ms)
-        for g in guards:
-            pipe.hget(g, "last_batch")
-        replies = pipe.execute(raise_on_error=False)
-        n = len(guards)
-        if replies[:n] == replies[-n:]:
-            break
-    return replies[n:-n]
-
-
-def waiting_entries(length: int, trimmed: int, committed: int) -> int:
-    """Entries not committed yet: every entry ever appended is either still in the stream or was trimmed,
-    and either committed or waiting (the job reads from the stream's start; only the job trims)."""
-    return max(0, length + trimmed - committed)
-
-
-def _decode(v: bytes | str | None) -> str | None:
-    return v.decode() if isinstance(v, bytes) else v
-
-
-def _decode_hash(h: Mapping[bytes, bytes]) -> dict[str, str]:
-    return {k.decode(): v.decode() for k, v in h.items()}
 
 
 def open_at_loss(w: WindowRow, snap: Snapshot) -> bool:

@@ -13,12 +13,12 @@ from dataclasses import dataclass
 
 import redis
 
-from dashboard.data import PipelineState
 from watermark.rules.eventview import BatchSpan, EventPoint, Status, Step, count_statuses, judge, watermark_steps
 from watermark.rules.late import LateEvent
 from watermark.schema.events import IDLE_KIND, BadEntry, Event, parse_entry, parse_entry_id
 from watermark.schema.keys import KeySchema
 from watermark.schema.records import BatchRecord, CommitEntry, DeadEntry
+from watermark.store.pipeline_status import PipelineState
 
 MAX_POINTS = 20_000
 """At most this many stream entries per read; the newest in the range are kept."""

@@ -243,3 +243,32 @@ def test_a_batch_record_reads_back_exactly_and_a_bad_one_says_what_is_wrong(r: r
         BatchRecord.decode(raw.replace(b'"end_id"', b'"the_end"'), "batch 0")
     with pytest.raises(RecordError, match="commit is not a commit entry"):
         CommitEntry.from_fields({b"batch": b"one"}, "commit")
+
+
+def test_read_pipeline_says_what_the_snapshot_says_in_a_fixed_number_of_commands(r: redis.Redis,
+                                                                                keys: KeySchema) -> None:
+    from dashboard.data import read_snapshot
+    from watermark.store.pipeline_status import read_pipeline
+
+    def commands(read: object) -> int:
+        before = r.info("stats")["total_commands_processed"]
+        read()  # type: ignore[operator]
+        return r.info("stats")["total_commands_processed"] - before
+
+    assert read_pipeline(r, keys).state is None
+    for i in range(3):
+        r.xadd(keys.events, {"e": b"{}"}, id=f"{i + 1}-0")
+    first = BatchSummary(0, 0, T0, "0-0", "1-0", [], {"A": ServerStats(rows=1, max_event_us=T0 * 1000)}, [])
+    assert commit_batch(r, keys, first, PARAMS)  # entry 1-0 committed, two wait
+    small = commands(lambda: read_pipeline(r, keys))
+    status = read_pipeline(r, keys)
+    snap = read_snapshot(r, keys, range_ms=3_600_000, now_ms=T0)
+    assert (status.state, status.totals, status.servers, status.stream) == (snap.state, snap.totals, snap.servers,
+                                                                          snap.stream)
+    assert status.stream.waiting == 2 and status.stream.oldest_waiting_ms == 2 and status.state.last_batch == 0
+    for i in range(1, 40):  # more batches, windows and entries: the same commands
+        w = [WindowAgg(T0 + k * 600_000, T0 + (k + 1) * 600_000, "A", events=1, players={"p"}) for k in range(i)]
+        r.xadd(keys.events, {"e": b"{}"}, id=f"{i + 3}-0")
+        s = BatchSummary(i, 0, T0, f"{i}-0", f"{i + 1}-0", w, {"A": ServerStats(rows=i, events=i)}, [])
+        assert commit_batch(r, keys, s, PARAMS)
+    assert commands(lambda: read_pipeline(r, keys)) == small

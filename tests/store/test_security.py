@@ -13,6 +13,7 @@ from dashboard.data import read_snapshot
 from watermark.schema.config import Config, redact_url
 from watermark.schema.keys import KeySchema
 from watermark.store.commit import BatchSummary, Params, ServerStats, WindowAgg, commit_batch
+from watermark.store.pipeline_status import read_pipeline
 
 
 @pytest.fixture()
@@ -38,6 +39,8 @@ def test_the_dashboard_reads_with_a_read_only_acl_user(r: redis.Redis, acl_user:
     reader = redis.Redis.from_url(url)
     snap = read_snapshot(reader, keys, range_ms=3_600_000, now_ms=2_000)
     assert snap.totals.events == 2 and snap.windows[0].players == 2 and snap.stream.length == 1
+    status = read_pipeline(reader, keys)  # what a metrics process reads, with the same rights
+    assert (status.state, status.totals, status.stream) == (snap.state, snap.totals, snap.stream)
     with pytest.raises(redis.exceptions.NoPermissionError):
         reader.hset(keys.state, "last_batch", 99)  # and it really is read-only
     with pytest.raises(redis.exceptions.NoPermissionError):

@@ -1,0 +1,248 @@
+"""How a pipeline stands, read from Redis: its commit record, its totals, the servers it has seen and its input
+stream (what waits, how long the oldest has waited), consistent with each other.
+
+The dashboard reads this with every refresh (``dashboard.data.read_snapshot`` shares its first round trip), and
+so can any other process that only wants the pipeline's figures (:func:`read_pipeline`), such as one exporting
+metrics. Read commands only, so a read-only Redis user can run it; no pyspark.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+import redis
+
+from watermark.schema.events import parse_entry_id
+from watermark.schema.keys import KeySchema, parse_total_field
+from watermark.schema.records import StateParams, StateRecord
+
+
+@dataclass(frozen=True)
+class PipelineState:
+    last_batch: int
+    watermark_ms: int
+    next_watermark_ms: int
+    max_event_us: int | None
+    committed_id: str
+    window_ms: int
+    slide_ms: int
+    delay_ms: int
+    trigger_ms: int
+    updated_ms: int
+    mode: str = "global"
+    policy: str = "min"
+    lost_at_batch: int | None = None
+    """Redis came back empty before this batch: totals and windows open then cover only what came after."""
+    stopped_ms: int | None = None
+    """The job was stopped on request at this time, after ``last_batch`` (cleared by its next commit)."""
+
+    @classmethod
+    def from_hash(cls, h: Mapping, where: str = "the pipeline's state") -> PipelineState | None:
+        """The ``{ns}:state`` hash read (bytes or text); None until the first batch has been committed. Raises
+        :class:`RecordError` when a field is not what :class:`StateRecord` says."""
+        r = StateRecord.from_hash(h, where)
+        if r.last_batch is None:
+            return None
+        p = r.params or StateParams()
+        return cls(
+            last_batch=r.last_batch, watermark_ms=r.watermark_ms, next_watermark_ms=r.next_watermark_ms,
+            max_event_us=r.max_event_us, committed_id=r.committed_id, window_ms=p.window_ms or 0,
+            slide_ms=p.slide_ms or 0, delay_ms=p.delay_ms or 0, trigger_ms=r.trigger_ms, updated_ms=r.updated_ms,
+            mode=p.mode, policy=p.policy, lost_at_batch=r.lost_at_batch, stopped_ms=r.stopped_ms,
+        )
+
+    @property
+    def head_ms(self) -> int | None:
+        """The running max event time, in ms: where "now" is in event time."""
+        return None if self.max_event_us is None else self.max_event_us // 1000
+
+
+@dataclass(frozen=True)
+class ServerTotals:
+    events: int = 0
+    dropped: int = 0
+    late: int = 0
+    rows: int = 0
+
+
+@dataclass(frozen=True)
+class Totals:
+    input: int = 0
+    parsed: int = 0
+    events: int = 0
+    dropped: int = 0
+    late: int = 0
+    quarantined: int = 0
+    kept: int = 0
+    """Late events ever kept in ``{ns}:late`` (``kept`` minus its length: evicted by the bound)."""
+    servers: dict[str, ServerTotals] = field(default_factory=dict)
+    bad: dict[str, int] = field(default_factory=dict)
+
+    @classmethod
+    def from_hash(cls, h: Mapping[str, str]) -> Totals:
+        overall: dict[str, int] = {}
+        per_server: dict[str, dict[str, int]] = {}
+        bad: dict[str, int] = {}
+        for f, v in h.items():
+            metric, qualifier = parse_total_field(f)
+            if qualifier is None:
+                overall[metric] = int(v)
+            elif metric == "bad":
+                bad[qualifier] = int(v)
+            else:
+                per_server.setdefault(qualifier, {})[metric] = int(v)
+        known = ("input", "parsed", "events", "dropped", "late", "quarantined", "kept")
+        return cls(**{k: overall.get(k, 0) for k in known},
+                   servers={s: ServerTotals(**{k: d.get(k, 0) for k in ("events", "dropped", "late", "rows")})
+                            for s, d in sorted(per_server.items())},
+                   bad=dict(sorted(bad.items())))
+
+
+@dataclass(frozen=True)
+class StreamInfo:
+    length: int
+    last_id: str | None
+    waiting: int
+    """Entries the pipeline has not committed yet (exact: see :attr:`KeySchema.trimmed`)."""
+    oldest_waiting_ms: int | None = None
+    """Arrival (entry ID's millisecond part) of the oldest entry not committed yet; ``None`` when none waits."""
+    first_ms: int | None = None
+    """Arrival of the oldest entry still in the stream (what the trim has kept)."""
+
+    @property
+    def head_ms(self) -> int | None:
+        """Ingest time of the newest entry (its ID's millisecond part)."""
+        return None if self.last_id is None else parse_entry_id(self.last_id)[0]
+
+    def behind_ms(self, now_ms: int) -> int:
+        """How long the oldest waiting entry has waited: how far behind the pipeline is, in time."""
+        return 0 if self.oldest_waiting_ms is None else max(0, now_ms - self.oldest_waiting_ms)
+
+
+@dataclass(frozen=True)
+class PipelineStatus:
+    """How a pipeline stands: its commit record (None until its first batch), its totals, every server it has
+    seen (by name), and its input stream."""
+
+    state: PipelineState | None
+    totals: Totals
+    servers: tuple[str, ...]
+    stream: StreamInfo
+
+
+@dataclass(frozen=True)
+class FixedReads:
+    """What :func:`read_fixed` read, parsed: everything but the oldest waiting entry, which needs the state's
+    ``committed_id`` first (:meth:`status`)."""
+
+    state: PipelineState | None
+    totals: Totals
+    servers: tuple[str, ...]
+    trimmed: int
+    xinfo: Mapping
+    more: list
+    """The replies to what the caller queued (``queue_more``)."""
+
+    def status(self, oldest: object) -> PipelineStatus:
+        """``oldest``: the first input entry after ``committed_id`` (its ID), None when there is none."""
+        committed = self.totals.input if self.state else 0
+        return PipelineStatus(self.state, self.totals, self.servers,
+                              stream_info(self.xinfo, self.trimmed, committed, oldest, self.state is None))
+
+
+def read_pipeline(client: redis.Redis, keys: KeySchema, input_keys: KeySchema | None = None) -> PipelineStatus:
+    """How the pipeline of ``keys`` stands, consistent as :func:`read_fixed` says; raises ``redis.RedisError``,
+    and :class:`RecordError` when its commit record is malformed. Two round trips of a fixed number of commands
+    (a third try of the first at most, when commits keep coming in between), whatever the number of events,
+    windows or batches; only the hashes' per-server fields grow with the servers.
+
+    ``input_keys``: the namespace whose input stream this pipeline reads (a lab lane reads its parent's)."""
+    source = input_keys or keys
+    fixed = read_fixed(client, keys, source)
+    oldest = None
+    if fixed.state is not None:
+        after = client.xrange(source.events, min="(" + fixed.state.committed_id, max="+", count=1)
+        oldest = after[0][0] if after else None
+    return fixed.status(oldest)
+
+
+FIXED_READ_TRIES = 3
+
+QueueMore = Callable[[redis.client.Pipeline], object]
+
+
+def read_fixed(client: redis.Redis, keys: KeySchema, input_keys: KeySchema,
+               queue_more: QueueMore | None = None) -> FixedReads:
+    """The state, the totals, the servers, the trimmed count and the input stream's info in one round trip,
+    with whatever ``queue_more`` queues (its replies in :attr:`FixedReads.more`); raises ``redis.RedisError``.
+
+    Consistent without MULTI (a read-only ACL user may not run it): the totals, the trimmed count and the
+    stream's length must come from between the same two commits for the waiting count to be exact. Each
+    commit bumps its ``last_batch``, so the same ``last_batch`` before and after the reads means no commit came
+    in between; otherwise read again."""
+    guards = list(dict.fromkeys([keys.state, input_keys.state]))
+    for _ in range(FIXED_READ_TRIES):
+        pipe = client.pipeline(transaction=False)
+        for g in guards:
+            pipe.hget(g, "last_batch")
+        pipe.hgetall(keys.state)
+        pipe.hgetall(keys.totals)
+        pipe.smembers(keys.servers)
+        pipe.get(input_keys.trimmed)
+        pipe.xinfo_stream(input_keys.events)
+        if queue_more is not None:
+            queue_more(pipe)
+        for g in guards:
+            pipe.hget(g, "last_batch")
+        replies = pipe.execute(raise_on_error=False)
+        n = len(guards)
+        if replies[:n] == replies[-n:]:
+            break
+    return _parse_fixed(replies[n:-n], keys)
+
+
+def _parse_fixed(replies: list, keys: KeySchema) -> FixedReads:
+    state_h, totals_h, servers_raw, trimmed, xinfo, *more = replies
+    for reply in (state_h, totals_h, servers_raw, trimmed, *more):
+        if isinstance(reply, Exception):
+            raise reply
+    state = PipelineState.from_hash(state_h, keys.state)
+    totals = Totals.from_hash(_decode_hash(totals_h))
+    if isinstance(xinfo, redis.ResponseError):  # no such key: nothing was ever written
+        xinfo = {}
+    elif isinstance(xinfo, Exception):
+        raise xinfo
+    servers = tuple(sorted({*(_decode(s) for s in servers_raw), *totals.servers}))
+    return FixedReads(state, totals, servers, int(trimmed or 0), xinfo, more)
+
+
+def stream_info(xinfo: Mapping, trimmed: int, committed: int, oldest: object, no_batch: bool) -> StreamInfo:
+    """The input's length, ends and what waits, exactly (``XLEN + trimmed - committed``); ``oldest``: the
+    first entry after the committed one, if any."""
+    length = int(xinfo.get("length", 0)) if xinfo else 0
+    last_id = _decode(xinfo.get("last-generated-id")) if xinfo else None
+    if last_id == "0-0":
+        last_id = None
+    waiting = waiting_entries(length, trimmed, committed)
+    oldest_ms = parse_entry_id(_decode(oldest))[0] if oldest is not None and waiting else None
+    first = xinfo.get("first-entry") if xinfo else None
+    first_ms = parse_entry_id(_decode(first[0]))[0] if first else None
+    if no_batch and waiting:
+        oldest_ms = first_ms
+    return StreamInfo(length=length, last_id=last_id, waiting=waiting, oldest_waiting_ms=oldest_ms,
+                      first_ms=first_ms)
+
+
+def waiting_entries(length: int, trimmed: int, committed: int) -> int:
+    """Entries not committed yet: every entry ever appended is either still in the stream or was trimmed,
+    and either committed or waiting (the job reads from the stream's start; only the job trims)."""
+    return max(0, length + trimmed - committed)
+
+
+def _decode(v: bytes | str | None) -> str | None:
+    return v.decode() if isinstance(v, bytes) else v
+
+
+def _decode_hash(h: Mapping[bytes, bytes]) -> dict[str, str]:
+    return {k.decode(): v.decode() for k, v in h.items()}
