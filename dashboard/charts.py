@@ -22,7 +22,7 @@ from plotly.subplots import make_subplots
 
 from dashboard.data import BatchPoint, WindowRow
 from watermark.rules.presence_rollup import Minute
-from watermark.store.commit import Lag
+from watermark.schema.records import LagRecord
 from watermark.store.presence_store import OnlinePoint
 
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
@@ -375,7 +375,7 @@ def lag_chart(batches: Sequence[BatchPoint], servers: Sequence[str], stat: str =
     limit = batch_gap_ms(batches)
     for row, attr in ((1, "ingest_lag_ms"), (2, "processing_lag_ms")):
         for s in servers:
-            pts: list[tuple[BatchPoint, Lag]] = [(b, lag) for b in batches
+            pts: list[tuple[BatchPoint, LagRecord]] = [(b, lag) for b in batches
                                                  if (sb := b.servers.get(s)) and (lag := getattr(sb, attr))]
             x, y = gaps([b.batch_ts_ms for b, _ in pts], [getattr(lag, stat) / 1000 for _, lag in pts], limit)
             _, custom = gaps([b.batch_ts_ms for b, _ in pts], [[b.batch] for b, _ in pts], limit)

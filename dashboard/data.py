@@ -14,12 +14,10 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-import msgspec
 import redis
 
 from watermark.schema.keys import KeySchema, WindowKey
-from watermark.schema.records import BatchRecord
-from watermark.store.commit import ServerStats
+from watermark.schema.records import BatchRecord, ServerRecord
 from watermark.store.pipeline_status import (
     PipelineState,
     ServerTotals,
@@ -61,7 +59,7 @@ class BatchPoint:
     events: int
     dropped: int
     late: int
-    servers: dict[str, ServerStats]
+    servers: dict[str, ServerRecord]
     bad: dict[str, int]
     duration_ms: int | None = None
     input_per_s: float | None = None  # stream entries per second arriving (Spark's rate, in entries)
@@ -80,13 +78,12 @@ class BatchPoint:
 
     @classmethod
     def of(cls, r: BatchRecord, progress: Mapping) -> BatchPoint:
-        servers = {name: ServerStats.from_dict(msgspec.to_builtins(s)) for name, s in r.servers.items()}
         durations = progress.get("durations_ms") or {}
         return cls(
             batch=r.batch, batch_ts_ms=r.batch_ts_ms, watermark_ms=r.watermark_ms,
             next_watermark_ms=r.next_watermark_ms, min_event_us=r.min_event_us, max_event_us=r.max_event_us,
             running_max_event_us=r.running_max_event_us, input=r.input, parsed=r.parsed,
-            quarantined=r.quarantined, events=r.events, dropped=r.dropped, late=r.late, servers=servers,
+            quarantined=r.quarantined, events=r.events, dropped=r.dropped, late=r.late, servers=dict(r.servers),
             bad=dict(r.bad), duration_ms=durations.get("triggerExecution"),
             input_per_s=_entries_per_s(progress.get("input_rows_per_s"), r.input, progress.get("input_rows")),
             processed_per_s=_entries_per_s(progress.get("processed_rows_per_s"), r.input, progress.get("input_rows")),

@@ -7,12 +7,12 @@ import streamlit as st
 from dashboard import charts, ui
 from dashboard.data import BatchPoint, Snapshot
 from dashboard.status import human_ms
-from watermark.store.commit import ServerStats
+from watermark.schema.records import ServerRecord
 
 
-def latest_per_server(batches: tuple[BatchPoint, ...], servers: tuple[str, ...]) -> dict[str, tuple[int, ServerStats]]:
+def latest_per_server(batches: tuple[BatchPoint, ...], servers: tuple[str, ...]) -> dict[str, tuple[int, ServerRecord]]:
     """Each server's figures from the newest batch that had its events."""
-    out: dict[str, tuple[int, ServerStats]] = {}
+    out: dict[str, tuple[int, ServerRecord]] = {}
     for b in reversed(batches):
         for s in servers:
             sb = b.servers.get(s)
@@ -23,7 +23,7 @@ def latest_per_server(batches: tuple[BatchPoint, ...], servers: tuple[str, ...])
     return out
 
 
-def lag_table(latest: dict[str, tuple[int, ServerStats]]) -> list[dict[str, object]]:
+def lag_table(latest: dict[str, tuple[int, ServerRecord]]) -> list[dict[str, object]]:
     rows = []
     for server, (batch, sb) in latest.items():
         il, pl = sb.ingest_lag_ms, sb.processing_lag_ms

@@ -8,7 +8,8 @@ from dataclasses import replace
 import pytest
 
 from watermark.rules.late import LateEvent
-from watermark.store.commit import BatchSummary, Params, Prior, ServerStats, WindowAgg, plan_commit
+from watermark.schema.records import ServerRecord
+from watermark.store.commit import BatchSummary, Params, Prior, WindowAgg, plan_commit
 
 T0 = 1_767_225_600_000
 PARAMS = Params(window_ms=60_000, slide_ms=60_000, delay_ms=10_000, stream_keep_ms=600_000)
@@ -17,9 +18,9 @@ EMPTY = Prior(lost_at=None, max_event_us=None, sets_closed_below_ms=0, server_ma
 
 
 def batch(max_event_ms: int | None = T0 + 30_000, start_id: str = f"{T0 + 900_000}-0", **kw: object) -> BatchSummary:
-    st = ServerStats(rows=2, events=2, min_event_us=T0 * 1000,
-                     max_event_us=None if max_event_ms is None else max_event_ms * 1000,
-                     max_ingest_us=(T0 + 950_000) * 1000)
+    st = ServerRecord(rows=2, events=2, min_event_us=T0 * 1000,
+                      max_event_us=None if max_event_ms is None else max_event_ms * 1000,
+                      max_ingest_us=(T0 + 950_000) * 1000)
     return BatchSummary(7, T0, T0 + 1_000_000, start_id, f"{T0 + 1_000_000}-0",
                         [WindowAgg(T0, T0 + 60_000, "A", events=2, players={"p1"})], {"A": st}, [], **kw)
 

@@ -10,13 +10,12 @@ import pytest
 import redis
 
 from watermark.schema.keys import KeySchema, WindowKey
+from watermark.schema.records import LagRecord, ServerRecord
 from watermark.store.commit import (
     BadRow,
     BatchSummary,
-    Lag,
     Params,
     ParamsMismatch,
-    ServerStats,
     WindowAgg,
     check_params,
     commit_batch,
@@ -30,8 +29,8 @@ T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z in ms
 def summary(batch_id: int, watermark_ms: int, max_event_ms: int, events: int = 2, dropped: int = 0) -> BatchSummary:
     players = {"p1", f"p{batch_id + 2}"} if events else set()
     w = WindowAgg(T0, T0 + 600_000, "A", events=events, dropped=dropped, players=players)
-    st = ServerStats(rows=events + dropped, events=events, dropped=dropped, min_event_us=T0 * 1000,
-                     max_event_us=max_event_ms * 1000)
+    st = ServerRecord(rows=events + dropped, events=events, dropped=dropped, min_event_us=T0 * 1000,
+                      max_event_us=max_event_ms * 1000)
     return BatchSummary(batch_id, watermark_ms, T0, f"{batch_id}-0", f"{batch_id + 1}-0", [w], {"A": st},
                         [BadRow(f"{batch_id + 1}-0", "malformed_json", "x", "{")])
 
@@ -155,15 +154,17 @@ def test_wait_for_commit_answers_from_the_commits_stream(r: redis.Redis, keys: K
 @pytest.mark.parametrize(
     ("values_us", "counts", "expected_ms"),
     [
-        ([5_000], [1], Lag(5.0, 5.0, 5.0)),  # one event: every figure is its lag
-        ([1_000, 3_000], [1, 1], Lag(2.0, 2.9, 3.0)),  # p50 halfway, p95 at 0.95 of the way
-        ([1_000, 3_000], [3, 1], Lag(1.0, 3.0 - 0.15 * 2, 3.0)),  # ranks 0..3: p95 at 2.85, between 1 and 3 ms
-        ([-2_000, 0, 7_500], [1, 2, 1], Lag(0.0, 6.375, 7.5)),  # negative lags (clock skew) sort first; p95 at 2.85
-        ([1, 2], [1, 1], Lag(0.0015, 0.00195, 0.002)),  # microseconds survive: no rounding to ms
+        ([5_000], [1], LagRecord(5.0, 5.0, 5.0)),  # one event: every figure is its lag
+        ([1_000, 3_000], [1, 1], LagRecord(2.0, 2.9, 3.0)),  # p50 halfway, p95 at 0.95 of the way
+        ([1_000, 3_000], [3, 1], LagRecord(1.0, 3.0 - 0.15 * 2, 3.0)),  # ranks 0..3: p95 at 2.85, between 1 and 3 ms
+        # negative lags (clock skew) sort first; p95 at 2.85
+        ([-2_000, 0, 7_500], [1, 2, 1], LagRecord(0.0, 6.375, 7.5)),
+        ([1, 2], [1, 1], LagRecord(0.0015, 0.00195, 0.002)),  # microseconds survive: no rounding to ms
     ],
 )
-def test_lag_from_histogram_is_the_exact_percentile(values_us: list[int], counts: list[int], expected_ms: Lag) -> None:
-    got = Lag.from_histogram(values_us, counts)
+def test_lag_from_histogram_is_the_exact_percentile(values_us: list[int], counts: list[int],
+                                                    expected_ms: LagRecord) -> None:
+    got = LagRecord.from_histogram(values_us, counts)
     assert (got.p50, got.p95, got.max) == pytest.approx((expected_ms.p50, expected_ms.p95, expected_ms.max))
 
 
@@ -171,15 +172,15 @@ def test_lag_from_histogram_equals_percentiles_of_the_expanded_values() -> None:
     values, counts = [-30, 0, 12, 13, 400, 9_000], [2, 1, 7, 1, 3, 1]
     flat = [v / 1000 for v, c in zip(values, counts, strict=True) for _ in range(c)]
     cuts = statistics.quantiles(flat, n=100, method="inclusive")
-    got = Lag.from_histogram(values, counts)
+    got = LagRecord.from_histogram(values, counts)
     assert (got.p50, got.p95, got.max) == pytest.approx((cuts[49], cuts[94], max(flat)))
 
 
 def test_an_empty_or_uneven_histogram_is_refused() -> None:
     with pytest.raises(ValueError, match="as many counts as values"):
-        Lag.from_histogram([], [])
+        LagRecord.from_histogram([], [])
     with pytest.raises(ValueError, match="as many counts as values"):
-        Lag.from_histogram([1, 2], [1])
+        LagRecord.from_histogram([1, 2], [1])
 
 
 @pytest.mark.parametrize(("start_id", "end_id", "entries", "kept_ms"), [
@@ -192,7 +193,7 @@ def test_the_trim_keeps_ten_minutes_or_about_a_million_entries(start_id: str, en
                                                                kept_ms: int) -> None:
     from watermark.store.commit import keep_ms
 
-    s = BatchSummary(0, 0, T0, start_id, end_id, [], {"A": ServerStats(rows=entries)}, [])
+    s = BatchSummary(0, 0, T0, start_id, end_id, [], {"A": ServerRecord(rows=entries)}, [])
     assert keep_ms(s, Params(60_000, 60_000, 0)) == kept_ms
 
 
@@ -258,7 +259,7 @@ def test_read_pipeline_says_what_the_snapshot_says_in_a_fixed_number_of_commands
     assert read_pipeline(r, keys).state is None
     for i in range(3):
         r.xadd(keys.events, {"e": b"{}"}, id=f"{i + 1}-0")
-    first = BatchSummary(0, 0, T0, "0-0", "1-0", [], {"A": ServerStats(rows=1, max_event_us=T0 * 1000)}, [])
+    first = BatchSummary(0, 0, T0, "0-0", "1-0", [], {"A": ServerRecord(rows=1, max_event_us=T0 * 1000)}, [])
     assert commit_batch(r, keys, first, PARAMS)  # entry 1-0 committed, two wait
     small = commands(lambda: read_pipeline(r, keys))
     status = read_pipeline(r, keys)
@@ -269,6 +270,6 @@ def test_read_pipeline_says_what_the_snapshot_says_in_a_fixed_number_of_commands
     for i in range(1, 40):  # more batches, windows and entries: the same commands
         w = [WindowAgg(T0 + k * 600_000, T0 + (k + 1) * 600_000, "A", events=1, players={"p"}) for k in range(i)]
         r.xadd(keys.events, {"e": b"{}"}, id=f"{i + 3}-0")
-        s = BatchSummary(i, 0, T0, f"{i}-0", f"{i + 1}-0", w, {"A": ServerStats(rows=i, events=i)}, [])
+        s = BatchSummary(i, 0, T0, f"{i}-0", f"{i + 1}-0", w, {"A": ServerRecord(rows=i, events=i)}, [])
         assert commit_batch(r, keys, s, PARAMS)
     assert commands(lambda: read_pipeline(r, keys)) == small

@@ -12,7 +12,8 @@ import redis
 from dashboard.data import read_snapshot
 from watermark.schema.config import Config, redact_url
 from watermark.schema.keys import KeySchema
-from watermark.store.commit import BatchSummary, Params, ServerStats, WindowAgg, commit_batch
+from watermark.schema.records import ServerRecord
+from watermark.store.commit import BatchSummary, Params, WindowAgg, commit_batch
 from watermark.store.pipeline_status import read_pipeline
 
 
@@ -33,7 +34,7 @@ def test_the_dashboard_reads_with_a_read_only_acl_user(r: redis.Redis, acl_user:
     params = Params(window_ms=60_000, slide_ms=60_000, delay_ms=10_000)
     summary = BatchSummary(batch_id=0, watermark_ms=0, batch_ts_ms=1_000, start_id="0-0", end_id="1-0",
                            windows=[WindowAgg(0, 60_000, "A", events=2, players={"p1", "p2"})],
-                           servers={"A": ServerStats(rows=2, events=2, min_event_us=1, max_event_us=2)}, bad=[])
+                           servers={"A": ServerRecord(rows=2, events=2, min_event_us=1, max_event_us=2)}, bad=[])
     assert commit_batch(r, keys, summary, params)  # the job writes with full rights
     r.xadd(keys.events, {"e": b"{}"})
     reader = redis.Redis.from_url(url)

@@ -19,8 +19,7 @@ from dashboard.data import (
 )
 from dashboard.status import Level, assess, human_ms, stuck_batches, unreachable
 from watermark.schema.keys import WindowKey
-from watermark.schema.records import RecordError
-from watermark.store.commit import Lag, ServerStats
+from watermark.schema.records import LagRecord, RecordError, ServerRecord
 
 MIN = 60_000
 T = 1_767_225_600_000  # 2026-01-01T00:00:00Z
@@ -75,8 +74,8 @@ def test_records_parse_from_what_the_sink_and_listener_write() -> None:
     # Spark read 14 rows for the 7 entries (say two scans): its 10 rows/s are 5 entries/s
     assert (b.batch, b.input, b.dropped, b.late, b.duration_ms, b.input_per_s) == (3, 7, 1, 2, 1500, 5.0)
     assert b.processed_per_s is None
-    assert b.servers["C"].ingest_lag_ms == Lag(1.0, 2.0, 3.0)
-    assert b.servers["C"].processing_lag_ms == Lag(4.0, 5.0, 6.0)
+    assert b.servers["C"].ingest_lag_ms == LagRecord(1.0, 2.0, 3.0)
+    assert b.servers["C"].processing_lag_ms == LagRecord(4.0, 5.0, 6.0)
     no_progress = BatchPoint.from_record({k: v for k, v in rec.items() if k != "progress"})
     assert no_progress.duration_ms is None
     with pytest.raises(RecordError, match="batch 3 is not a batch record: Expected `int`, got `str` - at `\\$.input`"):
@@ -241,8 +240,8 @@ def test_batch_durations_mark_batches_slower_than_the_trigger() -> None:
 
 
 def test_per_server_counts_over_time_use_each_servers_share() -> None:
-    sb = ServerStats(rows=3, events=1, dropped=2, late=0, min_event_us=None, max_event_us=None, ingest_lag_ms=None,
-                     processing_lag_ms=None)
+    sb = ServerRecord(rows=3, events=1, dropped=2, late=0, min_event_us=None, max_event_us=None, ingest_lag_ms=None,
+                      processing_lag_ms=None)
     batches = [batch(1, T, T, servers={"C": sb}), batch(2, T, T)]
     fig = charts.per_server_over_time(batches, ["A", "C"], "dropped", "Dropped")
     by_name = {t.name: list(t.y) for t in fig.data}
@@ -253,9 +252,9 @@ def test_per_server_counts_over_time_use_each_servers_share() -> None:
                                                             ("max", 0.03, 0.3)])
 def test_lag_chart_has_the_chosen_statistic_per_server_in_both_panels(stat: str, ingest: float,
                                                                       processing: float) -> None:
-    lag = Lag(10.0, 20.0, 30.0)
-    sb = ServerStats(rows=1, events=1, dropped=0, late=0, min_event_us=None, max_event_us=None, ingest_lag_ms=lag,
-                     processing_lag_ms=Lag(100.0, 200.0, 300.0))
+    lag = LagRecord(10.0, 20.0, 30.0)
+    sb = ServerRecord(rows=1, events=1, dropped=0, late=0, min_event_us=None, max_event_us=None, ingest_lag_ms=lag,
+                      processing_lag_ms=LagRecord(100.0, 200.0, 300.0))
     fig = charts.lag_chart([batch(1, T, T, servers={"A": sb})], ["A", "B"], stat)
     assert len(fig.data) == 2 * 2  # one line per server in each panel
     ys = {(t.name, t.yaxis): list(t.y) for t in fig.data}
@@ -320,9 +319,9 @@ def _audit(fig, **kw: object) -> list[str]:  # noqa: ANN001
     return audit(d["data"], d["layout"], **kw)
 
 
-def _lags() -> dict[str, ServerStats]:
-    lag = Lag(p50=100, p95=200, max=300)
-    return {s: ServerStats(rows=5, dropped=2 if s == "C" else 0, ingest_lag_ms=lag, processing_lag_ms=lag)
+def _lags() -> dict[str, ServerRecord]:
+    lag = LagRecord(p50=100, p95=200, max=300)
+    return {s: ServerRecord(rows=5, dropped=2 if s == "C" else 0, ingest_lag_ms=lag, processing_lag_ms=lag)
             for s in ("A", "B", "C")}
 
 

@@ -22,10 +22,12 @@ fields it needs, and the job writes ``stopped_ms`` alone.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+import math
+from collections.abc import Mapping, Sequence
 from typing import Any, Self, TypeVar
 
 import msgspec
+import numpy as np
 
 from watermark.schema.keys import parse_total_field, total_field
 
@@ -41,9 +43,34 @@ class LagRecord(msgspec.Struct, frozen=True):
     p95: float
     max: float
 
+    @classmethod
+    def from_histogram(cls, values_us: Sequence[int], counts: Sequence[int]) -> LagRecord:
+        """Exact figures of ``values_us[i]`` seen ``counts[i]`` times (ascending, distinct).
+
+        Percentiles interpolate as Spark's exact ``percentile`` does: position
+        ``p * (n - 1)`` between the values either side. A histogram is what the
+        sink's one aggregation can produce, and it loses nothing."""
+        if not len(values_us) or len(values_us) != len(counts):
+            raise ValueError("a lag histogram needs as many counts as values, and at least one")
+        cum = np.cumsum(np.asarray(counts, dtype=np.int64))
+        values = np.asarray(values_us, dtype=np.int64)
+
+        def at(rank: int) -> int:
+            return int(values[np.searchsorted(cum, rank, side="right")])  # the value holding that rank
+
+        def percentile(p: float) -> float:
+            pos = p * (int(cum[-1]) - 1)
+            lo, hi = math.floor(pos), math.ceil(pos)
+            if lo == hi:
+                return at(lo) / 1000
+            return ((hi - pos) * at(lo) + (pos - lo) * at(hi)) / 1000
+
+        return cls(percentile(0.5), percentile(0.95), int(values[-1]) / 1000)
+
 
 class ServerRecord(msgspec.Struct, frozen=True, kw_only=True):
-    """One server's figures in a batch."""
+    """One server's figures in a batch: built by the sink (``watermark.spark.sink.BatchTable``), committed in
+    the batch record, and read back as they are by the dashboard."""
 
     rows: int = 0
     events: int = 0
@@ -54,8 +81,16 @@ class ServerRecord(msgspec.Struct, frozen=True, kw_only=True):
     ingest_lag_ms: LagRecord | None = None
     processing_lag_ms: LagRecord | None = None
     ticks: int = 0
+    """Idle markers (never events)."""
     max_tick_us: int | None = None
     max_ingest_us: int | None = None
+    """Of real events: when the server was last heard from."""
+
+    def input_max_us(self, idle: bool) -> int | None:
+        """The newest event time this server's own input saw (per-server mode): its events, and its idle
+        markers where idleness is on."""
+        return max((v for v in (self.max_event_us, self.max_tick_us if idle else None) if v is not None),
+                   default=None)
 
 
 class BatchRecord(msgspec.Struct, frozen=True, kw_only=True):

@@ -18,12 +18,13 @@ import logging
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import redis
+from msgspec.structs import replace
 from pyspark.sql import DataFrame
 
 from watermark.rules.late import LateEvent
@@ -32,7 +33,7 @@ from watermark.rules.watermarks import ServerWatermarks
 from watermark.rules.windows import event_ms, late_counts
 from watermark.schema.events import parse_entry_id
 from watermark.schema.keys import KeySchema
-from watermark.schema.records import StateRecord
+from watermark.schema.records import LagRecord, ServerRecord, StateRecord
 from watermark.spark import local_agg
 from watermark.spark.checkpoint import OffsetEntry, read_offset_log
 from watermark.spark.handover import Handover
@@ -45,7 +46,7 @@ from watermark.spark.local_agg import (  # the items' tags, one set for both pat
     WINDOW,
 )
 from watermark.spark.source import ARROW_SCHEMA, StreamRange, _Options, _read, unpack
-from watermark.store.commit import BadRow, BatchSummary, Lag, Params, ServerStats, WindowAgg, commit_batch
+from watermark.store.commit import BadRow, BatchSummary, Params, WindowAgg, commit_batch
 from watermark.store.presence_store import PresenceBatch, PresenceEvents, PresenceMirror, commit_presence
 from watermark.store.redis_conn import DriverClient, with_retry
 
@@ -128,7 +129,7 @@ class BatchTable:
     is judged; ``event_hist``: each server's events per event time, ascending (late counts come from it)."""
 
     windows: list[tuple[int, str, int, list[str]]]
-    servers: dict[str, ServerStats]
+    servers: dict[str, ServerRecord]
     event_hist: dict[str, tuple[np.ndarray, np.ndarray]]
     bad: list[BadRow]
 
@@ -140,23 +141,23 @@ class BatchTable:
         # the items are unique per (window, player), so each window's list holds distinct players
         windows = [(ws // 1000, server, n, players) for ws, server, n, players in zip(
             *(per_window.column(c).to_pylist() for c in ("a", "server", "n_sum", "b_list")), strict=True)]
-        servers: dict[str, ServerStats] = {}
+        servers: dict[str, ServerRecord] = {}
         for server, part in _by_server(t, INGEST_LAG):
             lag_us, n = part.column("a").to_numpy(), part.column("n").to_numpy()
-            servers[server] = ServerStats(
+            servers[server] = ServerRecord(
                 rows=int(n.sum()), min_event_us=pc.min(part.column("min_ev")).as_py(),
                 max_event_us=pc.max(part.column("max_ev")).as_py(),
                 max_ingest_us=int((part.column("max_ev").to_numpy() + lag_us).max()),  # the newest arrival
-                ingest_lag_ms=Lag.from_histogram(lag_us, n))
+                ingest_lag_ms=LagRecord.from_histogram(lag_us, n))
         event_hist = {}
         for server, part in _by_server(t, PROCESSING_LAG):  # keyed by -event time: the batch time makes it a lag
             neg_event_us, n = part.column("a").to_numpy(), part.column("n").to_numpy()
-            servers[server].processing_lag_ms = Lag.from_histogram(batch_ts_ms * 1000 + neg_event_us, n)
+            servers[server] = replace(servers[server], processing_lag_ms=LagRecord.from_histogram(
+                batch_ts_ms * 1000 + neg_event_us, n))
             event_hist[server] = (-neg_event_us[::-1], n[::-1])
         ticks = t.filter(pc.equal(tags, TICK)).sort_by("server")
         for server, n, hi in zip(*(ticks.column(c).to_pylist() for c in ("server", "n", "max_ev")), strict=True):
-            st = servers.setdefault(server, ServerStats())
-            st.ticks, st.max_tick_us = n, hi
+            servers[server] = replace(servers.get(server, ServerRecord()), ticks=n, max_tick_us=hi)
         bad = [BadRow(d["entry_id"], d["error"], d.get("error_detail") or "", d.get("raw") or "")
                for d in map(json.loads, t.filter(pc.equal(tags, BAD)).column("b").to_pylist())]
         bad.sort(key=lambda b: parse_entry_id(b.entry_id))
@@ -176,18 +177,20 @@ class BatchTable:
             else:
                 w.events, w.players = n, players
                 open_windows.setdefault(server, []).append(w)
-        servers = {name: replace(st) for name, st in self.servers.items()}
         for server, accepted in open_windows.items():
             event_us, n = self.event_hist[server]
             late = late_counts(np.array([w.start_ms for w in accepted], np.int64),
                                np.array([w.end_ms for w in accepted], np.int64), event_us, n, watermark_ms)
             for w, k in zip(accepted, late.tolist(), strict=True):
                 w.late = k
+        # Summed here, then each server's record made once: records are frozen, and the lanes share self.servers.
+        sums = {name: dict.fromkeys(("events", "dropped", "late"), 0) for name in self.servers}
         for w in windows:
-            st = servers[w.server]
-            st.events += w.events
-            st.dropped += w.dropped
-            st.late += w.late
+            total = sums[w.server]
+            total["events"] += w.events
+            total["dropped"] += w.dropped
+            total["late"] += w.late
+        servers = {name: replace(st, **sums[name]) for name, st in self.servers.items()}
         return BatchSummary(
             batch_id=batch_id, watermark_ms=watermark_ms, batch_ts_ms=batch_ts_ms, start_id=start_id,
             end_id=end_id, windows=sorted(windows, key=lambda w: (w.start_ms, w.server, w.end_ms)),

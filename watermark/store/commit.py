@@ -10,14 +10,11 @@ No pyspark here: the Spark side only builds a :class:`BatchSummary`.
 from __future__ import annotations
 
 import json
-import math
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
-import msgspec
-import numpy as np
 import redis
 
 from watermark.rules.late import LateEvent
@@ -82,66 +79,6 @@ class WindowAgg:
 
 
 @dataclass(frozen=True)
-class Lag:
-    """Milliseconds."""
-
-    p50: float
-    p95: float
-    max: float
-
-    @classmethod
-    def from_histogram(cls, values_us: Sequence[int], counts: Sequence[int]) -> Lag:
-        """Exact figures of ``values_us[i]`` seen ``counts[i]`` times (ascending, distinct).
-
-        Percentiles interpolate as Spark's exact ``percentile`` does: position
-        ``p * (n - 1)`` between the values either side. A histogram is what the
-        sink's one aggregation can produce, and it loses nothing."""
-        if not len(values_us) or len(values_us) != len(counts):
-            raise ValueError("a lag histogram needs as many counts as values, and at least one")
-        cum = np.cumsum(np.asarray(counts, dtype=np.int64))
-        values = np.asarray(values_us, dtype=np.int64)
-
-        def at(rank: int) -> int:
-            return int(values[np.searchsorted(cum, rank, side="right")])  # the value holding that rank
-
-        def percentile(p: float) -> float:
-            pos = p * (int(cum[-1]) - 1)
-            lo, hi = math.floor(pos), math.ceil(pos)
-            if lo == hi:
-                return at(lo) / 1000
-            return ((hi - pos) * at(lo) + (pos - lo) * at(hi)) / 1000
-
-        return cls(percentile(0.5), percentile(0.95), int(values[-1]) / 1000)
-
-
-@dataclass
-class ServerStats:
-    rows: int = 0
-    events: int = 0
-    dropped: int = 0
-    late: int = 0
-    min_event_us: int | None = None
-    max_event_us: int | None = None
-    ingest_lag_ms: Lag | None = None
-    processing_lag_ms: Lag | None = None
-    ticks: int = 0  # idle markers (never events)
-    max_tick_us: int | None = None
-    max_ingest_us: int | None = None  # of real events: when the server was last heard from
-
-    def input_max_us(self, idle: bool) -> int | None:
-        """The newest event time this server's own input saw (per-server mode): its events, and its idle
-        markers where idleness is on."""
-        return max((v for v in (self.max_event_us, self.max_tick_us if idle else None) if v is not None),
-                   default=None)
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, object]) -> ServerStats:
-        """Inverse of ``asdict`` as stored in the batch record (``servers``)."""
-        lags = {k: Lag(**d[k]) if d.get(k) else None for k in ("ingest_lag_ms", "processing_lag_ms")}  # type: ignore[arg-type]
-        return cls(**{k: v for k, v in d.items() if k not in lags}, **lags)  # type: ignore[arg-type]
-
-
-@dataclass(frozen=True)
 class BadRow:
     entry_id: str
     reason: str
@@ -157,7 +94,7 @@ class BatchSummary:
     start_id: str
     end_id: str
     windows: list[WindowAgg]
-    servers: dict[str, ServerStats]
+    servers: dict[str, ServerRecord]
     bad: list[BadRow]
     server_watermarks: dict[str, int] | None = None  # per-server mode: Spark's per-input map after the batch
     next_watermark_ms: int | None = None  # per-server mode: the combined watermark for the next batch
@@ -242,7 +179,7 @@ def batch_record(s: BatchSummary, next_wm_ms: int, running_max_us: int | None, d
         events=sum(w.events for w in s.windows), dropped=sum(w.dropped for w in s.windows),
         late=sum(w.late for w in s.windows), min_event_us=s.min_event_us, max_event_us=s.max_event_us,
         running_max_event_us=running_max_us,
-        servers={name: msgspec.convert(asdict(st), ServerRecord) for name, st in sorted(s.servers.items())},
+        servers=dict(sorted(s.servers.items())),
         bad=_count_reasons(s.bad), aggregation=s.aggregation)
 
 
