@@ -1,4 +1,5 @@
-"""The event generator: reproducible simulated servers, and the paced XADD writer on real Redis."""
+"""The event generator: reproducible simulated servers, and the paced XADD writer on real Redis; and the input's
+other writer, the job's idle markers."""
 
 from __future__ import annotations
 
@@ -468,3 +469,31 @@ def test_cli_stops_cleanly_on_sigterm(r: redis.Redis, redis_url: str) -> None:
     done = re.search(r"done written=(\d+)", rest)
     assert "SIGTERM" in rest and done and "Traceback" not in rest, rest
     assert r.xlen(f"{ns}:events") == int(done.group(1)) > 0
+
+
+def test_the_jobs_idle_markers_go_in_signed_with_their_decision(r: redis.Redis) -> None:
+    """The job's other writer of the input: each marker and its decision in one script call, the script
+    registered once a run, which keeps working after Redis lost its script cache (a restart)."""
+    from watermark.apps.job import _IDLE_LUA, idle_ticker, tick_idle
+    from watermark.rules.idleness import IdleDecision
+    from watermark.schema.config import Config
+    from watermark.schema.events import IDLE_KIND, Rules
+    from watermark.schema.keys import KeySchema
+
+    ns = f"idle-{uuid.uuid4().hex[:6]}"
+    keys, secret = KeySchema(ns), b"k" * 32
+    watcher = Config(namespace=ns, known_servers=frozenset("AB"), watermark_mode="per-server", idle_timeout_ms=1_000,
+                     trigger_ms=1_000)
+    ticker = idle_ticker(r, watcher)
+    ticker.started_ms -= 5_000  # both servers silent since the job started, five seconds ago
+    script = r.register_script(_IDLE_LUA)
+    tick_idle(r, ticker, watcher, secret, keys, script)
+    r.script_flush()
+    ticker.last_marker_ms.clear()
+    tick_idle(r, ticker, watcher, secret, keys, script)
+    markers = r.xrange(keys.events)
+    decisions = [f for _, f in r.xrange(keys.idleness)]
+    assert [f[b"marker_id"] for f in decisions] == [i for i, _ in markers] and len(markers) == 4
+    assert [IdleDecision.from_record(f).server for f in decisions] == ["A", "B", "A", "B"]
+    parsed = [parse_entry(f, i.decode(), Rules(idle_key=secret)) for i, f in markers]
+    assert all(isinstance(e, Event) and e.kind == IDLE_KIND for e in parsed), parsed

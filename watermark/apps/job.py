@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import redis
+from redis.commands.core import Script
 
 from watermark.apps.control import read_control
 from watermark.rules.idleness import IDLENESS_KEEP, IdleTicker
@@ -117,6 +118,9 @@ def supervise(client: redis.Redis, cfg: Config, own: Config, lanes: list[Config]
     # One pipeline with idleness decides when a server is idle; its markers go into the shared input.
     watcher = next((c for c in (own, *lanes) if c.idle_timeout_ms), None)
     ticker = None if watcher is None else idle_ticker(client, watcher)
+    # Once a run, not per marker: the script object keeps its hash and loads the script again when Redis has
+    # lost it (a restart).
+    idle_script = client.register_script(_IDLE_LUA)
     secret = job_secret(own.checkpoint_dir, spark)  # the one query's checkpoint: its source checks markers
     stopping = on_signals()
     next_control = 0.0
@@ -138,7 +142,7 @@ def supervise(client: redis.Redis, cfg: Config, own: Config, lanes: list[Config]
                 next_control = time.monotonic() + 1.0
                 follow_delay(client, keys, pipelines)
             if ticker is not None and watcher is not None:
-                tick_idle(client, ticker, watcher, secret, keys)
+                tick_idle(client, ticker, watcher, secret, keys, idle_script)
     finally:
         writer.close()
 
@@ -322,14 +326,15 @@ return id
 """
 
 
-def tick_idle(client: redis.Redis, ticker: IdleTicker, watcher: Config, key: bytes, keys: KeySchema) -> None:
+def tick_idle(client: redis.Redis, ticker: IdleTicker, watcher: Config, key: bytes, keys: KeySchema,
+              script: Script) -> None:
     """Append signed idle markers for servers silent too long (judged on Redis' clock, the ingest clock), each
-    with its decision and reason in the job's ``{ns}:idleness``."""
+    with its decision and reason in the job's ``{ns}:idleness``, by ``script`` (:data:`_IDLE_LUA` registered)."""
     try:
         seen = {k.decode(): int(v) for k, v in client.hgetall(KeySchema(watcher.namespace).seen).items()}
         for decision in ticker.due(redis_now_ms(client), seen):
             record = [x for kv in decision.record("").items() for x in kv]
-            marker_id = client.register_script(_IDLE_LUA)(
+            marker_id = script(
                 keys=[watcher.input_stream, keys.idleness],
                 args=[PAYLOAD_FIELD, decision.marker(key), IDLENESS_KEEP, *record]).decode()
             log.info("server %s is idle: %s (marker %s)", decision.server, decision.reason(), marker_id)
