@@ -181,15 +181,19 @@ def _span(sink: bytes) -> BatchSpan:
     return BatchSpan(rec.batch, rec.start_id, rec.end_id, rec.watermark_ms)
 
 
+def _commit_rows(commits: list) -> list[tuple[int, tuple[int, int]]]:
+    """Each entry of ``{ns}:commits`` (as ``XRANGE`` returns them) as its batch and the last entry it read."""
+    entries = (CommitEntry.from_fields(f, f"{i!r} in the commits stream") for i, f in commits)
+    return [(e.batch, parse_entry_id(e.end_id)) for e in entries]
+
+
 def _batches_covering(commits: list, lo_ms: int, hi_ms: int, committed_id: str) -> list[int]:
     """Batch ids from ``{ns}:commits`` whose entries may have arrived in ``[lo_ms, hi_ms]``.
 
     Batch N read ``(end_id of N-1, end_id of N]``: the first batch needed is the first ending at or
     after ``lo_ms``, the last the first ending at or after ``hi_ms`` (or the newest)."""
-    entries = [CommitEntry.from_fields(f, f"{i!r} in the commits stream") for i, f in commits]
-    rows = sorted((e.batch, parse_entry_id(e.end_id)) for e in entries)
     out = []
-    for batch, end in rows:
+    for batch, end in sorted(_commit_rows(commits)):
         if end[0] < lo_ms or end > parse_entry_id(committed_id):
             continue
         out.append(batch)
@@ -270,8 +274,7 @@ def _spans_of(client: redis.Redis, keys: KeySchema, entry_ids: list[str], commit
     """The records of the batches that read ``entry_ids`` (one each, from the ``{ns}:commits`` index)."""
     if not entry_ids:
         return []
-    entries = [CommitEntry.from_fields(f, f"{i!r} in the commits stream") for i, f in client.xrange(keys.commits)]
-    rows = sorted((parse_entry_id(e.end_id), e.batch) for e in entries)
+    rows = sorted((end, batch) for batch, end in _commit_rows(client.xrange(keys.commits)))
     ends = [end for end, _ in rows]
     batches = {rows[i][1] for i in (bisect_left(ends, parse_entry_id(e)) for e in entry_ids) if i < len(rows)}
     pipe = client.pipeline(transaction=False)
