@@ -273,3 +273,18 @@ def test_read_pipeline_says_what_the_snapshot_says_in_a_fixed_number_of_commands
         s = BatchSummary(i, 0, T0, f"{i}-0", f"{i + 1}-0", w, {"A": ServerRecord(rows=i, events=i)}, [])
         assert commit_batch(r, keys, s, PARAMS)
     assert commands(lambda: read_pipeline(r, keys)) == small
+
+
+def test_a_stop_is_said_on_the_commit_record_and_the_next_commit_clears_it(r: redis.Redis, keys: KeySchema) -> None:
+    from watermark.apps.job import record_stop
+    from watermark.store.pipeline_status import PipelineState
+
+    record_stop(r, keys)
+    assert not r.exists(keys.state)  # nothing committed: nothing to say
+    assert commit_batch(r, keys, summary(0, 0, T0 + 60_000), PARAMS)
+    record_stop(r, keys)
+    state = PipelineState.from_hash(r.hgetall(keys.state))
+    assert state is not None and state.stopped_ms is not None and state.last_batch == 0
+    assert commit_batch(r, keys, summary(1, 0, T0 + 70_000), PARAMS)
+    assert r.hget(keys.state, "stopped_ms") == b""
+    assert PipelineState.from_hash(r.hgetall(keys.state)).stopped_ms is None  # type: ignore[union-attr]
