@@ -59,7 +59,8 @@ case "${SPARK_MASTER:-local}" in local|local\[*) export SPARK_LOCAL_IP=${SPARK_L
 case "${1:-run}" in
   # honcho gives every process its own PORT, so the dashboard's is passed under another name.
   run) export DASHBOARD_PORT="${PORT:-8501}"
-       echo "dashboard: http://127.0.0.1:$DASHBOARD_PORT"
+       export METRICS_PORT="${METRICS_PORT:-9108}" DASHBOARD_URL="http://127.0.0.1:$DASHBOARD_PORT"
+       echo "dashboard: http://127.0.0.1:$DASHBOARD_PORT  metrics: http://127.0.0.1:$METRICS_PORT/metrics"
        exec honcho start ;;
   test) shift
         # The browser test drives Debian's chromium; install it where we may, else say how.

@@ -22,6 +22,7 @@ def main() -> None:
                        layout="wide")
     pages = [
         st.Page("views/ops.py", title="Live ops", icon=":material/sports_esports:", default=True),
+        st.Page("views/alerts.py", title="Alerts", icon=":material/notifications_active:", url_path="alerts"),
         st.Page("views/watermark.py", title="Watermark", icon=":material/water:", url_path="watermark"),
         st.Page("views/lag.py", title="Lag", icon=":material/schedule:", url_path="lag"),
         st.Page("views/events.py", title="Events", icon=":material/scatter_plot:", url_path="events"),

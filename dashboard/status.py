@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from dashboard.data import Snapshot
-from watermark.schema.timeutil import iso_from_ms
+from watermark.schema.timeutil import clock, human_ms  # noqa: F401 - the pages import them from here
 
 STALE_TRIGGERS = 5
 """No commit for this many trigger intervals (and at least :data:`STALE_MIN_MS`) is worth saying."""
@@ -147,24 +147,3 @@ def waiting_line(waiting: int, behind_ms: int) -> str:
     return f"{waiting:,} {'entry' if waiting == 1 else 'entries'} waiting (the oldest {human_ms(behind_ms)})"
 
 
-def human_ms(ms: float) -> str:
-    ms = max(0, int(ms))
-    if ms < 1_000:
-        return f"{ms} ms"
-    if ms < 60_000:
-        return f"{ms / 1000:.1f} s"
-    minutes, seconds = divmod(ms // 1000, 60)
-    if minutes < 60:
-        return f"{minutes} min {seconds} s" if seconds else f"{minutes} min"
-    hours, minutes = divmod(minutes, 60)
-    if hours < 48:
-        return f"{hours} h {minutes} min"
-    return f"{hours // 24} days"
-
-
-def clock(ms: int, zone: bool = True) -> str:
-    """``HH:MM:SS UTC``: times on the status line are recent, the date would be noise."""
-    if ms <= 0:
-        return "none yet"
-    iso = iso_from_ms(ms)
-    return f"{iso[11:19]} UTC" if zone else iso[11:19]

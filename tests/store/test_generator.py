@@ -182,7 +182,7 @@ def test_outages_and_clock_skew_for_later_scenarios() -> None:
 
 def test_scenario_registry() -> None:
     assert list(SCENARIOS) == ["steady", "overseas-lag", "late-burst", "idle-server", "clock-skew",
-                               "outage-and-backfill"]
+                               "outage-and-backfill", "players-leave"]
     for name, scen in SCENARIOS.items():
         assert scen.name == name and scen.description
         assert [s.name for s in scen.servers] == ["A", "B", "C"]
@@ -497,3 +497,36 @@ def test_the_jobs_idle_markers_go_in_signed_with_their_decision(r: redis.Redis) 
     assert [IdleDecision.from_record(f).server for f in decisions] == ["A", "B", "A", "B"]
     parsed = [parse_entry(f, i.decode(), Rules(idle_key=secret)) for i, f in markers]
     assert all(isinstance(e, Event) and e.kind == IDLE_KIND for e in parsed), parsed
+
+
+def online_counts(events: list[tuple[int, Event]], server: str, every_s: int) -> dict[int, int]:
+    """Players online on ``server`` by event time, at the end of each ``every_s`` seconds."""
+    online: set[str] = set()
+    out: dict[int, int] = {}
+    for _, e in sorted(events, key=lambda x: x[1].event_time_us):
+        if e.server == server:
+            (online.discard if e.kind == "logout" else online.add)(e.player_id)
+            out[(e.event_time_us - START) // (every_s * 1_000_000)] = len(online)
+    return out
+
+
+def test_players_leave_logs_80_percent_of_b_out_from_30_s_for_90_s_while_b_keeps_sending() -> None:
+    events = generate("players-leave", seed=3, start_us=START, rate=200, count=200 * 150)
+    b = online_counts(events, "B", 10)
+    assert b[2] == 350 and b[3] <= 71 and b[10] <= 71  # 20 % of 350 stay through 30-120 s
+    assert b[12] >= 340  # back once it ends
+    assert min(online_counts(events, "A", 10).values()) >= 390  # the others are untouched
+    b_during = [e for _, e in events if e.server == "B" and 40e6 <= e.event_time_us - START < 110e6]
+    assert len(b_during) > 0.3 * 200 * 70 * 0.9  # B's share of the rate goes on: its players really left
+
+
+def test_a_scaled_timeline_brings_the_outage_forward_and_keeps_the_delays() -> None:
+    scaled = SCENARIOS["idle-server"].scaled(0.2)
+    (outage,) = scaled.server("B").outages
+    assert (outage.start_ms, outage.duration_ms, outage.every_ms) == (6_000, 18_000, 60_000)
+    assert scaled.server("B").delay == SCENARIOS["idle-server"].server("B").delay
+    burst = SCENARIOS["late-burst"].scaled(0.2).server("C").burst
+    assert burst is not None and (burst.period_ms, burst.lateness_min_ms) == (12_000, 24_000)
+    assert SCENARIOS["steady"].scaled(1) is SCENARIOS["steady"]
+    with pytest.raises(ConfigError, match="a timeline scale must be a positive number, got 0"):
+        SCENARIOS["steady"].scaled(0)

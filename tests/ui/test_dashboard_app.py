@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import statistics
+import urllib.request
 from collections.abc import Iterator
 
 import pytest
@@ -356,3 +357,54 @@ def test_the_pages_mark_where_redis_came_back_empty(env: Seeded, direct: tuple[r
         assert any(f"Counted from batch {lost}" in c.value for c in at.caption)
     finally:
         client.hdel(keys.state, "lost_at_batch")
+
+
+def scrape(url: str, namespace: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """/metrics served by prometheus_client's own HTTP server, as the monitor serves it, parsed back."""
+    from prometheus_client import start_http_server
+    from prometheus_client.parser import text_string_to_metric_families
+    from prometheus_client.registry import CollectorRegistry
+
+    from watermark.apps.metrics import StackCollector
+    from watermark.store.observe import lane_keys, read_stack
+
+    client, keys = redis.Redis.from_url(url), KeySchema(namespace)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(StackCollector(lambda: (read_stack(client, keys, lane_keys(client, keys), 0, None, 0), {})))
+    port = free_port()
+    server, thread = start_http_server(port, addr="127.0.0.1", registry=registry)
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as resp:
+            text = resp.read().decode()
+    finally:
+        server.shutdown()
+        thread.join()
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for fam in text_string_to_metric_families(text) for s in fam.samples}
+
+
+def test_metrics_equal_the_dashboard_and_the_oracle(seeded: Seeded) -> None:
+    """Every counter /metrics serves is the dashboard's own total, and the oracle's count of the rule."""
+    m = scrape(seeded.cfg.redis_url, seeded.cfg.namespace)
+    snap = read_snapshot(redis.Redis.from_url(seeded.cfg.redis_url), KeySchema(seeded.cfg.namespace),
+                         range_ms=3_600_000, now_ms=0)
+    want = oracle(seeded.lines, 60_000, 60_000, seeded.cfg.delay_ms, with_late=True)["windows"]
+    assert m[("wm_redis_up", ())] == 1
+    for server, t in snap.totals.servers.items():
+        labels = (("pipeline", "main"), ("server", server))
+        assert m[("wm_events_accepted_total", labels)] == t.events == sum(
+            w["events"] for w in want if w["server"] == server)
+        assert m[("wm_events_dropped_late_total", labels)] == t.dropped == sum(
+            w["dropped"] for w in want if w["server"] == server)
+        assert m[("wm_events_accepted_late_total", labels)] == t.late == sum(
+            w["late"] for w in want if w["server"] == server)
+    assert sum(v for (name, _), v in m.items() if name == "wm_quarantined_entries_total") == seeded.bad
+    assert m[("wm_input_entries_total", ())] == len(seeded.lines) + seeded.bad == snap.totals.input
+    state = snap.state
+    assert state is not None
+    assert m[("wm_watermark_seconds", (("pipeline", "main"),))] == state.next_watermark_ms / 1000
+    assert m[("wm_last_batch", (("pipeline", "main"),))] == state.last_batch
+    assert m[("wm_behind_entries", (("pipeline", "main"),))] == 0
+    count = m[("wm_batch_duration_seconds_count", (("pipeline", "main"),))]
+    assert count == len(snap.batches) and m[("wm_batch_duration_seconds_bucket", (("le", "+Inf"),
+                                                                                  ("pipeline", "main")))] == count

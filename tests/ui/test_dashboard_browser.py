@@ -67,6 +67,10 @@ def stack(redis_url: str, tmp_path: Path) -> Iterator[dict]:
             "streamlit", "run", str(ROOT / "dashboard" / "app.py"), "--server.port", str(port),
             "--server.address", "127.0.0.1", "--server.headless", "true", "--browser.gatherUsageStats", "false",
         ], env, tmp_path)
+        # The monitor, with a short silence so the Alerts page has something to show once the generator ends.
+        (tmp_path / "alerts.toml").write_text('[server_silent]\nafter = "5s"\n[late_drops]\nper_minute = 20\n')
+        procs["monitor"] = Proc.python("monitor", ["watermark.apps.monitor", "--config", str(tmp_path / "alerts.toml"),
+                                                   "--port", "0"], env, tmp_path)
         procs["dashboard"].wait_for(r"You can now view", timeout=60)
         procs["job"].wait_for(r"query \S+ running", timeout=180)
         yield {"env": env, "url": f"http://127.0.0.1:{port}", "procs": procs, "keys": KeySchema(ns),
@@ -159,7 +163,8 @@ def test_dashboard_in_a_real_browser_follows_the_live_pipeline(stack: dict) -> N
     assert problems == [], "\n".join(problems)
 
 
-PAGES = (("/", "Live ops", "ops"), ("/watermark", "Watermark", "watermark"), ("/lag", "Event-time lag", "lag"),
+PAGES = (("/", "Live ops", "ops"), ("/alerts", "Alerts", "alerts"), ("/watermark", "Watermark", "watermark"),
+         ("/lag", "Event-time lag", "lag"),
          ("/events", "Events", "events"), ("/health", "Pipeline health", "health"), ("/lab", "Watermark lab", "lab"),
          ("/delay", "Choosing the delay", "delay"), ("/control", "Lab control", "control"))
 FIGURES_JS = """

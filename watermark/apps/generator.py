@@ -34,7 +34,7 @@ from types import FrameType
 
 import redis
 
-from watermark.rules.scenarios import SCENARIOS, scenarios_help
+from watermark.rules.scenarios import SCENARIOS, get_scenario, scenarios_help
 from watermark.rules.simulate import Simulator
 from watermark.schema.clock import RealClock
 from watermark.schema.config import Config, ConfigError
@@ -103,6 +103,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="entry IDs from the simulated arrival time instead of Redis' clock")
     p.add_argument("--batch-size", type=_positive_int, default=2_000, help="max XADDs per round trip (default: 2000)")
     p.add_argument("--log-every", type=float, default=5.0, help="seconds between summary lines (default: 5)")
+    p.add_argument("--timeline-scale", type=float, default=1.0,
+                   help="run the scenario's timeline (when outages, exoduses and late bursts start, last and recur, "
+                        "and how late a burst arrives) this many times as slow: 0.1 makes a 90 s outage 9 s "
+                        "(default: 1)")
     p.add_argument("--follow", action="store_true",
                    help="follow {namespace}:control (the dashboard's Lab control page, wm-control): "
                         "--scenario and --rate only fill in what it does not set yet; a change of scenario or rate "
@@ -121,7 +125,8 @@ def main(argv: list[str] | None = None) -> int:
         seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**31)
         if args.follow and (args.count is not None or args.start):
             raise ConfigError("--count and --start do not apply with --follow (it runs until stopped, from now)")
-        sim = Simulator(args.scenario, seed=seed, start_us=start_us, rate=args.rate, count=args.count)
+        sim = Simulator(get_scenario(args.scenario).scaled(args.timeline_scale), seed=seed, start_us=start_us,
+                        rate=args.rate, count=args.count)
     except (ConfigError, ValueError) as exc:
         print(f"generator: error: {exc}", file=sys.stderr)
         return 2
@@ -208,7 +213,8 @@ def _follow(args: argparse.Namespace, cfg: Config, seed: int, clock: RealClock, 
         follower = Follower(
             client, KeySchema(cfg.namespace), clock=clock, scenario=args.scenario, rate=args.rate, seed=seed,
             reconnect=lambda: connect(cfg.redis_url, sleep=nap, attempts=1_000, max_delay_s=5.0), stop=stop,
-            explicit_ids=args.explicit_ids, batch_size=args.batch_size, stream_key=args.stream, on_batch=progress)
+            explicit_ids=args.explicit_ids, batch_size=args.batch_size, stream_key=args.stream, on_batch=progress,
+            timeline_scale=args.timeline_scale)
         return follower.follow()
 
     return _exit_code(run, lambda: None if follower is None else follower.writer.stats, progress, stop)

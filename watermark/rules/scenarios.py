@@ -118,6 +118,28 @@ class Outage:
 
 
 @dataclass(frozen=True)
+class Exodus:
+    """From ``start_ms`` (after the simulation start) for ``duration_ms``, only ``keep`` of a server's players
+    stay online: the others log out, each with a logout event, as the server's next events; when it ends they
+    log in again. Again every ``every_ms`` if set. Players really leaving, as opposed to a server whose events
+    stop coming (an :class:`Outage`): what the players-drop alert must tell apart."""
+
+    start_ms: int
+    duration_ms: int
+    keep: float = 0.2
+    every_ms: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.start_ms < 0 or self.duration_ms <= 0:
+            raise ConfigError(f"exodus needs start_ms >= 0 and duration_ms > 0, got {self.start_ms} and "
+                              f"{self.duration_ms}")
+        if not 0 <= self.keep < 1:
+            raise ConfigError(f"exodus keep must be in [0, 1), got {self.keep}")
+        if self.every_ms is not None and self.every_ms <= self.duration_ms:
+            raise ConfigError(f"exodus every_ms ({self.every_ms}) must be longer than duration_ms ({self.duration_ms})")
+
+
+@dataclass(frozen=True)
 class ServerProfile:
     """One simulated game server: its share of the total rate, network, and players.
 
@@ -131,6 +153,7 @@ class ServerProfile:
     delay: DelayModel
     burst: BurstModel | None = None
     outages: tuple[Outage, ...] = ()
+    exodus: tuple[Exodus, ...] = ()
     clock_skew_ms: int = 0
     heartbeat_ms: int = 5_000
     online_fraction: float = 0.6
@@ -172,6 +195,32 @@ class Scenario:
             if s.name == name:
                 return s
         raise ConfigError(f"scenario {self.name!r} has no server {name!r}")
+
+    def scaled(self, factor: float) -> Scenario:
+        """The same scenario on a faster (``factor`` < 1) or slower clock: when outages, exoduses and late
+        bursts start, last and recur, and how late a burst arrives; not the network's delays or a server's
+        clock skew. For demos and tests that cannot wait 30 s for an outage."""
+        if not (factor > 0 and math.isfinite(factor)):
+            raise ConfigError(f"a timeline scale must be a positive number, got {factor}")
+        if factor == 1:
+            return self
+
+        def ms(v: int) -> int:
+            return max(1, round(v * factor))
+
+        def every(v: int | None) -> int | None:
+            return None if v is None else ms(v)
+
+        def server(p: ServerProfile) -> ServerProfile:
+            return replace(p, outages=tuple(replace(o, start_ms=ms(o.start_ms), duration_ms=ms(o.duration_ms),
+                                                    every_ms=every(o.every_ms)) for o in p.outages),
+                           exodus=tuple(replace(x, start_ms=ms(x.start_ms), duration_ms=ms(x.duration_ms),
+                                                every_ms=every(x.every_ms)) for x in p.exodus),
+                           burst=None if p.burst is None else replace(
+                               p.burst, period_ms=ms(p.burst.period_ms), duration_ms=ms(p.burst.duration_ms),
+                               offset_ms=ms(p.burst.offset_ms), lateness_min_ms=ms(p.burst.lateness_min_ms),
+                               lateness_max_ms=ms(p.burst.lateness_max_ms)))
+        return replace(self, servers=tuple(server(p) for p in self.servers))
 
     def replace_server(self, server: str, **changes: object) -> Scenario:
         """A copy with one server's parameters changed; how derived scenarios are built."""
@@ -222,8 +271,15 @@ _OUTAGE_AND_BACKFILL = replace(
                 "delivers the whole backlog at once",
 )
 
+_PLAYERS_LEAVE = replace(
+    _STEADY.replace_server("B", exodus=(Exodus(30_000, 90_000, keep=0.2, every_ms=OUTAGE_EVERY_MS),)),
+    name="players-leave",
+    description="steady, but 30 s after the start 80 % of B's players log out for 90 s (again every 5 min): B "
+                "keeps sending, its players really leave",
+)
+
 SCENARIOS: dict[str, Scenario] = {s.name: s for s in (_STEADY, _OVERSEAS_LAG, _LATE_BURST, _IDLE_SERVER,
-                                                       _CLOCK_SKEW, _OUTAGE_AND_BACKFILL)}
+                                                       _CLOCK_SKEW, _OUTAGE_AND_BACKFILL, _PLAYERS_LEAVE)}
 
 
 

@@ -121,6 +121,8 @@ class _ServerState:
         self.burst_late = [-1, 0]  # [window, lateness_us] of the current chunk
         self.outages = tuple((start_us + o.start_ms * 1000, o.duration_ms * 1000, (o.every_ms or 0) * 1000,
                               o.backfill) for o in profile.outages)
+        self.exodus = tuple((start_us + x.start_ms * 1000, x.duration_ms * 1000, (x.every_ms or 0) * 1000,
+                             int(population.target * x.keep)) for x in profile.exodus)
         self.seed = seed
 
     def burst_lateness_us(self, window: int) -> int:
@@ -135,7 +137,8 @@ class _ServerState:
     def hot(self) -> tuple[Any, ...]:
         """Everything the per-event loop reads, unpacked in one step."""
         return (self, self.index, self.name, self.prefix, self.online, self.offline, self.target, self.churn,
-                self.rand, self.bits, self.delays, self.burst_spec, self.burst_late, self.outages, self.skew_us)
+                self.rand, self.bits, self.delays, self.burst_spec, self.burst_late, self.outages, self.skew_us,
+                self.exodus)
 
 
 Record = tuple[int, int, str, str, int, str, str, str]
@@ -257,7 +260,7 @@ class Simulator:
                 iso = _iso_ms(t_ms)
 
             (state, k, name, prefix, online, offline, target, churn, rand, bits, delays, burst, burst_late, outages,
-             skew) = pick[choose(_PICK_BITS)]
+             skew, exodus) = pick[choose(_PICK_BITS)]
             backfill_until = 0
             if outages:
                 idle = False
@@ -271,8 +274,14 @@ class Simulator:
                 if idle:
                     continue  # the server produces nothing
 
+            if exodus:
+                target = exodus_target(exodus, t, target)
             r = rand()
-            if r >= churn + churn and len(online) >= target:
+            if exodus and len(online) > target:  # players leaving: the server's next events are their logouts
+                player = online.popleft()
+                offline.append(player)
+                kind = "logout"
+            elif r >= churn + churn and len(online) >= target:
                 player = online.popleft()
                 online.append(player)
                 kind = "heartbeat"
@@ -326,6 +335,16 @@ class Simulator:
                 else:
                     bucket.append(rec)
             made += 1
+
+
+def exodus_target(exodus: tuple[tuple[int, int, int, int], ...], t: int, target: int) -> int:
+    """Players a server keeps online at ``t``: fewer during an exodus."""
+    for first, length, every, kept in exodus:
+        if t >= first:
+            phase = (t - first) % every if every else t - first
+            if phase < length:
+                return kept
+    return target
 
 
 def generate(scenario: str | Scenario, seed: int, start_us: int, rate: float, count: int) -> list[tuple[int, Event]]:

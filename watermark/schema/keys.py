@@ -95,9 +95,24 @@ key                                                type    contents
                                                            state's ``minute`` field
 ``{ns}:presence:peak:{day_ms}``                    hash    the UTC day's peak online per server and ``*``
                                                            (all): ``count|at_ms``
+``{ns}:batch_seconds``                              hash    batch durations as histogram buckets (the query
+                                                           listener): ``le|{bound}`` (not cumulative),
+                                                           ``count``, ``sum``; bounds
+                                                           ``BATCH_SECONDS_BUCKETS``
+``{ns}:alerts``                                    hash    the alerts as they stand, alert key
+                                                           ``{rule}|{subject}`` -> JSON ``AlertState``
+                                                           (``watermark.alerting.lifecycle``)
+``{ns}:alerts:history``                            stream  every alert fired and resolved, field ``n``:
+                                                           JSON ``Notice``; a day kept
+``{ns}:alerts:outbox``                             stream  notices the webhook has not delivered yet (field
+                                                           ``n``), deleted once delivered
+``{ns}:alerts:webhook``                            hash    the webhook's ``url``, ``delivered``, ``failures``,
+                                                           ``last_ok_ms``, ``last_error``, ``last_error_ms``
+``{ns}:alerts:monitor``                            hash    the monitor's last round ``round_ms`` and its
+                                                           ``interval_ms``: is anyone evaluating
 =================================================  ======  =============================================
 
-Every key except the input stream and the two lab hashes expires ``RETENTION`` after its last write;
+Every key except the input stream, the two lab hashes and the alerts' keys expires ``RETENTION`` after its last write;
 windows leave the index once they end ``RETENTION`` before the watermark, and
 batch records beyond ``PROGRESS_HISTORY`` leave theirs.
 """
@@ -107,6 +122,25 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 SEP = "|"
+
+BATCH_SECONDS_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
+"""Upper bounds of the batch-duration histogram's buckets (seconds); above the last: ``le|+Inf``."""
+
+
+def bucket_field(seconds: float) -> str:
+    """The ``{ns}:batch_seconds`` field a duration is counted in: the smallest bound at or above it."""
+    bound = next((b for b in BATCH_SECONDS_BUCKETS if seconds <= b), None)
+    return f"le{SEP}{bound:g}" if bound is not None else f"le{SEP}+Inf"
+
+
+def parse_buckets(fields: dict[str, str]) -> tuple[list[tuple[str, int]], int, float]:
+    """Inverse of the listener's writes: cumulative ``(le, count)`` pairs as Prometheus wants them, ending with
+    ``+Inf``; the count and the sum."""
+    out, running = [], 0
+    for bound in (*(f"{b:g}" for b in BATCH_SECONDS_BUCKETS), "+Inf"):
+        running += int(fields.get(f"le{SEP}{bound}", 0))
+        out.append((bound, running))
+    return out, int(fields.get("count", 0)), float(fields.get("sum", 0.0))
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,6 +253,30 @@ class KeySchema:
 
     def presence_peak(self, day_ms: int) -> str:
         return self._k("presence", "peak", day_ms)
+
+    @property
+    def batch_seconds(self) -> str:
+        return self._k("batch_seconds")
+
+    @property
+    def alerts(self) -> str:
+        return self._k("alerts")
+
+    @property
+    def alerts_history(self) -> str:
+        return self._k("alerts", "history")
+
+    @property
+    def alerts_outbox(self) -> str:
+        return self._k("alerts", "outbox")
+
+    @property
+    def alerts_webhook(self) -> str:
+        return self._k("alerts", "webhook")
+
+    @property
+    def alerts_monitor(self) -> str:
+        return self._k("alerts", "monitor")
 
     def online(self, server: str) -> str:
         """Hash of the players online now on ``server``: player -> event time (us) of their latest event.

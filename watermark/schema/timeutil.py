@@ -67,3 +67,27 @@ def iso_from_us(us: int) -> str:
 
 def iso_from_ms(ms: int) -> str:
     return iso_from_us(ms * 1000)
+
+
+def human_ms(ms: float) -> str:
+    """A duration as an operator reads it: ``850 ms``, ``4.2 s``, ``3 min 5 s``, ``2 h 10 min``."""
+    ms = max(0, int(ms))
+    if ms < 1_000:
+        return f"{ms} ms"
+    if ms < 60_000:
+        return f"{ms / 1000:.1f} s"
+    minutes, seconds = divmod(ms // 1000, 60)
+    if minutes < 60:
+        return f"{minutes} min {seconds} s" if seconds else f"{minutes} min"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 48:
+        return f"{hours} h {minutes} min"
+    return f"{hours // 24} days"
+
+
+def clock(ms: int, zone: bool = True) -> str:
+    """``HH:MM:SS UTC``: times on the status line are recent, the date would be noise."""
+    if ms <= 0:
+        return "none yet"
+    iso = iso_from_ms(ms)
+    return f"{iso[11:19]} UTC" if zone else iso[11:19]

@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 import redis
 from pyspark.sql.streaming import StreamingQueryListener
 
-from watermark.schema.keys import KeySchema
+from watermark.schema.keys import KeySchema, bucket_field
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +57,11 @@ def write_progress(client: redis.Redis, keys: KeySchema, p: Progress, ttl_s: int
     with client.pipeline(transaction=True) as pipe:
         pipe.hset(bkey, "progress", json.dumps(asdict(p), separators=(",", ":")))
         pipe.expire(bkey, ttl_s)
+        took_ms = p.durations_ms.get("triggerExecution")
+        if took_ms is not None:  # the /metrics histogram (watermark.apps.metrics)
+            pipe.hincrby(keys.batch_seconds, bucket_field(took_ms / 1000), 1)
+            pipe.hincrby(keys.batch_seconds, "count", 1)
+            pipe.hincrbyfloat(keys.batch_seconds, "sum", took_ms / 1000)
         pipe.execute()
 
 

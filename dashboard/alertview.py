@@ -1,0 +1,101 @@
+"""The Alerts page's rows and its timeline, from what the monitor wrote (no Redis, no Streamlit: unit-tested).
+
+The timeline pairs each alert's firing with its resolve by alert and start time (a notice's ``starts_at_ms``),
+so a bar spans exactly the time the alert fired; one still firing reaches now.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import plotly.graph_objects as go
+
+from dashboard.charts import HEIGHT, ts
+from dashboard.status import clock, human_ms
+from watermark.alerting.conditions import RULES, SUBJECT_LABEL
+from watermark.alerting.lifecycle import AlertState, Notice
+from watermark.store.alert_store import DAY_MS
+
+SEVERITY_COLOR = {"critical": "#d62728", "warning": "#ff7f0e"}
+SUBJECT_NAMES = {"server": "Server", "pipeline": "Pipeline", "": ""}
+
+
+def subject_text(rule: str, subject: str) -> str:
+    label = SUBJECT_LABEL[rule]
+    return f"{SUBJECT_NAMES[label].lower()} {subject}" if label else "-"
+
+
+def alert_rows(alerts: Sequence[AlertState], now_ms: int) -> list[dict[str, str]]:
+    """One row per alert, most severe and oldest first."""
+    order = sorted(alerts, key=lambda a: (RULES[a.rule][1] != "critical", a.since_ms, a.key))
+    return [{"Alert": a.alertname, "Severity": RULES[a.rule][1], "About": subject_text(a.rule, a.subject),
+             "Since": f"{clock(a.since_ms)} ({human_ms(max(0, now_ms - a.since_ms))})",
+             "What": a.summary + (f" Not resolved while {a.held}." if a.status == "firing" and a.held else "")}
+            for a in order]
+
+
+def held_rows(alerts: Sequence[AlertState], now_ms: int) -> list[dict[str, str]]:
+    return [{"Alert": a.alertname, "About": subject_text(a.rule, a.subject),
+             "Since": f"{clock(a.since_ms)} ({human_ms(max(0, now_ms - a.since_ms))})",
+             "Would say": a.summary, "Held because": a.held or ""}
+            for a in sorted(alerts, key=lambda a: a.key)]
+
+
+def history_rows(history: Sequence[Notice]) -> list[dict[str, str]]:
+    """Newest first."""
+    return [{"At": clock(n.at_ms), "Alert": n.alertname, "About": subject_text(n.rule, n.subject),
+             "Event": "fired" if n.status == "firing" else f"resolved after {human_ms(n.at_ms - n.starts_at_ms)}",
+             "What": n.summary}
+            for n in reversed(history)]
+
+
+@dataclass(frozen=True)
+class Span:
+    label: str
+    severity: str
+    start_ms: int
+    end_ms: int
+    open: bool
+
+
+def spans(history: Sequence[Notice], firing: Sequence[AlertState], now_ms: int) -> list[Span]:
+    """Each firing of the last day as a span; one firing now reaches ``now_ms`` (its start cut at a day ago)."""
+    resolved = {(n.rule, n.subject, n.starts_at_ms): n.at_ms for n in history if n.status == "resolved"}
+    starts = {(n.rule, n.subject, n.starts_at_ms) for n in history if n.status == "firing"}
+    starts |= {(a.rule, a.subject, a.since_ms) for a in firing if a.status == "firing"}
+    starts |= set(resolved)
+    out = []
+    for rule, subject, start in sorted(starts, key=lambda k: (k[2], k[0], k[1])):
+        end = resolved.get((rule, subject, start))
+        label = RULES[rule][0] + (f" · {subject}" if subject else "")
+        out.append(Span(label, RULES[rule][1], max(start, now_ms - DAY_MS), end if end is not None else now_ms,
+                        end is None))
+    return out
+
+
+def timeline(items: Sequence[Span], now_ms: int) -> go.Figure:
+    """A bar per firing, one row per alert and subject; the axis spans the firings shown, up to now."""
+    fig = go.Figure()
+    for severity in ("critical", "warning"):
+        mine = [s for s in items if s.severity == severity]
+        if not mine:
+            continue
+        fig.add_trace(go.Bar(
+            y=[s.label for s in mine], x=[max(s.end_ms - s.start_ms, 1_000) for s in mine],
+            base=[ts(s.start_ms) for s in mine], orientation="h", name=severity,
+            marker={"color": SEVERITY_COLOR[severity]},
+            customdata=[[clock(s.start_ms), "still firing" if s.open else clock(s.end_ms),
+                         human_ms(s.end_ms - s.start_ms)] for s in mine],
+            hovertemplate="%{y}<br>fired %{customdata[0]}, %{customdata[1]}<br>for %{customdata[2]}<extra></extra>"))
+    if items:
+        first = min(s.start_ms for s in items)
+        pad = max(30_000, (now_ms - first) // 40)
+        fig.update_xaxes(type="date", range=[ts(first - pad), ts(now_ms + pad)])
+    labels = sorted({s.label for s in items})
+    fig.update_layout(title={"text": "Alerts fired in the last day", "x": 0, "xanchor": "left"},
+                      height=max(HEIGHT // 2, 60 + 28 * len(labels)), barmode="overlay", bargap=0.35,
+                      margin={"l": 10, "r": 10, "t": 50, "b": 10}, hovermode="closest",
+                      legend={"orientation": "h", "y": -0.2, "yanchor": "top"},
+                      yaxis={"categoryorder": "array", "categoryarray": labels[::-1], "title": None})
+    return fig

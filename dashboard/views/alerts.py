@@ -1,0 +1,100 @@
+"""Alerts: what is firing now and since when, what is held because its data is late, the last day's history,
+and whether the webhook delivers. The monitor (``wm-monitor``) evaluates; this page only reads what it wrote.
+"""
+
+from __future__ import annotations
+
+import redis
+import streamlit as st
+
+from dashboard import alertview, ui
+from dashboard.charts import has_data
+from dashboard.status import clock, human_ms, unreachable
+from watermark.schema.config import Config, ConfigError, redact_url
+from watermark.schema.keys import KeySchema
+from watermark.store.alert_store import AlertView, WebhookStatus, read_alert_view
+
+STALE_ROUNDS = 5  # the monitor counts as stopped when it has not evaluated for this many rounds
+
+
+@st.cache_data(show_spinner=False, ttl=60, max_entries=32)
+def load_alerts(url: str, namespace: str, tick: int, _now_ms: int) -> AlertView:
+    return read_alert_view(ui.redis_client(url), KeySchema(namespace), _now_ms)
+
+
+def monitor_line(v: AlertView, now_ms: int) -> None:
+    firing = [a for a in v.alerts.values() if a.status == "firing"]
+    if v.round_ms is None:
+        st.warning("No monitor has evaluated alerts for this pipeline yet. `./run.sh` starts one (`wm-monitor`).")
+    elif now_ms - v.round_ms > STALE_ROUNDS * v.interval_ms:
+        st.warning(f"The monitor last evaluated at {clock(v.round_ms)}, {human_ms(now_ms - v.round_ms)} ago: is "
+                   "`wm-monitor` running? What is shown here is as it stood then.")
+    if firing:
+        names = ", ".join(sorted({a.alertname for a in firing}))
+        st.error(f"{len(firing)} alert{'s' if len(firing) > 1 else ''} firing: {names}.")
+    elif v.round_ms is not None:
+        st.success(f"Nothing firing (evaluated at {clock(v.round_ms)}).")
+
+
+def webhook_line(w: WebhookStatus) -> str:
+    if not w.url:
+        return ("No webhook configured: set `url` in `[webhook]` of ops/alerts.toml or ALERT_WEBHOOK_URL to have "
+                "firing and resolved alerts posted (Alertmanager's webhook format).")
+    text = f"Webhook {w.url}: {w.delivered:,} delivered"
+    if w.waiting:
+        text += f", {w.waiting:,} waiting to be delivered"
+    if w.last_error and (w.last_ok_ms is None or (w.last_error_ms or 0) > w.last_ok_ms):
+        text += f"; last attempt failed at {clock(w.last_error_ms or 0)}: {w.last_error} (retrying with backoff)"
+    return text + "."
+
+
+def render(v: AlertView, now_ms: int) -> None:
+    monitor_line(v, now_ms)
+    states = list(v.alerts.values())
+    firing = [a for a in states if a.status == "firing"]
+    if firing:
+        st.subheader("Firing now")
+        st.dataframe(alertview.alert_rows(firing, now_ms), hide_index=True)
+    held = [a for a in states if a.status == "held"]
+    if held:
+        st.subheader("Held: the data is late, not the players gone")
+        st.caption("These conditions hold, but what they judge is delayed (a server's events, or the pipeline), "
+                   "so they do not alert; they fire if the condition still holds once the data has caught up.")
+        st.dataframe(alertview.held_rows(held, now_ms), hide_index=True)
+    pending = [a for a in states if a.status == "pending"]
+    if pending:
+        st.caption("Pending (fire if they hold for their `for`): " + "; ".join(
+            f"{a.alertname} {alertview.subject_text(a.rule, a.subject)} since {clock(a.since_ms)}" for a in pending))
+    st.subheader("The last day")
+    fig = alertview.timeline(alertview.spans(v.history, firing, now_ms), now_ms)
+    if has_data(fig):
+        st.plotly_chart(fig, key="alert_timeline")
+        st.dataframe(alertview.history_rows(v.history), hide_index=True)
+    else:
+        st.info("No alert has fired in the last day.")
+    st.caption(webhook_line(v.webhook))
+
+
+def main() -> None:
+    st.title("Alerts")
+    view = ui.current_view()
+
+    @st.fragment(run_every=None if view.paused else view.refresh_s)
+    def tick() -> None:
+        now = ui.now_ms()
+        try:
+            cfg = Config.from_env()
+        except ConfigError as exc:
+            st.error(f"Configuration error: {exc}")
+            return
+        try:
+            v = load_alerts(cfg.redis_url, cfg.namespace, view.tick(now), now)
+        except redis.RedisError as exc:
+            ui.show_status([unreachable(redact_url(cfg.redis_url), exc)])
+            return
+        render(v, now)
+
+    tick()
+
+
+main()

@@ -1,0 +1,172 @@
+"""Every alert rule at its edges, as tables (no Redis, no Spark): exactly at the threshold, one past it, not
+enough history, and the data-delay holds of the players-drop rule."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from watermark.alerting.conditions import Finding, evaluate, note_delays
+from watermark.alerting.config import AlertConfig
+from watermark.alerting.observation import MAIN, Memory, Observation, OnlineSample, PipelineObs, ServerObs
+
+CFG = AlertConfig()
+T0 = 1_800_000_000_000
+
+
+def pipeline(name: str = MAIN, *, watermark: int | None = T0 - 30_000, accepted: int = 0, behind: int = 0,
+             waiting: int = 0, delay: int = 30_000, trigger: int = 1_000) -> PipelineObs:
+    return PipelineObs(name=name, watermark_ms=watermark, max_event_ms=None, delay_ms=delay, trigger_ms=trigger,
+                       accepted=accepted, waiting=waiting, behind_ms=behind)
+
+
+def obs(at: int, *, servers: tuple[ServerObs, ...] = (), pipelines: tuple[PipelineObs, ...] | None = None,
+        online: tuple[OnlineSample, ...] = (), online_behind: int = 0) -> Observation:
+    return Observation(at_ms=at, pipelines=(pipeline(),) if pipelines is None else pipelines, servers=servers,
+                       online=online, online_behind_ms=online_behind)
+
+
+def findings(observations: list[Observation], cfg: AlertConfig = CFG, started: int = T0 - 3_600_000,
+             ) -> dict[tuple[str, str], Finding]:
+    """The last observation's findings, after remembering all of them in order."""
+    memory = Memory(started_ms=started, reach_ms=400_000)
+    out: list[Finding] = []
+    for o in observations:
+        memory.remember(o)
+        out = evaluate(o, memory, cfg)
+    return {(x.rule, x.subject): x for x in out}
+
+
+def server(name: str = "B", *, last: int | None = T0, dropped: int = 0, players: int | None = None) -> ServerObs:
+    return ServerObs(name=name, last_arrival_ms=last, dropped=dropped, players=players)
+
+
+@pytest.mark.parametrize(("age", "behind", "active", "held"), [
+    (59_999, 0, False, False),
+    (60_000, 0, True, False),  # "silent for 60 s" includes 60 s exactly
+    (600_000, 0, True, False),
+    (600_000, 60_000, True, True),  # the pipeline 60 s behind: B's newer events may be waiting
+])
+def test_server_silent(age: int, behind: int, active: bool, held: bool) -> None:
+    got = findings([obs(T0, servers=(server(last=T0 - age),), pipelines=(pipeline(behind=behind),))])
+    f = got[("server_silent", "B")]
+    assert (f.active, f.held is not None) == (active, held)
+    assert f.value == age / 1000
+
+
+@pytest.mark.parametrize(("dropped_then", "dropped_now", "watched_ms", "active"), [
+    (0, 100, 60_000, False),  # exactly the threshold is not above it
+    (0, 101, 60_000, True),
+    (1_000, 1_101, 61_000, True),
+    (0, 500, 59_999, None),  # less than a minute watched: cannot tell
+    (500, 10, 60_000, None),  # the totals started again (Redis lost its data)
+])
+def test_late_drops(dropped_then: int, dropped_now: int, watched_ms: int, active: bool | None) -> None:
+    seq = [obs(T0 - watched_ms, servers=(server(dropped=dropped_then),)),
+           obs(T0, servers=(server(dropped=dropped_now),))]
+    assert findings(seq)[("late_drops", "B")].active is active
+
+
+@pytest.mark.parametrize(("behind", "active"), [(6_000, False), (6_001, True), (0, False)])
+def test_freshness_is_above_the_trigger_plus_the_margin(behind: int, active: bool) -> None:
+    assert findings([obs(T0, pipelines=(pipeline(behind=behind, waiting=5),))])[("freshness", MAIN)].active is active
+
+
+@pytest.mark.parametrize(("wm_then", "wm_now", "acc_then", "acc_now", "watched_ms", "active"), [
+    (T0 - 90_000, T0 - 90_000, 10, 11, 60_000, True),  # unmoved for exactly `after` while an event came
+    (T0 - 90_000, T0 - 90_000, 10, 10, 60_000, False),  # unmoved, but nothing came either
+    (T0 - 90_000, T0 - 89_000, 10, 500, 60_000, False),  # moving
+    (T0 - 90_000, T0 - 90_000, 10, 500, 59_999, None),  # not watched for `after` yet
+])
+def test_watermark_flat(wm_then: int, wm_now: int, acc_then: int, acc_now: int, watched_ms: int,
+                        active: bool | None) -> None:
+    seq = [obs(T0 - watched_ms, pipelines=(pipeline("lane", watermark=wm_then, accepted=acc_then),)),
+           obs(T0, pipelines=(pipeline("lane", watermark=wm_now, accepted=acc_now),))]
+    assert findings(seq)[("watermark_flat", "lane")].active is active
+
+
+@pytest.mark.parametrize(("ahead", "active"), [(30_000, False), (30_001, True), (-5_000, False)])
+def test_watermark_jump_is_measured_against_now_minus_the_delay(ahead: int, active: bool) -> None:
+    p = pipeline(watermark=T0 - 30_000 + ahead, delay=30_000)
+    assert findings([obs(T0, pipelines=(p,))])[("watermark_jump", MAIN)].active is active
+
+
+def test_redis_unreachable_is_the_only_finding_without_redis() -> None:
+    got = findings([Observation(at_ms=T0, redis_error="ConnectionError: refused")])
+    assert list(got) == [("redis_unreachable", "")] and got[("redis_unreachable", "")].active is True
+    assert findings([obs(T0)])[("redis_unreachable", "")].active is False
+
+
+def online(at: int, batch: int, n: int, causes: dict | None = None) -> OnlineSample:
+    return OnlineSample(batch=batch, at_ms=at, counts={"B": n}, causes={"B": causes or {}})
+
+
+def drop_seq(peak: int, now_count: int, *, last_arrival: int = T0, behind: int = 0) -> list[Observation]:
+    return [obs(T0 - 120_000, servers=(server(last=T0 - 120_000),), online=(online(T0 - 120_000, 1, peak),)),
+            obs(T0, servers=(server(last=last_arrival),), pipelines=(pipeline(behind=behind),),
+                online=(online(T0, 2, now_count, {"logout": peak - now_count}),))]
+
+
+@pytest.mark.parametrize(("peak", "now", "active"), [
+    (100, 50, False),  # down exactly 50 %: not more than 50 %
+    (100, 49, True),
+    (19, 0, False),  # a peak under min_players (20) is not judged
+    (20, 0, True),
+    (100, 100, False),
+])
+def test_players_drop_threshold(peak: int, now: int, active: bool) -> None:
+    f = findings(drop_seq(peak, now))[("players_drop", "B")]
+    assert (f.active, f.held) == (active, None)
+
+
+def test_players_drop_says_who_left_how() -> None:
+    f = findings(drop_seq(350, 70))[("players_drop", "B")]
+    assert f.summary == "B: 70 players online, down 80 % from 350 within 5 min (280 logged out, 0 timed out)"
+
+
+def test_players_drop_falls_out_of_the_window() -> None:
+    """A peak older than `within` no longer counts."""
+    cfg = replace(CFG, players_drop=replace(CFG.players_drop, within_ms=100_000))
+    assert findings(drop_seq(100, 10), cfg)[("players_drop", "B")].active is False
+
+
+@pytest.mark.parametrize(("last_arrival", "behind", "online_behind", "why"), [
+    (T0 - 15_000, 0, 0, "no event from B for 15.0 s"),  # quiet for exactly `quiet`
+    (T0, 7_000, 0, "the pipeline is behind by 7.0 s"),  # over trigger (1 s) + 5 s
+    (T0, 0, 7_000, "the pipeline is behind by 7.0 s"),  # the online view behind counts the same
+])
+def test_players_drop_on_delayed_data_is_held_and_says_so(last_arrival: int, behind: int, online_behind: int,
+                                                         why: str) -> None:
+    seq = drop_seq(100, 0, last_arrival=last_arrival, behind=behind)
+    seq[-1] = replace(seq[-1], online_behind_ms=online_behind)
+    f = findings(seq)[("players_drop", "B")]
+    assert f.active is True and f.held is not None and f.held.startswith(why)
+
+
+@pytest.mark.parametrize(("trail", "held"), [(14_999, False), (15_000, True)])
+def test_players_drop_is_held_while_the_servers_events_trail_the_others(trail: int, held: bool) -> None:
+    """Events arriving, but late: B's newest event time trails A's by `lag` or more."""
+    seq = drop_seq(100, 0)
+    seq[-1] = replace(seq[-1], servers=(ServerObs("A", T0, newest_event_ms=T0),
+                                        ServerObs("B", T0, newest_event_ms=T0 - trail)))
+    f = findings(seq)[("players_drop", "B")]
+    assert f.active is True and (f.held is not None) == held
+    if held:
+        assert f.held == ("B's newest event is 15.0 s behind the other servers': its events arrive late, and its "
+                          "players time out behind the watermark the others move")
+
+
+def test_players_drop_stays_held_while_the_data_settles() -> None:
+    memory = Memory(started_ms=T0 - 3_600_000, reach_ms=400_000)
+    quiet = obs(T0 - 20_000, servers=(server(last=T0 - 40_000),))
+    note_delays(quiet, memory, CFG)
+    back = obs(T0 - 20_000 + 29_999, servers=(server(last=T0),))
+    assert note_delays(back, memory, CFG)["B"].startswith("B's events caught up 30.0 s ago")
+    settled = obs(T0 - 20_000 + 30_000, servers=(server(last=T0),))
+    assert "B" not in note_delays(settled, memory, CFG)
+
+
+def test_a_monitor_just_started_settles_first() -> None:
+    f = findings(drop_seq(100, 0), started=T0 - 10_000)[("players_drop", "B")]
+    assert f.held == "the monitor started 10.0 s ago: still settling"

@@ -1,0 +1,206 @@
+"""Alerts end to end with real parts: the job, the following generator, the monitor, a real HTTP receiver for
+the webhook and Debian's Prometheus scraping /metrics with the equivalent rules. Scenarios switched on the lab's
+control fire the right alert on the Alerts page, at the webhook and in Prometheus, and resolve when they end;
+a server whose events stop is never taken for players leaving.
+
+The scenarios run on a faster clock (``--timeline-scale``): an outage 6 s after the switch, for 18 s."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+import urllib.request
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import redis
+from streamlit.testing.v1 import AppTest
+
+from tests.procs import Proc
+from tests.receiver import Receiver, alert_line, receiving
+from watermark.alerting.config import AlertConfig
+from watermark.alerting.promrules import prometheus_rules
+from watermark.apps.control import write_control
+from watermark.schema.keys import KeySchema
+from watermark.store.alert_store import read_alerts
+from watermark.store.redis_server import RedisServer, free_port
+
+pytestmark = [pytest.mark.spark,
+              pytest.mark.skipif(shutil.which("prometheus") is None, reason="Debian's prometheus is not installed")]
+
+ROOT = Path(__file__).resolve().parents[2]
+CONFIG = """
+[players_drop]
+within = "20s"
+min_players = 10
+quiet = "3s"
+lag = "6s"
+settle = "6s"
+for = "2s"
+clear = "4s"
+[server_silent]
+after = "4s"
+clear = "2s"
+[late_drops]
+per_minute = 20
+clear = "2s"
+[freshness]
+above_trigger = "30s"
+[watermark_flat]
+after = "1m"
+[watermark_jump]
+ahead = "1m"
+[webhook]
+url = "{url}"
+max_backoff = "2s"
+"""
+
+
+def until(check: Callable[[], object], timeout: float, what: str, every: float = 0.5) -> object:
+    """Polls a condition on live processes (Prometheus' API has nothing to block on) until it holds."""
+    deadline = time.monotonic() + timeout
+    while (got := check()) in (None, False, [], {}):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout:.0f} s: {what}")
+        time.sleep(every)
+    return got
+
+
+def prom_alerts(port: int) -> list[tuple[str, str, str]]:
+    """(state, alertname, subject) of every alert Prometheus has pending or firing."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/alerts", timeout=5) as resp:
+        doc = json.load(resp)
+    return [(a["state"], a["labels"]["alertname"], a["labels"].get("server") or a["labels"].get("pipeline", ""))
+            for a in doc["data"]["alerts"]]
+
+
+def prometheus(tmp: Path, metrics_port: int, cfg: AlertConfig, log_dir: Path) -> tuple[Proc, int]:
+    rules = tmp / "rules.yml"
+    rules.write_text(prometheus_rules(cfg))
+    conf = tmp / "prometheus.yml"
+    conf.write_text(f"global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nrule_files: [{rules}]\n"
+                    f"scrape_configs:\n  - job_name: watermark\n    static_configs:\n"
+                    f"      - targets: ['127.0.0.1:{metrics_port}']\n")
+    port = free_port()
+    proc = Proc("prometheus", ["prometheus", f"--config.file={conf}", f"--storage.tsdb.path={tmp / 'tsdb'}",
+                               f"--web.listen-address=127.0.0.1:{port}"], {}, log_dir)
+    proc.wait_for("Server is ready to receive web requests", timeout=60)
+    return proc, port
+
+
+class Stack:
+    def __init__(self, tmp: Path, hook: Receiver) -> None:
+        self.tmp = tmp
+        self.server = RedisServer(data_dir=str(tmp / "redis"), port=free_port())
+        self.server.start()
+        self.ns = f"alerts-{uuid.uuid4().hex[:6]}"
+        self.keys = KeySchema(self.ns)
+        self.client = redis.Redis.from_url(self.server.url, socket_timeout=30)
+        env = {"REDIS_URL": self.server.url, "PIPELINE_NAMESPACE": self.ns, "WINDOW": "10s",
+               "WATERMARK_DELAY": "2s", "TRIGGER_INTERVAL": "1s", "ONLINE_TIMEOUT": "4s",
+               "CHECKPOINT_DIR": str(tmp / "ck"), "SPARK_MASTER": "local[2]", "KNOWN_SERVERS": "A,B,C",
+               "LAB_LANES": ""}
+        self.env = env
+        (tmp / "alerts.toml").write_text(CONFIG.format(url=hook.url))
+        self.cfg = AlertConfig.load(str(tmp / "alerts.toml"))
+        self.metrics_port = free_port()
+        self.procs = [Proc.python("job", ["watermark.apps.job"], env, tmp)]
+        self.procs[0].wait_for(rf"query watermark-{self.ns} running", timeout=240)
+        write_control(self.client, self.keys, scenario="steady", rate=200, running=True, now_ms=_now())
+        self.procs.append(Proc.python("generator", ["watermark.apps.generator", "--follow", "--timeline-scale", "0.2"],
+                                      env, tmp))
+        self.procs.append(Proc.python("monitor", ["watermark.apps.monitor", "--config", str(tmp / "alerts.toml"),
+                                                  "--port", str(self.metrics_port), "--interval", "0.5"], env, tmp))
+        self.procs[-1].wait_for("monitor: /metrics on", timeout=60)
+        prom, self.prom_port = prometheus(tmp, self.metrics_port, self.cfg, tmp)
+        self.procs.append(prom)
+
+    def switch(self, scenario: str) -> None:
+        write_control(self.client, self.keys, scenario=scenario, now_ms=_now())
+
+    def alert(self, key: str) -> str | None:
+        state = read_alerts(self.client, self.keys).get(key)
+        return None if state is None else state.status
+
+    def page(self) -> AppTest:
+        at = AppTest.from_file(str(ROOT / "dashboard" / "views" / "alerts.py"), default_timeout=60)
+        return at.run()
+
+    def close(self) -> None:
+        for p in reversed(self.procs):
+            p.stop()
+        self.server.stop()
+
+
+def _now() -> int:
+    return int(time.time() * 1000)
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Stack, Receiver]]:
+    with receiving() as hook:
+        s = Stack(tmp_path_factory.mktemp("alerts-e2e"), hook)
+        try:
+            client = s.client
+            assert client.xread({s.keys.presence_commits: "0-0"}, block=180_000), "the online view committed nothing"
+            yield s, hook
+        finally:
+            s.close()
+
+
+def page_text(s: Stack, monkeypatch: pytest.MonkeyPatch) -> str:
+    monkeypatch.setenv("REDIS_URL", s.server.url)
+    monkeypatch.setenv("PIPELINE_NAMESPACE", s.ns)
+    at = s.page()
+    assert not at.exception, at.exception
+    parts = [e.value for e in (*at.error, *at.success, *at.warning, *at.info)]
+    parts += [df.value.to_csv() for df in at.dataframe]
+    return "\n".join(str(p) for p in parts)
+
+
+def fired(hook: Receiver, status: str, name: str, subject: str, timeout: float) -> None:
+    hook.wait_for(lambda bodies: (status, name, subject) in [alert_line(b) for b in bodies], timeout,
+                  f"{status} {name} {subject}")
+
+
+def test_a_silent_server_fires_server_silent_everywhere_and_never_a_players_drop(
+        stack: tuple[Stack, Receiver], monkeypatch: pytest.MonkeyPatch) -> None:
+    s, hook = stack
+    s.switch("idle-server")  # B produces nothing from 6 s to 24 s
+    fired(hook, "firing", "ServerSilent", "B", timeout=90)
+    until(lambda: ("firing", "ServerSilent", "B") in prom_alerts(s.prom_port), 30, "Prometheus fires ServerSilent")
+    text = page_text(s, monkeypatch)
+    assert "ServerSilent" in text and "server B" in text and "alert firing" in text, text
+    # B's players time out behind the watermark A and C move: held, said so, not a page
+    until(lambda: s.alert("players_drop|B") == "held", 30, "players_drop on B held while B is silent")
+    fired(hook, "resolved", "ServerSilent", "B", timeout=60)
+    until(lambda: ("firing", "ServerSilent", "B") not in prom_alerts(s.prom_port), 30, "Prometheus resolves it")
+    s.switch("steady")
+    assert ("firing", "PlayersDrop", "B") not in [alert_line(b) for b in hook.bodies], hook.bodies
+    assert "resolved after" in page_text(s, monkeypatch)
+
+
+def test_players_leaving_fire_players_drop_and_resolve_when_they_return(
+        stack: tuple[Stack, Receiver], monkeypatch: pytest.MonkeyPatch) -> None:
+    s, hook = stack
+    s.switch("players-leave")  # 80 % of B's players log out from 6 s to 24 s
+    fired(hook, "firing", "PlayersDrop", "B", timeout=90)
+    until(lambda: ("firing", "PlayersDrop", "B") in prom_alerts(s.prom_port), 30, "Prometheus fires PlayersDrop")
+    assert "PlayersDrop" in page_text(s, monkeypatch)
+    fired(hook, "resolved", "PlayersDrop", "B", timeout=90)
+    s.switch("steady")
+    firings = [b for b in hook.bodies if alert_line(b) == ("firing", "PlayersDrop", "B")]
+    assert len(firings) == 1, "one firing, one notice"
+
+
+def test_a_late_burst_fires_late_drops_and_resolves_after_it(stack: tuple[Stack, Receiver]) -> None:
+    s, hook = stack
+    s.switch("late-burst")  # C's events partly 24-60 s late: behind the 2 s delay, every 10 s window closed
+    fired(hook, "firing", "LateDrops", "C", timeout=150)
+    until(lambda: ("firing", "LateDrops", "C") in prom_alerts(s.prom_port), 60, "Prometheus fires LateDrops")
+    s.switch("steady")
+    fired(hook, "resolved", "LateDrops", "C", timeout=150)
+    until(lambda: ("firing", "LateDrops", "C") not in prom_alerts(s.prom_port), 60, "Prometheus resolves it")

@@ -1,0 +1,125 @@
+"""The alerts through a real redis-server and a real HTTP receiver: one transaction per round, the webhook's
+retries with backoff, nothing sent twice, nothing lost across a restart."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+
+import redis
+
+from tests.receiver import alert_line, receiving
+from watermark.alerting.conditions import Finding
+from watermark.alerting.config import Timing
+from watermark.alerting.lifecycle import Decision, Notice, step_all
+from watermark.apps.notify import Notifier, Outgoing
+from watermark.schema.keys import KeySchema
+from watermark.store.alert_store import apply_decision, read_alert_view, read_alerts, read_outbox
+
+T0 = 1_800_000_000_000
+NOW = lambda: T0  # noqa: E731 - the injected clock
+
+
+def keys() -> KeySchema:
+    return KeySchema(f"alerts-{uuid.uuid4().hex[:8]}")
+
+
+def fire(subject: str = "B", at: int = T0) -> Decision:
+    return step_all({}, [Finding("server_silent", subject, True, 61.0, f"no event from {subject}")], at,
+                    {"server_silent": Timing(0, 0)})
+
+
+def notifier(url: str, r: redis.Redis, k: KeySchema, max_backoff_ms: int = 40) -> Notifier:
+    return Notifier(url, r, k, external_url="http://dash", timeout_ms=2_000, max_backoff_ms=max_backoff_ms, clock=NOW)
+
+
+def test_a_round_is_one_transaction_of_alerts_history_and_outbox(r: redis.Redis) -> None:
+    k = keys()
+    d = fire()
+    sent = apply_decision(r, k, d, T0, outbox=True)
+    assert [n.status for _, n in sent] == ["firing"] and read_outbox(r, k) == sent
+    assert read_alerts(r, k) == d.states
+    view = read_alert_view(r, k, T0)
+    assert [n.id for n in view.history] == [d.notices[0].id] and view.round_ms == T0 and view.webhook.waiting == 1
+    # the alert resolves: the hash loses it, the history gains the resolve
+    d2 = step_all(d.states, [Finding("server_silent", "B", False)], T0 + 5, {"server_silent": Timing(0, 0)})
+    apply_decision(r, k, d2, T0 + 5, outbox=False)
+    assert read_alerts(r, k) == {} and [n.status for n in read_alert_view(r, k, T0 + 5).history] == [
+        "firing", "resolved"]
+
+
+def test_history_keeps_a_day(r: redis.Redis) -> None:
+    k = keys()
+    apply_decision(r, k, fire("A", T0), T0, outbox=False)
+    day_later = T0 + 86_400_000 + 1
+    apply_decision(r, k, fire("B", day_later), day_later, outbox=False)
+    assert [n.subject for n in read_alert_view(r, k, day_later).history] == ["B"]
+
+
+def test_the_webhook_retries_with_backoff_and_delivers_each_notice_once(r: redis.Redis) -> None:
+    k = keys()
+    with receiving(statuses=[503, 500]) as hook:
+        n = notifier(hook.url, r, k)
+        ((oid, notice),) = apply_decision(r, k, fire(), T0, outbox=True)
+        assert n.deliver(Outgoing(notice, oid)) is True
+        assert hook.attempts == 3 and [alert_line(b) for b in hook.bodies] == [("firing", "ServerSilent", "B")]
+    view = read_alert_view(r, k, T0)
+    assert view.webhook.delivered == 1 and view.webhook.failures == 2 and view.webhook.waiting == 0
+    assert "HTTP Error 500" in (view.webhook.last_error or "")
+
+
+def test_a_rejected_notice_is_dropped_with_the_error_recorded_not_retried_forever(r: redis.Redis) -> None:
+    k = keys()
+    with receiving(statuses=[400]) as hook:
+        ((oid, notice),) = apply_decision(r, k, fire(), T0, outbox=True)
+        assert notifier(hook.url, r, k).deliver(Outgoing(notice, oid)) is False
+        assert hook.attempts == 1
+    view = read_alert_view(r, k, T0)
+    assert view.webhook.waiting == 0 and "rejected, not retried: HTTP 400" in (view.webhook.last_error or "")
+
+
+def test_what_was_owed_at_a_stop_is_sent_after_the_restart_and_only_that(r: redis.Redis) -> None:
+    k = keys()
+    with receiving() as hook:
+        first = apply_decision(r, k, fire("A"), T0, outbox=True)
+        second = apply_decision(r, k, fire("B"), T0 + 1, outbox=True)
+        n = notifier(hook.url, r, k)
+        n.deliver(Outgoing(first[0][1], first[0][0]))  # delivered before the stop; B's was still owed
+        owed = read_outbox(r, k)  # what a restarted monitor reads back
+        assert [x.subject for _, x in owed] == ["B"] and owed == second
+        restarted = notifier(hook.url, r, k)
+        restarted.start()
+        for oid, x in owed:
+            restarted.offer(Outgoing(x, oid))
+        bodies = hook.wait_for(lambda b: len(b) == 2, 10, "both notices")
+        restarted.close()
+    assert [alert_line(b) for b in bodies] == [("firing", "ServerSilent", "A"), ("firing", "ServerSilent", "B")]
+    assert read_outbox(r, k) == []
+
+
+def test_an_unreachable_receiver_never_blocks_the_caller(r: redis.Redis) -> None:
+    """offer() returns at once; the thread keeps retrying until closed, and the notice stays owed."""
+    k = keys()
+    ((oid, notice),) = apply_decision(r, k, fire(), T0, outbox=True)
+    failed = threading.Event()
+
+    class Watched(Notifier):
+        def _failed(self, error: str) -> None:
+            super()._failed(error)
+            failed.set()
+
+    n = Watched("http://127.0.0.1:9/none", r, k, external_url="", timeout_ms=2_000, max_backoff_ms=20, clock=NOW)
+    n.start()  # port 9: nothing listens
+    n.offer(Outgoing(notice, oid))
+    assert failed.wait(30), "no delivery attempt"
+    n.close()
+    assert [x.id for _, x in read_outbox(r, k)] == [notice.id]
+    assert read_alert_view(r, k, T0).webhook.failures >= 1
+
+
+def test_notice_round_trips_through_the_history(r: redis.Redis) -> None:
+    k = keys()
+    d = fire()
+    apply_decision(r, k, d, T0, outbox=False)
+    (back,) = read_alert_view(r, k, T0).history
+    assert back == d.notices[0] and isinstance(back, Notice)

@@ -1,0 +1,82 @@
+"""The monitor's rounds against a real redis-server, with time passed in: Redis going away and coming back, and a
+restart in the middle of a firing (no Spark)."""
+
+from __future__ import annotations
+
+import queue
+import uuid
+
+import redis
+
+from watermark.alerting.config import AlertConfig
+from watermark.apps.monitor import Monitor, load_config, monitor_client, shown_url
+from watermark.apps.notify import Notifier, Outgoing
+from watermark.schema.keys import KeySchema
+from watermark.store.alert_store import read_alert_view, read_alerts
+from watermark.store.redis_server import free_port
+
+T0 = 1_800_000_000_000
+
+
+class Collecting(Notifier):
+    """A notifier that is never started: what the monitor hands it stays in its queue to be looked at."""
+
+    def taken(self) -> list[Outgoing]:
+        out = []
+        while True:
+            try:
+                item = self.queue.get_nowait()
+            except queue.Empty:
+                return out
+            assert item is not None
+            out.append(item)
+
+
+def monitor(client: redis.Redis, keys: KeySchema, started: int = T0) -> tuple[Monitor, Collecting]:
+    n = Collecting("http://127.0.0.1:9/", client, keys, external_url="", timeout_ms=1_000, max_backoff_ms=1_000)
+    return Monitor(client, keys, AlertConfig(), started, n), n
+
+
+def test_redis_away_fires_from_memory_and_the_history_gets_it_when_redis_is_back(redis_url: str) -> None:
+    keys = KeySchema(f"mon-{uuid.uuid4().hex[:8]}")
+    dead = monitor_client(f"redis://127.0.0.1:{free_port()}/0")
+    m, n = monitor(dead, keys)
+    assert m.round(T0).notices == ()  # pending: RedisUnreachable waits 5 s
+    d = m.round(T0 + 5_000)
+    assert [(x.status, x.alertname) for x in d.notices] == [("firing", "RedisUnreachable")]
+    assert [(o.notice.alertname, o.outbox_id) for o in n.taken()] == [("RedisUnreachable", None)]  # sent from memory
+    m.client = redis.Redis.from_url(redis_url)  # Redis answers again
+    m.round(T0 + 6_000)
+    d = m.round(T0 + 11_000)  # gone for its clear (5 s): resolved, through the outbox now
+    assert [(x.status, x.alertname) for x in d.notices] == [("resolved", "RedisUnreachable")]
+    assert [(o.notice.status, o.outbox_id is not None) for o in n.taken()] == [("resolved", True)]
+    history = read_alert_view(m.client, keys, T0 + 11_000).history
+    assert [(x.status, x.alertname) for x in history] == [("firing", "RedisUnreachable"),
+                                                          ("resolved", "RedisUnreachable")]
+
+
+def test_a_restarted_monitor_continues_the_firing_and_owes_what_was_not_delivered(redis_url: str) -> None:
+    client = redis.Redis.from_url(redis_url)
+    keys = KeySchema(f"mon-{uuid.uuid4().hex[:8]}")
+    dead = monitor_client(f"redis://127.0.0.1:{free_port()}/0")
+    first, _ = monitor(dead, keys)
+    first.round(T0)
+    first.round(T0 + 5_000)
+    first.client = client
+    first.round(T0 + 5_500)  # written: the alert firing, its notice in the history, nothing owed (sent from memory)
+    assert read_alerts(client, keys)["redis_unreachable|"].status == "firing"
+
+    again, n = monitor(client, keys, started=T0 + 6_000)
+    assert again.round(T0 + 6_000).notices == ()  # read back first: nothing fired again
+    assert again.states == read_alerts(client, keys) and n.taken() == []  # and nothing owed
+    assert [x.status for x in again.round(T0 + 11_000).notices] == ["resolved"]
+
+
+def test_the_webhook_address_shown_keeps_no_secret(monkeypatch: object) -> None:
+    assert shown_url("https://user:pw@hooks.example:8443/alert/x?token=s3cret") == "https://hooks.example:8443/alert/x"
+    assert shown_url("") == ""
+
+
+def test_the_environment_names_the_webhook(monkeypatch) -> None:  # noqa: ANN001 - pytest's MonkeyPatch
+    monkeypatch.setenv("ALERT_WEBHOOK_URL", "http://127.0.0.1:9/hook")
+    assert load_config("ops/alerts.toml").webhook.url == "http://127.0.0.1:9/hook"

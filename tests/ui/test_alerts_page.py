@@ -1,0 +1,116 @@
+"""The Alerts page under Streamlit's AppTest against a real Redis holding what a monitor wrote, and its rows and
+timeline as tables (no Spark)."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+import redis
+from streamlit.testing.v1 import AppTest
+
+from dashboard.alertview import Span, alert_rows, spans
+from tests.paths import APP
+from watermark.alerting.conditions import Finding
+from watermark.alerting.config import Timing
+from watermark.alerting.lifecycle import AlertState, Notice, step_all
+from watermark.schema.keys import KeySchema
+from watermark.store.alert_store import acknowledge, apply_decision, record_failure
+
+T0 = 1_800_000_000_000
+TIMING = {r: Timing(0, 0) for r in ("server_silent", "players_drop", "late_drops")}
+
+
+def notice(status: str, subject: str, start: int, at: int) -> Notice:
+    return Notice(status=status, rule="server_silent", subject=subject, starts_at_ms=start, at_ms=at,  # type: ignore[arg-type]
+                  ends_at_ms=at if status == "resolved" else None)
+
+
+@pytest.mark.parametrize(("history", "firing", "want"), [
+    # a firing paired with its resolve by alert and start
+    ([notice("firing", "B", T0, T0), notice("resolved", "B", T0, T0 + 9_000)], [],
+     [Span("ServerSilent · B", "warning", T0, T0 + 9_000, False)]),
+    # still firing: reaches now
+    ([notice("firing", "B", T0, T0)], [], [Span("ServerSilent · B", "warning", T0, T0 + 60_000, True)]),
+    # fired over a day ago, resolved since: starts a day ago
+    ([notice("resolved", "B", T0 - 90_000_000, T0)], [],
+     [Span("ServerSilent · B", "warning", T0 + 60_000 - 86_400_000, T0, False)]),
+    # two firings of one alert stay two spans
+    ([notice("firing", "A", T0, T0), notice("resolved", "A", T0, T0 + 1_000), notice("firing", "A", T0 + 5_000,
+                                                                                     T0 + 5_000)], [],
+     [Span("ServerSilent · A", "warning", T0, T0 + 1_000, False),
+      Span("ServerSilent · A", "warning", T0 + 5_000, T0 + 60_000, True)]),
+])
+def test_spans_pair_each_firing_with_its_resolve(history: list[Notice], firing: list[AlertState],
+                                                 want: list[Span]) -> None:
+    assert spans(history, firing, T0 + 60_000) == want
+
+
+def test_rows_put_critical_first_and_say_since_when() -> None:
+    d = step_all({}, [Finding("server_silent", "B", True, 5.0, "no event from B for 5s"),
+                      Finding("players_drop", "C", True, 80.0, "C: 10 players online, down 80 %")], T0, TIMING)
+    rows = alert_rows(list(d.states.values()), T0 + 65_000)
+    assert [r["Alert"] for r in rows] == ["PlayersDrop", "ServerSilent"]
+    assert rows[0]["Since"] == "08:00:00 UTC (1 min 5 s)" and rows[0]["About"] == "server C"
+    assert set(rows[0]) == {"Alert", "Severity", "About", "Since", "What"}
+
+
+@pytest.fixture()
+def seeded_alerts(redis_url: str, monkeypatch: pytest.MonkeyPatch) -> KeySchema:
+    keys = KeySchema(f"page-{uuid.uuid4().hex[:8]}")
+    client = redis.Redis.from_url(redis_url)
+    silent = step_all({}, [Finding("server_silent", "A", True, 70.0, "no event from A for 1m10s")], T0 - 600_000,
+                      TIMING)
+    ((first_id, _),) = apply_decision(client, keys, silent, T0 - 600_000, outbox=True)
+    resolved = step_all(silent.states, [Finding("server_silent", "A", False)], T0 - 300_000, TIMING)
+    apply_decision(client, keys, resolved, T0 - 300_000, outbox=True)
+    now = step_all(resolved.states, [
+        Finding("players_drop", "B", True, 80.0, "B: 70 players online, down 80 % from 350 within 5m"),
+        Finding("players_drop", "C", True, 100.0, "C: 0 players online, down 100 % from 90 within 5m",
+                held="no event from C for 45s: its players time out while its events are delayed")], T0, TIMING)
+    apply_decision(client, keys, now, T0, outbox=True)
+    client.hset(keys.alerts_webhook, "url", "http://hooks.example/alerts")
+    acknowledge(client, keys, first_id, T0 - 599_000)
+    record_failure(client, keys, "HTTP Error 503: Service Unavailable", T0 - 1_000)
+    monkeypatch.setenv("REDIS_URL", redis_url)
+    monkeypatch.setenv("PIPELINE_NAMESPACE", keys.namespace)
+    return keys
+
+
+def run_alerts(now_ms: int) -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.session_state["now_ms"] = now_ms
+    at.run()
+    at.switch_page("views/alerts.py").run()
+    assert not at.exception, at.exception
+    return at
+
+
+def test_the_page_shows_firing_held_history_and_the_webhook(seeded_alerts: KeySchema) -> None:
+    at = run_alerts(T0 + 2_000)
+    assert [e.value for e in at.error] == ["1 alert firing: PlayersDrop."]
+    firing, held, history = (df.value for df in at.dataframe)
+    assert list(firing["Alert"]) == ["PlayersDrop"] and list(firing["About"]) == ["server B"]
+    assert list(held["Held because"]) == ["no event from C for 45s: its players time out while its events are "
+                                          "delayed"]
+    assert list(history["Event"]) == ["fired", "resolved after 5 min", "fired"]
+    captions = " ".join(c.value for c in at.caption)
+    assert "Webhook http://hooks.example/alerts: 1 delivered, 2 waiting to be delivered; last attempt failed at " \
+           "07:59:59 UTC: HTTP Error 503: Service Unavailable (retrying with backoff)." in captions
+    for df in (firing, held, history):  # operator words, not field names
+        assert not [c for c in df.columns if "_" in c], df.columns
+
+
+def test_a_stopped_monitor_is_said_in_words(seeded_alerts: KeySchema) -> None:
+    at = run_alerts(T0 + 600_000)
+    assert any("The monitor last evaluated at 08:00:00 UTC, 10 min ago: is `wm-monitor` running?" in w.value
+               for w in at.warning)
+
+
+def test_no_monitor_yet_and_nothing_fired_are_said_in_words(redis_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("REDIS_URL", redis_url)
+    monkeypatch.setenv("PIPELINE_NAMESPACE", f"none-{uuid.uuid4().hex[:6]}")
+    at = run_alerts(T0)
+    assert [w.value for w in at.warning] == [
+        "No monitor has evaluated alerts for this pipeline yet. `./run.sh` starts one (`wm-monitor`)."]
+    assert [i.value for i in at.info] == ["No alert has fired in the last day."]

@@ -1,0 +1,212 @@
+"""The alert rules: each turns an observation (and the memory of earlier ones) into findings, one per subject.
+
+A finding says whether the rule's condition holds now (``active``), or that it cannot tell (``None``: not
+enough history yet), and, where the data it would judge is delayed rather than wrong, why (``held``): a
+players-drop while a server's events are late says so instead of paging. What fires and when is
+:mod:`watermark.alerting.lifecycle`'s business; here is only the condition, with its edges:
+
+==================  ======================================================================  ===============
+rule                condition                                                                held while
+==================  ======================================================================  ===============
+players_drop        online fell by more than ``percent`` of its peak within ``within``        server quiet or
+                    (peak at least ``min_players``)                                          trailing, pipeline
+                                                                                             behind, settling
+server_silent       no event from the server for ``after`` or longer                          pipeline behind
+late_drops          more than ``per_minute`` events dropped as late in the last minute         -
+freshness           oldest waiting entry waited more than trigger + ``above_trigger``         -
+watermark_flat      watermark unchanged for ``after`` or longer while events were accepted     -
+watermark_jump      watermark more than ``ahead`` ahead of now minus the delay                 -
+redis_unreachable   Redis could not be read                                                  -
+==================  ======================================================================  ===============
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import cast
+
+from watermark.alerting.config import AlertConfig
+from watermark.alerting.observation import MAIN, Memory, Observation, OnlineSample, PipelineObs, ServerObs
+from watermark.schema.timeutil import clock, human_ms
+
+MINUTE_MS = 60_000
+
+RULES: dict[str, tuple[str, str]] = {
+    "players_drop": ("PlayersDrop", "critical"),
+    "server_silent": ("ServerSilent", "warning"),
+    "late_drops": ("LateDrops", "warning"),
+    "freshness": ("PipelineBehind", "warning"),
+    "watermark_flat": ("WatermarkFlat", "warning"),
+    "watermark_jump": ("WatermarkJump", "warning"),
+    "redis_unreachable": ("RedisUnreachable", "critical"),
+}
+"""Rule -> (alert name, severity): the names Prometheus, Alertmanager and the Alerts page show."""
+
+SUBJECT_LABEL = {"players_drop": "server", "server_silent": "server", "late_drops": "server",
+                 "freshness": "pipeline", "watermark_flat": "pipeline", "watermark_jump": "pipeline",
+                 "redis_unreachable": ""}
+"""What a rule's subject is: its label name in notifications and in Prometheus."""
+
+
+@dataclass(frozen=True)
+class Finding:
+    rule: str
+    subject: str
+    active: bool | None
+    value: float | None = None
+    summary: str = ""
+    held: str | None = None
+
+
+def evaluate(obs: Observation, memory: Memory, cfg: AlertConfig) -> list[Finding]:
+    """Every rule's findings for one observation; ``memory`` must already hold it."""
+    if obs.redis_error is not None:
+        return [Finding("redis_unreachable", "", True, None, f"Redis could not be read: {obs.redis_error}")]
+    out = [Finding("redis_unreachable", "", False, None, "Redis answers")]
+    delays = note_delays(obs, memory, cfg)
+    for s in obs.servers:
+        out.append(server_silent(s, obs, cfg))
+        out.append(late_drops(s.name, memory, obs.at_ms, cfg))
+    out.extend(players_drop(server, memory, obs.at_ms, cfg, delays.get(server)) for server in _online_servers(memory))
+    main = obs.main
+    if main is not None:
+        out.append(freshness(main, cfg))
+    for p in obs.pipelines:
+        out.append(watermark_flat(p, memory, obs.at_ms, cfg))
+        out.append(watermark_jump(p, obs.at_ms, cfg))
+    return out
+
+
+def _behind_limit_ms(p: PipelineObs, cfg: AlertConfig) -> int:
+    return p.trigger_ms + cfg.freshness.above_trigger_ms
+
+
+def note_delays(obs: Observation, memory: Memory, cfg: AlertConfig) -> dict[str, str]:
+    """Per server, why its players online cannot be judged now (its events or the pipeline delayed, or just
+    caught up); records each delay in ``memory`` so the settling after it is known."""
+    now, pd = obs.at_ms, cfg.players_drop
+    main = obs.main
+    behind = max(main.behind_ms if main else 0, obs.online_behind_ms)
+    limit = _behind_limit_ms(main, cfg) if main else cfg.freshness.above_trigger_ms
+    out: dict[str, str] = {}
+    for server in sorted({*(s.name for s in obs.servers), *_online_servers(memory)}):
+        s = next((x for x in obs.servers if x.name == server), None)
+        if behind > limit:
+            why = (f"the pipeline is behind by {human_ms(behind)}: players time out before their events "
+                   "are read")
+        elif s is not None and s.last_arrival_ms is not None and now - s.last_arrival_ms >= pd.quiet_ms:
+            why = (f"no event from {server} for {human_ms(now - s.last_arrival_ms)}: its players time out "
+                   "while its events are delayed")
+        elif (trail := memory.trail_ms(server)) is not None and trail >= pd.lag_ms:
+            why = (f"{server}'s newest event is {human_ms(trail)} behind the other servers': its events "
+                   "arrive late, and its players time out behind the watermark the others move")
+        else:
+            why = ""
+        if why:
+            memory.mark_delayed(server, now, why)
+            out[server] = why
+            continue
+        since = memory.delayed_at.get(server)
+        if since is not None and now - since[0] < pd.settle_ms:
+            out[server] = (f"{server}'s events caught up {human_ms(now - since[0])} ago: its players come "
+                           "back with their next event")
+        elif now - memory.started_ms < pd.settle_ms:
+            out[server] = f"the monitor started {human_ms(now - memory.started_ms)} ago: still settling"
+    return out
+
+
+def _online_servers(memory: Memory) -> list[str]:
+    last = memory.online.last
+    names: set[str] = set()
+    for _, sample in memory.online.since(last[0] - memory.reach_ms) if last else []:
+        names.update(sample.counts)  # type: ignore[attr-defined]
+    return sorted(names)
+
+
+def players_drop(server: str, memory: Memory, now_ms: int, cfg: AlertConfig, held: str | None) -> Finding:
+    pd = cfg.players_drop
+    samples: list[OnlineSample] = [s for _, s in memory.online.since(now_ms - pd.within_ms)]  # type: ignore[misc]
+    if not samples:
+        return Finding("players_drop", server, None, None, "no online view batch within the window yet", held)
+    counts = [s.counts.get(server, 0) for s in samples]
+    peak_at = max(range(len(counts)), key=lambda i: (counts[i], -i))
+    peak, current = counts[peak_at], counts[-1]
+    drop = 0.0 if peak == 0 else (peak - current) * 100.0 / peak
+    causes = _left_by_cause(server, samples[peak_at + 1:])
+    summary = (f"{server}: {current:,} players online, down {drop:.0f} % from {peak:,} within "
+               f"{human_ms(pd.within_ms)}{causes}")
+    if peak < pd.min_players:
+        return Finding("players_drop", server, False, drop, f"{summary} (a peak under {pd.min_players} is not judged)",
+                       held)
+    return Finding("players_drop", server, drop > pd.percent, drop, summary, held)
+
+
+def _left_by_cause(server: str, samples: list[OnlineSample]) -> str:
+    logouts = sum(s.causes.get(server, {}).get("logout", 0) for s in samples)
+    timeouts = sum(s.causes.get(server, {}).get("timeout", 0) for s in samples)
+    return f" ({logouts:,} logged out, {timeouts:,} timed out)" if logouts or timeouts else ""
+
+
+def server_silent(s: ServerObs, obs: Observation, cfg: AlertConfig) -> Finding:
+    after = cfg.server_silent.after_ms
+    if s.last_arrival_ms is None:
+        return Finding("server_silent", s.name, None, None, f"no event from {s.name} committed yet")
+    age = max(0, obs.at_ms - s.last_arrival_ms)
+    main = obs.main
+    held = None
+    if main is not None and main.behind_ms >= after:
+        held = (f"the pipeline is behind by {human_ms(main.behind_ms)}: newer events of {s.name} may be "
+                "waiting")
+    return Finding("server_silent", s.name, age >= after, age / 1000,
+                   f"no event from {s.name} for {human_ms(age)} (last at {clock(s.last_arrival_ms)})",
+                   held)
+
+
+def late_drops(server: str, memory: Memory, now_ms: int, cfg: AlertConfig) -> Finding:
+    series = memory.dropped.get(server)
+    last = series.last if series else None
+    then = series.at_or_before(now_ms - MINUTE_MS) if series else None
+    if last is None or then is None:
+        return Finding("late_drops", server, None, None, "less than a minute watched")
+    n = int(last[1]) - int(then[1])  # type: ignore[call-overload]
+    if n < 0:  # the totals started again (Redis lost its data): a minute from now
+        return Finding("late_drops", server, None, None, "the totals started again")
+    return Finding("late_drops", server, n > cfg.late_drops.per_minute, float(n),
+                   f"{server}: {n:,} events dropped as late in the last minute")
+
+
+def freshness(p: PipelineObs, cfg: AlertConfig) -> Finding:
+    limit = _behind_limit_ms(p, cfg)
+    return Finding("freshness", p.name, p.behind_ms > limit, p.behind_ms / 1000,
+                   f"the oldest of {p.waiting:,} waiting entries has waited {human_ms(p.behind_ms)} "
+                   f"(trigger {human_ms(p.trigger_ms)})")
+
+
+def watermark_flat(p: PipelineObs, memory: Memory, now_ms: int, cfg: AlertConfig) -> Finding:
+    after = cfg.watermark_flat.after_ms
+    series = memory.watermarks.get(p.name)
+    then = series.at_or_before(now_ms - after) if series else None
+    if then is None or p.watermark_ms is None:
+        return Finding("watermark_flat", p.name, None, None, f"less than {human_ms(after)} watched")
+    then_wm, then_accepted = cast(tuple[int | None, int], then[1])
+    accepted = p.accepted - then_accepted
+    flat = then_wm == p.watermark_ms
+    return Finding("watermark_flat", p.name, flat and accepted > 0, (now_ms - then[0]) / 1000 if flat else 0.0,
+                   f"{p.name}: watermark at {clock(p.watermark_ms)}, "
+                   + (f"unmoved for {human_ms(now_ms - then[0])} while {accepted:,} events were accepted"
+                      if flat else "moving"))
+
+
+def watermark_jump(p: PipelineObs, now_ms: int, cfg: AlertConfig) -> Finding:
+    if p.watermark_ms is None:
+        return Finding("watermark_jump", p.name, None, None, "no watermark yet")
+    ahead = p.watermark_ms + p.delay_ms - now_ms
+    newest = f"; newest event time {clock(p.max_event_ms)}" if p.max_event_ms is not None else ""
+    return Finding("watermark_jump", p.name, ahead > cfg.watermark_jump.ahead_ms, ahead / 1000,
+                   f"{p.name}: watermark {human_ms(abs(ahead))} {'ahead of' if ahead >= 0 else 'behind'} "
+                   f"now minus the delay{newest}" + (": future-dated events pushed it; on-time events of the other "
+                                                     "servers count as late" if ahead > cfg.watermark_jump.ahead_ms
+                                                     else ""))
+
+
+__all__ = ["MAIN", "RULES", "Finding", "evaluate"]

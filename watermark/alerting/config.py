@@ -1,0 +1,240 @@
+"""The alerts' thresholds: one TOML file (``ops/alerts.toml`` ships the defaults), read once at start.
+
+Every threshold has a default, so a file only names what it changes; a misspelt section or key, a value of the
+wrong type or out of range fails at start with the file, the section and the key in the message, never later.
+Durations are written as the rest of the configuration writes them (``30s``, ``5m``, ``1h30m``).
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+from watermark.schema.config import ConfigError
+from watermark.schema.timeutil import format_duration_ms, parse_duration_ms
+
+
+@dataclass(frozen=True)
+class Timing:
+    """How long a condition must hold before its alert fires (``for``) and be gone before it resolves
+    (``clear``): the second keeps a condition that flaps at its threshold from paging twice."""
+
+    for_ms: int = 0
+    clear_ms: int = 0
+
+
+@dataclass(frozen=True)
+class PlayersDrop:
+    percent: float = 50.0
+    """Fires when players online on a server fall by more than this share of their peak within ``within_ms``."""
+    within_ms: int = 300_000
+    min_players: int = 20
+    """A peak below this is too small to judge (one player leaving a server of three is 33 %)."""
+    quiet_ms: int = 15_000
+    """A server with no event for this long is delayed, not emptied: the alert is held, and says so."""
+    lag_ms: int = 15_000
+    """A server whose newest event time trails the newest of all servers by this much is delayed too (its
+    events arrive, but late: its players time out behind the watermark the others move)."""
+    settle_ms: int = 30_000
+    """Held this long after the server's events (or the pipeline) catch up: players come back with their
+    next event, not at once."""
+    timing: Timing = Timing(for_ms=10_000, clear_ms=30_000)
+
+
+@dataclass(frozen=True)
+class ServerSilent:
+    after_ms: int = 60_000
+    timing: Timing = Timing(for_ms=0, clear_ms=10_000)
+
+
+@dataclass(frozen=True)
+class LateDrops:
+    per_minute: int = 100
+    """Fires when more events than this were dropped as late on a server within the last minute."""
+    timing: Timing = Timing(for_ms=0, clear_ms=60_000)
+
+
+@dataclass(frozen=True)
+class Freshness:
+    above_trigger_ms: int = 5_000
+    """Fires when the oldest entry not committed yet has waited longer than the trigger plus this."""
+    timing: Timing = Timing(for_ms=10_000, clear_ms=30_000)
+
+
+@dataclass(frozen=True)
+class WatermarkFlat:
+    after_ms: int = 60_000
+    """Fires when a pipeline's watermark has not moved for this long while it kept accepting events."""
+    timing: Timing = Timing(for_ms=0, clear_ms=10_000)
+
+
+@dataclass(frozen=True)
+class WatermarkJump:
+    ahead_ms: int = 30_000
+    """Fires when a watermark is further than this ahead of where the clock puts it (now minus the delay):
+    future-dated events pushed it, and on-time events of every other server now look late."""
+    timing: Timing = Timing(for_ms=0, clear_ms=10_000)
+
+
+@dataclass(frozen=True)
+class RedisUnreachable:
+    timing: Timing = Timing(for_ms=5_000, clear_ms=5_000)
+
+
+@dataclass(frozen=True)
+class Webhook:
+    url: str = ""
+    """An Alertmanager-compatible receiver (``POST`` of its webhook JSON); empty: no webhook."""
+    timeout_ms: int = 5_000
+    max_backoff_ms: int = 60_000
+
+
+@dataclass(frozen=True)
+class AlertConfig:
+    players_drop: PlayersDrop = field(default_factory=PlayersDrop)
+    server_silent: ServerSilent = field(default_factory=ServerSilent)
+    late_drops: LateDrops = field(default_factory=LateDrops)
+    freshness: Freshness = field(default_factory=Freshness)
+    watermark_flat: WatermarkFlat = field(default_factory=WatermarkFlat)
+    watermark_jump: WatermarkJump = field(default_factory=WatermarkJump)
+    redis_unreachable: RedisUnreachable = field(default_factory=RedisUnreachable)
+    webhook: Webhook = field(default_factory=Webhook)
+
+    def with_webhook_url(self, url: str, where: str) -> AlertConfig:
+        """Another receiver (``ALERT_WEBHOOK_URL`` overrides the file's), checked as the file's would be."""
+        webhook = replace(self.webhook, url=url.strip())
+        _check_section(webhook, where)
+        return replace(self, webhook=webhook)
+
+    def timing(self, rule: str) -> Timing:
+        t: Timing = getattr(self, rule).timing
+        return t
+
+    @classmethod
+    def from_toml(cls, text: str, where: str = "alerts.toml") -> AlertConfig:
+        try:
+            doc = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{where}: not TOML: {exc}") from None
+        return cls.from_mapping(doc, where)
+
+    @classmethod
+    def load(cls, path: str) -> AlertConfig:
+        try:
+            with open(path, encoding="utf-8") as f:
+                text = f.read()
+        except OSError as exc:
+            raise ConfigError(f"alerts configuration {path}: {exc.strerror or exc}") from None
+        return cls.from_toml(text, path)
+
+    @classmethod
+    def from_mapping(cls, doc: Mapping[str, Any], where: str) -> AlertConfig:
+        sections = {f.name: f for f in fields(cls)}
+        unknown = sorted(set(doc) - set(sections))
+        if unknown:
+            raise ConfigError(f"{where}: unknown section [{unknown[0]}]; the sections are: {', '.join(sections)}")
+        parsed = {name: _section(getattr(cls(), name), doc[name], f"{where} [{name}]") for name in doc}
+        return cls(**parsed)
+
+
+_DURATION_SUFFIX = "_ms"
+_TIMING_KEYS = {"for": "for_ms", "clear": "clear_ms"}
+
+
+def _section(default: Any, raw: object, where: str) -> Any:  # noqa: ANN401 - one of the section dataclasses
+    """One section: its keys as written (``within``, ``for``), checked against the section's defaults."""
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"{where} must be a table of keys, got {raw!r}")
+    known = _keys_of(default)
+    unknown = sorted(set(raw) - set(known))
+    if unknown:
+        raise ConfigError(f"{where}: unknown key {unknown[0]!r}; the keys are: {', '.join(known)}")
+    values = {k: _value(k, raw[k], known[k], where) for k in raw}
+    timing = {_TIMING_KEYS[k]: values.pop(k) for k in list(values) if k in _TIMING_KEYS}
+    changes = {known[k][0]: v for k, v in values.items()}
+    if timing:
+        changes["timing"] = Timing(**{**vars(default.timing), **timing})
+    out = type(default)(**{**{f.name: getattr(default, f.name) for f in fields(default)}, **changes})
+    _check_section(out, where)
+    return out
+
+
+def _keys_of(section: Any) -> dict[str, tuple[str, object]]:  # noqa: ANN401
+    """The keys a file writes for a section: ``within`` for ``within_ms``, ``for`` and ``clear`` for its
+    timing; each with its field name and default."""
+    keys: dict[str, tuple[str, object]] = {}
+    for f in fields(section):
+        value = getattr(section, f.name)
+        if isinstance(value, Timing):
+            keys["for"] = ("for_ms", value.for_ms)
+            keys["clear"] = ("clear_ms", value.clear_ms)
+        else:
+            keys[f.name.removesuffix(_DURATION_SUFFIX)] = (f.name, value)
+    return keys
+
+
+def _value(key: str, raw: object, known: tuple[str, object], where: str) -> object:
+    name, default = known
+    if name.endswith(_DURATION_SUFFIX):
+        if not isinstance(raw, str):
+            raise ConfigError(f"{where} {key} must be a duration such as \"30s\" or \"5m\", got {raw!r}")
+        try:
+            return parse_duration_ms(raw)
+        except ValueError as exc:
+            raise ConfigError(f"{where} {key}: {exc}") from None
+    if isinstance(default, str):
+        if not isinstance(raw, str):
+            raise ConfigError(f"{where} {key} must be a string, got {raw!r}")
+        return raw
+    if isinstance(raw, bool) or not isinstance(raw, int | float):
+        raise ConfigError(f"{where} {key} must be a number, got {raw!r}")
+    if isinstance(default, int) and not isinstance(raw, int):
+        raise ConfigError(f"{where} {key} must be a whole number, got {raw!r}")
+    return raw
+
+
+def _check_section(s: Any, where: str) -> None:  # noqa: ANN401
+    """Ranges: what makes no sense as a threshold."""
+    if isinstance(s, PlayersDrop):
+        _require(0 < s.percent < 100, where, f"percent must be above 0 and below 100, got {s.percent}")
+        _require(s.min_players >= 1, where, f"min_players must be at least 1, got {s.min_players}")
+        _require(s.within_ms > 0, where, "within must be longer than 0s")
+        _require(s.quiet_ms > 0, where, "quiet must be longer than 0s")
+        _require(s.lag_ms > 0, where, "lag must be longer than 0s")
+    for name in ("after_ms", "above_trigger_ms", "ahead_ms", "timeout_ms", "max_backoff_ms"):
+        if getattr(s, name, 1) <= 0:
+            _require(False, where, f"{name.removesuffix(_DURATION_SUFFIX)} must be longer than 0s, got "
+                                   f"{format_duration_ms(getattr(s, name))}")
+    if isinstance(s, LateDrops):
+        _require(s.per_minute >= 0, where, f"per_minute must not be negative, got {s.per_minute}")
+    if isinstance(s, Webhook) and s.url:
+        _require(s.url.startswith(("http://", "https://")), where, f"url must start with http:// or https://, "
+                                                                   f"got {s.url!r}")
+
+
+def _require(ok: bool, where: str, message: str) -> None:
+    if not ok:
+        raise ConfigError(f"{where} {message}")
+
+
+def to_toml(cfg: AlertConfig) -> str:
+    """The file that gives ``cfg``: how ``ops/alerts.toml`` is kept equal to the defaults (a test compares)."""
+    lines: list[str] = []
+    for section in fields(cfg):
+        value = getattr(cfg, section.name)
+        lines.append(f"[{section.name}]")
+        for key, (name, _default) in _keys_of(value).items():
+            v = getattr(value.timing, name) if key in _TIMING_KEYS else getattr(value, name)
+            lines.append(f"{key} = {_toml_value(name, v)}")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _toml_value(name: str, v: object) -> str:
+    if name.endswith(_DURATION_SUFFIX):
+        return f'"{format_duration_ms(int(v))}"'  # type: ignore[call-overload]
+    if isinstance(v, str):
+        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return repr(v)

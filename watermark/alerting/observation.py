@@ -1,0 +1,151 @@
+"""What the monitor reads from Redis each round, typed, and the short memory the windowed rules need.
+
+One :class:`Observation` serves both the metrics endpoint and the alert rules, so an alert and the number
+beside it on a Grafana panel never disagree. :class:`Memory` keeps the samples a rule compares over time
+(players online, late drops, watermarks); it lives in the monitor's process, and what it needs back after a
+restart (players online) is re-read from Redis, so a restart neither fires nor resolves an alert by itself.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections import deque
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+MAIN = "main"
+"""The pipeline's name in labels and subjects; lab lanes go by their own names."""
+
+
+@dataclass(frozen=True)
+class PipelineObs:
+    name: str
+    watermark_ms: int | None
+    max_event_ms: int | None
+    delay_ms: int
+    trigger_ms: int
+    accepted: int
+    """Events accepted so far (the totals' ``events``): input that keeps a watermark moving."""
+    waiting: int
+    behind_ms: int
+    """How long the oldest entry not committed yet has waited (0 when none waits)."""
+    last_batch: int | None = None
+
+
+@dataclass(frozen=True)
+class ServerObs:
+    name: str
+    last_arrival_ms: int | None
+    """Arrival of the server's newest committed event (``{ns}:seen``)."""
+    accepted: int = 0
+    dropped: int = 0
+    late: int = 0
+    players: int | None = None
+    newest_event_ms: int | None = None
+    """The server's newest event time in the pipeline's last batch (None: none in it)."""
+
+
+@dataclass(frozen=True)
+class OnlineSample:
+    """Players online per server after one batch of the online view, and how many left it by which cause."""
+
+    batch: int
+    at_ms: int
+    counts: Mapping[str, int]
+    causes: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Observation:
+    at_ms: int
+    redis_error: str | None = None
+    """Why Redis could not be read; everything else is empty then."""
+    pipelines: tuple[PipelineObs, ...] = ()
+    servers: tuple[ServerObs, ...] = ()
+    online: tuple[OnlineSample, ...] = ()
+    """Online view batches committed since the previous observation (all within the memory's reach at start)."""
+    online_behind_ms: int = 0
+
+    def pipeline(self, name: str) -> PipelineObs | None:
+        return next((p for p in self.pipelines if p.name == name), None)
+
+    @property
+    def main(self) -> PipelineObs | None:
+        return self.pipeline(MAIN)
+
+
+class Series:
+    """``(at_ms, value)`` samples in time order, kept for ``reach_ms``."""
+
+    def __init__(self, reach_ms: int) -> None:
+        self.reach_ms = reach_ms
+        self.times: deque[int] = deque()
+        self.values: deque[object] = deque()
+
+    def add(self, at_ms: int, value: object) -> None:
+        if self.times and at_ms < self.times[-1]:
+            return  # a clock step back: keep the series ordered
+        self.times.append(at_ms)
+        self.values.append(value)
+        while self.times and self.times[0] < at_ms - self.reach_ms:
+            self.times.popleft()
+            self.values.popleft()
+
+    def at_or_before(self, at_ms: int) -> tuple[int, object] | None:
+        """The newest sample at or before ``at_ms``; None when the series does not reach back that far."""
+        i = bisect_right(self.times, at_ms)
+        return None if i == 0 else (self.times[i - 1], self.values[i - 1])
+
+    def since(self, at_ms: int) -> list[tuple[int, object]]:
+        return [(t, v) for t, v in zip(self.times, self.values, strict=True) if t >= at_ms]
+
+    @property
+    def last(self) -> tuple[int, object] | None:
+        return None if not self.times else (self.times[-1], self.values[-1])
+
+
+@dataclass
+class Memory:
+    """The samples the windowed rules compare; ``started_ms`` says how far back the monitor has watched."""
+
+    started_ms: int
+    reach_ms: int
+    online: Series = field(init=False)
+    dropped: dict[str, Series] = field(default_factory=dict)
+    watermarks: dict[str, Series] = field(default_factory=dict)
+    newest_event: dict[str, int] = field(default_factory=dict)
+    """Per server, its newest event time seen so far: how far it trails the others."""
+    delayed_at: dict[str, tuple[int, str]] = field(default_factory=dict)
+    """Per server, the last time its data was seen delayed (silent, or the pipeline behind), and why."""
+
+    def __post_init__(self) -> None:
+        self.online = Series(self.reach_ms)
+
+    def remember(self, obs: Observation) -> None:
+        if obs.redis_error is not None:
+            return
+        self.remember_online(obs.online)
+        for s in obs.servers:
+            self.dropped.setdefault(s.name, Series(self.reach_ms)).add(obs.at_ms, s.dropped)
+            if s.newest_event_ms is not None:
+                self.newest_event[s.name] = max(s.newest_event_ms, self.newest_event.get(s.name, s.newest_event_ms))
+        for p in obs.pipelines:
+            self.watermarks.setdefault(p.name, Series(self.reach_ms)).add(obs.at_ms, (p.watermark_ms, p.accepted))
+
+    def remember_online(self, samples: Iterable[OnlineSample]) -> None:
+        last = self.online.last
+        for s in samples:
+            if last is None or s.batch > last[1].batch:  # type: ignore[attr-defined]
+                self.online.add(s.at_ms, s)
+
+    def last_online_batch(self) -> int | None:
+        last = self.online.last
+        return None if last is None else last[1].batch  # type: ignore[attr-defined]
+
+    def trail_ms(self, server: str) -> int | None:
+        """How far the server's newest event time trails the newest of all servers; None if never seen."""
+        mine = self.newest_event.get(server)
+        return None if mine is None else max(self.newest_event.values()) - mine
+
+    def mark_delayed(self, server: str, at_ms: int, why: str) -> None:
+        self.delayed_at[server] = (at_ms, why)

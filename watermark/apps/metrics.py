@@ -1,0 +1,130 @@
+"""``/metrics``: the stack in Prometheus' text format, read from Redis at each scrape.
+
+Counters are the pipeline's own exact totals (what the dashboard shows), so they never decrease across a job
+restart; they start again from zero only if Redis loses its data, which Prometheus takes as a counter reset.
+A scrape reads with a few pipelined commands per pipeline (O(servers) fields) through its own connection with
+a short timeout: it never takes part in a batch's transaction, so it cannot hold one up.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from watermark.alerting.conditions import RULES, SUBJECT_LABEL
+from watermark.alerting.lifecycle import AlertState
+from watermark.schema.keys import parse_buckets
+from watermark.store.observe import StackReading
+
+METRICS: dict[str, str] = {
+    "wm_redis_up": "1 when the monitor could read Redis at this scrape, else 0",
+    "wm_players_online": "Players online per server (the online view)",
+    "wm_events_accepted_total": "Events accepted into their windows, per pipeline and server",
+    "wm_events_dropped_late_total": "Events dropped as late (every window closed), per pipeline and server",
+    "wm_events_accepted_late_total": "Events behind the watermark but counted (a window still open)",
+    "wm_input_entries_total": "Entries ever appended to the input stream",
+    "wm_quarantined_entries_total": "Input entries quarantined, per reason",
+    "wm_watermark_seconds": "The watermark now (in force for the next batch), Unix seconds",
+    "wm_watermark_delay_seconds": "The watermark's delay behind the newest event time",
+    "wm_max_event_time_seconds": "The newest event time accepted, Unix seconds",
+    "wm_trigger_interval_seconds": "The query's trigger interval",
+    "wm_last_batch": "The last batch committed",
+    "wm_batch_duration_seconds": "Batch durations (trigger execution), per pipeline",
+    "wm_behind_entries": "Input entries not committed yet",
+    "wm_behind_seconds": "How long the oldest entry not committed yet has waited",
+    "wm_online_view_age_seconds": "Now minus the trigger time of the online view's newest batch",
+    "wm_server_last_event_timestamp_seconds": "Arrival of each server's newest committed event, Unix seconds",
+    "wm_server_max_event_time_seconds": "Each server's newest event time in the last batch, Unix seconds",
+    "wm_alerts": "The product's alerts: 1 per alert pending, firing or held",
+}
+"""Every metric with its help text; docs/alerts.md lists the same (a test compares)."""
+
+
+def families(r: StackReading) -> Iterator[Metric]:
+    yield from _server_families(r)
+    yield from _pipeline_families(r)
+    yield CounterMetricFamily("wm_input_entries", METRICS["wm_input_entries_total"], value=r.input_entries)
+    q = CounterMetricFamily("wm_quarantined_entries", METRICS["wm_quarantined_entries_total"], labels=["reason"])
+    for reason, n in sorted(r.quarantined.items()):
+        q.add_metric([reason], n)
+    yield q
+    if r.online_age_ms is not None:
+        yield GaugeMetricFamily("wm_online_view_age_seconds", METRICS["wm_online_view_age_seconds"],
+                                value=r.online_age_ms / 1000)
+
+
+def _server_families(r: StackReading) -> Iterator[Metric]:
+    players = GaugeMetricFamily("wm_players_online", METRICS["wm_players_online"], labels=["server"])
+    seen = GaugeMetricFamily("wm_server_last_event_timestamp_seconds",
+                             METRICS["wm_server_last_event_timestamp_seconds"], labels=["server"])
+    newest = GaugeMetricFamily("wm_server_max_event_time_seconds", METRICS["wm_server_max_event_time_seconds"],
+                               labels=["server"])
+    for s in r.obs.servers:
+        if s.players is not None:
+            players.add_metric([s.name], s.players)
+        if s.last_arrival_ms is not None:
+            seen.add_metric([s.name], s.last_arrival_ms / 1000)
+        if s.newest_event_ms is not None:
+            newest.add_metric([s.name], s.newest_event_ms / 1000)
+    yield players
+    yield seen
+    yield newest
+
+
+def _pipeline_families(r: StackReading) -> Iterator[Metric]:
+    names = ("wm_events_accepted_total", "wm_events_dropped_late_total", "wm_events_accepted_late_total")
+    counters = {name: CounterMetricFamily(name.removesuffix("_total"), METRICS[name], labels=["pipeline", "server"])
+                for name in names}
+    for pipeline, servers in r.server_totals.items():
+        for server, (events, dropped, late) in sorted(servers.items()):
+            counters["wm_events_accepted_total"].add_metric([pipeline, server], events)
+            counters["wm_events_dropped_late_total"].add_metric([pipeline, server], dropped)
+            counters["wm_events_accepted_late_total"].add_metric([pipeline, server], late)
+    yield from counters.values()
+    gauges = {name: GaugeMetricFamily(name, METRICS[name], labels=["pipeline"]) for name in (
+        "wm_watermark_seconds", "wm_watermark_delay_seconds", "wm_max_event_time_seconds",
+        "wm_trigger_interval_seconds", "wm_last_batch", "wm_behind_entries", "wm_behind_seconds")}
+    for p in r.obs.pipelines:
+        values = {"wm_watermark_delay_seconds": p.delay_ms / 1000, "wm_trigger_interval_seconds": p.trigger_ms / 1000,
+                  "wm_behind_entries": p.waiting, "wm_behind_seconds": p.behind_ms / 1000,
+                  "wm_watermark_seconds": None if p.watermark_ms is None else p.watermark_ms / 1000,
+                  "wm_max_event_time_seconds": None if p.max_event_ms is None else p.max_event_ms / 1000,
+                  "wm_last_batch": p.last_batch}
+        for name, v in values.items():
+            if v is not None:
+                gauges[name].add_metric([p.name], v)
+    yield from gauges.values()
+    h = HistogramMetricFamily("wm_batch_duration_seconds", METRICS["wm_batch_duration_seconds"], labels=["pipeline"])
+    for pipeline, fields in r.batch_seconds.items():
+        buckets, _count, total = parse_buckets(dict(fields))
+        h.add_metric([pipeline], [(le, float(n)) for le, n in buckets], sum_value=total)
+    yield h
+
+
+def alert_family(alerts: Mapping[str, AlertState]) -> Metric:
+    g = GaugeMetricFamily("wm_alerts", METRICS["wm_alerts"], labels=["alertname", "state", "server", "pipeline"])
+    for a in sorted(alerts.values(), key=lambda a: a.key):
+        label = SUBJECT_LABEL[a.rule]
+        g.add_metric([RULES[a.rule][0], a.status, a.subject if label == "server" else "",
+                      a.subject if label == "pipeline" else ""], 1)
+    return g
+
+
+class StackCollector(Collector):
+    """Reads at each scrape; ``read`` returns the reading and the alerts, or raises ``redis.RedisError``."""
+
+    def __init__(self, read: Callable[[], tuple[StackReading, Mapping[str, AlertState]]]) -> None:
+        self.read = read
+
+    def collect(self) -> Iterator[Metric]:
+        import redis
+        try:
+            reading, alerts = self.read()
+        except redis.RedisError:
+            yield GaugeMetricFamily("wm_redis_up", METRICS["wm_redis_up"], value=0)
+            return
+        yield GaugeMetricFamily("wm_redis_up", METRICS["wm_redis_up"], value=1)
+        yield from families(reading)
+        yield alert_family(alerts)

@@ -1,0 +1,112 @@
+"""The webhook sender: a thread that posts each notice once, in order, retrying with backoff.
+
+The monitor's round only enqueues (a receiver that hangs or refuses never delays an evaluation, and the
+pipeline is another process altogether). A notice leaves the Redis outbox only once the receiver took it (any
+2xx), so a monitor stopped or crashed with notices owed sends them when it starts again. A receiver that
+rejects a notice as malformed (4xx other than 408 and 429) will never take it: it is dropped with the error
+recorded, rather than block every later notice.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import queue
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import redis
+
+from watermark.alerting.lifecycle import Notice
+from watermark.alerting.webhook import backoff_ms, payload
+from watermark.schema.keys import KeySchema
+from watermark.store.alert_store import acknowledge, record_failure
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Outgoing:
+    notice: Notice
+    outbox_id: str | None
+    """Its entry in ``{ns}:alerts:outbox``; None when Redis was unreachable as it was decided."""
+
+
+class Rejected(Exception):
+    """The receiver will never take this notice."""
+
+
+def post(url: str, body: dict[str, object], timeout_s: float) -> None:
+    req = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout_s) as resp:  # noqa: S310 - the configured receiver
+            resp.read()
+    except urllib.error.HTTPError as exc:
+        if 400 <= exc.code < 500 and exc.code not in (408, 429):
+            raise Rejected(f"HTTP {exc.code} {exc.reason}") from None
+        raise
+
+
+class Notifier(threading.Thread):
+    def __init__(self, url: str, client: redis.Redis, keys: KeySchema, *, external_url: str,
+                 timeout_ms: int, max_backoff_ms: int, clock: Callable[[], int] | None = None) -> None:
+        super().__init__(name="webhook", daemon=True)
+        self.url, self.client, self.keys = url, client, keys
+        self.external_url = external_url
+        self.timeout_s, self.max_backoff_ms = timeout_ms / 1000, max_backoff_ms
+        self.clock = clock or (lambda: int(time.time() * 1000))
+        self.queue: queue.Queue[Outgoing | None] = queue.Queue()
+        self.stopping = threading.Event()
+
+    def offer(self, item: Outgoing) -> None:
+        self.queue.put(item)
+
+    def close(self, timeout_s: float = 2.0) -> None:
+        """Stop after the notice in flight; what is owed stays in the outbox for the next start."""
+        self.stopping.set()
+        self.queue.put(None)
+        self.join(timeout=timeout_s)
+
+    def run(self) -> None:
+        while not self.stopping.is_set() and (item := self.queue.get()) is not None:
+            self.deliver(item)
+
+    def deliver(self, item: Outgoing) -> bool:
+        """Until delivered, rejected or stopped; True when the receiver took it."""
+        body = payload(item.notice, self.keys.namespace, self.external_url)
+        attempt = 0
+        while not self.stopping.is_set():
+            attempt += 1
+            try:
+                post(self.url, body, self.timeout_s)
+            except Rejected as exc:
+                self._failed(f"{item.notice.id} rejected, not retried: {exc}")
+                self._ack(item)
+                return False
+            except (OSError, urllib.error.URLError) as exc:
+                self._failed(f"{item.notice.id}: {exc}")
+                self.stopping.wait(backoff_ms(attempt, self.max_backoff_ms) / 1000)
+                continue
+            self._ack(item)
+            return True
+        return False
+
+    def _ack(self, item: Outgoing) -> None:
+        if item.outbox_id is None:
+            return
+        try:
+            acknowledge(self.client, self.keys, item.outbox_id, self.clock())
+        except redis.RedisError as exc:  # sent; at worst sent again after a restart, with the same id
+            log.warning("webhook: delivered %s but could not acknowledge it: %s", item.notice.id, exc)
+
+    def _failed(self, error: str) -> None:
+        log.warning("webhook %s: %s", self.url, error)
+        try:
+            record_failure(self.client, self.keys, error, self.clock())
+        except redis.RedisError:
+            pass  # Redis down too: the log has it

@@ -1,0 +1,122 @@
+"""The alerts in Redis: what stands (``{ns}:alerts``), what happened (``{ns}:alerts:history``, a day of it) and
+what the webhook still owes (``{ns}:alerts:outbox``); the monitor writes them, the Alerts page reads them.
+
+:func:`apply_decision` writes one round of :func:`watermark.alerting.lifecycle.step_all` in one transaction, so
+a notice is in the history and in the outbox exactly when its alert changed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import redis
+
+from watermark.alerting.lifecycle import AlertState, Decision, Notice
+from watermark.schema.keys import KeySchema
+
+DAY_MS = 86_400_000
+NOTICE_FIELD = "n"
+HISTORY_KEEP = 10_000
+"""Notices kept in the history stream (the page shows the last day of them: far fewer unless alerts flap by
+the thousand, and then the newest are the ones to see)."""
+
+
+def read_alerts(client: redis.Redis, keys: KeySchema) -> dict[str, AlertState]:
+    return {k.decode(): AlertState.decode(v, f"alert {k.decode()!r} in {keys.alerts}")
+            for k, v in client.hgetall(keys.alerts).items()}
+
+
+def apply_decision(client: redis.Redis, keys: KeySchema, d: Decision, now_ms: int, *, outbox: bool,
+                   history_only: int = 0, interval_ms: int = 1_000) -> list[tuple[str, Notice]]:
+    """The round's alerts (the whole hash, so what changed while Redis was away is right too), history and,
+    with a webhook, outbox, in one MULTI; the outbox entries' IDs with their notices. The first
+    ``history_only`` notices were decided while Redis was unreachable and already handed to the webhook."""
+    owed = d.notices[history_only:] if outbox else ()
+    with client.pipeline(transaction=True) as pipe:
+        pipe.hset(keys.alerts_monitor, mapping={"round_ms": now_ms, "interval_ms": interval_ms})
+        pipe.delete(keys.alerts)
+        if d.states:
+            pipe.hset(keys.alerts, mapping={k: s.encode() for k, s in d.states.items()})
+        for n in d.notices:
+            pipe.xadd(keys.alerts_history, {NOTICE_FIELD: n.encode()}, maxlen=HISTORY_KEEP, approximate=True)
+        for n in owed:
+            pipe.xadd(keys.alerts_outbox, {NOTICE_FIELD: n.encode()})
+        replies = pipe.execute()
+    ids = [r.decode() if isinstance(r, bytes) else r for r in replies[len(replies) - len(owed):]] if owed else []
+    return list(zip(ids, owed, strict=True))
+
+
+def read_outbox(client: redis.Redis, keys: KeySchema) -> list[tuple[str, Notice]]:
+    """Notices not delivered yet, oldest first: what a restarted monitor sends before anything new."""
+    return [(eid.decode(), Notice.decode(f[NOTICE_FIELD.encode()], f"{keys.alerts_outbox} entry {eid.decode()}"))
+            for eid, f in client.xrange(keys.alerts_outbox)]
+
+
+def _history(entries: list, since_ms: int, where: str) -> list[Notice]:
+    """Oldest first, those at or after ``since_ms`` by the notice's own time (the monitor's clock, not the
+    entry IDs' Redis clock)."""
+    out = [Notice.decode(f[NOTICE_FIELD.encode()], f"{where} entry {eid.decode()}") for eid, f in reversed(entries)]
+    return [n for n in out if n.at_ms >= since_ms]
+
+
+@dataclass(frozen=True)
+class WebhookStatus:
+    url: str = ""
+    delivered: int = 0
+    failures: int = 0
+    last_ok_ms: int | None = None
+    last_error: str | None = None
+    last_error_ms: int | None = None
+    waiting: int = 0
+
+    @classmethod
+    def from_hash(cls, h: dict[bytes, bytes], waiting: int) -> WebhookStatus:
+        s = {k.decode(): v.decode() for k, v in h.items()}
+        return cls(url=s.get("url", ""), delivered=int(s.get("delivered", 0)), failures=int(s.get("failures", 0)),
+                   last_ok_ms=int(s["last_ok_ms"]) if s.get("last_ok_ms") else None,
+                   last_error=s.get("last_error") or None,
+                   last_error_ms=int(s["last_error_ms"]) if s.get("last_error_ms") else None, waiting=waiting)
+
+
+def acknowledge(client: redis.Redis, keys: KeySchema, entry_id: str, now_ms: int) -> None:
+    """A notice delivered: out of the outbox, counted."""
+    with client.pipeline(transaction=True) as pipe:
+        pipe.xdel(keys.alerts_outbox, entry_id)
+        pipe.hincrby(keys.alerts_webhook, "delivered", 1)
+        pipe.hset(keys.alerts_webhook, "last_ok_ms", now_ms)
+        pipe.execute()
+
+
+def record_failure(client: redis.Redis, keys: KeySchema, error: str, now_ms: int) -> None:
+    with client.pipeline(transaction=True) as pipe:
+        pipe.hincrby(keys.alerts_webhook, "failures", 1)
+        pipe.hset(keys.alerts_webhook, mapping={"last_error": error[:500], "last_error_ms": now_ms})
+        pipe.execute()
+
+
+@dataclass(frozen=True)
+class AlertView:
+    """What the Alerts page shows."""
+
+    alerts: dict[str, AlertState]
+    history: list[Notice]
+    webhook: WebhookStatus
+    round_ms: int | None
+    """The monitor's last round; None: no monitor has run against this namespace."""
+    interval_ms: int
+
+
+def read_alert_view(client: redis.Redis, keys: KeySchema, now_ms: int) -> AlertView:
+    """In one round trip: the alerts, the last day's history, the webhook, the monitor's last round."""
+    pipe = client.pipeline(transaction=False)
+    pipe.hgetall(keys.alerts)
+    pipe.xrevrange(keys.alerts_history, count=HISTORY_KEEP)
+    pipe.hgetall(keys.alerts_webhook)
+    pipe.xlen(keys.alerts_outbox)
+    pipe.hmget(keys.alerts_monitor, ["round_ms", "interval_ms"])
+    alerts, history, webhook, waiting, (round_ms, interval_ms) = pipe.execute()
+    return AlertView(
+        alerts={k.decode(): AlertState.decode(v, f"alert {k.decode()!r}") for k, v in alerts.items()},
+        history=_history(history, now_ms - DAY_MS, keys.alerts_history),
+        webhook=WebhookStatus.from_hash(webhook, int(waiting)), round_ms=int(round_ms) if round_ms else None,
+        interval_ms=int(interval_ms) if interval_ms else 1_000)

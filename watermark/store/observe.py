@@ -1,0 +1,131 @@
+"""One observation of the running stack for the monitor: the pipeline and each lab lane, the servers, the
+online view; a fixed number of Redis commands per pipeline plus O(servers) fields, whatever the data's size.
+
+The same figures the dashboard reads, read the same way (``watermark.store.pipeline_status``), so ``/metrics`` and
+the pages agree to the event.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+
+import redis
+
+from watermark.alerting.observation import MAIN, Observation, OnlineSample, PipelineObs, ServerObs
+from watermark.schema.events import parse_entry_id
+from watermark.schema.keys import KeySchema
+from watermark.schema.records import BatchRecord, LaneRecord, PresenceRecord
+from watermark.store.pipeline_status import PipelineStatus, read_pipeline
+
+
+@dataclass(frozen=True)
+class StackReading:
+    """An observation, and what only the metrics show (they do not alert on it)."""
+
+    obs: Observation
+    quarantined: Mapping[str, int] = field(default_factory=dict)
+    input_entries: int = 0
+    online_age_ms: int | None = None
+    batch_seconds: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    """Per pipeline, the ``{ns}:batch_seconds`` hash (``watermark.schema.keys.parse_buckets``)."""
+    last_batch: Mapping[str, int] = field(default_factory=dict)
+    server_totals: Mapping[str, Mapping[str, tuple[int, int, int]]] = field(default_factory=dict)
+    """Per pipeline and server: events accepted, dropped as late, accepted late."""
+
+
+def lane_keys(client: redis.Redis, keys: KeySchema) -> dict[str, KeySchema]:
+    """The lab lanes the job runs, by name (``{ns}:lanes``)."""
+    return {name.decode(): KeySchema(LaneRecord.decode(raw, f"lane {name.decode()!r}").namespace)
+            for name, raw in client.hgetall(keys.lanes).items()}
+
+
+def pipeline_obs(name: str, status: PipelineStatus) -> PipelineObs:
+    st = status.state
+    return PipelineObs(
+        name=name, watermark_ms=st.next_watermark_ms if st else None, max_event_ms=st.head_ms if st else None,
+        delay_ms=st.delay_ms if st else 0, trigger_ms=st.trigger_ms if st else 1_000,
+        accepted=status.totals.events, waiting=status.stream.waiting, behind_ms=0,
+        last_batch=st.last_batch if st else None)
+
+
+def read_stack(client: redis.Redis, keys: KeySchema, lanes: Mapping[str, KeySchema], now_ms: int,
+               after_online_batch: int | None, online_reach: int) -> StackReading:
+    """Raises ``redis.RedisError``. ``after_online_batch``: the online view batches already seen (None at start:
+    the last ``online_reach`` are read; none with 0)."""
+    statuses = {MAIN: read_pipeline(client, keys)}
+    statuses.update({name: read_pipeline(client, k, keys) for name, k in lanes.items()})
+    pipe = client.pipeline(transaction=False)
+    pipe.hgetall(keys.seen)
+    pipe.hgetall(keys.presence_counts)
+    pipe.hmget(keys.presence_state, ["batch_ts_ms", "committed_id"])
+    if after_online_batch is not None:
+        pipe.zrangebyscore(keys.presence_history, f"({after_online_batch}", "+inf")
+    elif online_reach > 0:
+        pipe.zrange(keys.presence_history, -online_reach, -1)
+    else:  # the metrics need no history
+        pipe.echo(b"")
+    for name in statuses:
+        pipe.hgetall((keys if name == MAIN else lanes[name]).batch_seconds)
+    last = statuses[MAIN].state
+    pipe.hget(keys.batch(last.last_batch if last else -1), "sink")
+    seen, counts, (batch_ts, online_committed), history, *buckets, sink = pipe.execute()
+    online_behind = _online_behind_ms(client, keys, online_committed, now_ms)
+    main = statuses[MAIN]
+    pipelines = tuple(_with_behind(pipeline_obs(n, s), s, now_ms) for n, s in statuses.items())
+    obs = Observation(
+        at_ms=now_ms, pipelines=pipelines, servers=_servers(main, _ints(seen), _ints(counts), _newest(sink)),
+        online=tuple(_online(history)) if isinstance(history, list) else (), online_behind_ms=online_behind)
+    return StackReading(
+        obs=obs, quarantined=dict(main.totals.bad),
+        input_entries=main.stream.waiting + (main.totals.input if main.state else 0),
+        online_age_ms=now_ms - int(batch_ts) if batch_ts else None,
+        batch_seconds={n: {k.decode(): v.decode() for k, v in b.items()}
+                       for n, b in zip(statuses, buckets, strict=True)},
+        last_batch={n: s.state.last_batch for n, s in statuses.items() if s.state is not None},
+        server_totals={n: {srv: (t.events, t.dropped, t.late) for srv, t in s.totals.servers.items()}
+                       for n, s in statuses.items()})
+
+
+def _with_behind(p: PipelineObs, s: PipelineStatus, now_ms: int) -> PipelineObs:
+    return replace(p, behind_ms=s.stream.behind_ms(now_ms))
+
+
+def _online_behind_ms(client: redis.Redis, keys: KeySchema, committed: bytes | None, now_ms: int) -> int:
+    """How long the oldest entry the online view has not committed has waited."""
+    if committed is None:
+        return 0
+    after = client.xrange(keys.events, min="(" + committed.decode(), max="+", count=1)
+    return max(0, now_ms - parse_entry_id(after[0][0].decode())[0]) if after else 0
+
+
+def _ints(h: Mapping[bytes, bytes]) -> dict[str, int]:
+    return {k.decode(): int(v) for k, v in h.items()}
+
+
+def _newest(sink: bytes | None) -> dict[str, int]:
+    """Each server's newest event time in the last batch (its record may have expired: then none)."""
+    if sink is None:
+        return {}
+    record = BatchRecord.decode(sink, "the last batch's record")
+    return {s: r.max_event_us // 1000 for s, r in record.servers.items() if r.max_event_us is not None}
+
+
+def _servers(main: PipelineStatus, seen: Mapping[str, int], counts: Mapping[str, int],
+             newest: Mapping[str, int]) -> tuple[ServerObs, ...]:
+    names = sorted({*main.servers, *main.totals.servers, *seen, *counts})
+    out = []
+    for s in names:
+        t = main.totals.servers.get(s)
+        out.append(ServerObs(name=s, last_arrival_ms=seen.get(s), accepted=t.events if t else 0,
+                             dropped=t.dropped if t else 0, late=t.late if t else 0, players=counts.get(s),
+                             newest_event_ms=newest.get(s)))
+    return tuple(out)
+
+
+def _online(history: list[bytes]) -> list[OnlineSample]:
+    out = []
+    for raw in history:
+        r = PresenceRecord.decode(raw, "an online view batch record")
+        out.append(OnlineSample(batch=r.batch, at_ms=r.batch_ts_ms, counts=r.counts, causes=r.causes))
+    return out
