@@ -63,15 +63,20 @@ case "${1:-run}" in
        echo "dashboard: http://127.0.0.1:$DASHBOARD_PORT  metrics: http://127.0.0.1:$METRICS_PORT/metrics"
        exec honcho start ;;
   test) shift
-        # The browser test drives Debian's chromium; install it where we may, else say how.
+        # Debian packages the tests drive: chromium (the browser test), prometheus and promtool (the alerts'
+        # rules); installed where we may, else said how.
+        need=()
         if [ ! -x /usr/bin/chromium ] && [[ " $* " != *"not browser"* && " $* " != *"not spark"* ]]; then
+          need+=(chromium)
+        fi
+        command -v prometheus >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1 || need+=(prometheus)
+        if [ ${#need[@]} -gt 0 ]; then
           if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-            echo "installing chromium for the browser tests (apt-get)"
-            (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
-              || { echo "error: apt-get install chromium failed" >&2; exit 1; }
+            echo "installing ${need[*]} for the tests (apt-get)"
+            (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null) \
+              || { echo "error: apt-get install ${need[*]} failed" >&2; exit 1; }
           else
-            echo "error: the browser tests need Debian's chromium at /usr/bin/chromium:" \
-                 "sudo apt-get install chromium (or skip them: ./run.sh test -m 'not browser')" >&2
+            echo "error: the tests need Debian's ${need[*]}: sudo apt-get install ${need[*]}" >&2
             exit 1
           fi
         fi

@@ -92,6 +92,11 @@ def test_watermark_jump_is_measured_against_now_minus_the_delay(ahead: int, acti
     assert findings([obs(T0, pipelines=(p,))])[("watermark_jump", MAIN)].active is active
 
 
+def test_a_malformed_record_judges_nothing_but_redis_answering() -> None:
+    got = findings([Observation(at_ms=T0, data_error="the last batch's record is not a BatchRecord")])
+    assert list(got) == [("redis_unreachable", "")] and got[("redis_unreachable", "")].active is False
+
+
 def test_redis_unreachable_is_the_only_finding_without_redis() -> None:
     got = findings([Observation(at_ms=T0, redis_error="ConnectionError: refused")])
     assert list(got) == [("redis_unreachable", "")] and got[("redis_unreachable", "")].active is True
@@ -155,6 +160,17 @@ def test_players_drop_is_held_while_the_servers_events_trail_the_others(trail: i
     if held:
         assert f.held == ("B's newest event is 15.0 s behind the other servers': its events arrive late, and its "
                           "players time out behind the watermark the others move")
+
+
+@pytest.mark.parametrize(("p95", "held"), [(14_999.0, False), (15_000.0, True)])
+def test_players_drop_is_held_while_the_servers_events_arrive_late(p95: float, held: bool) -> None:
+    """An overseas server: its events keep arriving, each a good while after it happened."""
+    seq = drop_seq(100, 0)
+    seq[-1] = replace(seq[-1], servers=(ServerObs("B", T0, lag_p95_ms=p95),))
+    f = findings(seq)[("players_drop", "B")]
+    assert f.active is True and (f.held is not None) == held
+    if held:
+        assert f.held.startswith("B's events arrive 15.0 s late (p95)")
 
 
 def test_players_drop_stays_held_while_the_data_settles() -> None:

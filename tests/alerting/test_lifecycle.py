@@ -8,6 +8,7 @@ import pytest
 from watermark.alerting.conditions import Finding
 from watermark.alerting.config import Timing
 from watermark.alerting.lifecycle import AlertState, Notice, fingerprint, step, step_all
+from watermark.schema.records import RecordError
 
 T = Timing(for_ms=10_000, clear_ms=30_000)
 
@@ -76,13 +77,19 @@ def test_a_restart_in_the_middle_of_a_firing_neither_fires_again_nor_resolves() 
     assert run([(3_000, f(False)), (33_000, f(False))], Timing(0, 30_000), start=back)[1] == [("resolved", 33_000, 0)]
 
 
-def test_step_all_keeps_alerts_whose_subject_is_not_seen_and_removes_resolved() -> None:
+def test_step_all_resolves_an_alert_whose_subject_is_gone_but_not_while_redis_is_away() -> None:
+    timing = {"server_silent": Timing(0, 10)}
     silent_a = Finding("server_silent", "A", True, 61.0, "A")
-    d1 = step_all({}, [silent_a, f(True)], 0, {"server_silent": Timing(0, 0)})
+    d1 = step_all({}, [silent_a, f(True)], 0, timing)
     assert sorted(d1.states) == ["server_silent|A", "server_silent|B"] and len(d1.notices) == 2
-    d2 = step_all(d1.states, [Finding("server_silent", "A", False)], 1, {"server_silent": Timing(0, 0)})
-    assert sorted(d2.states) == ["server_silent|B"] and d2.removed == ("server_silent|A",)
-    assert [n.status for n in d2.notices] == ["resolved"]
+    away = step_all(d1.states, [], 100, timing, complete=False)  # nothing could be read: nothing changes
+    assert away.states == d1.states and away.notices == ()
+    # A is still reported and its condition gone; B is not reported at all any more (its keys expired)
+    d2 = step_all(d1.states, [Finding("server_silent", "A", False)], 100, timing)
+    assert d2.states["server_silent|B"].summary == "B is no longer reported"
+    d3 = step_all(d2.states, [Finding("server_silent", "A", False)], 110, timing)
+    assert d3.states == {} and sorted(d3.removed) == ["server_silent|A", "server_silent|B"]
+    assert [(n.status, n.subject) for n in d3.notices] == [("resolved", "A"), ("resolved", "B")]
 
 
 def test_notice_ids_are_stable_per_firing_and_differ_between_fire_and_resolve() -> None:
@@ -96,5 +103,5 @@ def test_notice_ids_are_stable_per_firing_and_differ_between_fire_and_resolve() 
 
 
 def test_a_malformed_alert_state_says_what_it_is() -> None:
-    with pytest.raises(ValueError, match="alert x is not an alert state"):
+    with pytest.raises(RecordError, match="alert x is not a AlertState: Object missing required field"):
         AlertState.decode(b'{"rule": "server_silent"}', "alert x")

@@ -66,6 +66,7 @@ def test_ctrl_c_on_run_sh_ends_every_process_quietly(tmp_path: Path) -> None:
     redis_port = free_port()
     env = {"PORT": str(free_port()), "REDIS_PORT": str(redis_port), "REDIS_DATA_DIR": str(tmp_path / "redis"),
            "REDIS_URL": "", "CHECKPOINT_DIR": str(tmp_path / "ck"), "PIPELINE_NAMESPACE": ns,
+           "METRICS_PORT": str(free_port()),
            "SPARK_MASTER": "local[2]"}
     run = Proc("run.sh", ["bash", str(ROOT / "run.sh")], env, tmp_path)
     keys = KeySchema(ns)

@@ -123,3 +123,51 @@ def test_notice_round_trips_through_the_history(r: redis.Redis) -> None:
     apply_decision(r, k, d, T0, outbox=False)
     (back,) = read_alert_view(r, k, T0).history
     assert back == d.notices[0] and isinstance(back, Notice)
+
+
+def test_a_notice_sent_from_memory_and_found_in_the_outbox_too_is_not_sent_again(r: redis.Redis) -> None:
+    """Redis took the round's transaction but its reply was lost: the monitor sent the notice from memory, and
+    the outbox has it as well; the restarted monitor finds it delivered and only clears it."""
+    k = keys()
+    with receiving() as hook:
+        ((oid, notice),) = apply_decision(r, k, fire(), T0, outbox=True)
+        n = notifier(hook.url, r, k)
+        assert n.deliver(Outgoing(notice, None)) is True  # from memory
+        assert n.deliver(Outgoing(notice, oid)) is True  # from the outbox, after a restart
+        assert [alert_line(b) for b in hook.bodies] == [("firing", "ServerSilent", "B")]
+    assert read_outbox(r, k) == []
+
+
+def test_a_receiver_answering_garbage_is_retried_not_fatal(r: redis.Redis) -> None:
+    """A reply that is not HTTP (http.client raises, not OSError) is one more failed attempt."""
+    import socket
+
+    k = keys()
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen()
+
+    def garbage() -> None:
+        for _ in range(2):
+            conn, _addr = srv.accept()
+            conn.recv(65536)
+            conn.sendall(b"NOT HTTP AT ALL\r\n\r\n")
+            conn.close()
+
+    t = threading.Thread(target=garbage, daemon=True)
+    t.start()
+    ((oid, notice),) = apply_decision(r, k, fire(), T0, outbox=True)
+    failures = []
+
+    class Counting(Notifier):
+        def _failed(self, error: str) -> None:
+            failures.append(error)
+            if len(failures) == 2:
+                self.stopping.set()
+
+    n = Counting(f"http://127.0.0.1:{srv.getsockname()[1]}/", r, k, external_url="", timeout_ms=2_000,
+                 max_backoff_ms=10, clock=NOW)
+    assert n.deliver(Outgoing(notice, oid)) is False  # stopped after two failed attempts, not crashed
+    srv.close()
+    assert len(failures) == 2 and all("BadStatusLine" in f or "RemoteDisconnected" in f for f in failures), failures
+    assert [x.id for _, x in read_outbox(r, k)] == [notice.id]  # still owed

@@ -6,11 +6,13 @@ from __future__ import annotations
 import queue
 import uuid
 
+import pytest
 import redis
 
 from watermark.alerting.config import AlertConfig
-from watermark.apps.monitor import Monitor, load_config, monitor_client, shown_url
+from watermark.apps.monitor import Monitor, load_config, monitor_client, read_config, shown_url
 from watermark.apps.notify import Notifier, Outgoing
+from watermark.schema.config import ConfigError
 from watermark.schema.keys import KeySchema
 from watermark.store.alert_store import read_alert_view, read_alerts
 from watermark.store.redis_server import free_port
@@ -80,3 +82,8 @@ def test_the_webhook_address_shown_keeps_no_secret(monkeypatch: object) -> None:
 def test_the_environment_names_the_webhook(monkeypatch) -> None:  # noqa: ANN001 - pytest's MonkeyPatch
     monkeypatch.setenv("ALERT_WEBHOOK_URL", "http://127.0.0.1:9/hook")
     assert load_config("ops/alerts.toml").webhook.url == "http://127.0.0.1:9/hook"
+
+
+def test_a_missing_file_says_so() -> None:
+    with pytest.raises(ConfigError, match="alerts configuration /nonexistent.toml: No such file"):
+        read_config("/nonexistent.toml")

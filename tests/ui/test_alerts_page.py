@@ -61,7 +61,7 @@ def seeded_alerts(redis_url: str, monkeypatch: pytest.MonkeyPatch) -> KeySchema:
     client = redis.Redis.from_url(redis_url)
     silent = step_all({}, [Finding("server_silent", "A", True, 70.0, "no event from A for 1m10s")], T0 - 600_000,
                       TIMING)
-    ((first_id, _),) = apply_decision(client, keys, silent, T0 - 600_000, outbox=True)
+    ((first_id, first),) = apply_decision(client, keys, silent, T0 - 600_000, outbox=True)
     resolved = step_all(silent.states, [Finding("server_silent", "A", False)], T0 - 300_000, TIMING)
     apply_decision(client, keys, resolved, T0 - 300_000, outbox=True)
     now = step_all(resolved.states, [
@@ -70,7 +70,7 @@ def seeded_alerts(redis_url: str, monkeypatch: pytest.MonkeyPatch) -> KeySchema:
                 held="no event from C for 45s: its players time out while its events are delayed")], T0, TIMING)
     apply_decision(client, keys, now, T0, outbox=True)
     client.hset(keys.alerts_webhook, "url", "http://hooks.example/alerts")
-    acknowledge(client, keys, first_id, T0 - 599_000)
+    acknowledge(client, keys, first_id, first.id, T0 - 599_000)
     record_failure(client, keys, "HTTP Error 503: Service Unavailable", T0 - 1_000)
     monkeypatch.setenv("REDIS_URL", redis_url)
     monkeypatch.setenv("PIPELINE_NAMESPACE", keys.namespace)

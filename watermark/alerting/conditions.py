@@ -30,6 +30,8 @@ from watermark.alerting.observation import MAIN, Memory, Observation, OnlineSamp
 from watermark.schema.timeutil import clock, human_ms
 
 MINUTE_MS = 60_000
+SAMPLE_GAP_MS = 5_000
+"""A sample this much older than the minute it stands for is a gap (Redis was away), not the minute's start."""
 
 RULES: dict[str, tuple[str, str]] = {
     "players_drop": ("PlayersDrop", "critical"),
@@ -48,6 +50,12 @@ SUBJECT_LABEL = {"players_drop": "server", "server_silent": "server", "late_drop
 """What a rule's subject is: its label name in notifications and in Prometheus."""
 
 
+def subject_labels(rule: str, subject: str) -> dict[str, str]:
+    """The alert's subject as a label (``server="B"``), as Prometheus' and the webhook's alerts carry it."""
+    label = SUBJECT_LABEL[rule]
+    return {label: subject} if label else {}
+
+
 @dataclass(frozen=True)
 class Finding:
     rule: str
@@ -63,6 +71,8 @@ def evaluate(obs: Observation, memory: Memory, cfg: AlertConfig) -> list[Finding
     if obs.redis_error is not None:
         return [Finding("redis_unreachable", "", True, None, f"Redis could not be read: {obs.redis_error}")]
     out = [Finding("redis_unreachable", "", False, None, "Redis answers")]
+    if obs.data_error is not None:
+        return out
     delays = note_delays(obs, memory, cfg)
     for s in obs.servers:
         out.append(server_silent(s, obs, cfg))
@@ -97,6 +107,9 @@ def note_delays(obs: Observation, memory: Memory, cfg: AlertConfig) -> dict[str,
         elif s is not None and s.last_arrival_ms is not None and now - s.last_arrival_ms >= pd.quiet_ms:
             why = (f"no event from {server} for {human_ms(now - s.last_arrival_ms)}: its players time out "
                    "while its events are delayed")
+        elif s is not None and s.lag_p95_ms is not None and s.lag_p95_ms >= pd.lag_ms:
+            why = (f"{server}'s events arrive {human_ms(s.lag_p95_ms)} late (p95): its players time out behind the "
+                   "watermark before their next event is read")
         elif (trail := memory.trail_ms(server)) is not None and trail >= pd.lag_ms:
             why = (f"{server}'s newest event is {human_ms(trail)} behind the other servers': its events "
                    "arrive late, and its players time out behind the watermark the others move")
@@ -138,7 +151,8 @@ def players_drop(server: str, memory: Memory, now_ms: int, cfg: AlertConfig, hel
     if peak < pd.min_players:
         return Finding("players_drop", server, False, drop, f"{summary} (a peak under {pd.min_players} is not judged)",
                        held)
-    return Finding("players_drop", server, drop > pd.percent, drop, summary, held)
+    # (peak - current) / peak > percent / 100, without the division's rounding at the threshold
+    return Finding("players_drop", server, (peak - current) * 100 > pd.percent * peak, drop, summary, held)
 
 
 def _left_by_cause(server: str, samples: list[OnlineSample]) -> str:
@@ -168,6 +182,8 @@ def late_drops(server: str, memory: Memory, now_ms: int, cfg: AlertConfig) -> Fi
     then = series.at_or_before(now_ms - MINUTE_MS) if series else None
     if last is None or then is None:
         return Finding("late_drops", server, None, None, "less than a minute watched")
+    if then[0] < now_ms - MINUTE_MS - SAMPLE_GAP_MS:  # a gap in the samples (Redis away): not one minute
+        return Finding("late_drops", server, None, None, "no sample from a minute ago")
     n = int(last[1]) - int(then[1])  # type: ignore[call-overload]
     if n < 0:  # the totals started again (Redis lost its data): a minute from now
         return Finding("late_drops", server, None, None, "the totals started again")

@@ -1,7 +1,8 @@
 """The alerts' thresholds: one TOML file (``ops/alerts.toml`` ships the defaults), read once at start.
 
-Every threshold has a default, so a file only names what it changes; a misspelt section or key, a value of the
-wrong type or out of range fails at start with the file, the section and the key in the message, never later.
+The command (``wm-monitor``) reads the file; this module parses its text. Every threshold has a default, so a
+file only names what it changes; a misspelt section or key, a value of the wrong type or out of range fails at
+start with the file, the section and the key in the message, never later.
 Durations are written as the rest of the configuration writes them (``30s``, ``5m``, ``1h30m``).
 """
 
@@ -11,6 +12,7 @@ import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
+from urllib.parse import urlsplit
 
 from watermark.schema.config import ConfigError
 from watermark.schema.timeutil import format_duration_ms, parse_duration_ms
@@ -25,6 +27,10 @@ class Timing:
     clear_ms: int = 0
 
 
+MAX_WITHIN_MS = 3_600_000
+"""The players-drop window's longest: the monitor keeps its samples in memory, and reads them back at start."""
+
+
 @dataclass(frozen=True)
 class PlayersDrop:
     percent: float = 50.0
@@ -35,8 +41,9 @@ class PlayersDrop:
     quiet_ms: int = 15_000
     """A server with no event for this long is delayed, not emptied: the alert is held, and says so."""
     lag_ms: int = 15_000
-    """A server whose newest event time trails the newest of all servers by this much is delayed too (its
-    events arrive, but late: its players time out behind the watermark the others move)."""
+    """A server whose events arrive this late (p95 of arrival minus event time in the last batch), or whose
+    newest event time trails the newest of all servers by this much, is delayed too: its events arrive, but
+    late, and its players time out behind the watermark the others move."""
     settle_ms: int = 30_000
     """Held this long after the server's events (or the pipeline) catch up: players come back with their
     next event, not at once."""
@@ -121,15 +128,6 @@ class AlertConfig:
         return cls.from_mapping(doc, where)
 
     @classmethod
-    def load(cls, path: str) -> AlertConfig:
-        try:
-            with open(path, encoding="utf-8") as f:
-                text = f.read()
-        except OSError as exc:
-            raise ConfigError(f"alerts configuration {path}: {exc.strerror or exc}") from None
-        return cls.from_toml(text, path)
-
-    @classmethod
     def from_mapping(cls, doc: Mapping[str, Any], where: str) -> AlertConfig:
         sections = {f.name: f for f in fields(cls)}
         unknown = sorted(set(doc) - set(sections))
@@ -200,7 +198,8 @@ def _check_section(s: Any, where: str) -> None:  # noqa: ANN401
     if isinstance(s, PlayersDrop):
         _require(0 < s.percent < 100, where, f"percent must be above 0 and below 100, got {s.percent}")
         _require(s.min_players >= 1, where, f"min_players must be at least 1, got {s.min_players}")
-        _require(s.within_ms > 0, where, "within must be longer than 0s")
+        _require(0 < s.within_ms <= MAX_WITHIN_MS, where, f"within must be longer than 0s and at most "
+                                                          f"{format_duration_ms(MAX_WITHIN_MS)}")
         _require(s.quiet_ms > 0, where, "quiet must be longer than 0s")
         _require(s.lag_ms > 0, where, "lag must be longer than 0s")
     for name in ("after_ms", "above_trigger_ms", "ahead_ms", "timeout_ms", "max_backoff_ms"):
@@ -212,6 +211,11 @@ def _check_section(s: Any, where: str) -> None:  # noqa: ANN401
     if isinstance(s, Webhook) and s.url:
         _require(s.url.startswith(("http://", "https://")), where, f"url must start with http:// or https://, "
                                                                    f"got {s.url!r}")
+        try:
+            ok = bool(urlsplit(s.url).hostname) and (urlsplit(s.url).port or 0) >= 0
+        except ValueError:
+            ok = False
+        _require(ok, where, f"url {s.url!r} has no host, or a port that is not a number")
 
 
 def _require(ok: bool, where: str, message: str) -> None:

@@ -21,8 +21,9 @@ from typing import Literal
 
 import msgspec
 
-from watermark.alerting.conditions import RULES, SUBJECT_LABEL, Finding
+from watermark.alerting.conditions import RULES, Finding, subject_labels
 from watermark.alerting.config import Timing
+from watermark.schema.records import decode_json
 
 Status = Literal["pending", "firing", "held"]
 
@@ -56,10 +57,7 @@ class AlertState(msgspec.Struct, frozen=True, kw_only=True):
 
     @classmethod
     def decode(cls, raw: bytes | str, where: str) -> AlertState:
-        try:
-            return msgspec.json.decode(raw, type=cls)
-        except (msgspec.ValidationError, msgspec.DecodeError) as exc:
-            raise ValueError(f"{where} is not an alert state: {exc}") from None
+        return decode_json(raw, cls, where)
 
 
 class Notice(msgspec.Struct, frozen=True, kw_only=True):
@@ -91,19 +89,15 @@ class Notice(msgspec.Struct, frozen=True, kw_only=True):
         return f"{self.fingerprint}:{self.starts_at_ms}:{self.status}"
 
     def labels(self, namespace: str) -> dict[str, str]:
-        label = SUBJECT_LABEL[self.rule]
         return {"alertname": self.alertname, "severity": self.severity, "namespace": namespace,
-                **({label: self.subject} if label else {})}
+                **subject_labels(self.rule, self.subject)}
 
     def encode(self) -> bytes:
         return _ENCODER.encode(self)
 
     @classmethod
     def decode(cls, raw: bytes | str, where: str) -> Notice:
-        try:
-            return msgspec.json.decode(raw, type=cls)
-        except (msgspec.ValidationError, msgspec.DecodeError) as exc:
-            raise ValueError(f"{where} is not an alert notice: {exc}") from None
+        return decode_json(raw, cls, where)
 
 
 _ENCODER = msgspec.json.Encoder()
@@ -113,9 +107,9 @@ def alert_key(rule: str, subject: str) -> str:
     return f"{rule}|{subject}"
 
 
-def fingerprint(rule: str, subject: str) -> str:
-    """Stable per alert (rule and subject), as Alertmanager's is per label set."""
-    return hashlib.sha256(alert_key(rule, subject).encode()).hexdigest()[:16]
+def fingerprint(rule: str, subject: str, namespace: str = "") -> str:
+    """Stable per alert (rule, subject and the pipeline's namespace), as Alertmanager's is per label set."""
+    return hashlib.sha256(f"{namespace}|{alert_key(rule, subject)}".encode()).hexdigest()[:16]
 
 
 def step(prev: AlertState | None, f: Finding, now_ms: int, timing: Timing) -> tuple[AlertState | None, Notice | None]:
@@ -165,8 +159,15 @@ class Decision:
 
 
 def step_all(prev: Mapping[str, AlertState], findings: Iterable[Finding], now_ms: int,
-             timing: Mapping[str, Timing]) -> Decision:
-    """Every alert with a finding this round steps; alerts without one (their subject unseen now) stay."""
+             timing: Mapping[str, Timing], complete: bool = True) -> Decision:
+    """Every alert with a finding this round steps. ``complete``: the findings cover everything there is (the
+    observation read all of the stack), so an alert without one lost its subject (a lane removed, a server's
+    keys expired) and clears like a condition gone; otherwise (Redis away) such alerts stay as they are."""
+    findings = list(findings)
+    if complete:
+        seen = {alert_key(f.rule, f.subject) for f in findings}
+        findings += [Finding(s.rule, s.subject, False, None, f"{s.subject or s.rule} is no longer reported")
+                     for key, s in prev.items() if key not in seen]
     states = dict(prev)
     removed: list[str] = []
     notices: list[Notice] = []

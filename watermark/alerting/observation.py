@@ -43,6 +43,8 @@ class ServerObs:
     players: int | None = None
     newest_event_ms: int | None = None
     """The server's newest event time in the pipeline's last batch (None: none in it)."""
+    lag_p95_ms: float | None = None
+    """p95 of arrival minus event time of the server's events in the pipeline's last batch."""
 
 
 @dataclass(frozen=True)
@@ -60,6 +62,8 @@ class Observation:
     at_ms: int
     redis_error: str | None = None
     """Why Redis could not be read; everything else is empty then."""
+    data_error: str | None = None
+    """Redis answered, but with a record that is not what its type says: nothing is judged this round."""
     pipelines: tuple[PipelineObs, ...] = ()
     servers: tuple[ServerObs, ...] = ()
     online: tuple[OnlineSample, ...] = ()
@@ -122,13 +126,14 @@ class Memory:
         self.online = Series(self.reach_ms)
 
     def remember(self, obs: Observation) -> None:
-        if obs.redis_error is not None:
+        if obs.redis_error is not None or obs.data_error is not None:
             return
         self.remember_online(obs.online)
         for s in obs.servers:
             self.dropped.setdefault(s.name, Series(self.reach_ms)).add(obs.at_ms, s.dropped)
-            if s.newest_event_ms is not None:
-                self.newest_event[s.name] = max(s.newest_event_ms, self.newest_event.get(s.name, s.newest_event_ms))
+            if s.newest_event_ms is not None:  # a future-dated event counts as now: it must not make the
+                newest = min(s.newest_event_ms, obs.at_ms)  # others look behind
+                self.newest_event[s.name] = max(newest, self.newest_event.get(s.name, newest))
         for p in obs.pipelines:
             self.watermarks.setdefault(p.name, Series(self.reach_ms)).add(obs.at_ms, (p.watermark_ms, p.accepted))
 

@@ -20,8 +20,8 @@ MAIN_SEL = '{pipeline="main"}'
 
 
 def _s(ms: int) -> str:
-    """Seconds as PromQL writes a number."""
-    return f"{ms / 1000:g}"
+    """Seconds as PromQL writes a number, exactly."""
+    return repr(ms / 1000)
 
 
 def _d(ms: int) -> str:
@@ -36,15 +36,16 @@ def expressions(cfg: AlertConfig) -> dict[str, str]:
     pipeline_behind = (f"(wm_behind_seconds{MAIN_SEL} - wm_trigger_interval_seconds{MAIN_SEL} > {behind})")
     peak = f"max_over_time(wm_players_online[{_d(pd.within_ms)}])"
     silent, flat = _s(cfg.server_silent.after_ms), _d(cfg.watermark_flat.after_ms)
-    newest = "max_over_time(wm_server_max_event_time_seconds[1m])"
+    newest = "clamp_max(max_over_time(wm_server_max_event_time_seconds[1m]), time())"  # future-dated: now
     newest_all = f"max without (server) ({newest})"
     return {
         "players_drop": (
-            f"(wm_players_online < (1 - {pd.percent:g} / 100) * {peak}) and ({peak} >= {pd.min_players})\n"
+            f"(({peak} - wm_players_online) * 100 > {pd.percent!r} * {peak}) and ({peak} >= {pd.min_players})\n"
             f"unless max_over_time({silence}[{_d(pd.settle_ms)}:1s]) >= {_s(pd.quiet_ms)}\n"
             f"unless on(instance, job) max_over_time({pipeline_behind}[{_d(pd.settle_ms)}:1s])\n"
             f"unless on(server, instance, job) ({newest_all} - on(instance, job) group_right {newest} >= "
-            f"{_s(pd.lag_ms)})"),
+            f"{_s(pd.lag_ms)})\n"
+            f"unless max_over_time(wm_server_ingest_lag_p95_seconds[{_d(pd.settle_ms)}]) >= {_s(pd.lag_ms)}"),
         "server_silent": (f"{silence} >= {silent}\n"
                           f"unless on(instance, job) (wm_behind_seconds{MAIN_SEL} >= {silent})"),
         "late_drops": f"increase(wm_events_dropped_late_total{MAIN_SEL}[1m]) > {cfg.late_drops.per_minute}",

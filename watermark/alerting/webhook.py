@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from watermark.alerting.lifecycle import Notice
+from watermark.alerting.lifecycle import Notice, fingerprint
 
 ZERO_TIME = "0001-01-01T00:00:00Z"
 RECEIVER = "watermark"
@@ -22,13 +22,14 @@ def rfc3339(ms: int) -> str:
 
 def payload(n: Notice, namespace: str, external_url: str) -> dict[str, object]:
     labels = n.labels(namespace)
-    annotations = {"summary": n.summary, "notice_id": n.id}
+    annotations = {"summary": n.summary, "notice_id": f"{namespace}:{n.id}"}
     if n.value is not None:
         annotations["value"] = f"{n.value:g}"
     alert = {
         "status": n.status, "labels": labels, "annotations": annotations, "startsAt": rfc3339(n.starts_at_ms),
         "endsAt": rfc3339(n.ends_at_ms) if n.ends_at_ms is not None else ZERO_TIME,
-        "generatorURL": f"{external_url.rstrip('/')}/alerts", "fingerprint": n.fingerprint,
+        "generatorURL": f"{external_url.rstrip('/')}/alerts",
+        "fingerprint": fingerprint(n.rule, n.subject, namespace),
     }
     group = {"alertname": labels["alertname"]}
     return {

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator, Mapping
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from watermark.alerting.conditions import RULES, SUBJECT_LABEL
+from watermark.alerting.conditions import subject_labels
 from watermark.alerting.lifecycle import AlertState
 from watermark.schema.keys import parse_buckets
 from watermark.store.observe import StackReading
@@ -37,6 +37,7 @@ METRICS: dict[str, str] = {
     "wm_online_view_age_seconds": "Now minus the trigger time of the online view's newest batch",
     "wm_server_last_event_timestamp_seconds": "Arrival of each server's newest committed event, Unix seconds",
     "wm_server_max_event_time_seconds": "Each server's newest event time in the last batch, Unix seconds",
+    "wm_server_ingest_lag_p95_seconds": "p95 of arrival minus event time of each server's events in the last batch",
     "wm_alerts": "The product's alerts: 1 per alert pending, firing or held",
 }
 """Every metric with its help text; docs/alerts.md lists the same (a test compares)."""
@@ -61,7 +62,11 @@ def _server_families(r: StackReading) -> Iterator[Metric]:
                              METRICS["wm_server_last_event_timestamp_seconds"], labels=["server"])
     newest = GaugeMetricFamily("wm_server_max_event_time_seconds", METRICS["wm_server_max_event_time_seconds"],
                                labels=["server"])
+    lag = GaugeMetricFamily("wm_server_ingest_lag_p95_seconds", METRICS["wm_server_ingest_lag_p95_seconds"],
+                            labels=["server"])
     for s in r.obs.servers:
+        if s.lag_p95_ms is not None:
+            lag.add_metric([s.name], s.lag_p95_ms / 1000)
         if s.players is not None:
             players.add_metric([s.name], s.players)
         if s.last_arrival_ms is not None:
@@ -71,6 +76,7 @@ def _server_families(r: StackReading) -> Iterator[Metric]:
     yield players
     yield seen
     yield newest
+    yield lag
 
 
 def _pipeline_families(r: StackReading) -> Iterator[Metric]:
@@ -106,9 +112,8 @@ def _pipeline_families(r: StackReading) -> Iterator[Metric]:
 def alert_family(alerts: Mapping[str, AlertState]) -> Metric:
     g = GaugeMetricFamily("wm_alerts", METRICS["wm_alerts"], labels=["alertname", "state", "server", "pipeline"])
     for a in sorted(alerts.values(), key=lambda a: a.key):
-        label = SUBJECT_LABEL[a.rule]
-        g.add_metric([RULES[a.rule][0], a.status, a.subject if label == "server" else "",
-                      a.subject if label == "pipeline" else ""], 1)
+        subject = subject_labels(a.rule, a.subject)
+        g.add_metric([a.alertname, a.status, subject.get("server", ""), subject.get("pipeline", "")], 1)
     return g
 
 

@@ -35,6 +35,7 @@ from watermark.alerting.observation import Memory, Observation
 from watermark.alerting.promrules import prometheus_rules
 from watermark.apps.metrics import StackCollector
 from watermark.apps.notify import Notifier, Outgoing
+from watermark.schema.clock import wall_ms
 from watermark.schema.config import Config, ConfigError, redact_url
 from watermark.schema.keys import KeySchema
 from watermark.store.alert_store import apply_decision, read_alerts, read_outbox
@@ -44,19 +45,19 @@ log = logging.getLogger("wm-monitor")
 
 DEFAULT_METRICS_PORT = 9108
 DEFAULT_CONFIG = "ops/alerts.toml"
-ONLINE_REACH = 2_000
-"""Online view batches read back at start (enough for the players-drop window at a sub-second trigger)."""
+ONLINE_REACH = 8_000
+"""Online view batches read back at start: the longest players-drop window (an hour) at a 500 ms trigger."""
+REDIS_TIMEOUT_S = 2.0
+START_WAIT_S = 30.0
+"""How long a starting monitor waits for Redis before its rounds begin (and find it unreachable)."""
 
 
-def monitor_client(url: str, timeout_s: float = 5.0) -> redis.Redis:
-    """Fails fast when Redis is away: one quick retry, so a round says "unreachable" within its interval
-    rather than after redis-py's default backoff."""
-    return redis.Redis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=min(timeout_s, 2.0),
-                                retry=Retry(NoBackoff(), 1))
-
-
-def wall_ms() -> int:
-    return int(time.time() * 1000)
+def monitor_client(url: str, timeout_s: float = REDIS_TIMEOUT_S) -> redis.Redis:
+    """Fails fast when Redis is away or hangs, and never retries: a round says "unreachable" within a few
+    seconds, and a transaction whose reply was lost is not sent a second time (its notices would be twice in
+    the history and the outbox)."""
+    return redis.Redis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s,
+                                retry=Retry(NoBackoff(), 0))
 
 
 @dataclass
@@ -72,6 +73,9 @@ class Monitor:
     states: dict[str, AlertState] = field(default_factory=dict)
     unsaved: list[Notice] = field(default_factory=list)
     resumed: bool = False
+    last_ms: int = 0
+    """The latest ``now`` seen: the wall clock stepping back must not re-time pending and clearing alerts."""
+    last_error: str = ""
     memory: Memory = field(init=False)
 
     def __post_init__(self) -> None:
@@ -82,43 +86,53 @@ class Monitor:
     def resume(self) -> None:
         """The alerts as they stood, and the notices still owed, from Redis (a restart changes neither); what
         was decided before Redis first answered (its being unreachable) is kept beside them."""
-        stored = read_alerts(self.client, self.keys)
-        owed = read_outbox(self.client, self.keys)
+        stored = read_alerts(self.client, self.keys, on_bad=self.say)
+        owed = read_outbox(self.client, self.keys, on_bad=self.say)
         self.client.hset(self.keys.alerts_webhook, "url", shown_url(self.cfg.webhook.url))
-        self.states = {**self.states, **stored}
+        self.states = {**stored, **self.states}
         self.resumed = True
         if self.notifier is not None:
             for oid, n in owed:
                 self.notifier.offer(Outgoing(n, oid))
 
+    def say(self, error: str) -> None:
+        """A problem with what Redis holds, logged once until it changes (a round a second would flood)."""
+        if error != self.last_error:
+            log.warning("%s", error)
+            self.last_error = error
+
     def observe(self, now_ms: int) -> Observation:
         try:
+            if not self.resumed:
+                self.resume()
             lanes = lane_keys(self.client, self.keys)
             return read_stack(self.client, self.keys, lanes, now_ms, self.memory.last_online_batch(),
                               ONLINE_REACH).obs
         except redis.RedisError as exc:
             return Observation(at_ms=now_ms, redis_error=f"{type(exc).__name__}: {exc}")
+        except ValueError as exc:  # a malformed record (RecordError): judge nothing this round, say what
+            self.say(f"cannot read the stack: {exc}")
+            return Observation(at_ms=now_ms, data_error=str(exc))
 
     def round(self, now_ms: int) -> Decision:
-        if not self.resumed:
-            try:
-                self.resume()
-            except redis.RedisError:
-                pass  # this round finds Redis unreachable too, and says so
+        now_ms = self.last_ms = max(now_ms, self.last_ms)
         obs = self.observe(now_ms)
         self.memory.remember(obs)
         findings = evaluate(obs, self.memory, self.cfg)
-        d = step_all(self.states, findings, now_ms, {r: self.cfg.timing(r) for r in RULES})
+        complete = obs.redis_error is None and obs.data_error is None
+        d = step_all(self.states, findings, now_ms, {r: self.cfg.timing(r) for r in RULES}, complete=complete)
         self.states = d.states
         for n in d.notices:
             log.info("%s %s%s: %s", n.status, n.alertname, f" {n.subject}" if n.subject else "", n.summary)
-        self.save(d, now_ms)
+        self.save(d, now_ms, redis_ok=obs.redis_error is None)
         return d
 
-    def save(self, d: Decision, now_ms: int) -> None:
+    def save(self, d: Decision, now_ms: int, redis_ok: bool = True) -> None:
         outbox = self.notifier is not None
         owed = Decision(d.states, d.removed, (*self.unsaved, *d.notices))
         try:
+            if not redis_ok:  # not tried again within the round that found Redis away (it may hang)
+                raise redis.ConnectionError("Redis was unreachable this round")
             sent = apply_decision(self.client, self.keys, owed, now_ms, outbox=outbox, history_only=len(self.unsaved),
                                   interval_ms=self.interval_ms)
         except redis.RedisError:
@@ -156,6 +170,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help=f"alerts' thresholds (TOML); default: ALERTS_CONFIG, else {DEFAULT_CONFIG} if present")
     p.add_argument("--port", type=_port, default=None,
                    help=f"/metrics port (METRICS_PORT, default {DEFAULT_METRICS_PORT}; 0: no endpoint)")
+    p.add_argument("--address", default=os.environ.get("METRICS_ADDRESS") or "127.0.0.1",
+                   help="/metrics address (METRICS_ADDRESS, default 127.0.0.1; 0.0.0.0 for a Prometheus elsewhere)")
     p.add_argument("--interval", type=float, default=1.0, help="seconds between evaluations")
     p.add_argument("--prometheus-rules", action="store_true", help="print the equivalent Prometheus rules, exit")
     args = p.parse_args(argv)
@@ -173,10 +189,19 @@ def _port(text: str) -> int:
     return int(text)
 
 
+def read_config(path: str) -> AlertConfig:
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except OSError as exc:
+        raise ConfigError(f"alerts configuration {path}: {exc.strerror or exc}") from None
+    return AlertConfig.from_toml(text, path)
+
+
 def load_config(path: str | None) -> AlertConfig:
     if path is None:
         path = DEFAULT_CONFIG if os.path.exists(DEFAULT_CONFIG) else None
-    cfg = AlertConfig.load(path) if path else AlertConfig()
+    cfg = read_config(path) if path else AlertConfig()
     url = os.environ.get("ALERT_WEBHOOK_URL")
     return cfg if url is None else cfg.with_webhook_url(url, "ALERT_WEBHOOK_URL")
 
@@ -193,37 +218,54 @@ def main(argv: list[str] | None = None) -> int:
     if args.prometheus_rules:
         sys.stdout.write(prometheus_rules(cfg))
         return 0
-    return run(cfg, env, args.port, args.interval)
+    return run(cfg, env, args)
 
 
-def run(cfg: AlertConfig, env: Config, port: int, interval_s: float) -> int:
+def serve_metrics(address: str, port: int, url: str, keys: KeySchema, monitor: Monitor) -> str | None:
+    """``/metrics`` on its own thread; an error message when it cannot listen."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(scrape_reader(url, keys, monitor))
+    try:
+        start_http_server(port, addr=address, registry=registry)
+    except OSError as exc:
+        return f"/metrics cannot listen on {address}:{port}: {exc.strerror or exc} (set METRICS_PORT)"
+    return None
+
+
+def wait_for_redis(client: redis.Redis, stop: threading.Event, limit_s: float = START_WAIT_S) -> None:
+    """Started beside the embedded Redis: give it a moment before a round could call it unreachable."""
+    deadline = time.monotonic() + limit_s
+    while not stop.is_set() and time.monotonic() < deadline:
+        try:
+            client.ping()
+            return
+        except redis.RedisError:
+            stop.wait(0.25)
+
+
+def run(cfg: AlertConfig, env: Config, args: argparse.Namespace) -> int:
     keys = KeySchema(env.namespace)
     client = monitor_client(env.redis_url)
     notifier = None
     if cfg.webhook.url:
         notifier = Notifier(cfg.webhook.url, client, keys, external_url=os.environ.get("DASHBOARD_URL", ""),
                             timeout_ms=cfg.webhook.timeout_ms, max_backoff_ms=cfg.webhook.max_backoff_ms)
-    monitor = Monitor(client, keys, cfg, wall_ms(), notifier, int(interval_s * 1000))
+    monitor = Monitor(client, keys, cfg, wall_ms(), notifier, int(args.interval * 1000))
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
-    if port:
-        registry = CollectorRegistry(auto_describe=False)
-        registry.register(scrape_reader(env.redis_url, keys, monitor))
-        try:
-            start_http_server(port, addr="127.0.0.1", registry=registry)
-        except OSError as exc:
-            print(f"error: /metrics cannot listen on 127.0.0.1:{port}: {exc.strerror} (set METRICS_PORT)",
-                  file=sys.stderr)
-            return 2
-    print(f"monitor: /metrics on http://127.0.0.1:{port}/metrics" if port else "monitor: no /metrics (port 0)",
-          f"; Redis {redact_url(env.redis_url)}, namespace {env.namespace}; webhook {cfg.webhook.url or 'none'}",
-          sep="", flush=True)
+    if args.port and (error := serve_metrics(args.address, args.port, env.redis_url, keys, monitor)):
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    where = f"http://{args.address}:{args.port}/metrics" if args.port else "none (port 0)"
+    print(f"monitor: /metrics on {where}; Redis {redact_url(env.redis_url)}, namespace {env.namespace}; "
+          f"webhook {shown_url(cfg.webhook.url) or 'none'}", flush=True)
+    wait_for_redis(client, stop)
     if notifier is not None:
         notifier.start()
     while not stop.is_set():
         monitor.round(wall_ms())
-        stop.wait(interval_s)
+        stop.wait(args.interval)
     if notifier is not None:
         notifier.close()
     return 0

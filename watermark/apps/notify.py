@@ -13,7 +13,6 @@ import json
 import logging
 import queue
 import threading
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
@@ -23,8 +22,9 @@ import redis
 
 from watermark.alerting.lifecycle import Notice
 from watermark.alerting.webhook import backoff_ms, payload
+from watermark.schema.clock import wall_ms
 from watermark.schema.keys import KeySchema
-from watermark.store.alert_store import acknowledge, record_failure
+from watermark.store.alert_store import acknowledge, record_failure, was_delivered
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +59,7 @@ class Notifier(threading.Thread):
         self.url, self.client, self.keys = url, client, keys
         self.external_url = external_url
         self.timeout_s, self.max_backoff_ms = timeout_ms / 1000, max_backoff_ms
-        self.clock = clock or (lambda: int(time.time() * 1000))
+        self.clock = clock or wall_ms
         self.queue: queue.Queue[Outgoing | None] = queue.Queue()
         self.stopping = threading.Event()
 
@@ -77,7 +77,10 @@ class Notifier(threading.Thread):
             self.deliver(item)
 
     def deliver(self, item: Outgoing) -> bool:
-        """Until delivered, rejected or stopped; True when the receiver took it."""
+        """Until delivered, rejected or stopped; True when the receiver took it (now or before)."""
+        if self._delivered_before(item):
+            self._ack(item)
+            return True
         body = payload(item.notice, self.keys.namespace, self.external_url)
         attempt = 0
         while not self.stopping.is_set():
@@ -86,21 +89,27 @@ class Notifier(threading.Thread):
                 post(self.url, body, self.timeout_s)
             except Rejected as exc:
                 self._failed(f"{item.notice.id} rejected, not retried: {exc}")
-                self._ack(item)
+                self._ack(item, delivered=False)
                 return False
-            except (OSError, urllib.error.URLError) as exc:
-                self._failed(f"{item.notice.id}: {exc}")
+            except Exception as exc:  # noqa: BLE001 - any other failure (refused, reset, a bad reply) is retried
+                self._failed(f"{item.notice.id}: {type(exc).__name__}: {exc}")
                 self.stopping.wait(backoff_ms(attempt, self.max_backoff_ms) / 1000)
                 continue
             self._ack(item)
             return True
         return False
 
-    def _ack(self, item: Outgoing) -> None:
-        if item.outbox_id is None:
-            return
+    def _delivered_before(self, item: Outgoing) -> bool:
+        """The same notice reached the receiver already (sent from memory while Redis was away, and found in
+        the outbox too): not sent twice."""
         try:
-            acknowledge(self.client, self.keys, item.outbox_id, self.clock())
+            return was_delivered(self.client, self.keys, item.notice.id)
+        except redis.RedisError:
+            return False
+
+    def _ack(self, item: Outgoing, delivered: bool = True) -> None:
+        try:
+            acknowledge(self.client, self.keys, item.outbox_id, item.notice.id, self.clock(), delivered)
         except redis.RedisError as exc:  # sent; at worst sent again after a restart, with the same id
             log.warning("webhook: delivered %s but could not acknowledge it: %s", item.notice.id, exc)
 

@@ -16,6 +16,11 @@ class Clock(Protocol):
     def sleep_until(self, us: int) -> None: ...
 
 
+def wall_ms() -> int:
+    """The wall clock in milliseconds: the default of every injected ``now``."""
+    return time.time_ns() // 1_000_000
+
+
 class RealClock:
     """Wall-clock time; ``sleep_until`` returns early once ``stop`` is set (SIGTERM)."""
 

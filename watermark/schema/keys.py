@@ -103,16 +103,20 @@ key                                                type    contents
                                                            ``{rule}|{subject}`` -> JSON ``AlertState``
                                                            (``watermark.alerting.lifecycle``)
 ``{ns}:alerts:history``                            stream  every alert fired and resolved, field ``n``:
-                                                           JSON ``Notice``; a day kept
+                                                           JSON ``Notice``; the newest 10,000 kept (the page
+                                                           shows a day)
 ``{ns}:alerts:outbox``                             stream  notices the webhook has not delivered yet (field
                                                            ``n``), deleted once delivered
 ``{ns}:alerts:webhook``                            hash    the webhook's ``url``, ``delivered``, ``failures``,
                                                            ``last_ok_ms``, ``last_error``, ``last_error_ms``
+``{ns}:alerts:delivered``                          zset    ids of the notices delivered (score: when), a
+                                                           week: none is sent twice
 ``{ns}:alerts:monitor``                            hash    the monitor's last round ``round_ms`` and its
                                                            ``interval_ms``: is anyone evaluating
 =================================================  ======  =============================================
 
-Every key except the input stream, the two lab hashes and the alerts' keys expires ``RETENTION`` after its last write;
+Every key except the input stream, the two lab hashes, ``batch_seconds`` (a counter, like ``totals``
+kept whole) and the alerts' keys expires ``RETENTION`` after its last write;
 windows leave the index once they end ``RETENTION`` before the watermark, and
 batch records beyond ``PROGRESS_HISTORY`` leave theirs.
 """
@@ -273,6 +277,10 @@ class KeySchema:
     @property
     def alerts_webhook(self) -> str:
         return self._k("alerts", "webhook")
+
+    @property
+    def alerts_delivered(self) -> str:
+        return self._k("alerts", "delivered")
 
     @property
     def alerts_monitor(self) -> str:

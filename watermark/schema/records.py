@@ -124,7 +124,7 @@ class BatchRecord(msgspec.Struct, frozen=True, kw_only=True):
 
     @classmethod
     def decode(cls, raw: bytes | str, where: str) -> BatchRecord:
-        return _decode(raw, cls, where)
+        return decode_json(raw, cls, where)
 
     @classmethod
     def from_dict(cls, doc: Mapping[str, object], where: str) -> BatchRecord:
@@ -194,7 +194,7 @@ class PresenceRecord(msgspec.Struct, frozen=True, kw_only=True):
 
     @classmethod
     def decode(cls, raw: bytes | str, where: str) -> PresenceRecord:
-        return _decode(raw, cls, where)
+        return decode_json(raw, cls, where)
 
 
 class LaneRecord(msgspec.Struct, frozen=True, kw_only=True):
@@ -211,7 +211,7 @@ class LaneRecord(msgspec.Struct, frozen=True, kw_only=True):
 
     @classmethod
     def decode(cls, raw: bytes | str, where: str) -> LaneRecord:
-        return _decode(raw, cls, where)
+        return decode_json(raw, cls, where)
 
 
 class _HashRecord(msgspec.Struct, frozen=True, kw_only=True):
@@ -366,7 +366,8 @@ _ENCODER = msgspec.json.Encoder()
 T = TypeVar("T")
 
 
-def _decode(raw: bytes | str, kind: type[T], where: str) -> T:
+def decode_json(raw: bytes | str, kind: type[T], where: str) -> T:
+    """``raw`` as a ``kind``, or :class:`RecordError` naming ``where`` and what is wrong."""
     try:
         return msgspec.json.decode(raw, type=kind)
     except (msgspec.ValidationError, msgspec.DecodeError) as exc:

@@ -7,23 +7,42 @@ a notice is in the history and in the outbox exactly when its alert changed.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import redis
 
 from watermark.alerting.lifecycle import AlertState, Decision, Notice
 from watermark.schema.keys import KeySchema
+from watermark.schema.records import RecordError
 
 DAY_MS = 86_400_000
 NOTICE_FIELD = "n"
+HISTORY_READ = 2_000
+"""Notices the page reads back (the newest); a day of alerts is far fewer unless they flap by the thousand."""
 HISTORY_KEEP = 10_000
 """Notices kept in the history stream (the page shows the last day of them: far fewer unless alerts flap by
 the thousand, and then the newest are the ones to see)."""
 
 
-def read_alerts(client: redis.Redis, keys: KeySchema) -> dict[str, AlertState]:
-    return {k.decode(): AlertState.decode(v, f"alert {k.decode()!r} in {keys.alerts}")
-            for k, v in client.hgetall(keys.alerts).items()}
+OnBad = Callable[[str], None]
+
+
+def _skip(on_bad: OnBad | None) -> OnBad:
+    def raise_it(error: str) -> None:
+        raise RecordError(error)
+    return on_bad or raise_it
+
+
+def read_alerts(client: redis.Redis, keys: KeySchema, on_bad: OnBad | None = None) -> dict[str, AlertState]:
+    """The alerts as they stand; a malformed one is passed to ``on_bad`` and left out (raised without it)."""
+    out = {}
+    for k, v in client.hgetall(keys.alerts).items():
+        try:
+            out[k.decode()] = AlertState.decode(v, f"alert {k.decode()!r} in {keys.alerts}")
+        except RecordError as exc:
+            _skip(on_bad)(f"{exc}: left out")
+    return out
 
 
 def apply_decision(client: redis.Redis, keys: KeySchema, d: Decision, now_ms: int, *, outbox: bool,
@@ -46,10 +65,17 @@ def apply_decision(client: redis.Redis, keys: KeySchema, d: Decision, now_ms: in
     return list(zip(ids, owed, strict=True))
 
 
-def read_outbox(client: redis.Redis, keys: KeySchema) -> list[tuple[str, Notice]]:
-    """Notices not delivered yet, oldest first: what a restarted monitor sends before anything new."""
-    return [(eid.decode(), Notice.decode(f[NOTICE_FIELD.encode()], f"{keys.alerts_outbox} entry {eid.decode()}"))
-            for eid, f in client.xrange(keys.alerts_outbox)]
+def read_outbox(client: redis.Redis, keys: KeySchema, on_bad: OnBad | None = None) -> list[tuple[str, Notice]]:
+    """Notices not delivered yet, oldest first: what a restarted monitor sends before anything new. A malformed
+    entry is passed to ``on_bad`` and left in the stream, where it can be looked at (raised without it)."""
+    out = []
+    for eid, f in client.xrange(keys.alerts_outbox):
+        where = f"{keys.alerts_outbox} entry {eid.decode()}"
+        try:
+            out.append((eid.decode(), Notice.decode(f.get(NOTICE_FIELD.encode(), b""), where)))
+        except RecordError as exc:
+            _skip(on_bad)(f"{exc}: not sent")
+    return out
 
 
 def _history(entries: list, since_ms: int, where: str) -> list[Notice]:
@@ -78,13 +104,26 @@ class WebhookStatus:
                    last_error_ms=int(s["last_error_ms"]) if s.get("last_error_ms") else None, waiting=waiting)
 
 
-def acknowledge(client: redis.Redis, keys: KeySchema, entry_id: str, now_ms: int) -> None:
-    """A notice delivered: out of the outbox, counted."""
+DELIVERED_KEEP_MS = 7 * DAY_MS
+
+
+def acknowledge(client: redis.Redis, keys: KeySchema, entry_id: str | None, notice_id: str, now_ms: int,
+                delivered: bool = True) -> None:
+    """A notice delivered (``delivered``: remembered by its id, counted) or rejected for good: out of the
+    outbox either way."""
     with client.pipeline(transaction=True) as pipe:
-        pipe.xdel(keys.alerts_outbox, entry_id)
-        pipe.hincrby(keys.alerts_webhook, "delivered", 1)
-        pipe.hset(keys.alerts_webhook, "last_ok_ms", now_ms)
+        if entry_id is not None:
+            pipe.xdel(keys.alerts_outbox, entry_id)
+        if delivered:
+            pipe.zadd(keys.alerts_delivered, {notice_id: now_ms})
+            pipe.zremrangebyscore(keys.alerts_delivered, "-inf", now_ms - DELIVERED_KEEP_MS)
+            pipe.hincrby(keys.alerts_webhook, "delivered", 1)
+            pipe.hset(keys.alerts_webhook, "last_ok_ms", now_ms)
         pipe.execute()
+
+
+def was_delivered(client: redis.Redis, keys: KeySchema, notice_id: str) -> bool:
+    return client.zscore(keys.alerts_delivered, notice_id) is not None
 
 
 def record_failure(client: redis.Redis, keys: KeySchema, error: str, now_ms: int) -> None:
@@ -110,7 +149,7 @@ def read_alert_view(client: redis.Redis, keys: KeySchema, now_ms: int) -> AlertV
     """In one round trip: the alerts, the last day's history, the webhook, the monitor's last round."""
     pipe = client.pipeline(transaction=False)
     pipe.hgetall(keys.alerts)
-    pipe.xrevrange(keys.alerts_history, count=HISTORY_KEEP)
+    pipe.xrevrange(keys.alerts_history, count=HISTORY_READ)
     pipe.hgetall(keys.alerts_webhook)
     pipe.xlen(keys.alerts_outbox)
     pipe.hmget(keys.alerts_monitor, ["round_ms", "interval_ms"])

@@ -15,7 +15,7 @@ import redis
 from watermark.alerting.observation import MAIN, Observation, OnlineSample, PipelineObs, ServerObs
 from watermark.schema.events import parse_entry_id
 from watermark.schema.keys import KeySchema
-from watermark.schema.records import BatchRecord, LaneRecord, PresenceRecord
+from watermark.schema.records import BatchRecord, LaneRecord, PresenceRecord, ServerRecord
 from watermark.store.pipeline_status import PipelineStatus, read_pipeline
 
 
@@ -74,7 +74,7 @@ def read_stack(client: redis.Redis, keys: KeySchema, lanes: Mapping[str, KeySche
     main = statuses[MAIN]
     pipelines = tuple(_with_behind(pipeline_obs(n, s), s, now_ms) for n, s in statuses.items())
     obs = Observation(
-        at_ms=now_ms, pipelines=pipelines, servers=_servers(main, _ints(seen), _ints(counts), _newest(sink)),
+        at_ms=now_ms, pipelines=pipelines, servers=_servers(main, _ints(seen), _ints(counts), _last_batch(sink)),
         online=tuple(_online(history)) if isinstance(history, list) else (), online_behind_ms=online_behind)
     return StackReading(
         obs=obs, quarantined=dict(main.totals.bad),
@@ -103,23 +103,22 @@ def _ints(h: Mapping[bytes, bytes]) -> dict[str, int]:
     return {k.decode(): int(v) for k, v in h.items()}
 
 
-def _newest(sink: bytes | None) -> dict[str, int]:
-    """Each server's newest event time in the last batch (its record may have expired: then none)."""
-    if sink is None:
-        return {}
-    record = BatchRecord.decode(sink, "the last batch's record")
-    return {s: r.max_event_us // 1000 for s, r in record.servers.items() if r.max_event_us is not None}
+def _last_batch(sink: bytes | None) -> dict[str, ServerRecord]:
+    """Each server's figures in the last batch (its record may have expired: then none)."""
+    return {} if sink is None else BatchRecord.decode(sink, "the last batch's record").servers
 
 
 def _servers(main: PipelineStatus, seen: Mapping[str, int], counts: Mapping[str, int],
-             newest: Mapping[str, int]) -> tuple[ServerObs, ...]:
+             last: Mapping[str, ServerRecord]) -> tuple[ServerObs, ...]:
     names = sorted({*main.servers, *main.totals.servers, *seen, *counts})
     out = []
     for s in names:
-        t = main.totals.servers.get(s)
+        t, b = main.totals.servers.get(s), last.get(s)
+        lag = b.ingest_lag_ms if b is not None else None
         out.append(ServerObs(name=s, last_arrival_ms=seen.get(s), accepted=t.events if t else 0,
                              dropped=t.dropped if t else 0, late=t.late if t else 0, players=counts.get(s),
-                             newest_event_ms=newest.get(s)))
+                             newest_event_ms=b.max_event_us // 1000 if b and b.max_event_us is not None else None,
+                             lag_p95_ms=lag.p95 if lag is not None else None))
     return tuple(out)
 
 
