@@ -3,8 +3,8 @@
     python bench/stack.py --rate 10000 [--seconds 60] [--warmup 20] [--code-root DIR | --base REV]
     python bench/stack.py --search [--low 5000] [--high 100000] [--seconds 40]
 
-Starts the ``Procfile``'s ``redis``, ``job`` and ``generator`` lines (the dashboard's is left out: it costs
-nothing without a browser) with their defaults, in a scratch directory, with ``SCENARIO=steady`` and
+Starts the ``Procfile``'s ``redis``, ``job``, ``generator`` and ``monitor`` lines (the dashboard's is left
+out: it costs nothing without a browser) with their defaults, ``/metrics`` scraped once a second, in a scratch directory, with ``SCENARIO=steady`` and
 ``RATE`` set: the job with its default lab lanes and the online-players query, the generator in follow mode.
 The generator starts once the job has started its queries; after ``--warmup`` seconds a window of
 ``--seconds`` is measured. Then the generator stops and the job gets up to ``--drain`` seconds to commit
@@ -84,6 +84,10 @@ class Result:
     backlog_at_end: int
     redis_peak_mb: float = 0.0
     phases: dict[str, tuple[float, float]] = field(default_factory=dict)  # main's batch phases: p50, p95 ms
+    monitor_cores: float | None = None  # the alerts' monitor, scraped once a second (None: the code has none)
+    scrape_p50_ms: float | None = None
+    scrape_p95_ms: float | None = None
+    scrapes: int = 0
     machine: str = field(default_factory=lambda: f"{os.cpu_count()} CPUs, {platform.machine()}, "
                                                     f"{platform.python_version()}")
 
@@ -123,6 +127,8 @@ class Stack:
                     "PYSPARK_DRIVER_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
         for name in ("REDIS_URL", "KNOWN_SERVERS", "LAB_LANES", "PYSPARK_PYTHON"):
             self.env.pop(name, None)
+        self.metrics_port = free_port()
+        self.env["METRICS_PORT"] = str(self.metrics_port)
         self.commands = procfile(code_root)
         self.procs: dict[str, subprocess.Popen] = {}
 
@@ -148,7 +154,7 @@ class Stack:
             proc.wait()
 
     def stop_all(self) -> None:
-        for name in ("generator", "job", "redis"):
+        for name in ("generator", "monitor", "job", "redis"):
             self.stop(name)
 
 
@@ -180,6 +186,30 @@ def tree_rss_mb(pid: int) -> float:
 def redis_ms(client: redis.Redis) -> int:
     secs, micros = client.time()
     return secs * 1000 + micros // 1000
+
+
+class Scraper(threading.Thread):
+    """Once a second, ``/metrics`` as a Prometheus would scrape it: how long each takes, whole stack running."""
+
+    def __init__(self, port: int) -> None:
+        super().__init__(daemon=True)
+        self.url = f"http://127.0.0.1:{port}/metrics"
+        self.took_ms: list[float] = []
+        self.failed = 0
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        import urllib.request
+
+        while not self.done.wait(1.0):
+            t = time.perf_counter()
+            try:
+                with urllib.request.urlopen(self.url, timeout=10) as resp:
+                    resp.read()
+            except OSError:
+                self.failed += 1
+                continue
+            self.took_ms.append((time.perf_counter() - t) * 1000)
 
 
 class Sampler(threading.Thread):
@@ -289,18 +319,26 @@ def _measure(stack: Stack, rate: int, seconds: float, warmup: float, drain: floa
             last, quiet_since = n, time.monotonic()
     if job.poll() is not None:
         raise SystemExit("the job exited:\n" + stack.log("job")[-3000:])
+    monitor = stack.start("monitor") if "monitor" in stack.commands else None
     gen = stack.start("generator")
     time.sleep(warmup)
     sampler = Sampler(stack.url, job.pid)
-    pids = {"job": job.pid, "generator": gen.pid, "redis": stack.procs["redis"].pid}
+    scraper = Scraper(stack.metrics_port) if monitor is not None else None
+    pids = {"job": job.pid, "generator": gen.pid, "redis": stack.procs["redis"].pid,
+            **({"monitor": monitor.pid} if monitor is not None else {})}
     cpu0 = {k: tree_cpu_s(p) for k, p in pids.items()}
     t0, w0 = time.monotonic(), redis_ms(client)
     sampler.start()
+    if scraper is not None:
+        scraper.start()
     time.sleep(seconds)
     t1, w1 = time.monotonic(), redis_ms(client)
     cpu1 = {k: tree_cpu_s(p) for k, p in pids.items()}
     sampler.done.set()
     sampler.join()
+    if scraper is not None:
+        scraper.done.set()
+        scraper.join()
     stack.stop("generator")
     wall = t1 - t0
     arrived, ids = entry_keys(client, w0, w1)
@@ -325,7 +363,17 @@ def _measure(stack: Stack, rate: int, seconds: float, warmup: float, drain: floa
         generator_cores=round((cpu1["generator"] - cpu0["generator"]) / wall, 2),
         redis_cores=round((cpu1["redis"] - cpu0["redis"]) / wall, 2), backlog_at_end=backlog,
         redis_peak_mb=round(redis_peak_mb, 1), phases=phases,
+        **_monitor_figures(cpu1.get("monitor", 0.0) - cpu0.get("monitor", 0.0), wall, scraper),
     )
+
+
+def _monitor_figures(cpu_s: float, wall: float, scraper: Scraper | None) -> dict[str, object]:
+    if scraper is None:
+        return {}
+    took = np.array(scraper.took_ms, float)
+    return {"monitor_cores": round(cpu_s / wall, 3), "scrapes": len(took),
+            "scrape_p50_ms": float(np.percentile(took, 50)) if len(took) else None,
+            "scrape_p95_ms": float(np.percentile(took, 95)) if len(took) else None}
 
 
 PROGRESS_PHASES = ("latestOffset", "walCommit", "addBatch", "commitOffsets", "triggerExecution")
@@ -382,7 +430,11 @@ def table(results: list[Result]) -> str:
 def phases_line(r: Result) -> str:
     """``batch phases at 50,000/s (p50 / p95 ms): latestOffset 3 / 6 · ...``: where a batch's time went."""
     parts = [f"{k} {p50:.0f} / {p95:.0f}" for k, (p50, p95) in r.phases.items()]
-    return f"batch phases at {r.rate:,}/s (p50 / p95 ms): " + " · ".join(parts) if parts else ""
+    line = f"batch phases at {r.rate:,}/s (p50 / p95 ms): " + " · ".join(parts) if parts else ""
+    if r.monitor_cores is not None:
+        line += (f"\nmonitor: {r.monitor_cores} cores; /metrics scraped {r.scrapes} times, p50 "
+                 f"{r.scrape_p50_ms or 0:.1f} ms, p95 {r.scrape_p95_ms or 0:.1f} ms")
+    return line
 
 
 def search(code_root: Path, low: int, high: int, seconds: float, warmup: float, drain: float,
