@@ -4,8 +4,9 @@
     python bench/stack.py --search [--low 5000] [--high 100000] [--seconds 40]
 
 Starts the ``Procfile``'s ``redis``, ``job``, ``generator`` and ``monitor`` lines (the dashboard's is left
-out: it costs nothing without a browser) with their defaults, ``/metrics`` scraped once a second, in a scratch directory, with ``SCENARIO=steady`` and
-``RATE`` set: the job with its default lab lanes and the online-players query, the generator in follow mode.
+out: it costs nothing without a browser) with their defaults, ``/metrics`` scraped once a second, in a
+scratch directory, with ``SCENARIO=steady`` and ``RATE`` set: the job with its default lab lanes and the
+online-players query, the generator in follow mode.
 The generator starts once the job has started its queries; after ``--warmup`` seconds a window of
 ``--seconds`` is measured. Then the generator stops and the job gets up to ``--drain`` seconds to commit
 what arrived in the window.
