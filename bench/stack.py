@@ -298,10 +298,8 @@ def run(code_root: Path, rate: int, seconds: float, warmup: float, drain: float,
             stack.stop_all()
 
 
-def _measure(stack: Stack, rate: int, seconds: float, warmup: float, drain: float, label: str) -> Result:
-    stack.start("redis")
-    client = redis.Redis.from_url(stack.url, socket_timeout=60)
-
+def _start_job(stack: Stack, client: redis.Redis) -> subprocess.Popen:
+    """Redis, then the job, until its queries have all started."""
     def redis_up() -> bool:
         try:
             return bool(client.ping())
@@ -320,6 +318,13 @@ def _measure(stack: Stack, rate: int, seconds: float, warmup: float, drain: floa
             last, quiet_since = n, time.monotonic()
     if job.poll() is not None:
         raise SystemExit("the job exited:\n" + stack.log("job")[-3000:])
+    return job
+
+
+def _measure(stack: Stack, rate: int, seconds: float, warmup: float, drain: float, label: str) -> Result:
+    stack.start("redis")
+    client = redis.Redis.from_url(stack.url, socket_timeout=60)
+    job = _start_job(stack, client)
     monitor = stack.start("monitor") if "monitor" in stack.commands else None
     gen = stack.start("generator")
     time.sleep(warmup)

@@ -72,12 +72,13 @@ def load(client: redis.Redis, keys: KeySchema, entries: list[tuple[str, bytes]])
 
 
 def snapshot(client: redis.Redis, keys: KeySchema) -> dict:
-    """Everything the sink wrote except wall-clock facts (batch trigger time, processing lag, progress, the
-    sink's phase timings, when the job was stopped, how much input the trim took by time, and the
-    online view's minutes and day's peaks, which are kept by batch time): the windows, and the online view's
-    players, counts and per-batch history."""
+    """Everything the sink wrote except wall-clock facts (batch trigger time, processing lag, progress and the
+    batch durations' histogram, the sink's phase timings, when the job was stopped, how much input the trim
+    took by time, and the online view's minutes and day's peaks, which are kept by batch time): the windows,
+    and the online view's players, counts and per-batch history."""
     out: dict = {}
-    skip = {keys.events, keys.trimmed, keys.commits, keys.presence_commits, keys.presence_minutes}
+    skip = {keys.events, keys.trimmed, keys.commits, keys.presence_commits, keys.presence_minutes,
+            keys.batch_seconds}
     for raw in client.keys(keys.namespace + ":*"):
         key = raw.decode()
         if key in skip or key.startswith(keys.namespace + ":presence:peak:"):
