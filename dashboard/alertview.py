@@ -35,6 +35,24 @@ def alert_rows(alerts: Sequence[AlertState], now_ms: int) -> list[dict[str, str]
             for a in order]
 
 
+def firing_text(alerts: Sequence[AlertState]) -> str | None:
+    """``4 alerts firing: PlayersDrop (server B), ServerSilent (servers A, C, D).``, critical first, one part
+    per alert name however many servers it covers; None when nothing fires."""
+    firing = [a for a in alerts if a.status == "firing"]
+    if not firing:
+        return None
+    by_name: dict[str, list[AlertState]] = {}
+    for a in sorted(firing, key=lambda a: (RULES[a.rule][1] != "critical", a.alertname, a.subject)):
+        by_name.setdefault(a.alertname, []).append(a)
+    parts = []
+    for name, group in by_name.items():
+        label = SUBJECT_NAMES[SUBJECT_LABEL[group[0].rule]].lower()
+        subjects = [a.subject for a in group if a.subject]
+        parts.append(f"{name} ({label}{'s' if len(subjects) > 1 else ''} {', '.join(subjects)})" if subjects
+                     else name)
+    return f"{len(firing)} alert{'s' if len(firing) > 1 else ''} firing: {', '.join(parts)}."
+
+
 def held_rows(alerts: Sequence[AlertState], now_ms: int) -> list[dict[str, str]]:
     return [{"Alert": a.alertname, "About": subject_text(a.rule, a.subject),
              "Since": f"{clock(a.since_ms)} ({human_ms(max(0, now_ms - a.since_ms))})",

@@ -24,6 +24,7 @@ from dashboard.status import Level, Status, assess, clock, human_ms, unreachable
 from watermark.apps.control import Control, GeneratorStatus, read_lab, write_control
 from watermark.schema.config import Config, ConfigError, redact_url
 from watermark.schema.keys import KeySchema
+from watermark.store.alert_store import AlertView, read_alert_view
 
 log = logging.getLogger("dashboard")
 
@@ -156,6 +157,28 @@ def load_events(url: str, namespace: str, server: str | None, range_ms: int, ref
     """The events page's read, shared like :func:`load_snapshot` per (server, range, tick)."""
     return read_events(redis_client(url), KeySchema(namespace), server=server, range_ms=range_ms,
                        input_keys=KeySchema(input_namespace))
+
+
+@st.cache_data(show_spinner=False, ttl=60, max_entries=32)
+def load_alerts(url: str, namespace: str, tick: int, _now_ms: int) -> AlertView:
+    """The monitor's alerts, one read per (namespace, tick) for all sessions and pages."""
+    return read_alert_view(redis_client(url), KeySchema(namespace), _now_ms)
+
+
+def firing_banner(now: int) -> None:
+    """On the headline page: what the monitor has firing, so a wall screen shows it without a click. Says
+    nothing when it cannot read them (the status line speaks for Redis)."""
+    from dashboard.alertview import firing_text
+
+    try:
+        cfg = Config.from_env()
+        view = load_alerts(cfg.redis_url, cfg.namespace, current_view().tick(now), now)
+    except (ConfigError, redis.RedisError, ValueError):
+        return
+    text = firing_text(list(view.alerts.values()))
+    if text:
+        st.error(text)
+        st.page_link("views/alerts.py", label="Open the Alerts page", icon=":material/notifications_active:")
 
 
 def show_status(statuses: list[Status]) -> None:

@@ -11,15 +11,9 @@ from dashboard import alertview, ui
 from dashboard.charts import has_data
 from dashboard.status import clock, human_ms, unreachable
 from watermark.schema.config import Config, ConfigError, redact_url
-from watermark.schema.keys import KeySchema
-from watermark.store.alert_store import AlertView, WebhookStatus, read_alert_view
+from watermark.store.alert_store import AlertView, WebhookStatus
 
 STALE_ROUNDS = 5  # the monitor counts as stopped when it has not evaluated for this many rounds
-
-
-@st.cache_data(show_spinner=False, ttl=60, max_entries=32)
-def load_alerts(url: str, namespace: str, tick: int, _now_ms: int) -> AlertView:
-    return read_alert_view(ui.redis_client(url), KeySchema(namespace), _now_ms)
 
 
 def monitor_line(v: AlertView, now_ms: int) -> None:
@@ -30,8 +24,7 @@ def monitor_line(v: AlertView, now_ms: int) -> None:
         st.warning(f"The monitor last evaluated at {clock(v.round_ms)}, {human_ms(now_ms - v.round_ms)} ago: is "
                    "`wm-monitor` running? What is shown here is as it stood then.")
     if firing:
-        names = ", ".join(sorted({a.alertname for a in firing}))
-        st.error(f"{len(firing)} alert{'s' if len(firing) > 1 else ''} firing: {names}.")
+        st.error(alertview.firing_text(firing))
     elif v.round_ms is not None:
         st.success(f"Nothing firing (evaluated at {clock(v.round_ms)}).")
 
@@ -73,6 +66,8 @@ def render(v: AlertView, now_ms: int) -> None:
     else:
         st.info("No alert has fired in the last day.")
     st.caption(webhook_line(v.webhook))
+    if v.watching:
+        st.caption(f"Watching for {v.watching} (ops/alerts.toml; each explained in docs/alerts.md).")
 
 
 def main() -> None:
@@ -88,7 +83,7 @@ def main() -> None:
             st.error(f"Configuration error: {exc}")
             return
         try:
-            v = load_alerts(cfg.redis_url, cfg.namespace, view.tick(now), now)
+            v = ui.load_alerts(cfg.redis_url, cfg.namespace, view.tick(now), now)
         except redis.RedisError as exc:
             ui.show_status([unreachable(redact_url(cfg.redis_url), exc)])
             return

@@ -54,6 +54,7 @@ def distinct_players(snap: Snapshot, current: dict, last_final: dict, bounds: ob
 def render(snap: Snapshot, now_ms: int) -> None:
     state = snap.state
     assert state is not None
+    ui.firing_banner(now_ms)
     st.caption(ui.params_caption(snap))
     current = snap.current_windows()
     last_final = snap.last_final_windows()

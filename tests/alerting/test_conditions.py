@@ -186,3 +186,11 @@ def test_players_drop_stays_held_while_the_data_settles() -> None:
 def test_a_monitor_just_started_settles_first() -> None:
     f = findings(drop_seq(100, 0), started=T0 - 10_000)[("players_drop", "B")]
     assert f.held == "the monitor started 10.0 s ago: still settling"
+
+
+def test_the_page_says_what_is_watched_in_one_line() -> None:
+    from watermark.alerting.conditions import watching
+
+    assert watching(CFG) == ("PlayersDrop: down over 50 % within 5 min · ServerSilent: 1 min · LateDrops: over 100 a "
+                             "minute · PipelineBehind: trigger + 5.0 s · WatermarkFlat: 1 min · WatermarkJump: "
+                             "30.0 s ahead · RedisUnreachable")

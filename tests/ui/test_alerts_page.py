@@ -11,8 +11,8 @@ from streamlit.testing.v1 import AppTest
 
 from dashboard.alertview import Span, alert_rows, spans
 from tests.paths import APP
-from watermark.alerting.conditions import Finding
-from watermark.alerting.config import Timing
+from watermark.alerting.conditions import Finding, watching
+from watermark.alerting.config import AlertConfig, Timing
 from watermark.alerting.lifecycle import AlertState, Notice, step_all
 from watermark.schema.keys import KeySchema
 from watermark.store.alert_store import acknowledge, apply_decision, record_failure
@@ -70,6 +70,7 @@ def seeded_alerts(redis_url: str, monkeypatch: pytest.MonkeyPatch) -> KeySchema:
                 held="no event from C for 45s: its players time out while its events are delayed")], T0, TIMING)
     apply_decision(client, keys, now, T0, outbox=True)
     client.hset(keys.alerts_webhook, "url", "http://hooks.example/alerts")
+    client.hset(keys.alerts_monitor, "watching", watching(AlertConfig()))
     acknowledge(client, keys, first_id, first.id, T0 - 599_000)
     record_failure(client, keys, "HTTP Error 503: Service Unavailable", T0 - 1_000)
     monkeypatch.setenv("REDIS_URL", redis_url)
@@ -88,7 +89,7 @@ def run_alerts(now_ms: int) -> AppTest:
 
 def test_the_page_shows_firing_held_history_and_the_webhook(seeded_alerts: KeySchema) -> None:
     at = run_alerts(T0 + 2_000)
-    assert [e.value for e in at.error] == ["1 alert firing: PlayersDrop."]
+    assert [e.value for e in at.error] == ["1 alert firing: PlayersDrop (server B)."]
     firing, held, history = (df.value for df in at.dataframe)
     assert list(firing["Alert"]) == ["PlayersDrop"] and list(firing["About"]) == ["server B"]
     assert list(held["Held because"]) == ["no event from C for 45s: its players time out while its events are "
@@ -97,6 +98,7 @@ def test_the_page_shows_firing_held_history_and_the_webhook(seeded_alerts: KeySc
     captions = " ".join(c.value for c in at.caption)
     assert "Webhook http://hooks.example/alerts: 1 delivered, 2 waiting to be delivered; last attempt failed at " \
            "07:59:59 UTC: HTTP Error 503: Service Unavailable (retrying with backoff)." in captions
+    assert "Watching for PlayersDrop: down over 50 % within 5 min · ServerSilent: 1 min" in captions
     for df in (firing, held, history):  # operator words, not field names
         assert not [c for c in df.columns if "_" in c], df.columns
 
@@ -114,3 +116,13 @@ def test_no_monitor_yet_and_nothing_fired_are_said_in_words(redis_url: str, monk
     assert [w.value for w in at.warning] == [
         "No monitor has evaluated alerts for this pipeline yet. `./run.sh` starts one (`wm-monitor`)."]
     assert [i.value for i in at.info] == ["No alert has fired in the last day."]
+
+
+def test_the_firing_line_groups_servers_under_their_alert() -> None:
+    from dashboard.alertview import firing_text
+
+    d = step_all({}, [Finding("server_silent", s, True) for s in "CAB"]
+                 + [Finding("players_drop", "B", True), Finding("late_drops", "C", False)], T0, TIMING)
+    assert firing_text(list(d.states.values())) == (
+        "4 alerts firing: PlayersDrop (server B), ServerSilent (servers A, B, C).")
+    assert firing_text([]) is None

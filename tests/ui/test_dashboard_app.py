@@ -268,6 +268,7 @@ def test_many_sessions_cost_one_redis_read_per_refresh_tick(env: Seeded, direct:
     info_cost = commands() - first  # the INFO call itself
     tick_ms = 2_000  # the default refresh
     now = (int(client.hget(KeySchema(env.cfg.namespace).state, "updated_ms")) // tick_ms + 1000) * tick_ms
+    run_page(now_ms=now - tick_ms)  # reads cached by wall time (the lanes, 10 s) are in, as in any run but the first
     before = commands()
     run_page(now_ms=now)
     one_session = commands() - before - info_cost
@@ -408,3 +409,23 @@ def test_metrics_equal_the_dashboard_and_the_oracle(seeded: Seeded) -> None:
     count = m[("wm_batch_duration_seconds_count", (("pipeline", "main"),))]
     assert count == len(snap.batches) and m[("wm_batch_duration_seconds_bucket", (("le", "+Inf"),
                                                                                   ("pipeline", "main")))] == count
+
+
+def test_live_ops_shows_what_the_monitor_has_firing(env: Seeded, direct: tuple[redis.Redis, KeySchema]) -> None:
+    """A wall screen on the headline page sees an alert without a click; without one it shows nothing more."""
+    from watermark.alerting.conditions import Finding
+    from watermark.alerting.config import Timing
+    from watermark.alerting.lifecycle import step_all
+    from watermark.store.alert_store import apply_decision
+
+    client, keys = direct
+    now = int(client.hget(keys.state, "updated_ms"))
+    assert not run_page(now_ms=now).error
+    d = step_all({}, [Finding("server_silent", "B", True, 61.0, "no event from B for 1 min 1 s")], now,
+                 {"server_silent": Timing(0, 0)})
+    apply_decision(redis.Redis.from_url(env.cfg.redis_url), keys, d, now, outbox=False)
+    try:
+        at = run_page(now_ms=now + 60_000)  # the next tick: read afresh
+        assert [e.value for e in at.error] == ["1 alert firing: ServerSilent (server B)."]
+    finally:
+        client.delete(keys.alerts, keys.alerts_history, keys.alerts_monitor)

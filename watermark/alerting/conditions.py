@@ -56,6 +56,19 @@ def subject_labels(rule: str, subject: str) -> dict[str, str]:
     return {label: subject} if label else {}
 
 
+def watching(cfg: AlertConfig) -> str:
+    """The thresholds in force in one line, for the page: what the monitor is watching for."""
+    pd = cfg.players_drop
+    return " · ".join((
+        f"PlayersDrop: down over {pd.percent:g} % within {human_ms(pd.within_ms)}",
+        f"ServerSilent: {human_ms(cfg.server_silent.after_ms)}",
+        f"LateDrops: over {cfg.late_drops.per_minute:,} a minute",
+        f"PipelineBehind: trigger + {human_ms(cfg.freshness.above_trigger_ms)}",
+        f"WatermarkFlat: {human_ms(cfg.watermark_flat.after_ms)}",
+        f"WatermarkJump: {human_ms(cfg.watermark_jump.ahead_ms)} ahead",
+        "RedisUnreachable"))
+
+
 @dataclass(frozen=True)
 class Finding:
     rule: str

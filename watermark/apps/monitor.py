@@ -28,7 +28,7 @@ from prometheus_client.registry import CollectorRegistry
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from watermark.alerting.conditions import RULES, evaluate
+from watermark.alerting.conditions import RULES, evaluate, watching
 from watermark.alerting.config import AlertConfig
 from watermark.alerting.lifecycle import AlertState, Decision, Notice, step_all
 from watermark.alerting.observation import Memory, Observation
@@ -89,6 +89,7 @@ class Monitor:
         stored = read_alerts(self.client, self.keys, on_bad=self.say)
         owed = read_outbox(self.client, self.keys, on_bad=self.say)
         self.client.hset(self.keys.alerts_webhook, "url", shown_url(self.cfg.webhook.url))
+        self.client.hset(self.keys.alerts_monitor, "watching", watching(self.cfg))
         self.states = {**stored, **self.states}
         self.resumed = True
         if self.notifier is not None:

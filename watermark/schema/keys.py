@@ -111,8 +111,9 @@ key                                                type    contents
                                                            ``last_ok_ms``, ``last_error``, ``last_error_ms``
 ``{ns}:alerts:delivered``                          zset    ids of the notices delivered (score: when), a
                                                            week: none is sent twice
-``{ns}:alerts:monitor``                            hash    the monitor's last round ``round_ms`` and its
-                                                           ``interval_ms``: is anyone evaluating
+``{ns}:alerts:monitor``                            hash    the monitor's last round ``round_ms``, its
+                                                           ``interval_ms`` (is anyone evaluating) and
+                                                           ``watching`` (its thresholds in one line)
 =================================================  ======  =============================================
 
 Every key except the input stream, the two lab hashes, ``batch_seconds`` (a counter, like ``totals``

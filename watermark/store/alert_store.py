@@ -143,6 +143,8 @@ class AlertView:
     round_ms: int | None
     """The monitor's last round; None: no monitor has run against this namespace."""
     interval_ms: int
+    watching: str = ""
+    """The monitor's thresholds in one line."""
 
 
 def read_alert_view(client: redis.Redis, keys: KeySchema, now_ms: int) -> AlertView:
@@ -152,10 +154,10 @@ def read_alert_view(client: redis.Redis, keys: KeySchema, now_ms: int) -> AlertV
     pipe.xrevrange(keys.alerts_history, count=HISTORY_READ)
     pipe.hgetall(keys.alerts_webhook)
     pipe.xlen(keys.alerts_outbox)
-    pipe.hmget(keys.alerts_monitor, ["round_ms", "interval_ms"])
-    alerts, history, webhook, waiting, (round_ms, interval_ms) = pipe.execute()
+    pipe.hmget(keys.alerts_monitor, ["round_ms", "interval_ms", "watching"])
+    alerts, history, webhook, waiting, (round_ms, interval_ms, watching) = pipe.execute()
     return AlertView(
         alerts={k.decode(): AlertState.decode(v, f"alert {k.decode()!r}") for k, v in alerts.items()},
         history=_history(history, now_ms - DAY_MS, keys.alerts_history),
         webhook=WebhookStatus.from_hash(webhook, int(waiting)), round_ms=int(round_ms) if round_ms else None,
-        interval_ms=int(interval_ms) if interval_ms else 1_000)
+        interval_ms=int(interval_ms) if interval_ms else 1_000, watching=watching.decode() if watching else "")
