@@ -88,8 +88,10 @@ class Monitor:
         was decided before Redis first answered (its being unreachable) is kept beside them."""
         stored = read_alerts(self.client, self.keys, on_bad=self.say)
         owed = read_outbox(self.client, self.keys, on_bad=self.say)
-        self.client.hset(self.keys.alerts_webhook, "url", shown_url(self.cfg.webhook.url))
-        self.client.hset(self.keys.alerts_monitor, "watching", watching(self.cfg))
+        with self.client.pipeline(transaction=False) as pipe:  # what the page shows of this monitor
+            pipe.hset(self.keys.alerts_webhook, "url", shown_url(self.cfg.webhook.url))
+            pipe.hset(self.keys.alerts_monitor, "watching", watching(self.cfg))
+            pipe.execute()
         self.states = {**stored, **self.states}
         self.resumed = True
         if self.notifier is not None:

@@ -8,6 +8,7 @@ import math
 import re
 from dataclasses import dataclass, replace
 from statistics import NormalDist
+from typing import TypeVar
 
 from watermark.schema.config import ConfigError
 
@@ -139,6 +140,10 @@ class Exodus:
             raise ConfigError(f"exodus every_ms ({self.every_ms}) must be longer than duration_ms ({self.duration_ms})")
 
 
+T = TypeVar("T", Outage, Exodus)
+"""A stretch of a server's timeline (:meth:`Scenario.scaled` scales both alike)."""
+
+
 @dataclass(frozen=True)
 class ServerProfile:
     """One simulated game server: its share of the total rate, network, and players.
@@ -208,14 +213,12 @@ class Scenario:
         def ms(v: int) -> int:
             return max(1, round(v * factor))
 
-        def every(v: int | None) -> int | None:
-            return None if v is None else ms(v)
+        def timed(x: T) -> T:  # an outage or an exodus: when it starts, how long it lasts, how often
+            every = None if x.every_ms is None else ms(x.every_ms)
+            return replace(x, start_ms=ms(x.start_ms), duration_ms=ms(x.duration_ms), every_ms=every)
 
         def server(p: ServerProfile) -> ServerProfile:
-            return replace(p, outages=tuple(replace(o, start_ms=ms(o.start_ms), duration_ms=ms(o.duration_ms),
-                                                    every_ms=every(o.every_ms)) for o in p.outages),
-                           exodus=tuple(replace(x, start_ms=ms(x.start_ms), duration_ms=ms(x.duration_ms),
-                                                every_ms=every(x.every_ms)) for x in p.exodus),
+            return replace(p, outages=tuple(map(timed, p.outages)), exodus=tuple(map(timed, p.exodus)),
                            burst=None if p.burst is None else replace(
                                p.burst, period_ms=ms(p.burst.period_ms), duration_ms=ms(p.burst.duration_ms),
                                offset_ms=ms(p.burst.offset_ms), lateness_min_ms=ms(p.burst.lateness_min_ms),

@@ -16,7 +16,7 @@ from watermark.alerting.observation import MAIN, Observation, OnlineSample, Pipe
 from watermark.schema.events import parse_entry_id
 from watermark.schema.keys import KeySchema
 from watermark.schema.records import BatchRecord, LaneRecord, PresenceRecord, ServerRecord
-from watermark.store.pipeline_status import PipelineStatus, read_pipeline
+from watermark.store.pipeline_status import PipelineStatus, first_after, read_pipeline
 
 
 @dataclass(frozen=True)
@@ -93,10 +93,8 @@ def _with_behind(p: PipelineObs, s: PipelineStatus, now_ms: int) -> PipelineObs:
 
 def _online_behind_ms(client: redis.Redis, keys: KeySchema, committed: bytes | None, now_ms: int) -> int:
     """How long the oldest entry the online view has not committed has waited."""
-    if committed is None:
-        return 0
-    after = client.xrange(keys.events, min="(" + committed.decode(), max="+", count=1)
-    return max(0, now_ms - parse_entry_id(after[0][0].decode())[0]) if after else 0
+    oldest = first_after(client, keys.events, committed.decode()) if committed is not None else None
+    return max(0, now_ms - parse_entry_id(oldest.decode())[0]) if oldest is not None else 0
 
 
 def _ints(h: Mapping[bytes, bytes]) -> dict[str, int]:

@@ -160,11 +160,15 @@ def read_pipeline(client: redis.Redis, keys: KeySchema, input_keys: KeySchema | 
     ``input_keys``: the namespace whose input stream this pipeline reads (a lab lane reads its parent's)."""
     source = input_keys or keys
     fixed = read_fixed(client, keys, source)
-    oldest = None
-    if fixed.state is not None:
-        after = client.xrange(source.events, min="(" + fixed.state.committed_id, max="+", count=1)
-        oldest = after[0][0] if after else None
+    oldest = first_after(client, source.events, fixed.state.committed_id) if fixed.state is not None else None
     return fixed.status(oldest)
+
+
+def first_after(client: redis.Redis, stream: str, entry_id: str) -> bytes | None:
+    """The ID of the first entry of ``stream`` after ``entry_id`` (a reader's last committed one): the oldest
+    entry it has not committed yet; None when none waits."""
+    after = client.xrange(stream, min="(" + entry_id, max="+", count=1)
+    return after[0][0] if after else None
 
 
 FIXED_READ_TRIES = 3
