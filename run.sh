@@ -2,6 +2,7 @@
 # One command for everything:
 #   ./run.sh          set up (first time) and run Redis, the generator, the Spark job and the dashboard
 #                     (Procfile); the dashboard is at http://127.0.0.1:${PORT:-8501}
+#   DEMO=off ./run.sh the same on your own events: no generator (Procfile.production, docs/ingest.md)
 #   ./run.sh test     set up (first time) and run the test suite
 #   ./run.sh setup    only set up
 set -euo pipefail
@@ -58,10 +59,18 @@ case "${SPARK_MASTER:-local}" in local|local\[*) export SPARK_LOCAL_IP=${SPARK_L
 
 case "${1:-run}" in
   # honcho gives every process its own PORT, so the dashboard's is passed under another name.
-  run) export DASHBOARD_PORT="${PORT:-8501}"
+  run) demo=$(printf %s "${DEMO:-on}" | tr '[:upper:]' '[:lower:]')  # as Config reads it
+       case "$demo" in
+         on) procfile=Procfile ;;
+         off) procfile=Procfile.production
+              echo "production mode (DEMO=off): no generator; write your events to" \
+                   "${PIPELINE_NAMESPACE:-wm}:events (docs/ingest.md)" ;;
+         *) echo "error: DEMO='$DEMO' must be on or off" >&2; exit 2 ;;
+       esac
+       export DASHBOARD_PORT="${PORT:-8501}"
        export METRICS_PORT="${METRICS_PORT:-9108}" DASHBOARD_URL="http://127.0.0.1:$DASHBOARD_PORT"
        echo "dashboard: http://127.0.0.1:$DASHBOARD_PORT  metrics: http://127.0.0.1:$METRICS_PORT/metrics"
-       exec honcho start ;;
+       exec honcho start -f "$procfile" ;;
   test) shift
         # Debian packages the tests drive: chromium (the browser test), prometheus and promtool (the alerts'
         # rules); installed where we may, else said how.

@@ -1,7 +1,9 @@
 """The dashboard's entry script: ``streamlit run dashboard/app.py``.
 
 Draws the shared controls, then the chosen page. Pages live in ``views/``;
-each reads one :class:`~dashboard.data.Snapshot` per refresh tick.
+each reads one :class:`~dashboard.data.Snapshot` per refresh tick. Lab control,
+the one page that writes, is in the navigation only when ``LAB_CONTROL`` is on
+(by default in the demo, off in production mode: ``DEMO=off``).
 """
 
 from __future__ import annotations
@@ -11,8 +13,17 @@ from pathlib import Path
 import streamlit as st
 
 from dashboard import ui  # the installed package (pip install -e .): `streamlit run` adds only this folder
+from watermark.schema.config import Config, ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def lab_control() -> bool:
+    """Whether to offer the Lab control page; not while the configuration is invalid (every page says why)."""
+    try:
+        return Config.from_env().lab_control
+    except ConfigError:
+        return False
 
 
 def main() -> None:
@@ -29,8 +40,10 @@ def main() -> None:
         st.Page("views/health.py", title="Pipeline health", icon=":material/monitor_heart:", url_path="health"),
         st.Page("views/lab.py", title="Watermark lab", icon=":material/science:", url_path="lab"),
         st.Page("views/delay.py", title="Choosing the delay", icon=":material/tune:", url_path="delay"),
-        st.Page("views/control.py", title="Lab control", icon=":material/settings_remote:", url_path="control"),
     ]
+    if lab_control():
+        pages.append(st.Page("views/control.py", title="Lab control", icon=":material/settings_remote:",
+                             url_path="control"))
     page = st.navigation(pages)
     ui.sidebar(active=page.url_path != "control")  # Lab control reads none of them
     page.run()

@@ -52,14 +52,23 @@ def pace(snap: Snapshot, trigger: int, behind: int, waiting_text: str, quiet: bo
     return []
 
 
-def assess(snap: Snapshot, now_ms: int) -> list[Status]:
-    """The messages for the status line, worst first; one OK message when all is well."""
+INGEST_DOC = "docs/ingest.md"
+"""How to write one's own events into the stream: where production mode (``DEMO=off``) points."""
+
+
+def assess(snap: Snapshot, now_ms: int, demo: bool = True) -> list[Status]:
+    """The messages for the status line, worst first; one OK message when all is well. ``demo`` false
+    (production mode: no generator) says where events are awaited rather than how to start the demo."""
     ns = snap.namespace
     state = snap.state
     if state is None:
         if snap.stream.length:
             return [Status(Level.WARNING, f"{snap.stream.length:,} events wait in `{ns}:events` but no batch has "
                                           "completed yet: is the Spark job running? (`./run.sh` starts it)")]
+        if not demo:
+            return [Status(Level.INFO, f"Waiting for events on `{ns}:events`: nothing in namespace `{ns}` yet. "
+                                       f"Your game servers write them there (see {INGEST_DOC}); or set "
+                                       "PIPELINE_NAMESPACE to the one your job writes.")]
         return [Status(Level.INFO, f"Nothing in namespace `{ns}` yet: no events and no batches. Start the pipeline "
                                    "with `./run.sh`, or set PIPELINE_NAMESPACE to the one your job writes.")]
     out: list[Status] = []

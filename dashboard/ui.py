@@ -204,7 +204,7 @@ def live(render: Callable[[Snapshot, int], None]) -> None:
         except redis.RedisError as exc:
             show_status([unreachable(redact_url(cfg.redis_url), exc)])
             return
-        show_status(assess(snap, now))
+        show_status(assess(snap, now, demo=cfg.demo))
         if view.paused:
             st.caption(f"Paused: showing data read at {clock(snap.read_ms)}.")
         if snap.state is None:

@@ -155,29 +155,64 @@ def random_event_set(seed: int, batches: int = 6, per_batch: int = 25, servers: 
     return lines
 
 
-def online_oracle(batches: list[list[tuple[str, str, int, str | None]]], delay: int,
-                  timeout: int) -> list[dict[str, set[str]]]:
-    """Players online per server after each batch, written from the issue's rule alone.
+def online_oracle(batches: list[list[tuple]], delay: int, timeout: int) -> list[dict[str, set[str]]]:
+    """Players online per server after each batch, written from the rule alone (docs/semantics.md, "Who is
+    online"): each server is judged by its own clock, never another's.
 
-    Events are ``(server, player, event_ms, kind)`` in arrival order. An event is accepted iff its time
-    is above the watermark in force for its batch. A player is online iff their latest accepted event
-    (event time, then arrival) is not a logout and the watermark after the batch (Spark runs a no-data
-    batch with it) has not reached that event's time + timeout. Servers with nobody online are left out.
+    Events are ``(server, player, event_ms, kind)`` or ``(..., arrival_ms)`` in arrival order (no arrival: 0).
+    An event is accepted iff its time is above its server's watermark in force and its player has no later
+    accepted one (event time, then arrival). After the batch each server's clock moves: expected is its clock
+    when it last moved on events plus the arrival time passed since (the server's newest arrival in the batch,
+    else the batch's newest); it moves to the newest accepted time among its players in the batch that is at
+    most ``timeout`` past the expectation, or to the second-newest of its kept players past that bound when
+    two are; failing both, to the expectation. A server's first batch: its newest accepted time. Watermark:
+    ``max(watermark, clock - delay)``. A player is kept while their latest event is a logout above the
+    watermark or another event whose time + timeout is above it; online iff kept and not logged out.
     """
-    wm = 0
-    arrival = 0
     latest: dict[tuple[str, str], tuple[int, int, str | None]] = {}
+    wm: dict[str, int] = {}
+    clock: dict[str, int] = {}
+    moved: dict[str, tuple[int, int]] = {}  # server -> (arrival when its events last moved it, its clock then)
+    seq = 0
     out = []
     for batch in batches:
-        for server, player, t, kind in batch:
-            arrival += 1
-            if t > wm and ((server, player) not in latest or (t, arrival) > latest[(server, player)][:2]):
-                latest[(server, player)] = (t, arrival, kind)
-        if batch:
-            wm = max(wm, max(t for _, _, t, _ in batch) - delay)
+        arrivals: dict[str, int] = {}
+        applied: dict[str, dict[str, int]] = defaultdict(dict)
+        for server, player, t, kind, *arrival in batch:
+            seq += 1
+            arrivals[server] = max(arrivals.get(server, 0), arrival[0] if arrival else 0)
+            key = (server, player)
+            if t > wm.get(server, 0) and (key not in latest or (t, seq) > latest[key][:2]):
+                latest[key] = (t, seq, kind)
+                applied[server][player] = t
+        newest = max(arrivals.values(), default=None)
+        for server in sorted(set(clock) | set(arrivals)):
+            now = arrivals.get(server, newest)
+            times = list(applied[server].values())
+            if server not in clock:
+                if not times:
+                    continue
+                clock[server] = max(times)
+                moved[server] = (now, clock[server])
+            elif now is not None:
+                expected = moved[server][1] + max(0, now - moved[server][0])
+                bound = expected + timeout
+                near = [t for t in times if t <= bound]
+                far = sorted((t for (s, _), (t, _, _) in latest.items() if s == server and t > bound), reverse=True)
+                candidates = ([max(near)] if near else []) + ([far[1]] if len(far) >= 2 else [])
+                if candidates:
+                    clock[server] = max(clock[server], *candidates)
+                    moved[server] = (now, clock[server])
+                else:
+                    clock[server] = max(clock[server], expected)
+            wm[server] = max(wm.get(server, 0), clock[server] - delay)
+        for key, (t, _, kind) in list(latest.items()):
+            w = wm.get(key[0], 0)
+            if (kind == "logout" and t <= w) or (kind != "logout" and t + timeout <= w):
+                del latest[key]
         online: dict[str, set[str]] = defaultdict(set)
-        for (server, player), (t, _, kind) in latest.items():
-            if kind != "logout" and t + timeout > wm:
+        for (server, player), (_, _, kind) in latest.items():
+            if kind != "logout":
                 online[server].add(player)
         out.append(dict(online))
     return out

@@ -39,7 +39,7 @@ def test_each_documented_error_is_the_one_config_raises(var: str, cells: list[st
 def test_every_variable_config_reads_is_documented() -> None:
     source = (ROOT / "watermark" / "schema" / "config.py").read_text()
     read = set(re.findall(r'env(?:\.get)?\(?\s*\[?"([A-Z_]+)"', source)) | set(
-        re.findall(r'_(?:int|duration|optional_duration)\(env, "([A-Z_]+)"', source))
+        re.findall(r'_(?:int|duration|optional_duration|switch)\(env, "([A-Z_]+)"', source))
     assert read and read <= set(config_rows()), sorted(read - set(config_rows()))
 
 

@@ -4,6 +4,9 @@ The one page that writes to Redis, and only when a button is pressed: it
 stores the request in ``{ns}:control`` (``watermark.apps.control``); the generator
 in follow mode and the job apply it and say so. With a read-only Redis user the
 page still shows everything and says why it cannot change anything.
+
+In production mode (``DEMO=off``: no generator) the page is in the navigation only with ``LAB_CONTROL=on``,
+and then offers only the delay, which the job applies by itself.
 """
 
 from __future__ import annotations
@@ -35,7 +38,8 @@ def _status(cfg: Config) -> None:
             snap = ui.lane_snapshot(cfg, Lane(MAIN, cfg.namespace, cfg.namespace), view, now)
         except (redis.RedisError, ConfigError):
             return  # said once above the form
-        ui.show_status([generator_line(control, status, now), *assess(snap, now)[:1]])
+        line = assess(snap, now, demo=cfg.demo)[:1]
+        ui.show_status([generator_line(control, status, now), *line] if cfg.demo else line)
 
     tick()
 
@@ -49,12 +53,21 @@ def render(cfg: Config) -> None:
         ui.show_status([unreachable(redact_url(cfg.redis_url), exc)])
         return
     except ConfigError as exc:
-        st.error(f"`{keys.control}` or `{keys.generator_status}` holds a value this page cannot read ({exc}); "
-                 "saving new settings below overwrites it.")
+        held = f"`{keys.control}` or `{keys.generator_status}`" if cfg.demo else f"`{keys.control}`"
+        st.error(f"{held} holds a value this page cannot read ({exc}); saving new settings below overwrites it.")
         control = None
     control = control or Control()
     _status(cfg)
+    if cfg.demo:
+        generator(cfg, control)
+    delay_form(cfg, control)
+    result = st.session_state.pop(ui.CONTROL_RESULT, None)
+    if result is not None:
+        ui.show_status([result])
 
+
+def generator(cfg: Config, control: Control) -> None:
+    """The demo's generator: its scenario, its rate, start and stop."""
     st.subheader("Generator")
     names = list(SCENARIOS)
     current = control.scenario if control.scenario in SCENARIOS else names[0]
@@ -75,6 +88,9 @@ def render(cfg: Config) -> None:
     cols[2].button("Stop", key="lab_stop", icon=":material/stop:", on_click=ui.submit_control,
                    args=(cfg, lambda: {"running": False}))
 
+
+def delay_form(cfg: Config, control: Control) -> None:
+    """Another watermark delay: the job applies it (restarting its query), with or without a generator."""
     st.subheader("Watermark delay")
     delay = control.delay_ms if control.delay_ms is not None else cfg.delay_ms
     st.text_input("Delay (e.g. 20s, 2m)", value=format_duration_ms(delay), key="lab_delay",
@@ -84,10 +100,6 @@ def render(cfg: Config) -> None:
     st.caption("Requested: " + ("none, so the job uses WATERMARK_DELAY "
                                 f"({format_duration_ms(cfg.delay_ms)})" if control.delay_ms is None
                                 else format_duration_ms(control.delay_ms)))
-
-    result = st.session_state.pop(ui.CONTROL_RESULT, None)
-    if result is not None:
-        ui.show_status([result])
 
 
 def main() -> None:

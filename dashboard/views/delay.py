@@ -57,7 +57,7 @@ def render(cfg: Config) -> None:
     except redis.RedisError as exc:
         ui.show_status([unreachable(redact_url(cfg.redis_url), exc)])
         return
-    ui.show_status(assess(snap, now))
+    ui.show_status(assess(snap, now, demo=cfg.demo))
     if snap.state is None or not tradeoff.hist:
         st.info("No batch has been processed yet: the trade-off appears with the first events.")
         return

@@ -19,8 +19,12 @@ from watermark.schema.keys import KeySchema
 from watermark.schema.lanes import DEFAULT_IDLE_TIMEOUT_MS
 
 SETUP_HINT = ("No lab lanes run beside this pipeline. Start the job with `LAB_LANES=per-server-min,"
-              "per-server-min-idle,per-server-max` and `KNOWN_SERVERS=A,B,C` (`./run.sh` does by default), then "
-              "switch to the `idle-server` scenario on the Lab control page.")
+              "per-server-min-idle,per-server-max` (`./run.sh` starts the first two by default), then switch to the "
+              "`idle-server` scenario on the Lab control page.")
+PRODUCTION_SETUP_HINT = ("No lab lanes run beside this pipeline. To compare watermark strategies over your own "
+                         "events, start the job with `LAB_LANES=per-server-min,per-server-min-idle,per-server-max` "
+                         "(`DEMO=off ./run.sh` starts the first two by default): the lanes follow every server from "
+                         "its first event.")
 
 
 IDLE_DECISIONS_SHOWN = 12
@@ -64,9 +68,10 @@ def render(cfg: Config) -> None:
         except redis.RedisError as exc:
             ui.show_status([unreachable(redact_url(cfg.redis_url), exc)])
             return
-        ui.show_status(assess(snaps[0], now)[:1])  # the pipeline all lanes read from: live, behind, down
+        # The pipeline all lanes read from: live, behind, down.
+        ui.show_status(assess(snaps[0], now, demo=cfg.demo)[:1])
         if len(lanes) < 2:
-            st.info(SETUP_HINT)
+            st.info(SETUP_HINT if cfg.demo else PRODUCTION_SETUP_HINT)
         idle_after = cfg.idle_timeout_ms or DEFAULT_IDLE_TIMEOUT_MS
         for lane, snap in zip(lanes, snaps, strict=True):
             ui.show_status(labview.findings(lane, snap, seen, now, idle_after, reference=snaps[0]))

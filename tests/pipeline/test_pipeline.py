@@ -53,17 +53,14 @@ HANDMADE_EXPECTED = {
         {"server": "C", "start": "2026-01-01T00:30:00.000Z", "end": "2026-01-01T00:40:00.000Z",
          "events": 1, "players": 1, "dropped": 0, "final": False},
     ],
-    # events without a kind are presence; the default ONLINE_TIMEOUT is 30 s, and each batch's expiries use
-    # the watermark after it
+    # events without a kind are presence; the default ONLINE_TIMEOUT is 30 s; each server's players are judged
+    # by its own clock, its watermark 5 min behind (tests/oracle.py online_oracle gives the same)
     "online": [
-        # wm 00:07 expires A's p1 (00:01) and p2 (00:04); B's p1 (00:12) stays
-        {"batch": 1, "watermark_ms": 1_767_226_020_000, "online": {"B": 1}},
-        # wm 00:20: only A's p3 (00:25) is left
-        {"batch": 2, "watermark_ms": 1_767_226_800_000, "online": {"A": 1}},
-        # every event late: nothing changes
-        {"batch": 3, "watermark_ms": 1_767_226_800_000, "online": {"A": 1}},
-        # wm 00:25 is below p3's 00:25 + 30 s
-        {"batch": 5, "watermark_ms": 1_767_227_100_000, "online": {"A": 1, "C": 1}},
+        # A's clock 00:04 keeps p1 (00:01) and p2 (00:04); B's p1 (00:12)
+        {"batch": 1, "watermark_ms": 1_767_226_020_000, "online": {"A": 2, "B": 1}},
+        {"batch": 2, "watermark_ms": 1_767_226_800_000, "online": {"A": 3, "B": 2}},
+        {"batch": 3, "watermark_ms": 1_767_226_800_000, "online": {"A": 3, "B": 3}},
+        {"batch": 5, "watermark_ms": 1_767_227_100_000, "online": {"A": 2, "B": 2, "C": 1}},
     ],
 }
 

@@ -28,7 +28,7 @@ CASE = [
     [("A", "p1", 9_000, "login")],
     # the watermark moves to 15 s: p2, silent since 1 s, times out (1 + 10 s <= 15 s)
     [("B", "p3", 14_000, None), ("B", "p10", 20_000, "login")],
-    # a late burst from C (all at or below the watermark in force, 15 s) changes nothing; A moves it to 25 s
+    # C's first events, far behind A and B (at or below their watermark, 15 s): C's own clock judges them
     [("C", "p4", 2_000, "login"), ("C", "p5", 3_000, "login"), ("C", "p6", 15_000, "heartbeat"),
      ("A", "p7", 30_000, "login")],
     # equal times the other way round: the logout first, then the login, so p9 is online
@@ -40,7 +40,14 @@ CASE = [
 def expected(batches: list[list[tuple]]) -> list[dict]:
     """The oracle's online sets after each batch as the document's items; the watermark its expiries used is
     the one after the batch: the largest event time so far minus the delay."""
-    sets = online_oracle([[(s, p, T0_MS + ms, k) for s, p, ms, k in b] for b in batches], DELAY, TIMEOUT)
+    arrivals, arrival, newest = [], 0, 0
+    for b in batches:  # wm-replay's arrival clock: the newest event time so far, 1 ms after the last at least
+        newest = max([newest, *(T0_MS + ms for _, _, ms, _ in b)])
+        arrival = max(arrival + 1, newest)
+        arrivals.append(arrival)
+    sets = online_oracle([[(s, p, T0_MS + ms, k, a) for s, p, ms, k in b] for b, a in zip(batches, arrivals,
+                                                                                           strict=True)],
+                         DELAY, TIMEOUT)
     out, top = [], None
     for label, (batch, online) in enumerate(zip(batches, sets, strict=True)):
         top = max([top or 0, *(T0_MS + ms for _, _, ms, _ in batch)])
@@ -69,8 +76,10 @@ def test_replay_reports_who_is_online_after_each_batch(redis_url: str, tmp_path:
     assert by_batch[1] == {"A": 1, "B": 1}  # p1 offline by arrival order at equal times, p2 on
     assert by_batch[2] == {"A": 2, "B": 1}  # p1 back
     assert by_batch[3] == {"A": 1, "B": 2}  # p2 timed out
-    assert by_batch[4] == {"A": 1, "B": 1}  # C's late burst ignored; p1 and p3 expired, p7 and p10 on
-    assert by_batch[5] == {"A": 1, "B": 2, "C": 1}  # p9 on, p8 off, p4 back within the watermark
+    # C, first heard with events 15-28 s behind the others, is judged by its own clock: its three players are
+    # online (under one global watermark they were late); A's p1 expired, p7 and B's p10 on
+    assert by_batch[4] == {"A": 1, "B": 1, "C": 3}
+    assert by_batch[5] == {"A": 1, "B": 2, "C": 3}  # p9 on, p8 off; p4's heartbeat 11 s ahead of C's clock counts
 
 
 def test_replay_refuses_a_bad_timeout(tmp_path: Path) -> None:

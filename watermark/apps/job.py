@@ -22,6 +22,7 @@ from redis.commands.core import Script
 
 from watermark.apps.control import read_control
 from watermark.rules.idleness import IDLENESS_KEEP, IdleTicker
+from watermark.rules.idleness import summary as idle_summary
 from watermark.schema.config import Config, ConfigError, redact_url
 from watermark.schema.events import PAYLOAD_FIELD
 from watermark.schema.keys import KeySchema
@@ -332,12 +333,16 @@ def tick_idle(client: redis.Redis, ticker: IdleTicker, watcher: Config, key: byt
     with its decision and reason in the job's ``{ns}:idleness``, by ``script`` (:data:`_IDLE_LUA` registered)."""
     try:
         seen = {k.decode(): int(v) for k, v in client.hgetall(KeySchema(watcher.namespace).seen).items()}
+        before = ticker.idle
         for decision in ticker.due(redis_now_ms(client), seen):
             record = [x for kv in decision.record("").items() for x in kv]
             marker_id = script(
                 keys=[watcher.input_stream, keys.idleness],
                 args=[PAYLOAD_FIELD, decision.marker(key), IDLENESS_KEEP, *record]).decode()
-            log.info("server %s is idle: %s (marker %s)", decision.server, decision.reason(), marker_id)
+            log.debug("server %s is idle: %s (marker %s)", decision.server, decision.reason(), marker_id)
+        line = idle_summary(before, ticker.idle)
+        if line is not None:
+            log.info("%s", line)
     except redis.RedisError as exc:  # markers are best effort: the next tick tries again
         log.warning("idle markers: %s", exc)
 

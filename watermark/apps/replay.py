@@ -58,8 +58,14 @@ class ReplayBatch:
 def load_batches(path: str) -> list[ReplayBatch]:
     """Group lines by ``batch``; a line that is not a JSON object with an integer batch is an
     input error (reported with its line number). Everything else about the event is left to the
-    pipeline, which quarantines what it cannot use."""
+    pipeline, which quarantines what it cannot use.
+
+    Each batch arrives (its stream entry IDs) at the newest event time of the set so far, 1 ms after the
+    batch before at the least: arrival time passes as the events' time does, whatever the replay's own
+    speed, so the online view (which runs a silent server's clock on arrival time) gives the same answer
+    on every run."""
     groups: dict[int, list[bytes]] = defaultdict(list)
+    newest: dict[int, int] = {}
     with open(path, "rb") as fh:
         for n, line in enumerate(fh, 1):
             if not line.strip():
@@ -75,7 +81,20 @@ def load_batches(path: str) -> list[ReplayBatch]:
                 raise ReplayInputError(f"{path}:{n}: 'batch' must be an integer, got {label!r}")
             doc.setdefault("event_id", f"line-{n}")
             groups[label].append(orjson.dumps(doc))
-    return [ReplayBatch(label, groups[label]) for label in sorted(groups)]
+            newest[label] = max(newest.get(label, 0), _event_ms(doc.get("event_time")))
+    out, arrival = [], 0
+    for label in sorted(groups):
+        arrival = max(arrival + 1, max(newest[b] for b in newest if b <= label))
+        out.append(ReplayBatch(label, groups[label], [f"{arrival}-{i + 1}" for i in range(len(groups[label]))]))
+    return out
+
+
+def _event_ms(value: object) -> int:
+    """An event time for the arrival clock; 0 for one the pipeline will quarantine."""
+    try:
+        return parse_iso_us(value) // 1000 if isinstance(value, str) else 0
+    except (ValueError, OverflowError):
+        return 0
 
 
 def replay(batches: list[ReplayBatch], cfg: Config) -> dict:

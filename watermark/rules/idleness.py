@@ -34,22 +34,43 @@ class IdleTicker:
     started_ms: int
     """A server never heard from counts as last heard from when the ticker started."""
     last_marker_ms: dict[str, int] = field(default_factory=dict)
+    idle: frozenset[str] = frozenset()
+    """The servers silent for ``timeout_ms`` at the last :meth:`due`."""
 
     def __post_init__(self) -> None:
         if self.timeout_ms <= 0 or self.interval_ms <= 0:
             raise ValueError(f"timeout and interval must be positive, got {self.timeout_ms} and {self.interval_ms}")
 
     def due(self, now_ms: int, seen_ms: Mapping[str, int]) -> list[IdleDecision]:
-        """The servers that get a marker now, as decisions; records that they got one."""
+        """The servers that get a marker now, as decisions; records that they got one. With no fixed
+        ``servers`` (no KNOWN_SERVERS), every server heard from (``seen_ms``) is watched."""
         out = []
-        for s in self.servers:
+        idle = set()
+        for s in self.servers or sorted(seen_ms):
             seen = seen_ms.get(s)
             heard = max(seen if seen is not None else self.started_ms, self.started_ms)
             last = self.last_marker_ms.get(s)
+            if now_ms - heard >= self.timeout_ms:
+                idle.add(s)
             if now_ms - heard >= self.timeout_ms and (last is None or now_ms - last >= self.interval_ms):
                 self.last_marker_ms[s] = now_ms
                 out.append(IdleDecision(s, now_ms, heard, heard == seen))
+        self.idle = frozenset(idle)
         return out
+
+
+def summary(before: frozenset[str], now: frozenset[str], shown: int = 5) -> str | None:
+    """One log line when the set of idle servers changes, None when it does not: at hundreds of servers a
+    line per server per marker is thousands a minute."""
+    if now == before:
+        return None
+    names = sorted(now)
+    more = f" (+{len(names) - shown} more)" if len(names) > shown else ""
+    back = sorted(before - now)
+    back_more = f" (+{len(back) - shown} more)" if len(back) > shown else ""
+    back_text = f"; back: {', '.join(back[:shown])}{back_more}" if back else ""
+    return (f"idle: {len(names)} server(s) silent, each getting a marker{': ' if names else ''}"
+            f"{', '.join(names[:shown])}{more}; newly idle: {len(now - before)}{back_text}")
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,12 +30,13 @@ class ServerWatermarks:
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
             raise ValueError(f"policy must be one of {', '.join(POLICIES)}, got {self.policy!r}")
-        if not self.servers:
-            raise ValueError("per-server watermarks need at least one server")
 
     def update(self, max_event_ms: Mapping[str, int]) -> dict[str, int]:
-        """Apply one batch: ``max_event_ms`` has the servers whose input had rows, with their max event time."""
-        for s in self.servers:
+        """Apply one batch: ``max_event_ms`` has the servers whose input had rows, with their max event time.
+
+        With no fixed ``servers`` (a lab lane without KNOWN_SERVERS) every server is an input from its first
+        event on: one that has not been heard from holds nothing back, as it is not there yet."""
+        for s in self.servers or sorted(set(self.values) | set(max_event_ms)):
             if s in max_event_ms:
                 new = max_event_ms[s] - self.delay_ms
                 if s not in self.values or new > self.values[s]:
@@ -62,7 +63,7 @@ def policy_max(running_max_ms: Mapping[str, int], servers: Iterable[str], policy
     """The event time that drives the combined watermark: policy over each server's running maximum.
 
     ``None`` while it is undefined (under ``min``, until every server has had an event)."""
-    names = tuple(servers)
+    names = tuple(servers) or tuple(running_max_ms)  # none fixed: every server heard from
     values = [running_max_ms[s] for s in names if s in running_max_ms]
     if not values or (policy == "min" and len(values) < len(names)):
         return None

@@ -64,6 +64,8 @@ class Config:
     input_namespace: str | None = None  # read another namespace's input stream (lab lanes); None: our own
     lanes: tuple[str, ...] = ()  # lab lanes run beside this pipeline over the same input (see watermark.schema.lanes)
     online_timeout_ms: int = 30_000  # event time without an event after which a player is offline
+    demo: bool = True  # DEMO: the demo's event generator runs (./run.sh); off: your own producers write the events
+    lab_control: bool = True  # LAB_CONTROL: the dashboard offers the Lab control page (default: as DEMO)
 
     def __post_init__(self) -> None:
         _check(self.window_ms > 0, "WINDOW", "must be positive")
@@ -96,8 +98,14 @@ class Config:
                f"{self.watermark_mode!r} must be one of {', '.join(WATERMARK_MODES)}")
         _check(self.watermark_policy in WATERMARK_POLICIES, "WATERMARK_POLICY",
                f"{self.watermark_policy!r} must be one of {', '.join(WATERMARK_POLICIES)}")
-        _check(self.watermark_mode != "per-server" or self.known_servers is not None, "WATERMARK_MODE",
-               "per-server needs KNOWN_SERVERS: Spark needs one input per server when the query starts")
+        # A lab lane (input_namespace set) keeps its per-server watermarks in the sink and follows every server
+        # from its first event; the pipeline's own per-server mode is Spark's, with inputs fixed at start.
+        _check(self.watermark_mode != "per-server" or self.known_servers is not None
+               or self.input_namespace is not None, "WATERMARK_MODE",
+               "per-server needs KNOWN_SERVERS: Spark needs one input per server when the query starts, so it "
+               "cannot follow servers that appear later; for servers that come and go keep WATERMARK_MODE=global "
+               "and use the lab lanes (LAB_LANES=per-server-min,per-server-min-idle), which follow every server "
+               "from its first event")
         _check(self.idle_timeout_ms is None or self.idle_timeout_ms > 0, "IDLE_TIMEOUT", "must be positive or off")
         from watermark.schema.lanes import LANES  # the lane catalogue builds on this module
 
@@ -130,6 +138,7 @@ class Config:
             if name in env:
                 raise ConfigError(f"{name} is no longer used: {why}; unset it")
         ns = env.get("PIPELINE_NAMESPACE", cls.namespace)
+        demo = _switch(env, "DEMO", cls.demo)
         window = _duration(env, "WINDOW", cls.window_ms)
         url = env.get("REDIS_URL", "").strip()
         port = _int(env, "REDIS_PORT", DEFAULT_EMBEDDED_PORT)
@@ -157,6 +166,8 @@ class Config:
             idle_timeout_ms=_optional_duration(env, "IDLE_TIMEOUT", cls.idle_timeout_ms),
             lanes=_lane_list(env, "LAB_LANES"),
             online_timeout_ms=_duration(env, "ONLINE_TIMEOUT", cls.online_timeout_ms),
+            demo=demo,
+            lab_control=_switch(env, "LAB_CONTROL", demo),
         )
 
 
@@ -190,6 +201,16 @@ def _optional_duration(env: Mapping[str, str], var: str, default: int | None) ->
     if raw.lower() == "off":
         return None
     return _duration(env, var, default) if raw else default  # type: ignore[arg-type]
+
+
+def _switch(env: Mapping[str, str], var: str, default: bool) -> bool:
+    """``on`` or ``off`` (any case); unset or empty: ``default``."""
+    raw = (env.get(var) or "").strip()
+    if not raw:
+        return default
+    if raw.lower() not in ("on", "off"):
+        raise ConfigError(f"{var}={raw!r} must be on or off")
+    return raw.lower() == "on"
 
 
 def _name_set(env: Mapping[str, str], var: str) -> frozenset[str] | None:

@@ -5,8 +5,11 @@ A stream entry has a single field ``e`` holding a JSON object::
     {"event_id": "C-42-17", "server": "C", "player_id": "p0042",
      "kind": "heartbeat", "event_time": "2026-11-22T10:00:01.250Z"}
 
-``server``, ``player_id`` and ``event_time`` are required; ``kind`` and
-``event_id`` are optional (replayed event sets carry neither). The entry ID's
+``server``, ``player_id`` and ``event_time`` are required; ``kind``,
+``event_id`` and ``region`` (a string the pipeline carries but does not count
+by) are optional (replayed event sets carry none). Fields it does not know are
+ignored, so new optional fields can be added without breaking older readers
+(docs/ingest.md). The entry ID's
 millisecond part is the ingest time. Anything that does not fit is not dropped:
 :func:`parse_entry` returns a :class:`BadEntry` with a stable reason code that
 the sink counts and keeps in the dead-letter stream.
@@ -47,6 +50,7 @@ class Event:
     event_time_us: int
     kind: str | None = None
     event_id: str | None = None
+    region: str | None = None
 
     def payload(self) -> bytes:
         doc: dict[str, object] = {}
@@ -57,6 +61,8 @@ class Event:
         if self.kind is not None:
             doc["kind"] = self.kind
         doc["event_time"] = iso_from_us(self.event_time_us)
+        if self.region is not None:
+            doc["region"] = self.region
         return orjson.dumps(doc)
 
     def fields(self) -> dict[str, bytes]:
@@ -184,12 +190,16 @@ def parse_payload(payload: bytes, entry_id: str, rules: Rules = NO_RULES) -> Eve
     event_id = doc.get("event_id")
     if event_id is not None and not isinstance(event_id, (str, int)):
         return bad("bad_type", f"event_id must be a string, got {event_id!r}")
+    region = doc.get("region")
+    if region is not None and not isinstance(region, str):
+        return bad("bad_type", f"region must be a string, got {region!r}")
     return Event(
         server=server,
         player_id=str(player),
         event_time_us=event_time_us,
         kind=kind,
         event_id=str(event_id) if event_id is not None else entry_id,
+        region=region,
     )
 
 

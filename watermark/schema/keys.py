@@ -114,6 +114,10 @@ key                                                type    contents
 ``{ns}:alerts:monitor``                            hash    the monitor's last round ``round_ms``, its
                                                            ``interval_ms`` (is anyone evaluating) and
                                                            ``watching`` (its thresholds in one line)
+``{ns}:producer:{id}``                             string  one producer's marker: the sequence number of
+                                                           its last batch in ``{ns}:events`` (set in the
+                                                           batch's own transaction, expires a week after;
+                                                           ``watermark.store.batch_channel``)
 =================================================  ======  =============================================
 
 Every key except the input stream, the two lab hashes, ``batch_seconds`` (a counter, like ``totals``
@@ -287,6 +291,11 @@ class KeySchema:
     def alerts_monitor(self) -> str:
         return self._k("alerts", "monitor")
 
+    def producer(self, producer_id: str) -> str:
+        """A producer's marker: the sequence number of its last batch written to :attr:`events`, set in the
+        same transaction as the batch (decision 0010)."""
+        return self._k("producer", producer_id)
+
     def online(self, server: str) -> str:
         """Hash of the players online now on ``server``: player -> event time (us) of their latest event.
         Not under ``presence``: a server may be called ``state``."""
@@ -324,6 +333,14 @@ class KeySchema:
         if not text.startswith(prefix):
             raise ValueError(f"{text!r} is not a batch key of namespace {self.namespace!r}")
         return int(text[len(prefix):])
+
+
+def producer_marker_key(stream_key: str, producer_id: str) -> str:
+    """The marker of a producer writing ``stream_key``: :meth:`KeySchema.producer` of its namespace for an
+    ``{ns}:events`` stream, else beside the stream (``{stream_key}:producer:{id}``)."""
+    if stream_key.endswith(":events"):
+        return KeySchema(stream_key[: -len(":events")]).producer(producer_id)
+    return f"{stream_key}:producer:{producer_id}"
 
 
 def total_field(metric: str, qualifier: str | None = None) -> str:

@@ -188,6 +188,8 @@ class PresenceRecord(msgspec.Struct, frozen=True, kw_only=True):
     offline: int
     causes: dict[str, dict[str, int]] = {}
     """Per server, transitions per cause (login, heartbeat, logout, timeout, ...)."""
+    ahead_ms: dict[str, int] = {}
+    """Per server whose events ran ahead of their arrival in the batch: by how much at most (ms)."""
 
     def encode(self) -> bytes:
         return _ENCODER.encode(self)
@@ -323,6 +325,18 @@ class StateRecord(_HashRecord, frozen=True, kw_only=True):
 _SERVER_MAX = "max_event_us"
 
 
+class ClockRecord(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
+    """One server's clock for the online view (``watermark.rules.server_clock``): its watermark in force for the
+    next batch (ms), its clock (us), when its newest event arrived (Redis' clock, ms) and its clock then (us)."""
+
+    watermark_ms: int
+    clock_us: int
+    heard_ms: int
+    clock_at_heard_us: int
+    ahead_ms: int = 0
+    """How far its events ran ahead of their arrival in the last batch that had any (0: not ahead)."""
+
+
 class PresenceStateRecord(_HashRecord, frozen=True, kw_only=True):
     """The online view's commit record, ``{ns}:presence:state``. ``last_batch`` is its own commit guard
     (``None``: nothing committed yet)."""
@@ -343,6 +357,20 @@ class PresenceStateRecord(_HashRecord, frozen=True, kw_only=True):
     name it)."""
     partial_until_ms: int | None = None
     """Rebuilt from new events after a loss: whole once the watermark passes this."""
+    clocks: dict[str, ClockRecord] = {}
+    """Each server's clock and watermark for the online view (JSON; absent before per-server clocks)."""
+
+    def _fields(self) -> dict[str, str]:
+        out = {f: _text(getattr(self, f)) for f in self.__struct_fields__ if f != "clocks"}
+        out["clocks"] = _ENCODER.encode(self.clocks).decode()
+        return out
+
+    @classmethod
+    def _doc(cls, fields: dict[str, str], where: str) -> dict[str, object]:
+        doc: dict[str, object] = {f: v for f, v in fields.items() if f in cls.__struct_fields__}
+        if "clocks" in doc:
+            doc["clocks"] = _json_field(str(doc["clocks"]), "clocks", cls.__name__, where)
+        return doc
 
 
 def _text(value: object) -> str:

@@ -103,7 +103,7 @@ def presence_events(t: pa.Table) -> PresenceEvents:
     arrival[np.lexsort((seq, ms))] = np.arange(len(ms))
     return PresenceEvents(part.column("server").to_numpy(zero_copy_only=False),
                           part.column("b").to_numpy(zero_copy_only=False), part.column("a").to_numpy(), arrival,
-                          part.column("min_ev").to_numpy().astype(np.int8))
+                          part.column("min_ev").to_numpy().astype(np.int8), ms)
 
 
 _KIND_NAMES = {code: name for name, code in KIND_CODES.items()}

@@ -295,7 +295,10 @@ def read_prior(pipe: redis.client.Pipeline, client: redis.Redis, keys: KeySchema
                params: Params) -> Prior:
     names = ["last_batch", "lost_at_batch", "max_event_us", "sets_closed_below_ms",
              *(total_field("max_event_us", srv) for srv in params.servers if params.per_server)]
-    state = StateRecord.from_hash(dict(zip(names, pipe.hmget(keys.state, names), strict=True)), keys.state)
+    if params.per_server and not params.servers:  # servers come and go: every server's field there is
+        state = StateRecord.from_hash(pipe.hgetall(keys.state), keys.state)
+    else:
+        state = StateRecord.from_hash(dict(zip(names, pipe.hmget(keys.state, names), strict=True)), keys.state)
     lost_at = state.lost_at_batch
     # No commit record, yet Spark ran batches before this one: Redis came back empty (a lane starts its
     # record with its first batch, whenever it was added, so only the pipeline judges this).
@@ -328,7 +331,7 @@ def plan_commit(s: BatchSummary, params: Params, prior: Prior, now_ms: int) -> B
     server_max = dict(prior.server_max)
     for srv, st in s.servers.items():
         top = st.input_max_us(params.idle_timeout_ms is not None)
-        if srv in params.servers and top is not None:
+        if (srv in params.servers or not params.servers) and top is not None:
             server_max[srv] = max(top, server_max.get(srv, top))
     # Entries before this batch's start are in a batch Spark has committed, and so are those below every
     # other reader's committed ID: safe to trim.

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import redis
 
+from watermark.rules import server_clock
 from watermark.rules.presence import TIMEOUT
 from watermark.rules.presence_batch import CAUSES, Prior, fold
 from watermark.rules.presence_rollup import (
@@ -29,7 +30,7 @@ from watermark.rules.presence_rollup import (
     roll,
 )
 from watermark.schema.keys import KeySchema
-from watermark.schema.records import CommitEntry, PresenceRecord, PresenceStateRecord
+from watermark.schema.records import ClockRecord, CommitEntry, PresenceRecord, PresenceStateRecord
 from watermark.store.commit import Params, guarded, next_watermark
 
 HOUR_MS = 3_600_000
@@ -45,11 +46,17 @@ class PresenceEvents:
     event_us: np.ndarray
     entry: np.ndarray
     kind: np.ndarray
+    ingest_ms: np.ndarray | None = None
+    """Arrival (the stream entry ID's milliseconds, Redis' clock): runs a silent server's clock on
+    (:mod:`watermark.rules.server_clock`). None: unknown (as if every event arrived at once)."""
 
     @classmethod
     def empty(cls) -> PresenceEvents:
         return cls(np.array([], object), np.array([], object), np.array([], np.int64), np.array([], np.int64),
-                   np.array([], np.int8))
+                   np.array([], np.int8), np.array([], np.int64))
+
+    def arrivals(self) -> np.ndarray:
+        return self.ingest_ms if self.ingest_ms is not None else np.zeros(len(self.event_us), np.int64)
 
 
 @dataclass(frozen=True)
@@ -122,21 +129,33 @@ class _ServerWrites:
     rewrite: bool = False  # Redis lost the server's state: write the whole of it
 
 
-def _decide_server(table: PlayerTable, events: PresenceEvents, mask: np.ndarray, watermark_ms: int,
-                   next_wm: int, timeout_ms: int) -> _ServerWrites:
-    """Fold the server's events (``mask``) into its table, expire the rest, and say what changed."""
+def _decide_server(table: PlayerTable, events: PresenceEvents, mask: np.ndarray, clock: ClockRecord | None,
+                   now_ingest_ms: int | None, delay_ms: int,
+                   timeout_ms: int) -> tuple[_ServerWrites, ClockRecord | None]:
+    """Fold the server's events (``mask``) into its table against its own watermark in force, move its clock
+    (:mod:`watermark.rules.server_clock`), expire the players its next watermark reaches, and say what changed."""
+    in_force = clock.watermark_ms if clock is not None else 0
     slots = table.slots_of(events.player[mask].tolist())
     prior = Prior(table.known.copy(), table.online.copy(), table.last_us.copy())
-    f = fold(slots, events.event_us[mask], events.entry[mask], events.kind[mask], prior, watermark_ms, next_wm,
+    # Expiry is left to the whole table below, once the clock has moved: no accepted event expires at the
+    # watermark in force, so the fold's own expiry is a no-op here.
+    f = fold(slots, events.event_us[mask], events.entry[mask], events.kind[mask], prior, in_force, in_force,
              timeout_ms)
     table.known[f.player], table.online[f.player], table.last_us[f.player] = True, f.online, f.last_us
     table.known[f.gone] = False
+    now, ahead = now_ingest_ms, 0
+    if mask.any():
+        ingest, event_us = events.arrivals()[mask], events.event_us[mask]
+        now, ahead = int(ingest.max()), server_clock.ahead_ms(event_us, ingest)
+    clock = server_clock.advance(clock, f.last_us, table.last_us[table.known], now, delay_ms, timeout_ms, ahead)
+    next_wm = clock.watermark_ms if clock is not None else in_force
     timeout_us = timeout_ms * 1000
     timed_out = table.known & table.online & (table.last_us + timeout_us <= next_wm * 1000)
     forgotten = table.known & ~table.online & (table.last_us <= next_wm * 1000)
     table.known[timed_out | forgotten] = False
     names = table.names
-    now_on, now_out = f.player[f.online], f.player[~f.online]
+    kept = table.known[f.player]
+    now_on, now_out = f.player[f.online & kept], f.player[~f.online & kept]
     was_on = np.flatnonzero(prior.known & prior.online & ~(table.known & table.online))
     was_out = np.flatnonzero(prior.known & ~prior.online & ~(table.known & ~table.online))
     causes: dict[str, int] = {}
@@ -149,7 +168,21 @@ def _decide_server(table: PlayerTable, events: PresenceEvents, mask: np.ndarray,
         logged_out=dict(zip((names[i] for i in now_out), table.last_us[now_out].tolist(), strict=True)),
         drop_online=[names[i] for i in was_on], drop_logged_out=[names[i] for i in was_out],
         count=table.count(), causes=dict(sorted(causes.items())), came_online=int(f.t_online.sum()),
-        went_offline=int((~f.t_online).sum()) + int(timed_out.sum()))
+        went_offline=int((~f.t_online).sum()) + int(timed_out.sum())), clock
+
+
+def _decide_servers(mirror: PresenceMirror, ev: PresenceEvents, before: Mapping[str, ClockRecord], delay_ms: int,
+                    timeout_ms: int) -> tuple[dict[str, _ServerWrites], dict[str, ClockRecord]]:
+    """Each server's players against its own clock (:mod:`watermark.rules.server_clock`), never another's."""
+    now_ingest = int(ev.arrivals().max()) if len(ev.event_us) else None
+    clocks: dict[str, ClockRecord] = {}
+    writes: dict[str, _ServerWrites] = {}
+    for server in sorted(set(mirror.tables) | set(before) | set(ev.server.tolist())):
+        writes[server], clock = _decide_server(mirror.table(server), ev, ev.server == server,
+                                               before.get(server), now_ingest, delay_ms, timeout_ms)
+        if clock is not None:
+            clocks[server] = clock
+    return writes, clocks
 
 
 class PresenceMirror:
@@ -164,6 +197,7 @@ class PresenceMirror:
         self.tables: dict[str, PlayerTable] = {}
         self.batch: int | None = None  # the last committed batch it reflects; None: nothing yet
         self.valid = True
+        self.clocks: dict[str, ClockRecord] = {}  # each server's clock as of ``batch``
 
     def table(self, server: str) -> PlayerTable:
         return self.tables.setdefault(server, PlayerTable())
@@ -222,7 +256,7 @@ def _commit_presence(client: redis.Redis, keys: KeySchema, b: PresenceBatch, par
         if pipe is None:
             mirror.valid = False
             return False
-        names = ["last_batch", "max_event_us", "lost_at_batch", "minute", "partial_until_ms"]
+        names = ["last_batch", "max_event_us", "lost_at_batch", "minute", "partial_until_ms", "clocks"]
         prior = PresenceStateRecord.from_hash(dict(zip(names, pipe.hmget(keys.presence_state, names), strict=True)),
                                               keys.presence_state)
         day = day_of(b.batch_ts_ms)
@@ -245,9 +279,9 @@ def _commit_presence(client: redis.Redis, keys: KeySchema, b: PresenceBatch, par
             newest_ms = running // 1000 if running is not None else next_wm + b.delay_ms
             partial_until = newest_ms + timeout_ms
         mirror.valid = False  # until the transaction is in
-        writes = {server: _decide_server(mirror.table(server), ev, ev.server == server, b.watermark_ms, next_wm,
+        writes, clocks = _decide_servers(mirror, ev, mirror.clocks if lost else prior.clocks, b.delay_ms,
                                          timeout_ms)
-                  for server in sorted(set(mirror.tables) | set(ev.server.tolist()))}
+        batch_servers = set(ev.server.tolist())
         for w in writes.values():
             w.rewrite = lost
         counts = {s: w.count for s, w in writes.items()}
@@ -255,7 +289,9 @@ def _commit_presence(client: redis.Redis, keys: KeySchema, b: PresenceBatch, par
         record = PresenceRecord(batch=b.batch_id, watermark_ms=next_wm, in_force_ms=b.watermark_ms,
                                 batch_ts_ms=b.batch_ts_ms, counts=counts,
                                 online=sum(w.came_online for w in writes.values()),
-                                offline=sum(w.went_offline for w in writes.values()), causes=causes)
+                                offline=sum(w.went_offline for w in writes.values()), causes=causes,
+                                ahead_ms={s: c.ahead_ms for s, c in clocks.items()
+                                          if c.ahead_ms > 0 and s in batch_servers})
         closed, open_minute = roll(Minute.from_json(prior.minute) if prior.minute else None, b.batch_ts_ms, counts,
                                    causes)
         raised = raise_peaks(peaks, counts, b.batch_ts_ms)
@@ -266,10 +302,10 @@ def _commit_presence(client: redis.Redis, keys: KeySchema, b: PresenceBatch, par
             last_batch=b.batch_id, watermark_ms=next_wm, in_force_ms=b.watermark_ms, batch_ts_ms=b.batch_ts_ms,
             timeout_ms=timeout_ms, updated_ms=now_ms(), max_event_us=running, committed_id=b.end_id,
             lost_at_batch=b.batch_id if lost or rebuilt else prior.lost_at_batch, minute=open_minute.to_json(),
-            partial_until_ms=partial_until).to_hash())
+            partial_until_ms=partial_until, clocks=clocks).to_hash())
         pipe.xadd(keys.presence_commits, CommitEntry(b.batch_id, b.end_id).fields(), maxlen=1000, approximate=True)
         pipe.execute()
-    mirror.batch, mirror.valid = b.batch_id, True
+    mirror.batch, mirror.valid, mirror.clocks = b.batch_id, True, clocks
     return True
 
 

@@ -1,0 +1,122 @@
+"""One clock cannot take the others' players offline: the online view judges each server's players by that
+server's own clock (``watermark.rules.server_clock``), checked through the real commit (real redis-server)
+against the independent model (tests/oracle.py ``online_oracle``) on games made for it: one event far ahead,
+a server whose clock runs ahead, one behind, one silent, one returning; and random ones."""
+
+from __future__ import annotations
+
+import random
+import uuid
+
+import pytest
+import redis
+
+from tests.oracle import online_oracle
+from tests.store.test_online import events
+from watermark.schema.keys import KeySchema
+from watermark.schema.records import PresenceRecord, PresenceStateRecord
+from watermark.store.commit import Params
+from watermark.store.presence_store import PresenceBatch, PresenceMirror, commit_presence, read_online
+
+DELAY, TIMEOUT = 5_000, 30_000
+T0 = 1_700_000_000_000
+
+
+def game(seconds: int, players: dict[str, int], offset_ms: dict[str, int] | None = None,
+         lag_ms: dict[str, int] | None = None, silent: dict[str, tuple[int, int]] | None = None,
+         extra: dict[int, list[tuple]] | None = None) -> list[list[tuple]]:
+    """One batch per second of arrival time; every player heartbeats every 5 s (spread over the 5 s). A
+    server's events carry its clock (``offset_ms`` ahead, negative behind) and arrive ``lag_ms`` after they
+    happened; it sends nothing in its ``silent`` [from, to) seconds. ``extra``: more rows by batch."""
+    offset_ms, lag_ms, silent, extra = offset_ms or {}, lag_ms or {}, silent or {}, extra or {}
+    batches = []
+    for sec in range(seconds):
+        rows = []
+        for server, n in players.items():
+            lo, hi = silent.get(server, (-1, -1))
+            if lo <= sec < hi:
+                continue
+            for p in range(n):
+                if (sec + p) % 5 == 0:
+                    happened = T0 + sec * 1000 - lag_ms.get(server, 0)
+                    rows.append((server, f"{server}-{p}", happened + offset_ms.get(server, 0),
+                                 "login" if sec < 5 else "heartbeat", T0 + sec * 1000))
+        batches.append(rows + extra.get(sec, []))
+    return batches
+
+
+def commit_all(r: redis.Redis, batches: list[list[tuple]], keys: KeySchema | None = None) -> list[dict[str, int]]:
+    keys = keys or KeySchema(f"clk-{uuid.uuid4().hex[:8]}")
+    mirror, out = PresenceMirror(), []
+    for i, batch in enumerate(batches):
+        b = PresenceBatch(i, 0, T0 + i * 1000, f"{i + 1}-0", events(*batch), DELAY)
+        assert commit_presence(r, keys, b, Params(60_000, 60_000, DELAY), TIMEOUT, mirror)
+        view = read_online(r, keys)
+        assert view is not None
+        out.append({s: n for s, n in view.counts.items() if n})
+    return out
+
+
+def model(batches: list[list[tuple]]) -> list[dict[str, int]]:
+    return [{s: len(ps) for s, ps in sets.items()} for sets in online_oracle(batches, DELAY, TIMEOUT)]
+
+
+def test_one_event_ninety_seconds_ahead_takes_nobody_offline(r: redis.Redis) -> None:
+    """The replay from the issue: 2 servers x 50 players heartbeating every 5 s; one event from A 90 s ahead."""
+    glitch = {20: [("A", "A-0", T0 + 20_000 + 90_000, "heartbeat", T0 + 20_000)]}
+    batches = game(60, {"A": 50, "B": 50}, extra=glitch)
+    got = commit_all(r, batches)
+    assert got == model(batches)
+    assert all(counts == {"A": 50, "B": 50} for counts in got[5:]), got
+
+
+def test_a_server_whose_clock_runs_ahead_is_judged_by_it_and_named(r: redis.Redis) -> None:
+    keys = KeySchema(f"clk-{uuid.uuid4().hex[:8]}")
+    batches = game(60, {"A": 20, "B": 20}, offset_ms={"A": 90_000})
+    got = commit_all(r, batches, keys)
+    assert got == model(batches)
+    assert all(counts == {"A": 20, "B": 20} for counts in got[5:])
+    record = PresenceRecord.decode(r.zrange(keys.presence_history, -1, -1)[0], "history")
+    assert record.ahead_ms == {"A": 90_000}  # named, by how much; B's clock is right
+    state = PresenceStateRecord.from_hash(r.hgetall(keys.presence_state), "state")
+    assert state.clocks["A"].ahead_ms == 90_000 and state.clocks["B"].ahead_ms == 0
+
+
+def test_a_server_behind_keeps_its_players(r: redis.Redis) -> None:
+    """Under one global watermark every event of B, 60 s behind, would be late and its players gone."""
+    batches = game(60, {"A": 20, "B": 20}, offset_ms={"B": -60_000}, lag_ms={"B": 2_000})
+    got = commit_all(r, batches)
+    assert got == model(batches)
+    assert all(counts == {"A": 20, "B": 20} for counts in got[5:])
+
+
+def test_a_silent_server_times_out_by_arrival_time_and_returns(r: redis.Redis) -> None:
+    """B stops at 20 s: its players time out after the timeout (+ the delay) of arrival time, while A's stay;
+    B comes back at 80 s and is counted again from its first events."""
+    batches = game(110, {"A": 10, "B": 10}, silent={"B": (20, 80)})
+    got = commit_all(r, batches)
+    assert got == model(batches)
+    assert got[30] == {"A": 10, "B": 10}  # silent for 10 s: still online
+    gone = [i for i, c in enumerate(got) if "B" not in c and i > 20]
+    # B's last heartbeats happened at 15-19 s: the last one times out once arrival passes 19 + 30 + 5 s
+    assert gone[0] == 54 and all("B" not in got[i] for i in range(54, 80))
+    assert all(c["A"] == 10 for c in got[5:])
+    assert got[85] == {"A": 10, "B": 10}  # back: every player heartbeats within 5 s
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_random_games_match_the_model(r: redis.Redis, seed: int) -> None:
+    """Clocks ahead and behind, lags, silences, glitches, logouts and late events, at random."""
+    rng = random.Random(seed)
+    servers = {s: rng.randint(1, 6) for s in "ABC"}
+    offset = {s: rng.choice([0, 0, 45_000, -40_000]) for s in servers}
+    lag = {s: rng.choice([0, 1_000, 4_000]) for s in servers}
+    silent = {s: (a, a + rng.randint(5, 70)) for s in servers if rng.random() < 0.5 for a in [rng.randint(5, 40)]}
+    extra: dict[int, list[tuple]] = {}
+    for _ in range(12):
+        sec, s = rng.randint(0, 89), rng.choice("ABC")
+        t = T0 + sec * 1000 + offset[s] + rng.choice([-50_000, -8_000, 0, 35_000, 120_000])
+        extra.setdefault(sec, []).append((s, f"{s}-{rng.randint(0, 6)}", t, rng.choice(["logout", "login", None]),
+                                          T0 + sec * 1000))
+    batches = game(90, servers, offset, lag, silent, extra)
+    assert commit_all(r, batches) == model(batches)

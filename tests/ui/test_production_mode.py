@@ -1,0 +1,280 @@
+"""Production mode (``DEMO=off ./run.sh``): one's own producers write the events, no generator runs.
+
+The fast tests check the configuration, the status line and every page under Streamlit's AppTest: Lab
+control is in the navigation only with ``LAB_CONTROL=on``, then offers only the delay, and no page speaks of
+a generator. The end-to-end test starts ``DEMO=off ./run.sh`` itself (the real Procfile.production through
+honcho: embedded Redis, Spark job, monitor, dashboard), writes events for servers of its own with plain
+``XADD`` as an external producer would, and reads every page in Chromium.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import psutil
+import pytest
+import redis
+from streamlit.testing.v1 import AppTest
+
+from dashboard.data import Snapshot, read_snapshot
+from dashboard.status import assess
+from tests.paths import APP
+from tests.procs import ROOT, Proc
+from watermark.schema.config import Config, ConfigError
+from watermark.schema.keys import KeySchema
+from watermark.store.redis_server import free_port
+from watermark.store.report import wait_for_commit
+
+PAGES = ["views/ops.py", "views/alerts.py", "views/watermark.py", "views/lag.py", "views/events.py",
+         "views/health.py", "views/lab.py", "views/delay.py"]
+CONTROL = "views/control.py"
+DEMO_WORDS = re.compile(r"generator|scenario|lab control", re.IGNORECASE)
+MODE_VARS = ("DEMO", "LAB_CONTROL", "KNOWN_SERVERS", "LAB_LANES")
+
+
+# --------------------------------------------------------------------------- configuration and status line
+
+
+@pytest.mark.parametrize(("env", "demo", "lab_control"), [
+    ({}, True, True),
+    ({"DEMO": "on"}, True, True),
+    ({"DEMO": "off"}, False, False),
+    ({"DEMO": "OFF", "LAB_CONTROL": "on"}, False, True),
+    ({"LAB_CONTROL": "off"}, True, False),
+    ({"DEMO": " ", "LAB_CONTROL": ""}, True, True),
+])
+def test_demo_and_lab_control_are_read_from_the_environment(env: dict[str, str], demo: bool,
+                                                            lab_control: bool) -> None:
+    cfg = Config.from_env(env)
+    assert (cfg.demo, cfg.lab_control) == (demo, lab_control)
+
+
+@pytest.mark.parametrize("var", ["DEMO", "LAB_CONTROL"])
+def test_a_switch_is_on_or_off(var: str) -> None:
+    with pytest.raises(ConfigError, match=f"^{var}='yes' must be on or off$"):
+        Config.from_env({var: "yes"})
+
+
+def test_an_empty_namespace_waits_for_events_on_its_stream_in_production_mode(r: redis.Redis) -> None:
+    keys = KeySchema(f"empty-{uuid.uuid4().hex[:8]}")
+    snap: Snapshot = read_snapshot(r, keys, range_ms=900_000, now_ms=0)
+    [production] = assess(snap, 0, demo=False)
+    assert production.text.startswith(f"Waiting for events on `{keys.namespace}:events`")
+    assert "docs/ingest.md" in production.text and "./run.sh" not in production.text
+    [demo] = assess(snap, 0)
+    assert "Start the pipeline with `./run.sh`" in demo.text
+
+
+# --------------------------------------------------------------------------- every page under AppTest
+
+
+@pytest.fixture()
+def empty_ns(redis_url: str, monkeypatch: pytest.MonkeyPatch) -> KeySchema:
+    """A namespace nothing has written yet: every page shows its empty state."""
+    for var in MODE_VARS:
+        monkeypatch.delenv(var, raising=False)
+    ns = f"prod-{uuid.uuid4().hex[:8]}"
+    monkeypatch.setenv("REDIS_URL", redis_url)
+    monkeypatch.setenv("PIPELINE_NAMESPACE", ns)
+    return KeySchema(ns)
+
+
+def texts(at: AppTest) -> list[str]:
+    """Every piece of text the page shows: headings, words, statuses, labels, options, metrics."""
+    out: list[str] = []
+    for kind in ("title", "header", "subheader", "markdown", "caption", "text", "info", "warning", "error",
+                 "success", "exception"):
+        out += [str(e.value) for e in getattr(at, kind)]
+    for kind in ("button", "text_input", "number_input", "toggle", "segmented_control", "metric"):
+        out += [str(e.label) for e in getattr(at, kind)]
+    for box in at.selectbox:
+        out += [str(box.label), *(str(o) for o in box.options)]
+    return out
+
+
+def open_page(page: str) -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.run()
+    at.switch_page(page).run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def test_production_mode_hides_lab_control_and_never_speaks_of_a_generator(
+        empty_ns: KeySchema, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DEMO", "off")
+    for page in PAGES:
+        at = open_page(page)
+        shown = texts(at)
+        assert [t for t in shown if DEMO_WORDS.search(t)] == [], page
+        if page != "views/alerts.py":  # the Alerts page speaks of the monitor
+            assert any(t.startswith(f"Waiting for events on `{empty_ns.events}`") for t in shown), (page, shown)
+    with pytest.raises(ValueError, match="Could not find a navigation page"):
+        open_page(CONTROL)
+
+
+def test_lab_control_on_in_production_offers_the_delay_and_no_generator(
+        empty_ns: KeySchema, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DEMO", "off")
+    monkeypatch.setenv("LAB_CONTROL", "on")
+    at = open_page(CONTROL)
+    assert [t.value for t in at.title] == ["Lab control"]
+    assert [s.value for s in at.subheader] == ["Watermark delay"]
+    assert [b.label for b in at.main.button] == ["Apply delay (restarts the query, history kept)"]
+    assert not at.main.selectbox and not at.main.number_input
+    assert [t for t in texts(at) if re.search(r"generator|scenario", t, re.IGNORECASE)] == []
+    assert any(t.startswith(f"Waiting for events on `{empty_ns.events}`") for t in texts(at))
+
+
+def test_the_demo_keeps_lab_control_with_its_generator(empty_ns: KeySchema) -> None:
+    at = open_page(CONTROL)
+    assert [s.value for s in at.subheader] == ["Generator", "Watermark delay"]
+    assert any(t.startswith("No generator running") for t in texts(at))
+
+
+def test_lab_control_off_hides_it_in_the_demo_too(empty_ns: KeySchema, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LAB_CONTROL", "off")
+    with pytest.raises(ValueError, match="Could not find a navigation page"):
+        open_page(CONTROL)
+
+
+def test_the_production_procfile_is_the_demo_one_without_the_generator() -> None:
+    def lines(name: str) -> dict[str, str]:
+        return dict(line.split(":", 1) for line in (ROOT / name).read_text().splitlines()
+                    if line and not line.startswith("#"))
+
+    demo, production = lines("Procfile"), lines("Procfile.production")
+    assert set(production) == set(demo) - {"generator"}
+    # no list of servers in either: every server is counted from its first event, the default lanes follow
+    assert "KNOWN_SERVERS" not in production["job"] and "KNOWN_SERVERS" not in demo["job"]
+    assert production["job"] == demo["job"]
+    assert production["dashboard"].strip().startswith("DEMO=off ")
+
+
+# --------------------------------------------------------------------------- DEMO=off ./run.sh, for real
+
+CHROMIUM = "/usr/bin/chromium"
+SERVERS = ("eu-west", "us-east")
+PAGE_JS = """
+() => {
+  const names = [];
+  for (const p of document.querySelectorAll('.js-plotly-plot')) {
+    for (const t of (p.data || [])) {
+      names.push(t.name || '');
+      for (const v of [...(t.x || []), ...(t.y || [])]) if (typeof v === 'string') names.push(v);
+    }
+  }
+  // A select box shows its choice in its input's value, which is not in the page's text.
+  const chosen = Array.from(document.querySelectorAll('[data-testid="stSelectbox"] input')).map(e => e.value);
+  return {text: document.body.innerText + '\\n' + chosen.join('\\n'), traces: names};
+}
+"""
+
+
+def produce(client: redis.Redis, stream: str, seconds: float, rate: float = 40) -> str:
+    """An external producer: plain XADD of login, heartbeat and logout events (docs/ingest.md), event time
+    now; returns the last entry ID."""
+    last = ""
+    n = 0
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        server = SERVERS[n % len(SERVERS)]
+        player = f"p{n % 12}"
+        kind = "login" if n < 12 else "logout" if n % 29 == 0 else "heartbeat"
+        now = datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+        doc = {"event_id": f"{server}-{n}", "server": server, "player_id": player, "kind": kind, "event_time": now}
+        last = client.xadd(stream, {"e": json.dumps(doc)}).decode()
+        n += 1
+        time.sleep(1 / rate)
+    return last
+
+
+def command_lines(pid: int) -> list[str]:
+    """The command lines of everything ``pid`` started and still runs."""
+    out = []
+    for child in psutil.Process(pid).children(recursive=True):
+        try:
+            out.append(" ".join(child.cmdline()))
+        except (psutil.ZombieProcess, psutil.NoSuchProcess):
+            pass  # a shell line that has exec'd or ended
+    return out
+
+
+@pytest.fixture()
+def production(tmp_path: Path) -> Iterator[dict]:
+    ns = f"prod-{uuid.uuid4().hex[:6]}"
+    redis_port, port = free_port(), free_port()
+    env = {"DEMO": "off", "LAB_CONTROL": "", "KNOWN_SERVERS": "", "LAB_LANES": "",
+           "PORT": str(port), "REDIS_PORT": str(redis_port), "REDIS_DATA_DIR": str(tmp_path / "redis"),
+           "REDIS_URL": "", "CHECKPOINT_DIR": str(tmp_path / "ck"), "PIPELINE_NAMESPACE": ns,
+           "METRICS_PORT": str(free_port()), "SPARK_MASTER": "local[2]", "WINDOW": "10s", "WATERMARK_DELAY": "2s",
+           "TRIGGER_INTERVAL": "1s"}
+    run = Proc("run.sh", ["bash", str(ROOT / "run.sh")], env, tmp_path)
+    try:
+        run.wait_for(r"production mode \(DEMO=off\)", timeout=60)
+        run.wait_for(rf"query watermark-{ns} running", timeout=240)
+        run.wait_for(r"You can now view", timeout=120)
+        yield {"run": run, "keys": KeySchema(ns), "url": f"http://127.0.0.1:{port}",
+               "client": redis.Redis(port=redis_port, socket_timeout=130)}
+    finally:
+        run.stop()
+
+
+@pytest.mark.spark
+@pytest.mark.browser
+def test_demo_off_run_sh_runs_on_external_events_without_a_generator(production: dict) -> None:
+    from playwright.sync_api import sync_playwright
+
+    from tests.ui.test_dashboard_browser import CHROMIUM_ARGS
+
+    assert Path(CHROMIUM).exists(), f"{CHROMIUM} is missing: `apt-get install chromium` (.ci/run does)"
+    run: Proc = production["run"]
+    keys: KeySchema = production["keys"]
+    client: redis.Redis = production["client"]
+    commands = command_lines(run.popen.pid)
+    assert any("wm-job" in c for c in commands) and any("streamlit" in c for c in commands), commands
+    assert not [c for c in commands if "generator" in c], commands
+    started = re.findall(r"\| (\S+)\.1 started", run.tail(10_000))
+    assert sorted(started) == ["dashboard", "job", "monitor", "redis"], started  # honcho's own account
+    run.wait_for(r"lanes none", timeout=1)  # LAB_LANES is not defaulted: per-server lanes need KNOWN_SERVERS
+
+    last = produce(client, keys.events, seconds=20)
+    assert wait_for_commit(client, keys, last, timeout_s=180), f"the job did not commit up to {last}"
+    totals = {k.decode(): int(v) for k, v in client.hgetall(keys.totals).items()}
+    assert totals.get("quarantined", 0) == 0, totals  # no KNOWN_SERVERS: any server's events are taken
+
+    seen: dict[str, dict] = {}
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1280, "height": 1600})
+        for path in ("/", "/alerts", "/watermark", "/lag", "/events", "/health", "/lab", "/delay"):
+            page.goto(production["url"] + path)
+            page.wait_for_selector('[data-testid="stAlert"]', timeout=60_000)
+            page.wait_for_selector('[data-test-script-state="notRunning"]', timeout=60_000)
+            if path not in ("/alerts", "/health"):
+                page.wait_for_selector(".js-plotly-plot .main-svg", timeout=60_000)
+            seen[path] = page.evaluate(PAGE_JS)
+        page.goto(production["url"] + "/control")
+        page.wait_for_selector('[data-test-script-state="notRunning"]', timeout=60_000)
+        control_heading = page.get_by_role("heading", name="Lab control").count()
+        nav = page.locator('[data-testid="stSidebarNav"]').inner_text()
+        browser.close()
+    client.close()
+
+    assert "Lab control" not in nav and "Live ops" in nav, nav
+    assert control_heading == 0, "the Lab control page must not be served in production mode"
+    for path, shown in seen.items():
+        words = DEMO_WORDS.findall(shown["text"] + "\n" + "\n".join(shown["traces"]))
+        assert words == [], (path, words)
+    def shows(path: str, server: str) -> bool:
+        return server in seen[path]["traces"] or server in seen[path]["text"]
+
+    for path in ("/", "/watermark", "/lag"):
+        assert all(shows(path, server) for server in SERVERS), (path, seen[path]["traces"])
+    assert any(shows("/events", server) for server in SERVERS), seen["/events"]["text"]  # it opens on one

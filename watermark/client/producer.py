@@ -1,0 +1,310 @@
+"""A producer for game servers: events into ``{ns}:events``, each exactly once, fast, in bounded memory.
+
+::
+
+    from watermark.client import Producer
+
+    with Producer("redis://127.0.0.1:6379/0", namespace="wm") as producer:
+        producer.send({"server": "A", "player_id": "p1", "kind": "login",
+                       "event_time": "2026-11-22T10:00:01.250Z", "event_id": "A-1"})
+
+:meth:`Producer.send` validates the event with the pipeline's own parser (:func:`encode_event`: a
+``ValueError`` names the field) and buffers it; a background thread sends the buffer in batches, one
+transaction each, through :class:`~watermark.store.batch_channel.BatchChannel` (the generator's path too):
+after a lost connection or a Redis restart it reconnects with backoff and writes the batches in flight exactly
+once. At most ``max_pending`` events wait (buffered or in flight); then ``send`` blocks, and raises
+:class:`ProducerTimeout` if no room frees up within its timeout. Nothing is dropped silently: an event
+``send`` returned for is written, or ``flush``/``close`` raise. What it does not cover (the process dying
+with events still buffered, Redis losing writes it acknowledged) is in docs/ingest.md and decision 0010.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from datetime import datetime
+from types import TracebackType
+from typing import Any
+
+import orjson
+import redis
+
+from watermark.schema.events import IDLE_KIND, KINDS, BadEntry, Event, parse_payload
+from watermark.schema.keys import KeySchema, producer_marker_key
+from watermark.store.batch_channel import LOST_REDIS, MARKER_TTL_S, Batch, BatchChannel, WriteError, xadd_head
+
+log = logging.getLogger("watermark.client.producer")
+
+FIELDS = ("event_id", "server", "player_id", "kind", "event_time", "region")
+"""The fields of the event contract (docs/ingest.md); the producer refuses others, which are typos more often
+than not (the pipeline itself ignores fields it does not know)."""
+
+
+class ProducerError(RuntimeError):
+    """The producer stopped: Redis rejected a batch, or it was closed."""
+
+
+class ProducerTimeout(ProducerError, TimeoutError):
+    """Redis took nothing for too long: ``send`` found no room, or ``flush``/``close`` could not finish."""
+
+
+def encode_event(event: Mapping[str, Any] | Event) -> bytes:
+    """The payload of one event as the pipeline reads it, checked by the pipeline's own parser
+    (:func:`~watermark.schema.events.parse_payload`); a ``ValueError`` that names the field otherwise.
+
+    ``event_time`` may be an ISO-8601 string (UTC; an offset is converted, a time without one is taken as
+    UTC) or a timezone-aware ``datetime``; it is sent as UTC with ``Z``. ``player_id`` and ``event_id`` may be
+    integers; they are sent as strings."""
+    if isinstance(event, Event):
+        payload = event.payload()
+        has_id = event.event_id is not None
+    else:
+        unknown = [k for k in event if k not in FIELDS]
+        if unknown:
+            raise ValueError(f"invalid event: {unknown[0]!r} is not a field of the event contract "
+                             f"(fields: {', '.join(FIELDS)})")
+        doc = dict(event)
+        ts = doc.get("event_time")
+        if isinstance(ts, datetime):
+            if ts.tzinfo is None:
+                raise ValueError("invalid event: event_time is a datetime without a timezone; use an aware "
+                                 "datetime (e.g. datetime.now(UTC)) or an ISO-8601 string")
+            doc["event_time"] = ts.isoformat()
+        try:
+            payload = orjson.dumps(doc)
+        except TypeError as exc:  # orjson.JSONEncodeError: a value JSON cannot hold
+            raise ValueError(f"invalid event: {exc}") from None
+        has_id = doc.get("event_id") is not None
+    parsed = parse_payload(payload, "0-0")
+    if isinstance(parsed, BadEntry):
+        raise ValueError(f"invalid event: {parsed.detail}")
+    if parsed.kind == IDLE_KIND:
+        raise ValueError(f"invalid event: kind must be one of {', '.join(KINDS)}, got 'idle' (idle markers are "
+                         "the job's own)")
+    return (parsed if has_id else replace(parsed, event_id=None)).payload()
+
+
+@dataclass
+class ProducerStats:
+    accepted: int = 0
+    """Events ``send`` returned for."""
+    written: int = 0
+    """Events Redis acknowledged (or, after a lost connection, that the producer's marker showed it has)."""
+    batches: int = 0
+    reconnects: int = 0
+    resent_batches: int = 0
+    """Batches sent again after a lost connection because Redis did not have them."""
+    recovered_batches: int = 0
+    """Batches in flight at a lost connection that Redis turned out to have (not sent again)."""
+    last_error: str = ""
+    """The last connection error, if any."""
+
+
+class Producer:
+    """Thread-safe producer of game events; see the module's docstring.
+
+    ``redis_url`` is a URL (the producer owns and closes its client) or a ``redis.Redis`` (give it a
+    ``socket_timeout``, or a paused Redis blocks the sending thread forever). ``namespace`` is the pipeline's
+    ``PIPELINE_NAMESPACE``: events go to ``{namespace}:events`` (``stream_key`` overrides it). ``producer_id``
+    names this producer's marker ``{namespace}:producer:{producer_id}`` (default: a random UUID; two live
+    producers must never share one). Up to ``batch_size`` events go in one transaction; the sending thread
+    waits up to ``linger_s`` for a batch to fill. ``send`` blocks while ``max_pending`` events wait and raises
+    :class:`ProducerTimeout` after ``send_timeout_s``.
+    """
+
+    def __init__(self, redis_url: str | redis.Redis = "redis://127.0.0.1:6379/0", *, namespace: str = "wm",
+                 stream_key: str | None = None, producer_id: str | None = None, batch_size: int = 1_000,
+                 max_pending: int = 100_000, linger_s: float = 0.002, send_timeout_s: float = 30.0,
+                 socket_timeout_s: float = 10.0, max_backoff_s: float = 2.0, marker_ttl_s: int = MARKER_TTL_S,
+                 idempotent: bool = True) -> None:
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+        if max_pending < 1:
+            raise ValueError(f"max_pending must be at least 1, got {max_pending}")
+        if linger_s < 0 or send_timeout_s < 0 or max_backoff_s <= 0:
+            raise ValueError("linger_s and send_timeout_s must not be negative, max_backoff_s must be positive")
+        self._own_client = isinstance(redis_url, str)
+        self.client: redis.Redis = redis.Redis.from_url(
+            redis_url, socket_timeout=socket_timeout_s, socket_connect_timeout=min(5.0, socket_timeout_s),
+            socket_keepalive=True) if isinstance(redis_url, str) else redis_url
+        self.stream_key = stream_key or KeySchema(namespace).events
+        self.producer_id = producer_id or uuid.uuid4().hex
+        self.marker_key = producer_marker_key(self.stream_key, self.producer_id)
+        self.batch_size = min(batch_size, max_pending)
+        self.max_pending = max_pending
+        self.linger_s = linger_s
+        self.send_timeout_s = send_timeout_s
+        self.max_backoff_s = max_backoff_s
+        self.stats = ProducerStats()
+        self._head = xadd_head(self.stream_key).encode("latin-1")
+        self._channel = BatchChannel(self.stream_key, self.marker_key, idempotent=idempotent, ttl_s=marker_ttl_s)
+        lock = threading.Lock()
+        self._work = threading.Condition(lock)  # the sending thread waits here for events
+        self._room = threading.Condition(lock)  # send and flush wait here for acknowledgements
+        self._queue: deque[bytes] = deque()
+        self._unacked = 0  # buffered + in flight
+        self._flushing = 0
+        self._closing = False
+        self._closed = False
+        self._error: BaseException | None = None
+        self._abort = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"wm-producer-{self.producer_id[:8]}", daemon=True)
+        self._thread.start()
+
+    # ------------------------------------------------------------------ the public API
+
+    def send(self, event: Mapping[str, Any] | Event, timeout: float | None = None) -> None:
+        """Validate ``event`` (``ValueError`` naming the field) and buffer it for sending. Blocks while
+        ``max_pending`` events wait; :class:`ProducerTimeout` after ``timeout`` (default ``send_timeout_s``)
+        seconds without room, and the event is then not accepted."""
+        payload = encode_event(event)
+        frame = b"%s$%d\r\n%s\r\n" % (self._head, len(payload), payload)
+        with self._room:
+            self._check()
+            if self._unacked >= self.max_pending:
+                wait_s = self.send_timeout_s if timeout is None else timeout
+                deadline = time.monotonic() + wait_s
+                while self._unacked >= self.max_pending:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        raise ProducerTimeout(
+                            f"send timed out after {wait_s:g} s: {self._unacked} events are waiting for Redis "
+                            f"(max_pending={self.max_pending}) and none was acknowledged meanwhile"
+                            f"{self._last_error()}; this event was not accepted")
+                    self._room.wait(remaining)
+                    self._check()
+            queue = self._queue
+            queue.append(frame)
+            self._unacked += 1
+            self.stats.accepted += 1
+            if len(queue) == 1 or len(queue) == self.batch_size:
+                self._work.notify()
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Return once Redis has every event accepted so far; :class:`ProducerTimeout` after ``timeout``
+        seconds (default: wait as long as it takes)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._room:
+            self._flushing += 1
+            self._work.notify()
+            try:
+                while self._unacked:
+                    if self._error is not None:
+                        self._check()
+                    remaining = None if deadline is None else deadline - time.monotonic()
+                    if remaining is not None and remaining <= 0:
+                        raise ProducerTimeout(f"flush timed out after {timeout:g} s: {self._unacked} events not "
+                                              f"acknowledged by Redis yet{self._last_error()}")
+                    self._room.wait(remaining)
+            finally:
+                self._flushing -= 1
+
+    def close(self, timeout: float | None = None) -> None:
+        """Flush (up to ``timeout`` seconds), then stop the sending thread and close the client if the producer
+        made it. If Redis did not take everything in time, raises :class:`ProducerTimeout` saying how many
+        events it did not acknowledge (the ones in flight may be in Redis)."""
+        if self._closed:
+            return
+        try:
+            if self._error is None:
+                self.flush(timeout)
+        except ProducerTimeout:
+            self._abort.set()
+            raise
+        finally:
+            with self._work:
+                self._closing = True
+                self._closed = True
+                self._work.notify()
+                self._room.notify_all()
+            self._thread.join(timeout=0.5 if self._abort.is_set() else None)
+            if self._own_client:
+                self.client.close()
+        if self._error is not None:
+            raise ProducerError(f"the producer stopped: {self._error}") from self._error
+
+    def __enter__(self) -> Producer:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        if exc_type is None:
+            self.close()
+        else:  # do not hide the caller's error behind a flush that may wait for Redis
+            try:
+                self.close(timeout=self.send_timeout_s)
+            except ProducerError as err:
+                log.error("closing the producer after an error: %s", err)
+
+    @property
+    def pending(self) -> int:
+        """Events accepted and not yet acknowledged by Redis."""
+        return self._unacked
+
+    # ------------------------------------------------------------------ internals
+
+    def _check(self) -> None:
+        if self._error is not None:
+            raise ProducerError(f"the producer stopped: {self._error}") from self._error
+        if self._closed:
+            raise ProducerError("the producer is closed")
+
+    def _last_error(self) -> str:
+        return f"; last error: {self.stats.last_error}" if self.stats.last_error else ""
+
+    def _acked(self, batches: list[Batch]) -> None:
+        if not batches:
+            return
+        n = sum(b.n for b in batches)
+        with self._room:
+            self._unacked -= n
+            self.stats.written += n
+            self.stats.batches += len(batches)
+            self._room.notify_all()
+
+    def _run(self) -> None:
+        channel, work, queue = self._channel, self._work, self._queue
+        inflight = channel.inflight
+        attached = False
+        delay = 0.05
+        while not self._abort.is_set():
+            try:
+                if not attached:
+                    settled = channel.attach(self.client)
+                    attached, delay = True, 0.05
+                    self.stats.resent_batches, self.stats.recovered_batches = channel.resent, channel.recovered
+                    self._acked(settled)
+                with work:
+                    while not queue and not inflight and not self._closing:
+                        work.wait()
+                    if (queue and not inflight and len(queue) < self.batch_size and self.linger_s
+                            and not self._closing and not self._flushing):
+                        work.wait(self.linger_s)  # let the batch fill; woken early once it is full
+                    take = min(len(queue), self.batch_size)
+                    frames = [queue.popleft() for _ in range(take)]
+                    if not frames and not inflight and self._closing:
+                        break
+                if frames:
+                    channel.send(b"".join(frames), len(frames))
+                while len(inflight) > (1 if frames else 0):  # one batch in flight while the next fills
+                    self._acked([channel.confirm()])
+            except LOST_REDIS as exc:
+                attached = False
+                channel.detach(broken=True)
+                self.stats.reconnects += 1
+                self.stats.last_error = f"{type(exc).__name__}: {exc}"
+                log.warning("lost Redis (%s); reconnecting in %.2f s, %d events waiting", exc, delay, self._unacked)
+                self._abort.wait(delay)
+                delay = min(self.max_backoff_s, delay * 2)
+            except (WriteError, redis.RedisError) as exc:  # Redis refused: sending on would not help
+                log.error("producer stopped: %s", exc)
+                with work:
+                    self._error = exc
+                    self._room.notify_all()
+                break
+        channel.detach(broken=bool(inflight))

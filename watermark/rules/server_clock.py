@@ -1,0 +1,85 @@
+"""Each server's own clock for the online view: players time out against their own server's event time.
+
+Spark's one watermark is the newest event time of *any* server minus the delay: right for the windows (the lab
+shows what it does), wrong for who is online. One server whose clock runs 90 s fast would time out every
+other server's players and make all their later events late. So the online view keeps one clock per server,
+and judges each server's players by it alone. The rule, applied after every batch:
+
+- **Arrival predicts.** Since its clock last moved on its events, a server's clock is expected to have run on
+  by the arrival time that has passed (stream entry IDs: Redis' clock, one for every server): ``predicted =
+  clock then + arrival now - arrival then``.
+- **Its events move it.** The clock moves to the newest of the batch's events (each player's latest applied
+  one) that is at most ``jump`` (the online timeout) ahead of ``predicted``. An event further ahead moves it
+  only when a second player is that far ahead too (the second-newest of those players): a server whose whole
+  clock stepped forward moves, one odd event (a glitch, one player's own clock) does not. It still counts for
+  its own player.
+- **Silent, it runs on arrival.** A batch with none of the server's events, or none it trusts, moves the clock
+  to ``predicted``: players of a server that stopped sending time out as real time passes, never because
+  another server's events are ahead, and a server whose single player's clock stepped ahead is trusted again
+  once arrival time catches up.
+- **Its watermark** is ``max(in force, clock - delay)`` (ms), like Spark's, per server: an event at or below
+  the server's watermark in force is late for the online view; an online player whose latest event + timeout
+  is at or below the server's next watermark times out; a logout the watermark passes is forgotten.
+
+A server's first batch has nothing to predict from: its newest event sets its clock. No wall clock is read
+(a replay gives the same answer), no Spark, no Redis: :mod:`watermark.store.presence_store` applies it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from watermark.rules.windows import event_ms
+from watermark.schema.records import ClockRecord
+
+
+def advance(prior: ClockRecord | None, batch_us: np.ndarray, kept_us: np.ndarray, now_ms: int | None,
+            delay_ms: int, jump_ms: int, ahead: int = 0) -> ClockRecord | None:
+    """The server's clock after a batch. ``batch_us``: the latest event time of each of the batch's players
+    whose events were applied; ``kept_us``: the same for every player the server keeps (the batch's
+    included); ``now_ms``: the arrival of the server's newest event in the batch, or of the batch's newest
+    event when it has none of the server's (None: an empty batch); ``jump_ms``: how far ahead of the
+    prediction one player may move it; ``ahead``: the batch's :func:`ahead_ms` of the server."""
+    if prior is None:
+        if len(batch_us) == 0 or now_ms is None:
+            return None
+        clock = int(batch_us.max())
+        return _set(None, clock, now_ms, clock, delay_ms, ahead)
+    if now_ms is None:
+        return prior
+    predicted = prior.clock_at_heard_us + max(0, now_ms - prior.heard_ms) * 1000
+    limit = predicted + jump_ms * 1000
+    trusted = batch_us[batch_us <= limit]
+    beyond = kept_us[kept_us > limit]
+    moves = [int(trusted.max())] if len(trusted) else []
+    if len(beyond) >= 2:  # a second player that far ahead: the server's clock stepped
+        moves.append(int(np.partition(beyond, len(beyond) - 2)[len(beyond) - 2]))
+    if moves:
+        clock = max(prior.clock_us, *moves)
+        return _set(prior, clock, now_ms, clock, delay_ms, ahead)
+    return _set(prior, max(prior.clock_us, predicted), prior.heard_ms, prior.clock_at_heard_us, delay_ms,
+                ahead if len(batch_us) else prior.ahead_ms)
+
+
+def _set(prior: ClockRecord | None, clock_us: int, heard_ms: int, at_heard_us: int, delay_ms: int,
+         ahead: int) -> ClockRecord:
+    in_force = prior.watermark_ms if prior is not None else 0
+    return ClockRecord(watermark_ms=max(in_force, event_ms(clock_us) - delay_ms), clock_us=clock_us,
+                       heard_ms=heard_ms, clock_at_heard_us=at_heard_us, ahead_ms=ahead)
+
+
+def watermark_of(clocks: Mapping[str, ClockRecord], server: str) -> int:
+    """The server's watermark in force (0 for a server never heard from: nothing of it is late)."""
+    c = clocks.get(server)
+    return c.watermark_ms if c is not None else 0
+
+
+def ahead_ms(event_us: np.ndarray, ingest_ms: np.ndarray) -> int:
+    """How far a server's events ran ahead of Redis' clock (their arrival) in a batch: the most any did, 0 when
+    none did. An event cannot happen after it arrived, so any positive amount is the sender's clock running
+    fast (the alert's threshold leaves room for small clock differences); a clock behind is lag."""
+    if len(event_us) == 0:
+        return 0
+    return max(0, int((event_us // 1000 - ingest_ms).max()))
