@@ -120,8 +120,11 @@ def online_now(snap: Snapshot) -> None:
                         "batch folds its events into each player's state, watermark/rules/presence.py).")
         if peak is not None:
             col.caption(f"peak today {peak[0]:,} at {clock(peak[1])}")
-    st.caption(f"As of batch {v.last_batch}, watermark {clock(v.watermark_ms)}: a player with no event for "
-               f"{human_ms(v.timeout_ms)} of event time counts as offline.")
+    st.caption(f"As of batch {v.last_batch}: a player with no event for {human_ms(v.timeout_ms)} of their own "
+               f"server's event time counts as offline (each server its own clock; the windows' watermark is "
+               f"{clock(v.watermark_ms)}).")
+    for text in clock_notes(v):
+        st.info(text)
     if v.minutes:
         left, right = st.columns(2)
         ui.chart(left, charts.online_per_minute(v.minutes, servers), "online_per_minute",
@@ -131,6 +134,31 @@ def online_now(snap: Snapshot) -> None:
     if v.history:
         ui.chart(st, charts.online_over_batches(v.history, servers), "online_over_batches",
                  "No player online after any batch in this range.")
+
+
+CLOCK_AHEAD_NOTE_MS = 2_000
+"""Events ahead of their arrival by more than this name their server's clock (small NTP differences do not)."""
+
+
+def clock_notes(v: OnlineView, shown: int = 8) -> list[str]:
+    """Servers whose clock runs ahead (by how much) and servers gone silent, in words: each server's players
+    are judged by its own clock (watermark.rules.server_clock), so neither takes another's players offline."""
+    notes = []
+    ahead = sorted(((c.ahead_ms, s) for s, c in v.clocks.items() if c.ahead_ms > CLOCK_AHEAD_NOTE_MS), reverse=True)
+    if ahead:
+        names = ", ".join(f"{s} by {human_ms(ms)}" for ms, s in ahead[:shown])
+        more = f" and {len(ahead) - shown} more" if len(ahead) > shown else ""
+        notes.append(f"Clock ahead: {names}{more} (events arrived before they happened by that server's clock). "
+                     "Its players are judged by its own clock; no other server's are affected.")
+    newest = max((c.heard_ms for c in v.clocks.values()), default=0)
+    silent = sorted(((newest - c.heard_ms, s) for s, c in v.clocks.items()
+                     if newest - c.heard_ms > v.timeout_ms), reverse=True)
+    if silent:
+        names = ", ".join(f"{s} ({human_ms(ms)})" for ms, s in silent[:shown])
+        more = f" and {len(silent) - shown} more" if len(silent) > shown else ""
+        notes.append(f"Silent: {names}{more} without an event while others sent theirs; their clocks run on by "
+                     "arrival time, so their players time out, and they are counted again from their next event.")
+    return notes
 
 
 def online_loss_note(v: OnlineView) -> str | None:

@@ -120,3 +120,21 @@ def test_random_games_match_the_model(r: redis.Redis, seed: int) -> None:
                                           T0 + sec * 1000))
     batches = game(90, servers, offset, lag, silent, extra)
     assert commit_all(r, batches) == model(batches)
+
+
+def test_live_ops_names_a_clock_ahead_and_a_silent_server(r: redis.Redis) -> None:
+    """From the committed view: A runs 90 s ahead, B falls silent at 20 s; C is right and sends on."""
+    from dashboard.views.ops import clock_notes
+
+    keys = KeySchema(f"clk-{uuid.uuid4().hex[:8]}")
+    commit_all(r, game(80, {"A": 5, "B": 5, "C": 5}, offset_ms={"A": 90_000}, silent={"B": (20, 80)}), keys)
+    view = read_online(r, keys)
+    assert view is not None
+    notes = clock_notes(view)
+    assert len(notes) == 2
+    assert notes[0].split(" (")[0] == "Clock ahead: A by 1 min 30 s"  # B and C not named
+    assert notes[1].split(" without")[0].startswith("Silent: B (") and ", " not in notes[1].split(" without")[0]
+    calm = KeySchema(f"clk-{uuid.uuid4().hex[:8]}")
+    commit_all(r, game(30, {"A": 5, "C": 5}), calm)
+    calm_view = read_online(r, calm)
+    assert calm_view is not None and clock_notes(calm_view) == []

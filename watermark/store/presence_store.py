@@ -364,6 +364,7 @@ class OnlineView:
     peaks: dict[str, tuple[int, int]] = field(default_factory=dict)  # today's: server or TOTAL -> (count, at)
     lost_at_batch: int | None = None  # Redis came back empty before this batch: history before it is gone
     partial_until_ms: int | None = None  # rebuilt from new events after a loss: whole once the watermark is here
+    clocks: dict[str, ClockRecord] = field(default_factory=dict)  # each server's own clock (rules.server_clock)
 
     @property
     def partial(self) -> bool:
@@ -401,6 +402,7 @@ def online_view(state: Mapping[bytes, bytes], counts: Mapping[bytes, bytes], his
         history=tuple(OnlinePoint.from_json(m) for m in history),
         minutes=tuple([*closed, *(m for m in open_minute if not closed or m.minute_ms > closed[-1].minute_ms)]),
         peaks=parse_peaks(peaks or {}), lost_at_batch=rec.lost_at_batch, partial_until_ms=rec.partial_until_ms,
+        clocks=dict(rec.clocks),
     )
 
 
