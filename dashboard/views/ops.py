@@ -150,14 +150,15 @@ def clock_notes(v: OnlineView, shown: int = 8) -> list[str]:
         more = f" and {len(ahead) - shown} more" if len(ahead) > shown else ""
         notes.append(f"Clock ahead: {names}{more} (events arrived before they happened by that server's clock). "
                      "Its players are judged by its own clock; no other server's are affected.")
-    newest = max((c.heard_ms for c in v.clocks.values()), default=0)
-    silent = sorted(((newest - c.heard_ms, s) for s, c in v.clocks.items()
-                     if newest - c.heard_ms > v.timeout_ms), reverse=True)
+    # how far a clock has run on by arrival time since the server's last event it could use
+    silent = sorted((((c.clock_us - c.clock_at_heard_us) // 1000, s) for s, c in v.clocks.items()
+                     if c.clock_us - c.clock_at_heard_us > v.timeout_ms * 1000), reverse=True)
     if silent:
         names = ", ".join(f"{s} ({human_ms(ms)})" for ms, s in silent[:shown])
         more = f" and {len(silent) - shown} more" if len(silent) > shown else ""
-        notes.append(f"Silent: {names}{more} without an event while others sent theirs; their clocks run on by "
-                     "arrival time, so their players time out, and they are counted again from their next event.")
+        notes.append(f"Silent: {names}{more} of arrival time without an event their clock could use (nothing "
+                     "sent, or only late events); their clocks run on by arrival time, so their players time out, "
+                     "and they are counted again from their next event.")
     return notes
 
 

@@ -154,7 +154,7 @@ def test_the_production_procfile_is_the_demo_one_without_the_generator() -> None
     # no list of servers in either: every server is counted from its first event, the default lanes follow
     assert "KNOWN_SERVERS" not in production["job"] and "KNOWN_SERVERS" not in demo["job"]
     assert production["job"] == demo["job"]
-    assert production["dashboard"].strip().startswith("DEMO=off ")
+    assert production["dashboard"] == demo["dashboard"].replace(" exec ", " DEMO=off exec ", 1)
 
 
 # --------------------------------------------------------------------------- DEMO=off ./run.sh, for real
@@ -207,10 +207,12 @@ def command_lines(pid: int) -> list[str]:
 
 
 @pytest.fixture()
-def production(tmp_path: Path) -> Iterator[dict]:
+def production(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict]:
+    for var in MODE_VARS:  # unset, as for someone who only typed DEMO=off ./run.sh
+        monkeypatch.delenv(var, raising=False)
     ns = f"prod-{uuid.uuid4().hex[:6]}"
     redis_port, port = free_port(), free_port()
-    env = {"DEMO": "off", "LAB_CONTROL": "", "KNOWN_SERVERS": "", "LAB_LANES": "",
+    env = {"DEMO": "off",
            "PORT": str(port), "REDIS_PORT": str(redis_port), "REDIS_DATA_DIR": str(tmp_path / "redis"),
            "REDIS_URL": "", "CHECKPOINT_DIR": str(tmp_path / "ck"), "PIPELINE_NAMESPACE": ns,
            "METRICS_PORT": str(free_port()), "SPARK_MASTER": "local[2]", "WINDOW": "10s", "WATERMARK_DELAY": "2s",
@@ -242,12 +244,15 @@ def test_demo_off_run_sh_runs_on_external_events_without_a_generator(production:
     assert not [c for c in commands if "generator" in c], commands
     started = re.findall(r"\| (\S+)\.1 started", run.tail(10_000))
     assert sorted(started) == ["dashboard", "job", "monitor", "redis"], started  # honcho's own account
-    run.wait_for(r"lanes none", timeout=1)  # LAB_LANES is not defaulted: per-server lanes need KNOWN_SERVERS
+    # No KNOWN_SERVERS: the Procfile's lanes follow the producer's servers as they come.
+    run.wait_for(r"lanes per-server-min,per-server-min-idle", timeout=1)
 
     last = produce(client, keys.events, seconds=20)
     assert wait_for_commit(client, keys, last, timeout_s=180), f"the job did not commit up to {last}"
     totals = {k.decode(): int(v) for k, v in client.hgetall(keys.totals).items()}
     assert totals.get("quarantined", 0) == 0, totals  # no KNOWN_SERVERS: any server's events are taken
+    for lane in ("per-server-min", "per-server-min-idle"):
+        assert wait_for_commit(client, KeySchema(f"{keys.namespace}.{lane}"), last, timeout_s=180), lane
 
     seen: dict[str, dict] = {}
     with sync_playwright() as pw:
