@@ -165,7 +165,9 @@ def online_oracle(batches: list[list[tuple]], delay: int, timeout: int) -> list[
     when it last moved on events plus the arrival time passed since (the server's newest arrival in the batch,
     else the batch's newest); it moves to the newest accepted time among its players in the batch that is at
     most ``timeout`` past the expectation, or to the second-newest of its kept players past that bound when
-    two are; failing both, to the expectation. A server's first batch: its newest accepted time. Watermark:
+    two are; failing both, to the expectation. A server's first batch: its newest accepted time. Before a batch
+    is accepted, a server whose newest event in it (late or not) is more than ``timeout`` behind its expectation,
+    from two players or more, is set back: clock to that event, watermark to it minus the delay. Watermark:
     ``max(watermark, clock - delay)``. A player is kept while their latest event is a logout above the
     watermark or another event whose time + timeout is above it; online iff kept and not logged out.
     """
@@ -177,10 +179,21 @@ def online_oracle(batches: list[list[tuple]], delay: int, timeout: int) -> list[
     out = []
     for batch in batches:
         arrivals: dict[str, int] = {}
-        applied: dict[str, dict[str, int]] = defaultdict(dict)
-        for server, player, t, kind, *arrival in batch:
-            seq += 1
+        newest_of: dict[str, int] = {}
+        players_of: dict[str, set[str]] = defaultdict(set)
+        for server, player, t, _kind, *arrival in batch:
             arrivals[server] = max(arrivals.get(server, 0), arrival[0] if arrival else 0)
+            newest_of[server] = max(newest_of.get(server, t), t)
+            players_of[server].add(player)
+        for server, newest_t in newest_of.items():  # a clock set back: judged from its newest event again
+            if server in clock and len(players_of[server]) >= 2:
+                expected = moved[server][1] + max(0, arrivals[server] - moved[server][0])
+                if newest_t < expected - timeout:
+                    clock[server], moved[server] = newest_t, (arrivals[server], newest_t)
+                    wm[server] = newest_t - delay
+        applied: dict[str, dict[str, int]] = defaultdict(dict)
+        for server, player, t, kind, *_arrival in batch:
+            seq += 1
             key = (server, player)
             if t > wm.get(server, 0) and (key not in latest or (t, seq) > latest[key][:2]):
                 latest[key] = (t, seq, kind)

@@ -8,6 +8,7 @@ from dashboard import charts, ui
 from dashboard.data import Snapshot, WindowRow, open_at_loss
 from dashboard.status import clock, human_ms
 from watermark.rules.presence_rollup import TOTAL
+from watermark.rules.server_clock import NOTICEABLE_AHEAD_MS
 from watermark.store.presence_store import OnlineView
 
 
@@ -136,15 +137,11 @@ def online_now(snap: Snapshot) -> None:
                  "No player online after any batch in this range.")
 
 
-CLOCK_AHEAD_NOTE_MS = 2_000
-"""Events ahead of their arrival by more than this name their server's clock (small NTP differences do not)."""
-
-
 def clock_notes(v: OnlineView, shown: int = 8) -> list[str]:
     """Servers whose clock runs ahead (by how much) and servers gone silent, in words: each server's players
     are judged by its own clock (watermark.rules.server_clock), so neither takes another's players offline."""
     notes = []
-    ahead = sorted(((c.ahead_ms, s) for s, c in v.clocks.items() if c.ahead_ms > CLOCK_AHEAD_NOTE_MS), reverse=True)
+    ahead = sorted(((c.ahead_ms, s) for s, c in v.clocks.items() if c.ahead_ms > NOTICEABLE_AHEAD_MS), reverse=True)
     if ahead:
         names = ", ".join(f"{s} by {human_ms(ms)}" for ms, s in ahead[:shown])
         more = f" and {len(ahead) - shown} more" if len(ahead) > shown else ""

@@ -55,6 +55,22 @@ def test_server_silent(age: int, behind: int, active: bool, held: bool) -> None:
     assert f.value == age / 1000
 
 
+@pytest.mark.parametrize(("ahead", "active", "said"), [
+    (None, None, "not judged"),  # the online view has not judged the server's clock yet
+    (0, False, "clock not ahead"),
+    (2_000, False, "clock not ahead"),  # exactly the threshold is not above it
+    (2_001, True, "runs 2.0 s ahead"),
+    (90_000, True, "runs 1 min 30 s ahead"),
+])
+def test_clock_ahead(ahead: int | None, active: bool | None, said: str) -> None:
+    s = replace(server("A"), clock_ahead_ms=ahead)
+    f = findings([obs(T0, servers=(s,))])[("clock_ahead", "A")]
+    assert f.active is active
+    assert f.value == (None if ahead is None else ahead / 1000)
+    assert said in f.summary
+    assert ("other servers' are not affected" in f.summary) is bool(active)
+
+
 @pytest.mark.parametrize(("dropped_then", "dropped_now", "watched_ms", "active"), [
     (0, 100, 60_000, False),  # exactly the threshold is not above it
     (0, 101, 60_000, True),
@@ -191,6 +207,6 @@ def test_a_monitor_just_started_settles_first() -> None:
 def test_the_page_says_what_is_watched_in_one_line() -> None:
     from watermark.alerting.conditions import watching
 
-    assert watching(CFG) == ("PlayersDrop: down over 50 % within 5 min · ServerSilent: 1 min · LateDrops: over 100 a "
-                             "minute · PipelineBehind: trigger + 5.0 s · WatermarkFlat: 1 min · WatermarkJump: "
-                             "30.0 s ahead · RedisUnreachable")
+    assert watching(CFG) == ("PlayersDrop: down over 50 % within 5 min · ServerSilent: 1 min · ClockAhead: 2.0 s "
+                             "ahead · LateDrops: over 100 a minute · PipelineBehind: trigger + 5.0 s · WatermarkFlat: "
+                             "1 min · WatermarkJump: 30.0 s ahead · RedisUnreachable")

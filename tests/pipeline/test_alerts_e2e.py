@@ -44,6 +44,8 @@ clear = "4s"
 [server_silent]
 after = "4s"
 clear = "2s"
+[clock_ahead]
+clear = "3s"
 [late_drops]
 per_minute = 20
 clear = "2s"
@@ -187,6 +189,25 @@ def test_a_silent_server_fires_server_silent_everywhere_and_never_a_players_drop
     s.switch("steady")
     assert ("firing", "PlayersDrop", "B") not in [alert_line(b) for b in hook.bodies], hook.bodies
     on_page(s, monkeypatch, "history", ("ServerSilent", "server B", "resolved after"))
+
+
+def test_a_fast_clock_fires_clock_ahead_and_never_a_players_drop(
+        stack: tuple[Stack, Receiver], monkeypatch: pytest.MonkeyPatch) -> None:
+    s, hook = stack
+    s.switch("clock-skew")  # A's clock runs 20 s ahead (inside MAX_FUTURE_SKEW)
+    fired(hook, "firing", "ClockAhead", "A", timeout=90)
+    until(lambda: ("firing", "ClockAhead", "A") in prom_alerts(s.prom_port), 30, "Prometheus fires ClockAhead")
+    on_page(s, monkeypatch, "firing", ("ClockAhead", "server A", "firing"))
+    (firing,) = [b for b in hook.bodies if alert_line(b) == ("firing", "ClockAhead", "A")]
+    notes = firing["alerts"][0]["annotations"]
+    assert "A's clock runs" in notes["summary"] and 19.0 < float(notes["value"]) <= 20.0, firing  # less the network
+    s.switch("steady")  # A's clock set right: it steps back, and its players stay
+    fired(hook, "resolved", "ClockAhead", "A", timeout=60)
+    until(lambda: ("firing", "ClockAhead", "A") not in prom_alerts(s.prom_port), 30, "Prometheus resolves it")
+    # B's and C's players are judged by their own clocks, and A's step is not players leaving
+    sent = [alert_line(b) for b in hook.bodies]
+    assert not [x for x in sent if x[1] == "PlayersDrop"], sent
+    assert not [a for a in prom_alerts(s.prom_port) if a[1] == "PlayersDrop"]
 
 
 def test_players_leaving_fire_players_drop_and_resolve_when_they_return(

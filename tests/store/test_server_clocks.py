@@ -13,17 +13,29 @@ import redis
 
 from tests.oracle import online_oracle
 from tests.store.test_online import events
+from watermark.alerting.conditions import evaluate
+from watermark.alerting.config import AlertConfig
+from watermark.alerting.observation import Memory
 from watermark.schema.keys import KeySchema
 from watermark.schema.records import PresenceRecord, PresenceStateRecord
 from watermark.store.commit import Params
+from watermark.store.observe import read_stack
 from watermark.store.presence_store import PresenceBatch, PresenceMirror, commit_presence, read_online
 
 DELAY, TIMEOUT = 5_000, 30_000
 T0 = 1_700_000_000_000
 
 
-def game(seconds: int, players: dict[str, int], offset_ms: dict[str, int] | None = None,
-         lag_ms: dict[str, int] | None = None, silent: dict[str, tuple[int, int]] | None = None,
+Steps = int | list[tuple[int, int]]
+"""A constant, or (from second, value) steps: a clock set forward and back, a link that gets slower."""
+
+
+def at(v: Steps, sec: int) -> int:
+    return v if isinstance(v, int) else max(((f, x) for f, x in v if f <= sec), default=(0, 0))[1]
+
+
+def game(seconds: int, players: dict[str, int], offset_ms: dict[str, Steps] | None = None,
+         lag_ms: dict[str, Steps] | None = None, silent: dict[str, tuple[int, int]] | None = None,
          extra: dict[int, list[tuple]] | None = None) -> list[list[tuple]]:
     """One batch per second of arrival time; every player heartbeats every 5 s (spread over the 5 s). A
     server's events carry its clock (``offset_ms`` ahead, negative behind) and arrive ``lag_ms`` after they
@@ -38,8 +50,8 @@ def game(seconds: int, players: dict[str, int], offset_ms: dict[str, int] | None
                 continue
             for p in range(n):
                 if (sec + p) % 5 == 0:
-                    happened = T0 + sec * 1000 - lag_ms.get(server, 0)
-                    rows.append((server, f"{server}-{p}", happened + offset_ms.get(server, 0),
+                    happened = T0 + sec * 1000 - at(lag_ms.get(server, 0), sec)
+                    rows.append((server, f"{server}-{p}", happened + at(offset_ms.get(server, 0), sec),
                                  "login" if sec < 5 else "heartbeat", T0 + sec * 1000))
         batches.append(rows + extra.get(sec, []))
     return batches
@@ -104,18 +116,32 @@ def test_a_silent_server_times_out_by_arrival_time_and_returns(r: redis.Redis) -
     assert got[85] == {"A": 10, "B": 10}  # back: every player heartbeats within 5 s
 
 
+def test_a_clock_set_back_or_a_slower_link_keeps_its_players(r: redis.Redis) -> None:
+    """A's clock is set 60 s forward at 30 s and back at 70 s; B's link delivers everything 60 s later from 30 s.
+    Both are judged again from their newest events: their players stay (a clock that only moved forward would
+    leave every later event of theirs late, and their players gone, for good)."""
+    batches = game(160, {"A": 20, "B": 20, "C": 20}, offset_ms={"A": [(30, 60_000), (70, 0)]},
+                   lag_ms={"B": [(30, 60_000)]})
+    got = commit_all(r, batches)
+    assert got == model(batches)
+    assert all(c["B"] == 20 and c["C"] == 20 for c in got[5:]), got
+    assert all(c["A"] == 20 for c in got[40:]), got  # after the 60 s step forward A's players heartbeat again
+
+
 @pytest.mark.parametrize("seed", range(6))
 def test_random_games_match_the_model(r: redis.Redis, seed: int) -> None:
     """Clocks ahead and behind, lags, silences, glitches, logouts and late events, at random."""
     rng = random.Random(seed)
     servers = {s: rng.randint(1, 6) for s in "ABC"}
-    offset = {s: rng.choice([0, 0, 45_000, -40_000]) for s in servers}
-    lag = {s: rng.choice([0, 1_000, 4_000]) for s in servers}
+    offset: dict[str, Steps] = {s: rng.choice([0, 0, 45_000, -40_000, [(rng.randint(10, 60), 50_000)],
+                                                [(rng.randint(10, 40), 40_000), (rng.randint(45, 80), 0)]])
+                                for s in servers}
+    lag: dict[str, Steps] = {s: rng.choice([0, 1_000, 4_000, [(rng.randint(10, 60), 45_000)]]) for s in servers}
     silent = {s: (a, a + rng.randint(5, 70)) for s in servers if rng.random() < 0.5 for a in [rng.randint(5, 40)]}
     extra: dict[int, list[tuple]] = {}
     for _ in range(12):
         sec, s = rng.randint(0, 89), rng.choice("ABC")
-        t = T0 + sec * 1000 + offset[s] + rng.choice([-50_000, -8_000, 0, 35_000, 120_000])
+        t = T0 + sec * 1000 + at(offset[s], sec) + rng.choice([-50_000, -8_000, 0, 35_000, 120_000])
         extra.setdefault(sec, []).append((s, f"{s}-{rng.randint(0, 6)}", t, rng.choice(["logout", "login", None]),
                                           T0 + sec * 1000))
     batches = game(90, servers, offset, lag, silent, extra)
@@ -138,3 +164,30 @@ def test_live_ops_names_a_clock_ahead_and_a_silent_server(r: redis.Redis) -> Non
     commit_all(r, game(30, {"A": 5, "C": 5}), calm)
     calm_view = read_online(r, calm)
     assert calm_view is not None and clock_notes(calm_view) == []
+
+
+def alerts_over(r: redis.Redis, batches: list[list[tuple]], cfg: AlertConfig) -> list[dict[tuple[str, str], bool]]:
+    """What the monitor's rules would page after each batch of the online view (condition true, not held),
+    read from Redis as wm-monitor reads it."""
+    keys = KeySchema(f"clk-{uuid.uuid4().hex[:8]}")
+    memory, mirror, out = Memory(started_ms=T0 - 3_600_000, reach_ms=400_000), PresenceMirror(), []
+    for i, batch in enumerate(batches):
+        b = PresenceBatch(i, 0, T0 + i * 1000, f"{i + 1}-0", events(*batch), DELAY)
+        assert commit_presence(r, keys, b, Params(60_000, 60_000, DELAY), TIMEOUT, mirror)
+        reading = read_stack(r, keys, {}, T0 + i * 1000, memory.last_online_batch(), 400)
+        memory.remember(reading.obs)
+        out.append({(f.rule, f.subject): bool(f.active) and f.held is None
+                    for f in evaluate(reading.obs, memory, cfg)})
+    return out
+
+
+def test_one_fast_clock_fires_clock_ahead_for_it_and_no_players_drop_anywhere(r: redis.Redis) -> None:
+    """The issue's replay through the monitor's rules: A's clock runs 90 s fast from 30 s to 90 s (all its
+    events), then is set right. ClockAhead names A while it is ahead; no PlayersDrop for B at any time, nor for
+    A, whose own players time out once by its clock's 90 s step (held: "its clock stepped")."""
+    cfg = AlertConfig.from_toml('[players_drop]\nwithin = "1m"\nmin_players = 10\n')
+    batches = game(150, {"A": 50, "B": 50}, offset_ms={"A": [(30, 90_000), (90, 0)]})
+    got = alerts_over(r, batches, cfg)
+    assert [i for i, f in enumerate(got) if f.get(("clock_ahead", "A"))] == list(range(30, 90))
+    assert not any(f.get(("clock_ahead", "B")) for f in got)
+    assert not [(i, k) for i, f in enumerate(got) for k, v in f.items() if k[0] == "players_drop" and v], got

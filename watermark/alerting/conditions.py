@@ -9,9 +9,12 @@ players-drop while a server's events are late says so instead of paging. What fi
 rule                condition                                                                held while
 ==================  ======================================================================  ===============
 players_drop        online fell by more than ``percent`` of its peak within ``within``        server quiet or
-                    (peak at least ``min_players``)                                          trailing, pipeline
+                    (peak at least ``min_players``)                                          trailing, its clock
+                                                                                             stepped, pipeline
                                                                                              behind, settling
 server_silent       no event from the server for ``after`` or longer                          pipeline behind
+clock_ahead         the server's events arrived more than ``ahead`` before their own time    -
+                    (its clock runs fast) in the online view's last batch with them
 late_drops          more than ``per_minute`` events dropped as late in the last minute         -
 freshness           oldest waiting entry waited more than trigger + ``above_trigger``         -
 watermark_flat      watermark unchanged for ``after`` or longer while events were accepted     -
@@ -36,6 +39,7 @@ SAMPLE_GAP_MS = 5_000
 RULES: dict[str, tuple[str, str]] = {
     "players_drop": ("PlayersDrop", "critical"),
     "server_silent": ("ServerSilent", "warning"),
+    "clock_ahead": ("ClockAhead", "warning"),
     "late_drops": ("LateDrops", "warning"),
     "freshness": ("PipelineBehind", "warning"),
     "watermark_flat": ("WatermarkFlat", "warning"),
@@ -44,9 +48,9 @@ RULES: dict[str, tuple[str, str]] = {
 }
 """Rule -> (alert name, severity): the names Prometheus, Alertmanager and the Alerts page show."""
 
-SUBJECT_LABEL = {"players_drop": "server", "server_silent": "server", "late_drops": "server",
-                 "freshness": "pipeline", "watermark_flat": "pipeline", "watermark_jump": "pipeline",
-                 "redis_unreachable": ""}
+SUBJECT_LABEL = {"players_drop": "server", "server_silent": "server", "clock_ahead": "server",
+                 "late_drops": "server", "freshness": "pipeline", "watermark_flat": "pipeline",
+                 "watermark_jump": "pipeline", "redis_unreachable": ""}
 """What a rule's subject is: its label name in notifications and in Prometheus."""
 
 
@@ -62,6 +66,7 @@ def watching(cfg: AlertConfig) -> str:
     return " · ".join((
         f"PlayersDrop: down over {pd.percent:g} % within {human_ms(pd.within_ms)}",
         f"ServerSilent: {human_ms(cfg.server_silent.after_ms)}",
+        f"ClockAhead: {human_ms(cfg.clock_ahead.ahead_ms)} ahead",
         f"LateDrops: over {cfg.late_drops.per_minute:,} a minute",
         f"PipelineBehind: trigger + {human_ms(cfg.freshness.above_trigger_ms)}",
         f"WatermarkFlat: {human_ms(cfg.watermark_flat.after_ms)}",
@@ -89,6 +94,7 @@ def evaluate(obs: Observation, memory: Memory, cfg: AlertConfig) -> list[Finding
     delays = note_delays(obs, memory, cfg)
     for s in obs.servers:
         out.append(server_silent(s, obs, cfg))
+        out.append(clock_ahead(s, cfg))
         out.append(late_drops(s.name, memory, obs.at_ms, cfg))
     out.extend(players_drop(server, memory, obs.at_ms, cfg, delays.get(server)) for server in _online_servers(memory))
     main = obs.main
@@ -123,6 +129,9 @@ def note_delays(obs: Observation, memory: Memory, cfg: AlertConfig) -> dict[str,
         elif s is not None and s.lag_p95_ms is not None and s.lag_p95_ms >= pd.lag_ms:
             why = (f"{server}'s events arrive {human_ms(s.lag_p95_ms)} late (p95): its players time out behind the "
                    "watermark before their next event is read")
+        elif (step := _clock_step_ms(memory, server)) > cfg.clock_ahead.ahead_ms:
+            why = (f"{server}'s clock stepped {human_ms(step)}: its players time out by the step, not by leaving, "
+                   "and come back with their next event")
         elif (trail := memory.trail_ms(server)) is not None and trail >= pd.lag_ms:
             why = (f"{server}'s newest event is {human_ms(trail)} behind the other servers': its events "
                    "arrive late, and its players time out behind the watermark the others move")
@@ -139,6 +148,12 @@ def note_delays(obs: Observation, memory: Memory, cfg: AlertConfig) -> dict[str,
         elif now - memory.started_ms < pd.settle_ms:
             out[server] = f"the monitor started {human_ms(now - memory.started_ms)} ago: still settling"
     return out
+
+
+def _clock_step_ms(memory: Memory, server: str) -> int:
+    """How far the server's clock stepped since the previous observation (0: not observed to step)."""
+    before, now = memory.clock_ahead.get(server, (0, 0))
+    return abs(now - before)
 
 
 def _online_servers(memory: Memory) -> list[str]:
@@ -187,6 +202,18 @@ def server_silent(s: ServerObs, obs: Observation, cfg: AlertConfig) -> Finding:
     return Finding("server_silent", s.name, age >= after, age / 1000,
                    f"no event from {s.name} for {human_ms(age)} (last at {clock(s.last_arrival_ms)})",
                    held)
+
+
+def clock_ahead(s: ServerObs, cfg: AlertConfig) -> Finding:
+    if s.clock_ahead_ms is None:
+        return Finding("clock_ahead", s.name, None, None, f"the online view has not judged {s.name}'s clock yet")
+    ahead = s.clock_ahead_ms
+    fast = ahead > cfg.clock_ahead.ahead_ms
+    return Finding("clock_ahead", s.name, fast, ahead / 1000,
+                   f"{s.name}'s clock runs {human_ms(ahead)} ahead: its events arrived before they happened by it; "
+                   "its players are judged by its own clock, other servers' are not affected, the windowed "
+                   "pipeline's watermark is pushed ahead" if fast else
+                   f"{s.name}'s events arrive after their own time (clock not ahead)")
 
 
 def late_drops(server: str, memory: Memory, now_ms: int, cfg: AlertConfig) -> Finding:

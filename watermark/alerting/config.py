@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 from urllib.parse import urlsplit
 
+from watermark.rules.server_clock import NOTICEABLE_AHEAD_MS
 from watermark.schema.config import ConfigError
 from watermark.schema.timeutil import format_duration_ms, parse_duration_ms
 
@@ -54,6 +55,15 @@ class PlayersDrop:
 class ServerSilent:
     after_ms: int = 60_000
     timing: Timing = Timing(for_ms=0, clear_ms=10_000)
+
+
+@dataclass(frozen=True)
+class ClockAhead:
+    ahead_ms: int = NOTICEABLE_AHEAD_MS
+    """Fires when a server's events arrived further than this ahead of their own time in the online view's last
+    batch with its events: its clock runs fast. Its players are judged by its own clock, so no other server's
+    players are affected; the windowed pipeline's watermark is (WatermarkJump says how far)."""
+    timing: Timing = Timing(for_ms=0, clear_ms=60_000)
 
 
 @dataclass(frozen=True)
@@ -102,6 +112,7 @@ class Webhook:
 class AlertConfig:
     players_drop: PlayersDrop = field(default_factory=PlayersDrop)
     server_silent: ServerSilent = field(default_factory=ServerSilent)
+    clock_ahead: ClockAhead = field(default_factory=ClockAhead)
     late_drops: LateDrops = field(default_factory=LateDrops)
     freshness: Freshness = field(default_factory=Freshness)
     watermark_flat: WatermarkFlat = field(default_factory=WatermarkFlat)

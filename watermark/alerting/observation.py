@@ -45,6 +45,9 @@ class ServerObs:
     """The server's newest event time in the pipeline's last batch (None: none in it)."""
     lag_p95_ms: float | None = None
     """p95 of arrival minus event time of the server's events in the pipeline's last batch."""
+    clock_ahead_ms: int | None = None
+    """How far the server's events ran ahead of their arrival in the online view's last batch with any of them
+    (its clock running fast); None: the online view has not judged it."""
 
 
 @dataclass(frozen=True)
@@ -119,6 +122,8 @@ class Memory:
     watermarks: dict[str, Series] = field(default_factory=dict)
     newest_event: dict[str, int] = field(default_factory=dict)
     """Per server, its newest event time seen so far: how far it trails the others."""
+    clock_ahead: dict[str, tuple[int, int]] = field(default_factory=dict)
+    """Per server, how far its clock ran ahead (ms) as observed before, and now: a change is a clock step."""
     delayed_at: dict[str, tuple[int, str]] = field(default_factory=dict)
     """Per server, the last time its data was seen delayed (silent, or the pipeline behind), and why."""
 
@@ -131,6 +136,9 @@ class Memory:
         self.remember_online(obs.online)
         for s in obs.servers:
             self.dropped.setdefault(s.name, Series(self.reach_ms)).add(obs.at_ms, s.dropped)
+            if s.clock_ahead_ms is not None:
+                now = s.clock_ahead_ms
+                self.clock_ahead[s.name] = (self.clock_ahead.get(s.name, (now, now))[1], now)
             if s.newest_event_ms is not None:  # a future-dated event counts as now: it must not make the
                 newest = min(s.newest_event_ms, obs.at_ms)  # others look behind
                 self.newest_event[s.name] = max(newest, self.newest_event.get(s.name, newest))

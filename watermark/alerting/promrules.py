@@ -4,7 +4,8 @@ thresholds: ``ops/prometheus/rules.yml`` is this module's output for the default
 
 Where PromQL cannot say exactly what the product says, the rule says the nearest thing, and the difference is
 written beside it: ``increase`` extrapolates over the minute it looks at, and a players-drop's "settling" is
-"silent at some point within the settle time", sampled every second.
+"silent at some point within the settle time", sampled every second; a clock step is "how far the server's
+clock ran ahead varied by more than the ClockAhead threshold within the settle time".
 """
 
 from __future__ import annotations
@@ -45,9 +46,12 @@ def expressions(cfg: AlertConfig) -> dict[str, str]:
             f"unless on(instance, job) max_over_time({pipeline_behind}[{_d(pd.settle_ms)}:1s])\n"
             f"unless on(server, instance, job) ({newest_all} - on(instance, job) group_right {newest} >= "
             f"{_s(pd.lag_ms)})\n"
-            f"unless max_over_time(wm_server_ingest_lag_p95_seconds[{_d(pd.settle_ms)}]) >= {_s(pd.lag_ms)}"),
+            f"unless max_over_time(wm_server_ingest_lag_p95_seconds[{_d(pd.settle_ms)}]) >= {_s(pd.lag_ms)}\n"
+            f"unless max_over_time(wm_server_clock_ahead_seconds[{_d(pd.settle_ms)}]) - "
+            f"min_over_time(wm_server_clock_ahead_seconds[{_d(pd.settle_ms)}]) > {_s(cfg.clock_ahead.ahead_ms)}"),
         "server_silent": (f"{silence} >= {silent}\n"
                           f"unless on(instance, job) (wm_behind_seconds{MAIN_SEL} >= {silent})"),
+        "clock_ahead": f"wm_server_clock_ahead_seconds > {_s(cfg.clock_ahead.ahead_ms)}",
         "late_drops": f"increase(wm_events_dropped_late_total{MAIN_SEL}[1m]) > {cfg.late_drops.per_minute}",
         "freshness": pipeline_behind,
         "watermark_flat": (
@@ -63,6 +67,7 @@ def expressions(cfg: AlertConfig) -> dict[str, str]:
 SUMMARIES = {
     "players_drop": "Players online on {{ $labels.server }} fell by more than the threshold",
     "server_silent": "No event from {{ $labels.server }} for {{ $value | humanizeDuration }}",
+    "clock_ahead": "The clock of {{ $labels.server }} runs {{ $value | humanizeDuration }} ahead",
     "late_drops": "{{ $value | printf \"%.0f\" }} events of {{ $labels.server }} dropped as late in a minute",
     "freshness": "The pipeline is behind: the oldest waiting entry is {{ $value | humanizeDuration }} over the trigger",
     "watermark_flat": "The watermark of {{ $labels.pipeline }} has not moved while events arrive",

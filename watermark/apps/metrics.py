@@ -38,6 +38,8 @@ METRICS: dict[str, str] = {
     "wm_server_last_event_timestamp_seconds": "Arrival of each server's newest committed event, Unix seconds",
     "wm_server_max_event_time_seconds": "Each server's newest event time in the last batch, Unix seconds",
     "wm_server_ingest_lag_p95_seconds": "p95 of arrival minus event time of each server's events in the last batch",
+    "wm_server_clock_ahead_seconds": "How far each server's events ran ahead of their arrival (its clock fast), "
+                                     "in the online view's last batch with them",
     "wm_alerts": "The product's alerts: 1 per alert pending, firing or held",
 }
 """Every metric with its help text; docs/alerts.md lists the same (a test compares)."""
@@ -64,7 +66,11 @@ def _server_families(r: StackReading) -> Iterator[Metric]:
                                labels=["server"])
     lag = GaugeMetricFamily("wm_server_ingest_lag_p95_seconds", METRICS["wm_server_ingest_lag_p95_seconds"],
                             labels=["server"])
+    ahead = GaugeMetricFamily("wm_server_clock_ahead_seconds", METRICS["wm_server_clock_ahead_seconds"],
+                              labels=["server"])
     for s in r.obs.servers:
+        if s.clock_ahead_ms is not None:
+            ahead.add_metric([s.name], s.clock_ahead_ms / 1000)
         if s.lag_p95_ms is not None:
             lag.add_metric([s.name], s.lag_p95_ms / 1000)
         if s.players is not None:
@@ -77,6 +83,7 @@ def _server_families(r: StackReading) -> Iterator[Metric]:
     yield seen
     yield newest
     yield lag
+    yield ahead
 
 
 def _pipeline_families(r: StackReading) -> Iterator[Metric]:

@@ -13,6 +13,11 @@ and judges each server's players by it alone. The rule, applied after every batc
   only when a second player is that far ahead too (the second-newest of those players): a server whose whole
   clock stepped forward moves, one odd event (a glitch, one player's own clock) does not. It still counts for
   its own player.
+- **It steps back with its events.** When even the newest of a server's events in a batch is more than
+  ``jump`` behind ``predicted``, from at least two players, the server's clock was set back (or its link now
+  delivers everything that much later): before the batch is applied, its clock goes back to that newest event
+  and its watermark in force to that minus the delay, so its players are judged by the clock it keeps now
+  instead of all their events being late for ever behind a clock it left. One odd event does not step it.
 - **Silent, it runs on arrival.** A batch with none of the server's events, or none it trusts, moves the clock
   to ``predicted``: players of a server that stopped sending time out as real time passes, never because
   another server's events are ahead, and a server whose single player's clock stepped ahead is trusted again
@@ -63,6 +68,21 @@ def advance(prior: ClockRecord | None, batch_us: np.ndarray, kept_us: np.ndarray
                 ahead if len(batch_us) else prior.ahead_ms)
 
 
+def step_back(prior: ClockRecord | None, event_us: np.ndarray, players: int, now_ms: int, delay_ms: int,
+              jump_ms: int) -> ClockRecord | None:
+    """The server's clock set back before a batch is applied, or None when it was not: ``event_us`` are all of
+    the server's events in the batch (late ones too), from ``players`` distinct players, the newest arriving at
+    ``now_ms``."""
+    if prior is None or len(event_us) == 0 or players < 2:
+        return None
+    predicted = prior.clock_at_heard_us + max(0, now_ms - prior.heard_ms) * 1000
+    newest = int(event_us.max())
+    if newest >= predicted - jump_ms * 1000:
+        return None
+    return ClockRecord(watermark_ms=event_ms(newest) - delay_ms, clock_us=newest, heard_ms=now_ms,
+                       clock_at_heard_us=newest, ahead_ms=prior.ahead_ms)
+
+
 def _set(prior: ClockRecord | None, clock_us: int, heard_ms: int, at_heard_us: int, delay_ms: int,
          ahead: int) -> ClockRecord:
     in_force = prior.watermark_ms if prior is not None else 0
@@ -74,6 +94,12 @@ def watermark_of(clocks: Mapping[str, ClockRecord], server: str) -> int:
     """The server's watermark in force (0 for a server never heard from: nothing of it is late)."""
     c = clocks.get(server)
     return c.watermark_ms if c is not None else 0
+
+
+NOTICEABLE_AHEAD_MS = 2_000
+"""A server whose events ran further than this ahead of their arrival has a clock running fast: the pages name
+it, and it is the ClockAhead alert's default threshold. Machines kept by NTP differ by milliseconds; the margin
+is for a sender that stamps an event a moment before it hands it over."""
 
 
 def ahead_ms(event_us: np.ndarray, ingest_ms: np.ndarray) -> int:

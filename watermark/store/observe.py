@@ -15,7 +15,7 @@ import redis
 from watermark.alerting.observation import MAIN, Observation, OnlineSample, PipelineObs, ServerObs
 from watermark.schema.events import parse_entry_id
 from watermark.schema.keys import KeySchema
-from watermark.schema.records import BatchRecord, LaneRecord, PresenceRecord, ServerRecord
+from watermark.schema.records import BatchRecord, LaneRecord, PresenceRecord, PresenceStateRecord, ServerRecord
 from watermark.store.pipeline_status import PipelineStatus, first_after, read_pipeline
 
 
@@ -58,7 +58,7 @@ def read_stack(client: redis.Redis, keys: KeySchema, lanes: Mapping[str, KeySche
     pipe = client.pipeline(transaction=False)
     pipe.hgetall(keys.seen)
     pipe.hgetall(keys.presence_counts)
-    pipe.hmget(keys.presence_state, ["batch_ts_ms", "committed_id"])
+    pipe.hmget(keys.presence_state, ["batch_ts_ms", "committed_id", "clocks"])
     if after_online_batch is not None:
         pipe.zrangebyscore(keys.presence_history, f"({after_online_batch}", "+inf")
     elif online_reach > 0:
@@ -69,12 +69,13 @@ def read_stack(client: redis.Redis, keys: KeySchema, lanes: Mapping[str, KeySche
         pipe.hgetall((keys if name == MAIN else lanes[name]).batch_seconds)
     last = statuses[MAIN].state
     pipe.hget(keys.batch(last.last_batch if last else -1), "sink")
-    seen, counts, (batch_ts, online_committed), history, *buckets, sink = pipe.execute()
+    seen, counts, (batch_ts, online_committed, clocks), history, *buckets, sink = pipe.execute()
     online_behind = _online_behind_ms(client, keys, online_committed, now_ms)
     main = statuses[MAIN]
     pipelines = tuple(_with_behind(pipeline_obs(n, s), s, now_ms) for n, s in statuses.items())
+    servers = _servers(main, _ints(seen), _ints(counts), _last_batch(sink), _ahead(clocks))
     obs = Observation(
-        at_ms=now_ms, pipelines=pipelines, servers=_servers(main, _ints(seen), _ints(counts), _last_batch(sink)),
+        at_ms=now_ms, pipelines=pipelines, servers=servers,
         online=tuple(_online(history)) if isinstance(history, list) else (), online_behind_ms=online_behind)
     return StackReading(
         obs=obs, quarantined=dict(main.totals.bad),
@@ -106,9 +107,17 @@ def _last_batch(sink: bytes | None) -> dict[str, ServerRecord]:
     return {} if sink is None else BatchRecord.decode(sink, "the last batch's record").servers
 
 
+def _ahead(clocks: bytes | None) -> dict[str, int]:
+    """Per server, how far its events ran ahead of their arrival in the online view's last batch with any."""
+    if clocks is None:
+        return {}
+    state = PresenceStateRecord.from_hash({"clocks": clocks}, "the online view's clocks")
+    return {s: c.ahead_ms for s, c in state.clocks.items()}
+
+
 def _servers(main: PipelineStatus, seen: Mapping[str, int], counts: Mapping[str, int],
-             last: Mapping[str, ServerRecord]) -> tuple[ServerObs, ...]:
-    names = sorted({*main.servers, *main.totals.servers, *seen, *counts})
+             last: Mapping[str, ServerRecord], ahead: Mapping[str, int]) -> tuple[ServerObs, ...]:
+    names = sorted({*main.servers, *main.totals.servers, *seen, *counts, *ahead})
     out = []
     for s in names:
         t, b = main.totals.servers.get(s), last.get(s)
@@ -116,7 +125,7 @@ def _servers(main: PipelineStatus, seen: Mapping[str, int], counts: Mapping[str,
         out.append(ServerObs(name=s, last_arrival_ms=seen.get(s), accepted=t.events if t else 0,
                              dropped=t.dropped if t else 0, late=t.late if t else 0, players=counts.get(s),
                              newest_event_ms=b.max_event_us // 1000 if b and b.max_event_us is not None else None,
-                             lag_p95_ms=lag.p95 if lag is not None else None))
+                             lag_p95_ms=lag.p95 if lag is not None else None, clock_ahead_ms=ahead.get(s)))
     return tuple(out)
 
 

@@ -134,8 +134,13 @@ def _decide_server(table: PlayerTable, events: PresenceEvents, mask: np.ndarray,
                    timeout_ms: int) -> tuple[_ServerWrites, ClockRecord | None]:
     """Fold the server's events (``mask``) into its table against its own watermark in force, move its clock
     (:mod:`watermark.rules.server_clock`), expire the players its next watermark reaches, and say what changed."""
+    players = events.player[mask].tolist()
+    if mask.any() and clock is not None:  # set back before the batch is applied (rules.server_clock)
+        back = server_clock.step_back(clock, events.event_us[mask], len(set(players)),
+                                      int(events.arrivals()[mask].max()), delay_ms, timeout_ms)
+        clock = back if back is not None else clock
     in_force = clock.watermark_ms if clock is not None else 0
-    slots = table.slots_of(events.player[mask].tolist())
+    slots = table.slots_of(players)
     prior = Prior(table.known.copy(), table.online.copy(), table.last_us.copy())
     # Expiry is left to the whole table below, once the clock has moved: no accepted event expires at the
     # watermark in force, so the fold's own expiry is a no-op here.
