@@ -12,10 +12,12 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import redis
 
+from watermark.rules.idleness import retired
+from watermark.schema.config import Config
 from watermark.schema.keys import KeySchema, WindowKey
 from watermark.schema.records import BatchRecord, ServerRecord
 from watermark.store.pipeline_status import (
@@ -114,6 +116,10 @@ class Snapshot:
     stream: StreamInfo
     online: OnlineView | None = None
     """The online view; None until it has committed a batch."""
+    retired: Mapping[str, int] = field(default_factory=dict)
+    """Servers out of the live views (no event for RETIRE_AFTER), with their last arrival (ms); ``servers``
+    leaves them out, the totals keep them (``watermark.rules.idleness.retired``)."""
+    retire_after_ms: int = Config.retire_after_ms
 
     @property
     def last_batch(self) -> BatchPoint | None:
@@ -151,7 +157,8 @@ class Snapshot:
 
 
 def read_snapshot(client: redis.Redis, keys: KeySchema, *, range_ms: int, now_ms: int,
-                  max_batches: int | None = None, input_keys: KeySchema | None = None) -> Snapshot:
+                  max_batches: int | None = None, input_keys: KeySchema | None = None,
+                  retire_after_ms: int = Config.retire_after_ms) -> Snapshot:
     """Windows whose end is within ``range_ms`` of the head of event time, and the
     batches within ``range_ms`` of the last one; raises ``redis.RedisError``.
 
@@ -192,10 +199,11 @@ def read_snapshot(client: redis.Redis, keys: KeySchema, *, range_ms: int, now_ms
 
     batches = batch_points(details[2 * len(members):], range_ms)
     status = fixed.status(replies[2][0][0] if state is not None and replies[2] else None)
+    gone = retired(status.seen, now_ms, retire_after_ms)
     return Snapshot(
         namespace=keys.namespace, read_ms=now_ms, range_ms=range_ms, state=state, totals=status.totals,
-        servers=status.servers, windows=tuple(windows), batches=tuple(batches), stream=status.stream,
-        online=online_view(*fixed.more),
+        servers=tuple(s for s in status.servers if s not in gone), windows=tuple(windows), batches=tuple(batches),
+        stream=status.stream, online=online_view(*fixed.more), retired=gone, retire_after_ms=retire_after_ms,
     )
 
 

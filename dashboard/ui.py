@@ -91,16 +91,28 @@ def redis_client(url: str) -> redis.Redis:
 
 @st.cache_data(show_spinner=False, ttl=120, max_entries=256)
 def load_snapshot(url: str, namespace: str, range_ms: int, refresh_s: int, tick: int, _now_ms: int,
-                  input_namespace: str) -> Snapshot:
+                  input_namespace: str, retire_after_ms: int) -> Snapshot:
     """One read per (namespace, range, tick) for all sessions; ``_now_ms`` is not part of the key."""
     return read_snapshot(redis_client(url), KeySchema(namespace), range_ms=range_ms, now_ms=_now_ms,
-                         input_keys=KeySchema(input_namespace))
+                         input_keys=KeySchema(input_namespace), retire_after_ms=retire_after_ms)
+
+
+def retired_note(st: Any, snap: Snapshot, shown: int = 8) -> None:  # noqa: ANN401 - st or a column
+    """Servers out of the live views, named under the charts they left (never hidden without a word)."""
+    if not snap.retired:
+        return
+    items = sorted(snap.retired.items(), key=lambda kv: -kv[1])
+    names = ", ".join(f"{s} ({human_ms(snap.read_ms - t)})" for s, t in items[:shown])
+    more = f" and {len(items) - shown} more" if len(items) > shown else ""
+    st.caption(f"Retired (no event for {human_ms(snap.retire_after_ms)} or longer, RETIRE_AFTER; not charted here, "
+               "the totals keep them): "
+               f"{names}{more} since their last event. A retired server is back with its next event.")
 
 
 def lane_snapshot(cfg: Config, lane: Lane, view: View, now: int) -> Snapshot:
     """The pipeline's snapshot for this tick, read from its own keys and its input stream."""
     return load_snapshot(cfg.redis_url, lane.namespace, view.range_ms, view.refresh_s, view.tick(now), now,
-                         lane.input_namespace)
+                         lane.input_namespace, cfg.retire_after_ms)
 
 
 @st.cache_data(show_spinner=False, ttl=10, max_entries=16)

@@ -74,7 +74,7 @@ def render(snap: Snapshot, now_ms: int) -> None:
     state = snap.state
     assert state is not None
     st.caption(ui.params_caption(snap))
-    options = [*snap.servers, ALL]
+    options = [*snap.servers, *snap.retired, ALL]  # a retired server's events can still be looked up
     # Opens on the server with the most late events (dropped or late accepted): the ones people ask about.
     if st.session_state.get("events_server") not in options:  # once: then the user's choice stays
         st.session_state["events_server"] = latest_server(snap)

@@ -53,6 +53,7 @@ def render(snap: Snapshot, now_ms: int) -> None:
                                 format_func=lambda k: charts.LAG_STATS[k]) or "p95"
     ui.chart(st, charts.lag_chart(snap.batches, snap.servers, stat), "lag_chart",
              "No lag figures in this range yet: each batch with events adds a point per server.")
+    ui.retired_note(st, snap)
     st.dataframe(lag_table(latest), hide_index=True, width="stretch")
 
 

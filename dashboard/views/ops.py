@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 import streamlit as st
 
 from dashboard import charts, ui
@@ -109,7 +111,7 @@ def online_now(snap: Snapshot) -> None:
     note = online_loss_note(v)
     if note:
         (st.warning if v.partial else st.info)(note)
-    servers = sorted({*snap.servers, *v.counts})
+    servers = sorted({*snap.servers, *(s for s, n in v.counts.items() if n or s not in snap.retired)})
     cols = st.columns(max(1, len(servers)) + 1)
     for col, server in zip(cols, [*servers, TOTAL], strict=False):
         name = "All servers" if server == TOTAL else server
@@ -124,8 +126,9 @@ def online_now(snap: Snapshot) -> None:
     st.caption(f"As of batch {v.last_batch}: a player with no event for {human_ms(v.timeout_ms)} of their own "
                f"server's event time counts as offline (each server its own clock; the windows' watermark is "
                f"{clock(v.watermark_ms)}).")
-    for text in clock_notes(v):
+    for text in clock_notes(v, retired=snap.retired):
         st.info(text)
+    ui.retired_note(st, snap)
     if v.minutes:
         left, right = st.columns(2)
         ui.chart(left, charts.online_per_minute(v.minutes, servers), "online_per_minute",
@@ -137,7 +140,7 @@ def online_now(snap: Snapshot) -> None:
                  "No player online after any batch in this range.")
 
 
-def clock_notes(v: OnlineView, shown: int = 8) -> list[str]:
+def clock_notes(v: OnlineView, shown: int = 8, retired: Collection[str] = ()) -> list[str]:
     """Servers whose clock runs ahead (by how much) and servers gone silent, in words: each server's players
     are judged by its own clock (watermark.rules.server_clock), so neither takes another's players offline."""
     notes = []
@@ -149,7 +152,7 @@ def clock_notes(v: OnlineView, shown: int = 8) -> list[str]:
                      "Its players are judged by its own clock; no other server's are affected.")
     # how far a clock has run on by arrival time since the server's last event it could use
     silent = sorted((((c.clock_us - c.clock_at_heard_us) // 1000, s) for s, c in v.clocks.items()
-                     if c.clock_us - c.clock_at_heard_us > v.timeout_ms * 1000), reverse=True)
+                     if c.clock_us - c.clock_at_heard_us > v.timeout_ms * 1000 and s not in retired), reverse=True)
     if silent:
         names = ", ".join(f"{s} ({human_ms(ms)})" for ms, s in silent[:shown])
         more = f" and {len(silent) - shown} more" if len(silent) > shown else ""

@@ -37,6 +37,7 @@ def render(snap: Snapshot, now_ms: int) -> None:
             col.metric(f"{server} · dropped late", ui.fmt_int(st_tot.dropped if st_tot else 0))
             col.caption(f"late but accepted: {st_tot.late if st_tot else 0:,}")
 
+    ui.retired_note(st, snap)
     st.caption("Dashed grey: the wall clock. Blue: the newest event time seen. Red: the watermark in force. The "
                "gap from the clock down to blue is how late events arrive; from blue down to red is the delay; a "
                "flat red line while events arrive is a stall.")

@@ -55,6 +55,12 @@ def test_server_silent(age: int, behind: int, active: bool, held: bool) -> None:
     assert f.value == age / 1000
 
 
+def test_a_retired_server_is_not_silent_for_ever() -> None:
+    s = replace(server(last=T0 - 700_000), retired=True)
+    f = findings([obs(T0, servers=(s,))])[("server_silent", "B")]
+    assert f.active is False and f.summary.startswith("B retired: no event for 11 min 40 s")
+
+
 @pytest.mark.parametrize(("ahead", "active", "said"), [
     (None, None, "not judged"),  # the online view has not judged the server's clock yet
     (0, False, "clock not ahead"),

@@ -230,3 +230,12 @@ def test_the_idle_log_is_one_line_per_change_at_three_hundred_servers() -> None:
     assert summary(names, names) is None  # the same set: nothing to say
     back = summary(names, names - {"eu-007"})
     assert back is not None and "back: eu-007" in back and "newly idle: 0" in back
+
+
+@pytest.mark.parametrize(("last_ms", "retired"), [(400_000, False), (399_999, False), (400_000 - 1, False),
+                                                  (400_000 - 600_000 + 1, False), (400_000 - 600_000, True),
+                                                  (0 - 600_000, True)])
+def test_a_server_retires_when_silent_for_retire_after_or_longer(last_ms: int, retired: bool) -> None:
+    from watermark.rules.idleness import retired as retired_servers
+
+    assert retired_servers({"A": last_ms}, 400_000, 600_000) == ({"A": last_ms} if retired else {})

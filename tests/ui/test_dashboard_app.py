@@ -183,6 +183,34 @@ def test_live_ops_shows_players_now_and_totals_as_in_redis(env: Seeded,
     assert set(table["Status"]) == {"final", "provisional"}
 
 
+def test_servers_silent_for_retire_after_leave_the_live_views_named_and_the_totals_keep_them(
+        env: Seeded, direct: tuple[redis.Redis, KeySchema], monkeypatch: pytest.MonkeyPatch) -> None:
+    """RETIRE_AFTER set so that the two servers heard from last longest ago are retired and the third is not."""
+    client, keys = direct
+    seen = {k: int(v) for k, v in client.hgetall(keys.seen).items()}
+    order = sorted(seen, key=lambda s: seen[s])
+    now = seen[order[-1]] + 1_000
+    after = now - seen[order[-2]]
+    assert after > 1_000, seen  # the newest server is not retired, the others are
+    monkeypatch.setenv("RETIRE_AFTER", f"{after}ms")
+    gone, live = order[:-1], order[-1]
+    at = run_page(now_ms=now)
+    shown = metrics(at)
+    online = {k: int(v) for k, v in client.hgetall(keys.presence_counts).items()}
+    columns = {label.split(" · ")[0] for label in shown if label.endswith("· online now")}
+    assert columns == {live, "All servers"} | {s for s in gone if online.get(s)}
+    assert {label.split(" · ")[0] for label in shown if "distinct players" in label} == {live}
+    (note,) = [c.value for c in at.caption if c.value.startswith("Retired")]
+    assert all(f"{s} (" in note for s in gone) and f"{live} (" not in note
+    assert n(shown["Events accepted"]) == int(client.hget(keys.totals, "events"))  # the totals keep them
+    lag = run_page("views/lag.py", now_ms=now)
+    assert [m.label.split(" · ")[0] for m in lag.metric if "ingest lag" in m.label] == [live]
+    assert any(c.value.startswith("Retired") for c in lag.caption)
+    monkeypatch.setenv("RETIRE_AFTER", f"{now - seen[order[0]] + 1}ms")  # the oldest 1 ms short of it: all back
+    back = metrics(run_page(now_ms=now))
+    assert {label.split(" · ")[0] for label in back if "distinct players" in label} == set(seen)
+
+
 def test_watermark_page_shows_the_watermark_and_exact_drop_counts(env: Seeded,
                                                                   direct: tuple[redis.Redis, KeySchema]) -> None:
     client, keys = direct

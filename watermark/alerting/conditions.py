@@ -12,7 +12,8 @@ players_drop        online fell by more than ``percent`` of its peak within ``wi
                     (peak at least ``min_players``)                                          trailing, its clock
                                                                                              stepped, pipeline
                                                                                              behind, settling
-server_silent       no event from the server for ``after`` or longer                          pipeline behind
+server_silent       no event from the server for ``after`` or longer, until it retires         pipeline behind
+                    (RETIRE_AFTER)
 clock_ahead         the server's events arrived more than ``ahead`` before their own time    -
                     (its clock runs fast) in the online view's last batch with them
 late_drops          more than ``per_minute`` events dropped as late in the last minute         -
@@ -194,6 +195,10 @@ def server_silent(s: ServerObs, obs: Observation, cfg: AlertConfig) -> Finding:
     if s.last_arrival_ms is None:
         return Finding("server_silent", s.name, None, None, f"no event from {s.name} committed yet")
     age = max(0, obs.at_ms - s.last_arrival_ms)
+    if s.retired:  # a match over, a shard taken down: not an alert for ever; back with its next event
+        return Finding("server_silent", s.name, False, age / 1000,
+                       f"{s.name} retired: no event for {human_ms(age)} (last at {clock(s.last_arrival_ms)}); "
+                       "back with its next event")
     main = obs.main
     held = None
     if main is not None and main.behind_ms >= after:

@@ -45,6 +45,8 @@ class ServerObs:
     """The server's newest event time in the pipeline's last batch (None: none in it)."""
     lag_p95_ms: float | None = None
     """p95 of arrival minus event time of the server's events in the pipeline's last batch."""
+    retired: bool = False
+    """Silent for RETIRE_AFTER: out of the live views until its next event (``watermark.rules.idleness.retired``)."""
     clock_ahead_ms: int | None = None
     """How far the server's events ran ahead of their arrival in the online view's last batch with any of them
     (its clock running fast); None: the online view has not judged it."""

@@ -50,6 +50,7 @@ def expressions(cfg: AlertConfig) -> dict[str, str]:
             f"unless max_over_time(wm_server_clock_ahead_seconds[{_d(pd.settle_ms)}]) - "
             f"min_over_time(wm_server_clock_ahead_seconds[{_d(pd.settle_ms)}]) > {_s(cfg.clock_ahead.ahead_ms)}"),
         "server_silent": (f"{silence} >= {silent}\n"
+                          f"unless on(server, instance, job) wm_server_retired == 1\n"
                           f"unless on(instance, job) (wm_behind_seconds{MAIN_SEL} >= {silent})"),
         "clock_ahead": f"wm_server_clock_ahead_seconds > {_s(cfg.clock_ahead.ahead_ms)}",
         "late_drops": f"increase(wm_events_dropped_late_total{MAIN_SEL}[1m]) > {cfg.late_drops.per_minute}",

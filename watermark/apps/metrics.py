@@ -40,6 +40,8 @@ METRICS: dict[str, str] = {
     "wm_server_ingest_lag_p95_seconds": "p95 of arrival minus event time of each server's events in the last batch",
     "wm_server_clock_ahead_seconds": "How far each server's events ran ahead of their arrival (its clock fast), "
                                      "in the online view's last batch with them",
+    "wm_server_retired": "1 for a server silent for RETIRE_AFTER: out of the live views, its silence no longer "
+                         "alerts; gone with its next event",
     "wm_alerts": "The product's alerts: 1 per alert pending, firing or held",
 }
 """Every metric with its help text; docs/alerts.md lists the same (a test compares)."""
@@ -68,7 +70,10 @@ def _server_families(r: StackReading) -> Iterator[Metric]:
                             labels=["server"])
     ahead = GaugeMetricFamily("wm_server_clock_ahead_seconds", METRICS["wm_server_clock_ahead_seconds"],
                               labels=["server"])
+    retired = GaugeMetricFamily("wm_server_retired", METRICS["wm_server_retired"], labels=["server"])
     for s in r.obs.servers:
+        if s.retired:
+            retired.add_metric([s.name], 1)
         if s.clock_ahead_ms is not None:
             ahead.add_metric([s.name], s.clock_ahead_ms / 1000)
         if s.lag_p95_ms is not None:
@@ -84,6 +89,7 @@ def _server_families(r: StackReading) -> Iterator[Metric]:
     yield newest
     yield lag
     yield ahead
+    yield retired
 
 
 def _pipeline_families(r: StackReading) -> Iterator[Metric]:

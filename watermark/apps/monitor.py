@@ -70,6 +70,7 @@ class Monitor:
     started_ms: int
     notifier: Notifier | None = None
     interval_ms: int = 1_000
+    retire_after_ms: int = Config.retire_after_ms
     states: dict[str, AlertState] = field(default_factory=dict)
     unsaved: list[Notice] = field(default_factory=list)
     resumed: bool = False
@@ -110,7 +111,7 @@ class Monitor:
                 self.resume()
             lanes = lane_keys(self.client, self.keys)
             return read_stack(self.client, self.keys, lanes, now_ms, self.memory.last_online_batch(),
-                              ONLINE_REACH).obs
+                              ONLINE_REACH, self.retire_after_ms).obs
         except redis.RedisError as exc:
             return Observation(at_ms=now_ms, redis_error=f"{type(exc).__name__}: {exc}")
         except ValueError as exc:  # a malformed record (RecordError): judge nothing this round, say what
@@ -163,7 +164,8 @@ def scrape_reader(url: str, keys: KeySchema, monitor: Monitor) -> StackCollector
     client = monitor_client(url, timeout_s=2.0)
 
     def read() -> tuple[StackReading, Mapping[str, AlertState]]:
-        return read_stack(client, keys, lane_keys(client, keys), wall_ms(), None, 0), dict(monitor.states)
+        return (read_stack(client, keys, lane_keys(client, keys), wall_ms(), None, 0, monitor.retire_after_ms),
+                dict(monitor.states))
     return StackCollector(read)
 
 
@@ -253,7 +255,7 @@ def run(cfg: AlertConfig, env: Config, args: argparse.Namespace) -> int:
     if cfg.webhook.url:
         notifier = Notifier(cfg.webhook.url, client, keys, external_url=os.environ.get("DASHBOARD_URL", ""),
                             timeout_ms=cfg.webhook.timeout_ms, max_backoff_ms=cfg.webhook.max_backoff_ms)
-    monitor = Monitor(client, keys, cfg, wall_ms(), notifier, int(args.interval * 1000))
+    monitor = Monitor(client, keys, cfg, wall_ms(), notifier, int(args.interval * 1000), env.retire_after_ms)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())

@@ -110,3 +110,11 @@ class IdleDecision:
                        fields.get(b"heard", b"1") == b"1")
         except (KeyError, ValueError) as exc:
             raise ValueError(f"not an idle decision record: {dict(fields)!r} ({exc})") from None
+
+
+def retired(seen: Mapping[str, int], now_ms: int, after_ms: int) -> dict[str, int]:
+    """Servers retired from the live views: no event arrived from them for ``after_ms`` or longer (``seen``: each
+    server's newest arrival, ms). A match server that ended, a shard taken down: they leave the per-server
+    charts and columns (the pages name them) and silence alerts, and are back with their next event. Totals
+    keep counting them."""
+    return {s: t for s, t in sorted(seen.items()) if now_ms - t >= after_ms}

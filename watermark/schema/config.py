@@ -64,6 +64,7 @@ class Config:
     input_namespace: str | None = None  # read another namespace's input stream (lab lanes); None: our own
     lanes: tuple[str, ...] = ()  # lab lanes run beside this pipeline over the same input (see watermark.schema.lanes)
     online_timeout_ms: int = 30_000  # event time without an event after which a player is offline
+    retire_after_ms: int = 600_000  # a server silent this long (arrival time) leaves the live views until it speaks
     demo: bool = True  # DEMO: the demo's event generator runs (./run.sh); off: your own producers write the events
     lab_control: bool = True  # LAB_CONTROL: the dashboard offers the Lab control page (default: as DEMO)
 
@@ -119,6 +120,10 @@ class Config:
                f"({format_duration_ms(max(0, self.online_timeout_ms))}) must be positive: a player with no event "
                "for this long in event time counts as offline")
 
+        _check(self.retire_after_ms > 0, "RETIRE_AFTER",
+               f"({format_duration_ms(max(0, self.retire_after_ms))}) must be positive: a server silent this long "
+               "leaves the live views until its next event")
+
     @property
     def input_stream(self) -> str:
         """The stream key this pipeline reads (a lab lane reads its parent's)."""
@@ -166,6 +171,7 @@ class Config:
             idle_timeout_ms=_optional_duration(env, "IDLE_TIMEOUT", cls.idle_timeout_ms),
             lanes=_lane_list(env, "LAB_LANES"),
             online_timeout_ms=_duration(env, "ONLINE_TIMEOUT", cls.online_timeout_ms),
+            retire_after_ms=_duration(env, "RETIRE_AFTER", cls.retire_after_ms),
             demo=demo,
             lab_control=_switch(env, "LAB_CONTROL", demo),
         )

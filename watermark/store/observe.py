@@ -13,6 +13,8 @@ from dataclasses import dataclass, field, replace
 import redis
 
 from watermark.alerting.observation import MAIN, Observation, OnlineSample, PipelineObs, ServerObs
+from watermark.rules.idleness import retired
+from watermark.schema.config import Config
 from watermark.schema.events import parse_entry_id
 from watermark.schema.keys import KeySchema
 from watermark.schema.records import BatchRecord, LaneRecord, PresenceRecord, PresenceStateRecord, ServerRecord
@@ -50,13 +52,14 @@ def pipeline_obs(name: str, status: PipelineStatus) -> PipelineObs:
 
 
 def read_stack(client: redis.Redis, keys: KeySchema, lanes: Mapping[str, KeySchema], now_ms: int,
-               after_online_batch: int | None, online_reach: int) -> StackReading:
+               after_online_batch: int | None, online_reach: int,
+               retire_after_ms: int = Config.retire_after_ms) -> StackReading:
     """Raises ``redis.RedisError``. ``after_online_batch``: the online view batches already seen (None at start:
-    the last ``online_reach`` are read; none with 0)."""
+    the last ``online_reach`` are read; none with 0); ``retire_after_ms``: RETIRE_AFTER
+    (``watermark.rules.idleness.retired``)."""
     statuses = {MAIN: read_pipeline(client, keys)}
     statuses.update({name: read_pipeline(client, k, keys) for name, k in lanes.items()})
     pipe = client.pipeline(transaction=False)
-    pipe.hgetall(keys.seen)
     pipe.hgetall(keys.presence_counts)
     pipe.hmget(keys.presence_state, ["batch_ts_ms", "committed_id", "clocks"])
     if after_online_batch is not None:
@@ -69,11 +72,12 @@ def read_stack(client: redis.Redis, keys: KeySchema, lanes: Mapping[str, KeySche
         pipe.hgetall((keys if name == MAIN else lanes[name]).batch_seconds)
     last = statuses[MAIN].state
     pipe.hget(keys.batch(last.last_batch if last else -1), "sink")
-    seen, counts, (batch_ts, online_committed, clocks), history, *buckets, sink = pipe.execute()
+    counts, (batch_ts, online_committed, clocks), history, *buckets, sink = pipe.execute()
     online_behind = _online_behind_ms(client, keys, online_committed, now_ms)
     main = statuses[MAIN]
     pipelines = tuple(_with_behind(pipeline_obs(n, s), s, now_ms) for n, s in statuses.items())
-    servers = _servers(main, _ints(seen), _ints(counts), _last_batch(sink), _ahead(clocks))
+    servers = _servers(main, _ints(counts), _last_batch(sink), _ahead(clocks),
+                       set(retired(main.seen, now_ms, retire_after_ms)))
     obs = Observation(
         at_ms=now_ms, pipelines=pipelines, servers=servers,
         online=tuple(_online(history)) if isinstance(history, list) else (), online_behind_ms=online_behind)
@@ -115,8 +119,9 @@ def _ahead(clocks: bytes | None) -> dict[str, int]:
     return {s: c.ahead_ms for s, c in state.clocks.items()}
 
 
-def _servers(main: PipelineStatus, seen: Mapping[str, int], counts: Mapping[str, int],
-             last: Mapping[str, ServerRecord], ahead: Mapping[str, int]) -> tuple[ServerObs, ...]:
+def _servers(main: PipelineStatus, counts: Mapping[str, int], last: Mapping[str, ServerRecord],
+             ahead: Mapping[str, int], gone: set[str]) -> tuple[ServerObs, ...]:
+    seen = main.seen
     names = sorted({*main.servers, *main.totals.servers, *seen, *counts, *ahead})
     out = []
     for s in names:
@@ -125,7 +130,8 @@ def _servers(main: PipelineStatus, seen: Mapping[str, int], counts: Mapping[str,
         out.append(ServerObs(name=s, last_arrival_ms=seen.get(s), accepted=t.events if t else 0,
                              dropped=t.dropped if t else 0, late=t.late if t else 0, players=counts.get(s),
                              newest_event_ms=b.max_event_us // 1000 if b and b.max_event_us is not None else None,
-                             lag_p95_ms=lag.p95 if lag is not None else None, clock_ahead_ms=ahead.get(s)))
+                             lag_p95_ms=lag.p95 if lag is not None else None, clock_ahead_ms=ahead.get(s),
+                             retired=s in gone))
     return tuple(out)
 
 

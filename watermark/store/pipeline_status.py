@@ -129,6 +129,8 @@ class PipelineStatus:
     totals: Totals
     servers: tuple[str, ...]
     stream: StreamInfo
+    seen: Mapping[str, int] = field(default_factory=dict)
+    """Each server's newest committed arrival (``{ns}:seen``, ms)."""
 
 
 @dataclass(frozen=True)
@@ -141,6 +143,7 @@ class FixedReads:
     servers: tuple[str, ...]
     trimmed: int
     xinfo: Mapping
+    seen: Mapping[str, int]
     more: list
     """The replies to what the caller queued (``queue_more``)."""
 
@@ -148,7 +151,7 @@ class FixedReads:
         """``oldest``: the first input entry after ``committed_id`` (its ID), None when there is none."""
         committed = self.totals.input if self.state else 0
         return PipelineStatus(self.state, self.totals, self.servers,
-                              stream_info(self.xinfo, self.trimmed, committed, oldest, self.state is None))
+                              stream_info(self.xinfo, self.trimmed, committed, oldest, self.state is None), self.seen)
 
 
 def read_pipeline(client: redis.Redis, keys: KeySchema, input_keys: KeySchema | None = None) -> PipelineStatus:
@@ -195,6 +198,7 @@ def read_fixed(client: redis.Redis, keys: KeySchema, input_keys: KeySchema,
         pipe.smembers(keys.servers)
         pipe.get(input_keys.trimmed)
         pipe.xinfo_stream(input_keys.events)
+        pipe.hgetall(keys.seen)
         if queue_more is not None:
             queue_more(pipe)
         for g in guards:
@@ -207,8 +211,8 @@ def read_fixed(client: redis.Redis, keys: KeySchema, input_keys: KeySchema,
 
 
 def _parse_fixed(replies: list, keys: KeySchema) -> FixedReads:
-    state_h, totals_h, servers_raw, trimmed, xinfo, *more = replies
-    for reply in (state_h, totals_h, servers_raw, trimmed, *more):
+    state_h, totals_h, servers_raw, trimmed, xinfo, seen_h, *more = replies
+    for reply in (state_h, totals_h, servers_raw, trimmed, seen_h, *more):
         if isinstance(reply, Exception):
             raise reply
     state = PipelineState.from_hash(state_h, keys.state)
@@ -218,7 +222,8 @@ def _parse_fixed(replies: list, keys: KeySchema) -> FixedReads:
     elif isinstance(xinfo, Exception):
         raise xinfo
     servers = tuple(sorted({*(_decode(s) for s in servers_raw), *totals.servers}))
-    return FixedReads(state, totals, servers, int(trimmed or 0), xinfo, more)
+    seen = {_decode(k): int(v) for k, v in seen_h.items()}
+    return FixedReads(state, totals, servers, int(trimmed or 0), xinfo, seen, more)
 
 
 def stream_info(xinfo: Mapping, trimmed: int, committed: int, oldest: object, no_batch: bool) -> StreamInfo:
