@@ -303,6 +303,8 @@ def test_fast_payload_falls_back_on_characters_json_escapes() -> None:
         ev = Event("A", text, START + 1_000, "login", f"A-{text}")
         assert fast_payload(ev) == ev.payload()
     assert fast_payload(Event("A", "p", START + 1, "login", "x")) == Event("A", "p", START + 1, "login", "x").payload()
+    with_region = Event("A", "p", START + 1_000, "login", "x", region="eu")
+    assert fast_payload(with_region) == with_region.payload() and b'"region":"eu"' in with_region.payload()
 
 
 # --------------------------------------------------------------------------- clocks and the writer

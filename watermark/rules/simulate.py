@@ -56,7 +56,7 @@ def payload_text(ev: Event) -> str:
     """
     t = ev.event_time_us
     if t % 1000 or ev.kind not in _KIND_SET or type(ev.event_id) is not str or type(ev.player_id) is not str \
-            or type(ev.server) is not str:
+            or type(ev.server) is not str or ev.region is not None:  # the template has no region
         return ev.payload().decode("latin-1")
     text = (f'{{"event_id":"{ev.event_id}","server":"{ev.server}","player_id":"{ev.player_id}",'
             f'"kind":"{ev.kind}","event_time":"{_iso_ms(t // 1000)}"}}')
