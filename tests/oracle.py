@@ -167,7 +167,8 @@ def online_oracle(batches: list[list[tuple]], delay: int, timeout: int) -> list[
     most ``timeout`` past the expectation, or to the second-newest of its kept players past that bound when
     two are; failing both, to the expectation. A server's first batch: its newest accepted time. Before a batch
     is accepted, a server whose newest event in it (late or not) is more than ``timeout`` behind its expectation,
-    from two players or more, is set back: clock to that event, watermark to it minus the delay. Watermark:
+    from two players or more, in every batch of its for ``timeout`` of arrival time, is set back: clock to that
+    event, watermark to it minus the delay. Watermark:
     ``max(watermark, clock - delay)``. A player is kept while their latest event is a logout above the
     watermark or another event whose time + timeout is above it; online iff kept and not logged out.
     """
@@ -175,6 +176,7 @@ def online_oracle(batches: list[list[tuple]], delay: int, timeout: int) -> list[
     wm: dict[str, int] = {}
     clock: dict[str, int] = {}
     moved: dict[str, tuple[int, int]] = {}  # server -> (arrival when its events last moved it, its clock then)
+    behind_since: dict[str, int] = {}  # server -> arrival since which its batches are all far behind its clock
     seq = 0
     out = []
     for batch in batches:
@@ -186,11 +188,17 @@ def online_oracle(batches: list[list[tuple]], delay: int, timeout: int) -> list[
             newest_of[server] = max(newest_of.get(server, t), t)
             players_of[server].add(player)
         for server, newest_t in newest_of.items():  # a clock set back: judged from its newest event again
-            if server in clock and len(players_of[server]) >= 2:
-                expected = moved[server][1] + max(0, arrivals[server] - moved[server][0])
-                if newest_t < expected - timeout:
-                    clock[server], moved[server] = newest_t, (arrivals[server], newest_t)
-                    wm[server] = newest_t - delay
+            if server not in clock:
+                continue
+            expected = moved[server][1] + max(0, arrivals[server] - moved[server][0])
+            if len(players_of[server]) < 2 or newest_t >= expected - timeout:
+                behind_since.pop(server, None)
+            elif server not in behind_since:
+                behind_since[server] = arrivals[server]
+            elif arrivals[server] - behind_since[server] >= timeout:
+                clock[server], moved[server] = newest_t, (arrivals[server], newest_t)
+                wm[server] = newest_t - delay
+                behind_since.pop(server)
         applied: dict[str, dict[str, int]] = defaultdict(dict)
         for server, player, t, kind, *_arrival in batch:
             seq += 1

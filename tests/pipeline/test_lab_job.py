@@ -1,6 +1,7 @@
-"""The live job with lab lanes: an idle server holds the per-server min watermark back until the job's idle
-markers release it (in the lane with idleness on only), and a delay asked for on the control hash restarts
-every query with it while the history stays."""
+"""The live job with lab lanes and no list of servers: an idle server holds the per-server min watermark back
+until the job's idle markers release it (in the lane with idleness on only), a delay asked for on the control
+hash restarts every query with it while the history stays, and a server never seen before is counted from its
+first event in the pipeline and every lane."""
 
 from __future__ import annotations
 
@@ -68,7 +69,7 @@ def test_lanes_idle_markers_and_a_delay_change(tmp_path: Path) -> None:
     held, freed = (KeySchema(lane_namespace(ns, lane)) for lane in ("per-server-min", "per-server-min-idle"))
     env = {"REDIS_URL": server.url, "PIPELINE_NAMESPACE": ns, "WINDOW": "10s", "WATERMARK_DELAY": "2s",
            "TRIGGER_INTERVAL": "1s", "CHECKPOINT_DIR": str(tmp_path / "ck"), "SPARK_MASTER": "local[2]",
-           "KNOWN_SERVERS": "A,B", "LAB_LANES": "per-server-min,per-server-min-idle", "IDLE_TIMEOUT": "3s"}
+           "LAB_LANES": "per-server-min,per-server-min-idle", "IDLE_TIMEOUT": "3s"}  # no KNOWN_SERVERS
     job = Proc.python("job", ["watermark.apps.job"], env, tmp_path)
     client = redis.Redis.from_url(server.url, socket_timeout=60)
     try:
@@ -132,6 +133,14 @@ def test_lanes_idle_markers_and_a_delay_change(tmp_path: Path) -> None:
             delays = [json.loads(client.hget(k.batch(i), "sink"))["delay_ms"] for i in ids]
             assert delays[0] == 2_000 and delays[-1] == 5_000 and delays == sorted(delays), (k.namespace, delays)
             assert json.loads(state(client, k)["params"])["delay_ms"] == 5_000
+
+        # C, never seen before, mid-run: counted from its first event everywhere, no restart, nothing quarantined
+        last = write(client, keys, "ABC")
+        wait_all(client, [keys, held, freed], last)
+        for k in (keys, held, freed):
+            totals_now, _ = snapshot(client, k)
+            assert totals_now["events|C"] == 3 and "bad|unknown_server" not in totals_now, k.namespace
+        assert "max_event_us|C" in state(client, held)  # C has its own watermark in the lane from now on
         assert job.running(), job.tail()
     finally:
         job.stop()

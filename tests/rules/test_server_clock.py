@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from msgspec.structs import replace
 
 from watermark.rules import server_clock
 from watermark.schema.records import ClockRecord
@@ -18,27 +19,29 @@ def us(*seconds: float) -> np.ndarray:
     return np.array([int(x * S) for x in seconds], np.int64)
 
 
-@pytest.mark.parametrize(("events", "players", "arrival_ms", "clock_s"), [
-    (us(110, 111), 2, 1_010_000, None),  # in step with arrival: nothing to set back
-    (us(80, 81), 2, 1_010_000, None),  # 30 s behind the prediction (110 s): at the jump, not past it
-    (us(79, 79.5), 2, 1_010_000, 79.5),  # past it, from two players: set back to the newest
-    (us(20, 21), 1, 1_010_000, None),  # one player's clock alone does not set the server's back
-    (us(20, 150), 2, 1_010_000, None),  # its newest is in step: an old event among current ones is just late
-    (us(), 0, 1_010_000, None),  # nothing from the server
+BEHIND = replace(PRIOR, behind_since_ms=1_000_000)  # far behind since arrival 1,000 s
+
+
+@pytest.mark.parametrize(("prior", "events", "players", "arrival_ms", "behind_since", "clock_s"), [
+    (PRIOR, us(110, 111), 2, 1_010_000, 0, None),  # in step with arrival: nothing to set back
+    (PRIOR, us(80, 81), 2, 1_010_000, 0, None),  # 30 s behind the prediction (110 s): at the jump, not past it
+    (PRIOR, us(79, 79.5), 2, 1_010_000, 1_010_000, None),  # past it, from two players: behind since now
+    (BEHIND, us(79, 79.5), 2, 1_029_999, 1_000_000, None),  # behind for less than the jump (30 s): late
+    (BEHIND, us(79, 79.5), 2, 1_030_000, 0, 79.5),  # for the jump: set back to the newest
+    (BEHIND, us(20, 21), 1, 1_030_000, 0, None),  # one player's clock alone does not set the server's back
+    (BEHIND, us(20, 150), 2, 1_030_000, 0, None),  # its newest is in step: an old event among current ones is late
 ])
-def test_a_clock_steps_back_only_when_even_its_newest_event_is_far_behind(
-        events: np.ndarray, players: int, arrival_ms: int, clock_s: float | None) -> None:
-    got = server_clock.step_back(PRIOR, events, players, arrival_ms, DELAY, JUMP)
+def test_a_clock_steps_back_only_when_its_events_stay_far_behind(
+        prior: ClockRecord, events: np.ndarray, players: int, arrival_ms: int, behind_since: int,
+        clock_s: float | None) -> None:
+    got = server_clock.step_back(prior, events, players, arrival_ms, DELAY, JUMP)
     if clock_s is None:
-        assert got is None
+        assert (got.clock_us, got.watermark_ms) == (prior.clock_us, prior.watermark_ms)
+        assert got.behind_since_ms == behind_since
         return
-    assert got is not None
     assert got.clock_us == int(clock_s * S) and got.clock_at_heard_us == got.clock_us
     assert got.heard_ms == arrival_ms and got.watermark_ms == int(clock_s * 1000) - DELAY  # judged from it again
-
-
-def test_a_server_never_heard_from_has_nothing_to_step_back() -> None:
-    assert server_clock.step_back(None, us(1, 2), 2, 1_000, DELAY, JUMP) is None
+    assert got.behind_since_ms == 0
 
 
 @pytest.mark.parametrize(("batch", "kept", "arrival_ms", "clock_s"), [

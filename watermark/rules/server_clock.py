@@ -13,11 +13,13 @@ and judges each server's players by it alone. The rule, applied after every batc
   only when a second player is that far ahead too (the second-newest of those players): a server whose whole
   clock stepped forward moves, one odd event (a glitch, one player's own clock) does not. It still counts for
   its own player.
-- **It steps back with its events.** When even the newest of a server's events in a batch is more than
-  ``jump`` behind ``predicted``, from at least two players, the server's clock was set back (or its link now
-  delivers everything that much later): before the batch is applied, its clock goes back to that newest event
-  and its watermark in force to that minus the delay, so its players are judged by the clock it keeps now
-  instead of all their events being late for ever behind a clock it left. One odd event does not step it.
+- **It steps back with its events, when they stay behind.** When even the newest of a server's events in a
+  batch is more than ``jump`` behind ``predicted``, from at least two players, and its batches have been like
+  that for ``jump`` of arrival time, the server's clock was set back (or its link now delivers everything that
+  much later): before the batch is applied its clock goes back to that newest event and its watermark in force
+  to that minus the delay, so its players are judged by the clock it keeps now. Until then its late events are
+  late (one batch of old events, a backlog delivered, changes nothing), and its clock stands still while they
+  come, so a clock set back by less than ``jump`` is caught up with by its own events.
 - **Silent, it runs on arrival.** A batch with none of the server's events, or none it trusts, moves the clock
   to ``predicted``: players of a server that stopped sending time out as real time passes, never because
   another server's events are ahead, and a server whose single player's clock stepped ahead is trusted again
@@ -35,23 +37,26 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import numpy as np
+from msgspec.structs import replace
 
 from watermark.rules.windows import event_ms
 from watermark.schema.records import ClockRecord
 
 
 def advance(prior: ClockRecord | None, batch_us: np.ndarray, kept_us: np.ndarray, now_ms: int | None,
-            delay_ms: int, jump_ms: int, ahead: int = 0) -> ClockRecord | None:
+            delay_ms: int, jump_ms: int, ahead: int | None = None) -> ClockRecord | None:
     """The server's clock after a batch. ``batch_us``: the latest event time of each of the batch's players
     whose events were applied; ``kept_us``: the same for every player the server keeps (the batch's
     included); ``now_ms``: the arrival of the server's newest event in the batch, or of the batch's newest
     event when it has none of the server's (None: an empty batch); ``jump_ms``: how far ahead of the
-    prediction one player may move it; ``ahead``: the batch's :func:`ahead_ms` of the server."""
+    prediction one player may move it; ``ahead``: the batch's :func:`ahead_ms` of the server (None: the batch
+    has none of its events, late ones included)."""
     if prior is None:
         if len(batch_us) == 0 or now_ms is None:
             return None
         clock = int(batch_us.max())
-        return _set(None, clock, now_ms, clock, delay_ms, ahead)
+        return _set(None, clock, now_ms, clock, delay_ms, ahead or 0)
+    ahead = prior.ahead_ms if ahead is None else ahead
     if now_ms is None:
         return prior
     predicted = prior.clock_at_heard_us + max(0, now_ms - prior.heard_ms) * 1000
@@ -64,21 +69,22 @@ def advance(prior: ClockRecord | None, batch_us: np.ndarray, kept_us: np.ndarray
     if moves:
         clock = max(prior.clock_us, *moves)
         return _set(prior, clock, now_ms, clock, delay_ms, ahead)
-    return _set(prior, max(prior.clock_us, predicted), prior.heard_ms, prior.clock_at_heard_us, delay_ms,
-                ahead if len(batch_us) else prior.ahead_ms)
+    return _set(prior, max(prior.clock_us, predicted), prior.heard_ms, prior.clock_at_heard_us, delay_ms, ahead)
 
 
-def step_back(prior: ClockRecord | None, event_us: np.ndarray, players: int, now_ms: int, delay_ms: int,
-              jump_ms: int) -> ClockRecord | None:
-    """The server's clock set back before a batch is applied, or None when it was not: ``event_us`` are all of
-    the server's events in the batch (late ones too), from ``players`` distinct players, the newest arriving at
-    ``now_ms``."""
-    if prior is None or len(event_us) == 0 or players < 2:
-        return None
+def step_back(prior: ClockRecord, event_us: np.ndarray, players: int, now_ms: int, delay_ms: int,
+              jump_ms: int) -> ClockRecord:
+    """The server's clock before a batch is applied: set back, or marked behind since when, or as it was;
+    ``event_us`` are all of the server's events in the batch (late ones too), from ``players`` distinct players,
+    the newest arriving at ``now_ms``."""
     predicted = prior.clock_at_heard_us + max(0, now_ms - prior.heard_ms) * 1000
     newest = int(event_us.max())
-    if newest >= predicted - jump_ms * 1000:
-        return None
+    if players < 2 or newest >= predicted - jump_ms * 1000:
+        return replace(prior, behind_since_ms=0) if prior.behind_since_ms else prior
+    if not prior.behind_since_ms:
+        return replace(prior, behind_since_ms=now_ms)
+    if now_ms - prior.behind_since_ms < jump_ms:
+        return prior
     return ClockRecord(watermark_ms=event_ms(newest) - delay_ms, clock_us=newest, heard_ms=now_ms,
                        clock_at_heard_us=newest, ahead_ms=prior.ahead_ms)
 
@@ -87,7 +93,8 @@ def _set(prior: ClockRecord | None, clock_us: int, heard_ms: int, at_heard_us: i
          ahead: int) -> ClockRecord:
     in_force = prior.watermark_ms if prior is not None else 0
     return ClockRecord(watermark_ms=max(in_force, event_ms(clock_us) - delay_ms), clock_us=clock_us,
-                       heard_ms=heard_ms, clock_at_heard_us=at_heard_us, ahead_ms=ahead)
+                       heard_ms=heard_ms, clock_at_heard_us=at_heard_us, ahead_ms=ahead,
+                       behind_since_ms=prior.behind_since_ms if prior is not None else 0)
 
 
 def watermark_of(clocks: Mapping[str, ClockRecord], server: str) -> int:

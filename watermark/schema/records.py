@@ -335,6 +335,8 @@ class ClockRecord(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
     clock_at_heard_us: int
     ahead_ms: int = 0
     """How far its events ran ahead of their arrival in the last batch that had any (0: not ahead)."""
+    behind_since_ms: int = 0
+    """Arrival time since which every batch of its events has been far behind its clock (0: not behind)."""
 
 
 class PresenceStateRecord(_HashRecord, frozen=True, kw_only=True):

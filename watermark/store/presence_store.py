@@ -136,9 +136,8 @@ def _decide_server(table: PlayerTable, events: PresenceEvents, mask: np.ndarray,
     (:mod:`watermark.rules.server_clock`), expire the players its next watermark reaches, and say what changed."""
     players = events.player[mask].tolist()
     if mask.any() and clock is not None:  # set back before the batch is applied (rules.server_clock)
-        back = server_clock.step_back(clock, events.event_us[mask], len(set(players)),
-                                      int(events.arrivals()[mask].max()), delay_ms, timeout_ms)
-        clock = back if back is not None else clock
+        clock = server_clock.step_back(clock, events.event_us[mask], len(set(players)),
+                                       int(events.arrivals()[mask].max()), delay_ms, timeout_ms)
     in_force = clock.watermark_ms if clock is not None else 0
     slots = table.slots_of(players)
     prior = Prior(table.known.copy(), table.online.copy(), table.last_us.copy())
@@ -148,7 +147,7 @@ def _decide_server(table: PlayerTable, events: PresenceEvents, mask: np.ndarray,
              timeout_ms)
     table.known[f.player], table.online[f.player], table.last_us[f.player] = True, f.online, f.last_us
     table.known[f.gone] = False
-    now, ahead = now_ingest_ms, 0
+    now, ahead = now_ingest_ms, None
     if mask.any():
         ingest, event_us = events.arrivals()[mask], events.event_us[mask]
         now, ahead = int(ingest.max()), server_clock.ahead_ms(event_us, ingest)
