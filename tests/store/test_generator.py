@@ -532,3 +532,45 @@ def test_a_scaled_timeline_brings_the_outage_forward_and_keeps_the_delays() -> N
     assert SCENARIOS["steady"].scaled(1) is SCENARIOS["steady"]
     with pytest.raises(ConfigError, match="a timeline scale must be a positive number, got 0"):
         SCENARIOS["steady"].scaled(0)
+
+
+# --------------------------------------------------------------------------- a fleet: --servers N --regions R
+
+
+def test_a_fleet_deals_its_servers_over_regions_each_with_its_delay() -> None:
+    from watermark.rules.scenarios import REGION_DELAYS, fleet, game
+
+    f = fleet(300, 6)
+    names = [s.name for s in f.servers]
+    assert len(set(names)) == 300 and names[:7] == ["eu-001", "na-001", "sa-001", "as-001", "oc-001", "af-001",
+                                                     "eu-002"]
+    assert Counter(s.region for s in f.servers) == {r: 50 for r in ("eu", "na", "sa", "as", "oc", "af")}
+    assert all(s.name.startswith(f"{s.region}-") for s in f.servers)
+    assert f.server("as-017").delay == REGION_DELAYS["as"] and f.server("eu-017").delay == SCENARIOS["steady"].server(
+        "A").delay
+    assert f.server("eu-001").share > f.server("eu-050").share  # a few busy shards, a long tail
+    assert game("steady", 12, 3) == fleet(12, 3) and game("steady") == SCENARIOS["steady"]
+    for bad, said in ((lambda: fleet(5, 6), "servers must be 6"), (lambda: fleet(300, 13), "regions must be 1 to 12"),
+                      (lambda: game("late-burst", 300, 6), "has its own three"), (lambda: game("steady", None, 6),
+                                                                                 "--regions needs --servers")):
+        with pytest.raises(ConfigError, match=said):
+            bad()
+
+
+def test_a_fleets_events_carry_their_region_through_every_payload_path(r: redis.Redis, key: str) -> None:
+    from watermark.rules.scenarios import fleet
+
+    sim = Simulator(fleet(30, 3), seed=5, start_us=START, rate=0, count=3_000)
+    events = list(sim)
+    assert {e.server for _, e in events} == {s.name for s in sim.scenario.servers}  # every server plays
+    assert all(e.region == e.server.split("-")[0] for _, e in events)
+    assert [record_payload(rec, sim.regions.get(rec[2])) for rec in sim.records()] == [e.payload() for _, e in events]
+    assert [fast_payload(e) for _, e in events[:200]] == [e.payload() for _, e in events[:200]]
+    write(r, key, sim, batch_size=500)  # the writer's own template
+    assert [f[b"e"] for _, f in r.xrange(key)] == [e.payload() for _, e in events]
+    assert [parse_entry(f, i.decode()) for i, f in r.xrange(key, count=50)] == [e for _, e in events[:50]]
+
+
+def test_the_generator_says_why_servers_do_not_apply(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--scenario", "late-burst", "--servers", "300", "--count", "1"]) == 2
+    assert "--servers plays the steady game on many servers" in capsys.readouterr().err

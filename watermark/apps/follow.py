@@ -36,7 +36,7 @@ from watermark.apps.control import (
     seed_control,
     write_status,
 )
-from watermark.rules.scenarios import get_scenario
+from watermark.rules.scenarios import game
 from watermark.rules.simulate import Record, Simulator
 from watermark.schema.clock import Clock
 from watermark.schema.config import ConfigError
@@ -89,7 +89,7 @@ class Follower:
                  reconnect: Callable[[], redis.Redis], stop: threading.Event | None = None,
                  explicit_ids: bool = False, batch_size: int = 2_000, check_every_us: int = CHECK_EVERY_US,
                  stream_key: str | None = None, on_batch: Callable[[WriteStats], None] | None = None,
-                 timeline_scale: float = 1.0) -> None:
+                 timeline_scale: float = 1.0, servers: int | None = None, regions: int | None = None) -> None:
         if check_every_us <= 0:
             raise ConfigError(f"check_every_us must be positive, got {check_every_us}")
         self.default_scenario = check_scenario(scenario)
@@ -104,7 +104,8 @@ class Follower:
                                    batch_size=batch_size, clock=clock, stop=self.stop, on_batch=on_batch)
         self.next_seed = seed
         self.timeline_scale = timeline_scale
-        get_scenario(self.default_scenario).scaled(timeline_scale)  # a bad scale fails here, not at a switch
+        self.servers, self.regions = servers, regions
+        game(self.default_scenario, servers, regions).scaled(timeline_scale)  # a bad one fails here, not at a switch
         self.run: _Run | None = None
         self.rev = 0
         self.since_ms = clock.now_us() // 1000
@@ -144,8 +145,10 @@ class Follower:
                 log.info("rev %d: stopped; no events until started again", ctl.rev)
                 self.run, self.since_ms = None, now_us // 1000
         elif run is None or (run.scenario, run.rate) != (ctl.scenario, ctl.rate):
-            sim = Simulator(get_scenario(ctl.scenario).scaled(self.timeline_scale), seed=self.next_seed,
-                            start_us=now_us, rate=ctl.rate)
+            many = self.servers if ctl.scenario == "steady" else None  # the others have their three servers
+            sim = Simulator(game(ctl.scenario, many, self.regions if many else None).scaled(self.timeline_scale),
+                            seed=self.next_seed, start_us=now_us, rate=ctl.rate)
+            self.writer.regions = sim.regions
             log.info("rev %d: scenario=%s rate=%s seed=%d from now", ctl.rev, ctl.scenario, ctl.rate or "max",
                      self.next_seed)
             self.run = _Run(ctl.scenario, ctl.rate, self.next_seed, now_us - sim.start_us, _Pending(sim.records()))

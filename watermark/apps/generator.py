@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import random
 import signal
 import sys
@@ -34,7 +35,7 @@ from types import FrameType
 
 import redis
 
-from watermark.rules.scenarios import SCENARIOS, get_scenario, scenarios_help
+from watermark.rules.scenarios import SCENARIOS, game, scenarios_help
 from watermark.rules.simulate import Simulator
 from watermark.schema.clock import RealClock
 from watermark.schema.config import Config, ConfigError
@@ -44,6 +45,8 @@ from watermark.store.redis_conn import connect
 from watermark.store.stream_writer import LOST_REDIS, StreamWriter, WriteError, WriteStats
 
 log = logging.getLogger("watermark.apps.generator")
+SHOWN_SERVERS = 12
+"""Servers named in a progress line; the rest are summed."""
 
 class _Progress:
     """The periodic one-line summary; throttled here so the writer stays clock-agnostic."""
@@ -60,10 +63,18 @@ class _Progress:
         rate = (stats.written - self.n_last) / max(now - self.t_last, 1e-9)
         if final:
             rate = stats.written / max(now - self.t0, 1e-9)
-        servers = " ".join(f"{k}={v}" for k, v in sorted(stats.per_server.items()))
+        per = sorted(stats.per_server.items())
+        servers = " ".join(f"{k}={v}" for k, v in per[:SHOWN_SERVERS])
+        if len(per) > SHOWN_SERVERS:  # readable at hundreds of servers
+            servers += f" (+{len(per) - SHOWN_SERVERS} servers, {sum(v for _, v in per[SHOWN_SERVERS:])} events)"
         log.info("%s written=%d rate=%.0f/s %s lag=%dms last_id=%s", "done" if final else "progress",
                  stats.written, rate, servers, max(0, stats.lag_us) // 1000, stats.last_id)
         self.t_last, self.n_last = now, stats.written
+
+
+def _env_int(name: str) -> int | None:
+    text = os.environ.get(name, "").strip()
+    return _positive_int(text) if text else None
 
 
 def _nonneg_int(text: str) -> int:
@@ -107,6 +118,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="run the scenario's timeline (when outages, exoduses and late bursts start, last and recur, "
                         "and how late a burst arrives) this many times as slow: 0.1 makes a 90 s outage 9 s "
                         "(default: 1)")
+    p.add_argument("--servers", type=_positive_int, default=_env_int("SERVERS"),
+                   help="play the steady game on this many servers named like eu-017, each event carrying its "
+                        "region (default: $SERVERS, else the scenario's three)")
+    p.add_argument("--regions", type=_positive_int, default=_env_int("REGIONS"),
+                   help="with --servers: deal them over this many regions, each with its own network delay "
+                        "(default: $REGIONS, else 6)")
     p.add_argument("--follow", action="store_true",
                    help="follow {namespace}:control (the dashboard's Lab control page, wm-control): "
                         "--scenario and --rate only fill in what it does not set yet; a change of scenario or rate "
@@ -125,7 +142,8 @@ def main(argv: list[str] | None = None) -> int:
         seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**31)
         if args.follow and (args.count is not None or args.start):
             raise ConfigError("--count and --start do not apply with --follow (it runs until stopped, from now)")
-        sim = Simulator(get_scenario(args.scenario).scaled(args.timeline_scale), seed=seed, start_us=start_us,
+        sim = Simulator(game(args.scenario, args.servers, args.regions).scaled(args.timeline_scale), seed=seed,
+                        start_us=start_us,
                         rate=args.rate, count=args.count)
     except (ConfigError, ValueError) as exc:
         print(f"generator: error: {exc}", file=sys.stderr)
@@ -213,7 +231,7 @@ def _follow(args: argparse.Namespace, cfg: Config, seed: int, clock: RealClock, 
             client, KeySchema(cfg.namespace), clock=clock, scenario=args.scenario, rate=args.rate, seed=seed,
             reconnect=lambda: connect(cfg.redis_url, sleep=nap, attempts=1_000, max_delay_s=5.0), stop=stop,
             explicit_ids=args.explicit_ids, batch_size=args.batch_size, stream_key=args.stream, on_batch=progress,
-            timeline_scale=args.timeline_scale)
+            timeline_scale=args.timeline_scale, servers=args.servers, regions=args.regions)
         return follower.follow()
 
     return _exit_code(run, lambda: None if follower is None else follower.writer.stats, progress, stop)

@@ -24,7 +24,7 @@ game scale: at 50,000 events/s and a heartbeat every 5 s, about 250,000 players 
 _RING_MS = 1 << 15  # ~33 s: normal delays stay in the ring, late bursts go beyond
 _DELAY_BITS = 12
 _DELAY_TABLE_SIZE = 1 << _DELAY_BITS
-_SERVER_NAME = re.compile(r"^[A-Za-z0-9_]{1,16}$")
+_SERVER_NAME = re.compile(r"^[A-Za-z0-9_-]{1,32}$")
 
 
 @dataclass(frozen=True)
@@ -164,11 +164,13 @@ class ServerProfile:
     online_fraction: float = 0.6
     churn: float = 0.02
     players: int | None = None
+    region: str | None = None
+    """Carried in each event (``region``); None: the events carry none."""
 
     def __post_init__(self) -> None:
         where = f"server {self.name!r}"
         if not _SERVER_NAME.match(self.name):
-            raise ConfigError(f"{where}: name must be 1-16 letters, digits or '_'")
+            raise ConfigError(f"{where}: name must be 1-32 letters, digits, '_' or '-'")
         if not (self.share > 0 and math.isfinite(self.share)):
             raise ConfigError(f"{where}: share must be a positive number, got {self.share}")
         if self.heartbeat_ms <= 0:
@@ -285,6 +287,47 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (_STEADY, _OVERSEAS_LAG, _L
                                                        _CLOCK_SKEW, _OUTAGE_AND_BACKFILL, _PLAYERS_LEAVE)}
 
 
+
+
+REGIONS = ("eu", "na", "sa", "as", "oc", "af", "me", "in", "jp", "kr", "br", "za")
+"""Region names for :func:`fleet`, in the order they are used."""
+REGION_DELAYS = {
+    "as": DelayModel(min_ms=1_500, median_ms=2_000, max_ms=4_000, sigma=0.3),  # one region 2 s behind
+    "sa": DelayModel(min_ms=100, median_ms=250, max_ms=1_500, sigma=0.6),
+    "oc": DelayModel(min_ms=150, median_ms=300, max_ms=2_000, sigma=0.6),
+}
+"""Each region's network delay to Redis; the others are close by (:data:`HOME_DELAY`)."""
+MAX_FLEET = 10_000
+
+
+def fleet(servers: int, regions: int) -> Scenario:
+    """``--servers N --regions R``: the steady scenario's game on ``servers`` servers named like ``eu-017``,
+    dealt round-robin over the first ``regions`` of :data:`REGIONS`, each region with its own delay; within a
+    region the k-th server has ``1/sqrt(k)`` of the first one's players (a few busy shards, a long tail)."""
+    if not 1 <= regions <= len(REGIONS):
+        raise ConfigError(f"regions must be 1 to {len(REGIONS)}, got {regions}")
+    if not regions <= servers <= MAX_FLEET:
+        raise ConfigError(f"servers must be {regions} (one per region) to {MAX_FLEET:,}, got {servers}")
+    profiles = []
+    for i in range(servers):
+        region, k = REGIONS[i % regions], i // regions + 1
+        profiles.append(ServerProfile(f"{region}-{k:03d}", 1 / math.sqrt(k), REGION_DELAYS.get(region, HOME_DELAY),
+                                      region=region))
+    return Scenario(f"fleet-{servers}x{regions}",
+                    f"steady, on {servers:,} servers in {regions} regions ({', '.join(REGIONS[:regions])}); "
+                    f"{'as is 2 s behind' if 'as' in REGIONS[:regions] else 'all close by'}", tuple(profiles))
+
+
+def game(name: str, servers: int | None = None, regions: int | None = None) -> Scenario:
+    """The scenario the generator plays: ``name``, on a :func:`fleet` of ``servers`` in ``regions`` when given
+    (the steady game only: the others are built around their three named servers)."""
+    if servers is None:
+        if regions is not None:
+            raise ConfigError("--regions needs --servers")
+        return get_scenario(name)
+    if name != "steady":
+        raise ConfigError(f"--servers plays the steady game on many servers; scenario {name!r} has its own three")
+    return fleet(servers, regions or min(servers, 6))
 
 
 def scenarios_help() -> str:

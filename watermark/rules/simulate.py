@@ -70,12 +70,14 @@ def fast_payload(ev: Event) -> bytes:
     return payload_text(ev).encode("latin-1")
 
 
-def record_payload(rec: Record) -> bytes:
-    """The payload of a :meth:`Simulator.records` tuple; no escaping checks, because
-    generated names are validated ASCII. Same template as the writer's inline copy."""
+def record_payload(rec: Record, region: str | None = None) -> bytes:
+    """The payload of a :meth:`Simulator.records` tuple (``region``: its server's, from
+    :attr:`Simulator.regions`); no escaping checks, because generated names are validated ASCII. Same
+    template as the writer's inline copy."""
     _arrival, _seq, server, player, _event_time_us, kind, event_id, iso = rec
+    tail = f',"region":"{region}"}}' if region is not None else "}"
     return (f'{{"event_id":"{event_id}","server":"{server}","player_id":"{player}",'
-            f'"kind":"{kind}","event_time":"{iso}"}}').encode()
+            f'"kind":"{kind}","event_time":"{iso}"{tail}').encode()
 
 
 @dataclass(frozen=True)
@@ -188,6 +190,8 @@ class Simulator:
         self._rate_milli = max(1, round(self.timeline_rate * 1000))  # per 1000 s: exact integer spacing
         total = sum(s.share for s in self.scenario.servers)
         self._shares = [s.share / total for s in self.scenario.servers]
+        self.regions: dict[str, str] = {p.name: p.region for p in self.scenario.servers if p.region is not None}
+        """Each server's region, carried in its events (none when the scenario names none)."""
         self._populations = [_Population.build(p, self.timeline_rate * sh)
                              for p, sh in zip(self.scenario.servers, self._shares, strict=True)]
 
@@ -202,8 +206,9 @@ class Simulator:
                     if p.name == server)
 
     def __iter__(self) -> Iterator[tuple[int, Event]]:
+        regions = self.regions
         for arrival, _seq, server, player, event_time_us, kind, event_id, _iso in self.records():
-            yield arrival, Event(server, player, event_time_us, kind, event_id)
+            yield arrival, Event(server, player, event_time_us, kind, event_id, regions.get(server))
 
     def records(self) -> Iterator[Record]:
         """The same sequence as iterating, as plain tuples: what the writer consumes,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -87,6 +87,8 @@ class StreamWriter:
         self.stop = stop
         self.on_batch = on_batch
         self.stats = WriteStats()
+        self.regions: Mapping[str, str] = {}
+        """Each server's region for the raw records' payloads (:attr:`Simulator.regions`)."""
         self.producer_id = producer_id or uuid.uuid4().hex
         self.channel = BatchChannel(stream_key, producer_marker_key(stream_key, self.producer_id),
                                     idempotent=idempotent)
@@ -100,6 +102,8 @@ class StreamWriter:
         """Write until ``events`` is exhausted or ``stop`` is set; a :class:`Simulator`
         is consumed through its cheaper :meth:`~Simulator.records`."""
         raw = isinstance(events, Simulator)
+        if isinstance(events, Simulator):
+            self.regions = events.regions
         it: Iterator[tuple[int, Event]] | Iterator[Record] = events.records() if raw else iter(events)
         return self.resume(it, raw)
 
@@ -156,6 +160,7 @@ class StreamWriter:
         explicit = self.explicit_ids
         last_ms, last_seq = self._last
         limit = self.batch_size
+        regions = self.regions
         advance = it.__next__
         n = 0
         while True:
@@ -163,6 +168,8 @@ class StreamWriter:
                 arrival, _seq, server, player, _et, kind, eid, iso = item
                 text = (f'{{"event_id":"{eid}","server":"{server}","player_id":"{player}",'
                         f'"kind":"{kind}","event_time":"{iso}"}}')
+                if regions and (rg := regions.get(server)) is not None:
+                    text = f'{text[:-1]},"region":"{rg}"}}'
             else:
                 arrival, ev = item
                 server = ev.server
