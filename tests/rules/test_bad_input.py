@@ -235,12 +235,27 @@ def test_every_entry_becomes_exactly_the_row_the_parser_says(batch: list[dict[by
         assert got == want
 
 
-def test_well_formed_events_take_the_fast_path_with_the_same_result() -> None:
-    from watermark.rules.simulate import generate
+@pytest.mark.parametrize("fleet", [False, True])
+def test_well_formed_events_take_the_fast_path_with_the_same_result(fleet: bool,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    from watermark.rules.scenarios import fleet as make_fleet
+    from watermark.rules.simulate import Simulator, generate
+    from watermark.spark import source
 
-    events = generate("late-burst", seed=2, start_us=(INGEST_MS - 60_000) * 1000, rate=100, count=2_000)
+    start_us = (INGEST_MS - 60_000) * 1000
+    if fleet:  # events carrying their region
+        sim = Simulator(make_fleet(12, 3), seed=2, start_us=start_us, rate=100, count=2_000)
+        events = list(sim)
+        rules = Rules(max_future_skew_ms=RULES.max_future_skew_ms)
+    else:
+        events = generate("late-burst", seed=2, start_us=start_us, rate=100, count=2_000)
+        rules = RULES
     batch = [{b"e": ev.payload()} for _, ev in events]
-    test_every_entry_becomes_exactly_the_row_the_parser_says.hypothesis.inner_test(batch, RULES)  # type: ignore[attr-defined]
+
+    def slow(*_: object) -> None:
+        raise AssertionError("a well-formed event took the slow path")
+    monkeypatch.setattr(source, "_parse_slow", slow)
+    test_every_entry_becomes_exactly_the_row_the_parser_says.hypothesis.inner_test(batch, rules)  # type: ignore[attr-defined]
 
 
 # --------------------------------------------------------------------------- through the real pipeline

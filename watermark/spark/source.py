@@ -298,7 +298,9 @@ FAST_SHAPE = (
     f"{_key('server', _STR + '+')}{_WS},{_WS}"
     f"{_key('player_id', _STR + '+')}{_WS},{_WS}"
     f"(?:{_key('kind', '|'.join(KINDS))}{_WS},{_WS})?"  # idle markers: the full parser checks their signature
-    f"{_key('event_time', _TIMESTAMP)}{_WS}\\}}{_WS}$"
+    f"{_key('event_time', _TIMESTAMP)}"
+    f"(?:{_WS},{_WS}{_key('region', _STR + '*')})?"  # where the producer library and the generator put it
+    f"{_WS}\\}}{_WS}$"
 )
 
 
