@@ -259,7 +259,7 @@ def test_outage_and_backfill_delivers_cs_backlog_at_once_when_the_link_returns()
         (lambda: DelayModel(min_ms=50, median_ms=10, max_ms=100), "median_ms (10) must be between min_ms (50)"),
         (lambda: BurstModel(period_ms=1000, duration_ms=2000, lateness_min_ms=0, lateness_max_ms=1),
          "duration_ms (2000) must be positive and at most period_ms (1000)"),
-        (lambda: ServerProfile("A-1", 1.0, SCENARIOS["steady"].server("A").delay), "server 'A-1': name must be"),
+        (lambda: ServerProfile("A 1", 1.0, SCENARIOS["steady"].server("A").delay), "server 'A 1': name must be"),
         (lambda: ServerProfile("A", 0, SCENARIOS["steady"].server("A").delay),
          "server 'A': share must be a positive number, got 0"),
         (lambda: Scenario("x", "", (SCENARIOS["steady"].server("A"),) * 2), "duplicate server names A"),

@@ -29,6 +29,7 @@ import sys
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import redis
@@ -228,28 +229,43 @@ def _fold(partials: PartitionPartials, batch: pa.RecordBatch, presence: bool = F
 
 
 def pack(rows: pa.RecordBatch, of: str) -> pa.RecordBatch:
-    """``rows`` (in :data:`ROW_SCHEMA`) as one row per server carrying them as Arrow IPC bytes in ``blob``.
+    """``rows`` (in :data:`ROW_SCHEMA`) as rows carrying them as Arrow IPC bytes in ``blob``: one per server
+    for ``PACKED`` rows, one in all for ``PACKED_PRESENCE`` rows.
 
     Spark turns every row it is handed into a JVM row and back into Arrow for the driver, a few
     microseconds a row: with hundreds of thousands of players a batch's partial rows are about as many as
     its events, and that conversion cost more than the rest of the batch. Packed, Spark moves a few byte
-    strings; the sink unpacks them (:func:`unpack`). A packed ``PACKED`` row keeps its rows' latest event
-    time as its own, so ``withWatermark`` sees each batch's maximum as before."""
-    servers = pc.unique(rows.column("server")).to_pylist()
-    out = []
-    for server in servers:
-        part = rows.filter(pc.equal(rows.column("server"), server)) if len(servers) > 1 else rows
+    strings; the sink unpacks them (:func:`unpack`). A packed ``PACKED`` row keeps its server's rows' latest
+    event time as its own, so ``withWatermark`` (one per server in per-server mode) sees each batch's maximum as
+    before; presence rows never move a watermark, so one blob carries every server's (a blob per server cost
+    hundreds of small IPC streams per chunk with hundreds of servers)."""
+    if of != PACKED:
+        return _packed_rows([None], [rows], of)
+    encoded = pc.dictionary_encode(rows.column("server"))
+    servers = encoded.dictionary.to_pylist()  # in order of first appearance
+    if len(servers) == 1:
+        return _packed_rows(servers, [rows], of)
+    codes = encoded.indices.to_numpy(zero_copy_only=False)  # one stable sort and a slice per server: a filter
+    ordered = rows.take(pa.array(np.argsort(codes, kind="stable")))  # per server is O(servers x rows)
+    ends = np.cumsum(np.bincount(codes, minlength=len(servers))).tolist()
+    return _packed_rows(servers, [ordered.slice(a, b - a) for a, b in zip([0, *ends[:-1]], ends, strict=True)], of)
+
+
+def _packed_rows(servers: list[str | None], parts: list[pa.RecordBatch], of: str) -> pa.RecordBatch:
+    blobs, latest = [], []
+    for part in parts:
         sink = pa.BufferOutputStream()
         with pa.ipc.new_stream(sink, ROW_SCHEMA) as writer:
             writer.write_batch(part)
-        latest = pc.max(part.column("event_time")) if of == PACKED else pa.scalar(None, _TS)
-        columns = {"server": pa.array([server], pa.string()), "event_time": pa.array([latest.as_py()], _TS),
-                   "partial": pa.array([{"of": of, "key_us": None, "n": part.num_rows, "min_event_us": None,
-                                         "max_event_us": None}], PARTIAL_TYPE),
-                   "blob": pa.array([sink.getvalue().to_pybytes()], pa.binary())}
-        out.append(pa.RecordBatch.from_arrays([columns.get(f.name, pa.nulls(1, f.type)) for f in ARROW_SCHEMA],
-                                              schema=ARROW_SCHEMA))
-    return pa.concat_batches(out) if len(out) > 1 else out[0]
+        blobs.append(sink.getvalue().to_pybytes())
+        latest.append(pc.max(part.column("event_time")).as_py() if of == PACKED else None)
+    n = len(parts)
+    columns = {"server": pa.array(servers, pa.string()), "event_time": pa.array(latest, _TS),
+               "partial": pa.array([{"of": of, "key_us": None, "n": p.num_rows, "min_event_us": None,
+                                     "max_event_us": None} for p in parts], PARTIAL_TYPE),
+               "blob": pa.array(blobs, pa.binary())}
+    return pa.RecordBatch.from_arrays([columns.get(f.name, pa.nulls(n, f.type)) for f in ARROW_SCHEMA],
+                                      schema=ARROW_SCHEMA)
 
 
 def unpack(table: pa.Table) -> pa.Table:
