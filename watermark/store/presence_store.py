@@ -14,6 +14,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 import redis
 
 from watermark.rules import server_clock
@@ -54,6 +56,18 @@ class PresenceEvents:
     def empty(cls) -> PresenceEvents:
         return cls(np.array([], object), np.array([], object), np.array([], np.int64), np.array([], np.int64),
                    np.array([], np.int8), np.array([], np.int64))
+
+    def by_server(self) -> dict[str, np.ndarray]:
+        """Each server's events as indices, in batch order: one hash and one stable sort for the batch (a
+        comparison per server was O(servers x events): 66 ms a batch with 300 servers)."""
+        if not len(self.server):
+            return {}
+        encoded = pc.dictionary_encode(pa.array(self.server, pa.string()))
+        codes = encoded.indices.to_numpy(zero_copy_only=False)
+        order = np.argsort(codes, kind="stable")
+        ends = np.cumsum(np.bincount(codes, minlength=len(encoded.dictionary))).tolist()
+        return {name: order[a:b] for name, a, b in zip(encoded.dictionary.to_pylist(), [0, *ends[:-1]], ends,
+                                                        strict=True)}
 
     def arrivals(self) -> np.ndarray:
         return self.ingest_ms if self.ingest_ms is not None else np.zeros(len(self.event_us), np.int64)
@@ -129,27 +143,27 @@ class _ServerWrites:
     rewrite: bool = False  # Redis lost the server's state: write the whole of it
 
 
-def _decide_server(table: PlayerTable, events: PresenceEvents, mask: np.ndarray, clock: ClockRecord | None,
+def _decide_server(table: PlayerTable, events: PresenceEvents, rows: np.ndarray, clock: ClockRecord | None,
                    now_ingest_ms: int | None, delay_ms: int,
                    timeout_ms: int) -> tuple[_ServerWrites, ClockRecord | None]:
-    """Fold the server's events (``mask``) into its table against its own watermark in force, move its clock
+    """Fold the server's events (indices ``rows``) into its table against its own watermark in force, move its clock
     (:mod:`watermark.rules.server_clock`), expire the players its next watermark reaches, and say what changed."""
-    players = events.player[mask].tolist()
-    if mask.any() and clock is not None:  # set back before the batch is applied (rules.server_clock)
-        clock = server_clock.step_back(clock, events.event_us[mask], len(set(players)),
-                                       int(events.arrivals()[mask].max()), delay_ms, timeout_ms)
+    players = events.player[rows].tolist()
+    if len(rows) and clock is not None:  # set back before the batch is applied (rules.server_clock)
+        clock = server_clock.step_back(clock, events.event_us[rows], len(set(players)),
+                                       int(events.arrivals()[rows].max()), delay_ms, timeout_ms)
     in_force = clock.watermark_ms if clock is not None else 0
     slots = table.slots_of(players)
     prior = Prior(table.known.copy(), table.online.copy(), table.last_us.copy())
     # Expiry is left to the whole table below, once the clock has moved: no accepted event expires at the
     # watermark in force, so the fold's own expiry is a no-op here.
-    f = fold(slots, events.event_us[mask], events.entry[mask], events.kind[mask], prior, in_force, in_force,
+    f = fold(slots, events.event_us[rows], events.entry[rows], events.kind[rows], prior, in_force, in_force,
              timeout_ms)
     table.known[f.player], table.online[f.player], table.last_us[f.player] = True, f.online, f.last_us
     table.known[f.gone] = False
     now, ahead = now_ingest_ms, None
-    if mask.any():
-        ingest, event_us = events.arrivals()[mask], events.event_us[mask]
+    if len(rows):
+        ingest, event_us = events.arrivals()[rows], events.event_us[rows]
         now, ahead = int(ingest.max()), server_clock.ahead_ms(event_us, ingest)
     clock = server_clock.advance(clock, f.last_us, table.last_us[table.known], now, delay_ms, timeout_ms, ahead)
     next_wm = clock.watermark_ms if clock is not None else in_force
@@ -181,8 +195,10 @@ def _decide_servers(mirror: PresenceMirror, ev: PresenceEvents, before: Mapping[
     now_ingest = int(ev.arrivals().max()) if len(ev.event_us) else None
     clocks: dict[str, ClockRecord] = {}
     writes: dict[str, _ServerWrites] = {}
-    for server in sorted(set(mirror.tables) | set(before) | set(ev.server.tolist())):
-        writes[server], clock = _decide_server(mirror.table(server), ev, ev.server == server,
+    rows = ev.by_server()
+    none = np.zeros(0, np.int64)
+    for server in sorted(set(mirror.tables) | set(before) | set(rows)):
+        writes[server], clock = _decide_server(mirror.table(server), ev, rows.get(server, none),
                                                before.get(server), now_ingest, delay_ms, timeout_ms)
         if clock is not None:
             clocks[server] = clock
