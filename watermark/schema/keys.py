@@ -55,6 +55,7 @@ key                                                type    contents
                                                            for anyone who wants to wait on commits
 ``{ns}:seen``                                      hash    server -> ingest ms of its newest event
                                                            (what idleness is judged by)
+``{ns}:regions``                                   hash    server -> region, as its events carry it
 ``{ns}:idleness``                                  stream  the job's idle decisions (``watermark.rules.idleness``):
                                                            ``server``, ``at_ms``, ``last_heard_ms``,
                                                            ``heard``, ``marker_id``, ``reason``
@@ -219,6 +220,11 @@ class KeySchema:
     @property
     def seen(self) -> str:
         return self._k("seen")
+
+    @property
+    def regions(self) -> str:
+        """Each server's region, as its events carry it (HASH server -> region)."""
+        return self._k("regions")
 
     @property
     def idleness(self) -> str:

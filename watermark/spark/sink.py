@@ -18,7 +18,7 @@ import logging
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
@@ -45,7 +45,7 @@ from watermark.spark.local_agg import (  # the items' tags, one set for both pat
     TICK,
     WINDOW,
 )
-from watermark.spark.source import ARROW_SCHEMA, StreamRange, _Options, _read, unpack
+from watermark.spark.source import ARROW_SCHEMA, StreamRange, _Options, _read, packed_regions, unpack
 from watermark.store.commit import BadRow, BatchSummary, Params, WindowAgg, commit_batch
 from watermark.store.presence_store import PresenceBatch, PresenceEvents, PresenceMirror, commit_presence
 from watermark.store.redis_conn import DriverClient, with_retry
@@ -77,9 +77,16 @@ def aggregate(df: DataFrame) -> pa.Table:
     return aggregate_arrow(df.select(*local_agg.COLUMNS, "blob").toArrow())
 
 
+REGIONS_META = b"regions"
+"""The aggregate's schema metadata key for each server's region (JSON), read off the packed rows."""
+
+
 def aggregate_arrow(rows: pa.Table) -> pa.Table:
-    """:func:`aggregate` of the source's rows as Arrow (the columns it selects), wherever they were read."""
-    return local_agg.aggregate(unpack(rows))
+    """:func:`aggregate` of the source's rows as Arrow (the columns it selects), wherever they were read; the
+    servers' regions ride along in the schema's metadata."""
+    regions = packed_regions(rows)
+    t = local_agg.aggregate(unpack(rows))
+    return t.replace_schema_metadata({REGIONS_META: json.dumps(regions).encode()}) if regions else t
 
 
 def reread(source_options: Mapping[str, str], start_id: str, end_id: str) -> pa.Table:
@@ -132,6 +139,8 @@ class BatchTable:
     servers: dict[str, ServerRecord]
     event_hist: dict[str, tuple[np.ndarray, np.ndarray]]
     bad: list[BadRow]
+    regions: dict[str, str] = field(default_factory=dict)
+    """Each server's region as its events carry it (none when they carry none)."""
 
     @classmethod
     def read(cls, t: pa.Table, batch_ts_ms: int) -> BatchTable:
@@ -161,7 +170,9 @@ class BatchTable:
         bad = [BadRow(d["entry_id"], d["error"], d.get("error_detail") or "", d.get("raw") or "")
                for d in map(json.loads, t.filter(pc.equal(tags, BAD)).column("b").to_pylist())]
         bad.sort(key=lambda b: parse_entry_id(b.entry_id))
-        return cls(windows, servers, event_hist, bad)
+        meta = t.schema.metadata or {}
+        regions = json.loads(meta[REGIONS_META]) if REGIONS_META in meta else {}
+        return cls(windows, servers, event_hist, bad, regions)
 
     def summary(self, batch_id: int, watermark_ms: int, batch_ts_ms: int, start_id: str, end_id: str,
                 params: Params) -> BatchSummary:
@@ -194,7 +205,7 @@ class BatchTable:
         return BatchSummary(
             batch_id=batch_id, watermark_ms=watermark_ms, batch_ts_ms=batch_ts_ms, start_id=start_id,
             end_id=end_id, windows=sorted(windows, key=lambda w: (w.start_ms, w.server, w.end_ms)),
-            servers=servers, bad=list(self.bad),
+            servers=servers, bad=list(self.bad), regions=dict(self.regions),
         )
 
 

@@ -186,13 +186,15 @@ def read_range(url: str, stream: str, part: StreamRange, chunk: int = READ_CHUNK
                partials: PartitionPartials | None = None, presence: bool = False) -> Iterator[pa.RecordBatch]:
     """XRANGE the partition in chunks, one Arrow record batch per chunk; with ``partials``, the accepted
     events are folded into them instead and a last batch holds the partition's partial rows; with
-    ``presence`` too, each chunk's accepted events also come as presence rows."""
+    ``presence`` too, each chunk's accepted events also come as presence rows. A server's region (the latest its
+    events in the partition carry) rides in its packed row's ``player_id``."""
     client = _client(url)
     lo = part.lo if part.lo_inclusive else "(" + part.lo
+    regions: dict[str, str] = {}
     while True:
         entries = with_retry(lambda lo=lo: _xrange(client, stream, lo, part.hi, chunk), f"read of {stream}")
         if entries:
-            batch = to_record_batch(entries, rules)
+            batch = to_record_batch(entries, rules, regions)
             if partials is not None:
                 batch = _fold(partials, batch, presence)
             if batch.num_rows:
@@ -203,7 +205,7 @@ def read_range(url: str, stream: str, part: StreamRange, chunk: int = READ_CHUNK
     if partials is not None:
         server, player, partial = partials.rows()
         if len(server):
-            yield pack(partial_batch(server, player, partial), PACKED)
+            yield pack(partial_batch(server, player, partial), PACKED, regions)
 
 
 def _fold(partials: PartitionPartials, batch: pa.RecordBatch, presence: bool = False) -> pa.RecordBatch:
@@ -228,7 +230,7 @@ def _fold(partials: PartitionPartials, batch: pa.RecordBatch, presence: bool = F
     return pa.concat_batches([rest, packed]) if rest.num_rows else packed
 
 
-def pack(rows: pa.RecordBatch, of: str) -> pa.RecordBatch:
+def pack(rows: pa.RecordBatch, of: str, regions: Mapping[str, str] | None = None) -> pa.RecordBatch:
     """``rows`` (in :data:`ROW_SCHEMA`) as rows carrying them as Arrow IPC bytes in ``blob``: one per server
     for ``PACKED`` rows, one in all for ``PACKED_PRESENCE`` rows.
 
@@ -240,18 +242,20 @@ def pack(rows: pa.RecordBatch, of: str) -> pa.RecordBatch:
     before; presence rows never move a watermark, so one blob carries every server's (a blob per server cost
     hundreds of small IPC streams per chunk with hundreds of servers)."""
     if of != PACKED:
-        return _packed_rows([None], [rows], of)
+        return _packed_rows([None], [rows], of, {})
     encoded = pc.dictionary_encode(rows.column("server"))
     servers = encoded.dictionary.to_pylist()  # in order of first appearance
     if len(servers) == 1:
-        return _packed_rows(servers, [rows], of)
+        return _packed_rows(servers, [rows], of, regions or {})
     codes = encoded.indices.to_numpy(zero_copy_only=False)  # one stable sort and a slice per server: a filter
     ordered = rows.take(pa.array(np.argsort(codes, kind="stable")))  # per server is O(servers x rows)
     ends = np.cumsum(np.bincount(codes, minlength=len(servers))).tolist()
-    return _packed_rows(servers, [ordered.slice(a, b - a) for a, b in zip([0, *ends[:-1]], ends, strict=True)], of)
+    return _packed_rows(servers, [ordered.slice(a, b - a) for a, b in zip([0, *ends[:-1]], ends, strict=True)], of,
+                        regions or {})
 
 
-def _packed_rows(servers: list[str | None], parts: list[pa.RecordBatch], of: str) -> pa.RecordBatch:
+def _packed_rows(servers: list[str | None], parts: list[pa.RecordBatch], of: str,
+                 regions: Mapping[str, str]) -> pa.RecordBatch:
     blobs, latest = [], []
     for part in parts:
         sink = pa.BufferOutputStream()
@@ -261,11 +265,22 @@ def _packed_rows(servers: list[str | None], parts: list[pa.RecordBatch], of: str
         latest.append(pc.max(part.column("event_time")).as_py() if of == PACKED else None)
     n = len(parts)
     columns = {"server": pa.array(servers, pa.string()), "event_time": pa.array(latest, _TS),
+               "player_id": pa.array([regions.get(s) if s is not None else None for s in servers], pa.string()),
                "partial": pa.array([{"of": of, "key_us": None, "n": p.num_rows, "min_event_us": None,
                                      "max_event_us": None} for p in parts], PARTIAL_TYPE),
                "blob": pa.array(blobs, pa.binary())}
     return pa.RecordBatch.from_arrays([columns.get(f.name, pa.nulls(n, f.type)) for f in ARROW_SCHEMA],
                                       schema=ARROW_SCHEMA)
+
+
+def packed_regions(table: pa.Table) -> dict[str, str]:
+    """Each server's region from the packed window rows that carry one (``player_id``; :func:`read_range`)."""
+    partial = table.column("partial").combine_chunks()
+    carried = pc.and_(pc.fill_null(pc.equal(partial.field("of"), PACKED), False), table.column("player_id").is_valid())
+    if not pc.any(carried).as_py():
+        return {}
+    rows = table.filter(carried)
+    return dict(zip(rows.column("server").to_pylist(), rows.column("player_id").to_pylist(), strict=True))
 
 
 def unpack(table: pa.Table) -> pa.Table:
@@ -321,8 +336,9 @@ FAST_SHAPE = (
 
 
 def to_record_batch(entries: Sequence[RawEntry] | Sequence[tuple[bytes, Mapping[bytes, bytes]]],
-                    rules: Rules = NO_RULES) -> pa.RecordBatch:
-    """Rows for a chunk of entries, raw (``[id, [k, v, ...]]``) or as redis-py's ``(id, {k: v})``."""
+                    rules: Rules = NO_RULES, regions: dict[str, str] | None = None) -> pa.RecordBatch:
+    """Rows for a chunk of entries, raw (``[id, [k, v, ...]]``) or as redis-py's ``(id, {k: v})``; each
+    server's region its well-formed events carry goes into ``regions`` (the chunk's last one wins)."""
     n = len(entries)
     ids = [e[0] for e in entries]
     if entries and not isinstance(entries[0][1], list):  # redis-py's (id, {k: v}): flatten to the raw shape
@@ -357,14 +373,29 @@ def to_record_batch(entries: Sequence[RawEntry] | Sequence[tuple[bytes, Mapping[
                "server": server, "player_id": shape.field("player_id"), "kind": kind, "event_time": event_time,
                "error": pa.nulls(n, pa.string()), "error_detail": pa.nulls(n, pa.string()),
                "raw": pa.nulls(n, pa.string()), "partial": pa.nulls(n, PARTIAL_TYPE), "blob": pa.nulls(n, pa.binary())}
+    if regions is not None:
+        _regions_of(regions, server, shape.field("region"), fast)
     if fast.false_count:
         columns = _parse_slow(columns, pc.invert(fast), [i for i, ok in enumerate(fast.to_pylist()) if not ok],
-                              ids, [f for _, f in entries], rules)
+                              ids, [f for _, f in entries], rules, regions)
     return pa.RecordBatch.from_arrays([columns[name] for name in ARROW_SCHEMA.names], schema=ARROW_SCHEMA)
 
 
+def _regions_of(regions: dict[str, str], server: pa.Array, region: pa.Array, fast: pa.Array) -> None:
+    """Each server's region among the fast path's rows that carry one (an absent region comes back as "")."""
+    carried = pc.and_(fast, pc.fill_null(pc.not_equal(region, ""), False))
+    if not carried.true_count:
+        return
+    pairs = pc.binary_join_element_wise(server.filter(carried), region.filter(carried), "\x1f")
+    latest_first = pc.unique(pairs[::-1]).to_pylist()  # each pair once, by its last row, the latest first
+    for pair in reversed(latest_first):  # the latest assigned last: a later event's region wins
+        name, _, rg = pair.partition("\x1f")
+        regions[name] = rg
+
+
 def _parse_slow(columns: dict[str, pa.Array], slow: pa.Array, rows: list[int], ids: list[bytes],
-                fields: list[list[bytes]], rules: Rules) -> dict[str, pa.Array]:
+                fields: list[list[bytes]], rules: Rules, regions: dict[str, str] | None = None,
+                ) -> dict[str, pa.Array]:
     """Overwrite the rows the fast path did not take with parse_entry's verdict."""
     out: dict[str, list] = {name: [] for name in ("event_id", "server", "player_id", "kind", "event_time", "error",
                                                    "error_detail", "raw")}
@@ -376,6 +407,8 @@ def _parse_slow(columns: dict[str, pa.Array], slow: pa.Array, rows: list[int], i
         else:
             values = (parsed.event_id, parsed.server, parsed.player_id, parsed.kind, parsed.event_time_us, None,
                       None, None)
+            if regions is not None and parsed.region:
+                regions[parsed.server] = parsed.region
         for name, v in zip(out, values, strict=True):
             out[name].append(v)
     merged = dict(columns)

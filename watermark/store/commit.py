@@ -100,6 +100,7 @@ class BatchSummary:
     next_watermark_ms: int | None = None  # per-server mode: the combined watermark for the next batch
     aggregation: str = "driver"  # where the batch was counted (the driver, since the source packs its rows)
     late_events: list[LateEvent] = field(default_factory=list)  # behind the watermark: kept in {ns}:late
+    regions: dict[str, str] = field(default_factory=dict)  # each server's region, as its events carry it
 
     @property
     def parsed(self) -> int:
@@ -279,6 +280,7 @@ class BatchWrites:
     totals: dict[str, int]
     servers: tuple[str, ...]
     seen: dict[str, int]
+    regions: dict[str, str]
     tradeoff: dict[str, int]
     windows: list[WindowAgg]
     final_players: dict[WindowKey, int]
@@ -346,6 +348,7 @@ def plan_commit(s: BatchSummary, params: Params, prior: Prior, now_ms: int) -> B
     return BatchWrites(
         batch_id=s.batch_id, end_id=s.end_id, totals=_totals(s, record), servers=tuple(s.servers),
         seen={srv: st.max_ingest_us // 1000 for srv, st in s.servers.items() if st.max_ingest_us is not None},
+        regions=dict(s.regions),
         tradeoff=_tradeoff_counts(s.windows, driver), windows=s.windows, final_players=prior.final_players,
         windows_end_below_ms=next_wm - params.retention_ms - params.window_ms,
         late=[e for e in s.late_events if parse_entry_id(e.entry_id) > prior.late_top], bad=s.bad,
@@ -378,6 +381,9 @@ def apply_writes(pipe: redis.client.Pipeline, keys: KeySchema, w: BatchWrites, p
     if w.seen:
         pipe.hset(keys.seen, mapping=w.seen)
         pipe.expire(keys.seen, ttl_s)
+    if w.regions:
+        pipe.hset(keys.regions, mapping=w.regions)
+        pipe.expire(keys.regions, ttl_s)
     if w.tradeoff:
         pipe.hset(keys.tradeoff, GRID_FIELD, json.dumps(GRID_MS))
         for f, n in w.tradeoff.items():
