@@ -14,7 +14,7 @@ Conventions every chart keeps, so a reader learns them once:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 
 import plotly.graph_objects as go
@@ -217,7 +217,7 @@ def _per_window_lines(windows: Sequence[WindowRow], servers: Sequence[str], attr
     return _time_axis(_layout(fig, title + " (dotted: provisional)", y_title))
 
 
-def online_over_batches(history: Sequence[OnlinePoint], servers: Sequence[str]) -> go.Figure:
+def online_over_batches(history: Sequence[OnlinePoint], servers: Sequence[str], what: str = "") -> go.Figure:
     """Players online per server after each batch, x = the watermark its expiries used (a batch before any
     event has none: left out, it would stretch the axis to 1970)."""
     colors = server_colors(servers)
@@ -235,25 +235,26 @@ def online_over_batches(history: Sequence[OnlinePoint], servers: Sequence[str]) 
             hovertemplate=f"<b>{s}</b> batch %{{customdata[0]}}<br>online %{{y:,}}<br>watermark %{{x|%H:%M:%S}}"
                           "<br>batch transitions: %{customdata[1]:,} on, %{customdata[2]:,} off<extra></extra>",
         ))
-    return _time_axis(_layout(fig, "Players online after each batch (by watermark)", "players online"))
+    return _time_axis(_layout(fig, f"Players online after each batch{what} (by watermark)", "players online"))
 
 
-def online_per_minute(minutes: Sequence[Minute], servers: Sequence[str]) -> go.Figure:
-    """Players online per server at the end of each minute of batch time (the open minute last), with the
-    minute's peak in the hover."""
+def online_per_minute(minutes: Sequence[Minute], servers: Sequence[str], what: str = "") -> go.Figure:
+    """Players online per server (or group, ``what`` saying which) at the end of each minute of batch time (the
+    open minute last), with the minute's peak in the hover (kept per server, not per group)."""
     colors = server_colors(servers)
     fig = go.Figure()
     marks = [m.minute_ms for m in minutes]
     for s in servers:
         x, y = gaps(marks, [m.last.get(s, 0) for m in minutes], 90_000)  # a minute without batches: a gap
-        _, custom = gaps(marks, [[m.peak.get(s, 0)] for m in minutes], 90_000)
+        _, custom = gaps(marks, [[f"{m.peak.get(s, 0):,}" if not what else "not kept per group"] for m in minutes],
+                         90_000)
         fig.add_trace(go.Scatter(
             x=x, y=y, name=s, mode="lines+markers", line={"color": colors[s]}, marker={"size": 5},
             customdata=custom,
             hovertemplate=f"<b>{s}</b> %{{x|%H:%M}}<br>online at the minute's end %{{y:,}}"
-                          "<br>the minute's peak %{customdata[0]:,}<extra></extra>",
+                          "<br>the minute's peak %{customdata[0]}<extra></extra>",
         ))
-    return _time_axis(_layout(fig, "Players online, last hour (per minute)", "players online"))
+    return _time_axis(_layout(fig, f"Players online{what}, last hour (per minute)", "players online"))
 
 
 TRANSITIONS = (("came online", ("login", "heartbeat", "event"), ON_TIME), ("logged out", ("logout",), MAX_EVENT),
@@ -339,14 +340,18 @@ def watermark_lag(batches: Sequence[BatchPoint], delay_ms: int) -> go.Figure:
     return _time_axis(_layout(fig, "Watermark lag", "seconds"))
 
 
-def per_server_over_time(batches: Sequence[BatchPoint], servers: Sequence[str], attr: str, title: str) -> go.Figure:
-    """Stacked per-batch counts per server (``attr`` is ``dropped`` or ``late``)."""
+def per_server_over_time(batches: Sequence[BatchPoint], servers: Sequence[str] | Mapping[str, Sequence[str]],
+                         attr: str, title: str) -> go.Figure:
+    """Stacked per-batch counts per server or group (a mapping: label -> the servers it sums; ``attr`` is
+    ``dropped`` or ``late``)."""
+    if not isinstance(servers, Mapping):
+        servers = {s: (s,) for s in servers}
     colors = server_colors(servers)
     fig = go.Figure()
-    for s in servers:
-        rows = [(b, b.servers.get(s)) for b in batches]
+    for s, members in servers.items():
+        rows = [(b, sum(getattr(sb, attr) for m in members if (sb := b.servers.get(m)))) for b in batches]
         fig.add_trace(go.Bar(
-            x=[ts(b.batch_ts_ms) for b, _ in rows], y=[getattr(sb, attr) if sb else 0 for _, sb in rows], name=s,
+            x=[ts(b.batch_ts_ms) for b, _ in rows], y=[n for _, n in rows], name=s,
             marker_color=colors[s], customdata=[[b.batch, ts(b.watermark_ms).strftime("%H:%M:%S")] for b, _ in rows],
             hovertemplate=f"<b>{s}</b> batch %{{customdata[0]}}<br>{attr} %{{y:,}}<br>watermark in force "
                           "%{customdata[1]}<extra></extra>",

@@ -120,6 +120,8 @@ class Snapshot:
     """Servers out of the live views (no event for RETIRE_AFTER), with their last arrival (ms); ``servers``
     leaves them out, the totals keep them (``watermark.rules.idleness.retired``)."""
     retire_after_ms: int = Config.retire_after_ms
+    regions: Mapping[str, str] = field(default_factory=dict)
+    """Each server's region, as its events carry it (``{ns}:regions``)."""
 
     @property
     def last_batch(self) -> BatchPoint | None:
@@ -204,6 +206,7 @@ def read_snapshot(client: redis.Redis, keys: KeySchema, *, range_ms: int, now_ms
         namespace=keys.namespace, read_ms=now_ms, range_ms=range_ms, state=state, totals=status.totals,
         servers=tuple(s for s in status.servers if s not in gone), windows=tuple(windows), batches=tuple(batches),
         stream=status.stream, online=online_view(*fixed.more), retired=gone, retire_after_ms=retire_after_ms,
+        regions=status.regions,
     )
 
 

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from watermark.apps.replay import ReplayBatch, replay
-from watermark.rules.simulate import generate
+from watermark.rules.scenarios import Scenario
+from watermark.rules.simulate import Simulator
 from watermark.schema.config import Config
 from watermark.schema.events import Event
 from watermark.schema.timeutil import iso_from_us
@@ -46,7 +47,7 @@ class Seeded:
 
 def seed_pipeline(redis_url: str, tmp_path: Path, *, seed: int = 7, rate: float = 10, count: int = 4_000,
                   batch_arrival_ms: int = 40_000, delay_ms: int = 10_000, slide_ms: int = 60_000,
-                  minutes_ago: int = 15) -> Seeded:
+                  minutes_ago: int = 15, scenario: str | Scenario = "late-burst") -> Seeded:
     """About 6.7 minutes of late-burst traffic, ending minutes before now, in batches of
     ``batch_arrival_ms`` of arrival time; entry IDs are the simulated arrival times. Windows are a
     minute long, sliding by ``slide_ms``. Starting under 10 minutes ago keeps the sink from trimming
@@ -56,7 +57,7 @@ def seed_pipeline(redis_url: str, tmp_path: Path, *, seed: int = 7, rate: float 
                  delay_ms=delay_ms, trigger_ms=1_000, checkpoint_dir=str(tmp_path / ns), spark_master="local[2]",
                  retention_ms=100 * 365 * 86_400_000)
     t0_us = (int(time.time()) // 60 - minutes_ago) * 60_000_000  # a window boundary, minutes ago
-    events = generate("late-burst", seed=seed, start_us=t0_us, rate=rate, count=count)
+    events = list(Simulator(scenario, seed=seed, start_us=t0_us, rate=rate, count=count))
     groups: dict[int, list[bytes]] = {}
     ids: dict[int, list[str]] = {}
     lines: list[dict] = []

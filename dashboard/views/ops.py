@@ -8,6 +8,7 @@ import streamlit as st
 
 from dashboard import charts, ui
 from dashboard.data import Snapshot, WindowRow, open_at_loss
+from dashboard.fleet import Grouping, grouping
 from dashboard.status import clock, human_ms
 from watermark.rules.presence_rollup import TOTAL
 from watermark.rules.server_clock import NOTICEABLE_AHEAD_MS
@@ -28,16 +29,20 @@ def window_status(w: WindowRow | None, bounds: tuple[int, int] | None, watermark
             f"{clock(w.end_ms)}")
 
 
-def distinct_players(snap: Snapshot, current: dict, last_final: dict, bounds: object) -> None:
-    """Each server's distinct players in the current window (provisional until final; partial when it was open
-    when Redis came back empty) and in the last final one."""
+def distinct_players(snap: Snapshot, current: dict, last_final: dict, bounds: object, g: Grouping) -> None:
+    """Each server's (or region's) distinct players in the current window (provisional until final; partial
+    when it was open when Redis came back empty) and in the last final one."""
     state = snap.state
     assert state is not None
     st.subheader("Distinct players per window")
     st.caption("Not the same number as online now: every player with an accepted event anywhere in the window "
-               f"({human_ms(state.window_ms)}), including those who have since logged out or gone silent.")
-    cols = st.columns(max(1, len(snap.servers)))
-    for col, server in zip(cols, snap.servers, strict=False):
+               f"({human_ms(state.window_ms)}), including those who have since logged out or gone silent."
+               + (" Per region: the sum of its servers' distinct players." if g.by == "region" else "")
+               + (" The busiest servers, the rest summed." if g.by == "top" else ""))
+    current, last_final = g.current(current), g.current(last_final)
+    labels = [lb for lb in g.labels if lb in current] if g.grouped else [s for s in snap.servers if s in g.members]
+    cols = st.columns(max(1, len(labels)))
+    for col, server in zip(cols, labels, strict=False):
         w = current.get(server)
         f = last_final.get(server)
         with col:
@@ -62,10 +67,11 @@ def render(snap: Snapshot, now_ms: int) -> None:
     current = snap.current_windows()
     last_final = snap.last_final_windows()
     bounds = snap.current_window_bounds()
+    g = grouping(live_servers(snap), snap.regions, snap.online.counts if snap.online else {})
 
-    online_now(snap)
+    online_now(snap, g)
 
-    distinct_players(snap, current, last_final, bounds)
+    distinct_players(snap, current, last_final, bounds, g)
 
     st.subheader("Totals")
     if state.lost_at_batch is not None:
@@ -86,11 +92,12 @@ def render(snap: Snapshot, now_ms: int) -> None:
     c[4].metric("Entries read", ui.fmt_int(t.input), help="Stream entries in every batch the job has committed.")
 
     left, right = st.columns(2)
-    ui.chart(left, charts.players_now(current, snap.servers), "players_now",
+    windows = g.windows(snap.windows)
+    ui.chart(left, charts.players_now(g.current(current), g.labels), "players_now",
              "No events in the current window yet: its distinct players per server appear with the first one.")
-    ui.chart(right, charts.players_over_time(snap.windows, snap.servers), "players_over_time",
+    ui.chart(right, charts.players_over_time(windows, g.labels), "players_over_time",
              "No windows in this range yet: each window's distinct players appear once it has events.")
-    ui.chart(st, charts.events_per_window(snap.windows, snap.servers), "events_per_window",
+    ui.chart(st, charts.events_per_window(windows, g.labels), "events_per_window",
              "No windows in this range yet: each window's accepted events appear once it has events.")
 
     with st.expander(f"Windows in range ({len(snap.windows)})"):
@@ -100,8 +107,20 @@ def render(snap: Snapshot, now_ms: int) -> None:
                    f"{human_ms(snap.range_ms)} of it.")
 
 
-def online_now(snap: Snapshot) -> None:
-    """Players online per server: the online view, folded by the pipeline's sink with every batch."""
+HELP_ONLINE = ("From the online view: players whose latest event is a login or heartbeat and who have been silent "
+               "for less than the timeout in event time, as of the watermark below (every batch folds its events "
+               "into each player's state, watermark/rules/presence.py).")
+
+
+def live_servers(snap: Snapshot) -> list[str]:
+    """The servers the live views show: every server not retired, and any retired one with players still."""
+    counts = snap.online.counts if snap.online else {}
+    return sorted({*snap.servers, *(s for s, n in counts.items() if n or s not in snap.retired)})
+
+
+def online_now(snap: Snapshot, g: Grouping) -> None:
+    """Players online per server (per region past a few servers, every server in a table): the online view,
+    folded by the pipeline's sink with every batch."""
     st.subheader("Players online now")
     v = snap.online
     if v is None:
@@ -111,33 +130,59 @@ def online_now(snap: Snapshot) -> None:
     note = online_loss_note(v)
     if note:
         (st.warning if v.partial else st.info)(note)
-    servers = sorted({*snap.servers, *(s for s, n in v.counts.items() if n or s not in snap.retired)})
-    cols = st.columns(max(1, len(servers)) + 1)
-    for col, server in zip(cols, [*servers, TOTAL], strict=False):
-        name = "All servers" if server == TOTAL else server
-        n = v.total if server == TOTAL else v.counts.get(server, 0)
-        peak = v.peaks.get(server)
-        col.metric(f"{name} · online now", ui.fmt_int(n),
-                   help="From the online view: players whose latest event is a login or heartbeat and who have "
-                        "been silent for less than the timeout in event time, as of the watermark below (every "
-                        "batch folds its events into each player's state, watermark/rules/presence.py).")
+    counts = g.counts(v.counts)
+    cols = st.columns(len(g.labels) + 1)
+    for col, label in zip(cols, [TOTAL, *g.labels], strict=True):
+        name = "All servers" if label == TOTAL else label
+        n = v.total if label == TOTAL else counts[label]
+        col.metric(f"{name} · online now" if not g.grouped or label == TOTAL else name, ui.fmt_int(n),
+                   help=HELP_ONLINE + ("" if not g.grouped or label == TOTAL else
+                                       f" The sum over {len(g.members[label]):,} servers: "
+                                       + ", ".join(g.members[label][:10])
+                                       + (" ..." if len(g.members[label]) > 10 else "")))
+        peak = v.peaks.get(label) if not g.grouped or label == TOTAL else None
         if peak is not None:
             col.caption(f"peak today {peak[0]:,} at {clock(peak[1])}")
     st.caption(f"As of batch {v.last_batch}: a player with no event for {human_ms(v.timeout_ms)} of their own "
                f"server's event time counts as offline (each server its own clock; the windows' watermark is "
                f"{clock(v.watermark_ms)}).")
+    if g.grouped:
+        server_table(snap, v)
     for text in clock_notes(v, retired=snap.retired):
         st.info(text)
     ui.retired_note(st, snap)
+    what = {"region": " per region", "top": " (the busiest servers, the rest summed)"}.get(g.by, "")
     if v.minutes:
         left, right = st.columns(2)
-        ui.chart(left, charts.online_per_minute(v.minutes, servers), "online_per_minute",
+        ui.chart(left, charts.online_per_minute(g.minutes(v.minutes), g.labels, what), "online_per_minute",
                  "No player has been online in the last hour.")
         ui.chart(right, charts.transitions_per_minute(v.minutes), "transitions_per_minute",
                  "No logins, logouts or timeouts in the last hour.")
     if v.history:
-        ui.chart(st, charts.online_over_batches(v.history, servers), "online_over_batches",
+        ui.chart(st, charts.online_over_batches(g.history(v.history), g.labels, what), "online_over_batches",
                  "No player online after any batch in this range.")
+
+
+TOP_N = 5
+
+
+def server_table(snap: Snapshot, v: OnlineView) -> None:
+    """Every server in one sortable table, the busiest and the emptiest named, and a box to find one."""
+    servers = live_servers(snap)
+    ranked = sorted(servers, key=lambda s: (-v.counts.get(s, 0), s))
+    st.caption("Most players: " + ", ".join(f"{s} ({v.counts.get(s, 0):,})" for s in ranked[:TOP_N])
+               + " · fewest: " + ", ".join(f"{s} ({v.counts.get(s, 0):,})" for s in reversed(ranked[-TOP_N:])))
+    find = st.text_input("Find a server", key="ops_find_server", placeholder="a name, or part of one").strip()
+    shown = [s for s in ranked if find.lower() in s.lower()] if find else ranked
+    rows = [{"Server": s, "Region": snap.regions.get(s, ""), "Online now": v.counts.get(s, 0),
+             "Peak today": v.peaks[s][0] if s in v.peaks else None,
+             "Peak at (UTC)": clock(v.peaks[s][1]) if s in v.peaks else "",
+             "Trend (last hour)": [m.last.get(s, 0) for m in v.minutes]} for s in shown]
+    st.dataframe(rows, hide_index=True, width="stretch", height=min(400, 38 + 35 * max(1, len(rows))),
+                 column_config={"Trend (last hour)": st.column_config.LineChartColumn(
+                     "Trend (last hour)", help="Players online at each minute's end")})
+    if find and not shown:
+        st.caption(f"No server's name contains {find!r}.")
 
 
 def clock_notes(v: OnlineView, shown: int = 8, retired: Collection[str] = ()) -> list[str]:

@@ -6,7 +6,26 @@ import streamlit as st
 
 from dashboard import charts, ui
 from dashboard.data import Snapshot
+from dashboard.fleet import Grouping, grouping
 from dashboard.status import clock, human_ms
+
+
+def server_drops(snap: Snapshot, g: Grouping) -> None:
+    """Drops and late accepts per server, or per region past a few servers with the servers dropping most."""
+    t = snap.totals
+    if not snap.servers:
+        return
+    dropped = g.counts({s: x.dropped for s, x in t.servers.items()})
+    late = g.counts({s: x.late for s, x in t.servers.items()})
+    cols = st.columns(len(g.labels))
+    for col, label in zip(cols, g.labels, strict=True):
+        col.metric(f"{label} · dropped late", ui.fmt_int(dropped[label]),
+                   help=None if not g.grouped else f"The sum over {len(g.members[label]):,} servers.")
+        col.caption(f"late but accepted: {late[label]:,}")
+    if g.grouped:
+        worst = sorted(t.servers.items(), key=lambda kv: (-kv[1].dropped, kv[0]))[:5]
+        st.caption("Most dropped: " + ", ".join(f"{s} ({x.dropped:,})" for s, x in worst if x.dropped)
+                   if worst and worst[0][1].dropped else "No server has dropped an event.")
 
 
 def render(snap: Snapshot, now_ms: int) -> None:
@@ -30,12 +49,8 @@ def render(snap: Snapshot, now_ms: int) -> None:
     if state.lost_at_batch is not None:
         st.caption(f"Totals count from batch {state.lost_at_batch}: Redis came back empty before it, and what it "
                    "held is gone.")
-    if snap.servers:
-        cols = st.columns(len(snap.servers))
-        for col, server in zip(cols, snap.servers, strict=False):
-            st_tot = t.servers.get(server)
-            col.metric(f"{server} · dropped late", ui.fmt_int(st_tot.dropped if st_tot else 0))
-            col.caption(f"late but accepted: {st_tot.late if st_tot else 0:,}")
+    g = grouping(snap.servers, snap.regions, {s: x.dropped for s, x in t.servers.items()})
+    server_drops(snap, g)
 
     ui.retired_note(st, snap)
     st.caption("Dashed grey: the wall clock. Blue: the newest event time seen. Red: the watermark in force. The "
@@ -48,15 +63,15 @@ def render(snap: Snapshot, now_ms: int) -> None:
     left, right = st.columns(2)
     ui.chart(left, charts.watermark_lag(snap.batches, state.delay_ms), "watermark_lag",
              "No watermark yet: it starts with the first batch that has events.")
-    ui.chart(right, charts.dropped_per_window(snap.windows, snap.servers), "dropped_per_window",
+    ui.chart(right, charts.dropped_per_window(g.windows(snap.windows), g.labels), "dropped_per_window",
              "No window in this range has dropped an event: an event arriving after its window closed would "
              "appear here, under its window.")
     left, right = st.columns(2)
-    ui.chart(left, charts.mark_loss(charts.per_server_over_time(snap.batches, snap.servers, "dropped",
+    ui.chart(left, charts.mark_loss(charts.per_server_over_time(snap.batches, g.members, "dropped",
                                                                 "Dropped late per batch"), snap.batches, lost),
              "dropped_over_time", "No batch in this range dropped an event: a batch that does appears here as a "
              "bar per server.")
-    ui.chart(right, charts.per_server_over_time(snap.batches, snap.servers, "late", "Late but accepted per batch"),
+    ui.chart(right, charts.per_server_over_time(snap.batches, g.members, "late", "Late but accepted per batch"),
              "late_over_time", "No batch in this range accepted a late event (behind the watermark, its window "
              "still open): a batch that does appears here as a bar per server.")
     with st.expander("The late rule"):

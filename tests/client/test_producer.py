@@ -21,7 +21,7 @@ from watermark.rules.simulate import generate
 from watermark.schema.events import Event, parse_entry, parse_payload
 from watermark.schema.keys import KeySchema
 from watermark.schema.timeutil import parse_iso_us
-from watermark.store.batch_channel import LOST_REDIS, BatchChannel, xadd_head
+from watermark.store.batch_channel import LOST_REDIS, Batch, BatchChannel, xadd_head
 from watermark.store.redis_server import RedisServer
 from watermark.store.stream_writer import StreamWriter
 
@@ -254,6 +254,33 @@ def test_a_batch_redis_has_is_not_sent_again(r: redis.Redis, ns: str) -> None:
     settled = channel.attach(r)
     assert [b.seq for b in settled] == [1] and (channel.recovered, channel.resent) == (1, 0)
     assert r.xlen(keys.events) == 10
+    channel.detach()
+
+
+def test_batches_settled_by_an_attach_that_fails_are_reported_by_the_next(r: redis.Redis, ns: str,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """The connection lost again while the batches in flight are sent again: the one Redis had is still
+    reported once (its events would otherwise never count as written, and a flush would wait for ever)."""
+    keys = KeySchema(ns)
+    channel = BatchChannel(keys.events, keys.producer("p"))
+    channel.attach(r)
+    channel.send(one_batch(keys.events, 10), 10)
+    wait_until(lambda: r.get(keys.producer("p")) == b"1", what="the first batch")
+    channel.inflight.append(Batch(2, one_batch(keys.events, 5), 5, None))  # in flight, never sent
+    channel.seq = 2
+    channel.detach(broken=True)
+    real_send = channel._send
+
+    def lost(batch: Batch) -> None:
+        raise redis.ConnectionError("lost again while sending")
+    monkeypatch.setattr(channel, "_send", lost)
+    with pytest.raises(redis.ConnectionError):
+        channel.attach(r)  # batch 1 found in Redis, batch 2's resend fails
+    monkeypatch.setattr(channel, "_send", real_send)
+    settled = channel.attach(r)
+    assert [b.seq for b in settled] == [1, 2]  # each once, in order
+    assert r.xlen(keys.events) == 15
+    assert channel.attach(r) == []
     channel.detach()
 
 

@@ -293,7 +293,7 @@ def test_online_per_minute_and_transitions_per_minute() -> None:
                Minute(120_000, {"A": 2}, {"A": 3, TOTAL: 3}, {"A": {"timeout": 1}})]
     fig = charts.online_per_minute(minutes, ["A", "B"])
     assert [(t.name, list(t.y)) for t in fig.data] == [("A", [3, 2]), ("B", [1, 0])]  # B absent later: 0
-    assert [c[0] for c in fig.data[0].customdata] == [4, 3]  # each minute's peak, in the hover
+    assert [c[0] for c in fig.data[0].customdata] == ["4", "3"]  # each minute's peak, in the hover
     fig = charts.transitions_per_minute(minutes)
     # a heartbeat or a kind-less event that brings a player online counts as coming online
     assert [(t.name, list(t.y)) for t in fig.data] == [("came online", [5, 0]), ("logged out", [1, 0]),

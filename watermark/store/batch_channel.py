@@ -125,6 +125,7 @@ class BatchChannel:
         self.ttl_s = ttl_s
         self.seq = 0
         self.inflight: deque[Batch] = deque()
+        self._settled: list[Batch] = []  # confirmed by an attach that then failed: the next one returns them
         self.conn: redis.connection.Connection | None = None
         self._pool: redis.ConnectionPool | None = None
         self._replies: Replies | None = None
@@ -143,7 +144,9 @@ class BatchChannel:
     def attach(self, client: redis.Redis) -> list[Batch]:
         """Take a connection from ``client``'s pool; if batches were in flight on a lost one, settle them: the
         ones Redis has are confirmed, the others sent again and confirmed. Returns the settled batches in
-        order (each confirmed exactly once, by this call or by :meth:`confirm`)."""
+        order (each confirmed exactly once, by this call or by :meth:`confirm`). Batches settled by an attach
+        that then failed (the connection lost again while sending the rest) are returned by the next one:
+        they are in Redis, and their sender must hear it once."""
         self.detach()
         pool = client.connection_pool
         conn = pool.get_connection()
@@ -153,21 +156,24 @@ class BatchChannel:
             self._replies = Replies(conn)
             old, self._server = self._server, self._identify(conn)
             if not self.inflight:
-                return []
+                return self._take_settled()
             if not self.idempotent:
-                return self._resend()
+                self._resend()
+                return self._take_settled()
             self._fence(old)
             conn.send_command("GET", self.marker_key)
             marker = conn.read_response(disable_decoding=True)
             have = int(marker) if marker is not None else 0
-            settled = []
+            found = 0
             while self.inflight and self.inflight[0].seq <= have:
-                settled.append(self.inflight.popleft())
-            self.recovered += len(settled)
-            if settled:
+                self._settled.append(self.inflight.popleft())
+                found += 1
+            self.recovered += found
+            if found:
                 log.info("after a lost connection: %d batch(es) in flight were committed (marker %s at %d)",
-                         len(settled), self.marker_key, have)
-            return settled + self._resend()
+                         found, self.marker_key, have)
+            self._resend()
+            return self._take_settled()
         except BaseException:
             self.detach(broken=True)
             raise
@@ -200,15 +206,21 @@ class BatchChannel:
                             "could run after being sent again", exc)
                 self._fence_refused = True
 
-    def _resend(self) -> list[Batch]:
-        """Send every batch in flight again, in order, and confirm them."""
+    def _resend(self) -> None:
+        """Send every batch in flight again, in order, and confirm them (into ``_settled`` one by one, so that
+        a connection lost half way loses none of the confirmations)."""
         batches = list(self.inflight)
         if batches:
             log.info("after a lost connection: sending %d batch(es) again", len(batches))
             self.resent += len(batches)
         for b in batches:
             self._send(b)
-        return [self.confirm() for _ in batches]
+        for _ in batches:
+            self._settled.append(self.confirm())
+
+    def _take_settled(self) -> list[Batch]:
+        settled, self._settled = self._settled, []
+        return settled
 
     def detach(self, broken: bool = True) -> None:
         """Give the connection back (``broken``: disconnect it first, its replies are not all read)."""

@@ -131,6 +131,8 @@ class PipelineStatus:
     stream: StreamInfo
     seen: Mapping[str, int] = field(default_factory=dict)
     """Each server's newest committed arrival (``{ns}:seen``, ms)."""
+    regions: Mapping[str, str] = field(default_factory=dict)
+    """Each server's region, as its events carry it (``{ns}:regions``)."""
 
 
 @dataclass(frozen=True)
@@ -144,6 +146,7 @@ class FixedReads:
     trimmed: int
     xinfo: Mapping
     seen: Mapping[str, int]
+    regions: Mapping[str, str]
     more: list
     """The replies to what the caller queued (``queue_more``)."""
 
@@ -151,7 +154,8 @@ class FixedReads:
         """``oldest``: the first input entry after ``committed_id`` (its ID), None when there is none."""
         committed = self.totals.input if self.state else 0
         return PipelineStatus(self.state, self.totals, self.servers,
-                              stream_info(self.xinfo, self.trimmed, committed, oldest, self.state is None), self.seen)
+                              stream_info(self.xinfo, self.trimmed, committed, oldest, self.state is None), self.seen,
+                              self.regions)
 
 
 def read_pipeline(client: redis.Redis, keys: KeySchema, input_keys: KeySchema | None = None) -> PipelineStatus:
@@ -199,6 +203,7 @@ def read_fixed(client: redis.Redis, keys: KeySchema, input_keys: KeySchema,
         pipe.get(input_keys.trimmed)
         pipe.xinfo_stream(input_keys.events)
         pipe.hgetall(keys.seen)
+        pipe.hgetall(keys.regions)
         if queue_more is not None:
             queue_more(pipe)
         for g in guards:
@@ -211,8 +216,8 @@ def read_fixed(client: redis.Redis, keys: KeySchema, input_keys: KeySchema,
 
 
 def _parse_fixed(replies: list, keys: KeySchema) -> FixedReads:
-    state_h, totals_h, servers_raw, trimmed, xinfo, seen_h, *more = replies
-    for reply in (state_h, totals_h, servers_raw, trimmed, seen_h, *more):
+    state_h, totals_h, servers_raw, trimmed, xinfo, seen_h, regions_h, *more = replies
+    for reply in (state_h, totals_h, servers_raw, trimmed, seen_h, regions_h, *more):
         if isinstance(reply, Exception):
             raise reply
     state = PipelineState.from_hash(state_h, keys.state)
@@ -223,7 +228,8 @@ def _parse_fixed(replies: list, keys: KeySchema) -> FixedReads:
         raise xinfo
     servers = tuple(sorted({*(_decode(s) for s in servers_raw), *totals.servers}))
     seen = {_decode(k): int(v) for k, v in seen_h.items()}
-    return FixedReads(state, totals, servers, int(trimmed or 0), xinfo, seen, more)
+    regions = {_decode(k): _decode(v) for k, v in regions_h.items()}
+    return FixedReads(state, totals, servers, int(trimmed or 0), xinfo, seen, regions, more)
 
 
 def stream_info(xinfo: Mapping, trimmed: int, committed: int, oldest: object, no_batch: bool) -> StreamInfo:

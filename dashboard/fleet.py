@@ -1,0 +1,96 @@
+"""Many servers on one chart: past :data:`MAX_SERIES` servers a chart draws regions (or the busiest servers and
+the rest summed), never a line per server.
+
+A chart with 300 traces and a 300-entry legend tells an operator nothing; a line per region, with the servers
+that matter named in a table beside it, does. The grouping is decided once per page from the servers, their
+regions (``{ns}:regions``, as the events carry them) and a weight (players online), and applied to each kind of
+data the charts take: every group's value is the exact sum of its servers' values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+
+from watermark.rules.presence_rollup import Minute
+from watermark.schema.keys import WindowKey
+from watermark.store.presence_store import OnlinePoint
+from watermark.store.report import WindowRow
+
+MAX_SERIES = 8
+"""The most lines or bar groups a chart draws; past it, servers are grouped."""
+NO_REGION = "no region"
+"""The group of servers whose events carry no region."""
+
+
+@dataclass(frozen=True)
+class Grouping:
+    """Chart series (labels) and the servers each one sums; ``by`` says what a label is."""
+
+    members: dict[str, tuple[str, ...]]
+    by: str
+    """``server`` (a line per server), ``region`` or ``top`` (the busiest servers, the rest summed)."""
+
+    @property
+    def labels(self) -> list[str]:
+        return list(self.members)
+
+    @property
+    def grouped(self) -> bool:
+        return self.by != "server"
+
+    def label_of(self) -> dict[str, str]:
+        return {s: label for label, servers in self.members.items() for s in servers}
+
+    def counts(self, counts: Mapping[str, int]) -> dict[str, int]:
+        return {label: sum(counts.get(s, 0) for s in servers) for label, servers in self.members.items()}
+
+    def windows(self, rows: Sequence[WindowRow]) -> list[WindowRow]:
+        """Each window's rows summed per group; a group's window is final when all of its servers' are."""
+        if not self.grouped:
+            return list(rows)
+        of = self.label_of()
+        out: dict[WindowKey, WindowRow] = {}
+        for w in rows:
+            label = of.get(w.server)
+            if label is None:
+                continue
+            key = WindowKey(w.start_ms, w.end_ms, label)
+            prior = out.get(key)
+            out[key] = replace(w, key=key) if prior is None else replace(
+                prior, events=prior.events + w.events, dropped=prior.dropped + w.dropped, late=prior.late + w.late,
+                players=prior.players + w.players, final=prior.final and w.final)
+        return sorted(out.values(), key=lambda w: (w.start_ms, w.server, w.end_ms))
+
+    def current(self, current: Mapping[str, WindowRow | None]) -> dict[str, WindowRow | None]:
+        rows = self.windows([w for w in current.values() if w is not None])
+        by_label: dict[str, WindowRow | None] = dict.fromkeys(self.members)
+        by_label.update({w.server: w for w in rows})
+        return by_label
+
+    def history(self, points: Sequence[OnlinePoint]) -> list[OnlinePoint]:
+        return list(points) if not self.grouped else [replace(p, counts=self.counts(p.counts)) for p in points]
+
+    def minutes(self, minutes: Sequence[Minute]) -> list[Minute]:
+        """Minutes with each group's count at the minute's end; a group's peak within the minute is not kept
+        (the servers' peaks came at different moments: their sum is no count that ever was)."""
+        if not self.grouped:
+            return list(minutes)
+        return [Minute(m.minute_ms, last=self.counts(m.last), peak={}, causes={}) for m in minutes]
+
+
+def grouping(servers: Sequence[str], regions: Mapping[str, str], weights: Mapping[str, int],
+             limit: int = MAX_SERIES) -> Grouping:
+    """A line per server up to ``limit`` servers; past it a line per region when the servers fall into at most
+    ``limit`` regions (those without one together); else the ``limit - 1`` heaviest servers and the rest summed."""
+    if len(servers) <= limit:
+        return Grouping({s: (s,) for s in servers}, "server")
+    by_region: dict[str, list[str]] = {}
+    for s in servers:
+        by_region.setdefault(regions.get(s) or NO_REGION, []).append(s)
+    if len(by_region) <= limit and len(by_region) > 1:
+        return Grouping({r: tuple(by_region[r]) for r in sorted(by_region, key=lambda r: (r == NO_REGION, r))},
+                        "region")
+    ranked = sorted(servers, key=lambda s: (-weights.get(s, 0), s))
+    top, rest = ranked[:limit - 1], ranked[limit - 1:]
+    return Grouping({**{s: (s,) for s in top}, f"other {len(rest)} servers": tuple(rest)}, "top")

@@ -1,0 +1,59 @@
+"""Many servers on one chart (dashboard/fleet.py): the grouping's choice at 3 and at 300 servers, and every
+group's value equal to an independent sum over its servers (no Redis, no Spark)."""
+
+from __future__ import annotations
+
+import random
+from collections import defaultdict
+
+from dashboard.fleet import MAX_SERIES, NO_REGION, grouping
+from watermark.rules.presence_rollup import Minute
+from watermark.schema.keys import WindowKey
+from watermark.store.presence_store import OnlinePoint
+from watermark.store.report import WindowRow
+
+SERVERS = [f"{r}-{k:03d}" for k in range(1, 51) for r in ("eu", "na", "sa", "as", "oc", "af")]
+REGIONS = {s: s.split("-")[0] for s in SERVERS}
+
+
+def test_a_few_servers_are_drawn_one_line_each() -> None:
+    g = grouping(["A", "B", "C"], {}, {})
+    assert g.by == "server" and g.labels == ["A", "B", "C"] and not g.grouped
+
+
+def test_three_hundred_servers_in_six_regions_are_drawn_a_line_per_region() -> None:
+    g = grouping(SERVERS, REGIONS, {})
+    assert g.by == "region" and g.labels == ["af", "as", "eu", "na", "oc", "sa"]
+    assert all(len(g.members[r]) == 50 for r in g.labels)
+    some = grouping(SERVERS, {s: r for s, r in REGIONS.items() if not s.startswith("eu")}, {})
+    assert some.labels[-1] == NO_REGION and len(some.members[NO_REGION]) == 50  # those without one, together
+
+
+def test_without_regions_the_busiest_servers_and_the_rest_summed() -> None:
+    weights = {s: i for i, s in enumerate(SERVERS)}
+    g = grouping(SERVERS, {}, weights)
+    assert g.by == "top" and len(g.labels) == MAX_SERIES
+    assert g.labels[:-1] == SERVERS[::-1][:MAX_SERIES - 1] and g.labels[-1] == "other 293 servers"
+    assert sum(len(m) for m in g.members.values()) == 300
+
+
+def test_every_group_is_the_exact_sum_of_its_servers() -> None:
+    rng = random.Random(7)
+    g = grouping(SERVERS, REGIONS, {})
+    counts = {s: rng.randint(0, 900) for s in SERVERS}
+    model: dict[str, int] = defaultdict(int)
+    for s, n in counts.items():
+        model[REGIONS[s]] += n
+    assert g.counts(counts) == dict(model)
+    rows = [WindowRow(WindowKey(t, t + 60_000, s), events=rng.randint(0, 99), dropped=rng.randint(0, 9),
+                      late=rng.randint(0, 9), players=rng.randint(0, 50), final=t < 120_000 or rng.random() < 0.5)
+            for t in (0, 60_000, 120_000) for s in SERVERS if rng.random() < 0.8]
+    for w in g.windows(rows):
+        mine = [r for r in rows if r.start_ms == w.start_ms and REGIONS[r.server] == w.server]
+        assert (w.events, w.dropped, w.late, w.players) == tuple(sum(getattr(r, a) for r in mine)
+                                                                for a in ("events", "dropped", "late", "players"))
+        assert w.final == all(r.final for r in mine)
+    minutes = g.minutes([Minute(0, last=counts, peak={s: n + 5 for s, n in counts.items()})])
+    assert minutes[0].last == dict(model) and minutes[0].peak == {}  # a sum of peaks is no count that ever was
+    (point,) = g.history([OnlinePoint(1, 0, 0, counts, 0, 0)])
+    assert point.counts == dict(model)

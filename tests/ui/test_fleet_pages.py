@@ -1,0 +1,63 @@
+"""Live ops at 300 servers in 6 regions, seeded through the real pipeline (the regions ride from the events to
+Redis): one headline per region and the total, every server in one table with a search box, no chart with more
+than a handful of lines, and every region's number equal to an independent sum over Redis' per-server counts."""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+
+import pytest
+import redis
+from pyspark.sql import SparkSession
+from streamlit.testing.v1 import AppTest
+
+from tests.paths import APP
+from tests.seed import Seeded, seed_pipeline
+from watermark.rules.scenarios import fleet
+from watermark.schema.keys import KeySchema
+
+pytestmark = pytest.mark.spark
+
+MAX_TRACES = 2 * 8  # a line per group, solid and dotted (provisional) for the windowed ones
+
+
+@pytest.fixture(scope="module")
+def seeded(spark: SparkSession, redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Seeded:
+    return seed_pipeline(redis_url, tmp_path_factory.mktemp("fleet"), scenario=fleet(300, 6), rate=60,
+                         count=24_000, batch_arrival_ms=20_000, minutes_ago=9)
+
+
+def test_regions_ride_from_the_events_into_redis(seeded: Seeded) -> None:
+    client = redis.Redis.from_url(seeded.cfg.redis_url, decode_responses=True)
+    regions = client.hgetall(KeySchema(seeded.cfg.namespace).regions)
+    servers = client.smembers(KeySchema(seeded.cfg.namespace).servers)
+    assert len(servers) == 300 and regions == {s: s.split("-")[0] for s in servers}
+
+
+def test_live_ops_at_300_servers_reads_by_region(seeded: Seeded, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("REDIS_URL", seeded.cfg.redis_url)
+    monkeypatch.setenv("PIPELINE_NAMESPACE", seeded.cfg.namespace)
+    at = AppTest.from_file(APP, default_timeout=90)
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    client = redis.Redis.from_url(seeded.cfg.redis_url, decode_responses=True)
+    keys = KeySchema(seeded.cfg.namespace)
+    counts = {s: int(n) for s, n in client.hgetall(keys.presence_counts).items()}
+    model: dict[str, int] = defaultdict(int)
+    for s, n in counts.items():
+        model[s.split("-")[0]] += n
+    shown = {m.label: int(m.value.replace(",", "")) for m in at.metric if m.label in model or "online now" in m.label}
+    assert {k: v for k, v in shown.items() if k in model} == dict(model)  # one headline per region, exact
+    assert shown["All servers · online now"] == sum(counts.values())
+    assert not [m.label for m in at.metric if m.label.startswith("eu-")]  # no column per server
+    (table,) = [df.value for df in at.dataframe if "Trend (last hour)" in df.value.columns]
+    assert len(table) == 300 and list(table["Online now"]) == sorted(table["Online now"], reverse=True)
+    shown_servers = dict(zip(table["Server"], table["Online now"], strict=True))
+    assert shown_servers == {s: counts.get(s, 0) for s in shown_servers}
+    for chart in at.get("plotly_chart"):
+        spec = json.loads(chart.proto.spec)
+        assert len(spec["data"]) <= MAX_TRACES, (chart.key, len(spec["data"]))
+    at.text_input(key="ops_find_server").input("as-01").run()
+    (found,) = [df.value for df in at.dataframe if "Trend (last hour)" in df.value.columns]
+    assert sorted(found["Server"]) == [f"as-{k:03d}" for k in range(10, 20)]
