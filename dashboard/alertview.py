@@ -35,6 +35,10 @@ def alert_rows(alerts: Sequence[AlertState], now_ms: int) -> list[dict[str, str]
             for a in order]
 
 
+NAMED = 8
+"""Subjects named per alert in the firing line; the rest counted (an outage of 300 servers is one line)."""
+
+
 def firing_text(alerts: Sequence[AlertState]) -> str | None:
     """``4 alerts firing: PlayersDrop (server B), ServerSilent (servers A, C, D).``, critical first, one part
     per alert name however many servers it covers; None when nothing fires."""
@@ -48,8 +52,8 @@ def firing_text(alerts: Sequence[AlertState]) -> str | None:
     for name, group in by_name.items():
         label = SUBJECT_NAMES[SUBJECT_LABEL[group[0].rule]].lower()
         subjects = [a.subject for a in group if a.subject]
-        parts.append(f"{name} ({label}{'s' if len(subjects) > 1 else ''} {', '.join(subjects)})" if subjects
-                     else name)
+        named = ", ".join(subjects[:NAMED]) + (f" and {len(subjects) - NAMED} more" if len(subjects) > NAMED else "")
+        parts.append(f"{name} ({label}{'s' if len(subjects) > 1 else ''} {named})" if subjects else name)
     return f"{len(firing)} alert{'s' if len(firing) > 1 else ''} firing: {', '.join(parts)}."
 
 

@@ -15,6 +15,7 @@ import plotly.graph_objects as go
 
 from dashboard.charts import PALETTE, WALL_CLOCK, _layout, _time_axis, server_colors, ts
 from dashboard.data import BatchPoint, Snapshot
+from dashboard.fleet import MAX_SERIES
 from dashboard.lanes import Lane
 from dashboard.status import Level, Status, clock, human_ms
 from watermark.rules.tradeoff import Tradeoff
@@ -163,6 +164,11 @@ def server_watermarks(lane: Lane, snap: Snapshot) -> go.Figure:
     fig = go.Figure()
     bs = [b for b in snap.batches if b.server_watermarks]
     servers = sorted({s for b in bs for s in (b.server_watermarks or {})})
+    every = len(servers)
+    if every > MAX_SERIES:  # the servers that decide the combined watermark: lowest under min, highest under max
+        latest = bs[-1].server_watermarks or {}
+        far = 1 if lane.policy == "min" else -1
+        servers = sorted(sorted(latest, key=lambda s: (far * latest[s], s))[:MAX_SERIES])
     colors = server_colors(servers)
     # The combined line first and wide, the servers' thin and dotted on top: a server whose watermark is the
     # combined one shows inside it instead of vanishing under it.
@@ -178,7 +184,9 @@ def server_watermarks(lane: Lane, snap: Snapshot) -> go.Figure:
             name=f"{s}'s watermark", mode="lines", line={"shape": "hv", "color": colors[s], "dash": "dot",
                                                          "width": 2},
             hovertemplate=f"<b>{s}</b> %{{y|%H:%M:%S.%L}}<extra></extra>"))
-    fig = _layout(fig, f"{lane.label}: each server's watermark", "event time (UTC)", counts=False)
+    which = ("each server's watermark" if every <= MAX_SERIES else
+             f"the {MAX_SERIES} {'lowest' if lane.policy == 'min' else 'highest'} of {every} servers' watermarks")
+    fig = _layout(fig, f"{lane.label}: {which}", "event time (UTC)", counts=False)
     fig.update_layout(legend={"y": -0.3})  # below the axis title
     fig.update_xaxes(title="processing time (UTC)")
     fig.update_yaxes(tickformat="%H:%M:%S")

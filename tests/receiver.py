@@ -48,9 +48,14 @@ class Receiver:
 
 def alert_line(body: dict) -> tuple[str, str, str]:
     """(status, alertname, subject) of a one-alert webhook message."""
-    (a,) = body["alerts"]
-    labels = a["labels"]
-    return a["status"], labels["alertname"], labels.get("server") or labels.get("pipeline") or ""
+    (line,) = alert_lines(body)
+    return line
+
+
+def alert_lines(body: dict) -> list[tuple[str, str, str]]:
+    """(status, alertname, subject) of each alert a webhook message lists."""
+    return [(a["status"], a["labels"]["alertname"], a["labels"].get("server") or a["labels"].get("pipeline") or "")
+            for a in body["alerts"]]
 
 
 @contextmanager

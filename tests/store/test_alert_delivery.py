@@ -171,3 +171,30 @@ def test_a_receiver_answering_garbage_is_retried_not_fatal(r: redis.Redis) -> No
     srv.close()
     assert len(failures) == 2 and all("BadStatusLine" in f or "RemoteDisconnected" in f for f in failures), failures
     assert [x.id for _, x in read_outbox(r, k)] == [notice.id]  # still owed
+
+
+def test_an_outage_of_300_servers_is_one_message_listing_them(r: redis.Redis) -> None:
+    """ServerSilent for 300 servers decided within the group wait, and a PlayersDrop among them: two messages,
+    one per alert name, each alert acknowledged in the outbox."""
+    from tests.receiver import alert_lines
+
+    k = keys()
+    servers = [f"eu-{i:03d}" for i in range(300)]
+    findings = [Finding("server_silent", s, True, 61.0, f"no event from {s}") for s in servers]
+    drop = [Finding("players_drop", "eu-007", True, 80.0, "eu-007: 20 players online, down 80 %")]
+    decided = step_all({}, findings + drop, T0, {"server_silent": Timing(0, 0), "players_drop": Timing(0, 0)})
+    sent = apply_decision(r, k, decided, T0, outbox=True)
+    with receiving() as hook:
+        n = Notifier(hook.url, r, k, external_url="http://dash", timeout_ms=2_000, max_backoff_ms=40, clock=NOW,
+                     group_wait_ms=2_000)
+        n.start()
+        for oid, notice in sent:
+            n.offer(Outgoing(notice, oid))
+        bodies = hook.wait_for(lambda b: sum(len(x["alerts"]) for x in b) == 301, 20, "every notice")
+        n.close()
+    assert sorted((b["groupLabels"]["alertname"], len(b["alerts"])) for b in bodies) == [("PlayersDrop", 1),
+                                                                                          ("ServerSilent", 300)]
+    (outage,) = [b for b in bodies if b["groupLabels"]["alertname"] == "ServerSilent"]
+    assert sorted(x[2] for x in alert_lines(outage)) == servers
+    assert "server" not in outage["commonLabels"] and outage["commonLabels"]["alertname"] == "ServerSilent"
+    assert read_outbox(r, k) == [] and read_alert_view(r, k, T0).webhook.delivered == 301

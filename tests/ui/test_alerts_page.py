@@ -126,3 +126,12 @@ def test_the_firing_line_groups_servers_under_their_alert() -> None:
     assert firing_text(list(d.states.values())) == (
         "4 alerts firing: PlayersDrop (server B), ServerSilent (servers A, B, C).")
     assert firing_text([]) is None
+
+
+def test_the_firing_line_names_eight_servers_of_an_outage_and_counts_the_rest() -> None:
+    from dashboard.alertview import firing_text
+
+    d = step_all({}, [Finding("server_silent", f"eu-{i:03d}", True) for i in range(300)], T0, TIMING)
+    assert firing_text(list(d.states.values())) == (
+        "300 alerts firing: ServerSilent (servers eu-000, eu-001, eu-002, eu-003, eu-004, eu-005, eu-006, eu-007 "
+        "and 292 more).")

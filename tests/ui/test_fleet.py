@@ -57,3 +57,24 @@ def test_every_group_is_the_exact_sum_of_its_servers() -> None:
     assert minutes[0].last == dict(model) and minutes[0].peak == {}  # a sum of peaks is no count that ever was
     (point,) = g.history([OnlinePoint(1, 0, 0, counts, 0, 0)])
     assert point.counts == dict(model)
+
+
+def test_a_lanes_watermark_chart_draws_the_servers_holding_it_back() -> None:
+    from dashboard.data import BatchPoint
+    from dashboard.labview import server_watermarks
+    from dashboard.lanes import Lane
+
+    marks = {s: 1_800_000_000_000 + 1_000 * i for i, s in enumerate(SERVERS)}
+    point = BatchPoint.__new__(BatchPoint)
+    object.__setattr__(point, "server_watermarks", marks)
+    object.__setattr__(point, "batch_ts_ms", 1_800_000_100_000)
+    object.__setattr__(point, "next_watermark_ms", min(marks.values()))
+
+    class Snap:
+        batches = (point,)
+    lane = Lane("per-server-min", "wm.per-server-min", "wm")
+    fig = server_watermarks(lane, Snap())  # type: ignore[arg-type]
+    names = [t.name for t in fig.data]
+    assert len(names) == 1 + MAX_SERIES and names[0].startswith("combined")
+    assert sorted(n.split("'")[0] for n in names[1:]) == sorted(SERVERS[:MAX_SERIES])  # the lowest eight
+    assert "the 8 lowest of 300 servers' watermarks" in fig.layout.title.text

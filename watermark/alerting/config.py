@@ -106,6 +106,9 @@ class Webhook:
     """An Alertmanager-compatible receiver (``POST`` of its webhook JSON); empty: no webhook."""
     timeout_ms: int = 5_000
     max_backoff_ms: int = 60_000
+    group_wait_ms: int = 5_000
+    """Notices of one alert name and status decided within this of each other go in one message (an outage of
+    300 servers is one message listing them, not 300); 0 s: what is queued at once."""
 
 
 @dataclass(frozen=True)

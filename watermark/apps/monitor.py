@@ -254,7 +254,8 @@ def run(cfg: AlertConfig, env: Config, args: argparse.Namespace) -> int:
     notifier = None
     if cfg.webhook.url:
         notifier = Notifier(cfg.webhook.url, client, keys, external_url=os.environ.get("DASHBOARD_URL", ""),
-                            timeout_ms=cfg.webhook.timeout_ms, max_backoff_ms=cfg.webhook.max_backoff_ms)
+                            timeout_ms=cfg.webhook.timeout_ms, max_backoff_ms=cfg.webhook.max_backoff_ms,
+                            group_wait_ms=cfg.webhook.group_wait_ms)
     monitor = Monitor(client, keys, cfg, wall_ms(), notifier, int(args.interval * 1000), env.retire_after_ms)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):

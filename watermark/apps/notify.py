@@ -13,6 +13,7 @@ import json
 import logging
 import queue
 import threading
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
@@ -21,7 +22,7 @@ from dataclasses import dataclass
 import redis
 
 from watermark.alerting.lifecycle import Notice
-from watermark.alerting.webhook import backoff_ms, payload
+from watermark.alerting.webhook import backoff_ms, group_key, group_payload
 from watermark.schema.clock import wall_ms
 from watermark.schema.keys import KeySchema
 from watermark.store.alert_store import acknowledge, record_failure, was_delivered
@@ -54,11 +55,13 @@ def post(url: str, body: dict[str, object], timeout_s: float) -> None:
 
 class Notifier(threading.Thread):
     def __init__(self, url: str, client: redis.Redis, keys: KeySchema, *, external_url: str,
-                 timeout_ms: int, max_backoff_ms: int, clock: Callable[[], int] | None = None) -> None:
+                 timeout_ms: int, max_backoff_ms: int, clock: Callable[[], int] | None = None,
+                 group_wait_ms: int = 0) -> None:
         super().__init__(name="webhook", daemon=True)
         self.url, self.client, self.keys = url, client, keys
         self.external_url = external_url
         self.timeout_s, self.max_backoff_ms = timeout_ms / 1000, max_backoff_ms
+        self.group_wait_s = group_wait_ms / 1000
         self.clock = clock or wall_ms
         self.queue: queue.Queue[Outgoing | None] = queue.Queue()
         self.stopping = threading.Event()
@@ -74,28 +77,61 @@ class Notifier(threading.Thread):
 
     def run(self) -> None:
         while not self.stopping.is_set() and (item := self.queue.get()) is not None:
-            self.deliver(item)
+            items, stop = self._gather(item)
+            groups: dict[tuple[str, str], list[Outgoing]] = {}
+            for x in items:
+                groups.setdefault(group_key(x.notice), []).append(x)
+            for group in groups.values():
+                self.deliver_group(group)
+            if stop:
+                break
+
+    def _gather(self, first: Outgoing) -> tuple[list[Outgoing], bool]:
+        """``first`` and whatever else is offered within ``group_wait`` of it; True when a stop came too."""
+        items, deadline = [first], time.monotonic() + self.group_wait_s
+        while True:
+            try:
+                nxt = self.queue.get(timeout=max(0.0, deadline - time.monotonic())) if self.group_wait_s else \
+                    self.queue.get_nowait()
+            except queue.Empty:
+                return items, False
+            if nxt is None:
+                return items, True
+            items.append(nxt)
 
     def deliver(self, item: Outgoing) -> bool:
         """Until delivered, rejected or stopped; True when the receiver took it (now or before)."""
-        if self._delivered_before(item):
-            self._ack(item)
+        return self.deliver_group([item])
+
+    def deliver_group(self, items: list[Outgoing]) -> bool:
+        """Notices of one :func:`group_key` as one message, until delivered, rejected or stopped; True when the
+        receiver took them (now or before). Each is acknowledged in the outbox on its own."""
+        owed = []
+        for item in items:
+            if self._delivered_before(item):
+                self._ack(item)
+            else:
+                owed.append(item)
+        if not owed:
             return True
-        body = payload(item.notice, self.keys.namespace, self.external_url)
+        body = group_payload([x.notice for x in owed], self.keys.namespace, self.external_url)
+        ids = ", ".join(x.notice.id for x in owed[:3]) + (f" and {len(owed) - 3} more" if len(owed) > 3 else "")
         attempt = 0
         while not self.stopping.is_set():
             attempt += 1
             try:
                 post(self.url, body, self.timeout_s)
             except Rejected as exc:
-                self._failed(f"{item.notice.id} rejected, not retried: {exc}")
-                self._ack(item, delivered=False)
+                self._failed(f"{ids} rejected, not retried: {exc}")
+                for x in owed:
+                    self._ack(x, delivered=False)
                 return False
             except Exception as exc:  # noqa: BLE001 - any other failure (refused, reset, a bad reply) is retried
-                self._failed(f"{item.notice.id}: {type(exc).__name__}: {exc}")
+                self._failed(f"{ids}: {type(exc).__name__}: {exc}")
                 self.stopping.wait(backoff_ms(attempt, self.max_backoff_ms) / 1000)
                 continue
-            self._ack(item)
+            for x in owed:
+                self._ack(x)
             return True
         return False
 
