@@ -165,11 +165,11 @@ def online_oracle(batches: list[list[tuple]], delay: int, timeout: int) -> list[
     when it last moved on events plus the arrival time passed since (the server's newest arrival in the batch,
     else the batch's newest); it moves to the newest accepted time among its players in the batch that is at
     most ``timeout`` past the expectation, or to the second-newest of its kept players past that bound when
-    two are; failing both, to the expectation. A server's first batch: its newest accepted time. Before a batch
-    is accepted, a server whose newest event in it (late or not) is more than ``timeout`` behind its expectation,
-    from two players or more, in every batch of its for ``timeout`` of arrival time, is set back: clock to that
-    event, watermark to it minus the delay. Watermark:
-    ``max(watermark, clock - delay)``. A player is kept while their latest event is a logout above the
+    two are (then its players whose latest time is at or below that bound move forward by the clock's step over
+    the expectation); failing both, to the expectation. A server's first batch: its newest accepted time. Before a
+    batch is accepted, a server whose newest event in it (late or not) is more than ``timeout`` behind its
+    expectation, from two players or more, in every batch of its for ``timeout`` of arrival time, is set back:
+    clock to that event, watermark to it minus the delay. Watermark: ``max(watermark, clock - delay)``. A player is kept while their latest event is a logout above the
     watermark or another event whose time + timeout is above it; online iff kept and not logged out.
     """
     latest: dict[tuple[str, str], tuple[int, int, str | None]] = {}
@@ -224,6 +224,11 @@ def online_oracle(batches: list[list[tuple]], delay: int, timeout: int) -> list[
                 if candidates:
                     clock[server] = max(clock[server], *candidates)
                     moved[server] = (now, clock[server])
+                    if clock[server] > bound:  # set forward: its players on the old clock move with it
+                        step = clock[server] - expected
+                        for key, (t, sq, kind) in list(latest.items()):
+                            if key[0] == server and t <= bound:
+                                latest[key] = (t + step, sq, kind)
                 else:
                     clock[server] = max(clock[server], expected)
             wm[server] = max(wm.get(server, 0), clock[server] - delay)

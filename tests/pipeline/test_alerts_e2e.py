@@ -217,7 +217,8 @@ def test_a_fast_clock_fires_clock_ahead_and_never_a_players_drop(
     # B's and C's players are judged by their own clocks, and A's step is not players leaving
     lines = sent(hook.bodies)
     assert not [x for x in lines if x[1] == "PlayersDrop"], lines
-    assert not [a for a in prom_alerts(s.prom_port) if a[1] == "PlayersDrop"]
+    # (pending for a moment is allowed: a switch restarts the generator with new players, the old ones time out)
+    assert not [a for a in prom_alerts(s.prom_port) if a[:2] == ("firing", "PlayersDrop")]
 
 
 def test_players_leaving_fire_players_drop_and_resolve_when_they_return(

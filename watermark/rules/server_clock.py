@@ -12,7 +12,9 @@ and judges each server's players by it alone. The rule, applied after every batc
   one) that is at most ``jump`` (the online timeout) ahead of ``predicted``. An event further ahead moves it
   only when a second player is that far ahead too (the second-newest of those players): a server whose whole
   clock stepped forward moves, one odd event (a glitch, one player's own clock) does not. It still counts for
-  its own player.
+  its own player. When the clock steps forward so, the server's players still on the old clock (latest event at
+  or below the jump's bound) move forward with it by the step (:func:`forward_step`): a clock set forward is not
+  time that passed, and times nobody out.
 - **It steps back with its events, when they stay behind.** When even the newest of a server's events in a
   batch is more than ``jump`` behind ``predicted``, from at least two players, and its batches have been like
   that for ``jump`` of arrival time, the server's clock was set back (or its link now delivers everything that
@@ -70,6 +72,16 @@ def advance(prior: ClockRecord | None, batch_us: np.ndarray, kept_us: np.ndarray
         clock = max(prior.clock_us, *moves)
         return _set(prior, clock, now_ms, clock, delay_ms, ahead)
     return _set(prior, max(prior.clock_us, predicted), prior.heard_ms, prior.clock_at_heard_us, delay_ms, ahead)
+
+
+def forward_step(prior: ClockRecord, after: ClockRecord, now_ms: int, jump_ms: int) -> tuple[int, int]:
+    """``(step, bound)`` in us when :func:`advance` stepped the server's clock forward past the jump (a second
+    player that far ahead: the server's clock was set forward); ``(0, 0)`` otherwise. The server's kept players
+    whose latest event is at or below ``bound`` (the old clock's time) move forward by ``step`` with it: a clock
+    set forward is not time that passed, and must not time them out."""
+    predicted = prior.clock_at_heard_us + max(0, now_ms - prior.heard_ms) * 1000
+    bound = predicted + jump_ms * 1000
+    return (after.clock_us - predicted, bound) if after.clock_us > bound else (0, 0)
 
 
 def step_back(prior: ClockRecord, event_us: np.ndarray, players: int, now_ms: int, delay_ms: int,

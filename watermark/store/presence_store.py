@@ -165,7 +165,9 @@ def _decide_server(table: PlayerTable, events: PresenceEvents, rows: np.ndarray,
     if len(rows):
         ingest, event_us = events.arrivals()[rows], events.event_us[rows]
         now, ahead = int(ingest.max()), server_clock.ahead_ms(event_us, ingest)
+    before = clock
     clock = server_clock.advance(clock, f.last_us, table.last_us[table.known], now, delay_ms, timeout_ms, ahead)
+    shifted = _follow_a_forward_step(table, before, clock, now, timeout_ms)
     next_wm = clock.watermark_ms if clock is not None else in_force
     timeout_us = timeout_ms * 1000
     timed_out = table.known & table.online & (table.last_us + timeout_us <= next_wm * 1000)
@@ -174,6 +176,10 @@ def _decide_server(table: PlayerTable, events: PresenceEvents, rows: np.ndarray,
     names = table.names
     kept = table.known[f.player]
     now_on, now_out = f.player[f.online & kept], f.player[~f.online & kept]
+    if len(shifted):  # their latest times moved with the clock: written again
+        still = shifted[table.known[shifted]]
+        now_on = np.union1d(now_on, still[table.online[still]])
+        now_out = np.union1d(now_out, still[~table.online[still]])
     was_on = np.flatnonzero(prior.known & prior.online & ~(table.known & table.online))
     was_out = np.flatnonzero(prior.known & ~prior.online & ~(table.known & ~table.online))
     causes: dict[str, int] = {}
@@ -187,6 +193,19 @@ def _decide_server(table: PlayerTable, events: PresenceEvents, rows: np.ndarray,
         drop_online=[names[i] for i in was_on], drop_logged_out=[names[i] for i in was_out],
         count=table.count(), causes=dict(sorted(causes.items())), came_online=int(f.t_online.sum()),
         went_offline=int((~f.t_online).sum()) + int(timed_out.sum())), clock
+
+
+def _follow_a_forward_step(table: PlayerTable, before: ClockRecord | None, after: ClockRecord | None,
+                           now_ms: int | None, timeout_ms: int) -> np.ndarray:
+    """The slots moved forward with a clock set forward (:func:`watermark.rules.server_clock.forward_step`)."""
+    if before is None or after is None or now_ms is None:
+        return np.zeros(0, np.int64)
+    step, bound = server_clock.forward_step(before, after, now_ms, timeout_ms)
+    if not step:
+        return np.zeros(0, np.int64)
+    slots = np.flatnonzero(table.known & (table.last_us <= bound))
+    table.last_us[slots] += step
+    return slots
 
 
 def _decide_servers(mirror: PresenceMirror, ev: PresenceEvents, before: Mapping[str, ClockRecord], delay_ms: int,
