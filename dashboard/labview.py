@@ -15,7 +15,7 @@ import plotly.graph_objects as go
 
 from dashboard.charts import PALETTE, WALL_CLOCK, _layout, _time_axis, server_colors, ts
 from dashboard.data import BatchPoint, Snapshot
-from dashboard.fleet import MAX_SERIES
+from dashboard.fleet import MAX_SERIES, grouping
 from dashboard.lanes import Lane
 from dashboard.status import Level, Status, clock, human_ms
 from watermark.rules.tradeoff import Tradeoff
@@ -204,12 +204,15 @@ TICK_DELAYS_MS = frozenset({0, 1_000, 2_000, 5_000, 10_000, 30_000, 60_000, 120_
 the log scale packs them together (30 s to 3 min); hovering a point names its delay."""
 
 
-def tradeoff_chart(tradeoff: Tradeoff, current_delay_ms: int, recommended_ms: int | None) -> go.Figure:
-    """Share of (event, window) pairs each candidate delay would have dropped, overall and per server.
+def tradeoff_chart(tradeoff: Tradeoff, current_delay_ms: int, recommended_ms: int | None,
+                   regions: Mapping[str, str] | None = None) -> go.Figure:
+    """Share of (event, window) pairs each candidate delay would have dropped, overall and per server (per
+    region past a few servers: each region's share over its servers' pairs, exactly).
 
     The delay axis is logarithmic (candidates run from 1 s to 1 h); 0 s sits at half a second."""
     fig = go.Figure()
-    colors = server_colors(tradeoff.servers)
+    g = grouping(tradeoff.servers, regions or {}, {})
+    colors = server_colors(g.labels)
 
     def x(ms: int) -> float:
         return max(ms, 500) / 1000
@@ -217,7 +220,7 @@ def tradeoff_chart(tradeoff: Tradeoff, current_delay_ms: int, recommended_ms: in
     xs = [x(d) for d in tradeoff.grid]
     top = 0.0
     for name, servers, color in [("all servers", None, "#000000"),
-                                 *[(s, [s], colors[s]) for s in tradeoff.servers]]:
+                                 *[(label, list(members), colors[label]) for label, members in g.members.items()]]:
         cands = tradeoff.candidates(servers)
         ys = [100 * c.dropped_share for c in cands]
         top = max(top, *ys)

@@ -169,8 +169,9 @@ def online_oracle(batches: list[list[tuple]], delay: int, timeout: int) -> list[
     the expectation); failing both, to the expectation. A server's first batch: its newest accepted time. Before a
     batch is accepted, a server whose newest event in it (late or not) is more than ``timeout`` behind its
     expectation, from two players or more, in every batch of its for ``timeout`` of arrival time, is set back:
-    clock to that event, watermark to it minus the delay. Watermark: ``max(watermark, clock - delay)``. A player is kept while their latest event is a logout above the
-    watermark or another event whose time + timeout is above it; online iff kept and not logged out.
+    clock to that event, watermark to it minus the delay. Watermark: ``max(watermark, clock - delay)``. A player
+    is kept while their latest event is a logout above the watermark or another event whose time + timeout is
+    above it; online iff kept and not logged out.
     """
     latest: dict[tuple[str, str], tuple[int, int, str | None]] = {}
     wm: dict[str, int] = {}

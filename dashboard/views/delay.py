@@ -9,6 +9,7 @@ much later.
 from __future__ import annotations
 
 import statistics
+from collections.abc import Mapping
 
 import redis
 import streamlit as st
@@ -28,7 +29,8 @@ def load_tradeoff(url: str, namespace: str, tick: int) -> Tradeoff:
     return read_tradeoff(ui.redis_client(url), KeySchema(namespace))
 
 
-def tables(tradeoff: Tradeoff, target: float, behind: float, current: int, best: int | None) -> None:
+def tables(tradeoff: Tradeoff, target: float, behind: float, current: int, best: int | None,
+           regions: Mapping[str, str]) -> None:
     """Per server, the delay that meets the target; every candidate delay and what it drops, as a chart and a
     table."""
     rows = []
@@ -38,7 +40,7 @@ def tables(tradeoff: Tradeoff, target: float, behind: float, current: int, best:
         rows.append({"Server": server, "Pairs": f"{pairs:,}", "Recommended delay": labview.delay_text(rec),
                      "Window closes after (wall clock)": "-" if rec is None else human_ms(rec + behind)})
     st.dataframe(rows, hide_index=True, key="per_server_delay")
-    st.plotly_chart(labview.tradeoff_chart(tradeoff, current, best), key="tradeoff_chart")
+    st.plotly_chart(labview.tradeoff_chart(tradeoff, current, best, regions), key="tradeoff_chart")
     st.dataframe([{"Delay": labview.delay_text(c.delay_ms), "Dropped pairs": f"{c.dropped:,}",
                    "Of": f"{c.pairs:,}", "Dropped": percent(c.dropped_share)} for c in tradeoff.candidates()],
                  hide_index=True, key="tradeoff_table")
@@ -84,7 +86,7 @@ def render(cfg: Config) -> None:
                     f"trails the clock by {human_ms(behind)} here); the current {human_ms(current)} closes it after "
                     f"about {human_ms(current + behind)}"
                     + (f" and would have dropped {percent(now_share)} of pairs." if now_share is not None else "."))
-    tables(tradeoff, target, behind, current, best)
+    tables(tradeoff, target, behind, current, best, snap.regions)
     if best is not None and best != current:
         st.button(f"Restart the query with {labview.delay_text(best)} (history kept)", key="apply_recommended",
                   on_click=ui.submit_control, args=(cfg, lambda: {"delay_ms": best}))

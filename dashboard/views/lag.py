@@ -52,7 +52,8 @@ def render(snap: Snapshot, now_ms: int) -> None:
         for col, (server, (_, sb)) in zip(cols, [(s, latest[s]) for s in shown], strict=False):
             lag = sb.ingest_lag_ms
             assert lag is not None
-            col.metric(f"{server} · ingest lag p95", f"{lag.p95 / 1000:.2f} s",
+            label = server if len(latest) > MAX_SERIES else f"{server} · ingest lag p95"  # fits a narrow column
+            col.metric(label, f"{lag.p95 / 1000:.2f} s",
                        help="95th percentile of (ingest − event time) in the server's newest batch.")
             if server == worst and len(latest) > 1:
                 col.caption(":red[slowest server]")

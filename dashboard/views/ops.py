@@ -46,7 +46,8 @@ def distinct_players(snap: Snapshot, current: dict, last_final: dict, bounds: ob
         w = current.get(server)
         f = last_final.get(server)
         with col:
-            st.metric(f"{server} · distinct players, current window", ui.fmt_int(w.players if w else 0),
+            st.metric(server if g.grouped else f"{server} · distinct players, current window",
+                      ui.fmt_int(w.players if w else 0),
                       help="From the windowed counts: distinct player ids with an accepted event in the window "
                            "holding the newest event time (a Redis set per window and server). Provisional until "
                            "the watermark passes the window's end.")
@@ -135,7 +136,7 @@ def online_now(snap: Snapshot, g: Grouping) -> None:
     for col, label in zip(cols, [TOTAL, *g.labels], strict=True):
         name = "All servers" if label == TOTAL else label
         n = v.total if label == TOTAL else counts[label]
-        col.metric(f"{name} · online now" if not g.grouped or label == TOTAL else name, ui.fmt_int(n),
+        col.metric(f"{name} · online now" if not g.grouped else name, ui.fmt_int(n),
                    help=HELP_ONLINE + ("" if not g.grouped or label == TOTAL else
                                        f" The sum over {len(g.members[label]):,} servers: "
                                        + ", ".join(g.members[label][:10])
