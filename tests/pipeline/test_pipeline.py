@@ -59,8 +59,11 @@ HANDMADE_EXPECTED = {
         # A's clock 00:04 keeps p1 (00:01) and p2 (00:04); B's p1 (00:12)
         {"batch": 1, "watermark_ms": 1_767_226_020_000, "online": {"A": 2, "B": 1}},
         {"batch": 2, "watermark_ms": 1_767_226_800_000, "online": {"A": 3, "B": 2}},
-        {"batch": 3, "watermark_ms": 1_767_226_800_000, "online": {"A": 3, "B": 3}},
-        {"batch": 5, "watermark_ms": 1_767_227_100_000, "online": {"A": 2, "B": 2, "C": 1}},
+        # batch 3 arrives no later than batch 2 (a replay's arrival is the newest event time so far), yet two of
+        # A's players (p3 00:25, p4 00:09:59.999) are past its clock (00:08) by more than the timeout: A's clock
+        # was set forward, to 00:09:59.999, and p1 and p2 move forward with it by the same 1:59.999
+        {"batch": 3, "watermark_ms": 1_767_226_800_000, "online": {"A": 4, "B": 3}},
+        {"batch": 5, "watermark_ms": 1_767_227_100_000, "online": {"A": 3, "B": 2, "C": 1}},
     ],
 }
 
