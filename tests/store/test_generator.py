@@ -411,7 +411,7 @@ def test_rejected_xadds_raise_and_leave_the_connection_usable(r: redis.Redis, ke
 
 def test_writer_falls_back_to_redis_py_replies_without_hiredis(
         r: redis.Redis, key: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("watermark.store.batch_channel.hiredis", None)
+    monkeypatch.setattr("watermark.store._resp.hiredis", None)
     events = generate("steady", seed=2, start_us=START, rate=1000, count=500)
     assert write(r, key, events, batch_size=128).written == r.xlen(key) == 500
     r.delete(key)

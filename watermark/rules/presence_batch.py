@@ -68,13 +68,15 @@ class Fold:
 
 
 def fold(player: np.ndarray, event_us: np.ndarray, entry: np.ndarray, kind: np.ndarray, prior: Prior,
-         watermark_ms: int, next_watermark_ms: int, timeout_ms: int) -> Fold:
+         watermark_ms: int | np.ndarray, next_watermark_ms: int | np.ndarray, timeout_ms: int) -> Fold:
     """``player``: each event's player index into ``prior``; ``entry``: a key that orders entries by
-    arrival; ``kind``: :data:`KIND_CODES`. Late against ``watermark_ms``, expiry against ``next_watermark_ms``."""
+    arrival; ``kind``: :data:`KIND_CODES`. Late against ``watermark_ms``, expiry against ``next_watermark_ms``:
+    one for every player, or an array by player index (each player judged by their own server's watermark, so
+    one fold serves a batch of many servers)."""
     timeout_us = timeout_ms * 1000
     order = np.lexsort((entry, event_us, player))
     p, us, kd = player[order], event_us[order].astype(np.int64), kind[order]
-    late = us <= watermark_ms * 1000
+    late = us <= _of(watermark_ms, p) * 1000
     stale = ~late & prior.known[p] & (us < prior.last_us[p])
     keep = ~(late | stale)
     p, us, kd = p[keep], us[keep], kd[keep]
@@ -93,8 +95,9 @@ def fold(player: np.ndarray, event_us: np.ndarray, entry: np.ndarray, kind: np.n
     last = np.ones(len(p), bool)
     last[:-1] = p[:-1] != p[1:]
     fp, fon, fus = p[last], online[last], us[last]
-    expires = fon & (fus + timeout_us <= next_watermark_ms * 1000)
-    forgotten = ~fon & (fus <= next_watermark_ms * 1000)
+    next_us = _of(next_watermark_ms, fp) * 1000
+    expires = fon & (fus + timeout_us <= next_us)
+    forgotten = ~fon & (fus <= next_us)
     stays = ~(expires | forgotten)
 
     # transitions: each event's timeout (before it) and change, then the expiry after the last event
@@ -115,3 +118,8 @@ def fold(player: np.ndarray, event_us: np.ndarray, entry: np.ndarray, kind: np.n
     return Fold(player=fp[stays], online=fon[stays], last_us=fus[stays], gone=fp[~stays],
                 t_player=col(0, np.int64), t_online=col(1, bool), t_at_us=col(2, np.int64), t_cause=col(3, np.int8),
                 late=int(late.sum()), stale=int(stale.sum()))
+
+
+def _of(watermark_ms: int | np.ndarray, players: np.ndarray) -> int | np.ndarray:
+    """The watermark of each of ``players`` (by index): the one watermark, or each one's own."""
+    return watermark_ms[players] if isinstance(watermark_ms, np.ndarray) else watermark_ms

@@ -29,10 +29,7 @@ from typing import Any
 
 import redis
 
-try:
-    import hiredis
-except ImportError:  # pragma: no cover - redis-py works without it, only slower
-    hiredis = None
+from watermark.store._resp import EXEC, MULTI, Replies
 
 log = logging.getLogger("watermark.store.batch_channel")
 
@@ -43,8 +40,6 @@ MARKER_TTL_S = 7 * 86_400
 """How long a producer's marker outlives its last batch: a producer cut off from Redis for longer than this may
 write its in-flight batches twice (decision 0010)."""
 
-_MULTI = b"*1\r\n$5\r\nMULTI\r\n"
-_EXEC = b"*1\r\n$4\r\nEXEC\r\n"
 
 
 class WriteError(RuntimeError):
@@ -55,45 +50,6 @@ def xadd_head(stream_key: str) -> str:
     """The start of ``XADD {stream_key} * e`` (append ``${len}\\r\\n{payload}\\r\\n``): latin-1 text."""
     return f"*5\r\n$4\r\nXADD\r\n${len(stream_key.encode())}\r\n{stream_key.encode().decode('latin-1')}\r\n" \
            f"$1\r\n*\r\n$1\r\ne\r\n"
-
-
-class Replies:
-    """Reads pipelined replies straight off the connection's socket with a hiredis Reader.
-
-    redis-py's ``read_response`` costs about 3 us per reply (more than Redis takes
-    for the XADD); this is ~0.3 us. Only used on a connection its channel holds
-    exclusively, so no other reader shares the socket. Without hiredis it falls
-    back to ``read_response``.
-    """
-
-    def __init__(self, conn: redis.connection.Connection) -> None:
-        self.conn = conn
-        sock = getattr(conn, "_sock", None)
-        self.reader = hiredis.Reader() if hiredis is not None and sock is not None else None
-        self.sock = sock
-
-    def read(self, n: int) -> list[Any]:
-        """The next ``n`` replies; error replies come back as exception objects, never raised."""
-        reader = self.reader
-        out: list[Any] = []
-        if reader is None:
-            for _ in range(n):
-                try:
-                    out.append(self.conn.read_response(disable_decoding=True))
-                except redis.ResponseError as exc:
-                    out.append(exc)
-            return out
-        gets, recv, feed, append = reader.gets, self.sock.recv, reader.feed, out.append
-        while len(out) < n:
-            reply = gets()
-            if reply is False:
-                data = recv(1 << 18)
-                if not data:
-                    raise redis.ConnectionError("Redis closed the connection while replies were pending")
-                feed(data)
-                continue
-            append(reply)
-        return out
 
 
 @dataclass(slots=True)
@@ -252,8 +208,8 @@ class BatchChannel:
             conn.send_packed_command([batch.frames], check_health=False)
             return
         seq = b"%d" % batch.seq
-        conn.send_packed_command([b"".join((_MULTI, batch.frames, self._set_head, b"$%d\r\n%s\r\n" % (len(seq), seq),
-                                            self._ex, _EXEC))], check_health=False)
+        conn.send_packed_command([b"".join((MULTI, batch.frames, self._set_head, b"$%d\r\n%s\r\n" % (len(seq), seq),
+                                            self._ex, EXEC))], check_health=False)
 
     def confirm(self) -> Batch:
         """Read the oldest batch's replies (all of them, so the connection stays usable); raises

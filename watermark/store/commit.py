@@ -25,6 +25,7 @@ from watermark.schema.config import DEFAULT_LATE_KEEP
 from watermark.schema.events import parse_entry_id
 from watermark.schema.keys import KeySchema, WindowKey, total_field
 from watermark.schema.records import BatchRecord, CommitEntry, DeadEntry, ServerRecord, StateParams, StateRecord
+from watermark.store import _resp
 
 
 @dataclass(frozen=True)
@@ -451,6 +452,6 @@ def commit_batch(client: redis.Redis, keys: KeySchema, s: BatchSummary, params: 
         writes = plan_commit(s, params, read_prior(pipe, client, keys, s, params), now_ms())
         pipe.multi()
         apply_writes(pipe, keys, writes, params)
-        pipe.execute()
+        _resp.execute(pipe)
     return True
 
