@@ -29,7 +29,6 @@ import sys
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import redis
@@ -231,43 +230,42 @@ def _fold(partials: PartitionPartials, batch: pa.RecordBatch, presence: bool = F
 
 
 def pack(rows: pa.RecordBatch, of: str, regions: Mapping[str, str] | None = None) -> pa.RecordBatch:
-    """``rows`` (in :data:`ROW_SCHEMA`) as rows carrying them as Arrow IPC bytes in ``blob``: one per server
-    for ``PACKED`` rows, one in all for ``PACKED_PRESENCE`` rows.
+    """``rows`` (in :data:`ROW_SCHEMA`) as rows carrying them as one Arrow IPC stream in ``blob``.
 
     Spark turns every row it is handed into a JVM row and back into Arrow for the driver, a few
     microseconds a row: with hundreds of thousands of players a batch's partial rows are about as many as
-    its events, and that conversion cost more than the rest of the batch. Packed, Spark moves a few byte
-    strings; the sink unpacks them (:func:`unpack`). A packed ``PACKED`` row keeps its server's rows' latest
-    event time as its own, so ``withWatermark`` (one per server in per-server mode) sees each batch's maximum as
-    before; presence rows never move a watermark, so one blob carries every server's (a blob per server cost
-    hundreds of small IPC streams per chunk with hundreds of servers)."""
+    its events, and that conversion cost more than the rest of the batch. Packed, Spark moves a byte string;
+    the sink unpacks it (:func:`unpack`). ``PACKED`` rows come as one row per server, so ``withWatermark`` (one per
+    server in per-server mode) sees each server's latest event time in the batch as before and the server's
+    region rides along (``player_id``); the first of them carries the blob of every server's rows, the others
+    none (a blob per server cost hundreds of small IPC streams per partition to write and to read with hundreds
+    of servers: ``bench/driver_costs.py``). Presence rows never move a watermark: one row carries them."""
+    blob = _ipc(rows)
     if of != PACKED:
-        return _packed_rows([None], [rows], of, {})
+        return _packed_rows([None], [None], [rows.num_rows], [blob], of, {})
     encoded = pc.dictionary_encode(rows.column("server"))
     servers = encoded.dictionary.to_pylist()  # in order of first appearance
-    if len(servers) == 1:
-        return _packed_rows(servers, [rows], of, regions or {})
-    codes = encoded.indices.to_numpy(zero_copy_only=False)  # one stable sort and a slice per server: a filter
-    ordered = rows.take(pa.array(np.argsort(codes, kind="stable")))  # per server is O(servers x rows)
-    ends = np.cumsum(np.bincount(codes, minlength=len(servers))).tolist()
-    return _packed_rows(servers, [ordered.slice(a, b - a) for a, b in zip([0, *ends[:-1]], ends, strict=True)], of,
-                        regions or {})
+    codes = encoded.indices
+    latest = (pa.table({"code": codes, "t": rows.column("event_time")}).group_by("code", use_threads=False)
+              .aggregate([("t", "max"), ([], "count_all")]).sort_by("code"))
+    return _packed_rows(servers, latest.column("t_max").to_pylist(), latest.column("count_all").to_pylist(),
+                        [blob] + [None] * (len(servers) - 1), of, regions or {})
 
 
-def _packed_rows(servers: list[str | None], parts: list[pa.RecordBatch], of: str,
+def _ipc(rows: pa.RecordBatch) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, ROW_SCHEMA) as writer:
+        writer.write_batch(rows)
+    return sink.getvalue().to_pybytes()
+
+
+def _packed_rows(servers: list[str | None], latest: list, counts: list[int], blobs: list[bytes | None], of: str,
                  regions: Mapping[str, str]) -> pa.RecordBatch:
-    blobs, latest = [], []
-    for part in parts:
-        sink = pa.BufferOutputStream()
-        with pa.ipc.new_stream(sink, ROW_SCHEMA) as writer:
-            writer.write_batch(part)
-        blobs.append(sink.getvalue().to_pybytes())
-        latest.append(pc.max(part.column("event_time")).as_py() if of == PACKED else None)
-    n = len(parts)
+    n = len(servers)
     columns = {"server": pa.array(servers, pa.string()), "event_time": pa.array(latest, _TS),
                "player_id": pa.array([regions.get(s) if s is not None else None for s in servers], pa.string()),
-               "partial": pa.array([{"of": of, "key_us": None, "n": p.num_rows, "min_event_us": None,
-                                     "max_event_us": None} for p in parts], PARTIAL_TYPE),
+               "partial": pa.array([{"of": of, "key_us": None, "n": k, "min_event_us": None, "max_event_us": None}
+                                    for k in counts], PARTIAL_TYPE),
                "blob": pa.array(blobs, pa.binary())}
     return pa.RecordBatch.from_arrays([columns.get(f.name, pa.nulls(n, f.type)) for f in ARROW_SCHEMA],
                                       schema=ARROW_SCHEMA)
@@ -284,11 +282,14 @@ def packed_regions(table: pa.Table) -> dict[str, str]:
 
 
 def unpack(table: pa.Table) -> pa.Table:
-    """The rows of a batch with every packed row replaced by the rows it carries (blob column dropped)."""
+    """The rows of a batch with the packed rows (:func:`pack`) replaced by the rows their blobs carry (blob column
+    dropped)."""
     blob = table.column("blob")
     if not blob.null_count < len(blob):
         return table.drop_columns(["blob"])
-    plain = table.filter(blob.is_null()).drop_columns(["blob"])
+    of = pc.struct_field(table.column("partial"), "of")
+    packed = pc.fill_null(pc.is_in(of, pa.array([PACKED, PACKED_PRESENCE])), False)
+    plain = table.filter(pc.invert(packed)).drop_columns(["blob"])
     schema = plain.schema
     parts = [plain]
     for chunk in blob.chunks:
