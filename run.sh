@@ -73,12 +73,13 @@ case "${1:-run}" in
        exec honcho start -f "$procfile" ;;
   test) shift
         # Debian packages the tests drive: chromium (the browser test), prometheus and promtool (the alerts'
-        # rules); installed where we may, else said how.
+        # rules), prometheus-alertmanager (the push to Alertmanager); installed where we may, else said how.
         need=()
         if [ ! -x /usr/bin/chromium ] && [[ " $* " != *"not browser"* && " $* " != *"not spark"* ]]; then
           need+=(chromium)
         fi
         command -v prometheus >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1 || need+=(prometheus)
+        command -v prometheus-alertmanager >/dev/null 2>&1 || need+=(prometheus-alertmanager)
         if [ ${#need[@]} -gt 0 ]; then
           if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
             echo "installing ${need[*]} for the tests (apt-get)"

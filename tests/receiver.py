@@ -42,7 +42,7 @@ class Receiver:
         with self._cond:
             if not self._cond.wait_for(lambda: predicate(self.bodies), timeout=timeout):
                 raise AssertionError(f"the webhook did not get {what} within {timeout:.0f} s; got "
-                                     f"{[alert_line(b) for b in self.bodies]}")
+                                     f"{[alert_lines(b)[:3] if isinstance(b, dict) else b for b in self.bodies]}")
             return list(self.bodies)
 
 

@@ -112,6 +112,17 @@ class Webhook:
 
 
 @dataclass(frozen=True)
+class Alertmanager:
+    url: str = ""
+    """A Prometheus Alertmanager (``http://host:9093``): every firing alert is pushed to its v2 API, as Prometheus
+    does, for it to group, de-duplicate, silence, inhibit and route (decision 0013); empty: none."""
+    resend_ms: int = 60_000
+    """Firing alerts are pushed again this often (Prometheus' ``resend_delay``), each valid for four times it: an
+    alert whose monitor stopped resolves in Alertmanager on its own."""
+    timeout_ms: int = 5_000
+
+
+@dataclass(frozen=True)
 class AlertConfig:
     players_drop: PlayersDrop = field(default_factory=PlayersDrop)
     server_silent: ServerSilent = field(default_factory=ServerSilent)
@@ -122,6 +133,13 @@ class AlertConfig:
     watermark_jump: WatermarkJump = field(default_factory=WatermarkJump)
     redis_unreachable: RedisUnreachable = field(default_factory=RedisUnreachable)
     webhook: Webhook = field(default_factory=Webhook)
+    alertmanager: Alertmanager = field(default_factory=Alertmanager)
+
+    def with_alertmanager_url(self, url: str, where: str) -> AlertConfig:
+        """Another Alertmanager (``ALERTMANAGER_URL`` overrides the file's), checked as the file's would be."""
+        am = replace(self.alertmanager, url=url.strip())
+        _check_section(am, where)
+        return replace(self, alertmanager=am)
 
     def with_webhook_url(self, url: str, where: str) -> AlertConfig:
         """Another receiver (``ALERT_WEBHOOK_URL`` overrides the file's), checked as the file's would be."""
@@ -216,13 +234,13 @@ def _check_section(s: Any, where: str) -> None:  # noqa: ANN401
                                                           f"{format_duration_ms(MAX_WITHIN_MS)}")
         _require(s.quiet_ms > 0, where, "quiet must be longer than 0s")
         _require(s.lag_ms > 0, where, "lag must be longer than 0s")
-    for name in ("after_ms", "above_trigger_ms", "ahead_ms", "timeout_ms", "max_backoff_ms"):
+    for name in ("after_ms", "above_trigger_ms", "ahead_ms", "timeout_ms", "max_backoff_ms", "resend_ms"):
         if getattr(s, name, 1) <= 0:
             _require(False, where, f"{name.removesuffix(_DURATION_SUFFIX)} must be longer than 0s, got "
                                    f"{format_duration_ms(getattr(s, name))}")
     if isinstance(s, LateDrops):
         _require(s.per_minute >= 0, where, f"per_minute must not be negative, got {s.per_minute}")
-    if isinstance(s, Webhook) and s.url:
+    if isinstance(s, Webhook | Alertmanager) and s.url:
         _require(s.url.startswith(("http://", "https://")), where, f"url must start with http:// or https://, "
                                                                    f"got {s.url!r}")
         try:

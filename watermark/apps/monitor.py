@@ -33,6 +33,7 @@ from watermark.alerting.config import AlertConfig
 from watermark.alerting.lifecycle import AlertState, Decision, Notice, step_all
 from watermark.alerting.observation import Memory, Observation
 from watermark.alerting.promrules import prometheus_rules
+from watermark.apps.alertmanager import AlertmanagerPusher
 from watermark.apps.metrics import StackCollector
 from watermark.apps.notify import Notifier, Outgoing
 from watermark.schema.clock import wall_ms
@@ -69,6 +70,7 @@ class Monitor:
     cfg: AlertConfig
     started_ms: int
     notifier: Notifier | None = None
+    pusher: AlertmanagerPusher | None = None
     interval_ms: int = 1_000
     retire_after_ms: int = Config.retire_after_ms
     states: dict[str, AlertState] = field(default_factory=dict)
@@ -129,6 +131,8 @@ class Monitor:
         for n in d.notices:
             log.info("%s %s%s: %s", n.status, n.alertname, f" {n.subject}" if n.subject else "", n.summary)
         self.save(d, now_ms, redis_ok=obs.redis_error is None)
+        if self.pusher is not None:
+            self.pusher.update(d.states, d.notices)
         return d
 
     def save(self, d: Decision, now_ms: int, redis_ok: bool = True) -> None:
@@ -208,7 +212,9 @@ def load_config(path: str | None) -> AlertConfig:
         path = DEFAULT_CONFIG if os.path.exists(DEFAULT_CONFIG) else None
     cfg = read_config(path) if path else AlertConfig()
     url = os.environ.get("ALERT_WEBHOOK_URL")
-    return cfg if url is None else cfg.with_webhook_url(url, "ALERT_WEBHOOK_URL")
+    cfg = cfg if url is None else cfg.with_webhook_url(url, "ALERT_WEBHOOK_URL")
+    am = os.environ.get("ALERTMANAGER_URL")
+    return cfg if am is None else cfg.with_alertmanager_url(am, "ALERTMANAGER_URL")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -256,7 +262,12 @@ def run(cfg: AlertConfig, env: Config, args: argparse.Namespace) -> int:
         notifier = Notifier(cfg.webhook.url, client, keys, external_url=os.environ.get("DASHBOARD_URL", ""),
                             timeout_ms=cfg.webhook.timeout_ms, max_backoff_ms=cfg.webhook.max_backoff_ms,
                             group_wait_ms=cfg.webhook.group_wait_ms)
-    monitor = Monitor(client, keys, cfg, wall_ms(), notifier, int(args.interval * 1000), env.retire_after_ms)
+    pusher = None
+    if cfg.alertmanager.url:
+        pusher = AlertmanagerPusher(cfg.alertmanager.url, keys.namespace,
+                                    external_url=os.environ.get("DASHBOARD_URL", ""),
+                                    resend_ms=cfg.alertmanager.resend_ms, timeout_ms=cfg.alertmanager.timeout_ms)
+    monitor = Monitor(client, keys, cfg, wall_ms(), notifier, pusher, int(args.interval * 1000), env.retire_after_ms)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
@@ -265,15 +276,18 @@ def run(cfg: AlertConfig, env: Config, args: argparse.Namespace) -> int:
         return 2
     where = f"http://{args.address}:{args.port}/metrics" if args.port else "none (port 0)"
     print(f"monitor: /metrics on {where}; Redis {redact_url(env.redis_url)}, namespace {env.namespace}; "
-          f"webhook {shown_url(cfg.webhook.url) or 'none'}", flush=True)
+          f"webhook {shown_url(cfg.webhook.url) or 'none'}; alertmanager {shown_url(cfg.alertmanager.url) or 'none'}",
+          flush=True)
     wait_for_redis(client, stop)
-    if notifier is not None:
-        notifier.start()
+    for thread in (notifier, pusher):
+        if thread is not None:
+            thread.start()
     while not stop.is_set():
         monitor.round(wall_ms())
         stop.wait(args.interval)
-    if notifier is not None:
-        notifier.close()
+    for thread in (notifier, pusher):
+        if thread is not None:
+            thread.close()
     return 0
 
 

@@ -41,7 +41,7 @@ class Rejected(Exception):
     """The receiver will never take this notice."""
 
 
-def post(url: str, body: dict[str, object], timeout_s: float) -> None:
+def post(url: str, body: object, timeout_s: float) -> None:
     req = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
                                  headers={"Content-Type": "application/json"})
     try:

@@ -61,8 +61,8 @@ def advance(prior: ClockRecord | None, batch_us: np.ndarray, kept_us: np.ndarray
     ahead = prior.ahead_ms if ahead is None else ahead
     if now_ms is None:
         return prior
-    predicted = prior.clock_at_heard_us + max(0, now_ms - prior.heard_ms) * 1000
-    limit = predicted + jump_ms * 1000
+    predicted = predicted_us(prior, now_ms)
+    limit = trust_limit_us(prior, now_ms, jump_ms)
     trusted = batch_us[batch_us <= limit]
     beyond = kept_us[kept_us > limit]
     moves = [int(trusted.max())] if len(trusted) else []
@@ -74,12 +74,23 @@ def advance(prior: ClockRecord | None, batch_us: np.ndarray, kept_us: np.ndarray
     return _set(prior, max(prior.clock_us, predicted), prior.heard_ms, prior.clock_at_heard_us, delay_ms, ahead)
 
 
+def trust_limit_us(prior: ClockRecord, now_ms: int, jump_ms: int) -> int:
+    """The latest event time :func:`advance` trusts from one player: ``jump`` ahead of what arrival predicts. Only
+    the players beyond it (``kept_us`` above it) matter to :func:`advance`, so a caller may pass those alone."""
+    return predicted_us(prior, now_ms) + jump_ms * 1000
+
+
+def predicted_us(prior: ClockRecord, now_ms: int) -> int:
+    """The server's clock as arrival time predicts it: run on since its clock last moved on its events."""
+    return prior.clock_at_heard_us + max(0, now_ms - prior.heard_ms) * 1000
+
+
 def forward_step(prior: ClockRecord, after: ClockRecord, now_ms: int, jump_ms: int) -> tuple[int, int]:
     """``(step, bound)`` in us when :func:`advance` stepped the server's clock forward past the jump (a second
     player that far ahead: the server's clock was set forward); ``(0, 0)`` otherwise. The server's kept players
     whose latest event is at or below ``bound`` (the old clock's time) move forward by ``step`` with it: a clock
     set forward is not time that passed, and must not time them out."""
-    predicted = prior.clock_at_heard_us + max(0, now_ms - prior.heard_ms) * 1000
+    predicted = predicted_us(prior, now_ms)
     bound = predicted + jump_ms * 1000
     return (after.clock_us - predicted, bound) if after.clock_us > bound else (0, 0)
 
@@ -89,7 +100,7 @@ def step_back(prior: ClockRecord, event_us: np.ndarray, players: int, now_ms: in
     """The server's clock before a batch is applied: set back, or marked behind since when, or as it was;
     ``event_us`` are all of the server's events in the batch (late ones too), from ``players`` distinct players,
     the newest arriving at ``now_ms``."""
-    predicted = prior.clock_at_heard_us + max(0, now_ms - prior.heard_ms) * 1000
+    predicted = predicted_us(prior, now_ms)
     newest = int(event_us.max())
     if players < 2 or newest >= predicted - jump_ms * 1000:
         return replace(prior, behind_since_ms=0) if prior.behind_since_ms else prior

@@ -218,19 +218,8 @@ def _decide_servers(mirror: PresenceMirror, ev: PresenceEvents, before: Mapping[
     servers = sorted(set(t.servers) | set(before) | set(shares))
     for server in servers:
         t.code_of(server)
-    n = len(t.servers)
-    # 1. Set back before the batch is applied (rules.server_clock.step_back); the watermarks in force.
-    clocks: dict[str, ClockRecord | None] = {}
-    in_force = np.zeros(n, np.int64)
-    for server in servers:
-        clock, share = before.get(server), shares.get(server)
-        if share is not None and clock is not None:
-            # step_back reads only the newest of the server's events
-            clock = server_clock.step_back(clock, np.array([share.newest_us]), share.players, share.now_ms,
-                                           delay_ms, timeout_ms)
-        clocks[server] = clock
-        in_force[t.code[server]] = clock.watermark_ms if clock is not None else 0
-    # 2. The batch folded in, each player against their server's watermark in force. Expiry is left to the whole
+    clocks, in_force = _set_back(t, servers, before, shares, delay_ms, timeout_ms)
+    # The batch folded in, each player against their server's watermark in force. Expiry is left to the whole
     # table below, once the clocks have moved: no accepted event expires at the watermark in force, so the fold's
     # own expiry is a no-op here.
     prior = Prior(t.known.copy(), t.online.copy(), t.last_us.copy())
@@ -238,19 +227,48 @@ def _decide_servers(mirror: PresenceMirror, ev: PresenceEvents, before: Mapping[
     f = fold(slots, ev.event_us, ev.entry, ev.kind, prior, wm, wm, timeout_ms)
     t.known[f.player], t.online[f.player], t.last_us[f.player] = True, f.online, f.last_us
     t.known[f.gone] = False
-    # 3. Each clock moves (rules.server_clock.advance). It looks at players far ahead of the clock's prediction
-    # only: found for every server in one pass over the table.
-    limit = np.full(n, np.iinfo(np.int64).max, np.int64)
+    after, next_wm, shifted = _advance(t, servers, clocks, in_force, shares, f, now_ingest, delay_ms, timeout_ms)
+    # Every server's players against its next watermark.
+    next_us = next_wm[np.maximum(t.server, 0)] * 1000
+    timed_out = t.known & t.online & (t.last_us + timeout_ms * 1000 <= next_us)
+    forgotten = t.known & ~t.online & (t.last_us <= next_us)
+    t.known[timed_out | forgotten] = False
+    return _writes(t, servers, f, prior, shifted, timed_out), after
+
+
+def _set_back(t: PlayerTable, servers: Sequence[str], before: Mapping[str, ClockRecord], shares: Mapping[str, _BatchOf],
+              delay_ms: int, timeout_ms: int) -> tuple[dict[str, ClockRecord | None], np.ndarray]:
+    """Each server's clock set back before the batch is applied (:func:`watermark.rules.server_clock.step_back`),
+    and its watermark in force, by server code."""
+    clocks: dict[str, ClockRecord | None] = {}
+    in_force = np.zeros(len(t.servers), np.int64)
+    for server in servers:
+        clock, share = before.get(server), shares.get(server)
+        if share is not None and clock is not None:  # step_back reads only the newest of the server's events
+            clock = server_clock.step_back(clock, np.array([share.newest_us]), share.players, share.now_ms,
+                                           delay_ms, timeout_ms)
+        clocks[server] = clock
+        in_force[t.code[server]] = clock.watermark_ms if clock is not None else 0
+    return clocks, in_force
+
+
+def _advance(t: PlayerTable, servers: Sequence[str], clocks: Mapping[str, ClockRecord | None], in_force: np.ndarray,
+             shares: Mapping[str, _BatchOf], f: Fold, now_ingest: int | None, delay_ms: int,
+             timeout_ms: int) -> tuple[dict[str, ClockRecord], np.ndarray, np.ndarray]:
+    """Each clock moved with what its players did (:func:`watermark.rules.server_clock.advance`): the clocks after,
+    the next watermark by server code, and the slots a clock set forward moved. The rule looks at players far
+    ahead of the clock's prediction only: they are found for every server in one pass over the table."""
+    limit = np.full(len(t.servers), np.iinfo(np.int64).max, np.int64)
     for server in servers:
         clock, share = clocks[server], shares.get(server)
         now = share.now_ms if share is not None else now_ingest
         if clock is not None and now is not None:
-            limit[t.code[server]] = clock.clock_at_heard_us + max(0, now - clock.heard_ms) * 1000 + timeout_ms * 1000
+            limit[t.code[server]] = server_clock.trust_limit_us(clock, now, timeout_ms)
     beyond = t.by_server(np.flatnonzero(t.known & (t.last_us > limit[np.maximum(t.server, 0)])))
     applied = t.by_server(f.player)
     none = np.zeros(0, np.int64)
     next_wm = in_force.copy()
-    shifted: list[np.ndarray] = []
+    shifted: list[np.ndarray] = [none]
     after: dict[str, ClockRecord] = {}
     for server in servers:
         code, share, before_clock = t.code[server], shares.get(server), clocks[server]
@@ -262,12 +280,7 @@ def _decide_servers(mirror: PresenceMirror, ev: PresenceEvents, before: Mapping[
         if clock is not None:
             after[server] = clock
             next_wm[code] = clock.watermark_ms
-    # 4. Every server's players against its next watermark.
-    next_us = next_wm[np.maximum(t.server, 0)] * 1000
-    timed_out = t.known & t.online & (t.last_us + timeout_ms * 1000 <= next_us)
-    forgotten = t.known & ~t.online & (t.last_us <= next_us)
-    t.known[timed_out | forgotten] = False
-    return _writes(t, servers, f, prior, np.concatenate([none, *shifted]), timed_out), after
+    return after, next_wm, np.concatenate(shifted)
 
 
 def _writes(t: PlayerTable, servers: Sequence[str], f: Fold, prior: Prior, shifted: np.ndarray,
