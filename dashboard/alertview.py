@@ -18,7 +18,7 @@ from watermark.alerting.lifecycle import AlertState, Notice
 from watermark.store.alert_store import DAY_MS
 
 SEVERITY_COLOR = {"critical": "#d62728", "warning": "#ff7f0e"}
-SUBJECT_NAMES = {"server": "Server", "pipeline": "Pipeline", "": ""}
+SUBJECT_NAMES = {"server": "Server", "pipeline": "Pipeline", "region": "Region", "": ""}
 
 
 def subject_text(rule: str, subject: str) -> str:

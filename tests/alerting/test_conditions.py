@@ -216,3 +216,49 @@ def test_the_page_says_what_is_watched_in_one_line() -> None:
     assert watching(CFG) == ("PlayersDrop: down over 50 % within 5 min · ServerSilent: 1 min · ClockAhead: 2.0 s "
                              "ahead · LateDrops: over 100 a minute · PipelineBehind: trigger + 5.0 s · WatermarkFlat: "
                              "1 min · WatermarkJump: 30.0 s ahead · RedisUnreachable")
+
+
+def region_seq(a_now: int, b_now: int, *, b_last: int = T0) -> list[Observation]:
+    """eu-001 and eu-002 in region eu, 60 players each at the peak, and na-001 (100, unchanged) in na."""
+    def servers(b_arrival: int) -> tuple[ServerObs, ...]:
+        return (replace(server("eu-001"), region="eu"), replace(server("eu-002", last=b_arrival), region="eu"),
+                replace(server("na-001"), region="na"))
+
+    def sample(at: int, batch: int, a: int, b: int) -> OnlineSample:
+        return OnlineSample(batch=batch, at_ms=at, counts={"eu-001": a, "eu-002": b, "na-001": 100},
+                            causes={"eu-001": {"logout": 60 - a}, "eu-002": {"timeout": 60 - b}})
+
+    return [obs(T0 - 120_000, servers=servers(T0 - 120_000), online=(sample(T0 - 120_000, 1, 60, 60),)),
+            obs(T0, servers=servers(b_last), online=(sample(T0, 2, a_now, b_now),))]
+
+
+@pytest.mark.parametrize(("a_now", "b_now", "region_active", "a_active", "b_active"), [
+    (30, 30, False, False, False),  # the region down exactly 50 %: not more
+    (29, 30, True, True, False),  # 59 of 120: the region fires though one of its servers does not
+    (0, 60, False, True, False),  # one server emptied, the region down 50 %: the server's alert, not the region's
+    (60, 60, False, False, False),
+])
+def test_a_regions_players_drop_is_the_sum_of_its_servers(a_now: int, b_now: int, region_active: bool,
+                                                          a_active: bool, b_active: bool) -> None:
+    got = findings(region_seq(a_now, b_now))
+    assert got[("region_players_drop", "eu")].active is region_active
+    assert (got[("players_drop", "eu-001")].active, got[("players_drop", "eu-002")].active) == (a_active, b_active)
+    assert got[("region_players_drop", "na")].active is False and ("region_players_drop", "eu-001") not in got
+
+
+def test_a_regions_players_drop_says_who_left_how() -> None:
+    f = findings(region_seq(10, 20))[("region_players_drop", "eu")]
+    assert f.summary == "eu: 30 players online, down 75 % from 120 within 5 min (50 logged out, 40 timed out)"
+
+
+def test_a_regions_players_drop_is_held_while_one_of_its_servers_is() -> None:
+    """eu-002 quiet for 15 s: its players time out while its events are delayed, and the region's drop with them."""
+    got = findings(region_seq(0, 0, b_last=T0 - 15_000))
+    f = got[("region_players_drop", "eu")]
+    assert f.active is True and f.held == got[("players_drop", "eu-002")].held
+    assert f.held is not None and f.held.startswith("no event from eu-002 for 15.0 s")
+    assert got[("players_drop", "eu-001")].held is None
+
+
+def test_servers_without_a_region_make_no_region_alert() -> None:
+    assert not [k for k in findings(drop_seq(100, 0)) if k[0] == "region_players_drop"]

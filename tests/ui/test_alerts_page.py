@@ -135,3 +135,13 @@ def test_the_firing_line_names_eight_servers_of_an_outage_and_counts_the_rest() 
     assert firing_text(list(d.states.values())) == (
         "300 alerts firing: ServerSilent (servers eu-000, eu-001, eu-002, eu-003, eu-004, eu-005, eu-006, eu-007 "
         "and 292 more).")
+
+
+def test_a_regions_alert_is_named_by_its_region() -> None:
+    from dashboard.alertview import alert_rows, firing_text
+
+    d = step_all({}, [Finding("region_players_drop", "eu", True), Finding("players_drop", "eu-001", True)], T0,
+                 {**TIMING, "region_players_drop": TIMING["players_drop"]})
+    firing = list(d.states.values())
+    assert firing_text(firing) == "2 alerts firing: PlayersDrop (server eu-001), RegionPlayersDrop (region eu)."
+    assert sorted(r["About"] for r in alert_rows(firing, T0)) == ["region eu", "server eu-001"]

@@ -12,6 +12,8 @@ players_drop        online fell by more than ``percent`` of its peak within ``wi
                     (peak at least ``min_players``)                                          trailing, its clock
                                                                                              stepped, pipeline
                                                                                              behind, settling
+region_players_drop the same, for the sum of a region's servers                             any of its servers
+                                                                                             held
 server_silent       no event from the server for ``after`` or longer, until it retires         pipeline behind
                     (RETIRE_AFTER)
 clock_ahead         the server's events arrived more than ``ahead`` before their own time    -
@@ -39,6 +41,7 @@ SAMPLE_GAP_MS = 5_000
 
 RULES: dict[str, tuple[str, str]] = {
     "players_drop": ("PlayersDrop", "critical"),
+    "region_players_drop": ("RegionPlayersDrop", "critical"),
     "server_silent": ("ServerSilent", "warning"),
     "clock_ahead": ("ClockAhead", "warning"),
     "late_drops": ("LateDrops", "warning"),
@@ -49,8 +52,8 @@ RULES: dict[str, tuple[str, str]] = {
 }
 """Rule -> (alert name, severity): the names Prometheus, Alertmanager and the Alerts page show."""
 
-SUBJECT_LABEL = {"players_drop": "server", "server_silent": "server", "clock_ahead": "server",
-                 "late_drops": "server", "freshness": "pipeline", "watermark_flat": "pipeline",
+SUBJECT_LABEL = {"players_drop": "server", "region_players_drop": "region", "server_silent": "server",
+                 "clock_ahead": "server", "late_drops": "server", "freshness": "pipeline", "watermark_flat": "pipeline",
                  "watermark_jump": "pipeline", "redis_unreachable": ""}
 """What a rule's subject is: its label name in notifications and in Prometheus."""
 
@@ -98,6 +101,9 @@ def evaluate(obs: Observation, memory: Memory, cfg: AlertConfig) -> list[Finding
         out.append(clock_ahead(s, cfg))
         out.append(late_drops(s.name, memory, obs.at_ms, cfg))
     out.extend(players_drop(server, memory, obs.at_ms, cfg, delays.get(server)) for server in _online_servers(memory))
+    for region, servers in _regions(obs).items():
+        held = next((delays[s] for s in servers if s in delays), None)
+        out.append(players_drop(region, memory, obs.at_ms, cfg, held, servers))
     main = obs.main
     if main is not None:
         out.append(freshness(main, cfg))
@@ -165,28 +171,41 @@ def _online_servers(memory: Memory) -> list[str]:
     return sorted(names)
 
 
-def players_drop(server: str, memory: Memory, now_ms: int, cfg: AlertConfig, held: str | None) -> Finding:
+def _regions(obs: Observation) -> dict[str, list[str]]:
+    """Each region's servers, as their events carry it (servers without one belong to none)."""
+    out: dict[str, list[str]] = {}
+    for s in obs.servers:
+        if s.region is not None:
+            out.setdefault(s.region, []).append(s.name)
+    return out
+
+
+def players_drop(server: str, memory: Memory, now_ms: int, cfg: AlertConfig, held: str | None,
+                 region_of: list[str] | None = None) -> Finding:
+    """A server's players online against their peak within the window; with ``region_of``, the region ``server``'s
+    (the sum of those servers', exactly as the pages sum them), held when any of them is held."""
     pd = cfg.players_drop
+    rule = "players_drop" if region_of is None else "region_players_drop"
+    members = [server] if region_of is None else region_of
     samples: list[OnlineSample] = [s for _, s in memory.online.since(now_ms - pd.within_ms)]  # type: ignore[misc]
     if not samples:
-        return Finding("players_drop", server, None, None, "no online view batch within the window yet", held)
-    counts = [s.counts.get(server, 0) for s in samples]
+        return Finding(rule, server, None, None, "no online view batch within the window yet", held)
+    counts = [sum(s.counts.get(m, 0) for m in members) for s in samples]
     peak_at = max(range(len(counts)), key=lambda i: (counts[i], -i))
     peak, current = counts[peak_at], counts[-1]
     drop = 0.0 if peak == 0 else (peak - current) * 100.0 / peak
-    causes = _left_by_cause(server, samples[peak_at + 1:])
+    causes = _left_by_cause(members, samples[peak_at + 1:])
     summary = (f"{server}: {current:,} players online, down {drop:.0f} % from {peak:,} within "
                f"{human_ms(pd.within_ms)}{causes}")
     if peak < pd.min_players:
-        return Finding("players_drop", server, False, drop, f"{summary} (a peak under {pd.min_players} is not judged)",
-                       held)
+        return Finding(rule, server, False, drop, f"{summary} (a peak under {pd.min_players} is not judged)", held)
     # (peak - current) / peak > percent / 100, without the division's rounding at the threshold
-    return Finding("players_drop", server, (peak - current) * 100 > pd.percent * peak, drop, summary, held)
+    return Finding(rule, server, (peak - current) * 100 > pd.percent * peak, drop, summary, held)
 
 
-def _left_by_cause(server: str, samples: list[OnlineSample]) -> str:
-    logouts = sum(s.causes.get(server, {}).get("logout", 0) for s in samples)
-    timeouts = sum(s.causes.get(server, {}).get("timeout", 0) for s in samples)
+def _left_by_cause(servers: list[str], samples: list[OnlineSample]) -> str:
+    logouts = sum(s.causes.get(m, {}).get("logout", 0) for s in samples for m in servers)
+    timeouts = sum(s.causes.get(m, {}).get("timeout", 0) for s in samples for m in servers)
     return f" ({logouts:,} logged out, {timeouts:,} timed out)" if logouts or timeouts else ""
 
 

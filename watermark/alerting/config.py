@@ -148,7 +148,7 @@ class AlertConfig:
         return replace(self, webhook=webhook)
 
     def timing(self, rule: str) -> Timing:
-        t: Timing = getattr(self, rule).timing
+        t: Timing = getattr(self, _SECTION_OF.get(rule, rule)).timing
         return t
 
     @classmethod
@@ -169,6 +169,8 @@ class AlertConfig:
         return cls(**parsed)
 
 
+_SECTION_OF = {"region_players_drop": "players_drop"}
+"""Rules judged by another's thresholds: a region's players drop is a server's, summed over the region."""
 _DURATION_SUFFIX = "_ms"
 _TIMING_KEYS = {"for": "for_ms", "clear": "clear_ms"}
 

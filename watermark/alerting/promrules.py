@@ -36,6 +36,7 @@ def expressions(cfg: AlertConfig) -> dict[str, str]:
     silence = "(time() - wm_server_last_event_timestamp_seconds)"
     pipeline_behind = (f"(wm_behind_seconds{MAIN_SEL} - wm_trigger_interval_seconds{MAIN_SEL} > {behind})")
     peak = f"max_over_time(wm_players_online[{_d(pd.within_ms)}])"
+    region_peak = f"max_over_time(wm_region_players_online[{_d(pd.within_ms)}])"
     silent, flat = _s(cfg.server_silent.after_ms), _d(cfg.watermark_flat.after_ms)
     newest = "clamp_max(max_over_time(wm_server_max_event_time_seconds[1m]), time())"  # future-dated: now
     newest_all = f"max without (server) ({newest})"
@@ -49,6 +50,10 @@ def expressions(cfg: AlertConfig) -> dict[str, str]:
             f"unless max_over_time(wm_server_ingest_lag_p95_seconds[{_d(pd.settle_ms)}]) >= {_s(pd.lag_ms)}\n"
             f"unless max_over_time(wm_server_clock_ahead_seconds[{_d(pd.settle_ms)}]) - "
             f"min_over_time(wm_server_clock_ahead_seconds[{_d(pd.settle_ms)}]) > {_s(cfg.clock_ahead.ahead_ms)}"),
+        "region_players_drop": (
+            f"(({region_peak} - wm_region_players_online) * 100 > {pd.percent!r} * {region_peak}) and "
+            f"({region_peak} >= {pd.min_players})\n"
+            f"unless on(instance, job) max_over_time({pipeline_behind}[{_d(pd.settle_ms)}:1s])"),
         "server_silent": (f"{silence} >= {silent}\n"
                           f"unless on(server, instance, job) wm_server_retired == 1\n"
                           f"unless on(instance, job) (wm_behind_seconds{MAIN_SEL} >= {silent})"),
@@ -67,6 +72,7 @@ def expressions(cfg: AlertConfig) -> dict[str, str]:
 
 SUMMARIES = {
     "players_drop": "Players online on {{ $labels.server }} fell by more than the threshold",
+    "region_players_drop": "Players online in region {{ $labels.region }} fell by more than the threshold",
     "server_silent": "No event from {{ $labels.server }} for {{ $value | humanizeDuration }}",
     "clock_ahead": "The clock of {{ $labels.server }} runs {{ $value | humanizeDuration }} ahead",
     "late_drops": "{{ $value | printf \"%.0f\" }} events of {{ $labels.server }} dropped as late in a minute",

@@ -21,6 +21,7 @@ from watermark.store.observe import StackReading
 METRICS: dict[str, str] = {
     "wm_redis_up": "1 when the monitor could read Redis at this scrape, else 0",
     "wm_players_online": "Players online per server (the online view)",
+    "wm_region_players_online": "Players online per region: the sum of its servers' (regions from the events)",
     "wm_events_accepted_total": "Events accepted into their windows, per pipeline and server",
     "wm_events_dropped_late_total": "Events dropped as late (every window closed), per pipeline and server",
     "wm_events_accepted_late_total": "Events behind the watermark but counted (a window still open)",
@@ -71,6 +72,13 @@ def _server_families(r: StackReading) -> Iterator[Metric]:
     ahead = GaugeMetricFamily("wm_server_clock_ahead_seconds", METRICS["wm_server_clock_ahead_seconds"],
                               labels=["server"])
     retired = GaugeMetricFamily("wm_server_retired", METRICS["wm_server_retired"], labels=["server"])
+    regions = GaugeMetricFamily("wm_region_players_online", METRICS["wm_region_players_online"], labels=["region"])
+    per_region: dict[str, int] = {}
+    for s in r.obs.servers:
+        if s.region is not None and s.players is not None:
+            per_region[s.region] = per_region.get(s.region, 0) + s.players
+    for region, n in sorted(per_region.items()):
+        regions.add_metric([region], n)
     for s in r.obs.servers:
         if s.retired:
             retired.add_metric([s.name], 1)
@@ -85,6 +93,7 @@ def _server_families(r: StackReading) -> Iterator[Metric]:
         if s.newest_event_ms is not None:
             newest.add_metric([s.name], s.newest_event_ms / 1000)
     yield players
+    yield regions
     yield seen
     yield newest
     yield lag
@@ -123,10 +132,11 @@ def _pipeline_families(r: StackReading) -> Iterator[Metric]:
 
 
 def alert_family(alerts: Mapping[str, AlertState]) -> Metric:
-    g = GaugeMetricFamily("wm_alerts", METRICS["wm_alerts"], labels=["alertname", "state", "server", "pipeline"])
+    g = GaugeMetricFamily("wm_alerts", METRICS["wm_alerts"],
+                          labels=["alertname", "state", "server", "pipeline", "region"])
     for a in sorted(alerts.values(), key=lambda a: a.key):
         subject = subject_labels(a.rule, a.subject)
-        g.add_metric([a.alertname, a.status, subject.get("server", ""), subject.get("pipeline", "")], 1)
+        g.add_metric([a.alertname, a.status, *(subject.get(k, "") for k in ("server", "pipeline", "region"))], 1)
     return g
 
 

@@ -131,7 +131,7 @@ def _servers(main: PipelineStatus, counts: Mapping[str, int], last: Mapping[str,
                              dropped=t.dropped if t else 0, late=t.late if t else 0, players=counts.get(s),
                              newest_event_ms=b.max_event_us // 1000 if b and b.max_event_us is not None else None,
                              lag_p95_ms=lag.p95 if lag is not None else None, clock_ahead_ms=ahead.get(s),
-                             retired=s in gone))
+                             retired=s in gone, region=main.regions.get(s)))
     return tuple(out)
 
 
