@@ -114,6 +114,22 @@ def test_trimming_follows_the_committed_offset_never_a_length(r: redis.Redis, ke
     assert int(r.get(keys.trimmed)) == ids[0] == 5_000 - r.xlen(keys.events), "the trimmed count is exact"
 
 
+def test_one_commit_trims_every_whole_node_below_the_keep_point(r: redis.Redis, keys: KeySchema) -> None:
+    """An approximate XTRIM frees at most 10,000 entries a call unless told otherwise (``LIMIT 0``): at two commits
+    a second the stream outgrew its bound above about 20,000 events/s (issue 27). 60,000 old entries committed:
+    one commit leaves less than one stream node (100 entries) of them."""
+    pipe = r.pipeline(transaction=False)
+    for i in range(60_000):
+        pipe.xadd(keys.events, {"e": b"{}"}, id=f"{T0 + i}-0")
+        if i % 10_000 == 9_999:
+            pipe.execute()
+    s = BatchSummary(0, 0, T0 + 86_400_000, f"{T0 + 59_000}-0", f"{T0 + 59_999}-0", [], {}, [])
+    assert commit_batch(r, keys, s, PARAMS)
+    first = int(r.xrange(keys.events, count=1)[0][0].split(b"-")[0]) - T0
+    assert 59_000 - 100 < first <= 59_000
+    assert int(r.get(keys.trimmed)) == first == 60_000 - r.xlen(keys.events), "the trimmed count is exact"
+
+
 @pytest.mark.parametrize(("held_at", "keep_from"), [
     (None, 3_000),  # no reader behind: trimmed up to the batch's start, as above
     (1_200, 1_200),  # the online view (or a lane) committed only up to 1,200: nothing after it goes

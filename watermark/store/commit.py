@@ -135,18 +135,20 @@ class ParamsMismatch(RuntimeError):
 
 
 _TRIM_LUA = """
-local n = redis.call('XTRIM', KEYS[1], 'MINID', '~', ARGV[1])
+local n = redis.call('XTRIM', KEYS[1], 'MINID', '~', ARGV[1], 'LIMIT', 0)
 if n > 0 then redis.call('INCRBY', KEYS[2], n) end
 return n
 """
 """Trim the input and count what went, in one step: ``{ns}:trimmed`` plus the entries left minus those
-committed is exactly how many wait, without walking the stream (Redis 6 has no ``entries-added``)."""
+committed is exactly how many wait, without walking the stream (Redis 6 has no ``entries-added``).
+``LIMIT 0``: an approximate trim otherwise frees at most 100 x ``stream-node-max-entries`` (10,000) entries a
+call, and at two trims a second the stream outgrew its bound above about 20,000 events/s."""
 
 
 def trim_counted(client: redis.Redis, keys: KeySchema, min_id: str, approximate: bool = True) -> None:
     """Trim the input below ``min_id`` and add what went to ``{ns}:trimmed`` (queued when ``client`` is a
     pipeline). Approximate trims free whole stream nodes only: cheap, and the count is still exact."""
-    script = _TRIM_LUA if approximate else _TRIM_LUA.replace("'~', ", "")
+    script = _TRIM_LUA if approximate else _TRIM_LUA.replace("'~', ", "").replace(", 'LIMIT', 0", "")
     client.eval(script, 2, keys.events, keys.trimmed, min_id)
 
 
