@@ -118,9 +118,9 @@ key                                                type    contents
                                                            ``{rule}|{subject}`` -> JSON ``AlertState``
                                                            (``watermark.alerting.lifecycle``)
 ``{ns}:alerts:history``                            stream  every alert fired and resolved, field ``n``:
-                                                           JSON ``Notice``; 8 days kept, the newest 20,000 at
-                                                           most (the Alerts page shows a day, the time charts
-                                                           draw a week)
+                                                           JSON ``Notice``; the newest 20,000 kept (a week
+                                                           of alerts unless they flap by the thousand; the
+                                                           Alerts page shows a day, time charts a week)
 ``{ns}:alerts:outbox``                             stream  notices the webhook has not delivered yet (field
                                                            ``n``), deleted once delivered
 ``{ns}:alerts:webhook``                            hash    the webhook's ``url``, ``delivered``, ``failures``,
