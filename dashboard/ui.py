@@ -25,6 +25,7 @@ from watermark.apps.control import Control, GeneratorStatus, read_lab, write_con
 from watermark.schema.config import Config, ConfigError, redact_url
 from watermark.schema.keys import KeySchema
 from watermark.store.alert_store import AlertView, read_alert_view
+from watermark.store.history_store import Timeline, read_timeline
 
 log = logging.getLogger("dashboard")
 
@@ -169,6 +170,14 @@ def load_events(url: str, namespace: str, server: str | None, range_ms: int, ref
     """The events page's read, shared like :func:`load_snapshot` per (server, range, tick)."""
     return read_events(redis_client(url), KeySchema(namespace), server=server, range_ms=range_ms,
                        input_keys=KeySchema(input_namespace))
+
+
+@st.cache_data(show_spinner=False, ttl=120, max_entries=32)
+def load_timeline(url: str, namespace: str, series: tuple[str, ...], start_ms: int, end_ms: int,
+                  week_ago: tuple[str, ...], tick: int) -> Timeline:
+    """Players online over a range, its annotations and alerts: one read per (series, range, tick) for all
+    sessions; O((regions or servers) x days) commands (``watermark.store.history_store``)."""
+    return read_timeline(redis_client(url), KeySchema(namespace), series, start_ms, end_ms, week_ago)
 
 
 @st.cache_data(show_spinner=False, ttl=60, max_entries=32)

@@ -81,7 +81,7 @@ def read_outbox(client: redis.Redis, keys: KeySchema, on_bad: OnBad | None = Non
     return out
 
 
-def _history(entries: list, since_ms: int, where: str) -> list[Notice]:
+def notices_since(entries: list, since_ms: int, where: str) -> list[Notice]:
     """Oldest first, those at or after ``since_ms`` by the notice's own time (the monitor's clock, not the
     entry IDs' Redis clock)."""
     out = [Notice.decode(f[NOTICE_FIELD.encode()], f"{where} entry {eid.decode()}") for eid, f in reversed(entries)]
@@ -161,6 +161,6 @@ def read_alert_view(client: redis.Redis, keys: KeySchema, now_ms: int) -> AlertV
     alerts, history, webhook, waiting, (round_ms, interval_ms, watching) = pipe.execute()
     return AlertView(
         alerts={k.decode(): AlertState.decode(v, f"alert {k.decode()!r}") for k, v in alerts.items()},
-        history=_history(history, now_ms - DAY_MS, keys.alerts_history),
+        history=notices_since(history, now_ms - DAY_MS, keys.alerts_history),
         webhook=WebhookStatus.from_hash(webhook, int(waiting)), round_ms=int(round_ms) if round_ms else None,
         interval_ms=int(interval_ms) if interval_ms else 1_000, watching=watching.decode() if watching else "")
