@@ -266,7 +266,8 @@ WEEK_AGO = "#9e9e9e"
 def online_history(tl: Timeline, labels: Mapping[str, str], what: str = "") -> go.Figure:
     """Players online at each minute's end (each 5 minutes past a day) per series over the timeline's range, a
     line per label (``labels``: series -> name, the total among them), the same series a week ago dotted; a
-    minute with no data (the job was down) is a gap. The hover adds the highest count within the minute."""
+    minute with no data (the job was down) is a gap. The hover adds the highest count within the minute. The axis
+    spans the data shown, as every time axis does."""
     colors = server_colors([lb for s, lb in labels.items() if s != TOTAL])
     fig = go.Figure()
     for series, label in labels.items():
@@ -285,11 +286,8 @@ def online_history(tl: Timeline, labels: Mapping[str, str], what: str = "") -> g
                 hovertemplate=f"<b>{name}</b> %{{x|%a %d %b %H:%M}}<br>online %{{y:,}}<br>highest within it "
                               "%{customdata[0]}<extra></extra>"))
     span = tl.end_ms - tl.start_ms
-    every = "per minute" if tl.step_ms <= 60_000 else f"every {tl.step_ms // 60_000} minutes"
-    fig = _layout(fig, f"Players online{what}, last {_span_text(span)} ({every})", "players online")
-    fig.update_xaxes(range=[ts(tl.start_ms), ts(tl.end_ms)], tickformat="%a %d %H:%M" if span > 86_400_000
-                     else "%H:%M", hoverformat="%H:%M")
-    return fig
+    fig = _time_axis(_layout(fig, f"Players online{what}, last {_span_text(span)}", "players online"))
+    return fig.update_xaxes(tickformat="%a %d %H:%M" if span > 86_400_000 else "%H:%M", hoverformat="%a %H:%M")
 
 
 def _span_text(ms: int) -> str:
