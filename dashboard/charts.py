@@ -319,10 +319,10 @@ def mark(fig: go.Figure, marks: Sequence[Mark]) -> go.Figure:
     a moment as a dotted line, each named at the top while there are few. Shapes, not traces: the legend keeps
     the chart's lines."""
     xs = [x for t in fig.data for x in (t.x or ()) if isinstance(x, datetime)]
-    rng = fig.layout.xaxis.range
-    lo, hi = (rng[0], rng[1]) if rng else ((min(xs), max(xs)) if xs else (None, None))
-    if lo is None or hi is None:
+    if not xs or not marks:  # no time axis (a bar per server, a delay): nothing to draw over
         return fig
+    rng = fig.layout.xaxis.range
+    lo, hi = (rng[0], rng[1]) if rng and all(isinstance(r, datetime | str) for r in rng) else (min(xs), max(xs))
     lo_ms, hi_ms = _ms(lo), _ms(hi)
     shown = [m for m in marks if m.start_ms <= hi_ms and (m.end_ms or m.start_ms) >= lo_ms]
     for i, m in enumerate(shown):

@@ -6,7 +6,7 @@ from collections.abc import Collection, Mapping, Sequence
 
 import streamlit as st
 
-from dashboard import alertview, charts, ui
+from dashboard import charts, ui
 from dashboard.data import Snapshot, WindowRow, open_at_loss
 from dashboard.fleet import NO_REGION, Grouping, grouping
 from dashboard.status import clock, human_ms
@@ -72,12 +72,11 @@ def render(snap: Snapshot, now_ms: int) -> None:
     bounds = snap.current_window_bounds()
     g = grouping(live_servers(snap), snap.regions, snap.online.counts if snap.online else {})
     tl = timeline(snap, g, now_ms)
-    marks = [*charts.annotation_marks(tl.annotations),
-             *alertview.alert_marks(alertview.spans(tl.notices, [], now_ms, tl.start_ms))] if tl else []
 
-    online_now(snap, g, marks)
+    online_now(snap, g)
     if tl is not None and snap.online is not None:
-        online_over_time(snap.online, g, tl, marks)
+        online_over_time(snap.online, g, tl, [m for m in ui.page_marks(now_ms) if (m.end_ms or m.start_ms)
+                                              >= tl.start_ms])
 
     distinct_players(snap, current, last_final, bounds, g)
 
@@ -126,7 +125,7 @@ def live_servers(snap: Snapshot) -> list[str]:
     return sorted({*snap.servers, *(s for s, n in counts.items() if n or s not in snap.retired)})
 
 
-def online_now(snap: Snapshot, g: Grouping, marks: Sequence[charts.Mark] = ()) -> None:
+def online_now(snap: Snapshot, g: Grouping) -> None:
     """Players online per server (per region past a few servers, every server in a table): the online view,
     folded by the pipeline's sink with every batch."""
     st.subheader("Players online now")
@@ -162,9 +161,9 @@ def online_now(snap: Snapshot, g: Grouping, marks: Sequence[charts.Mark] = ()) -
     what = {"region": " per region", "top": " (the busiest servers, the rest summed)"}.get(g.by, "")
     if v.minutes:
         left, right = st.columns(2)
-        ui.chart(left, charts.mark(charts.online_per_minute(g.minutes(v.minutes), g.labels, what), marks),
-                 "online_per_minute", "No player has been online in the last hour.")
-        ui.chart(right, charts.mark(charts.transitions_per_minute(v.minutes), marks), "transitions_per_minute",
+        ui.chart(left, charts.online_per_minute(g.minutes(v.minutes), g.labels, what), "online_per_minute",
+                 "No player has been online in the last hour.")
+        ui.chart(right, charts.transitions_per_minute(v.minutes), "transitions_per_minute",
                  "No logins, logouts or timeouts in the last hour.")
     if v.history:
         ui.chart(st, charts.online_over_batches(g.history(v.history), g.labels, what), "online_over_batches",
@@ -211,11 +210,12 @@ def online_over_time(v: OnlineView, g: Grouping, tl: Timeline, marks: Sequence[c
                  help="The same hours seven days before, dotted: is tonight normal for this day of the week?")
     what = {"region": " per region", "top": " (the busiest servers)"}.get(g.by, "")
     labels = series_labels(g)
-    ui.chart(st, charts.mark(charts.online_history(tl, labels, what), marks), "online_history",
+    ui.chart(st, charts.online_history(tl, labels, what), "online_history",
              "No minute of players online in this range yet: each minute appears once it has closed.")
     st.dataframe(peak_rows(v, g, labels), hide_index=True, width="stretch")
     if marks:
-        st.caption("Drawn over the time charts: annotations (`wm-annotate`, `POST /annotations`) and fired alerts.")
+        st.caption("Drawn over every time chart: annotations (`wm-annotate`, `POST /annotations`) and fired "
+                   "alerts, in this range.")
         st.dataframe([{"From (UTC)": f"{charts.ts(m.start_ms):%a %d %b %H:%M}",
                        "To (UTC)": "" if m.end_ms is None else f"{charts.ts(m.end_ms):%a %d %b %H:%M}",
                        "What": m.label} for m in marks], hide_index=True, width="stretch")

@@ -40,6 +40,21 @@ def test_a_range_reads_the_annotations_that_overlap_it(r: redis.Redis) -> None:
     assert [(a.text, a.region) for a in got] == [("long maintenance", None), ("patch 1.4.2", "eu")]
 
 
+def test_the_time_charts_read_the_annotations_and_the_alerts_of_their_range(r: redis.Redis) -> None:
+    from watermark.alerting.lifecycle import Decision, Notice
+    from watermark.store.alert_store import apply_decision
+    from watermark.store.annotation_store import read_happenings
+
+    keys = KeySchema(f"t-{uuid.uuid4().hex[:8]}")
+    add_annotation(r, keys, note("patch 1.4.2", T0 + HOUR), 8, T0)
+    fired = [Notice(status="firing", rule="server_silent", subject=s, starts_at_ms=at, at_ms=at)
+             for s, at in (("old", T0 - 3 * HOUR), ("eu-001", T0 + 2 * HOUR))]
+    apply_decision(r, keys, Decision(states={}, removed=(), notices=tuple(fired)), T0 + 2 * HOUR, outbox=False)
+    h = read_happenings(r, keys, T0, T0 + 3 * HOUR)
+    assert [a.text for a in h.annotations] == ["patch 1.4.2"]
+    assert [n.subject for n in h.notices] == ["eu-001"]  # the one before the range is left out
+
+
 def test_old_annotations_leave_and_at_most_a_bound_are_kept(r: redis.Redis, monkeypatch: pytest.MonkeyPatch) -> None:
     keys = KeySchema(f"t-{uuid.uuid4().hex[:8]}")
     add_annotation(r, keys, note("ten days ago", T0 - 10 * 86_400_000), 8, T0)

@@ -308,7 +308,7 @@ def test_a_weeks_chart_draws_each_series_the_week_ago_dotted_and_the_marks_in_it
     tl = Timeline(t0, t0 + DAY_MS, 60_000,
                   {TOTAL: [Point(t0, 5, 6), Point(t0 + 60_000, 7, 9), Point(t0 + 600_000, 4, 4)],
                    region_key("eu"): [Point(t0, 3, 3)]},
-                  {TOTAL: [Point(t0, 2, 2)]}, [], [])
+                  {TOTAL: [Point(t0, 2, 2)]})
     fig = charts.online_history(tl, {TOTAL: "All servers", region_key("eu"): "eu"}, " per region")
     # a minute with no data (the job down) is a gap, not a line across
     assert [(t.name, list(t.y)) for t in fig.data] == [("All servers", [5, 7, None, 4]),
@@ -323,6 +323,8 @@ def test_a_weeks_chart_draws_each_series_the_week_ago_dotted_and_the_marks_in_it
         ("rect", charts.ts(t0 + 240_000), charts.ts(t0 + 360_000))]
     assert [a.text for a in fig.layout.annotations] == ["deploy: patch 1.4.2", "maintenance (eu)"]
     assert len(fig.data) == 3  # shapes, not traces: the legend keeps the lines
+    bars = charts.players_now({}, ["A", "B"])  # no time axis: nothing drawn over it
+    assert charts.mark(bars, marks).layout.shapes == ()
 
 
 def test_the_online_chart_leaves_out_a_batch_before_any_event() -> None:
@@ -381,7 +383,7 @@ def test_the_history_chart_keeps_the_rules() -> None:
     from watermark.store.history_store import Timeline
 
     pts = {s: [Point(T + m * MIN, 3 + m % 5, 4 + m % 5) for m in range(0, 600, 7)] for s in (TOTAL, "A", "B", "C")}
-    tl = Timeline(T - 14 * 60 * MIN, T + 10 * 60 * MIN, MIN, pts, {TOTAL: pts[TOTAL][:40]}, [], [])
+    tl = Timeline(T - 14 * 60 * MIN, T + 10 * 60 * MIN, MIN, pts, {TOTAL: pts[TOTAL][:40]})
     fig = charts.online_history(tl, {TOTAL: "All servers", "A": "A", "B": "B", "C": "C"})
     assert _audit(fig, range_ms=DAY_MS) == [] and len(fig.data) == 5
 

@@ -1,5 +1,6 @@
 """Annotations in Redis (``{ns}:annotations``, a zset of JSON :class:`watermark.schema.records.Annotation` scored by
-their start): added by ``wm-annotate`` or ``POST /annotations``, read by every time chart for its range.
+their start): added by ``wm-annotate`` or ``POST /annotations``, read with the alerts' history by every time chart
+(:func:`read_happenings`).
 
 Bounded: each add drops those that started more than ``keep_days`` (``HISTORY_DAYS``) + 1 days ago and keeps the
 newest :data:`ANNOTATIONS_KEEP`; a chart reads at most :data:`READ_LIMIT` (the newest starting before its end), one
@@ -8,14 +9,20 @@ command whatever the range.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import redis
 
+from watermark.alerting.lifecycle import Notice
 from watermark.rules.presence_rollup import DAY_MS
 from watermark.schema.keys import KeySchema
 from watermark.schema.records import Annotation, RecordError
+from watermark.store.alert_store import notices_since
 
 ANNOTATIONS_KEEP = 10_000
 READ_LIMIT = 500
+ALERTS_READ = 5_000
+"""Notices a time chart reads back (the newest): a week of alerts unless they flap by the thousand."""
 
 
 def add_annotation(client: redis.Redis, keys: KeySchema, a: Annotation, keep_days: int, now_ms: int) -> None:
@@ -48,3 +55,22 @@ def read_annotations(client: redis.Redis, keys: KeySchema, start_ms: int, end_ms
     pipe = client.pipeline(transaction=False)
     queue_annotation_reads(pipe, keys, end_ms)
     return annotations_in(pipe.execute()[0], start_ms)
+
+
+@dataclass(frozen=True)
+class Happenings:
+    """What the time charts draw over their data: the annotations and the alerts' notices since ``since_ms``."""
+
+    since_ms: int
+    annotations: list[Annotation]
+    notices: list[Notice]
+
+
+def read_happenings(client: redis.Redis, keys: KeySchema, since_ms: int, until_ms: int) -> Happenings:
+    """Two commands, whatever the range: the annotations (at most :data:`READ_LIMIT`) and the newest
+    :data:`ALERTS_READ` notices, those at or after ``since_ms`` kept."""
+    pipe = client.pipeline(transaction=False)
+    queue_annotation_reads(pipe, keys, until_ms)
+    pipe.xrevrange(keys.alerts_history, count=ALERTS_READ)
+    notes, alerts = pipe.execute()
+    return Happenings(since_ms, annotations_in(notes, since_ms), notices_since(alerts, since_ms, keys.alerts_history))

@@ -14,7 +14,6 @@ from dataclasses import dataclass, replace
 
 import redis
 
-from watermark.alerting.lifecycle import Notice
 from watermark.rules.presence_rollup import (
     DAY_MS,
     MINUTE_MS,
@@ -33,9 +32,6 @@ from watermark.rules.presence_rollup import (
     step_for,
 )
 from watermark.schema.keys import KeySchema
-from watermark.schema.records import Annotation
-from watermark.store.alert_store import notices_since
-from watermark.store.annotation_store import annotations_in, queue_annotation_reads
 
 
 def queue_minute(pipe: redis.client.Pipeline, keys: KeySchema, closed: Minute, regions: Mapping[str, str],
@@ -86,23 +82,16 @@ def read_history(client: redis.Redis, keys: KeySchema, series: Sequence[str], st
     return q.parse(iter(pipe.execute()))
 
 
-WEEK_ALERTS_READ = 5_000
-"""Notices a time chart reads back (the newest): a week of alerts unless they flap by the thousand."""
-
-
 @dataclass(frozen=True)
 class Timeline:
-    """What a time chart of players online draws for ``[start_ms, end_ms)``, at ``step_ms``: each series, the same
-    series a week earlier shifted onto this range (``week_ago``; empty when not asked for), the annotations and
-    the alerts' notices of the range."""
+    """What a time chart of players online draws for ``[start_ms, end_ms)``, at ``step_ms``: each series, and the
+    same series a week earlier shifted onto this range (``week_ago``; empty when not asked for)."""
 
     start_ms: int
     end_ms: int
     step_ms: int
     series: dict[str, list[Point]]
     week_ago: dict[str, list[Point]]
-    annotations: list[Annotation]
-    notices: list[Notice]
 
     def with_open_minute(self, m: Minute | None, regions: Mapping[str, str]) -> Timeline:
         """The minute still open (the online view's state holds it, no record has it yet) added at the end."""
@@ -116,19 +105,15 @@ class Timeline:
 
 def read_timeline(client: redis.Redis, keys: KeySchema, series: Sequence[str], start_ms: int, end_ms: int,
                   week_ago: Sequence[str] = ()) -> Timeline:
-    """One round trip: a GETRANGE per series and day (and per series asked ``week_ago`` and day a week earlier),
-    the annotations and the alerts' history; O((servers or regions) x days) commands, never per player."""
+    """One round trip: a GETRANGE per series and day (and per series asked ``week_ago`` and day a week earlier);
+    O((servers or regions) x days) commands, never per player."""
     now = HistoryRead(tuple(series), start_ms, end_ms)
     before = HistoryRead(tuple(week_ago), start_ms - WEEK_MS, end_ms - WEEK_MS)
     pipe = client.pipeline(transaction=False)
     now.queue(pipe, keys)
     before.queue(pipe, keys)
-    queue_annotation_reads(pipe, keys, end_ms)
-    pipe.xrevrange(keys.alerts_history, count=WEEK_ALERTS_READ)
     replies = iter(pipe.execute())
     step = step_for(end_ms - start_ms)
     got, old = now.parse(replies), before.parse(replies)
-    notes, alerts = annotations_in(next(replies), start_ms), next(replies)
     return Timeline(start_ms, end_ms, step, {s: resample(p, step) for s, p in got.items()},
-                    {s: resample(shifted(p, WEEK_MS), step) for s, p in old.items()}, notes,
-                    notices_since(alerts, start_ms - DAY_MS, keys.alerts_history))
+                    {s: resample(shifted(p, WEEK_MS), step) for s, p in old.items()})
