@@ -147,7 +147,10 @@ def online_now(snap: Snapshot, g: Grouping) -> None:
                                        f" The sum over {len(g.members[label]):,} servers: "
                                        + ", ".join(g.members[label][:10])
                                        + (" ..." if len(g.members[label]) > 10 else "")))
-        peak = v.peaks.get(label) if not g.grouped or label == TOTAL else None
+        # a region's own peak (the highest sum of one batch); the busiest-servers grouping's "rest" has none
+        peak = v.peaks.get(region_key(label) if g.by == "region" and label != TOTAL else label)
+        if g.by == "top" and label != TOTAL and len(g.members[label]) > 1:
+            peak = None
         if peak is not None:
             col.caption(f"peak today {peak[0]:,} at {clock(peak[1])}")
     st.caption(f"As of batch {v.last_batch}: a player with no event for {human_ms(v.timeout_ms)} of their own "

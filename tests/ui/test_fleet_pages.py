@@ -14,8 +14,10 @@ from streamlit.testing.v1 import AppTest
 
 from tests.paths import APP
 from tests.seed import Seeded, seed_pipeline
+from watermark.rules.presence_rollup import day_of, parse_peaks
 from watermark.rules.scenarios import fleet
 from watermark.schema.keys import KeySchema
+from watermark.schema.timeutil import clock
 
 pytestmark = pytest.mark.spark
 
@@ -53,6 +55,11 @@ def test_live_ops_at_300_servers_reads_by_region(seeded: Seeded, monkeypatch: py
     assert {k: v for k, v in first.items() if k in model} == dict(model)  # one headline per region, exact
     assert first["All servers"] == sum(counts.values())
     assert not [m.label for m in at.metric if m.label.startswith("eu-")]  # no column per server
+    # each region's own peak today (the highest sum of one batch) and the total's, with when
+    peaks = parse_peaks(redis.Redis.from_url(seeded.cfg.redis_url).hgetall(keys.presence_peak(
+        day_of(int(client.hget(keys.presence_state, "committed_id").split("-")[0])))))  # the last batch's arrival
+    want = {f"peak today {peaks[k][0]:,} at {clock(peaks[k][1])}" for k in ["*", *(f"region|{r}" for r in model)]}
+    assert {c.value for c in at.caption if c.value.startswith("peak today")} == want and len(want) == 7
     (table,) = [df.value for df in at.dataframe if "Trend (last hour)" in df.value.columns]
     assert len(table) == 300 and list(table["Online now"]) == sorted(table["Online now"], reverse=True)
     shown_servers = dict(zip(table["Server"], table["Online now"], strict=True))
