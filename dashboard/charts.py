@@ -241,7 +241,7 @@ def online_over_batches(history: Sequence[OnlinePoint], servers: Sequence[str], 
 
 
 def online_per_minute(minutes: Sequence[Minute], servers: Sequence[str], what: str = "") -> go.Figure:
-    """Players online per server (or group, ``what`` saying which) at the end of each minute of batch time (the
+    """Players online per server (or group, ``what`` saying which) at the end of each minute of arrival time (the
     open minute last), with the minute's peak in the hover (kept per server, not per group)."""
     colors = server_colors(servers)
     fig = go.Figure()

@@ -32,7 +32,8 @@ from watermark.schema.timeutil import parse_duration_ms, parse_iso_us
 from watermark.store.annotation_store import add_annotation, read_annotations
 
 MAX_BODY = 16_384
-WsgiApp = Callable[[dict, Callable], Iterable[bytes]]
+StartResponse = Callable[..., Any]
+WsgiApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
 
 
 def _time_ms(value: object, name: str) -> int:
@@ -61,19 +62,20 @@ def annotation_from(doc: Mapping[str, Any], now_ms: int) -> Annotation:
 
 
 def _doc(a: Annotation) -> dict[str, Any]:
-    return msgspec.to_builtins(a)
+    doc: dict[str, Any] = msgspec.to_builtins(a)
+    return doc
 
 
 def annotations_app(client: redis.Redis, keys: KeySchema, keep_days: int,
                     now_ms: Callable[[], int] = lambda: int(time.time() * 1000)) -> WsgiApp:
     """``POST /annotations`` and ``GET /annotations?since=7d`` as a WSGI application."""
 
-    def reply(start: Callable, status: str, body: object) -> list[bytes]:
+    def reply(start: StartResponse, status: str, body: object) -> list[bytes]:
         data = json.dumps(body).encode()
         start(status, [("Content-Type", "application/json"), ("Content-Length", str(len(data)))])
         return [data]
 
-    def app(environ: dict, start: Callable) -> list[bytes]:
+    def app(environ: dict[str, Any], start: StartResponse) -> list[bytes]:
         method, now = environ["REQUEST_METHOD"], now_ms()
         try:
             if method == "POST":
@@ -102,7 +104,7 @@ def annotations_app(client: redis.Redis, keys: KeySchema, keep_days: int,
 def beside(other: WsgiApp, annotations: WsgiApp) -> WsgiApp:
     """``/annotations`` to ``annotations``, every other path to ``other`` (``/metrics``)."""
 
-    def app(environ: dict, start: Callable) -> Iterable[bytes]:
+    def app(environ: dict[str, Any], start: StartResponse) -> Iterable[bytes]:
         return (annotations if environ.get("PATH_INFO", "").rstrip("/") == "/annotations" else other)(environ, start)
 
     return app

@@ -115,7 +115,7 @@ def raise_peaks(peaks: Mapping[str, tuple[int, int]], counts: Mapping[str, int],
 
 
 def day_of(at_ms: int) -> int:
-    """The UTC day (its first millisecond) a batch time falls in."""
+    """The UTC day (its first millisecond) a batch's arrival falls in."""
     return at_ms - at_ms % DAY_MS
 
 

@@ -90,7 +90,7 @@ key                                                type    contents
                                                            cause), score = its batch id
 ``{ns}:presence:commits``                          stream  one entry per batch the online view committed
                                                            (``batch``, ``end_id``), to wait on
-``{ns}:presence:minutes``                          zset    one JSON record per closed minute of batch time
+``{ns}:presence:minutes``                          zset    one JSON record per closed minute of arrival time
                                                            (``watermark.rules.presence_rollup.Minute``), score =
                                                            the minute's first ms; the open minute is the
                                                            state's ``minute`` field

@@ -434,7 +434,7 @@ class OnlineView:
     batch_ts_ms: int
     counts: dict[str, int]
     history: tuple[OnlinePoint, ...]
-    minutes: tuple[Minute, ...] = ()  # the last hour's minutes of batch time, the open one last
+    minutes: tuple[Minute, ...] = ()  # the last hour's minutes of arrival time, the open one last
     peaks: dict[str, tuple[int, int]] = field(default_factory=dict)  # today's: server, region or TOTAL -> (count, at)
     peaks_ever: dict[str, tuple[int, int]] = field(default_factory=dict)  # the highest ever, the same keys
     lost_at_batch: int | None = None  # Redis came back empty before this batch: history before it is gone
