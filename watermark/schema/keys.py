@@ -97,8 +97,9 @@ key                                                type    contents
 ``{ns}:presence:peak:{day_ms}``                    hash    the UTC day's peak online per server, region
                                                            (``region|{r}``) and ``*`` (all): ``count|at_ms``
                                                            (arrival time); kept ``HISTORY_DAYS`` after its day
-``{ns}:presence:peak:ever``                        hash    the highest ever, the same fields; never expires
-                                                           (one field per server ever seen, region, and ``*``)
+``{ns}:presence:peak:ever``                        hash    the highest ever, the same fields (one per server
+                                                           ever seen, region, and ``*``); expires
+                                                           ``HISTORY_DAYS`` + 1 days after the last minute closed
 ``{ns}:history:{day_ms}:{series}``                 string  players online per minute of the UTC day (arrival
                                                            time) of one series (a server, ``region|{r}`` or
                                                            ``*``): 1440 slots of 8 bytes, ``last+1``,
@@ -136,9 +137,9 @@ key                                                type    contents
                                                            ``watermark.store.batch_channel``)
 =================================================  ======  =============================================
 
-Every key except the input stream, the two lab hashes, the highest peaks ever, ``batch_seconds`` (a counter,
-like ``totals`` kept whole), the history's keys (``HISTORY_DAYS`` after their day) and the alerts' keys expires
-``RETENTION`` after its last write;
+Every key except the input stream, the two lab hashes, ``batch_seconds`` (a counter, like ``totals`` kept whole),
+the history's keys and peaks (``HISTORY_DAYS`` after their day) and the alerts' keys expires ``RETENTION`` after
+its last write;
 windows leave the index once they end ``RETENTION`` before the watermark, and
 batch records beyond ``PROGRESS_HISTORY`` leave theirs.
 """

@@ -315,6 +315,8 @@ class _Rollups:
             pipe.expire(keys.presence_minutes, params.ttl_s)
             queue_minute(pipe, keys, closed, self.regions,
                          expire_in_s(day_of(closed.minute_ms), params.history_days, now_ms, params.ttl_s))
+            # the highest ever outlives every day it could come from; a namespace no job writes goes in the end
+            pipe.expire(keys.presence_peak_ever, max(params.ttl_s, (params.history_days + 1) * DAY_MS // 1000))
         if self.raised:
             pipe.hset(keys.presence_peak(day), mapping={k: format_peak(*v) for k, v in self.raised.items()})
             pipe.expire(keys.presence_peak(day), expire_in_s(day, params.history_days, now_ms, params.ttl_s))
