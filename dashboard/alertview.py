@@ -7,11 +7,11 @@ so a bar spans exactly the time the alert fired; one still firing reaches now.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import plotly.graph_objects as go
 
-from dashboard.charts import HEIGHT, ts
+from dashboard.charts import HEIGHT, Mark, ts
 from dashboard.status import clock, human_ms
 from watermark.alerting.conditions import RULES, SUBJECT_LABEL
 from watermark.alerting.lifecycle import AlertState, Notice
@@ -19,6 +19,7 @@ from watermark.store.alert_store import DAY_MS
 
 SEVERITY_COLOR = {"critical": "#d62728", "warning": "#ff7f0e"}
 SUBJECT_NAMES = {"server": "Server", "pipeline": "Pipeline", "region": "Region", "": ""}
+SUBJECT_PLURAL = "subjects"
 
 
 def subject_text(rule: str, subject: str) -> str:
@@ -79,10 +80,15 @@ class Span:
     start_ms: int
     end_ms: int
     open: bool
+    alertname: str = field(default="", compare=False)  # what the marks over the time charts group by
+    subject: str = field(default="", compare=False)
 
 
-def spans(history: Sequence[Notice], firing: Sequence[AlertState], now_ms: int) -> list[Span]:
-    """Each firing of the last day as a span; one firing now reaches ``now_ms`` (its start cut at a day ago)."""
+def spans(history: Sequence[Notice], firing: Sequence[AlertState], now_ms: int,
+          since_ms: int | None = None) -> list[Span]:
+    """Each firing since ``since_ms`` (default: a day ago) as a span; one firing now reaches ``now_ms`` (its start
+    cut at ``since_ms``)."""
+    since = now_ms - DAY_MS if since_ms is None else since_ms
     resolved = {(n.rule, n.subject, n.starts_at_ms): n.at_ms for n in history if n.status == "resolved"}
     starts = {(n.rule, n.subject, n.starts_at_ms) for n in history if n.status == "firing"}
     starts |= {(a.rule, a.subject, a.since_ms) for a in firing if a.status == "firing"}
@@ -90,10 +96,32 @@ def spans(history: Sequence[Notice], firing: Sequence[AlertState], now_ms: int) 
     out = []
     for rule, subject, start in sorted(starts, key=lambda k: (k[2], k[0], k[1])):
         end = resolved.get((rule, subject, start))
+        if end is not None and end < since:
+            continue
         label = RULES[rule][0] + (f" · {subject}" if subject else "")
-        out.append(Span(label, RULES[rule][1], max(start, now_ms - DAY_MS), end if end is not None else now_ms,
-                        end is None))
+        out.append(Span(label, RULES[rule][1], max(start, since), end if end is not None else now_ms,
+                        end is None, RULES[rule][0], subject))
     return out
+
+
+def alert_marks(items: Sequence[Span]) -> list[Mark]:
+    """Fired alerts to draw over the time charts: per alert name, overlapping firings merged into one range that
+    says how many subjects fired in it (an outage of 300 servers is one range, not 300)."""
+    out: list[Mark] = []
+    for name in sorted({s.alertname for s in items}):
+        mine = sorted((s for s in items if s.alertname == name), key=lambda s: s.start_ms)
+        group: list[Span] = []
+        for s in [*mine, None]:
+            if s is not None and (not group or s.start_ms <= max(g.end_ms for g in group)):
+                group.append(s)
+                continue
+            subjects = sorted({g.subject for g in group if g.subject})
+            what = (f" · {subjects[0]}" if len(subjects) == 1 else f" · {len(subjects)} {SUBJECT_PLURAL}"
+                    if subjects else "")
+            out.append(Mark(min(g.start_ms for g in group), max(g.end_ms for g in group), f"{name}{what}",
+                            SEVERITY_COLOR[group[0].severity]))
+            group = [s] if s is not None else []
+    return sorted(out, key=lambda m: (m.start_ms, m.label))
 
 
 def timeline(items: Sequence[Span], now_ms: int) -> go.Figure:

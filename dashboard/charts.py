@@ -15,14 +15,16 @@ Conventions every chart keeps, so a reader learns them once:
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from dashboard.data import BatchPoint, WindowRow
-from watermark.rules.presence_rollup import Minute
-from watermark.schema.records import LagRecord
+from watermark.rules.presence_rollup import TOTAL, Minute
+from watermark.schema.records import Annotation, LagRecord
+from watermark.store.history_store import Timeline
 from watermark.store.presence_store import OnlinePoint
 
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
@@ -239,7 +241,7 @@ def online_over_batches(history: Sequence[OnlinePoint], servers: Sequence[str], 
 
 
 def online_per_minute(minutes: Sequence[Minute], servers: Sequence[str], what: str = "") -> go.Figure:
-    """Players online per server (or group, ``what`` saying which) at the end of each minute of batch time (the
+    """Players online per server (or group, ``what`` saying which) at the end of each minute of arrival time (the
     open minute last), with the minute's peak in the hover (kept per server, not per group)."""
     colors = server_colors(servers)
     fig = go.Figure()
@@ -255,6 +257,93 @@ def online_per_minute(minutes: Sequence[Minute], servers: Sequence[str], what: s
                           "<br>the minute's peak %{customdata[0]}<extra></extra>",
         ))
     return _time_axis(_layout(fig, f"Players online{what}, last hour (per minute)", "players online"))
+
+
+HISTORY_TOTAL = "#222222"
+WEEK_AGO = "#9e9e9e"
+
+
+def online_history(tl: Timeline, labels: Mapping[str, str], what: str = "") -> go.Figure:
+    """Players online at each minute's end (each 5 minutes past a day) per series over the timeline's range, a
+    line per label (``labels``: series -> name, the total among them), the same series a week ago dotted; a
+    minute with no data (the job was down) is a gap. The hover adds the highest count within the minute. The axis
+    spans the data shown, as every time axis does."""
+    colors = server_colors([lb for s, lb in labels.items() if s != TOTAL])
+    fig = go.Figure()
+    for series, label in labels.items():
+        color = HISTORY_TOTAL if series == TOTAL else colors[label]
+        for points, name, dash in ((tl.series.get(series, []), label, "solid"),
+                                   (tl.week_ago.get(series, []), f"{label}, a week ago", "dot")):
+            if not points and dash == "dot":
+                continue
+            marks = [p.at_ms for p in points]
+            x, y = gaps(marks, [p.last for p in points], 3 * tl.step_ms // 2)
+            _, custom = gaps(marks, [[f"{p.peak:,}"] for p in points], 3 * tl.step_ms // 2)
+            fig.add_trace(go.Scatter(
+                x=x, y=y, name=name, mode="lines", customdata=custom,
+                line={"color": WEEK_AGO if dash == "dot" else color, "dash": dash,
+                      "width": 2 if series == TOTAL else 1.5},
+                hovertemplate=f"<b>{name}</b> %{{x|%a %d %b %H:%M}}<br>online %{{y:,}}<br>highest within it "
+                              "%{customdata[0]}<extra></extra>"))
+    span = tl.end_ms - tl.start_ms
+    fig = _time_axis(_layout(fig, f"Players online{what}, last {_span_text(span)}", "players online"))
+    return fig.update_xaxes(tickformat="%a %d %H:%M" if span > 86_400_000 else "%H:%M", hoverformat="%a %H:%M")
+
+
+def _span_text(ms: int) -> str:
+    return f"{ms // 86_400_000} days" if ms >= 2 * 86_400_000 else f"{ms // 3_600_000} h"
+
+
+@dataclass(frozen=True)
+class Mark:
+    """Something drawn over a time chart: a moment (a line) or a range (shaded)."""
+
+    start_ms: int
+    end_ms: int | None
+    label: str
+    color: str
+
+
+ANNOTATION_COLORS = {"deploy": "#2ca02c", "maintenance": "#7f7f7f", "incident": "#d62728", "note": "#9467bd"}
+LABELLED_MARKS = 8
+"""Marks named on the chart itself; past them a mark is drawn with its name in the list under the charts."""
+
+
+def annotation_marks(annotations: Sequence[Annotation]) -> list[Mark]:
+    return [Mark(a.start_ms, a.end_ms, f"{a.kind}: {a.text}" + (f" ({a.region})" if a.region else ""),
+                 ANNOTATION_COLORS.get(a.kind, ANNOTATION_COLORS["note"])) for a in annotations]
+
+
+def mark(fig: go.Figure, marks: Sequence[Mark]) -> go.Figure:
+    """Draw the marks over the chart's time range (its x axis range, else the span of its data): a range shaded,
+    a moment as a dotted line, each named at the top while there are few. Shapes, not traces: the legend keeps
+    the chart's lines."""
+    xs = [x for t in fig.data for x in (t.x or ()) if isinstance(x, datetime)]
+    if not xs or not marks:  # no time axis (a bar per server, a delay): nothing to draw over
+        return fig
+    rng = fig.layout.xaxis.range
+    lo, hi = (rng[0], rng[1]) if rng and all(isinstance(r, datetime | str) for r in rng) else (min(xs), max(xs))
+    lo_ms, hi_ms = _ms(lo), _ms(hi)
+    shown = [m for m in marks if m.start_ms <= hi_ms and (m.end_ms or m.start_ms) >= lo_ms]
+    for i, m in enumerate(shown):
+        start = ts(max(m.start_ms, lo_ms))
+        if m.end_ms is None or m.end_ms == m.start_ms:
+            fig.add_shape(type="line", x0=start, x1=start, y0=0, y1=1, yref="paper",
+                          line={"color": m.color, "dash": "dot", "width": 1.5})
+        else:
+            fig.add_shape(type="rect", x0=start, x1=ts(min(m.end_ms, hi_ms)), y0=0, y1=1, yref="paper",
+                          fillcolor=m.color, opacity=0.12, line={"width": 0}, layer="below")
+        if i < LABELLED_MARKS:
+            fig.add_annotation(x=start, y=1, yref="paper", text=m.label[:40], showarrow=False, xanchor="left",
+                               yanchor="top", font={"size": 10, "color": m.color})
+    return fig
+
+
+def _ms(x: object) -> int:
+    when = x if isinstance(x, datetime) else datetime.fromisoformat(str(x))
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return int(when.timestamp() * 1000)
 
 
 TRANSITIONS = (("came online", ("login", "heartbeat", "event"), ON_TIME), ("logged out", ("logout",), MAX_EVENT),

@@ -17,6 +17,7 @@ from typing import Any
 import redis
 import streamlit as st
 
+from dashboard.charts import Mark, annotation_marks, mark
 from dashboard.data import Snapshot, read_snapshot
 from dashboard.eventdata import EventRange, read_events
 from dashboard.lanes import MAIN, Lane, read_lanes
@@ -25,6 +26,8 @@ from watermark.apps.control import Control, GeneratorStatus, read_lab, write_con
 from watermark.schema.config import Config, ConfigError, redact_url
 from watermark.schema.keys import KeySchema
 from watermark.store.alert_store import AlertView, read_alert_view
+from watermark.store.annotation_store import read_happenings
+from watermark.store.history_store import Timeline, read_timeline
 
 log = logging.getLogger("dashboard")
 
@@ -171,6 +174,45 @@ def load_events(url: str, namespace: str, server: str | None, range_ms: int, ref
                        input_keys=KeySchema(input_namespace))
 
 
+@st.cache_data(show_spinner=False, ttl=120, max_entries=32)
+def load_timeline(url: str, namespace: str, series: tuple[str, ...], start_ms: int, end_ms: int,
+                  week_ago: tuple[str, ...], tick: int) -> Timeline:
+    """Players online over a range: one read per (series, range, tick) for all sessions; O((regions or servers) x
+    days) commands (``watermark.store.history_store``)."""
+    return read_timeline(redis_client(url), KeySchema(namespace), series, start_ms, end_ms, week_ago)
+
+
+MARKS_SPAN_MS = 8 * 86_400_000
+"""How far back the marks over the time charts are read: the longest chart's range, and a day more."""
+
+
+@st.cache_data(show_spinner=False, ttl=60, max_entries=32)
+def load_marks(url: str, namespace: str, tick: int, _now_ms: int) -> list[Mark]:
+    """The annotations and fired alerts of the last week as marks, one read (two commands) per tick for all
+    sessions and pages."""
+    from dashboard.alertview import alert_marks, spans
+
+    h = read_happenings(redis_client(url), KeySchema(namespace), _now_ms - MARKS_SPAN_MS, _now_ms + 1)
+    return [*annotation_marks(h.annotations), *alert_marks(spans(h.notices, [], _now_ms, h.since_ms))]
+
+
+def page_marks(now: int | None = None) -> list[Mark]:
+    """What every time chart draws over its data (the configured pipeline's: annotations concern the game, and
+    the monitor watches that pipeline); none when they cannot be read (the status line speaks for Redis)."""
+    at = now_ms() if now is None else now
+    try:
+        cfg = Config.from_env()
+        return load_marks(cfg.redis_url, cfg.namespace, current_view().tick(at), at)
+    except (ConfigError, redis.RedisError, ValueError):
+        return []
+
+
+def marked(fig: Any) -> Any:  # noqa: ANN401 - a plotly figure
+    """``fig`` with the annotations and fired alerts of its time range drawn over it (a chart without a time axis
+    is left as it is)."""
+    return mark(fig, page_marks())
+
+
 @st.cache_data(show_spinner=False, ttl=60, max_entries=32)
 def load_alerts(url: str, namespace: str, tick: int, _now_ms: int) -> AlertView:
     """The monitor's alerts, one read per (namespace, tick) for all sessions and pages."""
@@ -257,7 +299,7 @@ def chart(where: Any, fig: Any, key: str, empty: str) -> None:
     from dashboard.charts import has_data
 
     if has_data(fig):
-        where.plotly_chart(fig, key=key)
+        where.plotly_chart(marked(fig), key=key)
     else:
         where.info(empty)
 

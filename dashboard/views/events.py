@@ -103,8 +103,8 @@ def render(snap: Snapshot, now_ms: int) -> None:
     cols[-1].metric("Quarantined", ui.fmt_int(len(ev.quarantined)), help="Entries of any server in the range that "
                     "are not valid events; not in the other counts.")
 
-    st.plotly_chart(event_charts.events_figure(ev.points, ev.steps, ev.window_ms, ev.slide_ms, ev.shown_from_ms,
-                                               ev.hi_ms), key="events_scatter")
+    st.plotly_chart(ui.marked(event_charts.events_figure(ev.points, ev.steps, ev.window_ms, ev.slide_ms,
+                                                         ev.shown_from_ms, ev.hi_ms)), key="events_scatter")
 
     dropped = [p for p in ev.points if p.status in (Status.DROPPED, Status.PARTLY_DROPPED)]
     if dropped:

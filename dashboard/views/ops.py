@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Mapping, Sequence
 
 import streamlit as st
 
 from dashboard import charts, ui
 from dashboard.data import Snapshot, WindowRow, open_at_loss
-from dashboard.fleet import Grouping, grouping
+from dashboard.fleet import NO_REGION, Grouping, grouping
 from dashboard.status import clock, human_ms
-from watermark.rules.presence_rollup import TOTAL
+from watermark.rules.presence_rollup import DAY_MS, MINUTE_MS, TOTAL, region_key
 from watermark.rules.server_clock import NOTICEABLE_AHEAD_MS
+from watermark.schema.config import Config
+from watermark.store.history_store import Timeline
 from watermark.store.presence_store import OnlineView
 
 
@@ -69,8 +71,12 @@ def render(snap: Snapshot, now_ms: int) -> None:
     last_final = snap.last_final_windows()
     bounds = snap.current_window_bounds()
     g = grouping(live_servers(snap), snap.regions, snap.online.counts if snap.online else {})
+    tl = timeline(snap, g, now_ms)
 
     online_now(snap, g)
+    if tl is not None and snap.online is not None:
+        online_over_time(snap.online, g, tl, [m for m in ui.page_marks(now_ms) if (m.end_ms or m.start_ms)
+                                              >= tl.start_ms])
 
     distinct_players(snap, current, last_final, bounds, g)
 
@@ -141,7 +147,10 @@ def online_now(snap: Snapshot, g: Grouping) -> None:
                                        f" The sum over {len(g.members[label]):,} servers: "
                                        + ", ".join(g.members[label][:10])
                                        + (" ..." if len(g.members[label]) > 10 else "")))
-        peak = v.peaks.get(label) if not g.grouped or label == TOTAL else None
+        # a region's own peak (the highest sum of one batch); the busiest-servers grouping's "rest" has none
+        peak = v.peaks.get(region_key(label) if g.by == "region" and label != TOTAL else label)
+        if g.by == "top" and label != TOTAL and len(g.members[label]) > 1:
+            peak = None
         if peak is not None:
             col.caption(f"peak today {peak[0]:,} at {clock(peak[1])}")
     st.caption(f"As of batch {v.last_batch}: a player with no event for {human_ms(v.timeout_ms)} of their own "
@@ -164,6 +173,70 @@ def online_now(snap: Snapshot, g: Grouping) -> None:
                  "No player online after any batch in this range.")
 
 
+HISTORY_RANGES = {"1 h": 3_600_000, "6 h": 6 * 3_600_000, "24 h": DAY_MS, "7 d": 7 * DAY_MS}
+RANGE_KEY, WEEK_AGO_KEY = "ops_history_range", "ops_week_ago"
+
+
+def series_labels(g: Grouping) -> dict[str, str]:
+    """The stored series a time chart draws for a grouping, with their names: the total and each region (or each
+    server; past 8 servers without regions the busiest, the rest having no series of their own)."""
+    out = {TOTAL: "All servers"}
+    for label, servers in g.members.items():
+        if g.by == "region" and label != NO_REGION:
+            out[region_key(label)] = label
+        elif g.by != "region" and len(servers) == 1:
+            out[servers[0]] = label
+    return out
+
+
+def timeline(snap: Snapshot, g: Grouping, now_ms: int) -> Timeline | None:
+    """The range the page's selector holds (read before the selector is drawn, further down), to the end of this
+    minute; today's against a week ago for ranges up to a day. None while there is no online view."""
+    v = snap.online
+    if v is None:
+        return None
+    span = HISTORY_RANGES.get(st.session_state.get(RANGE_KEY) or "24 h", DAY_MS)
+    week_ago = st.session_state.get(WEEK_AGO_KEY, True) and span <= DAY_MS
+    end = now_ms - now_ms % MINUTE_MS + MINUTE_MS
+    tl = ui.load_timeline(Config.from_env().redis_url, snap.namespace, tuple(series_labels(g)), end - span, end,
+                          (TOTAL,) if week_ago else (), ui.current_view().tick(now_ms))
+    return tl.with_open_minute(v.minutes[-1] if v.minutes else None, snap.regions)
+
+
+def online_over_time(v: OnlineView, g: Grouping, tl: Timeline, marks: Sequence[charts.Mark]) -> None:
+    """Up to a week of players online per region (or server) and in total, today against a week ago, the peaks
+    with when, and what happened (annotations, fired alerts) drawn over the chart and listed."""
+    st.subheader("Players online over time")
+    left, right = st.columns([3, 2])
+    left.segmented_control("Range", list(HISTORY_RANGES), default="24 h", key=RANGE_KEY)
+    right.toggle("The total a week ago", value=True, key=WEEK_AGO_KEY, disabled=tl.end_ms - tl.start_ms > DAY_MS,
+                 help="The same hours seven days before, dotted: is tonight normal for this day of the week?")
+    what = {"region": " per region", "top": " (the busiest servers)"}.get(g.by, "")
+    labels = series_labels(g)
+    ui.chart(st, charts.online_history(tl, labels, what), "online_history",
+             "No minute of players online in this range yet: each minute appears once it has closed.")
+    st.dataframe(peak_rows(v, g, labels), hide_index=True, width="stretch")
+    if marks:
+        st.caption("Drawn over every time chart: annotations (`wm-annotate`, `POST /annotations`) and fired "
+                   "alerts, in this range.")
+        st.dataframe([{"From (UTC)": f"{charts.ts(m.start_ms):%a %d %b %H:%M}",
+                       "To (UTC)": "" if m.end_ms is None else f"{charts.ts(m.end_ms):%a %d %b %H:%M}",
+                       "What": m.label} for m in marks], hide_index=True, width="stretch")
+
+
+def peak_rows(v: OnlineView, g: Grouping, labels: Mapping[str, str]) -> list[dict[str, object]]:
+    """Players online now, the day's peak and the highest ever, each with when, per series drawn."""
+    grouped = g.counts(v.counts)
+    rows = []
+    for series, label in labels.items():
+        now = v.total if series == TOTAL else grouped.get(label, v.counts.get(series, 0))
+        day, ever = v.peaks.get(series), v.peaks_ever.get(series)
+        rows.append({"": label, "Online now": now, "Peak today": day[0] if day else None,
+                     "Today at (UTC)": clock(day[1]) if day else "", "Highest ever": ever[0] if ever else None,
+                     "Ever at (UTC)": f"{charts.ts(ever[1]):%Y-%m-%d %H:%M}" if ever else ""})
+    return rows
+
+
 TOP_N = 5
 
 
@@ -178,6 +251,8 @@ def server_table(snap: Snapshot, v: OnlineView) -> None:
     rows = [{"Server": s, "Region": snap.regions.get(s, ""), "Online now": v.counts.get(s, 0),
              "Peak today": v.peaks[s][0] if s in v.peaks else None,
              "Peak at (UTC)": clock(v.peaks[s][1]) if s in v.peaks else "",
+             "Highest ever": v.peaks_ever[s][0] if s in v.peaks_ever else None,
+             "Ever at (UTC)": f"{charts.ts(v.peaks_ever[s][1]):%Y-%m-%d %H:%M}" if s in v.peaks_ever else "",
              "Trend (last hour)": [m.last.get(s, 0) for m in v.minutes]} for s in shown]
     st.dataframe(rows, hide_index=True, width="stretch", height=min(400, 38 + 35 * max(1, len(rows))),
                  column_config={"Trend (last hour)": st.column_config.LineChartColumn(

@@ -411,7 +411,7 @@ def test_rejected_xadds_raise_and_leave_the_connection_usable(r: redis.Redis, ke
 
 def test_writer_falls_back_to_redis_py_replies_without_hiredis(
         r: redis.Redis, key: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("watermark.store._resp.hiredis", None)
+    monkeypatch.setattr("watermark.store.redis_conn.hiredis", None)
     events = generate("steady", seed=2, start_us=START, rate=1000, count=500)
     assert write(r, key, events, batch_size=128).written == r.xlen(key) == 500
     r.delete(key)
@@ -574,3 +574,45 @@ def test_a_fleets_events_carry_their_region_through_every_payload_path(r: redis.
 def test_the_generator_says_why_servers_do_not_apply(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--scenario", "late-burst", "--servers", "300", "--count", "1"]) == 2
     assert "--servers plays the steady game on many servers" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("curve", "t_ms", "share"), [
+    # 21:00 local on a Saturday (2026-01-03): the evening's peak on the busiest day
+    ("utc", START // 1000 + 2 * 86_400_000 + 21 * 3_600_000, 1.0),
+    # 05:00 on the same day: before dawn
+    ("utc", START // 1000 + 2 * 86_400_000 + 5 * 3_600_000, 0.15),
+    # between two hours, interpolated; a Thursday (2026-01-01)
+    ("utc", START // 1000 + 21 * 3_600_000 + 1_800_000, (1.0 + 0.95) / 2 * 0.9),
+    # eu is an hour ahead of UTC: its 21:00 is 20:00 UTC
+    ("eu", START // 1000 + 2 * 86_400_000 + 20 * 3_600_000, 1.0),
+    # a day compressed to 86.4 s: the same curve a thousand times faster
+    ("fast", (START // 1000 + 2 * 86_400_000 + 21 * 3_600_000) // 1000, 1.0),
+])
+def test_the_daily_curve_peaks_in_the_local_evening_and_scales(curve: str, t_ms: int, share: float) -> None:
+    from watermark.rules.scenarios import DailyCurve
+
+    c = {"utc": DailyCurve(), "eu": DailyCurve(offset_ms=3_600_000), "fast": DailyCurve(day_ms=86_400)}[curve]
+    assert c.share(t_ms) == pytest.approx(share)
+
+
+def test_a_fleets_players_come_in_the_evening_and_leave_at_night_a_day_in_minutes() -> None:
+    """A compressed day (``--timeline-scale 0.001``: 86.4 s) of eu-001 against its curve: the players online, as its
+    logins and logouts say, are the curve's share of its full house at the evening's peak and before dawn."""
+    from watermark.rules.scenarios import fleet
+
+    f = fleet(3, 3).scaled(0.001)
+    curve = f.server("eu-001").daily
+    assert curve is not None and curve.day_ms == 86_400 and curve.offset_ms == 3_600
+    day0 = START // 1000 // 86_400 * 86_400 + 2 * 86_400  # a compressed Saturday
+    sim = Simulator(f, seed=4, start_us=day0 * 1000, rate=300, count=300 * 87)
+    online: set[str] = set()
+    at: dict[str, int] = {}
+    peak_ms, dawn_ms = day0 + 20 * 3_600, day0 + 4 * 3_600  # eu's 21:00 and 05:00, in UTC
+    for _, e in sorted(((e.event_time_us, e) for _, e in sim if e.server == "eu-001"), key=lambda x: x[0]):
+        (online.discard if e.kind == "logout" else online.add)(e.player_id)
+        for name, when in (("peak", peak_ms), ("dawn", dawn_ms)):
+            if e.event_time_us // 1000 <= when:
+                at[name] = len(online)
+    full = round(300 * f.servers[0].share / sum(s.share for s in f.servers) * 5)  # a heartbeat every 5 s
+    assert at["peak"] == pytest.approx(full, abs=2)
+    assert at["dawn"] == pytest.approx(0.15 * full, abs=2)

@@ -9,7 +9,7 @@ import pytest
 import redis
 from streamlit.testing.v1 import AppTest
 
-from dashboard.alertview import Span, alert_rows, spans
+from dashboard.alertview import Span, alert_marks, alert_rows, spans
 from tests.paths import APP
 from watermark.alerting.conditions import Finding, watching
 from watermark.alerting.config import AlertConfig, Timing
@@ -44,6 +44,19 @@ def notice(status: str, subject: str, start: int, at: int) -> Notice:
 def test_spans_pair_each_firing_with_its_resolve(history: list[Notice], firing: list[AlertState],
                                                  want: list[Span]) -> None:
     assert spans(history, firing, T0 + 60_000) == want
+
+
+def test_alerts_over_the_time_charts_are_one_range_per_alert_and_overlap() -> None:
+    history = [notice("firing", f"eu-{i:03d}", T0 + i * 1_000, T0 + i * 1_000) for i in range(300)]
+    history += [notice("resolved", f"eu-{i:03d}", T0 + i * 1_000, T0 + 600_000) for i in range(300)]
+    history += [notice("firing", "us-001", T0 + 3_600_000, T0 + 3_600_000),
+                notice("resolved", "us-001", T0 + 3_600_000, T0 + 3_660_000)]
+    marks = alert_marks(spans(history, [], T0 + 7_200_000, T0 - 86_400_000))
+    assert [(m.start_ms, m.end_ms, m.label) for m in marks] == [
+        (T0, T0 + 600_000, "ServerSilent · 300 subjects"),  # an outage of 300 servers: one range
+        (T0 + 3_600_000, T0 + 3_660_000, "ServerSilent · us-001")]  # a later firing: its own
+    # a week back: a firing resolved before the range is not drawn
+    assert alert_marks(spans(history, [], T0 + 7_200_000, T0 + 3_000_000))[0].label == "ServerSilent · us-001"
 
 
 def test_rows_put_critical_first_and_say_since_when() -> None:

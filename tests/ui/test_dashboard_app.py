@@ -168,17 +168,23 @@ def test_live_ops_shows_players_now_and_totals_as_in_redis(env: Seeded,
     assert {s: n(shown[f"{s} · online now"]) for s in online} == online
     assert {s: client.hlen(keys.online(s)) for s in online} == online
     assert n(shown["All servers · online now"]) == sum(online.values())
-    # online per minute, transitions per minute, online after each batch, players now, over time, events; with
-    # nobody online now the first is its empty state in words
+    # online per minute, transitions per minute, online after each batch, online over time (a day by default),
+    # players now, over time, events; with nobody online now the first is its empty state in words
     charts = [c.key for c in at.get("plotly_chart")]
+    assert "online_history" in charts
     if sum(online.values()):
-        assert len(charts) == 6
+        assert len(charts) == 7
     else:
-        assert "online_per_minute" not in charts and len(charts) == 5
+        assert "online_per_minute" not in charts and len(charts) == 6
         assert "No player has been online in the last hour." in [i.value for i in at.info]
+    # the day's and the highest peaks, with when, as the online view keeps them
+    (peaks,) = [df.value for df in at.dataframe if "Highest ever" in df.value.columns and "" in df.value.columns]
+    rows = peaks.set_index("")
+    assert {s: int(rows.loc[s, "Peak today"]) for s in online} == {s: view.peaks[s][0] for s in online}
+    assert int(rows.loc["All servers", "Highest ever"]) == view.peaks_ever["*"][0] >= view.peaks["*"][0]
     # the current window is provisional (its end is above the watermark) and the page says so
     assert any("provisional" in c.value for c in at.caption)
-    table = at.dataframe[0].value
+    (table,) = [df.value for df in at.dataframe if "Start (UTC)" in df.value.columns]
     assert len(table) == client.zcard(keys.windows)  # the default 15 minutes hold the whole seed
     assert set(table["Status"]) == {"final", "provisional"}
 
@@ -343,7 +349,8 @@ def test_time_range_and_pause_controls(env: Seeded, direct: tuple[redis.Redis, K
     at.segmented_control(key="range").set_value("5 min").run()
     assert not at.exception
     expected = [m for m in members if int(m.split(":")[1]) > head_ms - 300_000]
-    assert 0 < len(at.dataframe[0].value) == len(expected) < len(members)
+    (table,) = [df.value for df in at.dataframe if "Start (UTC)" in df.value.columns]
+    assert 0 < len(table) == len(expected) < len(members)
     at.toggle(key="paused").set_value(True).run()
     assert any(c.value.startswith("Paused") for c in at.caption)
 

@@ -300,6 +300,33 @@ def test_online_per_minute_and_transitions_per_minute() -> None:
                                                        ("timed out", [2, 1])]
 
 
+def test_a_weeks_chart_draws_each_series_the_week_ago_dotted_and_the_marks_in_its_range() -> None:
+    from watermark.rules.presence_rollup import DAY_MS, TOTAL, Point, region_key
+    from watermark.store.history_store import Timeline
+
+    t0 = 1_767_225_600_000
+    tl = Timeline(t0, t0 + DAY_MS, 60_000,
+                  {TOTAL: [Point(t0, 5, 6), Point(t0 + 60_000, 7, 9), Point(t0 + 600_000, 4, 4)],
+                   region_key("eu"): [Point(t0, 3, 3)]},
+                  {TOTAL: [Point(t0, 2, 2)]})
+    fig = charts.online_history(tl, {TOTAL: "All servers", region_key("eu"): "eu"}, " per region")
+    # a minute with no data (the job down) is a gap, not a line across
+    assert [(t.name, list(t.y)) for t in fig.data] == [("All servers", [5, 7, None, 4]),
+                                                       ("All servers, a week ago", [2]), ("eu", [3])]
+    assert fig.data[1].line.dash == "dot" and [c[0] for c in fig.data[0].customdata if c] == ["6", "9", "4"]
+    marks = [charts.Mark(t0 + 120_000, None, "deploy: patch 1.4.2", "#2ca02c"),
+             charts.Mark(t0 + 240_000, t0 + 360_000, "maintenance (eu)", "#7f7f7f"),
+             charts.Mark(t0 - 3 * DAY_MS, t0 - 2 * DAY_MS, "long before", "#7f7f7f")]  # outside what is shown
+    fig = charts.mark(fig, marks)
+    assert [(sh.type, sh.x0, sh.x1) for sh in fig.layout.shapes] == [
+        ("line", charts.ts(t0 + 120_000), charts.ts(t0 + 120_000)),
+        ("rect", charts.ts(t0 + 240_000), charts.ts(t0 + 360_000))]
+    assert [a.text for a in fig.layout.annotations] == ["deploy: patch 1.4.2", "maintenance (eu)"]
+    assert len(fig.data) == 3  # shapes, not traces: the legend keeps the lines
+    bars = charts.players_now({}, ["A", "B"])  # no time axis: nothing drawn over it
+    assert charts.mark(bars, marks).layout.shapes == ()
+
+
 def test_the_online_chart_leaves_out_a_batch_before_any_event() -> None:
     """Its watermark is the epoch: drawn, it would stretch the time axis to 1970."""
     from watermark.store.presence_store import OnlinePoint
@@ -349,6 +376,16 @@ def test_every_chart_keeps_the_rules(name: str) -> None:
         "input_per_batch": lambda: charts.input_per_batch(RESTARTED),
     }[name]()
     assert _audit(fig, range_ms=60 * MIN) == []
+
+
+def test_the_history_chart_keeps_the_rules() -> None:
+    from watermark.rules.presence_rollup import DAY_MS, TOTAL, Point
+    from watermark.store.history_store import Timeline
+
+    pts = {s: [Point(T + m * MIN, 3 + m % 5, 4 + m % 5) for m in range(0, 600, 7)] for s in (TOTAL, "A", "B", "C")}
+    tl = Timeline(T - 14 * 60 * MIN, T + 10 * 60 * MIN, MIN, pts, {TOTAL: pts[TOTAL][:40]})
+    fig = charts.online_history(tl, {TOTAL: "All servers", "A": "A", "B": "B", "C": "C"})
+    assert _audit(fig, range_ms=DAY_MS) == [] and len(fig.data) == 5
 
 
 @pytest.mark.parametrize("name", ["watermark_vs_time", "watermark_lag", "lag_chart", "rates", "players_over_time"])

@@ -5,6 +5,7 @@ than a handful of lines, and every region's number equal to an independent sum o
 from __future__ import annotations
 
 import json
+import time
 from collections import defaultdict
 
 import pytest
@@ -14,8 +15,10 @@ from streamlit.testing.v1 import AppTest
 
 from tests.paths import APP
 from tests.seed import Seeded, seed_pipeline
+from watermark.rules.presence_rollup import day_of, parse_peaks
 from watermark.rules.scenarios import fleet
 from watermark.schema.keys import KeySchema
+from watermark.schema.timeutil import clock
 
 pytestmark = pytest.mark.spark
 
@@ -53,6 +56,11 @@ def test_live_ops_at_300_servers_reads_by_region(seeded: Seeded, monkeypatch: py
     assert {k: v for k, v in first.items() if k in model} == dict(model)  # one headline per region, exact
     assert first["All servers"] == sum(counts.values())
     assert not [m.label for m in at.metric if m.label.startswith("eu-")]  # no column per server
+    # each region's own peak today (the highest sum of one batch) and the total's, with when
+    peaks = parse_peaks(redis.Redis.from_url(seeded.cfg.redis_url).hgetall(keys.presence_peak(
+        day_of(int(client.hget(keys.presence_state, "committed_id").split("-")[0])))))  # the last batch's arrival
+    want = {f"peak today {peaks[k][0]:,} at {clock(peaks[k][1])}" for k in ["*", *(f"region|{r}" for r in model)]}
+    assert {c.value for c in at.caption if c.value.startswith("peak today")} == want and len(want) == 7
     (table,) = [df.value for df in at.dataframe if "Trend (last hour)" in df.value.columns]
     assert len(table) == 300 and list(table["Online now"]) == sorted(table["Online now"], reverse=True)
     shown_servers = dict(zip(table["Server"], table["Online now"], strict=True))
@@ -78,3 +86,25 @@ def test_every_other_page_renders_at_300_servers_with_few_traces(seeded: Seeded,
     for chart in at.get("plotly_chart"):
         spec = json.loads(chart.proto.spec)
         assert len(spec["data"]) <= MAX_TRACES + 2, (page, chart.key, len(spec["data"]))
+
+
+def test_a_week_at_300_servers_reads_a_command_per_region_and_day(seeded: Seeded,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Live ops' 7-day chart at 300 servers in 6 regions: one GETRANGE per region (and the total) and day, whatever
+    the number of servers or players, and a line per region."""
+    monkeypatch.setenv("REDIS_URL", seeded.cfg.redis_url)
+    monkeypatch.setenv("PIPELINE_NAMESPACE", seeded.cfg.namespace)
+    now = int(time.time() * 1000)
+    end = now - now % 60_000 + 60_000
+    days = 7 if end % 86_400_000 == 0 else 8  # a week from a minute's end touches 8 UTC days, unless at midnight
+    at = AppTest.from_file(APP, default_timeout=90)
+    at.session_state["now_ms"] = now
+    at.session_state["ops_history_range"] = "7 d"
+    client = redis.Redis.from_url(seeded.cfg.redis_url)
+    client.config_resetstat()
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    calls = client.info("commandstats").get("cmdstat_getrange", {}).get("calls", 0)
+    assert calls == (6 + 1) * days
+    (chart,) = [json.loads(c.proto.spec) for c in at.get("plotly_chart") if "last 7 days" in c.proto.spec]
+    assert sorted(t["name"] for t in chart["data"]) == sorted(["All servers", "af", "as", "eu", "na", "oc", "sa"])

@@ -114,13 +114,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="entry IDs from the simulated arrival time instead of Redis' clock")
     p.add_argument("--batch-size", type=_positive_int, default=2_000, help="max XADDs per round trip (default: 2000)")
     p.add_argument("--log-every", type=float, default=5.0, help="seconds between summary lines (default: 5)")
-    p.add_argument("--timeline-scale", type=float, default=1.0,
+    p.add_argument("--timeline-scale", type=float, default=os.environ.get("TIMELINE_SCALE") or "1",
                    help="run the scenario's timeline (when outages, exoduses and late bursts start, last and recur, "
-                        "and how late a burst arrives) this many times as slow: 0.1 makes a 90 s outage 9 s "
-                        "(default: 1)")
+                        "how late a burst arrives, how long a day of the fleet's daily curve lasts) this many times "
+                        "as slow: 0.1 makes a 90 s outage 9 s, 0.001 a week about 10 minutes "
+                        "(default: $TIMELINE_SCALE, else 1)")
     p.add_argument("--servers", type=_positive_int, default=_env_int("SERVERS"),
                    help="play the steady game on this many servers named like eu-017, each event carrying its "
-                        "region (default: $SERVERS, else the scenario's three)")
+                        "region, players online following each region's evening (default: $SERVERS, else the "
+                        "scenario's three)")
     p.add_argument("--regions", type=_positive_int, default=_env_int("REGIONS"),
                    help="with --servers: deal them over this many regions, each with its own network delay "
                         "(default: $REGIONS, else 6)")

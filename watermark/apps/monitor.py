@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 import redis
-from prometheus_client import start_http_server
+from prometheus_client import make_wsgi_app
 from prometheus_client.registry import CollectorRegistry
 from redis.backoff import NoBackoff
 from redis.retry import Retry
@@ -34,10 +34,11 @@ from watermark.alerting.lifecycle import AlertState, Decision, Notice, step_all
 from watermark.alerting.observation import Memory, Observation
 from watermark.alerting.promrules import prometheus_rules
 from watermark.apps.alertmanager import AlertmanagerPusher
+from watermark.apps.annotate import annotations_app, beside, serve
 from watermark.apps.metrics import StackCollector
 from watermark.apps.notify import Notifier, Outgoing
 from watermark.schema.clock import wall_ms
-from watermark.schema.config import Config, ConfigError, redact_url
+from watermark.schema.config import DEFAULT_HISTORY_DAYS, Config, ConfigError, redact_url
 from watermark.schema.keys import KeySchema
 from watermark.store.alert_store import apply_decision, read_alerts, read_outbox
 from watermark.store.observe import StackReading, lane_keys, read_stack
@@ -232,12 +233,15 @@ def main(argv: list[str] | None = None) -> int:
     return run(cfg, env, args)
 
 
-def serve_metrics(address: str, port: int, url: str, keys: KeySchema, monitor: Monitor) -> str | None:
-    """``/metrics`` on its own thread; an error message when it cannot listen."""
+def serve_metrics(address: str, port: int, url: str, keys: KeySchema, monitor: Monitor,
+                  history_days: int = DEFAULT_HISTORY_DAYS) -> str | None:
+    """``/metrics`` and ``/annotations`` (:mod:`watermark.apps.annotate`) on one port, on their own thread; an error
+    message when it cannot listen."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(scrape_reader(url, keys, monitor))
+    notes = annotations_app(monitor_client(url), keys, history_days)
     try:
-        start_http_server(port, addr=address, registry=registry)
+        serve(address, port, beside(make_wsgi_app(registry), notes))
     except OSError as exc:
         return f"/metrics cannot listen on {address}:{port}: {exc.strerror or exc} (set METRICS_PORT)"
     return None
@@ -271,7 +275,8 @@ def run(cfg: AlertConfig, env: Config, args: argparse.Namespace) -> int:
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
-    if args.port and (error := serve_metrics(args.address, args.port, env.redis_url, keys, monitor)):
+    if args.port and (error := serve_metrics(args.address, args.port, env.redis_url, keys, monitor,
+                                             env.history_days)):
         print(f"error: {error}", file=sys.stderr)
         return 2
     where = f"http://{args.address}:{args.port}/metrics" if args.port else "none (port 0)"

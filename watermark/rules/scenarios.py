@@ -140,6 +140,45 @@ class Exodus:
             raise ConfigError(f"exodus every_ms ({self.every_ms}) must be longer than duration_ms ({self.duration_ms})")
 
 
+DAY_MS = 86_400_000
+HOUR_MS = 3_600_000
+EVENING = (0.55, 0.42, 0.3, 0.22, 0.17, 0.15, 0.16, 0.2, 0.25, 0.3, 0.33, 0.36, 0.42, 0.45, 0.47, 0.5, 0.55, 0.62,
+           0.72, 0.83, 0.93, 1.0, 0.95, 0.78)
+"""A game's day, local time: players online at each hour against the evening's peak (21:00); few before dawn."""
+WEEK = (0.85, 0.85, 0.87, 0.9, 0.96, 1.0, 0.94)
+"""Monday to Sunday against the busiest day (Saturday)."""
+
+
+@dataclass(frozen=True)
+class DailyCurve:
+    """How many of a server's players are online through the day: players log in through the evening and leave
+    at night (:data:`EVENING`, interpolated between hours, times the weekday's :data:`WEEK`), in the server's local
+    time (``offset_ms`` ahead of UTC). A day lasts ``day_ms`` of event time: a real day, or a few minutes when
+    :meth:`Scenario.scaled` compresses it, so a week passes in minutes in tests and demos (days and weekdays count
+    from the Unix epoch, a Thursday, in days of ``day_ms``)."""
+
+    hourly: tuple[float, ...] = EVENING
+    weekly: tuple[float, ...] = WEEK
+    day_ms: int = DAY_MS
+    offset_ms: int = 0
+
+    def __post_init__(self) -> None:
+        if len(self.hourly) != 24 or len(self.weekly) != 7:
+            raise ConfigError("a daily curve needs 24 hourly and 7 weekday shares")
+        if not all(0 < v <= 1 for v in (*self.hourly, *self.weekly)):
+            raise ConfigError("a daily curve's shares must be in (0, 1]")
+        if self.day_ms < 24:
+            raise ConfigError(f"a daily curve's day must be at least 24 ms, got {self.day_ms}")
+
+    def share(self, t_ms: int) -> float:
+        """The share of the server's full house online at event time ``t_ms``."""
+        day, at = divmod(t_ms + self.offset_ms, self.day_ms)
+        hour = at * 24 / self.day_ms
+        i = int(hour)
+        f = hour - i
+        return (self.hourly[i] * (1 - f) + self.hourly[(i + 1) % 24] * f) * self.weekly[(day + 3) % 7]
+
+
 T = TypeVar("T", Outage, Exodus)
 """A stretch of a server's timeline (:meth:`Scenario.scaled` scales both alike)."""
 
@@ -166,6 +205,8 @@ class ServerProfile:
     players: int | None = None
     region: str | None = None
     """Carried in each event (``region``); None: the events carry none."""
+    daily: DailyCurve | None = None
+    """Players online follow the time of day; None: always the same share."""
 
     def __post_init__(self) -> None:
         where = f"server {self.name!r}"
@@ -205,8 +246,9 @@ class Scenario:
 
     def scaled(self, factor: float) -> Scenario:
         """The same scenario on a faster (``factor`` < 1) or slower clock: when outages, exoduses and late
-        bursts start, last and recur, and how late a burst arrives; not the network's delays or a server's
-        clock skew. For demos and tests that cannot wait 30 s for an outage."""
+        bursts start, last and recur, how late a burst arrives, how long a day of the daily curve lasts; not the
+        network's delays or a server's clock skew. For demos and tests that cannot wait 30 s for an outage, or a
+        week for a week."""
         if not (factor > 0 and math.isfinite(factor)):
             raise ConfigError(f"a timeline scale must be a positive number, got {factor}")
         if factor == 1:
@@ -220,7 +262,9 @@ class Scenario:
             return replace(x, start_ms=ms(x.start_ms), duration_ms=ms(x.duration_ms), every_ms=every)
 
         def server(p: ServerProfile) -> ServerProfile:
-            return replace(p, outages=tuple(map(timed, p.outages)), exodus=tuple(map(timed, p.exodus)),
+            daily = None if p.daily is None else replace(p.daily, day_ms=max(24, ms(p.daily.day_ms)),
+                                                         offset_ms=round(p.daily.offset_ms * factor))
+            return replace(p, outages=tuple(map(timed, p.outages)), exodus=tuple(map(timed, p.exodus)), daily=daily,
                            burst=None if p.burst is None else replace(
                                p.burst, period_ms=ms(p.burst.period_ms), duration_ms=ms(p.burst.duration_ms),
                                offset_ms=ms(p.burst.offset_ms), lateness_min_ms=ms(p.burst.lateness_min_ms),
@@ -297,13 +341,17 @@ REGION_DELAYS = {
     "oc": DelayModel(min_ms=150, median_ms=300, max_ms=2_000, sigma=0.6),
 }
 """Each region's network delay to Redis; the others are close by (:data:`HOME_DELAY`)."""
+REGION_UTC_OFFSET_H = {"eu": 1, "na": -5, "sa": -3, "as": 8, "oc": 10, "af": 2, "me": 3, "in": 5, "jp": 9, "kr": 9,
+                       "br": -3, "za": 2}
+"""Each region's local time against UTC: its evening peak comes at its own hour."""
 MAX_FLEET = 10_000
 
 
 def fleet(servers: int, regions: int) -> Scenario:
     """``--servers N --regions R``: the steady scenario's game on ``servers`` servers named like ``eu-017``,
-    dealt round-robin over the first ``regions`` of :data:`REGIONS`, each region with its own delay; within a
-    region the k-th server has ``1/sqrt(k)`` of the first one's players (a few busy shards, a long tail)."""
+    dealt round-robin over the first ``regions`` of :data:`REGIONS`, each region with its own delay and local time;
+    within a region the k-th server has ``1/sqrt(k)`` of the first one's players (a few busy shards, a long tail),
+    and players come and go with the time of day (:class:`DailyCurve`)."""
     if not 1 <= regions <= len(REGIONS):
         raise ConfigError(f"regions must be 1 to {len(REGIONS)}, got {regions}")
     if not regions <= servers <= MAX_FLEET:
@@ -312,9 +360,10 @@ def fleet(servers: int, regions: int) -> Scenario:
     for i in range(servers):
         region, k = REGIONS[i % regions], i // regions + 1
         profiles.append(ServerProfile(f"{region}-{k:03d}", 1 / math.sqrt(k), REGION_DELAYS.get(region, HOME_DELAY),
-                                      region=region))
+                                      region=region, daily=DailyCurve(offset_ms=REGION_UTC_OFFSET_H[region] * HOUR_MS)))
     return Scenario(f"fleet-{servers}x{regions}",
-                    f"steady, on {servers:,} servers in {regions} regions ({', '.join(REGIONS[:regions])}); "
+                    f"steady, on {servers:,} servers in {regions} regions ({', '.join(REGIONS[:regions])}), players "
+                    f"online following each region's evening; "
                     f"{'as is 2 s behind' if 'as' in REGIONS[:regions] else 'all close by'}", tuple(profiles))
 
 

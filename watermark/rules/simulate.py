@@ -126,6 +126,19 @@ class _ServerState:
         self.exodus = tuple((start_us + x.start_ms * 1000, x.duration_ms * 1000, (x.every_ms or 0) * 1000,
                              int(population.target * x.keep)) for x in profile.exodus)
         self.seed = seed
+        self.full = population.target
+        self.daily = profile.daily
+        # The curve's target is computed once per 1/1440 of its day (a minute of a real day), not per event.
+        self.daily_step_ms = max(1, profile.daily.day_ms // 1440) if profile.daily is not None else 0
+        self.daily_at = -1
+
+    def daily_target(self, t_ms: int) -> int:
+        """Players the server keeps online at ``t_ms`` by its daily curve (at least one)."""
+        at = t_ms // self.daily_step_ms
+        if at != self.daily_at:
+            assert self.daily is not None
+            self.daily_at, self.target = at, max(1, round(self.full * self.daily.share(at * self.daily_step_ms)))
+        return self.target
 
     def burst_lateness_us(self, window: int) -> int:
         """Per chunk, from its own seeded stream, so it does not depend on event counts."""
@@ -279,10 +292,13 @@ class Simulator:
                 if idle:
                     continue  # the server produces nothing
 
+            if state.daily is not None:  # evening and night: the curve moves the server's target
+                target = state.daily_target(t_ms)
             if exodus:
                 target = exodus_target(exodus, t, target)
             r = rand()
-            if exodus and len(online) > target:  # players leaving: the server's next events are their logouts
+            if (exodus or state.daily is not None) and len(online) > target:
+                # players leaving: the server's next events are their logouts
                 player = online.popleft()
                 offline.append(player)
                 kind = "logout"

@@ -18,6 +18,10 @@ from watermark.schema.timeutil import format_duration_ms, parse_duration_ms
 DEFAULT_LATE_KEEP = 200_000
 """Late events kept per pipeline (``LATE_EVENTS_KEEP``): about 30 MB of Redis at most."""
 
+DEFAULT_HISTORY_DAYS = 8
+"""Whole days a minute of players online is kept after its day (``HISTORY_DAYS``): a week back from any moment of
+today, and the week-ago overlay. About 32 MB of Redis at 300 servers (docs/operations.md)."""
+
 DEFAULT_EMBEDDED_PORT = 6379
 WATERMARK_MODES = ("global", "per-server")
 WATERMARK_POLICIES = ("min", "max")
@@ -64,6 +68,7 @@ class Config:
     input_namespace: str | None = None  # read another namespace's input stream (lab lanes); None: our own
     lanes: tuple[str, ...] = ()  # lab lanes run beside this pipeline over the same input (see watermark.schema.lanes)
     online_timeout_ms: int = 30_000  # event time without an event after which a player is offline
+    history_days: int = DEFAULT_HISTORY_DAYS  # days of per-minute players online kept (watermark.rules.presence_rollup)
     retire_after_ms: int = 600_000  # a server silent this long (arrival time) leaves the live views until it speaks
     demo: bool = True  # DEMO: the demo's event generator runs (./run.sh); off: your own producers write the events
     lab_control: bool = True  # LAB_CONTROL: the dashboard offers the Lab control page (default: as DEMO)
@@ -120,6 +125,8 @@ class Config:
                f"({format_duration_ms(max(0, self.online_timeout_ms))}) must be positive: a player with no event "
                "for this long in event time counts as offline")
 
+        _check(1 <= self.history_days <= 400, "HISTORY_DAYS",
+               f"({self.history_days}) must be between 1 and 400 days (7 or more for the week-ago overlay)")
         _check(self.retire_after_ms > 0, "RETIRE_AFTER",
                f"({format_duration_ms(max(0, self.retire_after_ms))}) must be positive: a server silent this long "
                "leaves the live views until its next event")
@@ -172,6 +179,7 @@ class Config:
             lanes=_lane_list(env, "LAB_LANES"),
             online_timeout_ms=_duration(env, "ONLINE_TIMEOUT", cls.online_timeout_ms),
             retire_after_ms=_duration(env, "RETIRE_AFTER", cls.retire_after_ms),
+            history_days=_int(env, "HISTORY_DAYS", cls.history_days),
             demo=demo,
             lab_control=_switch(env, "LAB_CONTROL", demo),
         )

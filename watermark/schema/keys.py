@@ -90,12 +90,27 @@ key                                                type    contents
                                                            cause), score = its batch id
 ``{ns}:presence:commits``                          stream  one entry per batch the online view committed
                                                            (``batch``, ``end_id``), to wait on
-``{ns}:presence:minutes``                          zset    one JSON record per closed minute of batch time
+``{ns}:presence:minutes``                          zset    one JSON record per closed minute of arrival time
                                                            (``watermark.rules.presence_rollup.Minute``), score =
                                                            the minute's first ms; the open minute is the
                                                            state's ``minute`` field
-``{ns}:presence:peak:{day_ms}``                    hash    the UTC day's peak online per server and ``*``
-                                                           (all): ``count|at_ms``
+``{ns}:presence:peak:{day_ms}``                    hash    the UTC day's peak online per server, region
+                                                           (``region|{r}``) and ``*`` (all): ``count|at_ms``
+                                                           (arrival time); kept ``HISTORY_DAYS`` after its day
+``{ns}:presence:peak:ever``                        hash    the highest ever, the same fields (one per server
+                                                           ever seen, region, and ``*``); expires
+                                                           ``HISTORY_DAYS`` + 1 days after the last minute closed
+``{ns}:history:{day_ms}:{series}``                 string  players online per minute of the UTC day (arrival
+                                                           time) of one series (a server, ``region|{r}`` or
+                                                           ``*``): 1440 slots of 8 bytes, ``last+1``,
+                                                           ``peak+1`` (uint32 LE; zero: no data), written with
+                                                           SETRANGE as each minute closes
+                                                           (``watermark.rules.presence_rollup``); at most 11,520 bytes,
+                                                           expires ``HISTORY_DAYS`` whole days after its day
+``{ns}:annotations``                               zset    deploys, maintenance, incidents: JSON
+                                                           ``Annotation`` (``watermark.schema.records``), score =
+                                                           its start ms; those ended ``HISTORY_DAYS`` ago leave,
+                                                           ``ANNOTATIONS_KEEP`` at most
 ``{ns}:batch_seconds``                              hash    batch durations as histogram buckets (the query
                                                            listener): ``le|{bound}`` (not cumulative),
                                                            ``count``, ``sum``; bounds
@@ -104,8 +119,9 @@ key                                                type    contents
                                                            ``{rule}|{subject}`` -> JSON ``AlertState``
                                                            (``watermark.alerting.lifecycle``)
 ``{ns}:alerts:history``                            stream  every alert fired and resolved, field ``n``:
-                                                           JSON ``Notice``; the newest 10,000 kept (the page
-                                                           shows a day)
+                                                           JSON ``Notice``; the newest 20,000 kept (a week
+                                                           of alerts unless they flap by the thousand; the
+                                                           Alerts page shows a day, time charts a week)
 ``{ns}:alerts:outbox``                             stream  notices the webhook has not delivered yet (field
                                                            ``n``), deleted once delivered
 ``{ns}:alerts:webhook``                            hash    the webhook's ``url``, ``delivered``, ``failures``,
@@ -121,8 +137,9 @@ key                                                type    contents
                                                            ``watermark.store.batch_channel``)
 =================================================  ======  =============================================
 
-Every key except the input stream, the two lab hashes, ``batch_seconds`` (a counter, like ``totals``
-kept whole) and the alerts' keys expires ``RETENTION`` after its last write;
+Every key except the input stream, the two lab hashes, ``batch_seconds`` (a counter, like ``totals`` kept whole),
+the history's keys and peaks (``HISTORY_DAYS`` after their day) and the alerts' keys expires ``RETENTION`` after
+its last write;
 windows leave the index once they end ``RETENTION`` before the watermark, and
 batch records beyond ``PROGRESS_HISTORY`` leave theirs.
 """
@@ -268,6 +285,18 @@ class KeySchema:
 
     def presence_peak(self, day_ms: int) -> str:
         return self._k("presence", "peak", day_ms)
+
+    @property
+    def presence_peak_ever(self) -> str:
+        return self._k("presence", "peak", "ever")
+
+    def history(self, day_ms: int, series: str) -> str:
+        """One series' players online per minute of one UTC day (``watermark.rules.presence_rollup``)."""
+        return self._k("history", day_ms, series)
+
+    @property
+    def annotations(self) -> str:
+        return self._k("annotations")
 
     @property
     def batch_seconds(self) -> str:

@@ -13,6 +13,8 @@ with it, where it is read, never a ``KeyError`` three calls later.
   by its commit (``watermark.store.commit``) and by the job when it stops; read by the commits, the sink's lanes,
   the dashboard and the reports.
 * :class:`PresenceStateRecord`: the online view's commit record, the hash ``{ns}:presence:state``.
+* :class:`Annotation`: a deploy, maintenance or incident someone marked (``wm-annotate``, ``POST /annotations``),
+  a member of ``{ns}:annotations``, drawn over every time chart.
 
 Fields added after the first release have defaults, so records written by an older job still read back. The two
 state records stay hashes, a field per attribute (``to_hash``, ``from_hash``): a commit reads back only the
@@ -196,6 +198,44 @@ class PresenceRecord(msgspec.Struct, frozen=True, kw_only=True):
 
     @classmethod
     def decode(cls, raw: bytes | str, where: str) -> PresenceRecord:
+        return decode_json(raw, cls, where)
+
+
+ANNOTATION_KINDS = ("deploy", "maintenance", "incident", "note")
+
+
+class Annotation(msgspec.Struct, frozen=True, kw_only=True):
+    """Something that happened to the game, marked by a person or a pipeline: a range (or a moment) of wall time,
+    for every region or one."""
+
+    id: str
+    text: str
+    kind: str = "note"
+    """One of :data:`ANNOTATION_KINDS`."""
+    start_ms: int
+    end_ms: int | None = None
+    """None: a moment (a deploy), drawn as a line."""
+    region: str | None = None
+    """None: every region."""
+    created_ms: int
+
+    def __post_init__(self) -> None:
+        if not self.text.strip() or len(self.text) > 200:
+            raise msgspec.ValidationError("text must be 1-200 characters")
+        if self.kind not in ANNOTATION_KINDS:
+            raise msgspec.ValidationError(f"kind {self.kind!r} must be one of {', '.join(ANNOTATION_KINDS)}")
+        if self.end_ms is not None and self.end_ms < self.start_ms:
+            raise msgspec.ValidationError("end must not be before start")
+
+    @property
+    def until_ms(self) -> int:
+        return self.start_ms if self.end_ms is None else self.end_ms
+
+    def encode(self) -> bytes:
+        return _ENCODER.encode(self)
+
+    @classmethod
+    def decode(cls, raw: bytes | str, where: str) -> Annotation:
         return decode_json(raw, cls, where)
 
 

@@ -32,7 +32,7 @@ def params_of(cfg: Config) -> Params:
                   servers=tuple(sorted(cfg.known_servers or ())) if cfg.watermark_mode == "per-server" else (),
                   idle_timeout_ms=cfg.idle_timeout_ms, trims=cfg.input_namespace is None,
                   readers=readers_of(cfg), stream_keep_entries=cfg.stream_keep_entries,
-                  late_keep=cfg.late_events_keep)
+                  late_keep=cfg.late_events_keep, history_days=cfg.history_days)
 
 
 def readers_of(cfg: Config) -> tuple[str, ...]:

@@ -1,4 +1,4 @@
-"""The alerts in Redis: what stands (``{ns}:alerts``), what happened (``{ns}:alerts:history``, a day of it) and
+"""The alerts in Redis: what stands (``{ns}:alerts``), what happened (``{ns}:alerts:history``, the newest 20,000) and
 what the webhook still owes (``{ns}:alerts:outbox``); the monitor writes them, the Alerts page reads them.
 
 :func:`apply_decision` writes one round of :func:`watermark.alerting.lifecycle.step_all` in one transaction, so
@@ -20,9 +20,12 @@ DAY_MS = 86_400_000
 NOTICE_FIELD = "n"
 HISTORY_READ = 2_000
 """Notices the page reads back (the newest); a day of alerts is far fewer unless they flap by the thousand."""
-HISTORY_KEEP = 10_000
-"""Notices kept in the history stream (the page shows the last day of them: far fewer unless alerts flap by
-the thousand, and then the newest are the ones to see)."""
+HISTORY_KEEP = 20_000
+"""Notices kept in the history stream at most (the Alerts page shows the last day of them, the time charts draw a
+week: an outage of all 300 servers is 600 notices; past this many alerts flap by the thousand, and then the
+newest are the ones to see). About 6 MB at most; the entries' IDs are Redis' clock, the notices' times the
+monitor's, so the bound is a count, not an age."""
+
 
 
 OnBad = Callable[[str], None]
@@ -78,7 +81,7 @@ def read_outbox(client: redis.Redis, keys: KeySchema, on_bad: OnBad | None = Non
     return out
 
 
-def _history(entries: list, since_ms: int, where: str) -> list[Notice]:
+def notices_since(entries: list, since_ms: int, where: str) -> list[Notice]:
     """Oldest first, those at or after ``since_ms`` by the notice's own time (the monitor's clock, not the
     entry IDs' Redis clock)."""
     out = [Notice.decode(f[NOTICE_FIELD.encode()], f"{where} entry {eid.decode()}") for eid, f in reversed(entries)]
@@ -158,6 +161,6 @@ def read_alert_view(client: redis.Redis, keys: KeySchema, now_ms: int) -> AlertV
     alerts, history, webhook, waiting, (round_ms, interval_ms, watching) = pipe.execute()
     return AlertView(
         alerts={k.decode(): AlertState.decode(v, f"alert {k.decode()!r}") for k, v in alerts.items()},
-        history=_history(history, now_ms - DAY_MS, keys.alerts_history),
+        history=notices_since(history, now_ms - DAY_MS, keys.alerts_history),
         webhook=WebhookStatus.from_hash(webhook, int(waiting)), round_ms=int(round_ms) if round_ms else None,
         interval_ms=int(interval_ms) if interval_ms else 1_000, watching=watching.decode() if watching else "")

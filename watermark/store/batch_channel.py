@@ -29,7 +29,7 @@ from typing import Any
 
 import redis
 
-from watermark.store._resp import EXEC, MULTI, Replies
+from watermark.store.redis_conn import EXEC, MULTI, Replies
 
 log = logging.getLogger("watermark.store.batch_channel")
 

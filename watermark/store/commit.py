@@ -21,11 +21,11 @@ from watermark.rules.late import LateEvent
 from watermark.rules.tradeoff import GRID_FIELD, GRID_MS, bucket, hist_field
 from watermark.rules.watermarks import policy_max
 from watermark.rules.windows import event_ms
-from watermark.schema.config import DEFAULT_LATE_KEEP
+from watermark.schema.config import DEFAULT_HISTORY_DAYS, DEFAULT_LATE_KEEP
 from watermark.schema.events import parse_entry_id
 from watermark.schema.keys import KeySchema, WindowKey, total_field
 from watermark.schema.records import BatchRecord, CommitEntry, DeadEntry, ServerRecord, StateParams, StateRecord
-from watermark.store import _resp
+from watermark.store import redis_conn
 
 
 @dataclass(frozen=True)
@@ -50,6 +50,7 @@ class Params:
     readers: tuple[str, ...] = ()  # state hashes of everything else that commits from our input (lanes, online
     # view): their ``committed_id`` holds the trim back, so nothing one of them still needs is trimmed
     late_keep: int = DEFAULT_LATE_KEEP  # late events kept in ``{ns}:late`` (watermark.rules.late)
+    history_days: int = DEFAULT_HISTORY_DAYS  # whole days each minute of players online is kept after its own
 
     @property
     def ttl_s(self) -> int:
@@ -454,6 +455,6 @@ def commit_batch(client: redis.Redis, keys: KeySchema, s: BatchSummary, params: 
         writes = plan_commit(s, params, read_prior(pipe, client, keys, s, params), now_ms())
         pipe.multi()
         apply_writes(pipe, keys, writes, params)
-        _resp.execute(pipe)
+        redis_conn.execute(pipe)
     return True
 

@@ -25,7 +25,9 @@ from watermark.rules.presence_rollup import (
     DAY_MS,
     MINUTE_MS,
     Minute,
+    arrival_ms,
     day_of,
+    expire_in_s,
     format_peak,
     parse_peaks,
     raise_peaks,
@@ -33,8 +35,9 @@ from watermark.rules.presence_rollup import (
 )
 from watermark.schema.keys import KeySchema
 from watermark.schema.records import ClockRecord, CommitEntry, PresenceRecord, PresenceStateRecord
-from watermark.store import _resp
+from watermark.store import redis_conn
 from watermark.store.commit import Params, guarded, next_watermark
+from watermark.store.history_store import queue_minute
 
 HOUR_MS = 3_600_000
 
@@ -377,20 +380,57 @@ def commit_presence(client: redis.Redis, keys: KeySchema, b: PresenceBatch, para
         raise
 
 
-def _queue_rollups(pipe: redis.client.Pipeline, keys: KeySchema, params: Params, record: PresenceRecord,
-                   closed: Minute | None, day: int, raised: dict) -> None:
-    """The batch's history record, the minute it closed and the day's peaks it raised."""
-    if closed is not None:
-        pipe.zadd(keys.presence_minutes, {closed.to_json(): closed.minute_ms})
-        pipe.zremrangebyscore(keys.presence_minutes, "-inf", f"({closed.minute_ms - DAY_MS}")
-        pipe.expire(keys.presence_minutes, params.ttl_s)
-    if raised:
-        pipe.hset(keys.presence_peak(day), mapping={k: format_peak(*v) for k, v in raised.items()})
-        pipe.expire(keys.presence_peak(day), max(params.ttl_s, 2 * DAY_MS // 1000))
-    batch_id = record.batch
-    pipe.zadd(keys.presence_history, {record.encode(): batch_id})
-    pipe.zremrangebyscore(keys.presence_history, "-inf", f"({batch_id - params.progress_history + 1}")
-    pipe.expire(keys.presence_history, params.ttl_s)
+@dataclass
+class _Rollups:
+    """What one batch adds to the online view over time, at its arrival (decision 0012): the minute it closes
+    (into the last day's minutes and every series' day record, ``watermark.store.history_store``), the day's
+    peaks and the highest ever it raises, per server, region and in total. Read while the commit WATCHes, queued
+    in its transaction."""
+
+    at_ms: int
+    peaks: dict[str, tuple[int, int]]
+    ever: dict[str, tuple[int, int]]
+    regions: dict[str, str]
+    closed: Minute | None = None
+    raised: dict[str, tuple[int, int]] = field(default_factory=dict)
+    raised_ever: dict[str, tuple[int, int]] = field(default_factory=dict)
+
+    @classmethod
+    def read(cls, pipe: redis.client.Pipeline, keys: KeySchema, at_ms: int) -> _Rollups:
+        return cls(at_ms, parse_peaks(pipe.hgetall(keys.presence_peak(day_of(at_ms)))),
+                   parse_peaks(pipe.hgetall(keys.presence_peak_ever)),
+                   {k.decode(): v.decode() for k, v in pipe.hgetall(keys.regions).items()})
+
+    def add(self, prior_minute: str | None, counts: Mapping[str, int],
+            causes: Mapping[str, Mapping[str, int]]) -> Minute:
+        """The batch into the open minute and the peaks; the open minute after it."""
+        self.closed, open_minute = roll(Minute.from_json(prior_minute) if prior_minute else None, self.at_ms,
+                                        counts, causes, self.regions)
+        self.raised = raise_peaks(self.peaks, counts, self.at_ms, self.regions)
+        self.raised_ever = raise_peaks(self.ever, counts, self.at_ms, self.regions)
+        return open_minute
+
+    def queue(self, pipe: redis.client.Pipeline, keys: KeySchema, params: Params, record: PresenceRecord,
+              now_ms: int) -> None:
+        """The batch's history record, the minute it closed, the peaks it raised."""
+        closed, day = self.closed, day_of(self.at_ms)
+        if closed is not None:
+            pipe.zadd(keys.presence_minutes, {closed.to_json(): closed.minute_ms})
+            pipe.zremrangebyscore(keys.presence_minutes, "-inf", f"({closed.minute_ms - DAY_MS}")
+            pipe.expire(keys.presence_minutes, params.ttl_s)
+            queue_minute(pipe, keys, closed, self.regions,
+                         expire_in_s(day_of(closed.minute_ms), params.history_days, now_ms, params.ttl_s))
+            # the highest ever outlives every day it could come from; a namespace no job writes goes in the end
+            pipe.expire(keys.presence_peak_ever, max(params.ttl_s, (params.history_days + 1) * DAY_MS // 1000))
+        if self.raised:
+            pipe.hset(keys.presence_peak(day), mapping={k: format_peak(*v) for k, v in self.raised.items()})
+            pipe.expire(keys.presence_peak(day), expire_in_s(day, params.history_days, now_ms, params.ttl_s))
+        if self.raised_ever:
+            pipe.hset(keys.presence_peak_ever, mapping={k: format_peak(*v) for k, v in self.raised_ever.items()})
+        batch_id = record.batch
+        pipe.zadd(keys.presence_history, {record.encode(): batch_id})
+        pipe.zremrangebyscore(keys.presence_history, "-inf", f"({batch_id - params.progress_history + 1}")
+        pipe.expire(keys.presence_history, params.ttl_s)
 
 
 def _commit_presence(client: redis.Redis, keys: KeySchema, b: PresenceBatch, params: Params, timeout_ms: int,
@@ -403,8 +443,7 @@ def _commit_presence(client: redis.Redis, keys: KeySchema, b: PresenceBatch, par
         names = ["last_batch", "max_event_us", "lost_at_batch", "minute", "partial_until_ms", "clocks"]
         prior = PresenceStateRecord.from_hash(dict(zip(names, pipe.hmget(keys.presence_state, names), strict=True)),
                                               keys.presence_state)
-        day = day_of(b.batch_ts_ms)
-        peaks = parse_peaks(pipe.hgetall(keys.presence_peak(day)))
+        rollups = _Rollups.read(pipe, keys, arrival_ms(b.end_id, b.batch_ts_ms))
         committed = prior.last_batch
         partial_until = prior.partial_until_ms
         lost = committed is None and mirror.batch is not None and mirror.valid
@@ -436,19 +475,17 @@ def _commit_presence(client: redis.Redis, keys: KeySchema, b: PresenceBatch, par
                                 offline=sum(w.went_offline for w in writes.values()), causes=causes,
                                 ahead_ms={s: c.ahead_ms for s, c in clocks.items()
                                           if c.ahead_ms > 0 and s in batch_servers})
-        closed, open_minute = roll(Minute.from_json(prior.minute) if prior.minute else None, b.batch_ts_ms, counts,
-                                   causes)
-        raised = raise_peaks(peaks, counts, b.batch_ts_ms)
+        open_minute = rollups.add(prior.minute, counts, causes)
         pipe.multi()
         _apply(pipe, keys, writes, mirror, params.ttl_s)
-        _queue_rollups(pipe, keys, params, record, closed, day, raised)
+        rollups.queue(pipe, keys, params, record, now_ms())
         pipe.hset(keys.presence_state, mapping=PresenceStateRecord(
             last_batch=b.batch_id, watermark_ms=next_wm, in_force_ms=b.watermark_ms, batch_ts_ms=b.batch_ts_ms,
             timeout_ms=timeout_ms, updated_ms=now_ms(), max_event_us=running, committed_id=b.end_id,
             lost_at_batch=b.batch_id if lost or rebuilt else prior.lost_at_batch, minute=open_minute.to_json(),
             partial_until_ms=partial_until, clocks=clocks).to_hash())
         pipe.xadd(keys.presence_commits, CommitEntry(b.batch_id, b.end_id).fields(), maxlen=1000, approximate=True)
-        _resp.execute(pipe)
+        redis_conn.execute(pipe)
     mirror.batch, mirror.valid, mirror.clocks = b.batch_id, True, clocks
     return True
 
@@ -504,8 +541,9 @@ class OnlineView:
     batch_ts_ms: int
     counts: dict[str, int]
     history: tuple[OnlinePoint, ...]
-    minutes: tuple[Minute, ...] = ()  # the last hour's minutes of batch time, the open one last
-    peaks: dict[str, tuple[int, int]] = field(default_factory=dict)  # today's: server or TOTAL -> (count, at)
+    minutes: tuple[Minute, ...] = ()  # the last hour's minutes of arrival time, the open one last
+    peaks: dict[str, tuple[int, int]] = field(default_factory=dict)  # today's: server, region or TOTAL -> (count, at)
+    peaks_ever: dict[str, tuple[int, int]] = field(default_factory=dict)  # the highest ever, the same keys
     lost_at_batch: int | None = None  # Redis came back empty before this batch: history before it is gone
     partial_until_ms: int | None = None  # rebuilt from new events after a loss: whole once the watermark is here
     clocks: dict[str, ClockRecord] = field(default_factory=dict)  # each server's own clock (rules.server_clock)
@@ -522,17 +560,19 @@ class OnlineView:
 
 
 def queue_online_reads(pipe: redis.client.Pipeline, keys: KeySchema, last: int, now_ms: int) -> None:
-    """Five replies, parsed by :func:`online_view`; lets a caller share one round trip. A fixed number of
+    """Six replies, parsed by :func:`online_view`; lets a caller share one round trip. A fixed number of
     commands, whatever the number of players."""
     pipe.hgetall(keys.presence_state)
     pipe.hgetall(keys.presence_counts)
     pipe.zrange(keys.presence_history, -last, -1)
     pipe.zrangebyscore(keys.presence_minutes, now_ms - now_ms % MINUTE_MS - HOUR_MS, "+inf")
     pipe.hgetall(keys.presence_peak(day_of(now_ms)))
+    pipe.hgetall(keys.presence_peak_ever)
 
 
 def online_view(state: Mapping[bytes, bytes], counts: Mapping[bytes, bytes], history: Sequence[bytes],
-                minutes: Sequence[bytes] = (), peaks: Mapping[bytes, bytes] | None = None) -> OnlineView | None:
+                minutes: Sequence[bytes] = (), peaks: Mapping[bytes, bytes] | None = None,
+                peaks_ever: Mapping[bytes, bytes] | None = None) -> OnlineView | None:
     """None until the online view has committed a batch."""
     rec = PresenceStateRecord.from_hash(state, "the online view's state")
     if rec.last_batch is None:
@@ -545,7 +585,8 @@ def online_view(state: Mapping[bytes, bytes], counts: Mapping[bytes, bytes], his
         counts={k.decode(): int(v) for k, v in sorted(counts.items())},
         history=tuple(OnlinePoint.from_json(m) for m in history),
         minutes=tuple([*closed, *(m for m in open_minute if not closed or m.minute_ms > closed[-1].minute_ms)]),
-        peaks=parse_peaks(peaks or {}), lost_at_batch=rec.lost_at_batch, partial_until_ms=rec.partial_until_ms,
+        peaks=parse_peaks(peaks or {}), peaks_ever=parse_peaks(peaks_ever or {}), lost_at_batch=rec.lost_at_batch,
+        partial_until_ms=rec.partial_until_ms,
         clocks=dict(rec.clocks),
     )
 

@@ -1,11 +1,19 @@
-"""Redis connections with retry, shared by the generator, the job and tools."""
+"""Redis connections with retry, shared by the generator, the job and tools; and raw RESP on a redis-py connection:
+pipelined replies read straight off the socket, and a transaction of many writes sent and read at a fraction of
+redis-py's cost per command.
+
+redis-py packs each command and parses each reply in Python, about 20 us a command. That is more than Redis
+takes for a write, and a batch's commits queue many: at 300 servers about 1,800 commands for the pipeline's
+windows and 1,000 for the online view, each batch (``bench/driver_costs.py``). The generator's writer
+(decision 0008) and the commits (:func:`execute`) pack with hiredis and read with a hiredis ``Reader``: the same
+commands and the same transaction, only the client's cost changes."""
 
 from __future__ import annotations
 
 import logging
 import time
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import redis
 
@@ -73,3 +81,92 @@ def with_retry(fn: Callable[[], T], what: str, *, attempts: int | None = None, g
             log.warning("%s: Redis unavailable (%s); retry %d%s in %.1fs", what, exc, attempt, of, delay)
             sleep(delay)
             delay = min(max_delay_s, delay * 2)
+
+
+try:
+    import hiredis
+except ImportError:  # pragma: no cover - redis-py works without it, only slower
+    hiredis = None
+
+MULTI = b"*1\r\n$5\r\nMULTI\r\n"
+EXEC = b"*1\r\n$4\r\nEXEC\r\n"
+
+
+class Replies:
+    """Reads pipelined replies straight off the connection's socket with a hiredis Reader.
+
+    redis-py's ``read_response`` costs about 3 us per reply (more than Redis takes
+    for the XADD); this is ~0.3 us. Only used on a connection its channel holds
+    exclusively, so no other reader shares the socket. Without hiredis it falls
+    back to ``read_response``.
+    """
+
+    def __init__(self, conn: redis.connection.Connection) -> None:
+        self.conn = conn
+        sock = getattr(conn, "_sock", None)
+        self.reader = hiredis.Reader() if hiredis is not None and sock is not None else None
+        self.sock = sock
+
+    def read(self, n: int) -> list[Any]:
+        """The next ``n`` replies; error replies come back as exception objects, never raised."""
+        reader = self.reader
+        out: list[Any] = []
+        if reader is None:
+            for _ in range(n):
+                try:
+                    out.append(self.conn.read_response(disable_decoding=True))
+                except redis.ResponseError as exc:
+                    out.append(exc)
+            return out
+        gets, recv, feed, append = reader.gets, self.sock.recv, reader.feed, out.append
+        while len(out) < n:
+            reply = gets()
+            if reply is False:
+                data = recv(1 << 18)
+                if not data:
+                    raise redis.ConnectionError("Redis closed the connection while replies were pending")
+                feed(data)
+                continue
+            append(reply)
+        return out
+
+
+def execute(pipe: redis.client.Pipeline) -> list[Any]:
+    """``pipe.execute()`` of a transaction begun with ``multi()`` on a pipeline that holds its connection (WATCH,
+    :func:`watermark.store.commit.guarded`): the same MULTI, commands and EXEC in one buffer, their replies raw
+    (no response callbacks: the commits read none). Raises :class:`redis.WatchError` when a watched key
+    changed and :class:`redis.ResponseError` for the first command Redis refused, as redis-py does; on any
+    other failure the connection is closed (its replies are unknown). Falls back to ``pipe.execute()`` where
+    the fast path does not apply (no hiredis, scripts to load, no transaction). RESP2 or RESP3 alike: hiredis reads
+    both, and a commit's replies (integers, simple strings, a null EXEC) are the same in both."""
+    conn = pipe.connection
+    if (hiredis is None or conn is None or getattr(conn, "_sock", None) is None or pipe.scripts
+            or not pipe.explicit_transaction):
+        return pipe.execute()
+    stack = pipe.command_stack
+    pack = hiredis.pack_command
+    try:
+        conn.send_packed_command([b"".join([MULTI, *(pack(args) for args, _ in stack), EXEC])], check_health=False)
+        replies = Replies(conn).read(len(stack) + 2)
+    except BaseException:
+        conn.disconnect()
+        raise
+    pipe.watching = False  # EXEC (or its refusal) ends the WATCH
+    result = replies[-1]
+    if result is None:
+        raise redis.WatchError("Watched variable changed.")
+    queued = [(i, r) for i, r in enumerate(replies[1:-1]) if isinstance(r, Exception)]
+    if isinstance(result, Exception):  # EXECABORT: a command was refused when queued
+        i, first = queued[0] if queued else (-1, result)
+        raise redis.ResponseError(_where(first, i, stack))
+    for i, r in enumerate(result):
+        if isinstance(r, Exception):
+            raise redis.ResponseError(_where(r, i, stack))
+    return list(result)
+
+
+def _where(error: Exception, i: int, stack: list) -> str:
+    if i < 0:
+        return str(error)
+    name = stack[i][0][0]
+    return f"Command # {i + 1} ({name if isinstance(name, str) else name.decode()}) of pipeline caused error: {error}"

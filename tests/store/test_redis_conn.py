@@ -1,4 +1,4 @@
-"""watermark.store._resp.execute: a commit's transaction sent and read raw gives what redis-py's execute gives
+"""watermark.store.redis_conn.execute: a commit's transaction sent and read raw gives what redis-py's execute gives
 (the same writes, a watched key that changed refuses it whole, a refused command raises), on a real redis-server,
 over RESP2 and RESP3 and without hiredis."""
 
@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 import pytest
 import redis
 
-from watermark.store import _resp
+from watermark.store import redis_conn
 
 
 @pytest.fixture(params=[2, 3], ids=["resp2", "resp3"])
@@ -23,8 +23,8 @@ def client(request: pytest.FixtureRequest, redis_url: str) -> Iterator[redis.Red
 @pytest.fixture(params=["raw", "redis-py"])
 def execute(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Callable:
     if request.param == "redis-py":  # the fallback: without hiredis, redis-py's own execute
-        monkeypatch.setattr("watermark.store._resp.hiredis", None)
-    return _resp.execute
+        monkeypatch.setattr("watermark.store.redis_conn.hiredis", None)
+    return redis_conn.execute
 
 
 def _k() -> str:

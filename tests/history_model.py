@@ -1,0 +1,48 @@
+"""An independent model of a week of players online: per-minute counts per server, region and total, the day's
+and the highest peaks, written from the rule in docs/decisions/0012 alone (no import of watermark.rules).
+
+Input: the batches in order, each its arrival (ms) and the players online per server after it; the servers'
+regions. A minute (of arrival time) holds the counts after its last batch and, per series, the highest count
+one batch left; a day's peak (UTC) is the highest count of a batch in the day, at the arrival of the first batch
+reaching it; the highest ever likewise over every batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+MINUTE = 60_000
+DAY = 86_400_000
+
+
+def series_of(counts: Mapping[str, int], regions: Mapping[str, str]) -> dict[str, int]:
+    out = dict(counts)
+    for region in set(regions.values()):
+        out[f"region|{region}"] = sum(n for s, n in counts.items() if regions.get(s) == region)
+    out["*"] = sum(counts.values())
+    return out
+
+
+def minutes(batches: Sequence[tuple[int, Mapping[str, int]]],
+            regions: Mapping[str, str]) -> dict[str, dict[int, tuple[int, int]]]:
+    """series -> minute start -> (last, peak)."""
+    out: dict[str, dict[int, tuple[int, int]]] = {}
+    for at, counts in batches:
+        minute = at // MINUTE * MINUTE
+        for key, n in series_of(counts, regions).items():
+            prior = out.setdefault(key, {}).get(minute)
+            out[key][minute] = (n, n if prior is None else max(prior[1], n))
+    return out
+
+
+def peaks(batches: Sequence[tuple[int, Mapping[str, int]]], regions: Mapping[str, str],
+          per_day: bool) -> dict[int | None, dict[str, tuple[int, int]]]:
+    """day start (None: ever) -> series -> (count, first reached at)."""
+    out: dict[int | None, dict[str, tuple[int, int]]] = {}
+    for at, counts in batches:
+        day = at // DAY * DAY if per_day else None
+        mine = out.setdefault(day, {})
+        for key, n in series_of(counts, regions).items():
+            if key not in mine or n > mine[key][0]:
+                mine[key] = (n, at)
+    return out

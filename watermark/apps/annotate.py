@@ -1,0 +1,171 @@
+"""Mark what happened to the game (a deploy, maintenance, an incident) so every time chart draws it over its range.
+
+``wm-annotate "patch 1.4.2" [--kind deploy] [--region eu] [--at ISO] [--until ISO | --for 30m]``
+adds one (``--at``: now when left out; no ``--until``/``--for``: a moment) and prints it as JSON;
+``wm-annotate --list [--since 7d]`` prints those of the range. The same over HTTP on the monitor's port
+(``METRICS_PORT``, beside ``/metrics``): ``POST /annotations`` with a JSON body ``{"text": ..., "kind": ...,
+"region": ..., "start": ISO or ms, "end": ISO or ms}`` adds one (201 and the annotation; 400 and why), ``GET
+/annotations?since=7d`` lists them. Stored by :mod:`watermark.store.annotation_store`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import socketserver
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+from urllib.parse import parse_qs
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+import msgspec
+import redis
+
+from watermark.schema.config import Config, ConfigError
+from watermark.schema.keys import KeySchema
+from watermark.schema.records import ANNOTATION_KINDS, Annotation
+from watermark.schema.timeutil import parse_duration_ms, parse_iso_us
+from watermark.store.annotation_store import add_annotation, read_annotations
+
+MAX_BODY = 16_384
+StartResponse = Callable[..., Any]
+WsgiApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
+
+
+def _time_ms(value: object, name: str) -> int:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        try:
+            return parse_iso_us(value) // 1000
+        except (ValueError, OverflowError):
+            pass
+    raise ValueError(f"{name} must be an ISO-8601 time (2026-11-26T21:40:00Z) or Unix milliseconds, got {value!r}")
+
+
+def annotation_from(doc: Mapping[str, Any], now_ms: int) -> Annotation:
+    """An annotation from what a person gave (the command's options or the HTTP body), or ValueError saying why."""
+    start = _time_ms(doc["start"], "start") if doc.get("start") is not None else now_ms
+    end = _time_ms(doc["end"], "end") if doc.get("end") is not None else None
+    if doc.get("for") is not None:
+        end = start + parse_duration_ms(str(doc["for"]))
+    try:
+        return Annotation(id=uuid.uuid4().hex[:12], text=str(doc.get("text") or ""),
+                          kind=str(doc.get("kind") or "note"), start_ms=start, end_ms=end,
+                          region=str(doc["region"]) if doc.get("region") else None, created_ms=now_ms)
+    except msgspec.ValidationError as exc:
+        raise ValueError(str(exc)) from None
+
+
+def _doc(a: Annotation) -> dict[str, Any]:
+    doc: dict[str, Any] = msgspec.to_builtins(a)
+    return doc
+
+
+def annotations_app(client: redis.Redis, keys: KeySchema, keep_days: int,
+                    now_ms: Callable[[], int] = lambda: int(time.time() * 1000)) -> WsgiApp:
+    """``POST /annotations`` and ``GET /annotations?since=7d`` as a WSGI application."""
+
+    def reply(start: StartResponse, status: str, body: object) -> list[bytes]:
+        data = json.dumps(body).encode()
+        start(status, [("Content-Type", "application/json"), ("Content-Length", str(len(data)))])
+        return [data]
+
+    def app(environ: dict[str, Any], start: StartResponse) -> list[bytes]:
+        method, now = environ["REQUEST_METHOD"], now_ms()
+        try:
+            if method == "POST":
+                size = int(environ.get("CONTENT_LENGTH") or 0)
+                if size > MAX_BODY:
+                    return reply(start, "413 Payload Too Large", {"error": f"at most {MAX_BODY} bytes"})
+                doc = json.loads(environ["wsgi.input"].read(size) or b"{}")
+                if not isinstance(doc, dict):
+                    raise ValueError("the body must be a JSON object")
+                a = annotation_from(doc, now)
+                add_annotation(client, keys, a, keep_days, now)
+                return reply(start, "201 Created", _doc(a))
+            if method == "GET":
+                since = parse_qs(environ.get("QUERY_STRING", "")).get("since", ["7d"])[0]
+                found = read_annotations(client, keys, now - parse_duration_ms(since), now + 1)
+                return reply(start, "200 OK", [_doc(a) for a in found])
+            return reply(start, "405 Method Not Allowed", {"error": "GET or POST"})
+        except (ValueError, KeyError) as exc:
+            return reply(start, "400 Bad Request", {"error": str(exc)})
+        except redis.RedisError as exc:
+            return reply(start, "503 Service Unavailable", {"error": f"Redis: {exc}"})
+
+    return app
+
+
+def beside(other: WsgiApp, annotations: WsgiApp) -> WsgiApp:
+    """``/annotations`` to ``annotations``, every other path to ``other`` (``/metrics``)."""
+
+    def app(environ: dict[str, Any], start: StartResponse) -> Iterable[bytes]:
+        return (annotations if environ.get("PATH_INFO", "").rstrip("/") == "/annotations" else other)(environ, start)
+
+    return app
+
+
+class _Server(socketserver.ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+
+
+class _Quiet(WSGIRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - the base class names it so
+        pass
+
+
+def serve(address: str, port: int, app: WsgiApp) -> WSGIServer:
+    """Serve ``app`` on its own thread; raises OSError when it cannot listen."""
+    server = make_server(address, port, app, server_class=_Server, handler_class=_Quiet)
+    threading.Thread(target=server.serve_forever, name="http", daemon=True).start()
+    return server
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="wm-annotate", description=__doc__.split("\n\n")[0])
+    p.add_argument("text", nargs="?", help='what happened, e.g. "patch 1.4.2"')
+    p.add_argument("--kind", default="note", choices=ANNOTATION_KINDS)
+    p.add_argument("--region", help="the region it concerns (default: every region)")
+    p.add_argument("--at", help="when it started (ISO-8601 UTC; default: now)")
+    span = p.add_mutually_exclusive_group()
+    span.add_argument("--until", help="when it ended (ISO-8601 UTC)")
+    span.add_argument("--for", dest="duration", help="how long it lasted, e.g. 30m")
+    p.add_argument("--list", action="store_true", help="print the annotations of the last --since instead")
+    p.add_argument("--since", default="7d", help="with --list: how far back (default 7d)")
+    args = p.parse_args(argv)
+    if not args.list and not args.text:
+        p.error("give the annotation's text, or --list")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    now = int(time.time() * 1000)
+    try:
+        cfg = Config.from_env()
+        keys = KeySchema(cfg.namespace)
+        client = redis.Redis.from_url(cfg.redis_url, socket_connect_timeout=2.0, socket_timeout=5.0)
+        if args.list:
+            found = read_annotations(client, keys, now - parse_duration_ms(args.since), now + 1)
+            print(json.dumps([_doc(a) for a in found], indent=2))
+            return 0
+        a = annotation_from({"text": args.text, "kind": args.kind, "region": args.region, "start": args.at,
+                             "end": args.until, "for": args.duration}, now)
+        add_annotation(client, keys, a, cfg.history_days, now)
+    except (ConfigError, ValueError) as exc:
+        print(f"annotate: error: {exc}", file=sys.stderr)
+        return 2
+    except redis.RedisError as exc:
+        print(f"annotate: error: Redis: {exc}", file=sys.stderr)
+        return 1
+    print(json.dumps(_doc(a), indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,76 @@
+"""Annotations in Redis (``{ns}:annotations``, a zset of JSON :class:`watermark.schema.records.Annotation` scored by
+their start): added by ``wm-annotate`` or ``POST /annotations``, read with the alerts' history by every time chart
+(:func:`read_happenings`).
+
+Bounded: each add drops those that started more than ``keep_days`` (``HISTORY_DAYS``) + 1 days ago and keeps the
+newest :data:`ANNOTATIONS_KEEP`; a chart reads at most :data:`READ_LIMIT` (the newest starting before its end), one
+command whatever the range.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import redis
+
+from watermark.alerting.lifecycle import Notice
+from watermark.rules.presence_rollup import DAY_MS
+from watermark.schema.keys import KeySchema
+from watermark.schema.records import Annotation, RecordError
+from watermark.store.alert_store import notices_since
+
+ANNOTATIONS_KEEP = 10_000
+READ_LIMIT = 500
+ALERTS_READ = 5_000
+"""Notices a time chart reads back (the newest): a week of alerts unless they flap by the thousand."""
+
+
+def add_annotation(client: redis.Redis, keys: KeySchema, a: Annotation, keep_days: int, now_ms: int) -> None:
+    with client.pipeline(transaction=True) as pipe:
+        pipe.zadd(keys.annotations, {a.encode(): a.start_ms})
+        pipe.zremrangebyscore(keys.annotations, "-inf", f"({now_ms - (keep_days + 1) * DAY_MS}")
+        pipe.zremrangebyrank(keys.annotations, 0, -ANNOTATIONS_KEEP - 1)
+        pipe.execute()
+
+
+def queue_annotation_reads(pipe: redis.client.Pipeline, keys: KeySchema, end_ms: int) -> None:
+    """One reply, for :func:`annotations_in`."""
+    pipe.zrevrangebyscore(keys.annotations, end_ms, "-inf", start=0, num=READ_LIMIT)
+
+
+def annotations_in(reply: list[bytes], start_ms: int) -> list[Annotation]:
+    """Those of the reply still running at ``start_ms`` or later, oldest first; a malformed one is left out."""
+    out = []
+    for raw in reply:
+        try:
+            a = Annotation.decode(raw, "a member of the annotations")
+        except RecordError:
+            continue
+        if a.until_ms >= start_ms:
+            out.append(a)
+    return sorted(out, key=lambda a: (a.start_ms, a.id))
+
+
+def read_annotations(client: redis.Redis, keys: KeySchema, start_ms: int, end_ms: int) -> list[Annotation]:
+    pipe = client.pipeline(transaction=False)
+    queue_annotation_reads(pipe, keys, end_ms)
+    return annotations_in(pipe.execute()[0], start_ms)
+
+
+@dataclass(frozen=True)
+class Happenings:
+    """What the time charts draw over their data: the annotations and the alerts' notices since ``since_ms``."""
+
+    since_ms: int
+    annotations: list[Annotation]
+    notices: list[Notice]
+
+
+def read_happenings(client: redis.Redis, keys: KeySchema, since_ms: int, until_ms: int) -> Happenings:
+    """Two commands, whatever the range: the annotations (at most :data:`READ_LIMIT`) and the newest
+    :data:`ALERTS_READ` notices, those at or after ``since_ms`` kept."""
+    pipe = client.pipeline(transaction=False)
+    queue_annotation_reads(pipe, keys, until_ms)
+    pipe.xrevrange(keys.alerts_history, count=ALERTS_READ)
+    notes, alerts = pipe.execute()
+    return Happenings(since_ms, annotations_in(notes, since_ms), notices_since(alerts, since_ms, keys.alerts_history))
