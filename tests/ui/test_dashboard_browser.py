@@ -191,7 +191,40 @@ def overlaps(a: list[float], b: list[float]) -> bool:
     return a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]
 
 
-def audit_pages(page, url: str, shots: Path) -> list[str]:  # noqa: ANN001 - playwright's Page
+def test_every_page_at_300_servers_in_a_real_browser(redis_url: str, tmp_path: Path) -> None:
+    """The page audit again with 300 servers in 6 regions (seeded through the real pipeline, regions from the
+    events, a monitor beside it): every page renders at 1280x800 with every chart within the rules (no more than
+    about ten traces) and its title and legend in place; screenshots ``page-300-*.png``."""
+    from playwright.sync_api import sync_playwright
+
+    from tests.seed import seed_pipeline
+    from watermark.rules.scenarios import fleet
+
+    assert Path(CHROMIUM).exists(), f"{CHROMIUM} is missing: `apt-get install chromium` (.ci/run does)"
+    seeded = seed_pipeline(redis_url, tmp_path, scenario=fleet(300, 6), rate=60, count=24_000, batch_arrival_ms=20_000,
+                           minutes_ago=9)
+    env = {"REDIS_URL": redis_url, "PIPELINE_NAMESPACE": seeded.cfg.namespace}
+    shots = Path(os.environ.get("DASHBOARD_SCREENSHOTS") or tmp_path)
+    shots = shots if shots.is_absolute() else ROOT / shots
+    port = free_port()
+    procs = [Proc.python("dashboard", ["streamlit", "run", str(ROOT / "dashboard" / "app.py"), "--server.port",
+                                       str(port), "--server.address", "127.0.0.1", "--server.headless", "true",
+                                       "--browser.gatherUsageStats", "false"], env, tmp_path),
+             Proc.python("monitor", ["watermark.apps.monitor", "--port", "0"], env, tmp_path)]
+    try:
+        procs[0].wait_for(r"You can now view", timeout=60)
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            page = browser.new_page()
+            problems = audit_pages(page, f"http://127.0.0.1:{port}", shots, prefix="page-300-")
+            browser.close()
+    finally:
+        for p in procs:
+            p.stop()
+    assert problems == [], "\n".join(problems)
+
+
+def audit_pages(page, url: str, shots: Path, prefix: str = "page-") -> list[str]:  # noqa: ANN001 - playwright's Page
     """Every page at 1280x800, as an operator's screen shows it: a status line, and every chart within the
     rules (tests/figure_audit.py) with its title inside its box and its legend off the tick labels; a
     screenshot of each page."""
@@ -216,6 +249,6 @@ def audit_pages(page, url: str, shots: Path) -> list[str]:  # noqa: ANN001 - pla
         height = page.evaluate("() => document.querySelector('[data-testid=\"stMain\"]').scrollHeight")
         page.set_viewport_size({"width": 1280, "height": max(800, min(int(height), 6000))})
         page.wait_for_selector('[data-test-script-state="notRunning"]', timeout=60_000)
-        page.screenshot(path=str(shots / f"page-{name}.png"))
+        page.screenshot(path=str(shots / f"{prefix}{name}.png"))
         page.set_viewport_size({"width": 1280, "height": 800})
     return problems
