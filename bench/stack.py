@@ -128,6 +128,8 @@ class Stack:
                     # Freshness is measured per entry after the window (entry_keys): the trim must keep the
                     # window's entries until then, where it would keep about 20 s of them at 50,000 events/s.
                     "STREAM_KEEP_ENTRIES": str(max(1_000_000, rate * 200)),
+                    # A fleet's players follow the time of day; the load measured must not depend on the hour.
+                    "DAILY_CURVE": "off",
                     "PYSPARK_DRIVER_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
         for name in ("REDIS_URL", "KNOWN_SERVERS", "LAB_LANES", "PYSPARK_PYTHON"):
             self.env.pop(name, None)

@@ -22,7 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.seed import arrival_ids
-from watermark.apps.generator import main
+from watermark.apps.generator import main, parse_args
 from watermark.rules.scenarios import SCENARIOS, BurstModel, DelayModel, Outage, Scenario, ServerProfile, get_scenario
 from watermark.rules.simulate import Simulator, fast_payload, generate, record_payload
 from watermark.schema.clock import ManualClock
@@ -616,3 +616,15 @@ def test_a_fleets_players_come_in_the_evening_and_leave_at_night_a_day_in_minute
     full = round(300 * f.servers[0].share / sum(s.share for s in f.servers) * 5)  # a heartbeat every 5 s
     assert at["peak"] == pytest.approx(full, abs=2)
     assert at["dawn"] == pytest.approx(0.15 * full, abs=2)
+
+
+def test_a_fleet_without_its_daily_curve_keeps_a_full_house() -> None:
+    """DAILY_CURVE=off (the benchmark's): the same fleet, every server's players online whatever the hour."""
+    from watermark.rules.scenarios import fleet, game
+
+    assert all(p.daily is not None for p in fleet(30, 3).servers)
+    flat = fleet(30, 3, daily=False)
+    assert all(p.daily is None for p in flat.servers) and game("steady", 30, 3, daily=False) == flat
+    assert [(p.name, p.region, p.share) for p in flat.servers] == [(p.name, p.region, p.share)
+                                                                   for p in fleet(30, 3).servers]
+    assert parse_args(["--servers", "30", "--daily-curve", "off"]).daily_curve == "off"

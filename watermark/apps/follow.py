@@ -89,7 +89,8 @@ class Follower:
                  reconnect: Callable[[], redis.Redis], stop: threading.Event | None = None,
                  explicit_ids: bool = False, batch_size: int = 2_000, check_every_us: int = CHECK_EVERY_US,
                  stream_key: str | None = None, on_batch: Callable[[WriteStats], None] | None = None,
-                 timeline_scale: float = 1.0, servers: int | None = None, regions: int | None = None) -> None:
+                 timeline_scale: float = 1.0, servers: int | None = None, regions: int | None = None,
+                 daily: bool = True) -> None:
         if check_every_us <= 0:
             raise ConfigError(f"check_every_us must be positive, got {check_every_us}")
         self.default_scenario = check_scenario(scenario)
@@ -104,8 +105,9 @@ class Follower:
                                    batch_size=batch_size, clock=clock, stop=self.stop, on_batch=on_batch)
         self.next_seed = seed
         self.timeline_scale = timeline_scale
-        self.servers, self.regions = servers, regions
-        game(self.default_scenario, servers, regions).scaled(timeline_scale)  # a bad one fails here, not at a switch
+        self.servers, self.regions, self.daily = servers, regions, daily
+        # a bad one fails here, not at a switch
+        game(self.default_scenario, servers, regions, daily).scaled(timeline_scale)
         self.run: _Run | None = None
         self.rev = 0
         self.since_ms = clock.now_us() // 1000
@@ -146,7 +148,8 @@ class Follower:
                 self.run, self.since_ms = None, now_us // 1000
         elif run is None or (run.scenario, run.rate) != (ctl.scenario, ctl.rate):
             many = self.servers if ctl.scenario == "steady" else None  # the others have their three servers
-            sim = Simulator(game(ctl.scenario, many, self.regions if many else None).scaled(self.timeline_scale),
+            sim = Simulator(game(ctl.scenario, many, self.regions if many else None, self.daily).scaled(
+                                self.timeline_scale),
                             seed=self.next_seed, start_us=now_us, rate=ctl.rate)
             self.writer.regions = sim.regions
             log.info("rev %d: scenario=%s rate=%s seed=%d from now", ctl.rev, ctl.scenario, ctl.rate or "max",

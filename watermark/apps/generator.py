@@ -126,6 +126,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--regions", type=_positive_int, default=_env_int("REGIONS"),
                    help="with --servers: deal them over this many regions, each with its own network delay "
                         "(default: $REGIONS, else 6)")
+    p.add_argument("--daily-curve", choices=("on", "off"), default=(os.environ.get("DAILY_CURVE") or "on").lower(),
+                   help="with --servers: players come in through each region's evening and leave at night (on), or "
+                        "a full house all day (off: a benchmark's load must not depend on the hour) "
+                        "(default: $DAILY_CURVE, else on)")
     p.add_argument("--follow", action="store_true",
                    help="follow {namespace}:control (the dashboard's Lab control page, wm-control): "
                         "--scenario and --rate only fill in what it does not set yet; a change of scenario or rate "
@@ -144,7 +148,8 @@ def main(argv: list[str] | None = None) -> int:
         seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**31)
         if args.follow and (args.count is not None or args.start):
             raise ConfigError("--count and --start do not apply with --follow (it runs until stopped, from now)")
-        sim = Simulator(game(args.scenario, args.servers, args.regions).scaled(args.timeline_scale), seed=seed,
+        sim = Simulator(game(args.scenario, args.servers, args.regions, args.daily_curve == "on").scaled(
+            args.timeline_scale), seed=seed,
                         start_us=start_us,
                         rate=args.rate, count=args.count)
     except (ConfigError, ValueError) as exc:
@@ -233,7 +238,8 @@ def _follow(args: argparse.Namespace, cfg: Config, seed: int, clock: RealClock, 
             client, KeySchema(cfg.namespace), clock=clock, scenario=args.scenario, rate=args.rate, seed=seed,
             reconnect=lambda: connect(cfg.redis_url, sleep=nap, attempts=1_000, max_delay_s=5.0), stop=stop,
             explicit_ids=args.explicit_ids, batch_size=args.batch_size, stream_key=args.stream, on_batch=progress,
-            timeline_scale=args.timeline_scale, servers=args.servers, regions=args.regions)
+            timeline_scale=args.timeline_scale, servers=args.servers, regions=args.regions,
+            daily=args.daily_curve == "on")
         return follower.follow()
 
     return _exit_code(run, lambda: None if follower is None else follower.writer.stats, progress, stop)

@@ -347,11 +347,12 @@ REGION_UTC_OFFSET_H = {"eu": 1, "na": -5, "sa": -3, "as": 8, "oc": 10, "af": 2, 
 MAX_FLEET = 10_000
 
 
-def fleet(servers: int, regions: int) -> Scenario:
+def fleet(servers: int, regions: int, daily: bool = True) -> Scenario:
     """``--servers N --regions R``: the steady scenario's game on ``servers`` servers named like ``eu-017``,
     dealt round-robin over the first ``regions`` of :data:`REGIONS`, each region with its own delay and local time;
     within a region the k-th server has ``1/sqrt(k)`` of the first one's players (a few busy shards, a long tail),
-    and players come and go with the time of day (:class:`DailyCurve`)."""
+    and players come and go with the time of day (:class:`DailyCurve`); ``daily=False``: a full house all day (a
+    benchmark's load must not depend on the hour it runs at)."""
     if not 1 <= regions <= len(REGIONS):
         raise ConfigError(f"regions must be 1 to {len(REGIONS)}, got {regions}")
     if not regions <= servers <= MAX_FLEET:
@@ -359,15 +360,16 @@ def fleet(servers: int, regions: int) -> Scenario:
     profiles = []
     for i in range(servers):
         region, k = REGIONS[i % regions], i // regions + 1
+        curve = DailyCurve(offset_ms=REGION_UTC_OFFSET_H[region] * HOUR_MS) if daily else None
         profiles.append(ServerProfile(f"{region}-{k:03d}", 1 / math.sqrt(k), REGION_DELAYS.get(region, HOME_DELAY),
-                                      region=region, daily=DailyCurve(offset_ms=REGION_UTC_OFFSET_H[region] * HOUR_MS)))
+                                      region=region, daily=curve))
     return Scenario(f"fleet-{servers}x{regions}",
                     f"steady, on {servers:,} servers in {regions} regions ({', '.join(REGIONS[:regions])}), players "
                     f"online following each region's evening; "
                     f"{'as is 2 s behind' if 'as' in REGIONS[:regions] else 'all close by'}", tuple(profiles))
 
 
-def game(name: str, servers: int | None = None, regions: int | None = None) -> Scenario:
+def game(name: str, servers: int | None = None, regions: int | None = None, daily: bool = True) -> Scenario:
     """The scenario the generator plays: ``name``, on a :func:`fleet` of ``servers`` in ``regions`` when given
     (the steady game only: the others are built around their three named servers)."""
     if servers is None:
@@ -376,7 +378,7 @@ def game(name: str, servers: int | None = None, regions: int | None = None) -> S
         return get_scenario(name)
     if name != "steady":
         raise ConfigError(f"--servers plays the steady game on many servers; scenario {name!r} has its own three")
-    return fleet(servers, regions or min(servers, 6))
+    return fleet(servers, regions or min(servers, 6), daily)
 
 
 def scenarios_help() -> str:
