@@ -104,10 +104,10 @@ def spans(history: Sequence[Notice], firing: Sequence[AlertState], now_ms: int,
     return out
 
 
-def alert_marks(items: Sequence[Span]) -> list[Mark]:
-    """Fired alerts to draw over the time charts: per alert name, overlapping firings merged into one range that
-    says how many subjects fired in it (an outage of 300 servers is one range, not 300)."""
-    out: list[Mark] = []
+def merged(items: Sequence[Span]) -> list[Span]:
+    """Per alert name, overlapping firings as one span that says how many subjects fired in it: an outage of 300
+    servers is one span ("ServerSilent · 300 servers"), not 300."""
+    out: list[Span] = []
     for name in sorted({s.alertname for s in items}):
         mine = sorted((s for s in items if s.alertname == name), key=lambda s: s.start_ms)
         group: list[Span] = []
@@ -116,16 +116,31 @@ def alert_marks(items: Sequence[Span]) -> list[Mark]:
                 group.append(s)
                 continue
             subjects = sorted({g.subject for g in group if g.subject})
-            what = (f" · {subjects[0]}" if len(subjects) == 1 else f" · {len(subjects)} {SUBJECT_PLURAL}"
-                    if subjects else "")
-            out.append(Mark(min(g.start_ms for g in group), max(g.end_ms for g in group), f"{name}{what}",
-                            SEVERITY_COLOR[group[0].severity]))
+            what = f" · {subjects[0]}" if len(subjects) == 1 else f" · {_count(group[0], len(subjects))}" \
+                if subjects else ""
+            out.append(Span(f"{name}{what}", group[0].severity, min(g.start_ms for g in group),
+                            max(g.end_ms for g in group), any(g.open for g in group), name,
+                            subjects[0] if len(subjects) == 1 else ""))
             group = [s] if s is not None else []
     return sorted(out, key=lambda m: (m.start_ms, m.label))
 
 
+def _count(span: Span, n: int) -> str:
+    """``300 servers``: how many subjects, named by what they are."""
+    rule = next((r for r, (name, _) in RULES.items() if name == span.alertname), "")
+    label = SUBJECT_LABEL.get(rule, "")
+    return f"{n} {label}s" if label else f"{n} {SUBJECT_PLURAL}"
+
+
+def alert_marks(items: Sequence[Span]) -> list[Mark]:
+    """Fired alerts to draw over the time charts: one range per :func:`merged` span."""
+    return [Mark(s.start_ms, s.end_ms, s.label, SEVERITY_COLOR[s.severity]) for s in merged(items)]
+
+
 def timeline(items: Sequence[Span], now_ms: int) -> go.Figure:
-    """A bar per firing, one row per alert and subject; the axis spans the firings shown, up to now."""
+    """A bar per firing, one row per alert and subject, firings of one alert at once merged (:func:`merged`: an
+    outage of 300 servers is one row); the axis spans the firings shown, up to now."""
+    items = merged(items)
     fig = go.Figure()
     for severity in ("critical", "warning"):
         mine = [s for s in items if s.severity == severity]

@@ -38,8 +38,9 @@ PROVISIONAL_PATTERN = "/"
 HEIGHT = 340
 TITLE_MAX_CHARS = 48
 """What a chart's title holds without being cut in half of a 1280 px page."""
-MAX_TRACES = 6
-"""More lines than this in one chart and they hide each other: use a selector or small multiples."""
+MAX_TRACES = 10
+"""More series than this in one chart (its legend entries: a series drawn solid and dotted is one) and they hide
+each other: past :data:`dashboard.fleet.MAX_SERIES` servers a chart draws regions, or the few that matter."""
 
 
 def ts(ms: int | float) -> datetime:
@@ -211,8 +212,8 @@ def _per_window_lines(windows: Sequence[WindowRow], servers: Sequence[str], attr
                 continue
             x, y = gaps([w.start_ms for w in part], [getattr(w, attr) for w in part], limit)
             _, custom = gaps([w.start_ms for w in part], [_window_custom(w) for w in part], limit)
-            fig.add_trace(go.Scatter(
-                x=x, y=y, name=s + suffix, legendgroup=s, mode="lines+markers",
+            fig.add_trace(go.Scatter(  # the dotted part in the legend only when the series has no solid one
+                x=x, y=y, name=s + suffix, legendgroup=s, showlegend=not suffix or not final, mode="lines+markers",
                 line={"color": colors[s], "dash": dash}, marker={"symbol": symbol, "size": 7}, customdata=custom,
                 hovertemplate=_WINDOW_HOVER,
             ))

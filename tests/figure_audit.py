@@ -38,16 +38,20 @@ def _values(trace: Mapping, axis: str) -> list:
 
 def audit(data: Sequence[Mapping], layout: Mapping, range_ms: int | None = None, half_width: bool = True,
           name: str = "chart") -> list[str]:
-    """What breaks the rules in one figure: at most :data:`MAX_TRACES` traces, a title that fits, time axes
+    """What breaks the rules in one figure: at most :data:`MAX_TRACES` series, a title that fits, time axes
     within the data shown (never 1970, never wider than ``range_ms``), count axes from zero, no raw column
     name in a title or a trace name, something to show."""
     problems: list[str] = []
     title = re.sub(r"<[^>]+>", "", (layout.get("title") or {}).get("text") or "")  # Streamlit adds <b>
     if half_width and len(title) > TITLE_MAX_CHARS:
         problems.append(f"{name}: title of {len(title)} characters may be cut: {title!r}")
-    traces = [t for t in data if t.get("name") or t.get("showlegend", True)]
-    if len(traces) > MAX_TRACES:
-        problems.append(f"{name}: {len(traces)} traces (at most {MAX_TRACES})")
+    # A series is a legend entry: drawn in two styles (solid final, dotted provisional) it is one, in its legend group.
+    series = {t.get("legendgroup") or t.get("name") for t in data
+              if t.get("showlegend", True) is not False and (t.get("name") or t.get("legendgroup"))}
+    if len(series) > MAX_TRACES:
+        problems.append(f"{name}: {len(series)} series (at most {MAX_TRACES})")
+    if len(data) > 2 * MAX_TRACES:
+        problems.append(f"{name}: {len(data)} traces (at most {2 * MAX_TRACES}: a series in two styles at most)")
     labels = [title, *(t.get("name") or "" for t in data)]
     for key, axis in layout.items():
         if key.startswith(("xaxis", "yaxis")) and isinstance(axis, Mapping):

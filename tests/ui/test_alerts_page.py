@@ -53,10 +53,22 @@ def test_alerts_over_the_time_charts_are_one_range_per_alert_and_overlap() -> No
                 notice("resolved", "us-001", T0 + 3_600_000, T0 + 3_660_000)]
     marks = alert_marks(spans(history, [], T0 + 7_200_000, T0 - 86_400_000))
     assert [(m.start_ms, m.end_ms, m.label) for m in marks] == [
-        (T0, T0 + 600_000, "ServerSilent · 300 subjects"),  # an outage of 300 servers: one range
+        (T0, T0 + 600_000, "ServerSilent · 300 servers"),  # an outage of 300 servers: one range
         (T0 + 3_600_000, T0 + 3_660_000, "ServerSilent · us-001")]  # a later firing: its own
     # a week back: a firing resolved before the range is not drawn
     assert alert_marks(spans(history, [], T0 + 7_200_000, T0 + 3_000_000))[0].label == "ServerSilent · us-001"
+
+
+def test_the_timeline_draws_an_outage_of_300_servers_as_one_row() -> None:
+    from dashboard.alertview import timeline
+
+    history = [notice("firing", f"eu-{i:03d}", T0 + i * 1_000, T0 + i * 1_000) for i in range(300)]
+    history += [notice("resolved", f"eu-{i:03d}", T0 + i * 1_000, T0 + 600_000) for i in range(300)]
+    history += [notice("firing", "us-001", T0 + 3_600_000, T0 + 3_600_000)]
+    fig = timeline(spans(history, [], T0 + 7_200_000, T0 - 86_400_000), T0 + 7_200_000)
+    rows = [y for t in fig.data for y in t.y]
+    assert rows == ["ServerSilent · 300 servers", "ServerSilent · us-001"]
+    assert [c[1] for t in fig.data for c in t.customdata] == ["08:10:00 UTC", "still firing"]
 
 
 def test_rows_put_critical_first_and_say_since_when() -> None:

@@ -457,3 +457,24 @@ def test_a_window_open_when_redis_came_back_empty_is_partial(start: int, lost: i
     batches = tuple(batch(i, T + i * MIN // 5, T + (i + 1) * MIN // 5) for i in range(10))
     s = snap(state(lost_at_batch=lost), batches)
     assert data.open_at_loss(window(start, "A", 3, final=False), s) is partial
+
+
+@pytest.mark.parametrize(("groups", "styles", "problem"), [
+    (10, 1, None),
+    (10, 2, None),  # each series solid and dotted: ten legend entries, twenty traces
+    (11, 1, "11 series (at most 10)"),
+    (7, 3, "21 traces (at most 20: a series in two styles at most)"),
+])
+def test_the_audit_counts_series_by_legend_entry(groups: int, styles: int, problem: str | None) -> None:
+    from tests.figure_audit import audit
+
+    data = [{"name": f"g{g}" + ("" if k == 0 else f" ({k})"), "legendgroup": f"g{g}", "showlegend": k == 0,
+             "x": [1, 2], "y": [1, 2]} for g in range(groups) for k in range(styles)]
+    got = [p for p in audit(data, {"title": {"text": "A chart"}}, name="c") if "series" in p or "traces" in p]
+    assert got == ([] if problem is None else [f"c: {problem}"])
+
+
+def test_a_provisional_part_shares_its_series_legend_entry() -> None:
+    fig = charts.players_over_time(WINDOWS, ("A", "B", "C"))
+    shown = [t.name for t in fig.data if t.showlegend is not False]
+    assert shown == ["A", "B", "C"] and len(fig.data) == 6
