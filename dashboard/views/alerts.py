@@ -32,7 +32,8 @@ def monitor_line(v: AlertView, now_ms: int) -> None:
 def webhook_line(w: WebhookStatus) -> str:
     if not w.url:
         return ("No webhook configured: set `url` in `[webhook]` of ops/alerts.toml or ALERT_WEBHOOK_URL to have "
-                "firing and resolved alerts posted (Alertmanager's webhook format).")
+                "firing and resolved alerts posted (Alertmanager's webhook format), or ALERTMANAGER_URL to push them "
+                "to a Prometheus Alertmanager (docs/alerts.md).")
     text = f"Webhook {w.url}: {w.delivered:,} delivered"
     if w.waiting:
         text += f", {w.waiting:,} waiting to be delivered"

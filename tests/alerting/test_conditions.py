@@ -213,7 +213,8 @@ def test_a_monitor_just_started_settles_first() -> None:
 def test_the_page_says_what_is_watched_in_one_line() -> None:
     from watermark.alerting.conditions import watching
 
-    assert watching(CFG) == ("PlayersDrop: down over 50 % within 5 min · ServerSilent: 1 min · ClockAhead: 2.0 s "
+    assert watching(CFG) == ("PlayersDrop: down over 50 % within 5 min (RegionPlayersDrop: a region's sum) · "
+                             "ServerSilent: 1 min · ClockAhead: 2.0 s "
                              "ahead · LateDrops: over 100 a minute · PipelineBehind: trigger + 5.0 s · WatermarkFlat: "
                              "1 min · WatermarkJump: 30.0 s ahead · RedisUnreachable")
 

@@ -123,7 +123,8 @@ def test_the_page_shows_firing_held_history_and_the_webhook(seeded_alerts: KeySc
     captions = " ".join(c.value for c in at.caption)
     assert "Webhook http://hooks.example/alerts: 1 delivered, 2 waiting to be delivered; last attempt failed at " \
            "07:59:59 UTC: HTTP Error 503: Service Unavailable (retrying with backoff)." in captions
-    assert "Watching for PlayersDrop: down over 50 % within 5 min · ServerSilent: 1 min" in captions
+    assert "Watching for PlayersDrop: down over 50 % within 5 min (RegionPlayersDrop: a region's sum) · " \
+           "ServerSilent: 1 min" in captions
     for df in (firing, held, history):  # operator words, not field names
         assert not [c for c in df.columns if "_" in c], df.columns
 

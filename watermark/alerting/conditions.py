@@ -68,7 +68,7 @@ def watching(cfg: AlertConfig) -> str:
     """The thresholds in force in one line, for the page: what the monitor is watching for."""
     pd = cfg.players_drop
     return " · ".join((
-        f"PlayersDrop: down over {pd.percent:g} % within {human_ms(pd.within_ms)}",
+        f"PlayersDrop: down over {pd.percent:g} % within {human_ms(pd.within_ms)} (RegionPlayersDrop: a region's sum)",
         f"ServerSilent: {human_ms(cfg.server_silent.after_ms)}",
         f"ClockAhead: {human_ms(cfg.clock_ahead.ahead_ms)} ahead",
         f"LateDrops: over {cfg.late_drops.per_minute:,} a minute",
