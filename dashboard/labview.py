@@ -52,11 +52,30 @@ def lane_table(rows: Sequence[LaneRow]) -> list[dict[str, object]]:
 def lane_row(lane: Lane, snap: Snapshot, now_ms: int) -> LaneRow:
     s, t = snap.state, snap.totals
     wm = s.next_watermark_ms if s else 0
-    by_server = ", ".join(f"{name} {st.dropped:,}" for name, st in t.servers.items()) or "-"
+    by_server = dropped_by_server({name: st.dropped for name, st in t.servers.items()})
     return LaneRow(pipeline=lane.label, watermark=clock(wm, zone=False), watermark_lag=human_ms(now_ms - wm) if wm
                    else "-", final_windows=sum(1 for w in snap.windows if w.final), events=t.events,
                    dropped=t.dropped, dropped_by_server=by_server, late=t.late,
                    idle_markers=sum(b.ticks for b in snap.batches))
+
+
+SHOWN_DROPPERS = 3
+"""Servers the comparison table names by their drops; past them it counts the rest (300 names do not fit a cell)."""
+
+
+def dropped_by_server(dropped: dict[str, int]) -> str:
+    """``A 0, B 2, C 40`` for a few servers; for many, the ones that dropped most and how many others did:
+    ``eu-003 40, na-011 12, as-007 3 and 4 more servers`` (or ``none of 300 servers``)."""
+    if not dropped:
+        return "-"
+    if len(dropped) <= SHOWN_DROPPERS:
+        return ", ".join(f"{name} {n:,}" for name, n in dropped.items())
+    droppers = sorted(((n, name) for name, n in dropped.items() if n), key=lambda x: (-x[0], x[1]))
+    if not droppers:
+        return f"none of {len(dropped):,} servers"
+    shown = ", ".join(f"{name} {n:,}" for n, name in droppers[:SHOWN_DROPPERS])
+    rest = len(droppers) - SHOWN_DROPPERS
+    return shown + (f" and {rest:,} more server{'s' if rest > 1 else ''}" if rest > 0 else "")
 
 
 def stalled_since(batches: Sequence[BatchPoint]) -> BatchPoint | None:

@@ -478,3 +478,16 @@ def test_a_provisional_part_shares_its_series_legend_entry() -> None:
     fig = charts.players_over_time(WINDOWS, ("A", "B", "C"))
     shown = [t.name for t in fig.data if t.showlegend is not False]
     assert shown == ["A", "B", "C"] and len(fig.data) == 6
+
+
+@pytest.mark.parametrize(("dropped", "said"), [
+    ({}, "-"),
+    ({"A": 0, "B": 2, "C": 40}, "A 0, B 2, C 40"),  # three servers: each named
+    ({f"eu-{i:03d}": 0 for i in range(300)}, "none of 300 servers"),
+    ({**{f"eu-{i:03d}": 0 for i in range(300)}, "eu-007": 3, "eu-100": 40, "eu-200": 12, "eu-201": 1, "eu-202": 1},
+     "eu-100 40, eu-200 12, eu-007 3 and 2 more servers"),
+])
+def test_the_lab_table_names_the_servers_that_dropped_most(dropped: dict[str, int], said: str) -> None:
+    from dashboard.labview import dropped_by_server
+
+    assert dropped_by_server(dropped) == said
