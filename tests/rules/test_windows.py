@@ -144,3 +144,33 @@ def test_late_counts_equal_classify_event_by_event() -> None:
                         if w.start_ms <= t < w.end_ms and classify(t * 1000, w, watermark_ms) == Verdict.LATE_ACCEPTED)
                     for w in open_]
         assert got.tolist() == expected
+
+
+def test_late_counts_of_many_servers_at_once_equal_one_server_at_a_time() -> None:
+    """Histograms.late_counts against late_counts per server: random servers, events far apart and windows
+    before, inside and past every server's events (the bounds clipped to its segment)."""
+    from watermark.rules.windows import Histograms
+
+    rng = random.Random(9)
+    for _ in range(100):
+        hists, windows = {}, []
+        for s in range(rng.randrange(1, 12)):
+            times = sorted(rng.sample(range(-3_000_000, 3_000_000, 50), rng.randrange(1, 30)))
+            hists[f"s{s}"] = (np.array(times, np.int64) * 1000, np.array([rng.randrange(1, 5) for _ in times]))
+            windows += [(f"s{s}", start, start + rng.choice([30, 60, 600]) * 1000)
+                        for start in rng.sample(range(-3_600_000, 3_600_000, 1_000), 8)]
+        watermark_ms = rng.randrange(-3_000, 3_000) * 1000
+        many = Histograms.of(hists)
+        assert many is not None
+        got = many.late_counts([w[0] for w in windows], np.array([w[1] for w in windows], np.int64),
+                               np.array([w[2] for w in windows], np.int64), watermark_ms)
+        one = [int(late_counts(np.array([a], np.int64), np.array([b], np.int64), *hists[s], watermark_ms)[0])
+               for s, a, b in windows]
+        assert got.tolist() == one
+
+
+def test_event_times_too_far_apart_to_key_together_say_so() -> None:
+    from watermark.rules.windows import Histograms
+
+    far = {"A": (np.array([0], np.int64), np.array([1])), "B": (np.array([2**61], np.int64), np.array([1]))}
+    assert Histograms.of(far) is None

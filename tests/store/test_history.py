@@ -143,6 +143,8 @@ def test_a_full_day_of_one_series_is_11520_bytes_and_its_memory_is_bounded(r: re
     key = keys.history(T0, "eu-001")
     assert r.strlen(key) == 11_520 and 0 < r.ttl(key) <= 86_400
     usage = r.memory_usage(key)
-    assert usage is not None and usage <= 12_400, usage
+    # jemalloc's 12 KB class and the key's own few hundred bytes (12,344 here, 12,440 on a CI machine); a string
+    # that SETRANGE grew with slack would take the 16 KB class or more
+    assert usage is not None and 11_520 < usage < 14_336, usage
     assert read_history(r, keys, ["eu-001", TOTAL], T0, T0 + DAY_MS)["eu-001"][-1] == Point(T0 + DAY_MS - MINUTE_MS,
                                                                                             7, 9)

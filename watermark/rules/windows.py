@@ -18,7 +18,7 @@ tests check the query against an independent oracle built on the same rules:
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -90,3 +90,44 @@ def late_counts(starts_ms: np.ndarray, ends_ms: np.ndarray, event_us: np.ndarray
     below = np.minimum(ends_ms, watermark_ms) * US_PER_MS
     late: np.ndarray = cum[np.searchsorted(event_us, below)] - cum[np.searchsorted(event_us, starts_ms * US_PER_MS)]
     return np.maximum(late, 0)  # type: ignore[no-any-return]  # a window that starts after the watermark has none
+
+
+@dataclass(frozen=True)
+class Histograms:
+    """Every server's histogram of event times (:func:`late_counts`) in one sorted array, keyed ``server code x
+    shift + (event time - base)``, so the late counts of a batch's windows of every server come from one
+    ``searchsorted`` (a call per server cost about 8 ms a judgement at 300 servers, three judgements a batch)."""
+
+    codes: Mapping[str, int]
+    key: np.ndarray
+    cum: np.ndarray
+    base: int
+    shift: int
+
+    @classmethod
+    def of(cls, hists: Mapping[str, tuple[np.ndarray, np.ndarray]]) -> Histograms | None:
+        """None when the servers' event times span too much to key them in int64 (then judge server by server)."""
+        codes = {s: i for i, s in enumerate(hists)}
+        parts = [h for h in hists.values() if len(h[0])]
+        if not parts:
+            return cls(codes, np.zeros(0, np.int64), np.zeros(1, np.int64), 0, 1)
+        base = min(int(h[0][0]) for h in parts)
+        shift = max(int(h[0][-1]) for h in parts) - base + 2
+        if shift * (len(codes) + 1) >= 2**62:
+            return None
+        key = np.concatenate([codes[s] * shift + (us - base) for s, (us, _) in hists.items()])
+        counts = np.concatenate([n for _, n in hists.values()]).astype(np.int64)
+        return cls(codes, key, np.concatenate(([0], np.cumsum(counts))), base, shift)
+
+    def late_counts(self, servers: Sequence[str], starts_ms: np.ndarray, ends_ms: np.ndarray,
+                    watermark_ms: int) -> np.ndarray:
+        """:func:`late_counts` of each window (``servers[i]``'s, ``[starts_ms[i], ends_ms[i])``), all at once."""
+        code = np.array([self.codes[s] for s in servers], np.int64) * self.shift
+
+        def at(us: np.ndarray) -> np.ndarray:  # a bound outside the events' span: the segment's start or end
+            found: np.ndarray = np.searchsorted(self.key, code + np.clip(us - self.base, -1, self.shift - 1))
+            return found
+
+        below = np.minimum(ends_ms, watermark_ms) * US_PER_MS
+        late: np.ndarray = self.cum[at(below)] - self.cum[at(starts_ms * US_PER_MS)]
+        return np.maximum(late, 0)  # type: ignore[no-any-return]

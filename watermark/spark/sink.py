@@ -30,7 +30,7 @@ from pyspark.sql import DataFrame
 from watermark.rules.late import LateEvent
 from watermark.rules.presence_batch import KIND_CODES
 from watermark.rules.watermarks import ServerWatermarks
-from watermark.rules.windows import event_ms, late_counts
+from watermark.rules.windows import Histograms, event_ms, late_counts
 from watermark.schema.events import parse_entry_id
 from watermark.schema.keys import KeySchema
 from watermark.schema.records import LagRecord, ServerRecord, StateRecord
@@ -141,6 +141,13 @@ class BatchTable:
     bad: list[BadRow]
     regions: dict[str, str] = field(default_factory=dict)
     """Each server's region as its events carry it (none when they carry none)."""
+    hists: Histograms | None = None
+    """``event_hist`` keyed together, so a judgement counts every server's late events in one pass (None: judged
+    server by server)."""
+
+    def __post_init__(self) -> None:
+        if self.hists is None:  # frozen: set once, here
+            object.__setattr__(self, "hists", Histograms.of(self.event_hist))
 
     @classmethod
     def read(cls, t: pa.Table, batch_ts_ms: int) -> BatchTable:
@@ -188,11 +195,18 @@ class BatchTable:
             else:
                 w.events, w.players = n, players
                 open_windows.setdefault(server, []).append(w)
-        for server, accepted in open_windows.items():
-            event_us, n = self.event_hist[server]
-            late = late_counts(np.array([w.start_ms for w in accepted], np.int64),
-                               np.array([w.end_ms for w in accepted], np.int64), event_us, n, watermark_ms)
+        accepted = [w for ws in open_windows.values() for w in ws]
+        if self.hists is not None and accepted:
+            late = self.hists.late_counts([w.server for w in accepted],
+                                          np.array([w.start_ms for w in accepted], np.int64),
+                                          np.array([w.end_ms for w in accepted], np.int64), watermark_ms)
             for w, k in zip(accepted, late.tolist(), strict=True):
+                w.late = k
+        for server, mine in open_windows.items() if self.hists is None else ():
+            event_us, n = self.event_hist[server]
+            late = late_counts(np.array([w.start_ms for w in mine], np.int64),
+                               np.array([w.end_ms for w in mine], np.int64), event_us, n, watermark_ms)
+            for w, k in zip(mine, late.tolist(), strict=True):
                 w.late = k
         # Summed here, then each server's record made once: records are frozen, and the lanes share self.servers.
         sums = {name: dict.fromkeys(("events", "dropped", "late"), 0) for name in self.servers}
