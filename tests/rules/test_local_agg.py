@@ -207,3 +207,27 @@ def test_packed_rows_cross_spark_whole(spark, redis_url: str) -> None:  # noqa: 
     in_process = as_dict(local_agg.aggregate(unpack(local).select(list(local_agg.COLUMNS))))
     assert through_spark == in_process
     assert sum(1 for k in in_process if k[0] == PRESENCE) == written > 400  # every accepted event, once
+
+
+def test_a_batch_judged_with_servers_too_far_apart_to_key_together_counts_the_same() -> None:
+    """BatchTable's late counts: every server at once (Histograms), or server by server where the servers' event
+    times span more than one int64 key holds; both give each window the same count."""
+    import numpy as np
+
+    from watermark.schema.records import ServerRecord
+    from watermark.spark.sink import BatchTable
+    from watermark.store.commit import Params
+
+    hist = {"A": (np.array([1_000_000, 5_000_000], np.int64), np.array([2, 3])),
+            "B": (np.array([2**61, 2**61 + 1_000_000], np.int64), np.array([1, 4]))}
+    windows = [(0, "A", 5, ["p"]), (2**61 // 1000, "B", 5, ["q"])]
+    params = Params(window_ms=10_000, slide_ms=10_000, delay_ms=0)
+    servers = {"A": ServerRecord(), "B": ServerRecord()}
+    far = BatchTable(windows, servers, hist, [])
+    assert far.hists is None  # judged server by server
+    near = BatchTable(windows[:1], servers, {"A": hist["A"]}, [])
+    assert near.hists is not None
+    for table, watermark_ms, want in ((far, 3_000, [2, 0]), (far, 2**61 // 1000 + 500, [0, 1]),  # A closed
+                                      (near, 3_000, [2])):
+        got = [w.late for w in table.summary(0, watermark_ms, 0, "0-0", "0-1", params).windows]
+        assert got == want

@@ -149,6 +149,18 @@ class BatchTable:
         if self.hists is None:  # frozen: set once, here
             object.__setattr__(self, "hists", Histograms.of(self.event_hist))
 
+    def _late_counts(self, accepted: list[WindowAgg], watermark_ms: int) -> list[int]:
+        """Each accepted window's late events: every server's at once, or server by server where their event
+        times span too much to key together."""
+        if not accepted:
+            return []
+        starts = np.array([w.start_ms for w in accepted], np.int64)
+        ends = np.array([w.end_ms for w in accepted], np.int64)
+        if self.hists is not None:
+            return self.hists.late_counts([w.server for w in accepted], starts, ends, watermark_ms).tolist()
+        return [int(late_counts(starts[i:i + 1], ends[i:i + 1], *self.event_hist[w.server], watermark_ms)[0])
+                for i, w in enumerate(accepted)]
+
     @classmethod
     def read(cls, t: pa.Table, batch_ts_ms: int) -> BatchTable:
         tags = t.column("tag")
@@ -186,7 +198,7 @@ class BatchTable:
         """The batch judged against ``watermark_ms``: each window's pairs dropped (``end <= watermark``) or
         accepted, and of the accepted ones those before the watermark counted as late."""
         windows: list[WindowAgg] = []
-        open_windows: dict[str, list[WindowAgg]] = {}
+        accepted: list[WindowAgg] = []
         for start_ms, server, n, players in self.windows:
             w = WindowAgg(start_ms, start_ms + params.window_ms, server)
             windows.append(w)
@@ -194,20 +206,9 @@ class BatchTable:
                 w.dropped = n
             else:
                 w.events, w.players = n, players
-                open_windows.setdefault(server, []).append(w)
-        accepted = [w for ws in open_windows.values() for w in ws]
-        if self.hists is not None and accepted:
-            late = self.hists.late_counts([w.server for w in accepted],
-                                          np.array([w.start_ms for w in accepted], np.int64),
-                                          np.array([w.end_ms for w in accepted], np.int64), watermark_ms)
-            for w, k in zip(accepted, late.tolist(), strict=True):
-                w.late = k
-        for server, mine in open_windows.items() if self.hists is None else ():
-            event_us, n = self.event_hist[server]
-            late = late_counts(np.array([w.start_ms for w in mine], np.int64),
-                               np.array([w.end_ms for w in mine], np.int64), event_us, n, watermark_ms)
-            for w, k in zip(mine, late.tolist(), strict=True):
-                w.late = k
+                accepted.append(w)
+        for w, k in zip(accepted, self._late_counts(accepted, watermark_ms), strict=True):
+            w.late = k
         # Summed here, then each server's record made once: records are frozen, and the lanes share self.servers.
         sums = {name: dict.fromkeys(("events", "dropped", "late"), 0) for name in self.servers}
         for w in windows:

@@ -261,10 +261,11 @@ def _advance(t: PlayerTable, servers: Sequence[str], clocks: Mapping[str, ClockR
     """Each clock moved with what its players did (:func:`watermark.rules.server_clock.advance`): the clocks after,
     the next watermark by server code, and the slots a clock set forward moved. The rule looks at players far
     ahead of the clock's prediction only: they are found for every server in one pass over the table."""
+    # Each server's arrival now: its newest event's, or the batch's when it has none.
+    nows = {s: shares[s].now_ms if s in shares else now_ingest for s in servers}
     limit = np.full(len(t.servers), np.iinfo(np.int64).max, np.int64)
     for server in servers:
-        clock, share = clocks[server], shares.get(server)
-        now = share.now_ms if share is not None else now_ingest
+        clock, now = clocks[server], nows[server]
         if clock is not None and now is not None:
             limit[t.code[server]] = server_clock.trust_limit_us(clock, now, timeout_ms)
     beyond = t.by_server(np.flatnonzero(t.known & (t.last_us > limit[np.maximum(t.server, 0)])))
@@ -274,8 +275,7 @@ def _advance(t: PlayerTable, servers: Sequence[str], clocks: Mapping[str, ClockR
     shifted: list[np.ndarray] = [none]
     after: dict[str, ClockRecord] = {}
     for server in servers:
-        code, share, before_clock = t.code[server], shares.get(server), clocks[server]
-        now = share.now_ms if share is not None else now_ingest
+        code, share, before_clock, now = t.code[server], shares.get(server), clocks[server], nows[server]
         clock = server_clock.advance(before_clock, t.last_us[applied.get(code, none)],
                                      t.last_us[beyond.get(code, none)], now, delay_ms, timeout_ms,
                                      share.ahead_ms if share is not None else None)
@@ -303,9 +303,10 @@ def _writes(t: PlayerTable, servers: Sequence[str], f: Fold, prior: Prior, shift
     counts = t.counts().tolist()
     t_code = t.server[f.t_player]
     by_cause = np.bincount(t_code * len(CAUSES) + f.t_cause, minlength=n * len(CAUSES)).reshape(n, len(CAUSES))
-    by_cause[:, CAUSES.index(TIMEOUT)] += np.bincount(t.server[timed_out], minlength=n)
+    timeouts = np.bincount(t.server[timed_out], minlength=n)
+    by_cause[:, CAUSES.index(TIMEOUT)] += timeouts
     came = np.bincount(t_code[f.t_online], minlength=n).tolist()
-    went = (np.bincount(t_code[~f.t_online], minlength=n) + np.bincount(t.server[timed_out], minlength=n)).tolist()
+    went = (np.bincount(t_code[~f.t_online], minlength=n) + timeouts).tolist()
     names, last_us, none = t.names, t.last_us, np.zeros(0, np.int64)
     writes = {}
     for server in servers:
