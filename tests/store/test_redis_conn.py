@@ -89,3 +89,32 @@ def test_a_command_refused_when_queued_applies_nothing(client: redis.Redis, exec
             execute(pipe)
     assert not client.exists(guard)
     assert client.ping()
+
+
+def test_bulk_increments_land_in_the_transaction_with_their_expiry(client: redis.Redis, execute: Callable,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Many keys' counters as script calls (split at the argument bound: 3 here), the same as a HINCRBY each: zeros
+    skipped, every key then given the TTL, a key only expired keeps its fields, and None leaves the keys
+    without one."""
+    monkeypatch.setattr(redis_conn, "_BULK_ARGS", 3)
+    guard, a, b, c, kept = _k(), _k(), _k(), _k(), _k()
+    client.hset(c, "x", 1)
+    client.hset(kept, "x", 1)
+    with client.pipeline() as pipe:
+        pipe.watch(guard)
+        pipe.multi()
+        bulk = redis_conn.Bulk()
+        bulk.hincrby(a, {"events": 5, "late": 0, "dropped": 2})
+        bulk.hincrby(b, {"events": 1})
+        bulk.hincrby(a, {"events": 3})
+        bulk.expire(c)
+        bulk.queue(pipe, 600)
+        forever = redis_conn.Bulk()
+        forever.hincrby(kept, {"x": 4})
+        forever.queue(pipe, None)
+        execute(pipe)
+    assert client.hgetall(a) == {b"events": b"8", b"dropped": b"2"}
+    assert client.hgetall(b) == {b"events": b"1"}
+    assert client.hgetall(c) == {b"x": b"1"}
+    assert all(0 < client.ttl(k) <= 600 for k in (a, b, c))
+    assert client.hgetall(kept) == {b"x": b"5"} and client.ttl(kept) == -1

@@ -24,7 +24,6 @@ fields it needs, and the job writes ``stopped_ms`` alone.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Mapping, Sequence
 from typing import Any, Self, TypeVar
 
@@ -54,20 +53,30 @@ class LagRecord(msgspec.Struct, frozen=True):
         sink's one aggregation can produce, and it loses nothing."""
         if not len(values_us) or len(values_us) != len(counts):
             raise ValueError("a lag histogram needs as many counts as values, and at least one")
-        cum = np.cumsum(np.asarray(counts, dtype=np.int64))
-        values = np.asarray(values_us, dtype=np.int64)
+        values, n = np.asarray(values_us, np.int64), np.asarray(counts, np.int64)
+        return cls.from_histograms(values, n, np.zeros(1, np.int64))[0]
 
-        def at(rank: int) -> int:
-            return int(values[np.searchsorted(cum, rank, side="right")])  # the value holding that rank
+    @classmethod
+    def from_histograms(cls, values_us: np.ndarray, counts: np.ndarray, starts: np.ndarray) -> list[LagRecord]:
+        """:meth:`from_histogram` of many histograms laid end to end, the ``i``-th from ``starts[i]`` to the next
+        start (each ascending and distinct, none empty), in one array pass: 300 servers' lags a batch, twice."""
+        cum = np.cumsum(counts)
+        ends = np.append(starts[1:], len(counts)) - 1
+        base = cum[starts] - counts[starts]  # the ranks before each histogram
+        last = cum[ends] - base - 1  # each one's highest rank
 
-        def percentile(p: float) -> float:
-            pos = p * (int(cum[-1]) - 1)
-            lo, hi = math.floor(pos), math.ceil(pos)
-            if lo == hi:
-                return at(lo) / 1000
-            return ((hi - pos) * at(lo) + (pos - lo) * at(hi)) / 1000
+        def at(rank: np.ndarray) -> np.ndarray:  # the value holding that rank of each histogram
+            return values_us[np.searchsorted(cum, base + rank, side="right")]
 
-        return cls(percentile(0.5), percentile(0.95), int(values[-1]) / 1000)
+        def percentile(p: float) -> np.ndarray:
+            pos = p * last
+            lo, hi = np.floor(pos).astype(np.int64), np.ceil(pos).astype(np.int64)
+            v_lo, v_hi = at(lo), at(hi)
+            between = ((hi - pos) * v_lo + (pos - lo) * v_hi) / 1000
+            return np.where(lo == hi, v_lo / 1000, between)
+
+        p50, p95, top = percentile(0.5).tolist(), percentile(0.95).tolist(), (values_us[ends] / 1000).tolist()
+        return [cls(a, b, c) for a, b, c in zip(p50, p95, top, strict=True)]
 
 
 class ServerRecord(msgspec.Struct, frozen=True, kw_only=True):

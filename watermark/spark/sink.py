@@ -170,19 +170,25 @@ class BatchTable:
         windows = [(ws // 1000, server, n, players) for ws, server, n, players in zip(
             *(per_window.column(c).to_pylist() for c in ("a", "server", "n_sum", "b_list")), strict=True)]
         servers: dict[str, ServerRecord] = {}
-        for server, part in _by_server(t, INGEST_LAG):
-            lag_us, n = part.column("a").to_numpy(), part.column("n").to_numpy()
-            servers[server] = ServerRecord(
-                rows=int(n.sum()), min_event_us=pc.min(part.column("min_ev")).as_py(),
-                max_event_us=pc.max(part.column("max_ev")).as_py(),
-                max_ingest_us=int((part.column("max_ev").to_numpy() + lag_us).max()),  # the newest arrival
-                ingest_lag_ms=LagRecord.from_histogram(lag_us, n))
+        ingest = _Runs.of(t, INGEST_LAG)
+        if ingest is not None:  # every server's figures in whole-array passes: 300 servers a batch
+            at = ingest.starts
+            rows = np.add.reduceat(ingest.n, at).tolist()
+            lo, hi = np.minimum.reduceat(ingest.min_ev, at).tolist(), np.maximum.reduceat(ingest.max_ev, at).tolist()
+            newest = np.maximum.reduceat(ingest.max_ev + ingest.a, at).tolist()  # the newest arrival
+            lags = LagRecord.from_histograms(ingest.a, ingest.n, at)
+            for i, server in enumerate(ingest.servers):
+                servers[server] = ServerRecord(rows=rows[i], min_event_us=lo[i], max_event_us=hi[i],
+                                               max_ingest_us=newest[i], ingest_lag_ms=lags[i])
         event_hist = {}
-        for server, part in _by_server(t, PROCESSING_LAG):  # keyed by -event time: the batch time makes it a lag
-            neg_event_us, n = part.column("a").to_numpy(), part.column("n").to_numpy()
-            servers[server] = replace(servers[server], processing_lag_ms=LagRecord.from_histogram(
-                batch_ts_ms * 1000 + neg_event_us, n))
-            event_hist[server] = (-neg_event_us[::-1], n[::-1])
+        processing = _Runs.of(t, PROCESSING_LAG)  # keyed by -event time: the batch time makes it a lag
+        if processing is not None:
+            lags = LagRecord.from_histograms(batch_ts_ms * 1000 + processing.a, processing.n, processing.starts)
+            bounds = [*processing.starts.tolist(), len(processing.a)]
+            for i, server in enumerate(processing.servers):
+                servers[server] = replace(servers[server], processing_lag_ms=lags[i])
+                neg_event_us, n = processing.a[bounds[i]:bounds[i + 1]], processing.n[bounds[i]:bounds[i + 1]]
+                event_hist[server] = (-neg_event_us[::-1], n[::-1])
         ticks = t.filter(pc.equal(tags, TICK)).sort_by("server")
         for server, n, hi in zip(*(ticks.column(c).to_pylist() for c in ("server", "n", "max_ev")), strict=True):
             servers[server] = replace(servers.get(server, ServerRecord()), ticks=n, max_tick_us=hi)
@@ -224,20 +230,30 @@ class BatchTable:
         )
 
 
-def _by_server(t: pa.Table, tag: int) -> Iterator[tuple[str, pa.Table]]:
-    """A lag tag's rows per server, ascending by lag key, as numpy-ready columns (a histogram per server:
-    tens of thousands of rows a live batch, too many for a Python loop)."""
-    part = t.filter(pc.and_(pc.and_(pc.equal(t.column("tag"), tag), pc.is_valid(t.column("a"))),
-                            pc.is_valid(t.column("server"))))
-    if not part.num_rows:
-        return
-    # One sort by (server, lag) and a slice per server: a filter per server is O(servers x rows).
-    part = part.sort_by([("server", "ascending"), ("a", "ascending")]).combine_chunks()
-    runs = pc.run_end_encode(part.column("server").combine_chunks())
-    start = 0
-    for server, end in zip(runs.values.to_pylist(), runs.run_ends.to_pylist(), strict=True):
-        yield server, part.slice(start, end - start)
-        start = end
+@dataclass(frozen=True)
+class _Runs:
+    """A lag tag's rows, sorted by (server, lag key) as numpy columns, and where each server's run starts: a
+    histogram per server, tens of thousands of rows a live batch, read in whole-array passes."""
+
+    servers: list[str]
+    starts: np.ndarray
+    a: np.ndarray
+    n: np.ndarray
+    min_ev: np.ndarray
+    max_ev: np.ndarray
+
+    @classmethod
+    def of(cls, t: pa.Table, tag: int) -> _Runs | None:
+        part = t.filter(pc.and_(pc.and_(pc.equal(t.column("tag"), tag), pc.is_valid(t.column("a"))),
+                                pc.is_valid(t.column("server"))))
+        if not part.num_rows:
+            return None
+        # One sort by (server, lag), not a filter per server (O(servers x rows)).
+        part = part.sort_by([("server", "ascending"), ("a", "ascending")]).combine_chunks()
+        runs = pc.run_end_encode(part.column("server").combine_chunks())
+        ends = runs.run_ends.to_numpy()
+        return cls(runs.values.to_pylist(), np.concatenate([[0], ends[:-1]]).astype(np.int64),
+                   *(part.column(c).to_numpy() for c in ("a", "n", "min_ev", "max_ev")))
 
 
 class Phases:

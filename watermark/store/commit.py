@@ -376,9 +376,9 @@ def _totals(s: BatchSummary, record: BatchRecord) -> dict[str, int]:
 def apply_writes(pipe: redis.client.Pipeline, keys: KeySchema, w: BatchWrites, params: Params) -> None:
     """Queue the batch's writes in the transaction (after ``multi()``); the caller executes it."""
     ttl_s = params.ttl_s
-    for f, n in w.totals.items():
-        if n:
-            pipe.hincrby(keys.totals, f, n)
+    totals = redis_conn.Bulk()  # one call for every server's five counts, not a command each
+    totals.hincrby(keys.totals, w.totals)
+    totals.queue(pipe, None)
     if w.servers:
         pipe.sadd(keys.servers, *w.servers)
         pipe.expire(keys.servers, ttl_s)
@@ -390,9 +390,9 @@ def apply_writes(pipe: redis.client.Pipeline, keys: KeySchema, w: BatchWrites, p
         pipe.expire(keys.regions, ttl_s)
     if w.tradeoff:
         pipe.hset(keys.tradeoff, GRID_FIELD, json.dumps(GRID_MS))
-        for f, n in w.tradeoff.items():
-            pipe.hincrby(keys.tradeoff, f, n)
-        pipe.expire(keys.tradeoff, ttl_s)
+        tradeoff = redis_conn.Bulk()  # a histogram field per delay and server: hundreds at 300 servers
+        tradeoff.hincrby(keys.tradeoff, w.tradeoff)
+        tradeoff.queue(pipe, ttl_s)
     _queue_windows(pipe, keys, w, ttl_s)
     _queue_kept(pipe, keys, w, params)
     bkey = keys.batch(w.batch_id)
@@ -409,18 +409,16 @@ def apply_writes(pipe: redis.client.Pipeline, keys: KeySchema, w: BatchWrites, p
 
 def _queue_windows(pipe: redis.client.Pipeline, keys: KeySchema, w: BatchWrites, ttl_s: int) -> None:
     index: dict[str, int] = {}
+    bulk = redis_conn.Bulk()  # a window per server: at 300 servers 1,000 HINCRBYs and EXPIREs as one script
     for win in w.windows:
         wk = win.key
-        hkey = keys.window(wk)
-        for f, n in (("events", win.events), ("dropped", win.dropped), ("late", win.late)):
-            if n:
-                pipe.hincrby(hkey, f, n)
-        pipe.expire(hkey, ttl_s)
+        bulk.hincrby(keys.window(wk), {"events": win.events, "dropped": win.dropped, "late": win.late})
         if win.players:
             pkey = keys.players(wk)
             pipe.sadd(pkey, *win.players)
-            pipe.expire(pkey, ttl_s)
+            bulk.expire(pkey)
         index[wk.member()] = wk.start_ms
+    bulk.queue(pipe, ttl_s)
     if index:
         pipe.zadd(keys.windows, index)
     for wk, n in w.final_players.items():  # closed: the exact count stays, the set goes

@@ -493,6 +493,7 @@ def _commit_presence(client: redis.Redis, keys: KeySchema, b: PresenceBatch, par
 
 def _apply(pipe: redis.client.Pipeline, keys: KeySchema, writes: dict[str, _ServerWrites], mirror: PresenceMirror,
            ttl_s: int) -> None:
+    expire = redis_conn.Bulk()  # a server's two EXPIREs as one script for all: 600 commands at 300 servers
     for server, w in writes.items():
         on_key, out_key = keys.online(server), keys.logged_out(server)
         if w.rewrite:
@@ -508,8 +509,9 @@ def _apply(pipe: redis.client.Pipeline, keys: KeySchema, writes: dict[str, _Serv
             pipe.hset(on_key, mapping=online)
         if logged_out:
             pipe.hset(out_key, mapping=logged_out)
-        pipe.expire(on_key, ttl_s)
-        pipe.expire(out_key, ttl_s)
+        expire.expire(on_key)
+        expire.expire(out_key)
+    expire.queue(pipe, ttl_s)
     if writes:
         pipe.hset(keys.presence_counts, mapping={s: w.count for s, w in writes.items()})
         pipe.expire(keys.presence_counts, ttl_s)
