@@ -49,7 +49,7 @@ import redis
 
 HERE = Path(__file__).resolve().parents[1]
 
-from watermark.store.redis_server import free_port  # noqa: E402
+from watermark.store.redis_server import die_with_parent, free_port  # noqa: E402
 
 TARGET_MAIN_P95_MS = 1_500
 TARGET_LANE_EXTRA_MS = 1_500
@@ -141,7 +141,8 @@ class Stack:
     def start(self, name: str) -> subprocess.Popen:
         log = open(self.tmp / f"{name}.log", "w")  # noqa: SIM115 - closed with the process
         proc = subprocess.Popen(["bash", "-c", self.commands[name]], cwd=self.code_root, env=self.env,
-                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                preexec_fn=die_with_parent())  # a bench killed leaves no stack behind
         self.procs[name] = proc
         return proc
 

@@ -1,0 +1,345 @@
+"""The whole stack for a long time at one rate: does anything grow? Sampled every few seconds, written and drawn.
+
+    python -m bench.soak --rate 50000 --minutes 60 [--every 5] [--warmup-minutes 5] [--out bench/soak-out]
+
+Starts the ``Procfile``'s ``redis``, ``job``, ``generator`` and ``monitor`` lines as ``bench/stack.py`` does (scratch
+directory, ``SCENARIO=steady``, the default lanes, a full house all day), but with the stream's default bound
+(``STREAM_KEEP_ENTRIES`` as ``./run.sh`` leaves it: the soak checks what a user's stack keeps). Every
+``--every`` seconds it records:
+
+- Redis: ``used_memory`` and its RSS, the number of keys, the input stream's length and its span (newest minus
+  oldest entry, seconds of input), the data directory's size (the append-only file and its rewrites);
+- the job: the checkpoint directory's size, its process tree's resident memory and CPU (cores over the interval);
+  the generator's, Redis' and the monitor's CPU;
+- freshness over the interval, per query: of every entry that arrived in it, the time from its arrival to the
+  first commit covering it, from the query's ``{ns}:commits`` (commit time and end entry ID, both Redis'
+  clock). Arrivals are taken as uniform over the interval (the generator's rate is constant; a 1 ms grid): the
+  percentiles are those of the entries, within a millisecond, without reading 250,000 IDs a sample.
+
+At the end: a census of Redis' keys by family (the namespace, then each key's name with its numbers as ``N``),
+the slope of every series after the warm-up (a least-squares line, per hour), and how many intervals met the
+freshness targets. Written to ``--out``: ``samples.csv``, ``summary.json`` and ``soak.html`` (every series
+drawn, plotly), and ``soak.png`` when Chromium is on the PATH (a headless screenshot of the page).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import redis
+
+from bench.stack import (
+    HERE,
+    TARGET_LANE_EXTRA_MS,
+    TARGET_MAIN_P95_MS,
+    TARGET_ONLINE_AGE_P95_MS,
+    Stack,
+    _start_job,
+    export,
+    redis_ms,
+    tree_cpu_s,
+    tree_rss_mb,
+)
+
+SERIES = ("redis_used_mb", "redis_rss_mb", "keys", "stream_entries", "stream_span_s", "redis_dir_mb",
+          "checkpoint_mb", "job_rss_mb", "job_cores", "redis_cores", "generator_cores", "monitor_cores",
+          "online_age_ms")
+"""Every sampled series but freshness (one column per query: ``fresh_p95_ms:{ns}``)."""
+
+
+@dataclass
+class Sample:
+    t_s: float
+    lo_ms: int  # the interval of arrivals (Redis' clock) whose freshness it holds
+    hi_ms: int
+    values: dict[str, float] = field(default_factory=dict)
+
+
+def dir_mb(path: Path) -> float:
+    total = 0
+    for p in path.rglob("*"):
+        try:
+            if p.is_file():
+                total += p.stat().st_size
+        except OSError:  # a file renamed or removed under us (AOF rewrite, checkpoint cleanup)
+            pass
+    return total / 2**20
+
+
+def _id_ms(raw: bytes | str) -> int:
+    return int((raw.decode() if isinstance(raw, bytes) else raw).split("-")[0])
+
+
+class Commits:
+    """A query's ``{ns}:commits`` read on as it grows: (commit ms, end entry ms) in order."""
+
+    def __init__(self, ns: str) -> None:
+        self.key, self.last = f"{ns}:commits", "-"
+        self.commit_ms: list[int] = []
+        self.end_ms: list[int] = []
+
+    def read(self, client: redis.Redis) -> None:
+        while True:
+            chunk = client.xrange(self.key, self.last, "+", count=10_000)
+            chunk = [c for c in chunk if c[0].decode() != self.last]
+            if not chunk:
+                return
+            for cid, f in chunk:
+                self.commit_ms.append(_id_ms(cid))
+                self.end_ms.append(_id_ms(f[b"end_id"]))
+            self.last = chunk[-1][0].decode()
+
+    def freshness_p95(self, lo_ms: int, hi_ms: int) -> float | None:
+        """p95 of (first commit covering t) - t over arrivals t uniform on [lo, hi) (None: none covered yet)."""
+        if not self.end_ms or hi_ms <= lo_ms:
+            return None
+        t = np.arange(lo_ms, hi_ms, dtype=np.int64)
+        ends = np.maximum.accumulate(np.array(self.end_ms, np.int64))
+        idx = np.searchsorted(ends, t, side="left")
+        covered = idx < len(ends)
+        if not covered.all():
+            return None  # the interval is not all committed yet: judged at the next sample
+        return float(np.percentile(np.array(self.commit_ms, np.int64)[idx] - t, 95))
+
+
+def key_families(client: redis.Redis) -> dict[str, int]:
+    """Every key by family: a server's name becomes S, digits N (``wm:batch:N``, ``wm:win:N:N:S``)."""
+    servers = {m.decode(errors="replace") for m in client.smembers("wm:servers")}
+    out: dict[str, int] = {}
+    for key in client.scan_iter(count=10_000):
+        parts = ["S" if p in servers else p for p in key.decode(errors="replace").split(":")]
+        family = re.sub(r"\d+", "N", ":".join(parts))
+        out[family] = out.get(family, 0) + 1
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+
+
+def slope_per_hour(ts: np.ndarray, ys: np.ndarray) -> float | None:
+    ok = ~np.isnan(ys)
+    if ok.sum() < 3:
+        return None
+    return float(np.polyfit(ts[ok], ys[ok], 1)[0] * 3600)
+
+
+class Soak:
+    def __init__(self, stack: Stack, client: redis.Redis, pids: dict[str, int], every_s: float) -> None:
+        self.stack, self.client, self.pids, self.every_s = stack, client, pids, every_s
+        self.samples: list[Sample] = []
+        self.queries = ["wm", *(json.loads(v)["namespace"] for v in client.hvals("wm:lanes"))]
+        self.triggers = {ns: int(client.hget(f"{ns}:state", "trigger_ms") or 1000) for ns in self.queries}
+        self.commits = {ns: Commits(ns) for ns in self.queries}
+        self.ages: list[int] = []
+        self.pending: list[int] = []
+        self.done = threading.Event()
+
+    def _ages(self) -> None:
+        """Twice a second, as bench/stack.py: now minus the newest online batch's trigger time (Redis' clock)."""
+        c = redis.Redis.from_url(self.stack.url, socket_timeout=10)
+        while not self.done.wait(0.5):
+            try:
+                ts, now = c.hget("wm:presence:state", "batch_ts_ms"), redis_ms(c)
+            except redis.RedisError:
+                continue
+            if ts:
+                self.ages.append(now - int(ts))
+
+    def run(self, seconds: float) -> None:
+        ages = threading.Thread(target=self._ages, daemon=True)
+        ages.start()
+        start = time.monotonic()
+        cpu = {k: tree_cpu_s(p) for k, p in self.pids.items()}
+        pending: list[int] = []  # samples whose intervals are not all committed yet
+        lo_ms = redis_ms(self.client)
+        while time.monotonic() - start < seconds:
+            time.sleep(self.every_s)
+            now = time.monotonic()
+            cpu_now = {k: tree_cpu_s(p) for k, p in self.pids.items()}
+            dt = self.every_s if not self.samples else now - start - self.samples[-1].t_s
+            hi_ms = redis_ms(self.client)
+            s = Sample(round(now - start, 1), lo_ms, hi_ms)
+            lo_ms = hi_ms
+            s.values.update({f"{k}_cores": round((cpu_now[k] - cpu[k]) / dt, 3) for k in self.pids})
+            cpu = cpu_now
+            s.values.update(self._redis())
+            s.values["checkpoint_mb"] = dir_mb(self.stack.tmp / "checkpoints")
+            s.values["job_rss_mb"] = tree_rss_mb(self.pids["job"])
+            recent, self.ages = self.ages, []
+            s.values["online_age_ms"] = float(np.percentile(recent, 95)) if recent else float("nan")
+            self.samples.append(s)
+            pending = self._freshness([*pending, len(self.samples) - 1])
+            print(self._line(s), flush=True)
+        self.done.set()
+        self.pending = pending
+
+    def finish(self, drain_s: float = 60.0) -> None:
+        """The last intervals' freshness, once their entries are committed (the generator stopped)."""
+        deadline = time.monotonic() + drain_s
+        while self.pending and time.monotonic() < deadline:
+            time.sleep(1)
+            self.pending = self._freshness(self.pending)
+
+    def _freshness(self, pending: list[int]) -> list[int]:
+        for c in self.commits.values():
+            c.read(self.client)
+        left = []
+        for i in pending:
+            s = self.samples[i]
+            for ns, c in self.commits.items():
+                col = f"fresh_p95_ms:{ns}"
+                if col not in s.values and (p95 := c.freshness_p95(s.lo_ms, s.hi_ms)) is not None:
+                    s.values[col] = p95
+            if any(f"fresh_p95_ms:{ns}" not in s.values for ns in self.queries):
+                left.append(i)
+        return left
+
+    def _redis(self) -> dict[str, float]:
+        c = self.client
+        mem = c.info("memory")
+        first = c.xrange("wm:events", count=1)
+        last = c.xrevrange("wm:events", count=1)
+        span = (_id_ms(last[0][0]) - _id_ms(first[0][0])) / 1000 if first and last else 0.0
+        return {"redis_used_mb": mem["used_memory"] / 2**20, "redis_rss_mb": mem["used_memory_rss"] / 2**20,
+                "keys": float(c.dbsize()), "stream_entries": float(c.xlen("wm:events")), "stream_span_s": span,
+                "redis_dir_mb": dir_mb(self.stack.tmp / "redis")}
+
+    def _line(self, s: Sample) -> str:
+        v = s.values
+        done = [x for x in self.samples if x.values.keys() >= {f"fresh_p95_ms:{ns}" for ns in self.queries}]
+        fresh = " ".join(f"{ns.rsplit('.', 1)[-1]}={done[-1].values[f'fresh_p95_ms:{ns}'] / 1000:.2f}s"
+                         for ns in self.queries) + f" (at {done[-1].t_s:.0f}s)" if done else "-"
+        return (f"{s.t_s:7.0f}s redis {v['redis_used_mb']:.0f} MB keys {v['keys']:.0f}"
+                f" stream {v['stream_entries']:,.0f}"
+                f" ({v['stream_span_s']:.0f} s) dir {v['redis_dir_mb']:.0f} MB ckpt {v['checkpoint_mb']:.1f} MB"
+                f" job {v['job_rss_mb']:.0f} MB {v['job_cores']:.2f} cores | p95 {fresh}")
+
+    def columns(self) -> list[str]:
+        return [*SERIES, *(f"fresh_p95_ms:{ns}" for ns in self.queries)]
+
+    def target_ms(self, column: str) -> float | None:
+        if column == "online_age_ms":
+            return TARGET_ONLINE_AGE_P95_MS
+        if column.startswith("fresh_p95_ms:"):
+            ns = column.split(":", 1)[1]
+            return TARGET_MAIN_P95_MS if ns == "wm" else self.triggers[ns] + TARGET_LANE_EXTRA_MS
+        return None
+
+
+def summarize(soak: Soak, warmup_s: float, rate: int, label: str, families: dict[str, int]) -> dict:
+    cols = soak.columns()
+    ts = np.array([s.t_s for s in soak.samples])
+    after = ts >= warmup_s
+    out: dict = {"code": label, "rate": rate, "samples": len(ts), "warmup_s": warmup_s,
+                 "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "series": {}, "key_families": families}
+    for col in cols:
+        ys = np.array([s.values.get(col, np.nan) for s in soak.samples], float)
+        seen = ys[after & ~np.isnan(ys)]
+        entry = {"slope_per_hour": slope_per_hour(ts[after], ys[after]),
+                 "min": float(seen.min()) if len(seen) else None, "max": float(seen.max()) if len(seen) else None,
+                 "mean": float(seen.mean()) if len(seen) else None}
+        if (target := soak.target_ms(col)) is not None:
+            entry["target_ms"] = target
+            entry["intervals_within_target"] = int((seen <= target).sum())
+            entry["intervals"] = len(seen)
+        out["series"][col] = entry
+    return out
+
+
+def write(out: Path, soak: Soak, summary: dict) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    cols = soak.columns()
+    with (out / "samples.csv").open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["t_s", *cols])
+        for s in soak.samples:
+            w.writerow([s.t_s, *(s.values.get(c, "") for c in cols)])
+    (out / "summary.json").write_text(json.dumps(summary, indent=1))
+    _draw(out, soak, summary)
+
+
+def _draw(out: Path, soak: Soak, summary: dict) -> None:
+    from plotly.subplots import make_subplots
+
+    panels = [("Redis memory (MB)", ["redis_used_mb", "redis_rss_mb"]), ("Redis keys", ["keys"]),
+              ("Input stream (entries)", ["stream_entries"]), ("Input stream span (s)", ["stream_span_s"]),
+              ("Redis data dir, AOF (MB)", ["redis_dir_mb"]), ("Checkpoint (MB)", ["checkpoint_mb"]),
+              ("Job tree memory (MB)", ["job_rss_mb"]),
+              ("CPU (cores)", ["job_cores", "redis_cores", "generator_cores", "monitor_cores"]),
+              ("Freshness p95 (ms)", [c for c in soak.columns() if c.startswith("fresh_p95_ms:")]),
+              ("Online view age p95 (ms)", ["online_age_ms"])]
+    fig = make_subplots(rows=5, cols=2, subplot_titles=[t for t, _ in panels], vertical_spacing=0.06)
+    minutes = [s.t_s / 60 for s in soak.samples]
+    for i, (_, cols) in enumerate(panels):
+        row, col = i // 2 + 1, i % 2 + 1
+        for c in cols:
+            fig.add_scatter(x=minutes, y=[s.values.get(c) for s in soak.samples], mode="lines",
+                            name=c.replace("fresh_p95_ms:", ""), row=row, col=col, showlegend=len(cols) > 1)
+            if (target := soak.target_ms(c)) is not None and c == cols[0]:
+                fig.add_hline(y=target, line_dash="dot", line_color="red", row=row, col=col)
+        fig.update_xaxes(title_text="minutes", row=row, col=col)
+    fig.update_layout(height=1600, width=1200, margin={"b": 120}, legend={"orientation": "h"},
+                      title=f"Soak: {summary['code']}, {summary['rate']:,} events/s, {summary['date']}")
+    html = out / "soak.html"
+    fig.write_html(html, include_plotlyjs=True)
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium:
+        subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+                        f"--screenshot={out / 'soak.png'}", "--window-size=1200,1600", "--virtual-time-budget=5000",
+                        html.as_uri()], capture_output=True, timeout=120, check=False)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--rate", type=int, default=50_000)
+    p.add_argument("--minutes", type=float, default=60.0)
+    p.add_argument("--every", type=float, default=5.0, help="seconds between samples (default 5)")
+    p.add_argument("--warmup-minutes", type=float, default=5.0, help="left out of the slopes (default 5)")
+    p.add_argument("--out", type=Path, default=HERE / "bench" / "soak-out")
+    p.add_argument("--base", default="HEAD", help="the git revision measured, exported (default HEAD): an hour's "
+                   "run must not pick up files edited meanwhile (Spark's workers import as they start)")
+    args = p.parse_args(argv)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stopped: the stack is stopped with it (finally)
+    label = subprocess.run(["git", "rev-parse", "--short", args.base], cwd=HERE, capture_output=True, text=True,
+                           check=True).stdout.strip()
+    with tempfile.TemporaryDirectory(prefix="soak-") as tmpdir, \
+            tempfile.TemporaryDirectory(prefix="soak-code-") as code:
+        stack = Stack(export(args.base, Path(code)), Path(tmpdir), args.rate)
+        stack.env.pop("STREAM_KEEP_ENTRIES")  # the default bound, as ./run.sh runs
+        try:
+            stack.start("redis")
+            client = redis.Redis.from_url(stack.url, socket_timeout=60)
+            job = _start_job(stack, client)
+            monitor = stack.start("monitor")
+            gen = stack.start("generator")
+            pids = {"job": job.pid, "redis": stack.procs["redis"].pid, "generator": gen.pid, "monitor": monitor.pid}
+            soak = Soak(stack, client, pids, args.every)
+            soak.run(args.minutes * 60)
+            stack.stop("generator")
+            soak.finish()
+            families = key_families(client)
+        finally:
+            stack.stop_all()
+    summary = summarize(soak, args.warmup_minutes * 60, args.rate, label, families)
+    write(args.out, soak, summary)
+    for col, s in summary["series"].items():
+        slope = "-" if s["slope_per_hour"] is None else f"{s['slope_per_hour']:+.2f}/h"
+        within = f", {s['intervals_within_target']} of {s['intervals']} within {s['target_ms']:.0f}" \
+            if "target_ms" in s else ""
+        print(f"{col}: {s['min']} .. {s['max']} slope {slope}{within}")
+    print(f"written to {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
