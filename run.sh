@@ -58,7 +58,7 @@ export PYSPARK_DRIVER_PYTHON="$PWD/.venv/bin/python"
 case "${SPARK_MASTER:-local}" in local|local\[*) export SPARK_LOCAL_IP=${SPARK_LOCAL_IP:-127.0.0.1} ;; esac
 
 case "${1:-run}" in
-  # honcho gives every process its own PORT, so the dashboard's is passed under another name.
+  # wm-stack (watermark/apps/stack.py) runs the Procfile: one stack per data, stopped together, no orphans.
   run) demo=$(printf %s "${DEMO:-on}" | tr '[:upper:]' '[:lower:]')  # as Config reads it
        case "$demo" in
          on) procfile=Procfile ;;
@@ -70,7 +70,7 @@ case "${1:-run}" in
        export DASHBOARD_PORT="${PORT:-8501}"
        export METRICS_PORT="${METRICS_PORT:-9108}" DASHBOARD_URL="http://127.0.0.1:$DASHBOARD_PORT"
        echo "dashboard: http://127.0.0.1:$DASHBOARD_PORT  metrics: http://127.0.0.1:$METRICS_PORT/metrics"
-       exec honcho start -f "$procfile" ;;
+       exec wm-stack -f "$procfile" ;;
   test) shift
         # Debian packages the tests drive: chromium (the browser test), prometheus and promtool (the alerts'
         # rules), prometheus-alertmanager (the push to Alertmanager); installed where we may, else said how.

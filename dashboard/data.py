@@ -26,6 +26,7 @@ from watermark.store.pipeline_status import (
     StreamInfo,
     Totals,
     read_fixed,
+    read_memory,
     stream_info,
     waiting_entries,
 )
@@ -122,6 +123,8 @@ class Snapshot:
     retire_after_ms: int = Config.retire_after_ms
     regions: Mapping[str, str] = field(default_factory=dict)
     """Each server's region, as its events carry it (``{ns}:regions``)."""
+    redis_memory: tuple[int | None, int] = (None, 0)
+    """Redis' used memory (None: INFO refused) and its ``maxmemory`` (0: none)."""
 
     @property
     def last_batch(self) -> BatchPoint | None:
@@ -206,7 +209,7 @@ def read_snapshot(client: redis.Redis, keys: KeySchema, *, range_ms: int, now_ms
         namespace=keys.namespace, read_ms=now_ms, range_ms=range_ms, state=state, totals=status.totals,
         servers=tuple(s for s in status.servers if s not in gone), windows=tuple(windows), batches=tuple(batches),
         stream=status.stream, online=online_view(*fixed.more), retired=gone, retire_after_ms=retire_after_ms,
-        regions=status.regions,
+        regions=status.regions, redis_memory=read_memory(client),
     )
 
 

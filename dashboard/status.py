@@ -59,6 +59,14 @@ INGEST_DOC = "docs/ingest.md"
 def assess(snap: Snapshot, now_ms: int, demo: bool = True) -> list[Status]:
     """The messages for the status line, worst first; one OK message when all is well. ``demo`` false
     (production mode: no generator) says where events are awaited rather than how to start the demo."""
+    out = _assess(snap, now_ms, demo)
+    if memory := full(snap):  # whatever else: nothing moves while Redis refuses writes
+        out = [*memory, *(s for s in out if s.level is not Level.OK)]
+    order = [Level.ERROR, Level.WARNING, Level.INFO, Level.OK]
+    return sorted(out, key=lambda s: order.index(s.level))
+
+
+def _assess(snap: Snapshot, now_ms: int, demo: bool) -> list[Status]:
     ns = snap.namespace
     state = snap.state
     if state is None:
@@ -112,8 +120,19 @@ def assess(snap: Snapshot, now_ms: int, demo: bool = True) -> list[Status]:
         out.append(Status(Level.OK, f"Live: batch #{state.last_batch} committed {human_ms(since)} ago · watermark "
                                     f"{clock(wm)} (lag {human_ms(now_ms - wm)}) · "
                                     f"{waiting_line(waiting, behind)}{since_loss}"))
-    order = [Level.ERROR, Level.WARNING, Level.INFO, Level.OK]
-    return sorted(out, key=lambda s: order.index(s.level))
+    return out
+
+
+def full(snap: Snapshot) -> list[Status]:
+    """Redis at its ``maxmemory``: it refuses writes, so nothing moves until memory is freed (Redis' own rule:
+    the monitor's RedisFull alert pages before, at a share of it)."""
+    used, limit = snap.redis_memory
+    if used is None or limit <= 0 or used < limit:
+        return []
+    return [Status(Level.ERROR, f"Redis is full: it uses {used / 2**20:,.0f} MB of its {limit / 2**20:,.0f} MB "
+                                "maxmemory and refuses writes. The job's commits wait (it has trimmed the input kept "
+                                "for look-back) and producers back off: nothing accepted is lost, and everything "
+                                "goes on once memory is freed or maxmemory raised.")]
 
 
 def unreachable(url: str, error: BaseException) -> Status:

@@ -114,9 +114,28 @@ def test_watermark_jump_is_measured_against_now_minus_the_delay(ahead: int, acti
     assert findings([obs(T0, pipelines=(p,))])[("watermark_jump", MAIN)].active is active
 
 
-def test_a_malformed_record_judges_nothing_but_redis_answering() -> None:
-    got = findings([Observation(at_ms=T0, data_error="the last batch's record is not a BatchRecord")])
-    assert list(got) == [("redis_unreachable", "")] and got[("redis_unreachable", "")].active is False
+def test_a_malformed_record_judges_nothing_but_redis_answering_and_its_memory() -> None:
+    got = findings([Observation(at_ms=T0, data_error="the last batch's record is not a BatchRecord",
+                                redis_used_bytes=99, redis_maxmemory_bytes=100)])
+    assert list(got) == [("redis_unreachable", ""), ("redis_full", "")]
+    assert got[("redis_unreachable", "")].active is False and got[("redis_full", "")].active is True
+
+
+MB = 2**20
+
+
+@pytest.mark.parametrize(("used", "maxmemory", "active", "says"), [
+    (95 * MB, 100 * MB, True, "Redis uses 95 of its 100 MB maxmemory (95 %)"),  # the threshold itself
+    (94 * MB, 100 * MB, False, "(94 %)"),
+    (100 * MB, 100 * MB, True, ": it refuses writes; the job's commits and the producers wait, nothing is lost"),
+    (5_000 * MB, 0, False, "Redis uses 5,000 MB, no maxmemory set"),  # no limit: never full
+    (None, 100 * MB, None, "could not be read (INFO refused)"),  # cannot tell
+])
+def test_redis_full_is_judged_against_its_maxmemory(used: int | None, maxmemory: int, active: bool | None,
+                                                    says: str) -> None:
+    got = findings([Observation(at_ms=T0, pipelines=(pipeline(),), redis_used_bytes=used,
+                                redis_maxmemory_bytes=maxmemory)])[("redis_full", "")]
+    assert got.active is active and says in got.summary, got.summary
 
 
 def test_redis_unreachable_is_the_only_finding_without_redis() -> None:
@@ -216,7 +235,8 @@ def test_the_page_says_what_is_watched_in_one_line() -> None:
     assert watching(CFG) == ("PlayersDrop: down over 50 % within 5 min (RegionPlayersDrop: a region's sum) · "
                              "ServerSilent: 1 min · ClockAhead: 2.0 s "
                              "ahead · LateDrops: over 100 a minute · PipelineBehind: trigger + 5.0 s · WatermarkFlat: "
-                             "1 min · WatermarkJump: 30.0 s ahead · RedisUnreachable")
+                             "1 min · WatermarkJump: 30.0 s ahead · RedisUnreachable · "
+                                 "RedisFull: 95 % of maxmemory")
 
 
 def region_seq(a_now: int, b_now: int, *, b_last: int = T0) -> list[Observation]:

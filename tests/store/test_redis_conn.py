@@ -1,16 +1,30 @@
 """watermark.store.redis_conn.execute: a commit's transaction sent and read raw gives what redis-py's execute gives
 (the same writes, a watched key that changed refuses it whole, a refused command raises), on a real redis-server,
-over RESP2 and RESP3 and without hiredis."""
+over RESP2 and RESP3 and without hiredis.
+
+And Redis at its ``maxmemory`` (policy ``noeviction``: it refuses writes), against a redis-server of its own: the
+job's commit writes nothing partial, waits, frees what the input keeps only for look-back, and lands once memory
+is freed; the producer holds its events and sends them once Redis takes writes again, none lost, none twice; the
+monitor and the status line say so."""
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
+import orjson
 import pytest
 import redis
 
+from tests.store.test_commit import PARAMS, T0, dump, summary
+from watermark.client import Producer, ProducerTimeout
+from watermark.schema.keys import KeySchema
 from watermark.store import redis_conn
+from watermark.store.commit import BatchSummary, commit_batch, free_committed_input
+from watermark.store.redis_conn import is_full, with_retry
+from watermark.store.redis_server import RedisServer
 
 
 @pytest.fixture(params=[2, 3], ids=["resp2", "resp3"])
@@ -118,3 +132,146 @@ def test_bulk_increments_land_in_the_transaction_with_their_expiry(client: redis
     assert client.hgetall(c) == {b"x": b"1"}
     assert all(0 < client.ttl(k) <= 600 for k in (a, b, c))
     assert client.hgetall(kept) == {b"x": b"5"} and client.ttl(kept) == -1
+
+
+BALLAST = "ballast"
+
+
+@pytest.fixture()
+def r(tmp_path: Path) -> Iterator[redis.Redis]:
+    """A redis-server of its own: its maxmemory is the test's to set."""
+    server = RedisServer(str(tmp_path / "redis"), port=0)
+    server.start()
+    client = redis.Redis.from_url(server.url, socket_timeout=30)
+    client.config_set("maxmemory-policy", "noeviction")
+    try:
+        yield client
+    finally:
+        client.close()
+        server.stop()
+
+
+@pytest.fixture()
+def keys() -> KeySchema:
+    return KeySchema(f"full-{uuid.uuid4().hex[:8]}")
+
+
+def fill(r: redis.Redis, headroom_mb: int = 2) -> None:
+    """maxmemory a little above what Redis uses now, then a ballast stream until Redis refuses a write."""
+    r.config_set("maxmemory", int(r.info("memory")["used_memory"]) + headroom_mb * 2**20)
+    payload = b"x" * 1_000
+    while True:
+        pipe = r.pipeline(transaction=False)
+        for _ in range(500):
+            pipe.xadd(BALLAST, {"e": payload})
+        replies = pipe.execute(raise_on_error=False)
+        if any(isinstance(x, Exception) for x in replies):
+            assert all(is_full(x) for x in replies if isinstance(x, Exception)), replies
+            return
+
+
+def test_a_commit_refused_while_full_writes_nothing_waits_and_lands_once_when_memory_is_freed(
+        r: redis.Redis, keys: KeySchema, caplog: pytest.LogCaptureFixture) -> None:
+    fill(r)
+    pauses: list[float] = []
+    partial: list[dict] = []
+
+    def pause(seconds: float) -> None:  # with_retry's sleep: the test frees memory on the third pause
+        pauses.append(seconds)
+        partial.append(dump(r, keys))
+        if len(pauses) == 3:
+            r.delete(BALLAST)
+
+    with caplog.at_level(logging.ERROR, logger="watermark.store.redis_conn"):
+        applied = with_retry(lambda: commit_batch(r, keys, summary(0, 0, T0 + 420_000), PARAMS), "commit of batch 0",
+                             sleep=pause, when_full=lambda: "nothing to free here")
+    assert applied
+    assert partial == [{}, {}, {}], "a refused commit wrote something"
+    assert int(r.hget(keys.state, "last_batch")) == 0
+    assert r.hget(keys.totals, "events") == b"2" and r.hget(keys.totals, "quarantined") == b"1"
+    said = [rec.getMessage() for rec in caplog.records]
+    assert len(said) == 1, said  # once, not at every retry
+    assert said[0].startswith("commit of batch 0: Redis is full (")
+    assert "command not allowed when used memory" in said[0]
+    assert "; nothing to free here, for 0 s: nothing of it was written; waiting for memory" in said[0], said[0]
+
+
+def test_when_full_the_commit_frees_the_input_kept_for_look_back_and_goes_on_by_itself(
+        r: redis.Redis, keys: KeySchema) -> None:
+    """Committed entries the trim keeps to look back at (10 minutes here) go first: nothing a reader still needs
+    (everything after the committed ID stays), and the count of what went stays exact."""
+    pipe = r.pipeline(transaction=False)
+    for i in range(20_000):
+        pipe.xadd(keys.events, {"e": b"y" * 200}, id=f"{T0 + i}-0")
+    pipe.execute()
+    first = BatchSummary(0, 0, T0 + 20_000, "0-0", f"{T0 + 18_999}-0", [], {}, [])
+    assert commit_batch(r, keys, first, PARAMS)
+    assert r.xlen(keys.events) == 20_000  # all kept: within the 10 minutes of look-back
+    r.config_set("maxmemory", int(r.info("memory")["used_memory"]) - 2**20)  # full now
+    second = BatchSummary(1, 0, T0 + 21_000, f"{T0 + 18_999}-0", f"{T0 + 19_999}-0", [], {}, [])
+    with pytest.raises(redis.ResponseError) as refused:
+        commit_batch(r, keys, second, PARAMS)
+    assert is_full(refused.value)
+    freed: list[str] = []
+
+    def free() -> str:
+        freed.append(free_committed_input(r, keys, PARAMS))
+        return freed[-1]
+
+    assert with_retry(lambda: commit_batch(r, keys, second, PARAMS), "commit of batch 1", sleep=lambda _s: None,
+                      when_full=free)
+    assert freed and freed[0].startswith("trimmed ") and "committed entries kept for look-back" in freed[0], freed
+    left = r.xrange(keys.events, count=1)
+    assert int(left[0][0].split(b"-")[0]) - T0 <= 18_999, "an entry not committed by every reader was trimmed"
+    assert int(r.get(keys.trimmed)) == 20_000 - r.xlen(keys.events), "the trimmed count is exact"
+    assert int(r.hget(keys.state, "last_batch")) == 1
+
+
+def test_the_producer_holds_its_events_while_redis_is_full_and_writes_each_once_after(r: redis.Redis,
+                                                                                       keys: KeySchema) -> None:
+    fill(r)
+    url = r.connection_pool.connection_kwargs
+    producer = Producer(f"redis://{url['host']}:{url['port']}/0", namespace=keys.namespace, batch_size=100,
+                        max_backoff_s=0.2)
+    try:
+        for i in range(1_000):
+            producer.send({"server": "A", "player_id": f"p{i % 50}", "kind": "heartbeat",
+                           "event_time": "2026-11-26T10:00:00Z", "event_id": f"A-{i}"})
+        while producer.stats.refused_full == 0:  # flush waits on the producer's own condition, not a sleep
+            with pytest.raises(ProducerTimeout):
+                producer.flush(timeout=0.5)
+        assert r.xlen(keys.events) == 0 and producer.pending == 1_000  # held, none written, none dropped
+        r.config_set("maxmemory", 0)  # memory freed
+        producer.flush(timeout=60)
+    finally:
+        producer.close(timeout=60)
+    ids = [orjson.loads(f[b"e"])["event_id"] for _, f in r.xrange(keys.events)]
+    assert sorted(ids) == sorted(f"A-{i}" for i in range(1_000)), "an event lost or written twice"
+    assert producer.stats.written == 1_000
+
+
+def test_the_monitor_pages_and_the_status_line_says_redis_is_full(r: redis.Redis, keys: KeySchema) -> None:
+    """What the monitor and the pages read from a full Redis: the RedisFull alert's condition, the metric's
+    figures and the status line's first message."""
+    from dashboard.data import read_snapshot
+    from dashboard.status import Level, assess
+    from watermark.alerting.conditions import evaluate
+    from watermark.alerting.config import AlertConfig
+    from watermark.alerting.observation import Memory
+    from watermark.store.observe import read_stack
+
+    assert commit_batch(r, keys, summary(0, 0, T0 + 420_000), PARAMS)
+    fill(r)
+    now = int(r.time()[0]) * 1000
+    obs = read_stack(r, keys, {}, now, None, 0).obs
+    assert obs.redis_maxmemory_bytes == int(r.config_get("maxmemory")["maxmemory"])
+    assert obs.redis_used_bytes >= obs.redis_maxmemory_bytes * 0.95
+    memory = Memory(started_ms=now, reach_ms=60_000)
+    memory.remember(obs)
+    (finding,) = [f for f in evaluate(obs, memory, AlertConfig()) if f.rule == "redis_full"]
+    assert finding.active is True and "maxmemory" in finding.summary
+    first = assess(read_snapshot(r, keys, range_ms=600_000, now_ms=now), now)[0]
+    assert first.level is Level.ERROR and first.text.startswith("Redis is full: it uses "), first
+    r.delete(BALLAST)
+    first = assess(read_snapshot(r, keys, range_ms=600_000, now_ms=now), now)[0]
+    assert not first.text.startswith("Redis is full"), first

@@ -162,6 +162,13 @@ NOW = T + 10 * MIN
          "Falling behind: 10 of the last 10"),
         (snap(state(), tuple(replace(b, duration_ms=1_500) for b in MOVING), waiting=90_000, oldest_ms=NOW - 2_500),
          NOW + 500, Level.WARNING, "(slowest 1.5 s); behind by 90,000 entries / 3.0 s"),
+        # Redis at its maxmemory: it refuses writes, said first and plainly
+        (replace(snap(state(), MOVING), redis_memory=(100 * 2**20, 100 * 2**20)), NOW + 500, Level.ERROR,
+         "Redis is full: it uses 100 MB of its 100 MB maxmemory and refuses writes"),
+        # under it, or no maxmemory, or INFO refused: nothing to say about memory
+        (replace(snap(state(), MOVING), redis_memory=(99 * 2**20, 100 * 2**20)), NOW + 500, Level.OK, "Live"),
+        (replace(snap(state(), MOVING), redis_memory=(9 * 2**30, 0)), NOW + 500, Level.OK, "Live"),
+        (replace(snap(state(), MOVING), redis_memory=(None, 100)), NOW + 500, Level.OK, "Live"),
     ],
 )
 def test_status_line(snapshot: Snapshot, now: int, level: Level, phrase: str) -> None:

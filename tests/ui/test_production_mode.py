@@ -3,7 +3,7 @@
 The fast tests check the configuration, the status line and every page under Streamlit's AppTest: Lab
 control is in the navigation only with ``LAB_CONTROL=on``, then offers only the delay, and no page speaks of
 a generator. The end-to-end test starts ``DEMO=off ./run.sh`` itself (the real Procfile.production through
-honcho: embedded Redis, Spark job, monitor, dashboard), writes events for servers of its own with plain
+wm-stack: embedded Redis, Spark job, monitor, dashboard), writes events for servers of its own with plain
 ``XADD`` as an external producer would, and reads every page in Chromium.
 """
 
@@ -243,7 +243,7 @@ def test_demo_off_run_sh_runs_on_external_events_without_a_generator(production:
     assert any("wm-job" in c for c in commands) and any("streamlit" in c for c in commands), commands
     assert not [c for c in commands if "generator" in c], commands
     started = re.findall(r"\| (\S+)\.1 started", run.tail(10_000))
-    assert sorted(started) == ["dashboard", "job", "monitor", "redis"], started  # honcho's own account
+    assert sorted(started) == ["dashboard", "job", "monitor", "redis"], started  # the stack's own account (wm-stack)
     # No KNOWN_SERVERS: the Procfile's lanes follow the producer's servers as they come.
     run.wait_for(r"lanes per-server-min,per-server-min-idle", timeout=1)
 

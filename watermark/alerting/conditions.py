@@ -23,6 +23,8 @@ freshness           oldest waiting entry waited more than trigger + ``above_trig
 watermark_flat      watermark unchanged for ``after`` or longer while events were accepted     -
 watermark_jump      watermark more than ``ahead`` ahead of now minus the delay                 -
 redis_unreachable   Redis could not be read                                                  -
+redis_full          Redis' used memory at ``percent`` of its ``maxmemory`` or above (at 100 %   -
+                    it refuses writes: commits and producers wait)
 ==================  ======================================================================  ===============
 """
 
@@ -49,12 +51,13 @@ RULES: dict[str, tuple[str, str]] = {
     "watermark_flat": ("WatermarkFlat", "warning"),
     "watermark_jump": ("WatermarkJump", "warning"),
     "redis_unreachable": ("RedisUnreachable", "critical"),
+    "redis_full": ("RedisFull", "critical"),
 }
 """Rule -> (alert name, severity): the names Prometheus, Alertmanager and the Alerts page show."""
 
 SUBJECT_LABEL = {"players_drop": "server", "region_players_drop": "region", "server_silent": "server",
                  "clock_ahead": "server", "late_drops": "server", "freshness": "pipeline", "watermark_flat": "pipeline",
-                 "watermark_jump": "pipeline", "redis_unreachable": ""}
+                 "watermark_jump": "pipeline", "redis_unreachable": "", "redis_full": ""}
 """What a rule's subject is: its label name in notifications and in Prometheus."""
 
 
@@ -75,7 +78,8 @@ def watching(cfg: AlertConfig) -> str:
         f"PipelineBehind: trigger + {human_ms(cfg.freshness.above_trigger_ms)}",
         f"WatermarkFlat: {human_ms(cfg.watermark_flat.after_ms)}",
         f"WatermarkJump: {human_ms(cfg.watermark_jump.ahead_ms)} ahead",
-        "RedisUnreachable"))
+        "RedisUnreachable",
+        f"RedisFull: {cfg.redis_full.percent:g} % of maxmemory"))
 
 
 @dataclass(frozen=True)
@@ -92,7 +96,7 @@ def evaluate(obs: Observation, memory: Memory, cfg: AlertConfig) -> list[Finding
     """Every rule's findings for one observation; ``memory`` must already hold it."""
     if obs.redis_error is not None:
         return [Finding("redis_unreachable", "", True, None, f"Redis could not be read: {obs.redis_error}")]
-    out = [Finding("redis_unreachable", "", False, None, "Redis answers")]
+    out = [Finding("redis_unreachable", "", False, None, "Redis answers"), redis_full(obs, cfg)]
     if obs.data_error is not None:
         return out
     delays = note_delays(obs, memory, cfg)
@@ -260,6 +264,20 @@ def freshness(p: PipelineObs, cfg: AlertConfig) -> Finding:
     return Finding("freshness", p.name, p.behind_ms > limit, p.behind_ms / 1000,
                    f"the oldest of {p.waiting:,} waiting entries has waited {human_ms(p.behind_ms)} "
                    f"(trigger {human_ms(p.trigger_ms)})")
+
+
+def redis_full(obs: Observation, cfg: AlertConfig) -> Finding:
+    used, limit = obs.redis_used_bytes, obs.redis_maxmemory_bytes
+    if used is None:
+        return Finding("redis_full", "", None, None, "Redis' memory could not be read (INFO refused)")
+    if limit <= 0:
+        return Finding("redis_full", "", False, None, f"Redis uses {used / 2**20:,.0f} MB, no maxmemory set")
+    share = used * 100 / limit
+    full = share >= 100
+    return Finding("redis_full", "", share >= cfg.redis_full.percent, share,
+                   f"Redis uses {used / 2**20:,.0f} of its {limit / 2**20:,.0f} MB maxmemory ({share:.0f} %)"
+                   + (": it refuses writes; the job's commits and the producers wait, nothing is lost; free memory "
+                      "or raise maxmemory" if full else ""))
 
 
 def watermark_flat(p: PipelineObs, memory: Memory, now_ms: int, cfg: AlertConfig) -> Finding:

@@ -96,6 +96,15 @@ class WatermarkJump:
 
 
 @dataclass(frozen=True)
+class RedisFull:
+    percent: float = 95.0
+    """Fires when Redis' used memory reaches this share of its ``maxmemory`` (none set: never). At 100 % it refuses
+    writes: the job's commits and the producers wait (nothing accepted is lost, nothing moves) until memory is
+    freed."""
+    timing: Timing = Timing(for_ms=0, clear_ms=30_000)
+
+
+@dataclass(frozen=True)
 class RedisUnreachable:
     timing: Timing = Timing(for_ms=5_000, clear_ms=5_000)
 
@@ -132,6 +141,7 @@ class AlertConfig:
     watermark_flat: WatermarkFlat = field(default_factory=WatermarkFlat)
     watermark_jump: WatermarkJump = field(default_factory=WatermarkJump)
     redis_unreachable: RedisUnreachable = field(default_factory=RedisUnreachable)
+    redis_full: RedisFull = field(default_factory=RedisFull)
     webhook: Webhook = field(default_factory=Webhook)
     alertmanager: Alertmanager = field(default_factory=Alertmanager)
 

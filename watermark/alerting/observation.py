@@ -76,6 +76,10 @@ class Observation:
     online: tuple[OnlineSample, ...] = ()
     """Online view batches committed since the previous observation (all within the memory's reach at start)."""
     online_behind_ms: int = 0
+    redis_used_bytes: int | None = None
+    """Redis' ``used_memory`` (None: INFO refused, as to a user without ``+info``)."""
+    redis_maxmemory_bytes: int = 0
+    """Redis' ``maxmemory`` (0: none set, it never refuses a write for memory)."""
 
     def pipeline(self, name: str) -> PipelineObs | None:
         return next((p for p in self.pipelines if p.name == name), None)

@@ -67,6 +67,8 @@ def expressions(cfg: AlertConfig) -> dict[str, str]:
         "watermark_jump": (f"wm_watermark_seconds + wm_watermark_delay_seconds - time() > "
                            f"{_s(cfg.watermark_jump.ahead_ms)}"),
         "redis_unreachable": "wm_redis_up == 0",
+        "redis_full": (f"wm_redis_used_memory_bytes * 100 / wm_redis_maxmemory_bytes >= {cfg.redis_full.percent!r}\n"
+                       "and wm_redis_maxmemory_bytes > 0"),
     }
 
 
@@ -80,6 +82,7 @@ SUMMARIES = {
     "watermark_flat": "The watermark of {{ $labels.pipeline }} has not moved while events arrive",
     "watermark_jump": "The watermark of {{ $labels.pipeline }} is {{ $value | humanizeDuration }} ahead of the clock",
     "redis_unreachable": "The monitor cannot read Redis",
+    "redis_full": "Redis uses {{ $value | printf \"%.0f\" }} % of its maxmemory: at 100 % it refuses writes",
 }
 
 

@@ -44,6 +44,8 @@ METRICS: dict[str, str] = {
     "wm_server_retired": "1 for a server silent for RETIRE_AFTER: out of the live views, its silence no longer "
                          "alerts; gone with its next event",
     "wm_alerts": "The product's alerts: 1 per alert pending, firing or held",
+    "wm_redis_used_memory_bytes": "Redis' used_memory (absent when INFO is refused)",
+    "wm_redis_maxmemory_bytes": "Redis' maxmemory (0: none set); at it, Redis refuses writes",
 }
 """Every metric with its help text; docs/alerts.md lists the same (a test compares)."""
 
@@ -59,6 +61,11 @@ def families(r: StackReading) -> Iterator[Metric]:
     if r.online_age_ms is not None:
         yield GaugeMetricFamily("wm_online_view_age_seconds", METRICS["wm_online_view_age_seconds"],
                                 value=r.online_age_ms / 1000)
+    if r.obs.redis_used_bytes is not None:
+        yield GaugeMetricFamily("wm_redis_used_memory_bytes", METRICS["wm_redis_used_memory_bytes"],
+                                value=r.obs.redis_used_bytes)
+        yield GaugeMetricFamily("wm_redis_maxmemory_bytes", METRICS["wm_redis_maxmemory_bytes"],
+                                value=r.obs.redis_maxmemory_bytes)
 
 
 def _server_families(r: StackReading) -> Iterator[Metric]:

@@ -36,7 +36,16 @@ import redis
 
 from watermark.schema.events import IDLE_KIND, KINDS, BadEntry, Event, parse_payload
 from watermark.schema.keys import KeySchema, producer_marker_key
-from watermark.store.batch_channel import LOST_REDIS, MARKER_TTL_S, Batch, BatchChannel, WriteError, xadd_head
+from watermark.store.batch_channel import (
+    LOST_REDIS,
+    MARKER_TTL_S,
+    Batch,
+    BatchChannel,
+    RedisFull,
+    WriteError,
+    xadd_head,
+)
+from watermark.store.redis_conn import FullWait
 
 log = logging.getLogger("watermark.client.producer")
 
@@ -101,6 +110,8 @@ class ProducerStats:
     """Batches sent again after a lost connection because Redis did not have them."""
     recovered_batches: int = 0
     """Batches in flight at a lost connection that Redis turned out to have (not sent again)."""
+    refused_full: int = 0
+    """Batches Redis refused while full (``maxmemory``), each sent again after a pause: none of them was lost."""
     last_error: str = ""
     """The last connection error, if any."""
 
@@ -147,7 +158,8 @@ class Producer:
         self._work = threading.Condition(lock)  # the sending thread waits here for events
         self._room = threading.Condition(lock)  # send and flush wait here for acknowledgements
         self._queue: deque[bytes] = deque()
-        self._unacked = 0  # buffered + in flight
+        self._refused: deque[Batch] = deque()  # refused while Redis was full: sent again first, after a pause
+        self._unacked = 0  # buffered + refused + in flight
         self._flushing = 0
         self._closing = False
         self._closed = False
@@ -267,11 +279,32 @@ class Producer:
             self.stats.batches += len(batches)
             self._room.notify_all()
 
+    def _send_next(self) -> bool | None:
+        """Send the next batch: one Redis refused while full first, else the queue's (waiting for events, and a
+        moment for a batch to fill). False: nothing sent (batches in flight to confirm); None: closed, all done."""
+        work, queue, inflight = self._work, self._queue, self._channel.inflight
+        if self._refused:
+            again = self._refused.popleft()
+            self._channel.send(again.frames, again.n)
+            return True
+        with work:
+            while not queue and not inflight and not self._closing:
+                work.wait()
+            if (queue and not inflight and len(queue) < self.batch_size and self.linger_s and not self._closing
+                    and not self._flushing):
+                work.wait(self.linger_s)  # let the batch fill; woken early once it is full
+            frames = [queue.popleft() for _ in range(min(len(queue), self.batch_size))]
+            if not frames and not inflight and self._closing:
+                return None
+        if frames:
+            self._channel.send(b"".join(frames), len(frames))
+        return bool(frames)
+
     def _run(self) -> None:
-        channel, work, queue = self._channel, self._work, self._queue
-        inflight = channel.inflight
+        channel, inflight = self._channel, self._channel.inflight
         attached = False
         delay = 0.05
+        full = FullWait(self.max_backoff_s, log)
         while not self._abort.is_set():
             try:
                 if not attached:
@@ -279,20 +312,18 @@ class Producer:
                     attached, delay = True, 0.05
                     self.stats.resent_batches, self.stats.recovered_batches = channel.resent, channel.recovered
                     self._acked(settled)
-                with work:
-                    while not queue and not inflight and not self._closing:
-                        work.wait()
-                    if (queue and not inflight and len(queue) < self.batch_size and self.linger_s
-                            and not self._closing and not self._flushing):
-                        work.wait(self.linger_s)  # let the batch fill; woken early once it is full
-                    take = min(len(queue), self.batch_size)
-                    frames = [queue.popleft() for _ in range(take)]
-                    if not frames and not inflight and self._closing:
-                        break
-                if frames:
-                    channel.send(b"".join(frames), len(frames))
-                while len(inflight) > (1 if frames else 0):  # one batch in flight while the next fills
+                sent = self._send_next()
+                if sent is None:
+                    break
+                while len(inflight) > (1 if sent else 0):  # one batch in flight while the next fills
                     self._acked([channel.confirm()])
+                    full.taken("the producer")
+            except RedisFull as exc:  # nothing of the batch was written: hold it, pause, send it again
+                self._refused.append(exc.batch)
+                self.stats.refused_full += 1
+                self.stats.last_error = str(exc)
+                self._abort.wait(full.refused(f"{exc}; {self._unacked} events held (send blocks at "
+                                              f"{self.max_pending})"))
             except LOST_REDIS as exc:
                 attached = False
                 channel.detach(broken=True)
@@ -303,7 +334,7 @@ class Producer:
                 delay = min(self.max_backoff_s, delay * 2)
             except (WriteError, redis.RedisError) as exc:  # Redis refused: sending on would not help
                 log.error("producer stopped: %s", exc)
-                with work:
+                with self._work:
                     self._error = exc
                     self._room.notify_all()
                 break

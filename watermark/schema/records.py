@@ -66,7 +66,7 @@ class LagRecord(msgspec.Struct, frozen=True):
         last = cum[ends] - base - 1  # each one's highest rank
 
         def at(rank: np.ndarray) -> np.ndarray:  # the value holding that rank of each histogram
-            return values_us[np.searchsorted(cum, base + rank, side="right")]
+            return np.asarray(values_us[np.searchsorted(cum, base + rank, side="right")])
 
         def percentile(p: float) -> np.ndarray:
             pos = p * last

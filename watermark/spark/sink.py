@@ -46,7 +46,7 @@ from watermark.spark.local_agg import (  # the items' tags, one set for both pat
     WINDOW,
 )
 from watermark.spark.source import ARROW_SCHEMA, StreamRange, _Options, _read, packed_regions, unpack
-from watermark.store.commit import BadRow, BatchSummary, Params, WindowAgg, commit_batch
+from watermark.store.commit import BadRow, BatchSummary, Params, WindowAgg, commit_batch, free_committed_input
 from watermark.store.presence_store import PresenceBatch, PresenceEvents, PresenceMirror, commit_presence
 from watermark.store.redis_conn import DriverClient, with_retry
 
@@ -327,7 +327,7 @@ class RedisSink(DriverClient):
             batch, summary = self.judge(table, batch_id, entry, start_id, end_id, self.watermarks)
         with phases("commit"):  # guarded by the batch id, so retrying after a lost reply cannot count twice
             applied = with_retry(lambda: commit_batch(self.client, self.keys, summary, self.params),
-                                 f"commit of batch {batch_id}")
+                                 f"commit of batch {batch_id}", when_full=self.free_memory)
         if not applied:
             log.info("batch %d already in Redis (replayed after a restart): skipped", batch_id)
 
@@ -335,7 +335,7 @@ class RedisSink(DriverClient):
             self.follow(table, batch, summary, entry, phases)
             if applied:  # where the sink's time went, beside the batch's record (its TTL already set)
                 with_retry(lambda: self.client.hset(self.keys.batch(batch_id), "phases", phases.to_json()),
-                           f"phases of batch {batch_id}")
+                           f"phases of batch {batch_id}", when_full=self.free_memory)
 
         # A follower's first batch commits before Spark's does: nothing could catch it up otherwise.
         if self.handover is None or fresh:
@@ -344,6 +344,10 @@ class RedisSink(DriverClient):
             self.handover.hand_over(follow)
         if self.on_commit is not None:
             self.on_commit(summary, applied)
+
+    def free_memory(self) -> str:
+        """Redis refused a commit because it is full: free what the input keeps only for look-back."""
+        return free_committed_input(self.client, self.keys, self.params)
 
     def bounds(self, batch_id: int, spark: object) -> tuple[OffsetEntry, str, str]:
         """The batch's offset log entry and its entry ID range ``(start, end]``."""
@@ -371,14 +375,15 @@ class RedisSink(DriverClient):
         with phases("lanes"):
             for lane in self.lanes:
                 with_retry(lambda lane=lane: lane.commit(self.client, batch, summary),
-                           f"lane {lane.keys.namespace} of batch {batch_id}")
+                           f"lane {lane.keys.namespace} of batch {batch_id}", when_full=self.free_memory)
         if self.online_timeout_ms is not None:
             with phases("online"):
                 online = PresenceBatch(batch_id, entry.watermark_ms, entry.batch_ts_ms, summary.end_id,
                                        presence_events(table), self.params.delay_ms, summary.next_watermark_ms)
                 timeout = self.online_timeout_ms
                 with_retry(lambda: commit_presence(self.client, self.keys, online, self.params, timeout,
-                                                   self.mirror), f"online players of batch {batch_id}")
+                                                   self.mirror), f"online players of batch {batch_id}",
+                           when_full=self.free_memory)
 
     def followers_last(self) -> list[int | None]:
         """Each follower's last committed batch (None: it has not committed one)."""

@@ -29,7 +29,7 @@ from typing import Any
 
 import redis
 
-from watermark.store.redis_conn import EXEC, MULTI, Replies
+from watermark.store.redis_conn import EXEC, FULL, MULTI, Replies
 
 log = logging.getLogger("watermark.store.batch_channel")
 
@@ -44,6 +44,16 @@ write its in-flight batches twice (decision 0010)."""
 
 class WriteError(RuntimeError):
     """Redis rejected some XADDs (e.g. an explicit ID not above the stream's last ID)."""
+
+
+class RedisFull(WriteError):
+    """Redis refused a batch because it is at its ``maxmemory``: the transaction ran none of its commands, so nothing
+    of it is in Redis. :attr:`batch` (no longer in flight) is to be sent again once memory is freed, as a new
+    batch: those sent behind it may have been written meanwhile."""
+
+    def __init__(self, message: str, batch: Batch) -> None:
+        super().__init__(message)
+        self.batch = batch
 
 
 def xadd_head(stream_key: str) -> str:
@@ -221,11 +231,14 @@ class BatchChannel:
         if self.idempotent:
             replies = self._replies.read(n + 3)  # MULTI's OK, n + 1 QUEUED, EXEC's array
             queued, results = replies[:-1], replies[-1]
-            if isinstance(results, Exception):  # EXECABORT: a command did not queue, nothing ran
+            if isinstance(results, Exception):  # EXECABORT (a command did not queue) or a refused EXEC: nothing ran
                 refused = [r for r in queued if isinstance(r, Exception)]
                 self.inflight.popleft()
-                raise WriteError(f"{n} of {n} XADDs to {self.stream_key!r} failed: "
-                                 f"{refused[0] if refused else results}")
+                first = refused[0] if refused else results
+                if FULL in str(first):
+                    raise RedisFull(f"Redis is full: {n} XADDs to {self.stream_key!r} refused, none written: {first}",
+                                    batch)
+                raise WriteError(f"{n} of {n} XADDs to {self.stream_key!r} failed: {first}")
             xadds = results[:-1]
         else:
             xadds = self._replies.read(n)

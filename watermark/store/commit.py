@@ -153,6 +153,28 @@ def trim_counted(client: redis.Redis, keys: KeySchema, min_id: str, approximate:
     client.eval(script, 2, keys.events, keys.trimmed, min_id)
 
 
+def free_committed_input(client: redis.Redis, keys: KeySchema, params: Params) -> str:
+    """When Redis is full: trim the input kept only to look back at (``STREAM_KEEP_*``), everything below what every
+    reader has committed, and say what went. Safe under ``maxmemory``: XTRIM frees memory and is not refused,
+    and nothing a reader still needs is below that point (the same rule as each commit's trim, without the
+    look-back)."""
+    if not params.trims:
+        return ""
+    try:
+        done = [client.hget(keys.state, "committed_id"), *(client.hget(r, "committed_id") for r in params.readers)]
+        if any(d is None for d in done):
+            return "nothing trimmed: a reader has committed nothing yet"
+        low = min(parse_entry_id(d) for d in done)
+        before = client.xlen(keys.events)
+        trim_counted(client, keys, f"{low[0]}-{low[1]}")
+        gone = before - client.xlen(keys.events)
+    except redis.RedisError as exc:
+        return f"could not trim the committed input: {exc}"
+    if gone <= 0:
+        return f"nothing trimmed: every entry of {keys.events} is still to be read; {redis_conn.memory_line(client)}"
+    return f"trimmed {gone:,} committed entries kept for look-back; {redis_conn.memory_line(client)}"
+
+
 _FIXED = ("window_ms", "slide_ms", "mode", "policy")
 
 

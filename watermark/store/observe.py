@@ -18,7 +18,7 @@ from watermark.schema.config import Config
 from watermark.schema.events import parse_entry_id
 from watermark.schema.keys import KeySchema
 from watermark.schema.records import BatchRecord, LaneRecord, PresenceRecord, PresenceStateRecord, ServerRecord
-from watermark.store.pipeline_status import PipelineStatus, first_after, read_pipeline
+from watermark.store.pipeline_status import PipelineStatus, first_after, read_memory, read_pipeline
 
 
 @dataclass(frozen=True)
@@ -78,9 +78,11 @@ def read_stack(client: redis.Redis, keys: KeySchema, lanes: Mapping[str, KeySche
     pipelines = tuple(_with_behind(pipeline_obs(n, s), s, now_ms) for n, s in statuses.items())
     servers = _servers(main, _ints(counts), _last_batch(sink), _ahead(clocks),
                        set(retired(main.seen, now_ms, retire_after_ms)))
+    used, maxmemory = read_memory(client)
     obs = Observation(
         at_ms=now_ms, pipelines=pipelines, servers=servers,
-        online=tuple(_online(history)) if isinstance(history, list) else (), online_behind_ms=online_behind)
+        online=tuple(_online(history)) if isinstance(history, list) else (), online_behind_ms=online_behind,
+        redis_used_bytes=used, redis_maxmemory_bytes=maxmemory)
     return StackReading(
         obs=obs, quarantined=dict(main.totals.bad),
         input_entries=main.stream.waiting + (main.totals.input if main.state else 0),

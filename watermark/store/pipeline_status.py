@@ -171,6 +171,16 @@ def read_pipeline(client: redis.Redis, keys: KeySchema, input_keys: KeySchema | 
     return fixed.status(oldest)
 
 
+def read_memory(client: redis.Redis) -> tuple[int | None, int]:
+    """Redis' ``used_memory`` and ``maxmemory`` (0: none). ``used_memory`` None when INFO is refused (an ACL user
+    without it): the pages and the alerts then cannot tell how full Redis is, and say so."""
+    try:
+        mem = client.info("memory")
+    except redis.ResponseError:
+        return None, 0
+    return int(mem.get("used_memory", 0)), int(mem.get("maxmemory", 0))
+
+
 def first_after(client: redis.Redis, stream: str, entry_id: str) -> bytes | None:
     """The ID of the first entry of ``stream`` after ``entry_id`` (a reader's last committed one): the oldest
     entry it has not committed yet; None when none waits."""

