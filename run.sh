@@ -80,6 +80,7 @@ case "${1:-run}" in
         fi
         command -v prometheus >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1 || need+=(prometheus)
         command -v prometheus-alertmanager >/dev/null 2>&1 || need+=(prometheus-alertmanager)
+        [ -x /usr/bin/redis-server ] || need+=(redis-server)  # Redis 7: the embedded default (decision 0014)
         if [ ${#need[@]} -gt 0 ]; then
           if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
             echo "installing ${need[*]} for the tests (apt-get)"

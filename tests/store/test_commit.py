@@ -323,3 +323,25 @@ def test_a_stop_is_said_on_the_commit_record_and_the_next_commit_clears_it(r: re
     assert commit_batch(r, keys, summary(1, 0, T0 + 70_000), PARAMS)
     assert r.hget(keys.state, "stopped_ms") == b""
     assert PipelineState.from_hash(r.hgetall(keys.state)).stopped_ms is None  # type: ignore[union-attr]
+
+
+def test_what_waits_stays_exact_when_someone_else_trims_the_input_on_redis_7(r: redis.Redis, keys: KeySchema) -> None:
+    """Redis 7 counts every entry ever appended (``entries-added``): an XTRIM the job did not do (an operator's, or
+    another tool's) changes nothing of what waits. Redis 6.2 has no such count: there the job counts its own
+    trims, and a trim by anyone else is not seen (docs/operations.md)."""
+    from watermark.store.pipeline_status import read_pipeline
+
+    for i in range(10):
+        r.xadd(keys.events, {"e": b"{}"}, id=f"{i + 1}-0")
+    first = BatchSummary(0, 0, T0, "0-0", "6-0", [], {"A": ServerRecord(rows=6, max_event_us=T0 * 1000)}, [])
+    assert commit_batch(r, keys, first, PARAMS)
+    assert read_pipeline(r, keys).stream.waiting == 4
+    r.xtrim(keys.events, maxlen=2, approximate=False)  # not the job's: {ns}:trimmed does not hear of it
+    assert r.xlen(keys.events) == 2
+    version = r.info("server")["redis_version"]
+    waiting = read_pipeline(r, keys).stream.waiting
+    if tuple(map(int, version.split("."))) >= (7, 0):
+        assert waiting == 4, version
+    else:
+        assert waiting == 0, version  # 2 left + 0 counted - 6 committed: below zero, said as none
+

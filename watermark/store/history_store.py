@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 import redis
 
 from watermark.rules.presence_rollup import (
+    DAY_BYTES,
     DAY_MS,
     MINUTE_MS,
     SLOT_BYTES,
@@ -33,17 +34,28 @@ from watermark.rules.presence_rollup import (
 )
 from watermark.schema.keys import KeySchema
 
+_MINUTE_LUA = """
+for i, key in ipairs(KEYS) do
+  if redis.call('EXISTS', key) == 0 then redis.call('SET', key, string.rep('\\0', tonumber(ARGV[3]))) end
+  redis.call('SETRANGE', key, ARGV[1], ARGV[3 + i])
+  redis.call('EXPIRE', key, ARGV[2])
+end
+return #KEYS
+"""
+"""Each series' slot into its day's record, the record made whole (zeros: minutes without data) at its first
+write: a record grown by SETRANGE minute by minute keeps the slack of its last growth on Redis 7 (20,568 bytes for
+a day's 11,520, where 6.2 took 12,344), one made at its size does not."""
+
 
 def queue_minute(pipe: redis.client.Pipeline, keys: KeySchema, closed: Minute, regions: Mapping[str, str],
                  expire_s: int) -> None:
-    """A closed minute into every series' day record: a SETRANGE and an EXPIRE per series (O(servers + regions)
-    commands a minute, none a batch); ``expire_s`` from :func:`watermark.rules.presence_rollup.expire_in_s`."""
+    """A closed minute into every series' day record: one script call a minute for every series (O(servers +
+    regions) slots, none a batch); ``expire_s`` from :func:`watermark.rules.presence_rollup.expire_in_s`."""
     day = closed.minute_ms - closed.minute_ms % DAY_MS
-    at = slot_offset(closed.minute_ms)
-    for series, slot in minute_slots(closed, regions).items():
-        key = keys.history(day, series)
-        pipe.setrange(key, at, slot)
-        pipe.expire(key, expire_s)
+    slots = minute_slots(closed, regions)
+    if slots:
+        pipe.eval(_MINUTE_LUA, len(slots), *(keys.history(day, s) for s in slots), slot_offset(closed.minute_ms),
+                  expire_s, DAY_BYTES, *slots.values())
 
 
 @dataclass(frozen=True)

