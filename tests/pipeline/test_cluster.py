@@ -1,5 +1,6 @@
-"""The unchanged job on a Spark standalone cluster (a master and a worker on 127.0.0.1, started with the
-pip package's ``sbin/spark-daemon.sh``) gives the same check document as local mode and the oracle."""
+"""Beyond one machine: the unchanged job on a Spark standalone cluster (a master and a worker on 127.0.0.1, started
+with the pip package's ``sbin/spark-daemon.sh``), and against a Redis over TLS (``rediss://``, a CA made by the
+test), gives the same check document as local mode over plain TCP and the oracle."""
 
 from __future__ import annotations
 
@@ -190,3 +191,80 @@ def test_job_on_a_standalone_cluster_matches_local_mode_and_the_oracle(
     assert [e["appid"] for e in worker["executors"]] == [apps[0]["id"]], worker
     app_dir = spark_cluster.work_dir / apps[0]["id"]
     assert len(list(app_dir.glob("*/watermark-*.zip"))) == 1, sorted(p.name for p in app_dir.rglob("*"))
+
+
+def _openssl(*args: str, cwd: Path) -> None:
+    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True, timeout=60)
+
+
+@pytest.fixture(scope="module")
+def tls_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A redis-server that speaks only TLS, its certificate signed by a CA made here: the URL to reach it, the
+    CA to check it by in the URL (``ssl_ca_certs``) as a user would write it."""
+    from watermark.store.redis_server import redis_server_binary
+
+    if shutil.which("openssl") is None:
+        pytest.fail("openssl is missing: apt-get install openssl")
+    d = tmp_path_factory.mktemp("tls")
+    _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.crt", "-days", "2",
+             "-subj", "/CN=watermark test CA", cwd=d)
+    _openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "server.key", "-out", "server.csr", "-subj",
+             "/CN=127.0.0.1", cwd=d)
+    (d / "san.ext").write_text("subjectAltName=IP:127.0.0.1\n")
+    _openssl("x509", "-req", "-in", "server.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial", "-out",
+             "server.crt", "-days", "2", "-extfile", "san.ext", cwd=d)
+    port = free_port()
+    server = Proc("redis-tls", [redis_server_binary(), "--port", "0", "--tls-port", str(port), "--bind", "127.0.0.1",
+                                "--tls-cert-file", str(d / "server.crt"), "--tls-key-file", str(d / "server.key"),
+                                "--tls-ca-cert-file", str(d / "ca.crt"), "--tls-auth-clients", "no", "--dir", str(d),
+                                "--save", "", "--appendonly", "no"], {}, d)
+    try:
+        server.wait_for(r"Ready to accept connections", timeout=60)
+        yield f"rediss://127.0.0.1:{port}/0?ssl_ca_certs={d / 'ca.crt'}&ssl_cert_reqs=required"
+    finally:
+        server.stop()
+
+
+@pytest.mark.spark
+def test_the_job_over_tls_gives_what_it_gives_over_tcp_and_the_oracle(tls_redis: str, redis_url: str,
+                                                                      tmp_path: Path) -> None:
+    """The same events through the real job on each transport at once: the check documents are equal, and the
+    oracle's; the producer's raw transactions (decision 0010) and the monitor's reading go over TLS as well."""
+    from watermark.client import Producer
+    from watermark.store.observe import read_stack
+
+    assert redis.Redis.from_url(tls_redis).connection_pool.connection_class is redis.SSLConnection
+    with pytest.raises(redis.ConnectionError):  # it speaks TLS only: plain TCP to it gets nowhere
+        redis.Redis(port=int(tls_redis.split(":")[2].split("/")[0]), socket_timeout=5).ping()
+    events = generate("late-burst", seed=3, start_us=T0_MS * 1000, rate=10, count=EVENTS)
+    entries = [(entry_id, ev.payload()) for entry_id, (_, ev) in zip(arrival_ids(events), events, strict=True)]
+    lines = [{"batch": i // BATCH_CAP, "server": ev.server, "player_id": ev.player_id,
+              "event_time": iso_from_us(ev.event_time_us)} for i, (_, ev) in enumerate(events)]
+    runs = {name: (url, *start_job(name, url, "local[2]", entries, tmp_path))
+            for name, url in (("tcp", redis_url), ("tls", tls_redis))}
+    try:
+        for name, (url, keys, proc) in runs.items():
+            client = redis.Redis.from_url(url, socket_timeout=30)
+            assert wait_for_commit(client, keys, entries[-1][0], COMMIT_TIMEOUT_S), \
+                f"{name} did not commit the last entry:\n{proc.tail()}"
+    finally:
+        codes = {name: proc.stop() for name, (_, _, proc) in runs.items()}
+    for name, code in codes.items():
+        assert code == 0, f"{name} job exited {code}:\n{runs[name][2].tail(80)}"
+    docs = {name: build_document(redis.Redis.from_url(url, socket_timeout=30), keys)
+            for name, (url, keys, _) in runs.items()}
+    expected = oracle(lines, WINDOW_MS, SLIDE_MS, DELAY_MS)
+    assert docs["tls"] == docs["tcp"]
+    assert docs["tls"]["batches"] == expected["batches"] and docs["tls"]["windows"] == expected["windows"]
+
+    tls = redis.Redis.from_url(tls_redis, socket_timeout=30)
+    keys = runs["tls"][1]
+    reading = read_stack(tls, keys, {}, int(tls.time()[0]) * 1000, None, 0)
+    assert reading.obs.redis_error is None and reading.obs.main is not None
+    assert reading.obs.main.last_batch == len(expected["batches"]) - 1
+    with Producer(tls_redis, stream_key=f"{keys.namespace}:produced") as producer:
+        for i in range(500):
+            producer.send({"server": "A", "player_id": f"p{i}", "kind": "login", "event_time": "2026-11-26T10:00:00Z",
+                           "event_id": f"tls-{i}"})
+    assert tls.xlen(f"{keys.namespace}:produced") == 500 and producer.stats.written == 500
+

@@ -68,6 +68,19 @@ def test_embedded_redis_exits_on_a_signal_with_its_data_flushed(tmp_path: Path, 
         again.stop()
 
 
+def test_the_embedded_redis_takes_its_maxmemory_and_never_evicts(tmp_path: Path) -> None:
+    port = free_port()
+    env = {"REDIS_PORT": str(port), "REDIS_DATA_DIR": str(tmp_path / "redis"), "REDIS_URL": "",
+           "REDIS_MAXMEMORY_MB": "64"}
+    proc = Proc.python("redis-capped", ["watermark.store.redis_server"], env, tmp_path)
+    try:
+        proc.wait_for(r"embedded Redis ready", timeout=60)
+        got = redis.Redis(port=port).config_get("maxmemory*")
+        assert got["maxmemory"] == str(64 * 2**20) and got["maxmemory-policy"] == "noeviction", got
+    finally:
+        assert proc.stop() == 0
+
+
 @pytest.mark.spark
 def test_ctrl_c_on_run_sh_ends_every_process_quietly(tmp_path: Path) -> None:
     ns = f"stop-{uuid.uuid4().hex[:6]}"

@@ -275,3 +275,51 @@ def test_the_monitor_pages_and_the_status_line_says_redis_is_full(r: redis.Redis
     r.delete(BALLAST)
     first = assess(read_snapshot(r, keys, range_ms=600_000, now_ms=now), now)[0]
     assert not first.text.startswith("Redis is full"), first
+
+
+def test_the_backlog_gate_holds_a_writer_at_the_bound_until_the_readers_make_room(r: redis.Redis,
+                                                                                  keys: KeySchema) -> None:
+    from watermark.store.batch_channel import BacklogGate
+
+    for i in range(100):
+        r.xadd(keys.events, {"e": b"{}"}, id=f"{i + 1}-0")
+    assert BacklogGate(r, keys.events, 101, every_s=0).admit(lambda _s: pytest.fail("no wait below the bound"))
+    assert BacklogGate(r, keys.events, None).admit(lambda _s: pytest.fail("no bound, no wait"))
+    gate = BacklogGate(r, keys.events, 100, every_s=0)
+    pauses: list[float] = []
+
+    def pause(seconds: float) -> bool:  # the writer's pause: the readers catch up on the second
+        pauses.append(seconds)
+        if len(pauses) == 2:
+            r.xtrim(keys.events, minid="50-0", approximate=False)
+        return False
+
+    assert gate.admit(pause) and len(pauses) == 2 and gate.waited == 1
+    assert r.xlen(keys.events) == 51
+    r.xadd(keys.events, {"e": b"{}"}, id="200-0", maxlen=None)
+    stopping = BacklogGate(r, keys.events, 10, every_s=0)
+    assert stopping.admit(lambda _s: True) is False  # asked to stop while waiting: says so
+
+
+def test_the_producer_holds_its_events_while_the_stream_is_at_its_bound(r: redis.Redis, keys: KeySchema) -> None:
+    """Backpressure (issue 27): the readers behind by the bound, the producer sends nothing more, keeps every event,
+    and writes each once when the job's trim makes room."""
+    for i in range(1_000):
+        r.xadd(keys.events, {"e": b"{}"}, id=f"{i + 1}-0")
+    url = r.connection_pool.connection_kwargs
+    producer = Producer(f"redis://{url['host']}:{url['port']}/0", namespace=keys.namespace, batch_size=50,
+                        max_stream_entries=1_000)
+    try:
+        for i in range(200):
+            producer.send({"server": "A", "player_id": f"p{i}", "kind": "login", "event_time": "2026-11-26T10:00:00Z",
+                           "event_id": f"A-{i}"})
+        with pytest.raises(ProducerTimeout):
+            producer.flush(timeout=1)
+        assert r.xlen(keys.events) == 1_000 and producer.pending == 200  # held, none written, none dropped
+        r.xtrim(keys.events, minid="901-0", approximate=False)  # the job committed and trimmed 900
+        producer.flush(timeout=60)
+    finally:
+        producer.close(timeout=60)
+    produced = [orjson.loads(f[b"e"])["event_id"] for _, f in r.xrange(keys.events, min="1001-0")]
+    assert sorted(produced) == sorted(f"A-{i}" for i in range(200))
+    assert r.xlen(keys.events) == 300  # the 100 kept and the 200 written

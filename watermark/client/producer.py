@@ -37,8 +37,10 @@ import redis
 from watermark.schema.events import IDLE_KIND, KINDS, BadEntry, Event, parse_payload
 from watermark.schema.keys import KeySchema, producer_marker_key
 from watermark.store.batch_channel import (
+    DEFAULT_MAX_STREAM_ENTRIES,
     LOST_REDIS,
     MARKER_TTL_S,
+    BacklogGate,
     Batch,
     BatchChannel,
     RedisFull,
@@ -125,14 +127,17 @@ class Producer:
     names this producer's marker ``{namespace}:producer:{producer_id}`` (default: a random UUID; two live
     producers must never share one). Up to ``batch_size`` events go in one transaction; the sending thread
     waits up to ``linger_s`` for a batch to fill. ``send`` blocks while ``max_pending`` events wait and raises
-    :class:`ProducerTimeout` after ``send_timeout_s``.
+    :class:`ProducerTimeout` after ``send_timeout_s``. While the stream holds ``max_stream_entries`` or more (its
+    readers are behind) no batch goes out (:class:`~watermark.store.batch_channel.BacklogGate`), nor while Redis
+    refuses writes because it is full: the events wait, and ``send`` then blocks, rather than anything being
+    dropped. ``max_stream_entries`` None: no bound.
     """
 
     def __init__(self, redis_url: str | redis.Redis = "redis://127.0.0.1:6379/0", *, namespace: str = "wm",
                  stream_key: str | None = None, producer_id: str | None = None, batch_size: int = 1_000,
                  max_pending: int = 100_000, linger_s: float = 0.002, send_timeout_s: float = 30.0,
                  socket_timeout_s: float = 10.0, max_backoff_s: float = 2.0, marker_ttl_s: int = MARKER_TTL_S,
-                 idempotent: bool = True) -> None:
+                 idempotent: bool = True, max_stream_entries: int | None = DEFAULT_MAX_STREAM_ENTRIES) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, got {batch_size}")
         if max_pending < 1:
@@ -154,6 +159,7 @@ class Producer:
         self.stats = ProducerStats()
         self._head = xadd_head(self.stream_key).encode("latin-1")
         self._channel = BatchChannel(self.stream_key, self.marker_key, idempotent=idempotent, ttl_s=marker_ttl_s)
+        self._gate = BacklogGate(self.client, self.stream_key, max_stream_entries, logger=log)
         lock = threading.Lock()
         self._work = threading.Condition(lock)  # the sending thread waits here for events
         self._room = threading.Condition(lock)  # send and flush wait here for acknowledgements
@@ -287,6 +293,8 @@ class Producer:
             again = self._refused.popleft()
             self._channel.send(again.frames, again.n)
             return True
+        if not self._gate.admit(self._abort.wait):  # the readers are behind: hold the events (backpressure)
+            return None
         with work:
             while not queue and not inflight and not self._closing:
                 work.wait()

@@ -46,6 +46,7 @@ class Config:
     redis_url: str = f"redis://127.0.0.1:{DEFAULT_EMBEDDED_PORT}/0"
     embedded_redis: bool = True
     redis_data_dir: str = "data/redis"
+    redis_maxmemory_mb: int = 0  # the embedded Redis' maxmemory (noeviction: at it, writes wait); 0: none
     namespace: str = "wm"
     window_ms: int = 60_000
     slide_ms: int = 60_000
@@ -56,9 +57,11 @@ class Config:
     max_events_per_batch: int = 200_000  # admission control: a backlog is read in batches of at most this
     source_partitions: int = 2
     stream_keep_entries: int = 1_000_000  # committed input kept to look back at: about this many entries at most
+    stream_max_entries: int = 2_000_000  # the input's bound for its writers: at it they wait (0: none)
     late_events_keep: int = DEFAULT_LATE_KEEP  # late events kept for the Events page (watermark.rules.late)
     retention_ms: int = 86_400_000
     progress_history: int = 10_000  # an hour and more of batches at the default trigger
+    progress_mb: int = 128  # ... and at most about this many MB of them per query (300 servers: ~100 KB a batch)
     key_ttl_ms: int | None = None  # how long keys outlive their last write; None = RETENTION
     max_future_skew_ms: int | None = 300_000  # events further ahead of their ingest time are quarantined
     known_servers: frozenset[str] | None = None  # None: any server name is accepted
@@ -85,10 +88,7 @@ class Config:
         _check(self.trigger_ms > 0, "TRIGGER_INTERVAL", "must be positive")
         _check(self.max_events_per_batch >= 0, "MAX_EVENTS_PER_BATCH", "must be 0 (no cap) or positive")
         _check(1 <= self.source_partitions <= 256, "SOURCE_PARTITIONS", "must be between 1 and 256")
-        _check(self.retention_ms >= self.window_ms, "RETENTION", "must be at least one WINDOW")
-        _check(self.progress_history >= 10, "PROGRESS_HISTORY", "must be at least 10")
-        _check(self.stream_keep_entries >= 0, "STREAM_KEEP_ENTRIES", "must not be negative")
-        _check(self.late_events_keep >= 1, "LATE_EVENTS_KEEP", "must be at least 1")
+        self._check_bounds()
         _check(bool(self.checkpoint_dir.strip()), "CHECKPOINT_DIR", "must not be empty")
         _check(bool(_NAMESPACE.match(self.namespace)), "PIPELINE_NAMESPACE",
                f"{self.namespace!r} must be 1-64 characters of letters, digits, '_', '-', '.'")
@@ -131,6 +131,19 @@ class Config:
                f"({format_duration_ms(max(0, self.retire_after_ms))}) must be positive: a server silent this long "
                "leaves the live views until its next event")
 
+    def _check_bounds(self) -> None:
+        """What Redis may hold: each bound checked."""
+        _check(self.retention_ms >= self.window_ms, "RETENTION", "must be at least one WINDOW")
+        _check(self.progress_history >= 10, "PROGRESS_HISTORY", "must be at least 10")
+        _check(self.progress_mb >= 1, "PROGRESS_MB", "must be at least 1")
+        _check(self.redis_maxmemory_mb == 0 or self.redis_maxmemory_mb >= 64, "REDIS_MAXMEMORY_MB",
+               "must be 0 (none) or at least 64")
+        _check(self.stream_keep_entries >= 0, "STREAM_KEEP_ENTRIES", "must not be negative")
+        _check(self.stream_max_entries == 0 or self.stream_max_entries > self.stream_keep_entries,
+               "STREAM_MAX_ENTRIES", "must be 0 (no bound) or above STREAM_KEEP_ENTRIES: the kept input alone would "
+               "hold the writers back")
+        _check(self.late_events_keep >= 1, "LATE_EVENTS_KEEP", "must be at least 1")
+
     @property
     def input_stream(self) -> str:
         """The stream key this pipeline reads (a lab lane reads its parent's)."""
@@ -158,6 +171,7 @@ class Config:
             redis_url=url or f"redis://127.0.0.1:{port}/0",
             embedded_redis=not url,
             redis_data_dir=env.get("REDIS_DATA_DIR", cls.redis_data_dir),
+            redis_maxmemory_mb=_int(env, "REDIS_MAXMEMORY_MB", cls.redis_maxmemory_mb),
             namespace=ns,
             window_ms=window,
             slide_ms=_duration(env, "SLIDE", window),
@@ -169,7 +183,9 @@ class Config:
             source_partitions=_int(env, "SOURCE_PARTITIONS", cls.source_partitions),
             retention_ms=_duration(env, "RETENTION", cls.retention_ms),
             progress_history=_int(env, "PROGRESS_HISTORY", cls.progress_history),
+            progress_mb=_int(env, "PROGRESS_MB", cls.progress_mb),
             stream_keep_entries=_int(env, "STREAM_KEEP_ENTRIES", cls.stream_keep_entries),
+            stream_max_entries=_int(env, "STREAM_MAX_ENTRIES", cls.stream_max_entries),
             late_events_keep=_int(env, "LATE_EVENTS_KEEP", cls.late_events_keep),
             max_future_skew_ms=_optional_duration(env, "MAX_FUTURE_SKEW", cls.max_future_skew_ms),
             known_servers=_name_set(env, "KNOWN_SERVERS"),

@@ -27,6 +27,7 @@ from watermark.store.commit import Params
 def params_of(cfg: Config) -> Params:
     return Params(window_ms=cfg.window_ms, slide_ms=cfg.slide_ms, delay_ms=cfg.delay_ms,
                   retention_ms=cfg.retention_ms, progress_history=cfg.progress_history,
+                  progress_bytes=cfg.progress_mb * 2**20,
                   ttl_ms=cfg.key_ttl_ms, trigger_ms=cfg.trigger_ms, mode=cfg.watermark_mode,
                   policy=cfg.watermark_policy,
                   servers=tuple(sorted(cfg.known_servers or ())) if cfg.watermark_mode == "per-server" else (),

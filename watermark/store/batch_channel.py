@@ -23,13 +23,15 @@ caller builds the next. Replies are read straight off the socket with a hiredis 
 from __future__ import annotations
 
 import logging
+import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import redis
 
-from watermark.store.redis_conn import EXEC, FULL, MULTI, Replies
+from watermark.store.redis_conn import EXEC, FULL, FULL_SAY_EVERY_S, MULTI, Replies
 
 log = logging.getLogger("watermark.store.batch_channel")
 
@@ -54,6 +56,55 @@ class RedisFull(WriteError):
     def __init__(self, message: str, batch: Batch) -> None:
         super().__init__(message)
         self.batch = batch
+
+
+DEFAULT_MAX_STREAM_ENTRIES = 2_000_000
+"""The input's bound for its writers (``STREAM_MAX_ENTRIES``): twice what the job keeps to look back at, so a writer
+waits only when the readers are behind by about a million entries (some 300 MB of Redis)."""
+
+
+class BacklogGate:
+    """Backpressure on the input: before a writer sends a batch, the stream's length (read at most every
+    ``every_s``, on a connection of its own) must be under ``max_entries``; at it or above, the writer waits and
+    looks again until the readers have caught up and the job's trim has made room. So the stream stays within the
+    bound plus what one look's interval lets through, however far the writers outrun the job, and nothing a
+    reader still needs is trimmed. ``max_entries`` None or 0: no bound."""
+
+    def __init__(self, client: redis.Redis, stream_key: str, max_entries: int | None, every_s: float = 0.1,
+                 logger: logging.Logger = log, clock: Callable[[], float] = time.monotonic) -> None:
+        self.client, self.stream_key, self.max_entries = client, stream_key, max_entries or None
+        self.every_s, self.log, self.clock = every_s, logger, clock
+        self._looked = float("-inf")
+        self.waited = 0
+        """Times a writer found the stream at its bound."""
+
+    def admit(self, wait: Callable[[float], bool]) -> bool:
+        """Return once the stream has room (True), or False when ``wait(seconds)`` (the writer's pause, True to
+        stop) asks to stop first."""
+        if self.max_entries is None or self.clock() - self._looked < self.every_s:
+            return True
+        since: float | None = None
+        said = float("-inf")
+        pause = self.every_s
+        while True:
+            length = int(self.client.xlen(self.stream_key))
+            self._looked = now = self.clock()
+            if length < self.max_entries:
+                if since is not None:
+                    self.log.warning("the input stream %s has room again after %.0f s (%s entries)", self.stream_key,
+                                     now - since, f"{length:,}")
+                return True
+            if since is None:
+                since = now
+                self.waited += 1
+            if now - said >= FULL_SAY_EVERY_S:
+                self.log.warning("the input stream %s holds %s entries, its bound is %s (STREAM_MAX_ENTRIES): its "
+                                 "readers are behind; holding new events until they catch up", self.stream_key,
+                                 f"{length:,}", f"{self.max_entries:,}")
+                said = now
+            if wait(pause):
+                return False
+            pause = min(1.0, pause * 2)
 
 
 def xadd_head(stream_key: str) -> str:

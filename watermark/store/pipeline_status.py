@@ -243,15 +243,19 @@ def _parse_fixed(replies: list, keys: KeySchema) -> FixedReads:
 
 
 def stream_info(xinfo: Mapping, trimmed: int, committed: int, oldest: object, no_batch: bool) -> StreamInfo:
-    """The input's length, ends and what waits, exactly: ``entries-added - committed`` on Redis 7 (every entry ever
-    appended, whoever trimmed), else ``XLEN + trimmed - committed`` (Redis 6.2 has no such count: the job counts
-    its own trims); ``oldest``: the first entry after the committed one, if any."""
+    """The input's length, ends and what waits: ``entries-added - committed`` on Redis 7 (every entry ever appended:
+    exact whoever trims what the readers committed), else ``XLEN + trimmed - committed`` (Redis 6.2 has no such
+    count: the job counts its own trims, exact while only it trims). Neither sees an entry someone deleted before
+    the job read it, except that none waits when no entry follows the committed one; ``oldest``: that entry."""
     length = int(xinfo.get("length", 0)) if xinfo else 0
     last_id = _decode(xinfo.get("last-generated-id")) if xinfo else None
     if last_id == "0-0":
         last_id = None
     added = xinfo.get("entries-added") if xinfo else None
-    waiting = max(0, int(added) - committed) if added is not None else waiting_entries(length, trimmed, committed)
+    if added is None or no_batch:
+        waiting = waiting_entries(length, trimmed, committed)
+    else:  # an entry deleted unread (XDEL) is counted in entries-added: none waits when no entry follows the commit
+        waiting = min(length, max(0, int(added) - committed)) if oldest is not None else 0
     oldest_ms = parse_entry_id(_decode(oldest))[0] if oldest is not None and waiting else None
     first = xinfo.get("first-entry") if xinfo else None
     first_ms = parse_entry_id(_decode(first[0]))[0] if first else None

@@ -36,7 +36,7 @@ from watermark.rules.presence_rollup import (
 from watermark.schema.keys import KeySchema
 from watermark.schema.records import ClockRecord, CommitEntry, PresenceRecord, PresenceStateRecord
 from watermark.store import redis_conn
-from watermark.store.commit import Params, guarded, next_watermark
+from watermark.store.commit import Params, guarded, next_watermark, records_kept
 from watermark.store.history_store import queue_minute
 
 HOUR_MS = 3_600_000
@@ -429,8 +429,9 @@ class _Rollups:
         if self.raised_ever:
             pipe.hset(keys.presence_peak_ever, mapping={k: format_peak(*v) for k, v in self.raised_ever.items()})
         batch_id = record.batch
-        pipe.zadd(keys.presence_history, {record.encode(): batch_id})
-        pipe.zremrangebyscore(keys.presence_history, "-inf", f"({batch_id - params.progress_history + 1}")
+        encoded = record.encode()
+        pipe.zadd(keys.presence_history, {encoded: batch_id})
+        pipe.zremrangebyscore(keys.presence_history, "-inf", batch_id - records_kept(params, len(encoded)))
         pipe.expire(keys.presence_history, params.ttl_s)
 
 

