@@ -288,14 +288,14 @@ def _draw(out: Path, soak: Soak, summary: dict) -> None:
             if (target := soak.target_ms(c)) is not None and c == cols[0]:
                 fig.add_hline(y=target, line_dash="dot", line_color="red", row=row, col=col)
         fig.update_xaxes(title_text="minutes", row=row, col=col)
-    fig.update_layout(height=1600, width=1200, margin={"b": 120}, legend={"orientation": "h"},
+    fig.update_layout(height=1650, width=1200, margin={"b": 170}, legend={"orientation": "h", "y": -0.04},
                       title=f"Soak: {summary['code']}, {summary['rate']:,} events/s, {summary['date']}")
     html = out / "soak.html"
     fig.write_html(html, include_plotlyjs=True)
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     if chromium:
         subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-                        f"--screenshot={out / 'soak.png'}", "--window-size=1200,1600", "--virtual-time-budget=5000",
+                        f"--screenshot={out / 'soak.png'}", "--window-size=1200,1650", "--virtual-time-budget=5000",
                         html.as_uri()], capture_output=True, timeout=120, check=False)
 
 

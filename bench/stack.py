@@ -183,11 +183,20 @@ def tree_cpu_s(pid: int) -> float:
 
 
 def tree_rss_mb(pid: int) -> float:
+    """Resident memory of a process and its descendants; one that ends while they are counted is left out (it
+    made a whole sample read 0 before)."""
     try:
         root = psutil.Process(pid)
-        return sum(p.memory_info().rss for p in [root, *root.children(recursive=True)]) / 2**20
+        procs = [root, *root.children(recursive=True)]
     except psutil.NoSuchProcess:
         return 0.0
+    total = 0
+    for p in procs:
+        try:
+            total += p.memory_info().rss
+        except psutil.NoSuchProcess:
+            pass
+    return total / 2**20
 
 
 def redis_ms(client: redis.Redis) -> int:

@@ -1,4 +1,4 @@
-"""Faults a production user meets: a batch failing in foreachBatch, and Redis restarting mid-run."""
+"""Faults a production user meets: a batch failing in foreachBatch, Redis restarting mid-run, Redis full."""
 
 from __future__ import annotations
 
@@ -96,23 +96,32 @@ def test_a_failed_batch_is_retried_without_double_counting(spark: SparkSession, 
     assert counted_per_window(client, keys) == raw_per_window([p for _, p in entries])
 
 
+def job_on_own_redis(tmp_path: Path, prefix: str) -> tuple[RedisServer, KeySchema, dict[str, str], Proc, redis.Redis]:
+    """A redis-server of the test's own (to restart or fill) and the real job on it, 10 s windows."""
+    server = RedisServer(data_dir=str(tmp_path / "redis"), port=free_port())
+    server.start()
+    keys = KeySchema(f"{prefix}-{uuid.uuid4().hex[:6]}")
+    env = {"REDIS_URL": server.url, "PIPELINE_NAMESPACE": keys.namespace, "WINDOW": "10s", "WATERMARK_DELAY": "2s",
+           "TRIGGER_INTERVAL": "1s", "CHECKPOINT_DIR": str(tmp_path / "ck"), "SPARK_MASTER": "local[2]"}
+    job = Proc.python("job", ["watermark.apps.job"], env, tmp_path)
+    return server, keys, env, job, redis.Redis.from_url(server.url, socket_timeout=60)
+
+
+def generator_after_first_batch(job: Proc, env: dict[str, str], tmp_path: Path, scenario: str, seed: int) -> Proc:
+    """9,000 events at 300 a second, once the job's query runs."""
+    job.wait_for(r"query \S+ running", timeout=180)
+    return Proc.python("generator", ["watermark.apps.generator", "--scenario", scenario, "--rate", "300",
+                                     "--count", "9000", "--seed", str(seed), "--log-every", "1"], env, tmp_path)
+
+
 def test_redis_restart_mid_run_loses_nothing_committed(tmp_path: Path) -> None:
     """The job and the generator ride out a Redis restart (AOF on); the dashboard's reads fail, then recover;
     every event generated is in the stream once and counted once (the writer resends what it had in flight,
     and only that: watermark.store.batch_channel)."""
-    server = RedisServer(data_dir=str(tmp_path / "redis"), port=free_port())
-    server.start()
-    ns = f"restart-{uuid.uuid4().hex[:6]}"
-    keys = KeySchema(ns)
-    env = {"REDIS_URL": server.url, "PIPELINE_NAMESPACE": ns, "WINDOW": "10s", "WATERMARK_DELAY": "2s",
-           "TRIGGER_INTERVAL": "1s", "CHECKPOINT_DIR": str(tmp_path / "ck"), "SPARK_MASTER": "local[2]"}
-    job = Proc.python("job", ["watermark.apps.job"], env, tmp_path)
+    server, keys, env, job, client = job_on_own_redis(tmp_path, "restart")
     gen: Proc | None = None
-    client = redis.Redis.from_url(server.url, socket_timeout=60)
     try:
-        job.wait_for(r"query \S+ running", timeout=180)
-        gen = Proc.python("generator", ["watermark.apps.generator", "--scenario", "overseas-lag", "--rate", "300",
-                                        "--count", "9000", "--seed", "4", "--log-every", "1"], env, tmp_path)
+        gen = generator_after_first_batch(job, env, tmp_path, "overseas-lag", seed=4)
         assert client.xread({keys.commits: "0-0"}, block=120_000), "no batch committed before the restart"
         committed_before = client.hgetall(keys.state)
         batches_before = int(committed_before[b"last_batch"])
@@ -145,5 +154,54 @@ def test_redis_restart_mid_run_loses_nothing_committed(tmp_path: Path) -> None:
     assert counted_per_window(client, keys) == raw_per_window(stream, window_ms=10_000, slide_ms=10_000)
     snap = read_snapshot(client, keys, range_ms=3_600_000, now_ms=0)  # the dashboard reads again
     assert snap.totals.input == totals["input"] and json.dumps(snap.totals.dropped) == str(totals.get("dropped", 0))
+    client.close()
+    server.stop()
+
+
+def test_a_full_redis_holds_the_job_and_the_generator_until_memory_is_freed(tmp_path: Path) -> None:
+    """Redis at its ``maxmemory`` (noeviction) mid-run: the job's commit and the generator's batches are refused;
+    both say so and wait, the pages say Redis is full, nothing partial is committed; once memory is freed both go
+    on, and every event generated is in the stream once and counted once."""
+    from dashboard.status import Level, assess
+
+    server, keys, env, job, client = job_on_own_redis(tmp_path, "full")
+    gen: Proc | None = None
+    try:
+        gen = generator_after_first_batch(job, env, tmp_path, "steady", seed=5)
+        assert client.xread({keys.commits: "0-0"}, block=120_000), "no batch committed before Redis filled"
+        client.config_set("maxmemory-policy", "noeviction")
+        client.config_set("maxmemory", int(client.info("memory")["used_memory"]) + 2**20)
+        while True:  # a ballast until Redis refuses a write
+            pipe = client.pipeline(transaction=False)
+            for _ in range(200):
+                pipe.xadd("ballast", {"x": b"x" * 1_000})
+            if any(isinstance(x, redis.exceptions.OutOfMemoryError) for x in pipe.execute(raise_on_error=False)):
+                break
+        job.wait_for(r"Redis is full", timeout=120)
+        gen.wait_for(r"Redis is full", timeout=120)
+        state = client.hgetall(keys.state)
+        committed = state[b"committed_id"].decode()
+        within = len(client.xrange(keys.events, "-", committed))
+        assert int(client.hget(keys.totals, "input")) == within, "a commit landed in part"
+        now = int(client.time()[0]) * 1000
+        first = assess(read_snapshot(client, keys, range_ms=600_000, now_ms=now), now)[0]
+        assert first.level is Level.ERROR and first.text.startswith("Redis is full"), first
+        assert gen.running() and job.running()
+
+        client.delete("ballast")  # memory freed
+        client.config_set("maxmemory", 0)
+        assert gen.popen.wait(timeout=240) == 0, gen.tail()
+        last_id = client.xinfo_stream(keys.events)["last-generated-id"].decode()
+        assert wait_for_commit(client, keys, last_id, timeout_s=240), f"no commit after memory was freed:\n{job.tail()}"
+        job.wait_for(r"Redis takes writes again", timeout=10)
+    finally:
+        if gen is not None:
+            gen.stop()
+        job.stop()
+    totals = {k.decode(): int(v) for k, v in client.hgetall(keys.totals).items()}
+    assert totals["input"] == client.xlen(keys.events) == 9_000
+    stream = [fields[PAYLOAD_FIELD.encode()] for _, fields in client.xrange(keys.events)]
+    assert len({json.loads(p)["event_id"] for p in stream}) == 9_000  # none lost, none twice
+    assert counted_per_window(client, keys) == raw_per_window(stream, window_ms=10_000, slide_ms=10_000)
     client.close()
     server.stop()
