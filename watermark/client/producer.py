@@ -34,10 +34,10 @@ from typing import Any
 import orjson
 import redis
 
+from watermark.schema.config import DEFAULT_STREAM_MAX_ENTRIES
 from watermark.schema.events import IDLE_KIND, KINDS, BadEntry, Event, parse_payload
 from watermark.schema.keys import KeySchema, producer_marker_key
 from watermark.store.batch_channel import (
-    DEFAULT_MAX_STREAM_ENTRIES,
     LOST_REDIS,
     MARKER_TTL_S,
     BacklogGate,
@@ -137,7 +137,7 @@ class Producer:
                  stream_key: str | None = None, producer_id: str | None = None, batch_size: int = 1_000,
                  max_pending: int = 100_000, linger_s: float = 0.002, send_timeout_s: float = 30.0,
                  socket_timeout_s: float = 10.0, max_backoff_s: float = 2.0, marker_ttl_s: int = MARKER_TTL_S,
-                 idempotent: bool = True, max_stream_entries: int | None = DEFAULT_MAX_STREAM_ENTRIES) -> None:
+                 idempotent: bool = True, max_stream_entries: int | None = DEFAULT_STREAM_MAX_ENTRIES) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, got {batch_size}")
         if max_pending < 1:

@@ -18,6 +18,11 @@ from watermark.schema.timeutil import format_duration_ms, parse_duration_ms
 DEFAULT_LATE_KEEP = 200_000
 """Late events kept per pipeline (``LATE_EVENTS_KEEP``): about 30 MB of Redis at most."""
 
+DEFAULT_STREAM_MAX_ENTRIES = 2_000_000
+"""The input's bound for its writers (``STREAM_MAX_ENTRIES``, the Producer's ``max_stream_entries``): twice what the
+job keeps to look back at, so a writer waits only when the readers are behind by about a million entries (some
+300 MB of Redis)."""
+
 DEFAULT_HISTORY_DAYS = 8
 """Whole days a minute of players online is kept after its day (``HISTORY_DAYS``): a week back from any moment of
 today, and the week-ago overlay. About 32 MB of Redis at 300 servers (docs/operations.md)."""
@@ -57,7 +62,7 @@ class Config:
     max_events_per_batch: int = 200_000  # admission control: a backlog is read in batches of at most this
     source_partitions: int = 2
     stream_keep_entries: int = 1_000_000  # committed input kept to look back at: about this many entries at most
-    stream_max_entries: int = 2_000_000  # the input's bound for its writers: at it they wait (0: none)
+    stream_max_entries: int = DEFAULT_STREAM_MAX_ENTRIES  # the input's bound for its writers: at it they wait (0: none)
     late_events_keep: int = DEFAULT_LATE_KEEP  # late events kept for the Events page (watermark.rules.late)
     retention_ms: int = 86_400_000
     progress_history: int = 10_000  # an hour and more of batches at the default trigger

@@ -58,11 +58,6 @@ class RedisFull(WriteError):
         self.batch = batch
 
 
-DEFAULT_MAX_STREAM_ENTRIES = 2_000_000
-"""The input's bound for its writers (``STREAM_MAX_ENTRIES``): twice what the job keeps to look back at, so a writer
-waits only when the readers are behind by about a million entries (some 300 MB of Redis)."""
-
-
 class BacklogGate:
     """Backpressure on the input: before a writer sends a batch, the stream's length (read at most every
     ``every_s``, on a connection of its own) must be under ``max_entries``; at it or above, the writer waits and
