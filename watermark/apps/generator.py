@@ -31,12 +31,12 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from types import FrameType
 
 import redis
 
 from watermark.rules.scenarios import SCENARIOS, game, scenarios_help
 from watermark.rules.simulate import Simulator
+from watermark.runtime.signals import on_stop_signals
 from watermark.schema.clock import RealClock
 from watermark.schema.config import Config, ConfigError
 from watermark.schema.keys import KeySchema
@@ -158,14 +158,9 @@ def main(argv: list[str] | None = None) -> int:
     key = args.stream or KeySchema(cfg.namespace).events
     progress = _Progress(args.log_every)
 
-    def on_signal(signum: int, _frame: FrameType | None) -> None:
-        if stop.is_set():
-            raise KeyboardInterrupt  # second signal: give up on the current batch
-        log.info("%s: stopping after the current batch", signal.Signals(signum).name)
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    # A second signal gives up on the current batch.
+    on_stop_signals(note=lambda signum: log.info("%s: stopping after the current batch", signal.Signals(signum).name),
+                    interrupt_again=True, event=stop)
     if args.follow:
         return _follow(args, cfg, seed, clock, stop, progress)
     log.info("scenario=%s seed=%d rate=%s count=%s start=%s stream=%s ids=%s", sim.scenario.name, seed,

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 import sys
 import threading
 import time
@@ -23,6 +22,7 @@ from redis.commands.core import Script
 from watermark.apps.control import read_control
 from watermark.rules.idleness import IDLENESS_KEEP, IdleTicker
 from watermark.rules.idleness import summary as idle_summary
+from watermark.runtime.signals import on_stop_signals
 from watermark.schema.config import Config, ConfigError, redact_url
 from watermark.schema.events import PAYLOAD_FIELD
 from watermark.schema.keys import KeySchema
@@ -151,15 +151,7 @@ def supervise(client: redis.Redis, cfg: Config, own: Config, lanes: list[Config]
 def on_signals() -> threading.Event:
     """SIGTERM and SIGINT set the returned event (only flag it: calling into the JVM from a signal handler
     races the blocked py4j call)."""
-    stopping = threading.Event()
-
-    def stop(signum: int, _frame: object) -> None:
-        log.info("signal %d: stopping the queries", signum)
-        stopping.set()
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
-    return stopping
+    return on_stop_signals(note=lambda signum: log.info("signal %d: stopping the queries", signum)).event
 
 
 def restart_if_failed(p: Pipeline) -> bool:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import signal
 import sys
 import threading
 import time
@@ -37,6 +36,7 @@ from watermark.apps.alertmanager import AlertmanagerPusher
 from watermark.apps.annotate import annotations_app, beside, serve
 from watermark.apps.metrics import StackCollector
 from watermark.apps.notify import Notifier, Outgoing
+from watermark.runtime.signals import on_stop_signals
 from watermark.schema.clock import wall_ms
 from watermark.schema.config import DEFAULT_HISTORY_DAYS, Config, ConfigError, redact_url
 from watermark.schema.keys import KeySchema
@@ -272,9 +272,7 @@ def run(cfg: AlertConfig, env: Config, args: argparse.Namespace) -> int:
                                     external_url=os.environ.get("DASHBOARD_URL", ""),
                                     resend_ms=cfg.alertmanager.resend_ms, timeout_ms=cfg.alertmanager.timeout_ms)
     monitor = Monitor(client, keys, cfg, wall_ms(), notifier, pusher, int(args.interval * 1000), env.retire_after_ms)
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
+    stop = on_stop_signals().event
     if args.port and (error := serve_metrics(args.address, args.port, env.redis_url, keys, monitor,
                                              env.history_days)):
         print(f"error: {error}", file=sys.stderr)

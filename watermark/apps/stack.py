@@ -12,7 +12,7 @@ Each line ``name: command`` runs as ``bash -c command`` in a session of its own,
   group), waits :data:`GRACE_S`, then SIGKILLs what is left. One process ending on its own stops the others and
   the stack exits with its code.
 - **No orphans.** Each process gets SIGTERM from the kernel when ``wm-stack`` dies, even by SIGKILL
-  (:func:`watermark.store.redis_server.die_with_parent`); ``wm-redis`` does the same for its ``redis-server``, and
+  (:func:`watermark.runtime.children.die_with_parent`); ``wm-redis`` does the same for its ``redis-server``, and
   Spark's JVM leaves when the job's driver does (its standard input closes).
 - **Starts after a crash.** The locks are the kernel's (``flock``): a crashed stack holds none.
 """
@@ -34,8 +34,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+from watermark.runtime.children import die_with_parent
+from watermark.runtime.signals import on_stop_signals
 from watermark.schema.config import Config, ConfigError
-from watermark.store.redis_server import die_with_parent
 
 GRACE_S = 5.0
 """How long a stop waits for every process before SIGKILL (the embedded Redis lets its clients leave in 3.5 s)."""
@@ -191,14 +192,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     stack = Stack(lines)
-    requested: list[int] = []
-
-    def on_signal(signum: int, _frame: object) -> None:
-        requested.append(signum)
-        stack.stopping.set()
-
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, on_signal)
+    requested = on_stop_signals((signal.SIGINT, signal.SIGTERM, signal.SIGHUP), event=stack.stopping)
     with ExitStack() as held:
         try:
             for path, what in state_locks(cfg):
@@ -211,8 +205,8 @@ def main(argv: list[str] | None = None) -> int:
         stack.start()
         stack.wait_first()
         stack.stop()
-    if requested:
-        return 130 if requested[0] == signal.SIGINT else 0
+    if requested.received:
+        return 130 if requested.first == signal.SIGINT else 0
     first = stack.exited[0][1] if stack.exited else 0
     return first if first >= 0 else 128 - first  # killed by a signal: as a shell says it
 

