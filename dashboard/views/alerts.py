@@ -11,7 +11,7 @@ from dashboard import alertview, ui
 from dashboard.charts import has_data
 from dashboard.status import clock, human_ms, unreachable
 from watermark.schema.config import Config, ConfigError, redact_url
-from watermark.store.alert_store import AlertView, WebhookStatus
+from watermark.store.alert_store import OUTBOX_KEEP, AlertView, WebhookStatus
 
 STALE_ROUNDS = 5  # the monitor counts as stopped when it has not evaluated for this many rounds
 
@@ -37,6 +37,9 @@ def webhook_line(w: WebhookStatus) -> str:
     text = f"Webhook {w.url}: {w.delivered:,} delivered"
     if w.waiting:
         text += f", {w.waiting:,} waiting to be delivered"
+    if w.dropped:
+        text += (f", {w.dropped:,} never sent: the receiver refused for longer than the outbox holds "
+                 f"({OUTBOX_KEEP:,} notices; the history keeps them)")
     if w.last_error and (w.last_ok_ms is None or (w.last_error_ms or 0) > w.last_ok_ms):
         text += f"; last attempt failed at {clock(w.last_error_ms or 0)}: {w.last_error} (retrying with backoff)"
     return text + "."

@@ -8,7 +8,7 @@ import uuid
 
 import redis
 
-from tests.receiver import alert_line, receiving
+from tests.receiver import alert_line, alert_lines, receiving
 from watermark.alerting.conditions import Finding
 from watermark.alerting.config import Timing
 from watermark.alerting.lifecycle import Decision, Notice, step_all
@@ -198,3 +198,33 @@ def test_an_outage_of_300_servers_is_one_message_listing_them(r: redis.Redis) ->
     assert sorted(x[2] for x in alert_lines(outage)) == servers
     assert "server" not in outage["commonLabels"] and outage["commonLabels"]["alertname"] == "ServerSilent"
     assert read_outbox(r, k) == [] and read_alert_view(r, k, T0).webhook.delivered == 301
+
+
+def test_a_receiver_refusing_for_days_leaves_an_outbox_of_the_newest_notices_and_an_exact_count_of_the_rest(
+        r: redis.Redis) -> None:
+    """The outbox holds ``keep`` notices; older ones leave it counted, are never sent, and stay in the history;
+    the notifier's memory holds no more, and a notice queued before its entry was trimmed is not sent either."""
+    k = keys()
+    keep = 3
+    n = notifier("http://unused", r, k)
+    n.keep = keep
+    offered = []
+    for i in range(7):
+        d = fire(f"S{i}", T0 + i)
+        ((oid, notice),) = apply_decision(r, k, d, T0 + i, outbox=True, outbox_keep=keep)
+        offered.append(Outgoing(notice, oid))
+        n.offer(Outgoing(notice, oid))
+    assert [x.subject for _, x in read_outbox(r, k)] == ["S4", "S5", "S6"]
+    view = read_alert_view(r, k, T0 + 7)
+    assert (view.webhook.dropped, view.webhook.waiting) == (4, 3)
+    assert len(view.history) == 7  # every change is still in the history
+    queued = [n.queue.get_nowait() for _ in range(n.queue.qsize())]
+    assert [x.notice.subject for x in queued if x] == ["S4", "S5", "S6"]
+    with receiving() as hook:
+        n.url = hook.url
+        # S2 was dequeued before the trim (in flight): its entry is gone, so it is counted, not sent
+        assert n.deliver_group([offered[2], *queued]) is True
+        (body,) = hook.bodies  # one group, one message
+        assert [line[2] for line in alert_lines(body)] == ["S4", "S5", "S6"]
+    view = read_alert_view(r, k, T0 + 7)
+    assert (view.webhook.delivered, view.webhook.dropped, view.webhook.waiting) == (3, 4, 0)

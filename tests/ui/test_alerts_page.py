@@ -94,7 +94,7 @@ def seeded_alerts(redis_url: str, monkeypatch: pytest.MonkeyPatch) -> KeySchema:
         Finding("players_drop", "C", True, 100.0, "C: 0 players online, down 100 % from 90 within 5m",
                 held="no event from C for 45s: its players time out while its events are delayed")], T0, TIMING)
     apply_decision(client, keys, now, T0, outbox=True)
-    client.hset(keys.alerts_webhook, "url", "http://hooks.example/alerts")
+    client.hset(keys.alerts_webhook, mapping={"url": "http://hooks.example/alerts", "dropped": 1200})
     client.hset(keys.alerts_monitor, "watching", watching(AlertConfig()))
     acknowledge(client, keys, first_id, first.id, T0 - 599_000)
     record_failure(client, keys, "HTTP Error 503: Service Unavailable", T0 - 1_000)
@@ -121,8 +121,9 @@ def test_the_page_shows_firing_held_history_and_the_webhook(seeded_alerts: KeySc
                                           "delayed"]
     assert list(history["Event"]) == ["fired", "resolved after 5 min", "fired"]
     captions = " ".join(c.value for c in at.caption)
-    assert "Webhook http://hooks.example/alerts: 1 delivered, 2 waiting to be delivered; last attempt failed at " \
-           "07:59:59 UTC: HTTP Error 503: Service Unavailable (retrying with backoff)." in captions
+    assert "Webhook http://hooks.example/alerts: 1 delivered, 2 waiting to be delivered, 1,200 never sent: the " \
+           "receiver refused for longer than the outbox holds (10,000 notices; the history keeps them); last " \
+           "attempt failed at 07:59:59 UTC: HTTP Error 503: Service Unavailable (retrying with backoff)." in captions
     assert "Watching for PlayersDrop: down over 50 % within 5 min (RegionPlayersDrop: a region's sum) · " \
            "ServerSilent: 1 min" in captions
     for df in (firing, held, history):  # operator words, not field names

@@ -25,7 +25,7 @@ from watermark.alerting.lifecycle import Notice
 from watermark.alerting.webhook import backoff_ms, group_key, group_payload
 from watermark.schema.clock import wall_ms
 from watermark.schema.keys import KeySchema
-from watermark.store.alert_store import acknowledge, record_failure, was_delivered
+from watermark.store.alert_store import OUTBOX_KEEP, acknowledge, record_failure, still_owed, was_delivered
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +56,7 @@ def post(url: str, body: object, timeout_s: float) -> None:
 class Notifier(threading.Thread):
     def __init__(self, url: str, client: redis.Redis, keys: KeySchema, *, external_url: str,
                  timeout_ms: int, max_backoff_ms: int, clock: Callable[[], int] | None = None,
-                 group_wait_ms: int = 0) -> None:
+                 group_wait_ms: int = 0, keep: int = OUTBOX_KEEP) -> None:
         super().__init__(name="webhook", daemon=True)
         self.url, self.client, self.keys = url, client, keys
         self.external_url = external_url
@@ -64,10 +64,23 @@ class Notifier(threading.Thread):
         self.group_wait_s = group_wait_ms / 1000
         self.clock = clock or wall_ms
         self.queue: queue.Queue[Outgoing | None] = queue.Queue()
+        self.keep = keep
         self.stopping = threading.Event()
 
     def offer(self, item: Outgoing) -> None:
+        """Queued in memory as the outbox holds it in Redis: the newest ``keep``. An older one left behind here
+        has left the outbox too (it keeps the same newest ``keep``, and counted it dropped)."""
         self.queue.put(item)
+        while self.queue.qsize() > self.keep:
+            try:
+                oldest = self.queue.get_nowait()
+            except queue.Empty:
+                break
+            if oldest is None:  # a stop: it stays, after what is owed
+                self.queue.put(None)
+                break
+            if oldest.outbox_id is None:
+                log.warning("webhook: %s dropped unsent: more than %d notices owed", oldest.notice.id, self.keep)
 
     def close(self, timeout_s: float = 2.0) -> None:
         """Stop after the notice in flight; what is owed stays in the outbox for the next start."""
@@ -107,7 +120,7 @@ class Notifier(threading.Thread):
         """Notices of one :func:`group_key` as one message, until delivered, rejected or stopped; True when the
         receiver took them (now or before). Each is acknowledged in the outbox on its own."""
         owed = []
-        for item in items:
+        for item in self._still_owed(items):
             if self._delivered_before(item):
                 self._ack(item)
             else:
@@ -134,6 +147,20 @@ class Notifier(threading.Thread):
                 self._ack(x)
             return True
         return False
+
+    def _still_owed(self, items: list[Outgoing]) -> list[Outgoing]:
+        """Those still in the outbox (or never in it): one trimmed while the receiver refused was counted as
+        dropped, and sending it now would count it twice."""
+        ids = [x.outbox_id for x in items if x.outbox_id is not None]
+        try:
+            there = dict(zip(ids, still_owed(self.client, self.keys, ids), strict=True)) if ids else {}
+        except redis.RedisError:
+            return items  # cannot tell: send (at least once)
+        gone = [x for x in items if x.outbox_id is not None and not there[x.outbox_id]]
+        if gone:
+            log.warning("webhook: %d notices left the outbox unsent (more than %d owed), e.g. %s", len(gone),
+                        self.keep, gone[0].notice.id)
+        return [x for x in items if x.outbox_id is None or there[x.outbox_id]]
 
     def _delivered_before(self, item: Outgoing) -> bool:
         """The same notice reached the receiver already (sent from memory while Redis was away, and found in

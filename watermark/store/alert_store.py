@@ -25,7 +25,18 @@ HISTORY_KEEP = 20_000
 week: an outage of all 300 servers is 600 notices; past this many alerts flap by the thousand, and then the
 newest are the ones to see). About 6 MB at most; the entries' IDs are Redis' clock, the notices' times the
 monitor's, so the bound is a count, not an age."""
+OUTBOX_KEEP = 10_000
+"""Notices the webhook may owe at most (about 3 MB): past it, while a receiver refuses for days, the oldest owed
+leave the outbox unsent and are counted (``dropped`` in ``{ns}:alerts:webhook``, shown on the Alerts page and in
+the log); they stay in the history. A receiver back after such an outage gets the newest 10,000 changes, oldest
+first, which is what an on-call person can still act on."""
 
+# The trim's count is what leaves: exact, so "dropped" plus "delivered" plus what is owed is every notice.
+_TRIM_OUTBOX_LUA = """
+local dropped = redis.call('XTRIM', KEYS[1], 'MAXLEN', ARGV[1])
+if dropped > 0 then redis.call('HINCRBY', KEYS[2], 'dropped', dropped) end
+return dropped
+"""
 
 
 OnBad = Callable[[str], None]
@@ -49,10 +60,12 @@ def read_alerts(client: redis.Redis, keys: KeySchema, on_bad: OnBad | None = Non
 
 
 def apply_decision(client: redis.Redis, keys: KeySchema, d: Decision, now_ms: int, *, outbox: bool,
-                   history_only: int = 0, interval_ms: int = 1_000) -> list[tuple[str, Notice]]:
+                   history_only: int = 0, interval_ms: int = 1_000,
+                   outbox_keep: int = OUTBOX_KEEP) -> list[tuple[str, Notice]]:
     """The round's alerts (the whole hash, so what changed while Redis was away is right too), history and,
-    with a webhook, outbox, in one MULTI; the outbox entries' IDs with their notices. The first
-    ``history_only`` notices were decided while Redis was unreachable and already handed to the webhook."""
+    with a webhook, outbox (at most ``outbox_keep``, the oldest dropped and counted), in one MULTI; the outbox
+    entries' IDs with their notices. The first ``history_only`` notices were decided while Redis was unreachable
+    and already handed to the webhook."""
     owed = d.notices[history_only:] if outbox else ()
     with client.pipeline(transaction=True) as pipe:
         pipe.hset(keys.alerts_monitor, mapping={"round_ms": now_ms, "interval_ms": interval_ms})
@@ -63,9 +76,22 @@ def apply_decision(client: redis.Redis, keys: KeySchema, d: Decision, now_ms: in
             pipe.xadd(keys.alerts_history, {NOTICE_FIELD: n.encode()}, maxlen=HISTORY_KEEP, approximate=True)
         for n in owed:
             pipe.xadd(keys.alerts_outbox, {NOTICE_FIELD: n.encode()})
+        if owed:
+            pipe.eval(_TRIM_OUTBOX_LUA, 2, keys.alerts_outbox, keys.alerts_webhook, outbox_keep)
         replies = pipe.execute()
-    ids = [r.decode() if isinstance(r, bytes) else r for r in replies[len(replies) - len(owed):]] if owed else []
-    return list(zip(ids, owed, strict=True))
+    if not owed:
+        return []
+    added = replies[len(replies) - len(owed) - 1:-1]
+    return [(r.decode() if isinstance(r, bytes) else r, n) for r, n in zip(added, owed, strict=True)]
+
+
+def still_owed(client: redis.Redis, keys: KeySchema, entry_ids: list[str]) -> list[bool]:
+    """For each outbox entry, whether it is still there: one trimmed away was counted as dropped, and is not sent
+    after all (it would then be both)."""
+    pipe = client.pipeline(transaction=False)
+    for eid in entry_ids:
+        pipe.xrange(keys.alerts_outbox, eid, eid)
+    return [bool(r) for r in pipe.execute()]
 
 
 def read_outbox(client: redis.Redis, keys: KeySchema, on_bad: OnBad | None = None) -> list[tuple[str, Notice]]:
@@ -97,6 +123,8 @@ class WebhookStatus:
     last_error: str | None = None
     last_error_ms: int | None = None
     waiting: int = 0
+    dropped: int = 0
+    """Notices the outbox could not hold while the receiver refused (:data:`OUTBOX_KEEP`): never sent."""
 
     @classmethod
     def from_hash(cls, h: dict[bytes, bytes], waiting: int) -> WebhookStatus:
@@ -104,7 +132,8 @@ class WebhookStatus:
         return cls(url=s.get("url", ""), delivered=int(s.get("delivered", 0)), failures=int(s.get("failures", 0)),
                    last_ok_ms=int(s["last_ok_ms"]) if s.get("last_ok_ms") else None,
                    last_error=s.get("last_error") or None,
-                   last_error_ms=int(s["last_error_ms"]) if s.get("last_error_ms") else None, waiting=waiting)
+                   last_error_ms=int(s["last_error_ms"]) if s.get("last_error_ms") else None, waiting=waiting,
+                   dropped=int(s.get("dropped", 0)))
 
 
 DELIVERED_KEEP_MS = 7 * DAY_MS
