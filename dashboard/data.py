@@ -27,7 +27,6 @@ from watermark.store.pipeline_status import (
     Totals,
     read_fixed,
     read_memory,
-    stream_info,
     waiting_entries,
 )
 from watermark.store.presence_store import OnlineView, online_view, queue_online_reads
@@ -35,7 +34,7 @@ from watermark.store.report import WindowRow, queue_window_reads, window_rows
 
 __all__ = [  # the pages read everything through this module, the store's types too
     "MAX_BATCHES", "ONLINE_HISTORY", "BatchPoint", "PipelineState", "ServerTotals", "Snapshot", "StreamInfo",
-    "Totals", "WindowRow", "batch_points", "open_at_loss", "read_snapshot", "stream_info", "waiting_entries",
+    "Totals", "WindowRow", "batch_points", "open_at_loss", "read_snapshot", "waiting_entries",
 ]
 
 MAX_BATCHES = 7_200  # the 60-minute range at the default 500 ms trigger

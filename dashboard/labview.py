@@ -27,7 +27,6 @@ class LaneRow:
 
     pipeline: str
     watermark: str
-    watermark_lag: str
     final_windows: int
     events: int
     dropped: int
@@ -39,8 +38,8 @@ class LaneRow:
 LANE_COLUMNS = {"pipeline": "Pipeline", "watermark": "Watermark", "final_windows": "Final windows",
                 "events": "Accepted", "dropped": "Dropped late", "dropped_by_server": "Dropped by server",
                 "late": "Late accepted", "idle_markers": "Idle markers"}
-"""The comparison table's headers, for people (the watermark's lag is left out: the same clock for all lanes,
-and the table must fit a 1280 px page)."""
+"""The comparison table's headers, for people (no watermark lag: one clock for all lanes, and the table must fit a
+1280 px page)."""
 
 
 def lane_table(rows: Sequence[LaneRow]) -> list[dict[str, object]]:
@@ -49,14 +48,13 @@ def lane_table(rows: Sequence[LaneRow]) -> list[dict[str, object]]:
              if k in LANE_COLUMNS} for r in rows]
 
 
-def lane_row(lane: Lane, snap: Snapshot, now_ms: int) -> LaneRow:
+def lane_row(lane: Lane, snap: Snapshot) -> LaneRow:
     s, t = snap.state, snap.totals
     wm = s.next_watermark_ms if s else 0
     by_server = dropped_by_server({name: st.dropped for name, st in t.servers.items()})
-    return LaneRow(pipeline=lane.label, watermark=clock(wm, zone=False), watermark_lag=human_ms(now_ms - wm) if wm
-                   else "-", final_windows=sum(1 for w in snap.windows if w.final), events=t.events,
-                   dropped=t.dropped, dropped_by_server=by_server, late=t.late,
-                   idle_markers=sum(b.ticks for b in snap.batches))
+    return LaneRow(pipeline=lane.label, watermark=clock(wm, zone=False),
+                   final_windows=sum(1 for w in snap.windows if w.final), events=t.events, dropped=t.dropped,
+                   dropped_by_server=by_server, late=t.late, idle_markers=sum(b.ticks for b in snap.batches))
 
 
 SHOWN_DROPPERS = 3

@@ -32,10 +32,6 @@ class Lane:
         return "configured pipeline" if self.name == MAIN else self.name
 
     @property
-    def keys(self) -> KeySchema:
-        return KeySchema(self.namespace)
-
-    @property
     def input_keys(self) -> KeySchema:
         return KeySchema(self.input_namespace)
 

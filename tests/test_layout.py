@@ -19,10 +19,24 @@ def modules() -> dict[str, Path]:
     return out
 
 
+def _runtime_nodes(tree: ast.AST) -> list[ast.AST]:
+    """Every node but those under ``if TYPE_CHECKING:`` (never run, so never a cycle)."""
+    out, todo = [], [tree]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            todo.extend(node.orelse)
+            continue
+        out.append(node)
+        todo.extend(ast.iter_child_nodes(node))
+    return out
+
+
 def imports(path: Path) -> set[str]:
-    """Modules imported at module level (a function's own import is how a cycle is broken on purpose)."""
+    """Modules imported anywhere that runs: a function's own import is still a dependency, and hiding a cycle in
+    a function only makes it harder to see."""
     found = set()
-    for node in ast.parse(path.read_text()).body:
+    for node in _runtime_nodes(ast.parse(path.read_text())):
         if isinstance(node, ast.ImportFrom) and node.module:
             found |= {node.module, *(f"{node.module}.{a.name}" for a in node.names)}
         elif isinstance(node, ast.Import):

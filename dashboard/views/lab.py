@@ -75,7 +75,7 @@ def render(cfg: Config) -> None:
         idle_after = cfg.idle_timeout_ms or DEFAULT_IDLE_TIMEOUT_MS
         for lane, snap in zip(lanes, snaps, strict=True):
             ui.show_status(labview.findings(lane, snap, seen, now, idle_after, reference=snaps[0]))
-        st.dataframe(labview.lane_table([labview.lane_row(lane, snap, now)
+        st.dataframe(labview.lane_table([labview.lane_row(lane, snap)
                                          for lane, snap in zip(lanes, snaps, strict=True)]),
                      hide_index=True, key="lanes_table", width="stretch")
         st.caption("Accepted, dropped late and late accepted are totals since each pipeline started; final "

@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import urlsplit
 
+from watermark.schema.lanes import LANES
 from watermark.schema.timeutil import format_duration_ms, parse_duration_ms
 
 DEFAULT_LATE_KEEP = 200_000
@@ -118,8 +119,6 @@ class Config:
                "and use the lab lanes (LAB_LANES=per-server-min,per-server-min-idle), which follow every server "
                "from its first event")
         _check(self.idle_timeout_ms is None or self.idle_timeout_ms > 0, "IDLE_TIMEOUT", "must be positive or off")
-        from watermark.schema.lanes import LANES  # the lane catalogue builds on this module
-
         _check(all(lane in LANES for lane in self.lanes), "LAB_LANES",
                f"{','.join(self.lanes)!r}: choose from {', '.join(LANES)}")
         _check(self.idle_timeout_ms is None or self.watermark_mode == "per-server"
@@ -153,10 +152,6 @@ class Config:
     def input_stream(self) -> str:
         """The stream key this pipeline reads (a lab lane reads its parent's)."""
         return f"{self.input_namespace or self.namespace}:events"
-
-    @property
-    def is_sliding(self) -> bool:
-        return self.slide_ms != self.window_ms
 
     def with_(self, **changes: Any) -> Config:  # noqa: ANN401 - any field of the dataclass, checked again
         return replace(self, **changes)
@@ -259,8 +254,6 @@ def _name_set(env: Mapping[str, str], var: str) -> frozenset[str] | None:
 
 
 def _lane_list(env: Mapping[str, str], var: str) -> tuple[str, ...]:
-    from watermark.schema.lanes import LANES  # the lane catalogue, kept beside the code that builds lanes
-
     raw = (env.get(var) or "").strip()
     names = tuple(n.strip() for n in raw.split(",") if n.strip()) if raw else ()
     unknown = [n for n in names if n not in LANES]

@@ -10,8 +10,10 @@ so adding a lane adds no read of the input.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from watermark.schema.config import Config
+if TYPE_CHECKING:  # the settings check lane names against this catalogue, so it cannot import them back
+    from watermark.schema.config import Config
 
 DEFAULT_IDLE_TIMEOUT_MS = 20_000
 

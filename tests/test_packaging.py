@@ -1,0 +1,66 @@
+"""What pyproject.toml declares is what the code needs: every third-party module the package imports (at module
+level or in a function) comes from a declared dependency, every declared dependency is imported (but pandas, for
+PySpark), test tools are not runtime needs, and every package folder ships in the wheel."""
+
+from __future__ import annotations
+
+import ast
+import importlib.metadata
+import re
+import sys
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CODE = ("watermark", "dashboard", "bench")
+PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+NEEDED_WITHOUT_IMPORT = {"pandas"}  # PySpark's Arrow conversions import it; our code does not
+TEST_TOOLS = {"pytest", "hypothesis", "ruff", "import-linter", "mypy", "playwright"}
+
+
+def dist_name(requirement: str) -> str:
+    return re.split(r"[<>=!~\[; ]", requirement, maxsplit=1)[0].lower().replace("_", "-")
+
+
+def third_party_imports() -> dict[str, set[str]]:
+    """Top-level module name -> the files importing it, anywhere in the file."""
+    ours = set(CODE)
+    found: dict[str, set[str]] = {}
+    for top in CODE:
+        for path in (ROOT / top).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text())):
+                names = []
+                if isinstance(node, ast.Import):
+                    names = [a.name for a in node.names]
+                elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                    names = [node.module]
+                for name in names:
+                    head = name.split(".")[0]
+                    if head not in sys.stdlib_module_names and head not in ours and head != "__future__":
+                        found.setdefault(head, set()).add(str(path.relative_to(ROOT)))
+    return found
+
+
+def test_every_import_comes_from_a_declared_dependency_and_every_dependency_is_imported() -> None:
+    declared = {dist_name(r) for r in PROJECT["project"]["dependencies"]}
+    providers = importlib.metadata.packages_distributions()
+    imported = {}
+    for module, files in third_party_imports().items():
+        dists = {d.lower().replace("_", "-") for d in providers.get(module, [])}
+        assert dists, f"{module} (imported by {sorted(files)}) is not installed"
+        imported[module] = dists
+    undeclared = {m: sorted(d) for m, d in imported.items() if not d & declared}
+    assert not undeclared, f"imported but not in pyproject's dependencies: {undeclared}"
+    used = set().union(*imported.values())
+    assert declared - used == NEEDED_WITHOUT_IMPORT, declared - used
+
+
+def test_test_tools_are_not_runtime_dependencies() -> None:
+    declared = {dist_name(r) for r in PROJECT["project"]["dependencies"]}
+    assert not declared & TEST_TOOLS
+    assert {dist_name(r) for r in PROJECT["project"]["optional-dependencies"]["test"]} == TEST_TOOLS
+
+
+def test_every_package_folder_ships() -> None:
+    folders = {".".join(p.parent.relative_to(ROOT).parts) for top in CODE for p in (ROOT / top).rglob("*.py")}
+    assert folders == set(PROJECT["tool"]["setuptools"]["packages"])
