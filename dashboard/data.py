@@ -16,10 +16,12 @@ from dataclasses import dataclass, field
 
 import redis
 
+from watermark.alerting.config import AlertConfig
 from watermark.rules.idleness import retired
 from watermark.schema.config import Config
 from watermark.schema.keys import KeySchema, WindowKey
 from watermark.schema.records import BatchRecord, ServerRecord
+from watermark.store.alert_store import THRESHOLDS_FIELD, thresholds_from
 from watermark.store.pipeline_status import (
     PipelineState,
     ServerTotals,
@@ -124,6 +126,8 @@ class Snapshot:
     """Each server's region, as its events carry it (``{ns}:regions``)."""
     redis_memory: tuple[int | None, int] = (None, 0)
     """Redis' used memory (None: INFO refused) and its ``maxmemory`` (0: none)."""
+    thresholds: AlertConfig = field(default_factory=AlertConfig)
+    """The monitor's, as it published them: the status line judges "behind" and "stalled" as the alerts do."""
 
     @property
     def last_batch(self) -> BatchPoint | None:
@@ -184,6 +188,7 @@ def read_snapshot(client: redis.Redis, keys: KeySchema, *, range_ms: int, now_ms
     else:
         pipe.zrange(keys.windows, 0, -1)
     pipe.zrange(keys.batches, -n_batches, -1)
+    pipe.hget((input_keys or keys).alerts_monitor, THRESHOLDS_FIELD)  # one monitor watches the pipeline and lanes
     if state is not None:
         pipe.xrange(events, min="(" + state.committed_id, max="+", count=1)
     replies = pipe.execute()
@@ -202,13 +207,13 @@ def read_snapshot(client: redis.Redis, keys: KeySchema, *, range_ms: int, now_ms
     windows = window_rows(members, details, state.next_watermark_ms if state else 0)
 
     batches = batch_points(details[2 * len(members):], range_ms)
-    status = fixed.status(replies[2][0][0] if state is not None and replies[2] else None)
+    status = fixed.status(replies[3][0][0] if state is not None and replies[3] else None)
     gone = retired(status.seen, now_ms, retire_after_ms)
     return Snapshot(
         namespace=keys.namespace, read_ms=now_ms, range_ms=range_ms, state=state, totals=status.totals,
         servers=tuple(s for s in status.servers if s not in gone), windows=tuple(windows), batches=tuple(batches),
         stream=status.stream, online=online_view(*fixed.more), retired=gone, retire_after_ms=retire_after_ms,
-        regions=status.regions, redis_memory=read_memory(client),
+        regions=status.regions, redis_memory=read_memory(client), thresholds=thresholds_from(replies[2]),
     )
 
 

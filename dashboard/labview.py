@@ -14,10 +14,10 @@ from dataclasses import dataclass
 import plotly.graph_objects as go
 
 from dashboard.charts import PALETTE, WALL_CLOCK, _layout, _time_axis, server_colors, ts
-from dashboard.data import BatchPoint, Snapshot
+from dashboard.data import Snapshot
 from dashboard.fleet import MAX_SERIES, grouping
 from dashboard.lanes import Lane
-from dashboard.status import Level, Status, clock, human_ms
+from dashboard.status import Level, Status, clock, human_ms, stall
 from watermark.rules.tradeoff import Tradeoff
 
 
@@ -76,20 +76,6 @@ def dropped_by_server(dropped: dict[str, int]) -> str:
     return shown + (f" and {rest:,} more server{'s' if rest > 1 else ''}" if rest > 0 else "")
 
 
-def stalled_since(batches: Sequence[BatchPoint]) -> BatchPoint | None:
-    """The first batch after which the watermark stopped moving while events kept arriving; None if it moves."""
-    if len(batches) < 2:
-        return None
-    last = batches[-1].next_watermark_ms
-    first_same = len(batches) - 1
-    while first_same > 0 and batches[first_same - 1].next_watermark_ms == last:
-        first_same -= 1
-    stuck = batches[first_same:]
-    if first_same == 0 or sum(b.events + b.dropped for b in stuck[1:]) == 0:
-        return None
-    return stuck[0]
-
-
 def findings(lane: Lane, snap: Snapshot, seen_ms: Mapping[str, int], now_ms: int, idle_after_ms: int,
              reference: Snapshot | None = None) -> list[Status]:
     """What this pipeline's watermark is doing, in words; ``reference`` is the configured pipeline's snapshot,
@@ -103,16 +89,16 @@ def findings(lane: Lane, snap: Snapshot, seen_ms: Mapping[str, int], now_ms: int
         pick = (min if lane.policy == "min" else max)(marks.values())
         holder = min(s for s, v in marks.items() if v == pick)
         silent = now_ms - seen_ms[holder] if holder in seen_ms else None
-        stall = stalled_since(snap.batches)
+        run = stall(snap.batches, now_ms, snap.thresholds)
         if lane.policy == "min":
             others = [v for s, v in marks.items() if s != holder]
             gap = f", {human_ms(max(others) - pick)} behind the fastest" if others else ""
             quiet = (f"; it has been silent for {human_ms(silent)}" if silent is not None and silent >= idle_after_ms
                      else "")
             text = f"{lane.label}: **{holder}** holds the combined watermark at {clock(pick)}{gap}{quiet}."
-            if stall is not None:  # the problem: yellow, and called a stall
-                text += (f" Stalled: windows stopped closing at batch {stall.batch} ({clock(stall.batch_ts_ms)}), "
-                         f"{human_ms(now_ms - stall.batch_ts_ms)} ago, while events kept arriving.")
+            if run is not None:  # the problem: yellow, and called a stall (as the WatermarkFlat alert does)
+                text += (f" Stalled: windows stopped closing at {clock(run.since_ms)}, {human_ms(run.held_ms(now_ms))} "
+                         f"ago, while {run.arrived:,} events arrived.")
                 level = Level.WARNING
             elif quiet and lane.idle:  # the remedy at work: green, and called what it is
                 text += " Its idle markers move its watermark on, so windows keep closing: no stall."
@@ -140,10 +126,11 @@ def findings(lane: Lane, snap: Snapshot, seen_ms: Mapping[str, int], now_ms: int
             out.append(Status(Level.INFO, f"{lane.label}: 0 idle markers in the range: no server has been silent "
                                           f"for {human_ms(idle_after_ms)}, so idleness has had nothing to do."))
     else:
-        stall = stalled_since(snap.batches)
-        if stall is not None:
-            out.append(Status(Level.WARNING, f"{lane.label}: the watermark has not moved since batch {stall.batch} "
-                                             "although events arrive (they are all older than the newest one)."))
+        run = stall(snap.batches, now_ms, snap.thresholds)
+        if run is not None:
+            out.append(Status(Level.WARNING, f"{lane.label}: the watermark has not moved since {clock(run.since_ms)} "
+                                             f"({human_ms(run.held_ms(now_ms))}) although {run.arrived:,} events "
+                                             "arrived (they are all older than the newest one)."))
         else:
             out.append(Status(Level.OK, f"{lane.label}: one watermark over all servers, at "
                                         f"{clock(snap.state.next_watermark_ms)}."))

@@ -6,22 +6,20 @@ every message is unit-tested with a hand-built snapshot and an injected clock.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-from dashboard.data import Snapshot
+from dashboard.data import BatchPoint, Snapshot
+from watermark.alerting.config import AlertConfig
+from watermark.alerting.verdicts import Flat, WatermarkPoint, flat_run, is_behind, stalled
 from watermark.schema.timeutil import clock, human_ms  # noqa: F401 - the pages import them from here
 
 STALE_TRIGGERS = 5
 """No commit for this many trigger intervals (and at least :data:`STALE_MIN_MS`) is worth saying."""
 STALE_MIN_MS = 10_000
-STUCK_BATCHES = 3
-"""Batches with data in a row without the watermark moving before we call it stuck."""
 SLOW_WINDOW = 10
 """Recent batches judged for falling behind."""
-BEHIND_TRIGGERS = 3
-"""The oldest waiting entry older than this many triggers means the job is behind, even if batches are quick
-(a capped batch is quick and still leaves entries waiting)."""
 
 
 class Level(StrEnum):
@@ -46,7 +44,7 @@ def pace(snap: Snapshot, trigger: int, behind: int, waiting_text: str, quiet: bo
         return [Status(Level.WARNING, f"Falling behind: {len(late)} of the last {len(slow)} batches took longer "
                                       f"than the {human_ms(trigger)} trigger (slowest {human_ms(worst)}); "
                                       f"{waiting_text}.")]
-    if behind > BEHIND_TRIGGERS * trigger and quiet:
+    if is_behind(behind, trigger, snap.thresholds) and quiet:  # a capped batch is quick and leaves entries waiting
         return [Status(Level.WARNING, f"Behind: {waiting_text}; batches are capped, so the job catches up "
                                       "by reading at most its cap per batch.")]
     return []
@@ -100,11 +98,12 @@ def _assess(snap: Snapshot, now_ms: int, demo: bool) -> list[Status]:
                                           f"(#{state.last_batch}) completed at {clock(state.updated_ms)}. Windows "
                                           "close only when new events move the watermark."))
     idle = state.stopped_ms is not None or since > max(STALE_TRIGGERS * trigger, STALE_MIN_MS)
-    stuck = 0 if idle else stuck_batches(snap)  # "events keep arriving" is not true of a quiet pipeline
-    if stuck >= STUCK_BATCHES:
+    run = None if idle else stall(snap.batches, now_ms, snap.thresholds)  # a quiet pipeline has no arrivals
+    if run is not None:
         head = state.head_ms
-        out.append(Status(Level.WARNING, f"Events keep arriving but the watermark has not moved for {stuck} batches: "
-                                         f"it stays at {clock(state.next_watermark_ms)} because every new event is "
+        out.append(Status(Level.WARNING, f"The watermark has not moved for {human_ms(run.held_ms(now_ms))} while "
+                                         f"{run.arrived:,} events arrived: it stays at "
+                                         f"{clock(state.next_watermark_ms)} because every new event is "
                                          f"older than the max event time seen ({clock(head) if head else '-'}). No "
                                          "window closes until newer events arrive; a server clock running ahead "
                                          "causes this."))
@@ -151,14 +150,20 @@ def unreachable(url: str, error: BaseException) -> Status:
                                "recovers by itself once Redis is back.")
 
 
-def stuck_batches(snap: Snapshot) -> int:
-    """How many of the latest batches with data left the watermark where it already was."""
-    n = 0
-    for b in reversed([b for b in snap.batches if b.parsed > 0]):
-        if b.next_watermark_ms != b.watermark_ms:
-            break
-        n += 1
-    return n
+def watermark_points(batches: Sequence[BatchPoint]) -> list[WatermarkPoint]:
+    """Each batch's watermark after it, with the events that had arrived by then (accepted or dropped as late)."""
+    out, arrived = [], 0
+    for b in batches:
+        arrived += b.events + b.dropped
+        out.append(WatermarkPoint(b.batch_ts_ms, b.next_watermark_ms, arrived))
+    return out
+
+
+def stall(batches: Sequence[BatchPoint], now_ms: int, cfg: AlertConfig) -> Flat | None:
+    """The watermark's unmoved run when it is stalled by the alerts' rule (:func:`.verdicts.stalled`, with the
+    monitor's thresholds), else None: the status line, the lab and the WatermarkFlat alert say it together."""
+    points = watermark_points(batches)
+    return flat_run(points) if stalled(points, now_ms, cfg) else None
 
 
 def behind_text(waiting: int, behind_ms: int) -> str:

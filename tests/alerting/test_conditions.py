@@ -15,10 +15,11 @@ CFG = AlertConfig()
 T0 = 1_800_000_000_000
 
 
-def pipeline(name: str = MAIN, *, watermark: int | None = T0 - 30_000, accepted: int = 0, behind: int = 0,
+def pipeline(name: str = MAIN, *, watermark: int | None = T0 - 30_000, accepted: int = 0, dropped: int = 0,
+             behind: int = 0,
              waiting: int = 0, delay: int = 30_000, trigger: int = 1_000) -> PipelineObs:
     return PipelineObs(name=name, watermark_ms=watermark, max_event_ms=None, delay_ms=delay, trigger_ms=trigger,
-                       accepted=accepted, waiting=waiting, behind_ms=behind)
+                       accepted=accepted, waiting=waiting, behind_ms=behind, dropped=dropped)
 
 
 def obs(at: int, *, servers: tuple[ServerObs, ...] = (), pipelines: tuple[PipelineObs, ...] | None = None,
@@ -101,10 +102,13 @@ def test_freshness_is_above_the_trigger_plus_the_margin(behind: int, active: boo
     (T0 - 90_000, T0 - 89_000, 10, 500, 60_000, False),  # moving
     (T0 - 90_000, T0 - 90_000, 10, 500, 59_999, None),  # not watched for `after` yet
 ])
+@pytest.mark.parametrize("dropped_instead", [False, True])  # a clock far ahead: all that arrives is dropped
 def test_watermark_flat(wm_then: int, wm_now: int, acc_then: int, acc_now: int, watched_ms: int,
-                        active: bool | None) -> None:
-    seq = [obs(T0 - watched_ms, pipelines=(pipeline("lane", watermark=wm_then, accepted=acc_then),)),
-           obs(T0, pipelines=(pipeline("lane", watermark=wm_now, accepted=acc_now),))]
+                        active: bool | None, dropped_instead: bool) -> None:
+    def p(wm: int, n: int) -> PipelineObs:
+        return pipeline("lane", watermark=wm, **({"accepted": 7, "dropped": n} if dropped_instead else {"accepted": n}))
+
+    seq = [obs(T0 - watched_ms, pipelines=(p(wm_then, acc_then),)), obs(T0, pipelines=(p(wm_now, acc_now),))]
     assert findings(seq)[("watermark_flat", "lane")].active is active
 
 

@@ -121,3 +121,17 @@ def test_every_metric_is_documented() -> None:
 
     doc = (ROOT / "docs" / "alerts.md").read_text()
     assert [m for m in METRICS if f"`{m}`" not in doc] == []
+
+
+def test_a_whole_number_where_a_fraction_may_be_is_read_as_the_same_number() -> None:
+    """``percent = 95`` in ops/alerts.toml gives the rules the defaults' 95.0 give: one file of PromQL, not two."""
+    got = AlertConfig.from_toml("[redis_full]\npercent = 95\n").redis_full.percent
+    assert isinstance(got, float) and got == 95.0
+    assert prometheus_rules(AlertConfig.from_toml("[redis_full]\npercent = 95\n")) == prometheus_rules(AlertConfig())
+
+
+def test_the_published_thresholds_leave_the_receivers_urls_out_and_read_back_equal() -> None:
+    cfg = AlertConfig().with_webhook_url("https://user:secret@hooks.example/x", "test")
+    published = to_toml(cfg.without_urls())
+    assert "secret" not in published and "hooks.example" not in published
+    assert AlertConfig.from_toml(published) == AlertConfig()

@@ -3,12 +3,15 @@ the lane catalogue and its configuration, and the lab page's findings."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from dashboard.data import BatchPoint, PipelineState, ServerTotals, Snapshot, StreamInfo, Totals
-from dashboard.labview import findings, stalled_since
+from dashboard.labview import findings
 from dashboard.lanes import Lane
-from dashboard.status import Level
+from dashboard.status import Level, clock, stall
+from watermark.alerting.config import AlertConfig, WatermarkFlat
 from watermark.rules.idleness import IdleDecision, IdleTicker, summary
 from watermark.rules.tradeoff import GRID_MS, Tradeoff, bucket, hist_field, parse_hist_field
 from watermark.rules.watermarks import ServerWatermarks, policy_max
@@ -125,16 +128,21 @@ def point(batch: int, wm: int, events: int = 1, marks: dict[str, int] | None = N
                       ticks=ticks)
 
 
-@pytest.mark.parametrize(("wms", "events", "expected"), [
-    ([1, 2, 3], [1, 1, 1], None),  # moving
-    ([1, 2, 2, 2], [1, 1, 1, 1], 1),  # stuck since batch 1 while events arrive
-    ([1, 2, 2, 2], [1, 1, 0, 0], None),  # stuck, but nothing arrives: idle, not stalled
-    ([5, 5, 5], [1, 1, 1], None),  # never moved within the range: nothing to say when it stopped
-    ([7], [1], None),
+AFTER_2S = AlertConfig(watermark_flat=WatermarkFlat(after_ms=2_000))
+"""A lab's thresholds as a monitor publishes them: WatermarkFlat after 2 s (batches are 1 s apart here)."""
+
+
+@pytest.mark.parametrize(("wms", "events", "now", "since"), [
+    ([1, 2, 3], [1, 1, 1], 1_003_000, None),  # moving
+    ([1, 2, 2, 2], [1, 1, 1, 1], 1_003_000, 1_001_000),  # unmoved since batch 1 for 2 s while events arrive
+    ([1, 2, 2, 2], [1, 1, 1, 1], 1_002_999, None),  # a millisecond short of the alert's `after`
+    ([1, 2, 2, 2], [1, 1, 0, 0], 1_003_000, None),  # unmoved, but nothing arrives: idle, not stalled
+    ([5, 5], [1, 1], 1_001_999, None),  # never moved within the range, seen for less than `after`: cannot tell
+    ([5, 5, 5], [1, 1, 1], 1_002_000, 1_000_000),  # never moved, seen for `after`: stalled at least since then
 ])
-def test_stalled_since(wms: list[int], events: list[int], expected: int | None) -> None:
-    stuck = stalled_since([point(i, w, e) for i, (w, e) in enumerate(zip(wms, events, strict=True))])
-    assert (stuck.batch if stuck else None) == expected
+def test_a_lane_is_stalled_by_the_alerts_rule(wms: list[int], events: list[int], now: int, since: int | None) -> None:
+    run = stall([point(i, w, e) for i, (w, e) in enumerate(zip(wms, events, strict=True))], now, AFTER_2S)
+    assert (run.since_ms if run else None) == since
 
 
 def snapshot(batches: list[BatchPoint], totals: Totals | None = None) -> Snapshot:
@@ -148,12 +156,13 @@ def snapshot(batches: list[BatchPoint], totals: Totals | None = None) -> Snapsho
 def test_findings_name_the_silent_server_holding_min_back() -> None:
     lane = Lane("per-server-min", "wm.per-server-min", "wm", "per-server", "min")
     marks = {"A": 50_000, "B": 20_000}
-    snap = snapshot([point(0, 10_000, marks=marks), point(1, 20_000, marks=marks), point(2, 20_000, marks=marks),
-                     point(3, 20_000, marks=marks)])
+    snap = replace(snapshot([point(0, 10_000, marks=marks), point(1, 20_000, marks=marks),
+                             point(2, 20_000, marks=marks), point(3, 20_000, marks=marks)]), thresholds=AFTER_2S)
     (f,) = findings(lane, snap, {"A": 1_003_000, "B": 990_000}, now_ms=1_004_000, idle_after_ms=10_000)
     assert f.text.startswith("per-server-min: **B** holds the combined watermark")
     assert "30.0 s behind the fastest" in f.text and "silent for 14.0 s" in f.text
-    assert "Stalled: windows stopped closing at batch 1" in f.text and f.level is Level.WARNING
+    assert (f"Stalled: windows stopped closing at {clock(1_001_000)}, 3.0 s ago, while 2 events arrived." in f.text
+            and f.level is Level.WARNING)
 
 
 def test_findings_tell_the_idleness_remedy_from_the_stall_it_cures() -> None:

@@ -9,12 +9,12 @@ import uuid
 import pytest
 import redis
 
-from watermark.alerting.config import AlertConfig
+from watermark.alerting.config import AlertConfig, WatermarkFlat
 from watermark.apps.monitor import Monitor, load_config, monitor_client, read_config, shown_url
 from watermark.apps.notify import Notifier, Outgoing
 from watermark.schema.config import ConfigError
 from watermark.schema.keys import KeySchema
-from watermark.store.alert_store import read_alert_view, read_alerts
+from watermark.store.alert_store import THRESHOLDS_FIELD, read_alert_view, read_alerts, thresholds_from
 from watermark.store.redis_server import free_port
 
 T0 = 1_800_000_000_000
@@ -55,6 +55,18 @@ def test_redis_away_fires_from_memory_and_the_history_gets_it_when_redis_is_back
     history = read_alert_view(m.client, keys, T0 + 11_000).history
     assert [(x.status, x.alertname) for x in history] == [("firing", "RedisUnreachable"),
                                                           ("resolved", "RedisUnreachable")]
+
+
+def test_a_monitor_publishes_its_thresholds_for_the_status_line(redis_url: str) -> None:
+    """What the dashboard judges "behind" and "stalled" with: this monitor's thresholds, no receiver URL."""
+    client = redis.Redis.from_url(redis_url)
+    keys = KeySchema(f"mon-{uuid.uuid4().hex[:8]}")
+    assert thresholds_from(client.hget(keys.alerts_monitor, THRESHOLDS_FIELD)) == AlertConfig()  # none yet
+    cfg = AlertConfig(watermark_flat=WatermarkFlat(after_ms=7_000)).with_webhook_url("http://u:pw@hook/x", "test")
+    m = Monitor(client, keys, cfg, T0)
+    m.round(T0)
+    raw = client.hget(keys.alerts_monitor, THRESHOLDS_FIELD)
+    assert thresholds_from(raw) == cfg.without_urls() and b"pw" not in raw
 
 
 def test_a_restarted_monitor_continues_the_firing_and_owes_what_was_not_delivered(redis_url: str) -> None:

@@ -20,8 +20,10 @@ from streamlit.testing.v1 import AppTest
 from dashboard.data import read_snapshot
 from tests.oracle import oracle, to_ms
 from tests.seed import Seeded, seed_pipeline
+from watermark.alerting.config import AlertConfig, WatermarkFlat
 from watermark.schema.events import parse_entry_id
 from watermark.schema.keys import KeySchema, WindowKey
+from watermark.store.alert_store import THRESHOLDS_FIELD, publish_thresholds
 from watermark.store.presence_store import read_online
 from watermark.store.redis_server import free_port
 from watermark.store.report import read_batches
@@ -335,8 +337,16 @@ def test_status_line_follows_the_injected_clock(env: Seeded, direct: tuple[redis
     updated = int(client.hget(keys.state, "updated_ms"))
     fresh = statuses(run_page(now_ms=updated + 500))
     assert not any("Idle" in s for s in fresh)
-    # the seed ends with batches of late-burst stragglers only: the watermark stands still
-    assert any("watermark has not moved" in s for s in fresh)
+    # the seed ends with batches of late-burst stragglers only: the watermark stands still, for less than the
+    # WatermarkFlat alert's minute; a monitor judging after 1 ms makes it a stall on the status line too
+    assert not any("watermark has not moved" in s for s in fresh)
+    with client.pipeline() as pipe:
+        publish_thresholds(pipe, keys, AlertConfig(watermark_flat=WatermarkFlat(after_ms=1)))
+        pipe.execute()
+    try:
+        assert any("watermark has not moved" in s for s in statuses(run_page(now_ms=updated + 501)))
+    finally:
+        client.hdel(keys.alerts_monitor, THRESHOLDS_FIELD)
     later = statuses(run_page(now_ms=updated + 3_600_000))
     assert any(s.startswith("Idle: no new events for 1 h 0 min") for s in later)
 

@@ -17,7 +17,8 @@ from dashboard.data import (
     WindowRow,
     waiting_entries,
 )
-from dashboard.status import Level, assess, human_ms, stuck_batches, unreachable
+from dashboard.status import Level, assess, human_ms, stall, unreachable
+from watermark.alerting.config import AlertConfig, Freshness, WatermarkFlat
 from watermark.schema.keys import WindowKey
 from watermark.schema.records import LagRecord, RecordError, ServerRecord
 
@@ -55,6 +56,8 @@ def snap(st: PipelineState | None = None, batches: tuple[BatchPoint, ...] = (), 
 
 
 MOVING = tuple(batch(i, T + i * 1000, T + (i + 1) * 1000) for i in range(10))
+STALLED = (batch(-51, T - 1000, T - 1000), *(batch(i, T, T) for i in range(-50, 10)))
+"""The watermark last moved in the batch at NOW - 59 s; 59 batches of 10 events since."""
 
 
 # --------------------------------------------------------------------------- records
@@ -147,16 +150,23 @@ NOW = T + 10 * MIN
         # entries waiting, quick batches: live, and how far behind in entries and time
         (snap(state(), MOVING, waiting=1, oldest_ms=NOW), NOW + 600, Level.OK, "1 entry waiting (the oldest 600 ms)"),
         (snap(state(), MOVING), NOW + 600, Level.OK, "up to date"),
-        # quick (capped) batches but the oldest waiting entry is 3 triggers old: behind
+        # quick (capped) batches but the oldest waiting entry is older than the trigger + 5 s (the freshness
+        # alert's rule, ops/alerts.toml): behind; at the limit, only waiting
         (snap(state(), MOVING, waiting=250_000, oldest_ms=NOW - 12_000), NOW + 500, Level.WARNING,
          "Behind: behind by 250,000 entries / 12.5 s"),
+        (snap(state(), MOVING, waiting=250_000, oldest_ms=NOW - 5_500), NOW + 500, Level.OK,
+         "250,000 entries waiting (the oldest 6.0 s)"),
+        (snap(state(), MOVING, waiting=250_000, oldest_ms=NOW - 5_499), NOW + 502, Level.WARNING,
+         "Behind: behind by 250,000 entries / 6.0 s"),
         # Redis came back empty at batch 5, within the batches shown: the break is said
         (snap(state(lost_at_batch=5), MOVING), NOW + 500, Level.WARNING, "History lost at batch 5: Redis came back"),
         # long ago (before the range shown): live, with where the totals start
         (snap(state(lost_at_batch=5), MOVING[6:]), NOW + 500, Level.OK, "totals from batch 5 (Redis came back empty"),
-        # three batches with data, watermark unchanged: stuck
-        (snap(state(), MOVING[:7] + tuple(batch(i, T, T) for i in (7, 8, 9))), NOW + 500, Level.WARNING,
-         "has not moved for 3 batches"),
+        # the watermark unmoved for the WatermarkFlat alert's 1 min while events arrive: stalled, as the alert says
+        (snap(state(), STALLED), NOW + 1_000, Level.WARNING, "The watermark has not moved for 1 min while 590 "
+                                                             "events arrived"),
+        (snap(state(), STALLED), NOW + 999, Level.OK, "Live"),  # a millisecond short
+        (snap(state(), MOVING[:7] + tuple(batch(i, T, T) for i in (7, 8, 9))), NOW + 500, Level.OK, "Live"),
         # most of the last batches slower than the trigger
         (snap(state(), tuple(replace(b, duration_ms=1_500) for b in MOVING)), NOW + 500, Level.WARNING,
          "Falling behind: 10 of the last 10"),
@@ -190,11 +200,21 @@ def test_waiting_entries_from_length_trimmed_and_committed(length: int, trimmed:
     assert waiting_entries(length, trimmed, committed) == waiting
 
 
-def test_batches_without_data_do_not_count_as_stuck() -> None:
-    # two stuck batches with data around an empty one: 2, below the threshold
-    batches = MOVING[:7] + (batch(7, T, T), batch(8, T, T, parsed=0), batch(9, T, T))
-    assert stuck_batches(snap(state(), batches)) == 2
-    assert all(s.level is not Level.WARNING for s in assess(snap(state(), batches), NOW + 500))
+def test_a_watermark_unmoved_while_nothing_arrives_is_not_stalled() -> None:
+    empty = tuple(replace(b, parsed=0, events=0) for b in STALLED)
+    assert stall(empty, NOW + 1_000, AlertConfig()) is None
+    assert all(s.level is not Level.WARNING for s in assess(snap(state(), empty), NOW + 1_000))
+
+
+def test_the_status_line_judges_with_the_thresholds_the_monitor_published() -> None:
+    """ops/alerts.toml's [watermark_flat] after and [freshness] above_trigger move the status line too."""
+    strict = AlertConfig(watermark_flat=WatermarkFlat(after_ms=2_000), freshness=Freshness(above_trigger_ms=500))
+    texts = [s.text for s in assess(replace(snap(state(), STALLED[-4:], waiting=9, oldest_ms=NOW - 1_000),
+                                            thresholds=strict), NOW + 1_000)]
+    assert texts[0].startswith("The watermark has not moved for 4.0 s while 30 events arrived"), texts
+    lenient = replace(snap(state(), STALLED, waiting=9, oldest_ms=NOW - 1_000),
+                      thresholds=AlertConfig(watermark_flat=WatermarkFlat(after_ms=120_000)))
+    assert [s.level for s in assess(lenient, NOW + 1_000)] == [Level.OK]
 
 
 def test_unreachable_names_the_redacted_url_and_the_error() -> None:

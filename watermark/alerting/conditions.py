@@ -35,6 +35,7 @@ from typing import cast
 
 from watermark.alerting.config import AlertConfig
 from watermark.alerting.observation import MAIN, Memory, Observation, OnlineSample, PipelineObs, ServerObs
+from watermark.alerting.verdicts import WatermarkPoint, behind_limit_ms, flat_run, is_behind, stalled
 from watermark.schema.timeutil import clock, human_ms
 
 MINUTE_MS = 60_000
@@ -117,17 +118,13 @@ def evaluate(obs: Observation, memory: Memory, cfg: AlertConfig) -> list[Finding
     return out
 
 
-def _behind_limit_ms(p: PipelineObs, cfg: AlertConfig) -> int:
-    return p.trigger_ms + cfg.freshness.above_trigger_ms
-
-
 def note_delays(obs: Observation, memory: Memory, cfg: AlertConfig) -> dict[str, str]:
     """Per server, why its players online cannot be judged now (its events or the pipeline delayed, or just
     caught up); records each delay in ``memory`` so the settling after it is known."""
     now, pd = obs.at_ms, cfg.players_drop
     main = obs.main
     behind = max(main.behind_ms if main else 0, obs.online_behind_ms)
-    limit = _behind_limit_ms(main, cfg) if main else cfg.freshness.above_trigger_ms
+    limit = behind_limit_ms(main.trigger_ms, cfg) if main else cfg.freshness.above_trigger_ms
     out: dict[str, str] = {}
     for server in sorted({*(s.name for s in obs.servers), *_online_servers(memory)}):
         s = next((x for x in obs.servers if x.name == server), None)
@@ -260,8 +257,7 @@ def late_drops(server: str, memory: Memory, now_ms: int, cfg: AlertConfig) -> Fi
 
 
 def freshness(p: PipelineObs, cfg: AlertConfig) -> Finding:
-    limit = _behind_limit_ms(p, cfg)
-    return Finding("freshness", p.name, p.behind_ms > limit, p.behind_ms / 1000,
+    return Finding("freshness", p.name, is_behind(p.behind_ms, p.trigger_ms, cfg), p.behind_ms / 1000,
                    f"the oldest of {p.waiting:,} waiting entries has waited {human_ms(p.behind_ms)} "
                    f"(trigger {human_ms(p.trigger_ms)})")
 
@@ -281,18 +277,17 @@ def redis_full(obs: Observation, cfg: AlertConfig) -> Finding:
 
 
 def watermark_flat(p: PipelineObs, memory: Memory, now_ms: int, cfg: AlertConfig) -> Finding:
-    after = cfg.watermark_flat.after_ms
     series = memory.watermarks.get(p.name)
-    then = series.at_or_before(now_ms - after) if series else None
-    if then is None or p.watermark_ms is None:
-        return Finding("watermark_flat", p.name, None, None, f"less than {human_ms(after)} watched")
-    then_wm, then_accepted = cast(tuple[int | None, int], then[1])
-    accepted = p.accepted - then_accepted
-    flat = then_wm == p.watermark_ms
-    return Finding("watermark_flat", p.name, flat and accepted > 0, (now_ms - then[0]) / 1000 if flat else 0.0,
+    points = [WatermarkPoint(t, *cast(tuple[int | None, int], v)) for t, v in series.since(0)] if series else []
+    verdict = stalled(points, now_ms, cfg)
+    run = flat_run(points)
+    if verdict is None or run is None or p.watermark_ms is None:
+        return Finding("watermark_flat", p.name, None, None,
+                       f"less than {human_ms(cfg.watermark_flat.after_ms)} watched")
+    held = run.held_ms(now_ms) if run.watermark_ms == p.watermark_ms else 0
+    return Finding("watermark_flat", p.name, verdict, held / 1000,
                    f"{p.name}: watermark at {clock(p.watermark_ms)}, "
-                   + (f"unmoved for {human_ms(now_ms - then[0])} while {accepted:,} events were accepted"
-                      if flat else "moving"))
+                   + (f"unmoved for {human_ms(held)} while {run.arrived:,} events arrived" if held else "moving"))
 
 
 def watermark_jump(p: PipelineObs, now_ms: int, cfg: AlertConfig) -> Finding:

@@ -83,7 +83,8 @@ class Freshness:
 @dataclass(frozen=True)
 class WatermarkFlat:
     after_ms: int = 60_000
-    """Fires when a pipeline's watermark has not moved for this long while it kept accepting events."""
+    """Fires when a pipeline's watermark has not moved for this long while events kept arriving (accepted or
+    dropped as late; :mod:`.verdicts`)."""
     timing: Timing = Timing(for_ms=0, clear_ms=10_000)
 
 
@@ -156,6 +157,11 @@ class AlertConfig:
         webhook = replace(self.webhook, url=url.strip())
         _check_section(webhook, where)
         return replace(self, webhook=webhook)
+
+    def without_urls(self) -> AlertConfig:
+        """The thresholds alone, for others to judge with (:mod:`.verdicts`): the receivers' URLs may hold
+        credentials."""
+        return replace(self, webhook=replace(self.webhook, url=""), alertmanager=replace(self.alertmanager, url=""))
 
     def timing(self, rule: str) -> Timing:
         t: Timing = getattr(self, _SECTION_OF.get(rule, rule)).timing
@@ -234,7 +240,7 @@ def _value(key: str, raw: object, known: tuple[str, object], where: str) -> obje
         raise ConfigError(f"{where} {key} must be a number, got {raw!r}")
     if isinstance(default, int) and not isinstance(raw, int):
         raise ConfigError(f"{where} {key} must be a whole number, got {raw!r}")
-    return raw
+    return float(raw) if isinstance(default, float) else raw  # `percent = 95` is 95.0, as the defaults' rules say
 
 
 def _check_section(s: Any, where: str) -> None:  # noqa: ANN401

@@ -25,11 +25,17 @@ class PipelineObs:
     delay_ms: int
     trigger_ms: int
     accepted: int
-    """Events accepted so far (the totals' ``events``): input that keeps a watermark moving."""
+    """Events accepted so far (the totals' ``events``)."""
     waiting: int
     behind_ms: int
     """How long the oldest entry not committed yet has waited (0 when none waits)."""
     last_batch: int | None = None
+    dropped: int = 0
+    """Events dropped as late so far: with ``accepted``, what arrived (:func:`.verdicts.stalled`)."""
+
+    @property
+    def arrived(self) -> int:
+        return self.accepted + self.dropped
 
 
 @dataclass(frozen=True)
@@ -151,7 +157,7 @@ class Memory:
                 newest = min(s.newest_event_ms, obs.at_ms)  # others look behind
                 self.newest_event[s.name] = max(newest, self.newest_event.get(s.name, newest))
         for p in obs.pipelines:
-            self.watermarks.setdefault(p.name, Series(self.reach_ms)).add(obs.at_ms, (p.watermark_ms, p.accepted))
+            self.watermarks.setdefault(p.name, Series(self.reach_ms)).add(obs.at_ms, (p.watermark_ms, p.arrived))
 
     def remember_online(self, samples: Iterable[OnlineSample]) -> None:
         last = self.online.last

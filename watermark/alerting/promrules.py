@@ -63,7 +63,8 @@ def expressions(cfg: AlertConfig) -> dict[str, str]:
         "watermark_flat": (
             f"changes(wm_watermark_seconds[{flat}]) == 0\n"
             f"and on(pipeline, instance, job) "
-            f"sum by (pipeline, instance, job) (increase(wm_events_accepted_total[{flat}])) > 0"),
+            f"sum by (pipeline, instance, job) (increase(wm_events_accepted_total[{flat}])\n"
+            f"  + increase(wm_events_dropped_late_total[{flat}])) > 0"),  # arrived: accepted or dropped (verdicts)
         "watermark_jump": (f"wm_watermark_seconds + wm_watermark_delay_seconds - time() > "
                            f"{_s(cfg.watermark_jump.ahead_ms)}"),
         "redis_unreachable": "wm_redis_up == 0",

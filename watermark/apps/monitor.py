@@ -40,7 +40,7 @@ from watermark.runtime.signals import on_stop_signals
 from watermark.schema.clock import wall_ms
 from watermark.schema.config import DEFAULT_HISTORY_DAYS, Config, ConfigError, redact_url
 from watermark.schema.keys import KeySchema
-from watermark.store.alert_store import apply_decision, read_alerts, read_outbox
+from watermark.store.alert_store import apply_decision, publish_thresholds, read_alerts, read_outbox
 from watermark.store.observe import StackReading, lane_keys, read_stack
 
 log = logging.getLogger("wm-monitor")
@@ -95,6 +95,7 @@ class Monitor:
         with self.client.pipeline(transaction=False) as pipe:  # what the page shows of this monitor
             pipe.hset(self.keys.alerts_webhook, "url", shown_url(self.cfg.webhook.url))
             pipe.hset(self.keys.alerts_monitor, "watching", watching(self.cfg))
+            publish_thresholds(pipe, self.keys, self.cfg)
             pipe.execute()
         self.states = {**stored, **self.states}
         self.resumed = True

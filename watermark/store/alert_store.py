@@ -12,7 +12,9 @@ from dataclasses import dataclass
 
 import redis
 
+from watermark.alerting.config import AlertConfig, to_toml
 from watermark.alerting.lifecycle import AlertState, Decision, Notice
+from watermark.schema.config import ConfigError
 from watermark.schema.keys import KeySchema
 from watermark.schema.records import RecordError
 
@@ -40,6 +42,24 @@ return dropped
 
 
 OnBad = Callable[[str], None]
+THRESHOLDS_FIELD = "thresholds"
+"""In ``{ns}:alerts:monitor``: the running monitor's thresholds (``ops/alerts.toml`` without the receivers'
+URLs), so the dashboard's status line judges with them (:mod:`watermark.alerting.verdicts`)."""
+
+
+def publish_thresholds(pipe: redis.client.Pipeline, keys: KeySchema, cfg: AlertConfig) -> None:
+    pipe.hset(keys.alerts_monitor, THRESHOLDS_FIELD, to_toml(cfg.without_urls()))
+
+
+def thresholds_from(raw: bytes | None) -> AlertConfig:
+    """The published thresholds; the defaults (those of a monitor without ``ops/alerts.toml``) when no monitor
+    has published any, or a monitor of another version wrote what this one cannot read."""
+    if not raw:
+        return AlertConfig()
+    try:
+        return AlertConfig.from_toml(raw.decode(), "the monitor's published thresholds")
+    except (ConfigError, UnicodeDecodeError):
+        return AlertConfig()
 
 
 def _skip(on_bad: OnBad | None) -> OnBad:

@@ -48,7 +48,7 @@ def pipeline_obs(name: str, status: PipelineStatus) -> PipelineObs:
         name=name, watermark_ms=st.next_watermark_ms if st else None, max_event_ms=st.head_ms if st else None,
         delay_ms=st.delay_ms if st else 0, trigger_ms=st.trigger_ms if st else 1_000,
         accepted=status.totals.events, waiting=status.stream.waiting, behind_ms=0,
-        last_batch=st.last_batch if st else None)
+        last_batch=st.last_batch if st else None, dropped=status.totals.dropped)
 
 
 def read_stack(client: redis.Redis, keys: KeySchema, lanes: Mapping[str, KeySchema], now_ms: int,
