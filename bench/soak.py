@@ -47,8 +47,10 @@ from bench.stack import (
     TARGET_MAIN_P95_MS,
     TARGET_ONLINE_AGE_P95_MS,
     Stack,
+    _committed_key,
     _start_job,
     export,
+    namespaces,
     redis_ms,
     tree_cpu_s,
     tree_rss_mb,
@@ -236,6 +238,28 @@ class Soak:
         return None
 
 
+def drained(client: redis.Redis, timeout_s: float) -> float:
+    """Seconds until every query has committed the stream's last entry (the generator stopped); -1: not within
+    ``timeout_s``. An overloaded run ends with a backlog of up to ``STREAM_MAX_ENTRIES``."""
+    last = client.xinfo_stream("wm:events")["last-generated-id"]
+    ms, seq = map(int, (last.decode() if isinstance(last, bytes) else last).split("-"))
+    end = ms * (1 << 20) + min(seq, (1 << 20) - 1)
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout_s:
+        if all(_committed_key(client, ns) >= end for ns, _ in namespaces(client)):
+            return round(time.monotonic() - t0, 1)
+        time.sleep(0.5)
+    return -1.0
+
+
+def accounting(client: redis.Redis) -> dict:
+    """Every entry the stream ever took (Redis' own ``entries-added``) against what each query counted as its
+    input once drained: equal when nothing was lost, doubled, or trimmed before it was read."""
+    added = int(client.xinfo_stream("wm:events")["entries-added"])
+    counted = {ns: int(client.hget(f"{ns}:totals", "input") or 0) for ns, _ in namespaces(client)[:1]}
+    return {"entries_added": added, "input_counted": counted, "exact": all(v == added for v in counted.values())}
+
+
 def summarize(soak: Soak, warmup_s: float, rate: int, label: str, families: dict[str, int]) -> dict:
     cols = soak.columns()
     ts = np.array([s.t_s for s in soak.samples])
@@ -326,12 +350,17 @@ def main(argv: list[str] | None = None) -> int:
             soak = Soak(stack, client, pids, args.every)
             soak.run(args.minutes * 60)
             stack.stop("generator")
+            drain_s = drained(client, 600)
             soak.finish()
             families = key_families(client)
+            counts = accounting(client)
         finally:
             stack.stop_all()
-    summary = summarize(soak, args.warmup_minutes * 60, args.rate, label, families)
+    summary = {**summarize(soak, args.warmup_minutes * 60, args.rate, label, families), "drain_s": drain_s,
+               "accounting": counts}
     write(args.out, soak, summary)
+    print(f"drained in {drain_s} s; entries added {counts['entries_added']:,}, counted {counts['input_counted']}: "
+          f"{'exact' if counts['exact'] else 'NOT EXACT'}")
     for col, s in summary["series"].items():
         slope = "-" if s["slope_per_hour"] is None else f"{s['slope_per_hour']:+.2f}/h"
         within = f", {s['intervals_within_target']} of {s['intervals']} within {s['target_ms']:.0f}" \
