@@ -20,10 +20,10 @@ import time
 
 import redis  # noqa: E402
 
+from watermark.apps.redis_server import RedisServer  # noqa: E402
 from watermark.rules.scenarios import SCENARIOS  # noqa: E402
 from watermark.rules.simulate import Simulator  # noqa: E402
-from watermark.schema.clock import RealClock  # noqa: E402
-from watermark.store.redis_server import RedisServer  # noqa: E402
+from watermark.runtime.clock import RealClock  # noqa: E402
 from watermark.store.stream_writer import write  # noqa: E402
 
 

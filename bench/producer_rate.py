@@ -17,9 +17,9 @@ import time
 
 import redis
 
+from watermark.apps.redis_server import RedisServer
 from watermark.client import Producer
 from watermark.rules.simulate import Simulator
-from watermark.store.redis_server import RedisServer
 from watermark.store.stream_writer import StreamWriter
 
 START_US = 1_767_225_600_000_000  # 2026-01-01: fixed, so runs are comparable

@@ -49,8 +49,8 @@ import redis
 
 HERE = Path(__file__).resolve().parents[1]
 
+from watermark.apps.redis_server import free_port  # noqa: E402
 from watermark.runtime.children import die_with_parent  # noqa: E402
-from watermark.store.redis_server import free_port  # noqa: E402
 
 TARGET_MAIN_P95_MS = 1_500
 TARGET_LANE_EXTRA_MS = 1_500

@@ -8,6 +8,7 @@ the one page that writes, is in the navigation only when ``LAB_CONTROL`` is on
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import streamlit as st
@@ -21,7 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def lab_control() -> bool:
     """Whether to offer the Lab control page; not while the configuration is invalid (every page says why)."""
     try:
-        return Config.from_env().lab_control
+        return Config.from_env(os.environ).lab_control
     except ConfigError:
         return False
 

@@ -7,7 +7,8 @@ every case is unit-tested with hand-built values and an injected clock.
 from __future__ import annotations
 
 from dashboard.status import Level, Status, clock, human_ms
-from watermark.apps.control import RUNNING, STATUS_STALE_MS, Control, GeneratorStatus
+from watermark.schema.records import RUNNING, Control, GeneratorStatus
+from watermark.store.control_store import STATUS_STALE_MS
 
 START_HINT = "start it with `wm-generator --follow` (`./run.sh` does); it applies these settings"
 

@@ -9,6 +9,7 @@ page writes its requests itself, on a button press).
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,11 +23,12 @@ from dashboard.data import Snapshot, read_snapshot
 from dashboard.eventdata import EventRange, read_events
 from dashboard.lanes import MAIN, Lane, read_lanes
 from dashboard.status import Level, Status, assess, clock, human_ms, unreachable
-from watermark.apps.control import Control, GeneratorStatus, read_lab, write_control
 from watermark.schema.config import Config, ConfigError, redact_url
 from watermark.schema.keys import KeySchema
+from watermark.schema.records import Control, GeneratorStatus
 from watermark.store.alert_store import AlertView, read_alert_view
 from watermark.store.annotation_store import read_happenings
+from watermark.store.control_store import read_lab, write_control
 from watermark.store.history_store import Timeline, read_timeline
 
 log = logging.getLogger("dashboard")
@@ -126,7 +128,7 @@ def load_lanes(url: str, namespace: str) -> list[Lane]:
 def available_lanes() -> list[Lane]:
     """The configured pipeline and its lanes; just the configured one if Redis cannot say."""
     try:
-        cfg = Config.from_env()
+        cfg = Config.from_env(os.environ)
     except ConfigError:
         return []
     try:
@@ -201,7 +203,7 @@ def page_marks(now: int | None = None) -> list[Mark]:
     the monitor watches that pipeline); none when they cannot be read (the status line speaks for Redis)."""
     at = now_ms() if now is None else now
     try:
-        cfg = Config.from_env()
+        cfg = Config.from_env(os.environ)
         return load_marks(cfg.redis_url, cfg.namespace, current_view().tick(at), at)
     except (ConfigError, redis.RedisError, ValueError):
         return []
@@ -225,7 +227,7 @@ def firing_banner(now: int) -> None:
     from dashboard.alertview import firing_text
 
     try:
-        cfg = Config.from_env()
+        cfg = Config.from_env(os.environ)
         view = load_alerts(cfg.redis_url, cfg.namespace, current_view().tick(now), now)
     except (ConfigError, redis.RedisError, ValueError):
         return
@@ -248,7 +250,7 @@ def live(render: Callable[[Snapshot, int], None]) -> None:
     def tick() -> None:
         now = now_ms()
         try:
-            cfg = Config.from_env()
+            cfg = Config.from_env(os.environ)
         except ConfigError as exc:
             st.error(f"Configuration error: {exc}")
             return
@@ -277,7 +279,7 @@ def page(title: str, render: Callable[[Config], None]) -> None:
     """A page that draws from the configuration rather than one snapshot (the lab pages)."""
     st.title(title)
     try:
-        cfg = Config.from_env()
+        cfg = Config.from_env(os.environ)
     except ConfigError as exc:
         st.error(f"Configuration error: {exc}")
         return

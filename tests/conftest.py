@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from watermark.store.redis_server import RedisServer
+from watermark.apps.redis_server import RedisServer
 
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")

@@ -86,3 +86,21 @@ def test_no_function_is_longer_than_sixty_lines() -> None:
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.end_lineno - node.lineno >= 60:
                 long.append((str(path.relative_to(ROOT)), node.name))
     assert set(long) == LONG_ON_PURPOSE, sorted(set(long) - LONG_ON_PURPOSE)
+
+
+# What makes a module impure although it imports nothing forbidden: the wall clock, the environment, chance.
+IMPURE_CALLS = ("os.environ", "os.getenv", "time.time", "time.time_ns", "time.monotonic", "datetime.now",
+                "datetime.utcnow", "random.SystemRandom")
+PURE_CORE = ("watermark/schema", "watermark/rules", "watermark/alerting")
+
+
+def test_the_pure_core_reads_no_clock_no_environment() -> None:
+    """Time and settings come in as arguments (the runtime's clock, the command's os.environ), so every rule is a
+    function of what it is given. The simulator's seeded ``random.Random`` is allowed: its seed is an argument."""
+    found = []
+    for folder in PURE_CORE:
+        for path in (ROOT / folder).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.Attribute) and (name := ast.unparse(node)) in IMPURE_CALLS:
+                    found.append(f"{path.relative_to(ROOT)}:{node.lineno} {name}")
+    assert not found, found

@@ -4,6 +4,8 @@ and whether the webhook delivers. The monitor (``wm-monitor``) evaluates; this p
 
 from __future__ import annotations
 
+import os
+
 import redis
 import streamlit as st
 
@@ -82,7 +84,7 @@ def main() -> None:
     def tick() -> None:
         now = ui.now_ms()
         try:
-            cfg = Config.from_env()
+            cfg = Config.from_env(os.environ)
         except ConfigError as exc:
             st.error(f"Configuration error: {exc}")
             return

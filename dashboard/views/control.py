@@ -1,7 +1,7 @@
 """Lab control: switch, start and stop the generator's scenario, and ask the job for another watermark delay.
 
 The one page that writes to Redis, and only when a button is pressed: it
-stores the request in ``{ns}:control`` (``watermark.apps.control``); the generator
+stores the request in ``{ns}:control`` (``watermark.store.control_store``); the generator
 in follow mode and the job apply it and say so. With a read-only Redis user the
 page still shows everything and says why it cannot change anything.
 
@@ -18,10 +18,10 @@ from dashboard import ui
 from dashboard.lab import generator_line, rate_text
 from dashboard.lanes import MAIN, Lane
 from dashboard.status import assess, unreachable
-from watermark.apps.control import Control
 from watermark.rules.scenarios import SCENARIOS
 from watermark.schema.config import Config, ConfigError, redact_url
 from watermark.schema.keys import KeySchema
+from watermark.schema.records import Control
 from watermark.schema.timeutil import format_duration_ms, parse_duration_ms
 
 DEFAULT_RATE = 1000.0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
@@ -80,7 +81,7 @@ def render(snap: Snapshot, now_ms: int) -> None:
         st.session_state["events_server"] = latest_server(snap)
     choice = st.selectbox("Server", options, key="events_server")
     view = ui.current_view()
-    cfg = Config.from_env()
+    cfg = Config.from_env(os.environ)
     lane = ui.selected_lane(cfg)
     try:
         ev = ui.load_events(cfg.redis_url, lane.namespace, None if choice == ALL else choice, view.range_ms,

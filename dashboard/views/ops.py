@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Collection, Mapping, Sequence
 
 import streamlit as st
@@ -198,7 +199,8 @@ def timeline(snap: Snapshot, g: Grouping, now_ms: int) -> Timeline | None:
     span = HISTORY_RANGES.get(st.session_state.get(RANGE_KEY) or "24 h", DAY_MS)
     week_ago = st.session_state.get(WEEK_AGO_KEY, True) and span <= DAY_MS
     end = now_ms - now_ms % MINUTE_MS + MINUTE_MS
-    tl = ui.load_timeline(Config.from_env().redis_url, snap.namespace, tuple(series_labels(g)), end - span, end,
+    url = Config.from_env(os.environ).redis_url
+    tl = ui.load_timeline(url, snap.namespace, tuple(series_labels(g)), end - span, end,
                           (TOTAL,) if week_ago else (), ui.current_view().tick(now_ms))
     return tl.with_open_minute(v.minutes[-1] if v.minutes else None, snap.regions)
 

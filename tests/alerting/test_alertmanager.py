@@ -18,8 +18,8 @@ from watermark.alerting.alertmanager import VALID_FOR_RESENDS, postable_alerts
 from watermark.alerting.lifecycle import AlertState, Notice
 from watermark.alerting.webhook import rfc3339
 from watermark.apps.alertmanager import AlertmanagerPusher
-from watermark.schema.clock import wall_ms
-from watermark.store.redis_server import free_port
+from watermark.apps.redis_server import free_port
+from watermark.runtime.clock import wall_ms
 
 NOW = 1_764_000_000_000
 SERVERS = [f"{r}-{i:03d}" for r in ("eu", "na", "as") for i in range(1, 101)]

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import redis
 
+from watermark.apps.redis_server import RedisServer
 from watermark.schema.events import Event, parse_entry, parse_payload
-from watermark.store.redis_server import RedisServer
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "ingest.md"
 FENCE = re.compile(r"^```(\w+)\n(.*?)^```", re.S | re.M)

@@ -16,13 +16,13 @@ from typing import Any
 import pytest
 import redis
 
+from watermark.apps.redis_server import RedisServer
 from watermark.client import Producer, ProducerError, ProducerTimeout, encode_event
 from watermark.rules.simulate import generate
 from watermark.schema.events import Event, parse_entry, parse_payload
 from watermark.schema.keys import KeySchema
 from watermark.schema.timeutil import parse_iso_us
 from watermark.store.batch_channel import LOST_REDIS, Batch, BatchChannel, xadd_head
-from watermark.store.redis_server import RedisServer
 from watermark.store.stream_writer import StreamWriter
 
 T0 = "2026-11-22T10:00:00.000Z"

@@ -23,11 +23,11 @@ from tests.procs import Proc
 from tests.receiver import Receiver, alert_lines, receiving
 from watermark.alerting.config import AlertConfig
 from watermark.alerting.promrules import prometheus_rules
-from watermark.apps.control import write_control
 from watermark.apps.monitor import read_config
+from watermark.apps.redis_server import RedisServer, free_port
 from watermark.schema.keys import KeySchema
 from watermark.store.alert_store import read_alerts
-from watermark.store.redis_server import RedisServer, free_port
+from watermark.store.control_store import write_control
 
 pytestmark = pytest.mark.spark
 

@@ -22,11 +22,11 @@ from tests.oracle import T0_MS, oracle
 from tests.pipeline.test_exactly_once import load
 from tests.procs import Proc
 from tests.seed import arrival_ids
+from watermark.apps.redis_server import free_port
 from watermark.rules.simulate import generate
 from watermark.schema.keys import KeySchema
 from watermark.schema.timeutil import iso_from_us
 from watermark.spark.cluster import PACKAGE_DIR, is_local_master, package_zip
-from watermark.store.redis_server import free_port
 from watermark.store.report import build_document, wait_for_commit
 
 MASTER = "org.apache.spark.deploy.master.Master"
@@ -201,7 +201,7 @@ def _openssl(*args: str, cwd: Path) -> None:
 def tls_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A redis-server that speaks only TLS, its certificate signed by a CA made here: the URL to reach it, the
     CA to check it by in the URL (``ssl_ca_certs``) as a user would write it."""
-    from watermark.store.redis_server import redis_server_binary
+    from watermark.apps.redis_server import redis_server_binary
 
     if shutil.which("openssl") is None:
         pytest.fail("openssl is missing: apt-get install openssl")

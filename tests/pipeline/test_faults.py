@@ -14,12 +14,12 @@ from pyspark.sql import SparkSession
 from dashboard.data import read_snapshot
 from tests.pipeline.test_exactly_once import counted_per_window, raw_per_window, seeded_entries, snapshot
 from tests.procs import Proc
+from watermark.apps.redis_server import RedisServer, free_port
 from watermark.schema.config import Config
 from watermark.schema.events import PAYLOAD_FIELD, parse_entry_id
 from watermark.schema.keys import KeySchema
 from watermark.spark.query import params_of, start_query
 from watermark.spark.sink import RedisSink
-from watermark.store.redis_server import RedisServer, free_port
 from watermark.store.report import wait_for_commit
 
 pytestmark = pytest.mark.spark

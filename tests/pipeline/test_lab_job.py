@@ -15,14 +15,14 @@ import pytest
 import redis
 
 from tests.procs import Proc
-from watermark.apps.control import write_control
+from watermark.apps.redis_server import RedisServer, free_port
 from watermark.rules.idleness import IdleDecision
 from watermark.schema.events import IDLE_KIND, Event, Rules, parse_entry
 from watermark.schema.keys import KeySchema
 from watermark.schema.lanes import lane_namespace
 from watermark.schema.timeutil import iso_from_us
 from watermark.spark.checkpoint import job_secret
-from watermark.store.redis_server import RedisServer, free_port
+from watermark.store.control_store import write_control
 from watermark.store.report import wait_for_commit
 
 pytestmark = pytest.mark.spark

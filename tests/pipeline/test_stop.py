@@ -25,8 +25,8 @@ import pytest
 import redis
 
 from tests.procs import ROOT, Proc
+from watermark.apps.redis_server import free_port
 from watermark.schema.keys import KeySchema
-from watermark.store.redis_server import free_port
 
 STOP_LIMIT_S = 10  # the bound for the whole stack
 MAX_LINES = 20
@@ -34,7 +34,7 @@ MAX_LINES = 20
 
 def _embedded_redis(tmp_path: Path, port: int, name: str) -> Proc:
     env = {"REDIS_PORT": str(port), "REDIS_DATA_DIR": str(tmp_path / "redis"), "REDIS_URL": ""}
-    proc = Proc.python(name, ["watermark.store.redis_server"], env, tmp_path)
+    proc = Proc.python(name, ["watermark.apps.redis_server"], env, tmp_path)
     proc.wait_for(r"embedded Redis ready", timeout=60)
     return proc
 
@@ -72,7 +72,7 @@ def test_the_embedded_redis_takes_its_maxmemory_and_never_evicts(tmp_path: Path)
     port = free_port()
     env = {"REDIS_PORT": str(port), "REDIS_DATA_DIR": str(tmp_path / "redis"), "REDIS_URL": "",
            "REDIS_MAXMEMORY_MB": "64"}
-    proc = Proc.python("redis-capped", ["watermark.store.redis_server"], env, tmp_path)
+    proc = Proc.python("redis-capped", ["watermark.apps.redis_server"], env, tmp_path)
     try:
         proc.wait_for(r"embedded Redis ready", timeout=60)
         got = redis.Redis(port=port).config_get("maxmemory*")

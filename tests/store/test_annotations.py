@@ -17,11 +17,11 @@ import redis
 from watermark.alerting.config import AlertConfig
 from watermark.apps import annotate
 from watermark.apps.monitor import Monitor, serve_metrics
+from watermark.apps.redis_server import free_port
 from watermark.schema.keys import KeySchema
 from watermark.schema.records import Annotation
 from watermark.store import annotation_store
 from watermark.store.annotation_store import add_annotation, read_annotations
-from watermark.store.redis_server import free_port
 
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 HOUR = 3_600_000

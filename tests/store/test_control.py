@@ -18,21 +18,15 @@ import pytest
 import redis
 
 from tests.store.test_generator import no_sleeping
-from watermark.apps.control import (
-    Control,
-    GeneratorStatus,
-    main,
-    read_control,
-    read_lab,
-    seed_control,
-    write_control,
-)
+from watermark.apps.control import main
 from watermark.apps.follow import Follower
 from watermark.rules.simulate import Simulator, record_payload
 from watermark.schema.clock import ManualClock
 from watermark.schema.config import ConfigError
 from watermark.schema.keys import KeySchema
+from watermark.schema.records import Control, GeneratorStatus
 from watermark.schema.timeutil import parse_iso_us
+from watermark.store.control_store import read_control, read_lab, seed_control, write_control
 from watermark.store.redis_conn import connect
 
 START = parse_iso_us("2026-01-01T00:00:00Z")
@@ -87,9 +81,11 @@ def test_generator_status_round_trip() -> None:
     ({"delay_ms": "-5"}, "delay_ms must be an integer >= 0"),
     ({"rev": "x"}, "control field rev='x' is not an integer"),
 ])
-def test_a_hand_written_control_hash_is_a_precise_error(raw: dict[str, str], message: str) -> None:
+def test_a_hand_written_control_hash_is_a_precise_error(raw: dict[str, str], message: str, rd: redis.Redis,
+                                                        keys: KeySchema) -> None:
+    rd.hset(keys.control, mapping=raw)
     with pytest.raises(ConfigError) as info:
-        Control.from_hash(raw)
+        read_control(rd, keys)  # what the generator and the job read (the record's forms, then the catalogue)
     assert message in str(info.value)
 
 

@@ -12,10 +12,10 @@ import redis
 from watermark.alerting.config import AlertConfig, WatermarkFlat
 from watermark.apps.monitor import Monitor, load_config, monitor_client, read_config, shown_url
 from watermark.apps.notify import Notifier, Outgoing
+from watermark.apps.redis_server import free_port
 from watermark.schema.config import ConfigError
 from watermark.schema.keys import KeySchema
 from watermark.store.alert_store import THRESHOLDS_FIELD, read_alert_view, read_alerts, thresholds_from
-from watermark.store.redis_server import free_port
 
 T0 = 1_800_000_000_000
 

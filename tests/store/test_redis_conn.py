@@ -19,12 +19,12 @@ import pytest
 import redis
 
 from tests.store.test_commit import PARAMS, T0, dump, summary
+from watermark.apps.redis_server import RedisServer
 from watermark.client import Producer, ProducerTimeout
 from watermark.schema.keys import KeySchema
 from watermark.store import redis_conn
 from watermark.store.commit import BatchSummary, commit_batch, free_committed_input
 from watermark.store.redis_conn import is_full, with_retry
-from watermark.store.redis_server import RedisServer
 
 
 @pytest.fixture(params=[2, 3], ids=["resp2", "resp3"])

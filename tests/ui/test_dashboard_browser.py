@@ -23,8 +23,8 @@ import redis
 
 from tests.oracle import oracle
 from tests.procs import ROOT, Proc
+from watermark.apps.redis_server import free_port
 from watermark.schema.keys import KeySchema
-from watermark.store.redis_server import free_port
 from watermark.store.report import wait_for_commit
 
 pytestmark = [pytest.mark.spark, pytest.mark.browser]

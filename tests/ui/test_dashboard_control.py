@@ -19,12 +19,13 @@ from streamlit.testing.v1 import AppTest
 from dashboard.lab import generator_line
 from dashboard.status import Level
 from tests.paths import APP  # noqa: E402
-from watermark.apps.control import Control, GeneratorStatus, read_control, write_control
 from watermark.apps.follow import Follower
+from watermark.apps.redis_server import free_port
 from watermark.rules.scenarios import SCENARIOS
 from watermark.schema.clock import ManualClock
 from watermark.schema.keys import KeySchema
-from watermark.store.redis_server import free_port
+from watermark.schema.records import Control, GeneratorStatus
+from watermark.store.control_store import read_control, write_control
 
 PAGE = "views/control.py"
 NOW = 1_800_000_000_000

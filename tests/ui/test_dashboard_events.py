@@ -18,12 +18,12 @@ from streamlit.testing.v1 import AppTest
 from dashboard.eventdata import find_player, read_events
 from tests.oracle import event_status, judged
 from tests.seed import BAD_PAYLOADS, Seeded, seed_pipeline
+from watermark.apps.redis_server import free_port
 from watermark.rules.eventview import Status, dropped_pairs
 from watermark.rules.late import LateEvent
 from watermark.schema.events import Event, parse_entry_id
 from watermark.schema.keys import KeySchema, WindowKey
 from watermark.store.commit import trim_counted
-from watermark.store.redis_server import free_port
 
 pytestmark = pytest.mark.spark
 from tests.paths import APP  # noqa: E402

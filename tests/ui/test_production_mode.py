@@ -26,9 +26,9 @@ from dashboard.data import Snapshot, read_snapshot
 from dashboard.status import assess
 from tests.paths import APP
 from tests.procs import ROOT, Proc
+from watermark.apps.redis_server import free_port
 from watermark.schema.config import Config, ConfigError
 from watermark.schema.keys import KeySchema
-from watermark.store.redis_server import free_port
 from watermark.store.report import wait_for_commit
 
 PAGES = ["views/ops.py", "views/alerts.py", "views/watermark.py", "views/lag.py", "views/events.py",

@@ -17,7 +17,7 @@ from watermark.alerting.alertmanager import postable_alerts
 from watermark.alerting.lifecycle import AlertState, Notice
 from watermark.alerting.webhook import backoff_ms
 from watermark.apps.notify import post
-from watermark.schema.clock import wall_ms
+from watermark.runtime.clock import wall_ms
 
 log = logging.getLogger(__name__)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import socketserver
 import sys
 import threading
@@ -147,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     now = int(time.time() * 1000)
     try:
-        cfg = Config.from_env()
+        cfg = Config.from_env(os.environ)
         keys = KeySchema(cfg.namespace)
         client = redis.Redis.from_url(cfg.redis_url, socket_connect_timeout=2.0, socket_timeout=5.0)
         if args.list:

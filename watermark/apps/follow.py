@@ -24,23 +24,13 @@ from dataclasses import dataclass
 
 import redis
 
-from watermark.apps.control import (
-    ACHIEVED_OVER_MS,
-    RUNNING,
-    STOPPED,
-    Control,
-    GeneratorStatus,
-    check_rate,
-    check_scenario,
-    read_control,
-    seed_control,
-    write_status,
-)
 from watermark.rules.scenarios import game
 from watermark.rules.simulate import Record, Simulator
 from watermark.schema.clock import Clock
 from watermark.schema.config import ConfigError
 from watermark.schema.keys import KeySchema
+from watermark.schema.records import ACHIEVED_OVER_MS, RUNNING, STOPPED, Control, GeneratorStatus, check_rate
+from watermark.store.control_store import check_scenario, read_control, seed_control, write_status
 from watermark.store.stream_writer import LOST_REDIS, StreamWriter, WriteStats
 
 log = logging.getLogger("watermark.apps.generator")

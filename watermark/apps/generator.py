@@ -36,8 +36,8 @@ import redis
 
 from watermark.rules.scenarios import SCENARIOS, game, scenarios_help
 from watermark.rules.simulate import Simulator
+from watermark.runtime.clock import RealClock
 from watermark.runtime.signals import on_stop_signals
-from watermark.schema.clock import RealClock
 from watermark.schema.config import Config, ConfigError
 from watermark.schema.keys import KeySchema
 from watermark.schema.timeutil import iso_from_us, parse_iso_us
@@ -143,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     stop = threading.Event()
     clock = RealClock(stop)
     try:
-        cfg = Config.from_env()
+        cfg = Config.from_env(os.environ)
         start_us = parse_iso_us(args.start) if args.start else clock.now_us()
         seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**31)
         if args.follow and (args.count is not None or args.start):

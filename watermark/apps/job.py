@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING
 import redis
 from redis.commands.core import Script
 
-from watermark.apps.control import read_control
 from watermark.rules.idleness import IDLENESS_KEEP, IdleTicker
 from watermark.rules.idleness import summary as idle_summary
 from watermark.runtime.signals import on_stop_signals
@@ -31,6 +30,7 @@ from watermark.schema.records import LaneRecord, StateRecord
 from watermark.schema.timeutil import format_duration_ms
 from watermark.spark.checkpoint import job_secret
 from watermark.store.commit import ParamsMismatch, check_params
+from watermark.store.control_store import read_control
 from watermark.store.redis_conn import connect
 
 if TYPE_CHECKING:
@@ -65,7 +65,7 @@ def main() -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s job %(levelname)s %(message)s", stream=sys.stderr)
     logging.getLogger("py4j").setLevel(logging.WARNING)
     try:
-        cfg = Config.from_env()
+        cfg = Config.from_env(os.environ)
         lanes = [lane_config(cfg, lane) for lane in cfg.lanes]
     except ConfigError as exc:
         log.error("config error: %s", exc)

@@ -36,8 +36,8 @@ from watermark.apps.alertmanager import AlertmanagerPusher
 from watermark.apps.annotate import annotations_app, beside, serve
 from watermark.apps.metrics import StackCollector
 from watermark.apps.notify import Notifier, Outgoing
+from watermark.runtime.clock import wall_ms
 from watermark.runtime.signals import on_stop_signals
-from watermark.schema.clock import wall_ms
 from watermark.schema.config import DEFAULT_HISTORY_DAYS, Config, ConfigError, redact_url
 from watermark.schema.keys import KeySchema
 from watermark.store.alert_store import apply_decision, publish_thresholds, read_alerts, read_outbox
@@ -224,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         cfg = load_config(args.config)
-        env = Config.from_env()
+        env = Config.from_env(os.environ)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -23,7 +23,7 @@ import redis
 
 from watermark.alerting.lifecycle import Notice
 from watermark.alerting.webhook import backoff_ms, group_key, group_payload
-from watermark.schema.clock import wall_ms
+from watermark.runtime.clock import wall_ms
 from watermark.schema.keys import KeySchema
 from watermark.store.alert_store import OUTBOX_KEEP, acknowledge, record_failure, still_owed, was_delivered
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 import tempfile
 import time
@@ -187,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
         with ExitStack() as stack:
             tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="replay-")))
             ns = args.namespace or f"replay-{uuid.uuid4().hex[:10]}"
-            cfg = Config.from_env().with_(
+            cfg = Config.from_env(os.environ).with_(
                 namespace=ns, window_ms=window, slide_ms=slide, delay_ms=delay,
                 checkpoint_dir=str(tmp / "checkpoint"), max_events_per_batch=0,
                 retention_ms=NO_TRIM_MS, key_ttl_ms=REPLAY_TTL_MS, progress_history=max(10, len(batches) + 10),
@@ -195,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
             if timeout is not None:
                 cfg = cfg.with_(online_timeout_ms=timeout)
             if cfg.embedded_redis and not _reachable(cfg.redis_url):
-                from watermark.store.redis_server import RedisServer
+                from watermark.apps.redis_server import RedisServer
 
                 server = RedisServer(str(tmp / "redis"), port=0)
                 server.start()

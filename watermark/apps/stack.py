@@ -186,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("-f", "--procfile", type=Path, default=Path("Procfile"))
     args = p.parse_args(argv)
     try:
-        cfg = Config.from_env()
+        cfg = Config.from_env(os.environ)
         lines = read_procfile(args.procfile)
     except (ConfigError, ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -1,10 +1,9 @@
 """Time, injected: the writer and the generator's follow mode sleep on a :class:`Clock`, so tests drive them
-without sleeping (:class:`ManualClock`)."""
+without sleeping (:class:`ManualClock`). The wall clock itself is an adapter's (:mod:`watermark.runtime.clock`):
+the schema never reads it."""
 
 from __future__ import annotations
 
-import threading
-import time
 from typing import Protocol
 
 
@@ -14,26 +13,6 @@ class Clock(Protocol):
     def now_us(self) -> int: ...
 
     def sleep_until(self, us: int) -> None: ...
-
-
-def wall_ms() -> int:
-    """The wall clock in milliseconds: the default of every injected ``now``."""
-    return time.time_ns() // 1_000_000
-
-
-class RealClock:
-    """Wall-clock time; ``sleep_until`` returns early once ``stop`` is set (SIGTERM)."""
-
-    def __init__(self, stop: threading.Event | None = None) -> None:
-        self.stop = stop or threading.Event()
-
-    def now_us(self) -> int:
-        return time.time_ns() // 1000
-
-    def sleep_until(self, us: int) -> None:
-        delay = us - self.now_us()
-        if delay > 0:
-            self.stop.wait(delay / 1e6)
 
 
 class ManualClock:

@@ -6,7 +6,6 @@ typo stops the pipeline at start rather than producing wrong numbers later.
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -157,8 +156,8 @@ class Config:
         return replace(self, **changes)
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> Config:
-        env = os.environ if env is None else env
+    def from_env(cls, env: Mapping[str, str]) -> Config:
+        """The settings in ``env``: a command passes ``os.environ`` (the schema reads no environment itself)."""
         for name, why in REMOVED.items():
             if name in env:
                 raise ConfigError(f"{name} is no longer used: {why}; unset it")

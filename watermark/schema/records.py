@@ -15,6 +15,8 @@ with it, where it is read, never a ``KeyError`` three calls later.
 * :class:`PresenceStateRecord`: the online view's commit record, the hash ``{ns}:presence:state``.
 * :class:`Annotation`: a deploy, maintenance or incident someone marked (``wm-annotate``, ``POST /annotations``),
   a member of ``{ns}:annotations``, drawn over every time chart.
+* :class:`Control` and :class:`GeneratorStatus`: the lab's request (``{ns}:control``) and what the following
+  generator applied (``{ns}:generator``), hashes a field per value (``watermark.store.control_store``).
 
 Fields added after the first release have defaults, so records written by an older job still read back. The two
 state records stay hashes, a field per attribute (``to_hash``, ``from_hash``): a commit reads back only the
@@ -24,12 +26,15 @@ fields it needs, and the job writes ``stopped_ms`` alone.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
 from typing import Any, Self, TypeVar
 
 import msgspec
 import numpy as np
 
+from watermark.schema.config import ConfigError
 from watermark.schema.keys import parse_total_field, total_field
 
 
@@ -451,3 +456,123 @@ def decode_json(raw: bytes | str, kind: type[T], where: str) -> T:
         return msgspec.json.decode(raw, type=kind)
     except (msgspec.ValidationError, msgspec.DecodeError) as exc:
         raise RecordError(f"{where} is not a {kind.__name__}: {exc}") from None
+
+
+# --------------------------------------------------------------------------- the lab's control plane
+# ``{ns}:control`` (what the presenter asks for) and ``{ns}:generator`` (what the following generator applied),
+# hashes written and read by watermark.store.control_store; a bad value raises ConfigError naming the field.
+
+RUNNING = "running"
+STOPPED = "stopped"
+
+
+def _hash_text(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _hash_fields(raw: Mapping[Any, Any]) -> dict[str, str]:
+    return {_hash_text(k): _hash_text(v) for k, v in raw.items()}
+
+
+def _hash_int(fields: Mapping[str, str], name: str, where: str) -> int | None:
+    if name not in fields:
+        return None
+    try:
+        return int(fields[name])
+    except ValueError:
+        raise ConfigError(f"{where} field {name}={fields[name]!r} is not an integer") from None
+
+
+def check_rate(rate: object) -> float:
+    if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not math.isfinite(rate) or rate < 0:
+        raise ConfigError(f"rate must be a finite number >= 0 events/s (0 = as fast as possible), got {rate!r}")
+    return float(rate)
+
+
+def check_delay_ms(delay_ms: object) -> int:
+    if isinstance(delay_ms, bool) or not isinstance(delay_ms, int) or delay_ms < 0:
+        raise ConfigError(f"delay_ms must be an integer >= 0 milliseconds, got {delay_ms!r}")
+    return delay_ms
+
+
+@dataclass(frozen=True)
+class Control:
+    """The presenter's request. ``None`` where nothing was asked yet (the generator seeds
+    scenario, rate and running when it starts; the job falls back to WATERMARK_DELAY)."""
+
+    scenario: str | None = None
+    rate: float | None = None
+    running: bool | None = None
+    delay_ms: int | None = None
+    rev: int = 0
+    updated_ms: int | None = None
+
+    @classmethod
+    def from_hash(cls, raw: Mapping[Any, Any]) -> Control:
+        """Inverse of :meth:`to_hash`; a value nobody could have written through
+        :func:`watermark.store.control_store.write_control` raises ConfigError naming the field (whether the
+        scenario is one the generator knows is the store's check: the catalogue is a rule)."""
+        f = _hash_fields(raw)
+        rate: float | None = None
+        if "rate" in f:
+            try:
+                number = float(f["rate"])
+            except ValueError:
+                raise ConfigError(f"control field rate={f['rate']!r} is not a number") from None
+            rate = check_rate(number)
+        running: bool | None = None
+        if "generator" in f:
+            if f["generator"] not in (RUNNING, STOPPED):
+                raise ConfigError(f"control field generator={f['generator']!r} must be {RUNNING!r} or {STOPPED!r}")
+            running = f["generator"] == RUNNING
+        delay = _hash_int(f, "delay_ms", "control")
+        return cls(scenario=f.get("scenario"), rate=rate, running=running,
+                   delay_ms=None if delay is None else check_delay_ms(delay), rev=_hash_int(f, "rev", "control") or 0,
+                   updated_ms=_hash_int(f, "updated_ms", "control"))
+
+    def to_hash(self) -> dict[str, str]:
+        """The hash fields of the values that are set; inverse of :meth:`from_hash`."""
+        out = {"scenario": self.scenario, "rate": None if self.rate is None else repr(float(self.rate)),
+               "generator": None if self.running is None else (RUNNING if self.running else STOPPED),
+               "delay_ms": None if self.delay_ms is None else str(self.delay_ms), "rev": str(self.rev),
+               "updated_ms": None if self.updated_ms is None else str(self.updated_ms)}
+        return {k: v for k, v in out.items() if v is not None}
+
+
+ACHIEVED_OVER_MS = 5_000
+"""The generator's achieved rate is measured over this much of its clock: long enough to smooth its bursts."""
+
+
+@dataclass(frozen=True)
+class GeneratorStatus:
+    """What the following generator is doing: ``rev`` is the control revision it applied."""
+
+    state: str
+    scenario: str
+    rate: float
+    rev: int
+    written: int
+    since_ms: int
+    updated_ms: int
+    error: str = ""
+    achieved: float = 0.0
+    """Events/s actually written over the last :data:`ACHIEVED_OVER_MS` (or since the run began); below the
+    rate asked whenever the scenario holds events back (late bursts, outages), so not a health signal."""
+    lag_ms: int = 0
+    """How far behind its schedule the last write finished: above zero the generator (or Redis) lacks CPU."""
+
+    @classmethod
+    def from_hash(cls, raw: Mapping[Any, Any]) -> GeneratorStatus:
+        """Inverse of :meth:`to_hash`."""
+        f = _hash_fields(raw)
+        try:
+            return cls(state=f["state"], scenario=f["scenario"], rate=float(f["rate"]), rev=int(f["rev"]),
+                       written=int(f["written"]), since_ms=int(f["since_ms"]), updated_ms=int(f["updated_ms"]),
+                       error=f.get("error", ""), achieved=float(f.get("achieved", "0")),
+                       lag_ms=int(f.get("lag_ms", "0")))
+        except (KeyError, ValueError) as exc:
+            raise ConfigError(f"generator status hash is malformed ({type(exc).__name__}: {exc})") from None
+
+    def to_hash(self) -> dict[str, str]:
+        """Inverse of :meth:`from_hash`."""
+        return {k: repr(v) if isinstance(v, float) else str(v) for k, v in asdict(self).items()}

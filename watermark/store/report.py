@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from collections.abc import Mapping
@@ -175,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", help="write the JSON here instead of stdout")
     args = parser.parse_args(argv)
     try:
-        cfg = Config.from_env()
+        cfg = Config.from_env(os.environ)
     except ConfigError as exc:
         print(f"config error: {exc}", file=sys.stderr)
         return 2

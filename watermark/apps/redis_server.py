@@ -165,7 +165,7 @@ def let_clients_leave(url: str, grace_s: float) -> None:
 
 def main() -> int:
     try:
-        cfg = Config.from_env()
+        cfg = Config.from_env(os.environ)
     except ConfigError as exc:
         print(f"config error: {exc}", file=sys.stderr)
         return 2

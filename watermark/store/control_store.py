@@ -1,0 +1,99 @@
+"""The lab's control plane in Redis: what the presenter asks for (``{ns}:control``) and what the generator applied
+(``{ns}:generator``), as :class:`~watermark.schema.records.Control` and
+:class:`~watermark.schema.records.GeneratorStatus`.
+
+The dashboard's "Lab control" page (or ``wm-control``) writes the request; the generator in follow mode
+(``wm-generator --follow``, ``watermark.apps.follow``) polls it and reports what it applied. Every change bumps
+``rev`` in the same MULTI as the change, so a reader can tell "the generator applied my request" (its ``rev``
+caught up) from "it has not looked yet".
+"""
+
+from __future__ import annotations
+
+import redis
+
+from watermark.rules.scenarios import SCENARIOS
+from watermark.runtime.clock import wall_ms
+from watermark.schema.config import ConfigError
+from watermark.schema.keys import KeySchema
+from watermark.schema.records import Control, GeneratorStatus, check_delay_ms, check_rate
+
+STATUS_STALE_MS = 5_000
+"""A generator status older than this means no generator is following (it writes one every ~0.5 s)."""
+
+
+def check_scenario(scenario: str) -> str:
+    if scenario not in SCENARIOS:
+        raise ConfigError(f"scenario {scenario!r} is unknown; choose one of: {', '.join(SCENARIOS)}")
+    return scenario
+
+
+def _known(control: Control) -> Control:
+    if control.scenario is not None:
+        check_scenario(control.scenario)
+    return control
+
+
+def read_control(client: redis.Redis, keys: KeySchema) -> Control | None:
+    """The current request, or None if nobody has asked for anything yet."""
+    raw = client.hgetall(keys.control)
+    return _known(Control.from_hash(raw)) if raw else None
+
+
+def read_lab(client: redis.Redis, keys: KeySchema) -> tuple[Control | None, GeneratorStatus | None]:
+    """Request and generator status in one round trip (read commands only)."""
+    pipe = client.pipeline(transaction=False)
+    pipe.hgetall(keys.control)
+    pipe.hgetall(keys.generator_status)
+    control, status = pipe.execute()
+    return (_known(Control.from_hash(control)) if control else None,
+            GeneratorStatus.from_hash(status) if status else None)
+
+
+def write_control(client: redis.Redis, keys: KeySchema, *, scenario: str | None = None, rate: float | None = None,
+                  running: bool | None = None, delay_ms: int | None = None, now_ms: int | None = None) -> Control:
+    """Change the given fields and bump ``rev``, atomically; validated before anything is written."""
+    if scenario is not None:
+        check_scenario(scenario)
+    if rate is not None:
+        rate = check_rate(rate)
+    if running is not None and not isinstance(running, bool):
+        raise ConfigError(f"running must be True or False, got {running!r}")
+    if delay_ms is not None:
+        check_delay_ms(delay_ms)
+    change = Control(scenario=scenario, rate=rate, running=running, delay_ms=delay_ms,
+                     updated_ms=wall_ms() if now_ms is None else now_ms).to_hash()
+    del change["rev"]
+    if len(change) == 1:
+        raise ConfigError("nothing to change: give a scenario, rate, running (start/stop) or delay_ms")
+    pipe = client.pipeline(transaction=True)
+    pipe.hset(keys.control, mapping=change)
+    pipe.hincrby(keys.control, "rev", 1)
+    pipe.hgetall(keys.control)
+    return Control.from_hash(pipe.execute()[-1])
+
+
+def seed_control(client: redis.Redis, keys: KeySchema, *, scenario: str, rate: float, running: bool = True,
+                 now_ms: int | None = None) -> Control:
+    """Fill in scenario, rate and generator only where missing (a restarted generator must not
+    override the presenter's choice); bumps ``rev`` if it filled anything."""
+    check_scenario(scenario)
+    wanted = Control(scenario=scenario, rate=check_rate(rate), running=running).to_hash()
+    del wanted["rev"]
+
+    def seed(pipe: redis.client.Pipeline) -> Control:
+        have = {(k.decode() if isinstance(k, bytes) else str(k)): v for k, v in pipe.hgetall(keys.control).items()}
+        missing = {k: v for k, v in wanted.items() if k not in have}
+        if not missing:
+            return Control.from_hash(have)
+        pipe.multi()
+        pipe.hset(keys.control, mapping={**missing, "updated_ms": str(wall_ms() if now_ms is None else now_ms)})
+        pipe.hincrby(keys.control, "rev", 1)
+        pipe.hgetall(keys.control)
+        return Control.from_hash(pipe.execute()[-1])
+
+    return client.transaction(seed, keys.control, value_from_callable=True)
+
+
+def write_status(client: redis.Redis, keys: KeySchema, status: GeneratorStatus) -> None:
+    client.hset(keys.generator_status, mapping=status.to_hash())
