@@ -135,3 +135,29 @@ def test_the_published_thresholds_leave_the_receivers_urls_out_and_read_back_equ
     published = to_toml(cfg.without_urls())
     assert "secret" not in published and "hooks.example" not in published
     assert AlertConfig.from_toml(published) == AlertConfig()
+
+
+@pytest.mark.parametrize(("online_behind", "fires"), [("0x47", True), ("0x23 30x24", False)])
+def test_prometheus_holds_a_players_drop_while_the_online_view_lags_as_the_monitor_does(
+        tmp_path: Path, online_behind: str, fires: bool) -> None:
+    """Players time out before their events are read when the online view lags: the monitor holds the alert
+    then (conditions.note_delays), and so must the shipped PromQL. A's players fall from 100 to 30 at 2 min."""
+    assert shutil.which("promtool"), "promtool is missing: `apt-get install prometheus` (.ci/run does)"
+    at = '{server="A",instance="m",job="wm"}'
+    main = '{pipeline="main",instance="m",job="wm"}'
+    series = {f"wm_players_online{at}": "100x23 30x24", f"wm_server_last_event_timestamp_seconds{at}": "0+5x47",
+              f"wm_server_max_event_time_seconds{at}": "0+5x47", f"wm_server_ingest_lag_p95_seconds{at}": "0x47",
+              f"wm_server_clock_ahead_seconds{at}": "0x47", f"wm_behind_seconds{main}": "0x47",
+              f"wm_trigger_interval_seconds{main}": "1x47", 'wm_online_behind_seconds{instance="m",job="wm"}':
+              online_behind}
+    alert = {"exp_labels": {"severity": "critical", "server": "A", "instance": "m", "job": "wm"},
+             "exp_annotations": {"summary": "Players online on A fell by more than the threshold"}}
+    expected = [alert] if fires else []
+    spec = {"rule_files": [str(ROOT / "ops" / "prometheus" / "rules.yml")], "evaluation_interval": "5s",
+            "tests": [{"interval": "5s", "input_series": [{"series": k, "values": v} for k, v in series.items()],
+                       "alert_rule_test": [{"eval_time": "3m", "alertname": "PlayersDrop",
+                                            "exp_alerts": expected}]}]}
+    (tmp_path / "test.yml").write_text(json.dumps(spec))  # JSON is YAML
+    out = subprocess.run(["promtool", "test", "rules", str(tmp_path / "test.yml")], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr

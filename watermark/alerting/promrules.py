@@ -35,6 +35,10 @@ def expressions(cfg: AlertConfig) -> dict[str, str]:
     pd, behind = cfg.players_drop, _s(cfg.freshness.above_trigger_ms)
     silence = "(time() - wm_server_last_event_timestamp_seconds)"
     pipeline_behind = (f"(wm_behind_seconds{MAIN_SEL} - wm_trigger_interval_seconds{MAIN_SEL} > {behind})")
+    # Players time out before their events are read when either the pipeline or the online view lags
+    # (conditions.note_delays judges the larger of the two against the pipeline's trigger).
+    online_behind = (f"(wm_online_behind_seconds - on(instance, job) wm_trigger_interval_seconds{MAIN_SEL} > "
+                     f"{behind})")
     peak = f"max_over_time(wm_players_online[{_d(pd.within_ms)}])"
     region_peak = f"max_over_time(wm_region_players_online[{_d(pd.within_ms)}])"
     silent, flat = _s(cfg.server_silent.after_ms), _d(cfg.watermark_flat.after_ms)
@@ -45,6 +49,7 @@ def expressions(cfg: AlertConfig) -> dict[str, str]:
             f"(({peak} - wm_players_online) * 100 > {pd.percent!r} * {peak}) and ({peak} >= {pd.min_players})\n"
             f"unless max_over_time({silence}[{_d(pd.settle_ms)}:1s]) >= {_s(pd.quiet_ms)}\n"
             f"unless on(instance, job) max_over_time({pipeline_behind}[{_d(pd.settle_ms)}:1s])\n"
+            f"unless on(instance, job) max_over_time({online_behind}[{_d(pd.settle_ms)}:1s])\n"
             f"unless on(server, instance, job) ({newest_all} - on(instance, job) group_right {newest} >= "
             f"{_s(pd.lag_ms)})\n"
             f"unless max_over_time(wm_server_ingest_lag_p95_seconds[{_d(pd.settle_ms)}]) >= {_s(pd.lag_ms)}\n"
@@ -53,7 +58,8 @@ def expressions(cfg: AlertConfig) -> dict[str, str]:
         "region_players_drop": (
             f"(({region_peak} - wm_region_players_online) * 100 > {pd.percent!r} * {region_peak}) and "
             f"({region_peak} >= {pd.min_players})\n"
-            f"unless on(instance, job) max_over_time({pipeline_behind}[{_d(pd.settle_ms)}:1s])"),
+            f"unless on(instance, job) max_over_time({pipeline_behind}[{_d(pd.settle_ms)}:1s])\n"
+            f"unless on(instance, job) max_over_time({online_behind}[{_d(pd.settle_ms)}:1s])"),
         "server_silent": (f"{silence} >= {silent}\n"
                           f"unless on(server, instance, job) wm_server_retired == 1\n"
                           f"unless on(instance, job) (wm_behind_seconds{MAIN_SEL} >= {silent})"),

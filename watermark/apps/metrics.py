@@ -36,6 +36,7 @@ METRICS: dict[str, str] = {
     "wm_behind_entries": "Input entries not committed yet",
     "wm_behind_seconds": "How long the oldest entry not committed yet has waited",
     "wm_online_view_age_seconds": "Now minus the trigger time of the online view's newest batch",
+    "wm_online_behind_seconds": "How long the oldest entry the online view has not committed yet has waited",
     "wm_server_last_event_timestamp_seconds": "Arrival of each server's newest committed event, Unix seconds",
     "wm_server_max_event_time_seconds": "Each server's newest event time in the last batch, Unix seconds",
     "wm_server_ingest_lag_p95_seconds": "p95 of arrival minus event time of each server's events in the last batch",
@@ -61,6 +62,8 @@ def families(r: StackReading) -> Iterator[Metric]:
     if r.online_age_ms is not None:
         yield GaugeMetricFamily("wm_online_view_age_seconds", METRICS["wm_online_view_age_seconds"],
                                 value=r.online_age_ms / 1000)
+    yield GaugeMetricFamily("wm_online_behind_seconds", METRICS["wm_online_behind_seconds"],
+                            value=r.obs.online_behind_ms / 1000)
     if r.obs.redis_used_bytes is not None:
         yield GaugeMetricFamily("wm_redis_used_memory_bytes", METRICS["wm_redis_used_memory_bytes"],
                                 value=r.obs.redis_used_bytes)
