@@ -12,7 +12,7 @@ from enum import StrEnum
 
 from dashboard.data import BatchPoint, Snapshot
 from watermark.alerting.config import AlertConfig
-from watermark.alerting.verdicts import Flat, WatermarkPoint, flat_run, is_behind, stalled
+from watermark.alerting.verdicts import Flat, WatermarkPoint, flat_run, is_behind
 from watermark.schema.timeutil import clock, human_ms  # noqa: F401 - the pages import them from here
 
 STALE_TRIGGERS = 5
@@ -160,10 +160,10 @@ def watermark_points(batches: Sequence[BatchPoint]) -> list[WatermarkPoint]:
 
 
 def stall(batches: Sequence[BatchPoint], now_ms: int, cfg: AlertConfig) -> Flat | None:
-    """The watermark's unmoved run when it is stalled by the alerts' rule (:func:`.verdicts.stalled`, with the
+    """The watermark's unmoved run when it is stalled by the alerts' rule (:meth:`.verdicts.Flat.stalled`, with the
     monitor's thresholds), else None: the status line, the lab and the WatermarkFlat alert say it together."""
-    points = watermark_points(batches)
-    return flat_run(points) if stalled(points, now_ms, cfg) else None
+    run = flat_run(watermark_points(batches))
+    return run if run is not None and run.stalled(now_ms, cfg) else None
 
 
 def behind_text(waiting: int, behind_ms: int) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from watermark.alerting.config import AlertConfig
-from watermark.alerting.verdicts import Flat, WatermarkPoint, flat_run, is_behind, stalled
+from watermark.alerting.verdicts import Flat, WatermarkPoint, flat_run, is_behind
 
 CFG = AlertConfig()  # trigger + 5 s is behind; a watermark unmoved 60 s while events arrive is stalled
 AFTER = CFG.watermark_flat.after_ms
@@ -46,4 +46,5 @@ def test_the_flat_run_is_the_trailing_points_with_the_newest_watermark(points: l
 ])
 def test_stalled_is_unmoved_for_after_while_events_arrive(points: list[WatermarkPoint], now: int,
                                                           want: bool | None) -> None:
-    assert stalled(points, T + now, CFG) is want
+    run = flat_run(points)
+    assert run is not None and run.stalled(T + now, CFG) is want

@@ -35,7 +35,7 @@ from typing import cast
 
 from watermark.alerting.config import AlertConfig
 from watermark.alerting.observation import MAIN, Memory, Observation, OnlineSample, PipelineObs, ServerObs
-from watermark.alerting.verdicts import WatermarkPoint, behind_limit_ms, flat_run, is_behind, stalled
+from watermark.alerting.verdicts import WatermarkPoint, behind_limit_ms, flat_run, is_behind
 from watermark.schema.timeutil import clock, human_ms
 
 MINUTE_MS = 60_000
@@ -279,8 +279,8 @@ def redis_full(obs: Observation, cfg: AlertConfig) -> Finding:
 def watermark_flat(p: PipelineObs, memory: Memory, now_ms: int, cfg: AlertConfig) -> Finding:
     series = memory.watermarks.get(p.name)
     points = [WatermarkPoint(t, *cast(tuple[int | None, int], v)) for t, v in series.since(0)] if series else []
-    verdict = stalled(points, now_ms, cfg)
     run = flat_run(points)
+    verdict = None if run is None else run.stalled(now_ms, cfg)
     if verdict is None or run is None or p.watermark_ms is None:
         return Finding("watermark_flat", p.name, None, None,
                        f"less than {human_ms(cfg.watermark_flat.after_ms)} watched")

@@ -31,7 +31,7 @@ class PipelineObs:
     """How long the oldest entry not committed yet has waited (0 when none waits)."""
     last_batch: int | None = None
     dropped: int = 0
-    """Events dropped as late so far: with ``accepted``, what arrived (:func:`.verdicts.stalled`)."""
+    """Events dropped as late so far: with ``accepted``, what arrived (:meth:`.verdicts.Flat.stalled`)."""
 
     @property
     def arrived(self) -> int:

@@ -53,6 +53,15 @@ class Flat:
     def held_ms(self, now_ms: int) -> int:
         return now_ms - self.since_ms
 
+    def stalled(self, now_ms: int, cfg: AlertConfig) -> bool | None:
+        """Whether this run is a stall; None when it cannot tell: the run is all there is and shorter than
+        ``after`` (it may have started before the first point), or there is no watermark yet."""
+        if self.watermark_ms is None:
+            return None
+        if self.held_ms(now_ms) < cfg.watermark_flat.after_ms:
+            return None if self.seen_from_start else False
+        return self.arrived > 0
+
 
 def flat_run(points: Sequence[WatermarkPoint]) -> Flat | None:
     """The trailing run of points with the newest watermark; None without points."""
@@ -64,14 +73,3 @@ def flat_run(points: Sequence[WatermarkPoint]) -> Flat | None:
         i -= 1
     return Flat(last.watermark_ms, points[i].at_ms, last.arrived - points[i].arrived, i == 0)
 
-
-def stalled(points: Sequence[WatermarkPoint], now_ms: int, cfg: AlertConfig) -> bool | None:
-    """Whether the watermark is stalled; None when the points cannot tell (they reach back less than ``after``
-    and the watermark has not moved within them), or there is no watermark yet."""
-    run = flat_run(points)
-    if run is None or run.watermark_ms is None:
-        return None
-    after = cfg.watermark_flat.after_ms
-    if run.held_ms(now_ms) < after:
-        return None if run.seen_from_start and now_ms - points[0].at_ms < after else False
-    return run.arrived > 0

@@ -466,12 +466,8 @@ RUNNING = "running"
 STOPPED = "stopped"
 
 
-def _hash_text(value: object) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
 def _hash_fields(raw: Mapping[Any, Any]) -> dict[str, str]:
-    return {_hash_text(k): _hash_text(v) for k, v in raw.items()}
+    return {_str(k): _str(v) for k, v in raw.items()}
 
 
 def _hash_int(fields: Mapping[str, str], name: str, where: str) -> int | None:
