@@ -8,7 +8,8 @@ directory, ``SCENARIO=steady``, the default lanes, a full house all day), but wi
 ``--every`` seconds it records:
 
 - Redis: ``used_memory`` and its RSS, the number of keys, the input stream's length and its span (newest minus
-  oldest entry, seconds of input), the data directory's size (the append-only file and its rewrites);
+  oldest entry, seconds of input), the data directory's size (the append-only file and its rewrites) and the
+  number of rewrites so far;
 - the job: the checkpoint directory's size, its process tree's resident memory and CPU (cores over the interval);
   the generator's, Redis' and the monitor's CPU;
 - freshness over the interval, per query: of every entry that arrived in it, the time from its arrival to the
@@ -57,8 +58,8 @@ from bench.stack import (
 )
 
 SERIES = ("redis_used_mb", "redis_rss_mb", "keys", "stream_entries", "stream_span_s", "redis_dir_mb",
-          "checkpoint_mb", "job_rss_mb", "job_cores", "redis_cores", "generator_cores", "monitor_cores",
-          "online_age_ms")
+          "aof_rewrites", "checkpoint_mb", "job_rss_mb", "job_cores", "redis_cores", "generator_cores",
+          "monitor_cores", "online_age_ms")
 """Every sampled series but freshness (one column per query: ``fresh_p95_ms:{ns}``)."""
 
 
@@ -208,13 +209,16 @@ class Soak:
 
     def _redis(self) -> dict[str, float]:
         c = self.client
-        mem = c.info("memory")
+        mem, persistence = c.info("memory"), c.info("persistence")
         first = c.xrange("wm:events", count=1)
         last = c.xrevrange("wm:events", count=1)
         span = (_id_ms(last[0][0]) - _id_ms(first[0][0])) / 1000 if first and last else 0.0
         return {"redis_used_mb": mem["used_memory"] / 2**20, "redis_rss_mb": mem["used_memory_rss"] / 2**20,
                 "keys": float(c.dbsize()), "stream_entries": float(c.xlen("wm:events")), "stream_span_s": span,
-                "redis_dir_mb": dir_mb(self.stack.tmp / "redis")}
+                "redis_dir_mb": dir_mb(self.stack.tmp / "redis"),
+                # Redis' count of append-only-file rewrites so far: each forks and writes the whole data set, so
+                # their rate (the series' slope) is a share of a core the pipeline does not get.
+                "aof_rewrites": float(persistence.get("aof_rewrites", 0))}
 
     def _line(self, s: Sample) -> str:
         v = s.values
