@@ -6,7 +6,7 @@ so a bar spans exactly the time the alert fired; one still firing reaches now.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import plotly.graph_objects as go
@@ -14,7 +14,9 @@ import plotly.graph_objects as go
 from dashboard.charts import HEIGHT, Mark, ts
 from dashboard.status import clock, human_ms
 from watermark.alerting.conditions import RULES, SUBJECT_LABEL
+from watermark.alerting.health import Health
 from watermark.alerting.lifecycle import AlertState, Notice
+from watermark.alerting.observation import MAIN
 from watermark.store.alert_store import DAY_MS
 
 SEVERITY_COLOR = {"critical": "#d62728", "warning": "#ff7f0e"}
@@ -38,6 +40,14 @@ def alert_rows(alerts: Sequence[AlertState], now_ms: int) -> list[dict[str, str]
 
 NAMED = 8
 """Subjects named per alert in the firing line; the rest counted (an outage of 300 servers is one line)."""
+
+
+def health_text(health: Mapping[str, Health]) -> str:
+    """``Health (the monitor's verdict): **main** live · **per-server-min** stalled``: the pipeline first, the lab
+    lanes after it by name; the words are the states ``/metrics`` gives (``wm_pipeline_health``)."""
+    names = sorted(health, key=lambda n: (n != MAIN, n))
+    return "Health (the monitor's verdict): " + " · ".join(f"**{n}** {health[n].value.replace('_', ' ')}"
+                                                            for n in names)
 
 
 def firing_text(alerts: Sequence[AlertState]) -> str | None:

@@ -89,7 +89,7 @@ def findings(lane: Lane, snap: Snapshot, seen_ms: Mapping[str, int], now_ms: int
         pick = (min if lane.policy == "min" else max)(marks.values())
         holder = min(s for s, v in marks.items() if v == pick)
         silent = now_ms - seen_ms[holder] if holder in seen_ms else None
-        run = stall(snap.batches, now_ms, snap.thresholds)
+        run = stall(snap, now_ms)
         if lane.policy == "min":
             others = [v for s, v in marks.items() if s != holder]
             gap = f", {human_ms(max(others) - pick)} behind the fastest" if others else ""
@@ -126,7 +126,7 @@ def findings(lane: Lane, snap: Snapshot, seen_ms: Mapping[str, int], now_ms: int
             out.append(Status(Level.INFO, f"{lane.label}: 0 idle markers in the range: no server has been silent "
                                           f"for {human_ms(idle_after_ms)}, so idleness has had nothing to do."))
     else:
-        run = stall(snap.batches, now_ms, snap.thresholds)
+        run = stall(snap, now_ms)
         if run is not None:
             out.append(Status(Level.WARNING, f"{lane.label}: the watermark has not moved since {clock(run.since_ms)} "
                                              f"({human_ms(run.held_ms(now_ms))}) although {run.arrived:,} events "

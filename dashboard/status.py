@@ -8,25 +8,19 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from enum import StrEnum
 
 from dashboard.data import BatchPoint, Snapshot
-from watermark.alerting.config import AlertConfig
-from watermark.alerting.verdicts import Flat, WatermarkPoint, flat_run, is_behind
+from watermark.alerting.health import Health, Severity, Verdict, judge, redis_at_limit
+from watermark.alerting.verdicts import Flat, WatermarkPoint, flat_run
 from watermark.schema.timeutil import clock, human_ms  # noqa: F401 - the pages import them from here
+from watermark.store.observe import pipeline_obs
+from watermark.store.pipeline_status import PipelineStatus
 
-STALE_TRIGGERS = 5
-"""No commit for this many trigger intervals (and at least :data:`STALE_MIN_MS`) is worth saying."""
-STALE_MIN_MS = 10_000
 SLOW_WINDOW = 10
-"""Recent batches judged for falling behind."""
+"""Recent batches looked at for slowness (said beside the verdict, which is :mod:`watermark.alerting.health`'s)."""
 
-
-class Level(StrEnum):
-    OK = "ok"
-    INFO = "info"
-    WARNING = "warning"
-    ERROR = "error"
+Level = Severity
+"""A message's weight: the health verdict's severity (one scale for the status line, the lab and the alerts)."""
 
 
 @dataclass(frozen=True)
@@ -35,19 +29,20 @@ class Status:
     text: str
 
 
-def pace(snap: Snapshot, trigger: int, behind: int, waiting_text: str, quiet: bool) -> list[Status]:
-    """Falling behind (most recent batches over the trigger) or, with nothing else to say, behind."""
-    slow = [b for b in snap.batches[-SLOW_WINDOW:] if b.duration_ms is not None]
-    late = [b for b in slow if b.duration_ms > trigger]  # type: ignore[operator]
-    if slow and len(late) * 2 > len(slow):
-        worst = max(b.duration_ms for b in late)  # type: ignore[type-var]
-        return [Status(Level.WARNING, f"Falling behind: {len(late)} of the last {len(slow)} batches took longer "
-                                      f"than the {human_ms(trigger)} trigger (slowest {human_ms(worst)}); "
-                                      f"{waiting_text}.")]
-    if is_behind(behind, trigger, snap.thresholds) and quiet:  # a capped batch is quick and leaves entries waiting
-        return [Status(Level.WARNING, f"Behind: {waiting_text}; batches are capped, so the job catches up "
-                                      "by reading at most its cap per batch.")]
-    return []
+def verdict(snap: Snapshot, now_ms: int) -> Verdict:
+    """The pipeline's health by the one rule, judged from this snapshot: its state, and its watermark's unmoved run
+    from the batch records shown."""
+    used, limit = snap.redis_memory
+    p = pipeline_obs(snap.namespace, PipelineStatus(snap.state, snap.totals, snap.servers, snap.stream), now_ms)
+    return judge(p, now_ms, snap.thresholds, run=flat_run(watermark_points(snap.batches)),
+                 redis_full=redis_at_limit(used, limit))
+
+
+def slow_batches(snap: Snapshot, trigger: int) -> tuple[int, int, int] | None:
+    """(slower than the trigger, judged, slowest ms) of the recent batches when most are slower, else None."""
+    slow = [b.duration_ms for b in snap.batches[-SLOW_WINDOW:] if b.duration_ms is not None]
+    late = [d for d in slow if d > trigger]
+    return (len(late), len(slow), max(late)) if slow and len(late) * 2 > len(slow) else None
 
 
 INGEST_DOC = "docs/ingest.md"
@@ -55,83 +50,82 @@ INGEST_DOC = "docs/ingest.md"
 
 
 def assess(snap: Snapshot, now_ms: int, demo: bool = True) -> list[Status]:
-    """The messages for the status line, worst first; one OK message when all is well. ``demo`` false
-    (production mode: no generator) says where events are awaited rather than how to start the demo."""
-    out = _assess(snap, now_ms, demo)
-    if memory := full(snap):  # whatever else: nothing moves while Redis refuses writes
-        out = [*memory, *(s for s in out if s.level is not Level.OK)]
-    order = [Level.ERROR, Level.WARNING, Level.INFO, Level.OK]
-    return sorted(out, key=lambda s: order.index(s.level))
-
-
-def _assess(snap: Snapshot, now_ms: int, demo: bool) -> list[Status]:
-    ns = snap.namespace
-    state = snap.state
-    if state is None:
-        if snap.stream.length:
-            return [Status(Level.WARNING, f"{snap.stream.length:,} events wait in `{ns}:events` but no batch has "
-                                          "completed yet: is the Spark job running? (`./run.sh` starts it)")]
-        if not demo:
-            return [Status(Level.INFO, f"Waiting for events on `{ns}:events`: nothing in namespace `{ns}` yet. "
-                                       f"Your game servers write them there (see {INGEST_DOC}); or set "
-                                       "PIPELINE_NAMESPACE to the one your job writes.")]
-        return [Status(Level.INFO, f"Nothing in namespace `{ns}` yet: no events and no batches. Start the pipeline "
-                                   "with `./run.sh`, or set PIPELINE_NAMESPACE to the one your job writes.")]
-    out: list[Status] = []
-    trigger = max(state.trigger_ms, 1)
-    since = max(0, now_ms - state.updated_ms)
-    waiting = snap.stream.waiting
-    behind = snap.stream.behind_ms(now_ms)
-    waiting_text = behind_text(waiting, behind)
-    if state.stopped_ms is not None:
-        out.append(Status(Level.INFO, f"Stopped: the job was stopped at {clock(state.stopped_ms)} "
-                                      f"({human_ms(now_ms - state.stopped_ms)} ago) after batch "
-                                      f"#{state.last_batch}; {waiting_line(waiting, behind)}. `./run.sh` starts it "
-                                      "again, and it goes on from there."))
-    elif since > max(STALE_TRIGGERS * trigger, STALE_MIN_MS):
-        if waiting > 0:
-            out.append(Status(Level.ERROR, f"No batch has completed for {human_ms(since)} (trigger "
-                                           f"{human_ms(trigger)}) while {waiting_text}: the Spark job is down or "
-                                           "stuck."))
-        else:
-            out.append(Status(Level.INFO, f"Idle: no new events for {human_ms(since)}; the last batch "
-                                          f"(#{state.last_batch}) completed at {clock(state.updated_ms)}. Windows "
-                                          "close only when new events move the watermark."))
-    idle = state.stopped_ms is not None or since > max(STALE_TRIGGERS * trigger, STALE_MIN_MS)
-    run = None if idle else stall(snap.batches, now_ms, snap.thresholds)  # a quiet pipeline has no arrivals
-    if run is not None:
-        head = state.head_ms
-        out.append(Status(Level.WARNING, f"The watermark has not moved for {human_ms(run.held_ms(now_ms))} while "
-                                         f"{run.arrived:,} events arrived: it stays at "
-                                         f"{clock(state.next_watermark_ms)} because every new event is "
-                                         f"older than the max event time seen ({clock(head) if head else '-'}). No "
-                                         "window closes until newer events arrive; a server clock running ahead "
-                                         "causes this."))
-    out.extend(pace(snap, trigger, behind, waiting_text, quiet=not out))
-    lost = state.lost_at_batch
+    """The messages for the status line, worst first: the verdict's, then what goes with it (history lost in the
+    range shown, batches slower than the trigger). ``demo`` false (production mode: no generator) says where
+    events are awaited rather than how to start the demo."""
+    v = verdict(snap, now_ms)
+    out = [Status(v.severity, _say(snap, v, now_ms, demo))]
+    lost = v.history_lost_at
     if lost is not None and snap.batches and snap.batches[0].batch <= lost:  # the break is in the range shown
         out.append(Status(Level.WARNING, f"History lost at batch {lost}: Redis came back empty, so the totals "
                                          "and the windows open then count only what came after it; windows "
                                          "that opened later are whole."))
-    if not out:
-        wm = state.next_watermark_ms
-        since_loss = "" if lost is None else f" · totals from batch {lost} (Redis came back empty then)"
-        out.append(Status(Level.OK, f"Live: batch #{state.last_batch} committed {human_ms(since)} ago · watermark "
-                                    f"{clock(wm)} (lag {human_ms(now_ms - wm)}) · "
-                                    f"{waiting_line(waiting, behind)}{since_loss}"))
-    return out
+    if v.health is Health.LIVE and snap.state is not None and (slow := slow_batches(snap, snap.state.trigger_ms)):
+        n, of, worst = slow
+        out.append(Status(Level.INFO, f"Slow batches: {n} of the last {of} took longer than the "
+                                      f"{human_ms(snap.state.trigger_ms)} trigger (slowest {human_ms(worst)}); not "
+                                      "behind yet, as long as the oldest waiting entry is newer than the trigger "
+                                      f"plus {human_ms(snap.thresholds.freshness.above_trigger_ms)}."))
+    order = [Level.ERROR, Level.WARNING, Level.INFO, Level.OK]
+    return sorted(out, key=lambda s: order.index(s.level))
 
 
-def full(snap: Snapshot) -> list[Status]:
+def _say(snap: Snapshot, v: Verdict, now_ms: int, demo: bool) -> str:  # noqa: PLR0911 - one sentence per state
+    ns, state, h = snap.namespace, snap.state, v.health
+    if h is Health.REDIS_FULL:
+        return full_text(*snap.redis_memory)
+    if state is None:
+        if h is Health.EMPTY and not demo:
+            return (f"Waiting for events on `{ns}:events`: nothing in namespace `{ns}` yet. Your game servers write "
+                    f"them there (see {INGEST_DOC}); or set PIPELINE_NAMESPACE to the one your job writes.")
+        if h is Health.EMPTY:
+            return (f"Nothing in namespace `{ns}` yet: no events and no batches. Start the pipeline with "
+                    "`./run.sh`, or set PIPELINE_NAMESPACE to the one your job writes.")
+        waited = human_ms(snap.stream.behind_ms(now_ms))
+        if h is Health.DOWN:
+            return (f"Down: {snap.stream.length:,} events wait in `{ns}:events` (the oldest {waited}) but no batch "
+                    "has completed yet: is the Spark job running? (`./run.sh` starts it)")
+        return (f"Starting: {snap.stream.length:,} events wait in `{ns}:events` (the oldest {waited}) and no batch "
+                "has completed yet: the job is starting.")
+    trigger = max(state.trigger_ms, 1)
+    waiting, behind = snap.stream.waiting, snap.stream.behind_ms(now_ms)
+    quiet = v.quiet_ms or 0
+    if h is Health.STOPPED:
+        stopped = state.stopped_ms or 0
+        return (f"Stopped: the job was stopped at {clock(stopped)} ({human_ms(now_ms - stopped)} ago) after "
+                f"batch #{state.last_batch}; {waiting_line(waiting, behind)}. `./run.sh` starts it again, and it "
+                "goes on from there.")
+    if h is Health.DOWN:
+        return (f"Down: no batch has completed for {human_ms(quiet)} (trigger {human_ms(trigger)}) while "
+                f"{behind_text(waiting, behind)}: the Spark job is down or stuck.")
+    if h is Health.IDLE:
+        return (f"Idle: no new events for {human_ms(quiet)}; the last batch (#{state.last_batch}) completed at "
+                f"{clock(state.updated_ms)}. Windows close only when new events move the watermark.")
+    if h is Health.STALLED and v.stall is not None:
+        head = state.head_ms
+        return (f"Stalled: the watermark has not moved for {human_ms(v.stall.held_ms(now_ms))} while "
+                f"{v.stall.arrived:,} events arrived: it stays at {clock(state.next_watermark_ms)} because every new "
+                f"event is older than the max event time seen ({clock(head) if head else '-'}). No window closes until "
+                "newer events arrive; a server clock running ahead causes this.")
+    if h is Health.BEHIND:
+        if slow := slow_batches(snap, trigger):
+            n, of, worst = slow
+            return (f"Falling behind: {n} of the last {of} batches took longer than the {human_ms(trigger)} "
+                    f"trigger (slowest {human_ms(worst)}); {behind_text(waiting, behind)}.")
+        return (f"Behind: {behind_text(waiting, behind)}; batches are capped, so the job catches up by reading at "
+                "most its cap per batch.")
+    wm, lost = state.next_watermark_ms, v.history_lost_at
+    since_loss = "" if lost is None else f" · totals from batch {lost} (Redis came back empty then)"
+    return (f"Live: batch #{state.last_batch} committed {human_ms(quiet)} ago · watermark {clock(wm)} (lag "
+            f"{human_ms(now_ms - wm)}) · {waiting_line(waiting, behind)}{since_loss}")
+
+
+def full_text(used: int | None, limit: int) -> str:
     """Redis at its ``maxmemory``: it refuses writes, so nothing moves until memory is freed (Redis' own rule:
     the monitor's RedisFull alert pages before, at a share of it)."""
-    used, limit = snap.redis_memory
-    if used is None or limit <= 0 or used < limit:
-        return []
-    return [Status(Level.ERROR, f"Redis is full: it uses {used / 2**20:,.0f} MB of its {limit / 2**20:,.0f} MB "
-                                "maxmemory and refuses writes. The job's commits wait (it has trimmed the input kept "
-                                "for look-back) and producers back off: nothing accepted is lost, and everything "
-                                "goes on once memory is freed or maxmemory raised.")]
+    return (f"Redis is full: it uses {(used or 0) / 2**20:,.0f} MB of its {limit / 2**20:,.0f} MB maxmemory and "
+            "refuses writes. The job's commits wait (it has trimmed the input kept for look-back) and producers "
+            "back off: nothing accepted is lost, and everything goes on once memory is freed or maxmemory raised.")
 
 
 def unreachable(url: str, error: BaseException) -> Status:
@@ -159,11 +153,11 @@ def watermark_points(batches: Sequence[BatchPoint]) -> list[WatermarkPoint]:
     return out
 
 
-def stall(batches: Sequence[BatchPoint], now_ms: int, cfg: AlertConfig) -> Flat | None:
-    """The watermark's unmoved run when it is stalled by the alerts' rule (:meth:`.verdicts.Flat.stalled`, with the
-    monitor's thresholds), else None: the status line, the lab and the WatermarkFlat alert say it together."""
-    run = flat_run(watermark_points(batches))
-    return run if run is not None and run.stalled(now_ms, cfg) else None
+def stall(snap: Snapshot, now_ms: int) -> Flat | None:
+    """The watermark's unmoved run when the verdict is a stall (the WatermarkFlat alert's rule, with the monitor's
+    thresholds), else None: the status line, the lab and the alert say it together."""
+    v = verdict(snap, now_ms)
+    return v.stall if v.health is Health.STALLED else None
 
 
 def behind_text(waiting: int, behind_ms: int) -> str:

@@ -29,6 +29,8 @@ def monitor_line(v: AlertView, now_ms: int) -> None:
         st.error(alertview.firing_text(firing))
     elif v.round_ms is not None:
         st.success(f"Nothing firing (evaluated at {clock(v.round_ms)}).")
+    if v.health:
+        st.markdown(alertview.health_text(v.health))
 
 
 def webhook_line(w: WebhookStatus) -> str:

@@ -141,14 +141,16 @@ AFTER_2S = AlertConfig(watermark_flat=WatermarkFlat(after_ms=2_000))
     ([5, 5, 5], [1, 1, 1], 1_002_000, 1_000_000),  # never moved, seen for `after`: stalled at least since then
 ])
 def test_a_lane_is_stalled_by_the_alerts_rule(wms: list[int], events: list[int], now: int, since: int | None) -> None:
-    run = stall([point(i, w, e) for i, (w, e) in enumerate(zip(wms, events, strict=True))], now, AFTER_2S)
+    snap = replace(snapshot([point(i, w, e) for i, (w, e) in enumerate(zip(wms, events, strict=True))]),
+                   thresholds=AFTER_2S)
+    run = stall(snap, now)
     assert (run.since_ms if run else None) == since
 
 
 def snapshot(batches: list[BatchPoint], totals: Totals | None = None) -> Snapshot:
     state = PipelineState(last_batch=batches[-1].batch, watermark_ms=0, next_watermark_ms=batches[-1].next_watermark_ms,
                           max_event_us=None, committed_id="0-0", window_ms=10_000, slide_ms=10_000, delay_ms=2_000,
-                          trigger_ms=1_000, updated_ms=0, mode="per-server", policy="min")
+                          trigger_ms=1_000, updated_ms=batches[-1].batch_ts_ms, mode="per-server", policy="min")
     return Snapshot("wm.x", 0, 60_000, state, totals or Totals(), ("A", "B"), (), tuple(batches),
                     StreamInfo(0, None, 0, True))
 

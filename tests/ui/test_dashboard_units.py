@@ -134,12 +134,14 @@ NOW = T + 10 * MIN
     [
         # nothing at all yet: say how to start
         (snap(), NOW, Level.INFO, "Start the pipeline"),
-        # events but no batch: the job is not running
-        (snap(length=42), NOW, Level.WARNING, "42 events wait"),
+        # events but no batch: starting while the oldest has waited within the quiet limit (10 s), then down
+        (snap(length=42, waiting=42, oldest_ms=NOW - 3_000), NOW, Level.INFO,
+         "Starting: 42 events wait in `wm:events` (the oldest 3.0 s) and no batch has completed yet"),
+        (snap(length=42, waiting=42, oldest_ms=NOW - 30_000), NOW, Level.ERROR, "Down: 42 events wait"),
         # fresh commit, watermark moving, fast batches: all good
         (snap(state(), MOVING), NOW + 800, Level.OK, "Live: batch #9 committed 800 ms ago"),
         # no commit for 60 s with entries waiting: the job is down
-        (snap(state(), MOVING, waiting=500), NOW + 60_000, Level.ERROR, "No batch has completed for 1 min"),
+        (snap(state(), MOVING, waiting=500), NOW + 60_000, Level.ERROR, "Down: no batch has completed for 1 min"),
         # stopped on request 60 s ago, entries arrived since: stopped, not down
         (snap(state(stopped_ms=NOW), MOVING, waiting=500, oldest_ms=NOW), NOW + 60_000, Level.INFO,
          "Stopped: the job was stopped at 00:10:00 UTC (1 min ago) after batch #9; 500 entries waiting"),
@@ -163,15 +165,19 @@ NOW = T + 10 * MIN
         # long ago (before the range shown): live, with where the totals start
         (snap(state(lost_at_batch=5), MOVING[6:]), NOW + 500, Level.OK, "totals from batch 5 (Redis came back empty"),
         # the watermark unmoved for the WatermarkFlat alert's 1 min while events arrive: stalled, as the alert says
-        (snap(state(), STALLED), NOW + 1_000, Level.WARNING, "The watermark has not moved for 1 min while 590 "
+        (snap(state(), STALLED), NOW + 1_000, Level.WARNING, "Stalled: the watermark has not moved for 1 min while 590 "
                                                              "events arrived"),
         (snap(state(), STALLED), NOW + 999, Level.OK, "Live"),  # a millisecond short
         (snap(state(), MOVING[:7] + tuple(batch(i, T, T) for i in (7, 8, 9))), NOW + 500, Level.OK, "Live"),
-        # most of the last batches slower than the trigger
-        (snap(state(), tuple(replace(b, duration_ms=1_500) for b in MOVING)), NOW + 500, Level.WARNING,
-         "Falling behind: 10 of the last 10"),
+        # most of the last batches slower than the trigger: said, but live until the oldest entry waits too long
+        (snap(state(), tuple(replace(b, duration_ms=1_500) for b in MOVING)), NOW + 500, Level.INFO,
+         "Slow batches: 10 of the last 10 took longer than the 1.0 s trigger (slowest 1.5 s); not behind yet"),
         (snap(state(), tuple(replace(b, duration_ms=1_500) for b in MOVING), waiting=90_000, oldest_ms=NOW - 2_500),
-         NOW + 500, Level.WARNING, "(slowest 1.5 s); behind by 90,000 entries / 3.0 s"),
+         NOW + 500, Level.INFO, "Slow batches: 10 of the last 10"),
+        # ... and behind once it has: falling behind, with why
+        (snap(state(), tuple(replace(b, duration_ms=1_500) for b in MOVING), waiting=90_000, oldest_ms=NOW - 6_500),
+         NOW + 500, Level.WARNING, "Falling behind: 10 of the last 10 batches took longer than the 1.0 s trigger "
+                                   "(slowest 1.5 s); behind by 90,000 entries / 7.0 s"),
         # Redis at its maxmemory: it refuses writes, said first and plainly
         (replace(snap(state(), MOVING), redis_memory=(100 * 2**20, 100 * 2**20)), NOW + 500, Level.ERROR,
          "Redis is full: it uses 100 MB of its 100 MB maxmemory and refuses writes"),
@@ -202,7 +208,7 @@ def test_waiting_entries_from_length_trimmed_and_committed(length: int, trimmed:
 
 def test_a_watermark_unmoved_while_nothing_arrives_is_not_stalled() -> None:
     empty = tuple(replace(b, parsed=0, events=0) for b in STALLED)
-    assert stall(empty, NOW + 1_000, AlertConfig()) is None
+    assert stall(snap(state(), empty), NOW + 1_000) is None
     assert all(s.level is not Level.WARNING for s in assess(snap(state(), empty), NOW + 1_000))
 
 
@@ -211,7 +217,7 @@ def test_the_status_line_judges_with_the_thresholds_the_monitor_published() -> N
     strict = AlertConfig(watermark_flat=WatermarkFlat(after_ms=2_000), freshness=Freshness(above_trigger_ms=500))
     texts = [s.text for s in assess(replace(snap(state(), STALLED[-4:], waiting=9, oldest_ms=NOW - 1_000),
                                             thresholds=strict), NOW + 1_000)]
-    assert texts[0].startswith("The watermark has not moved for 4.0 s while 30 events arrived"), texts
+    assert texts[0].startswith("Stalled: the watermark has not moved for 4.0 s while 30 events arrived"), texts
     lenient = replace(snap(state(), STALLED, waiting=9, oldest_ms=NOW - 1_000),
                       thresholds=AlertConfig(watermark_flat=WatermarkFlat(after_ms=120_000)))
     assert [s.level for s in assess(lenient, NOW + 1_000)] == [Level.OK]

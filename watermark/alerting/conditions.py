@@ -31,11 +31,10 @@ redis_full          Redis' used memory at ``percent`` of its ``maxmemory`` or ab
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import cast
 
 from watermark.alerting.config import AlertConfig
 from watermark.alerting.observation import MAIN, Memory, Observation, OnlineSample, PipelineObs, ServerObs
-from watermark.alerting.verdicts import WatermarkPoint, behind_limit_ms, flat_run, is_behind
+from watermark.alerting.verdicts import behind_limit_ms, is_behind
 from watermark.schema.timeutil import clock, human_ms
 
 MINUTE_MS = 60_000
@@ -277,9 +276,7 @@ def redis_full(obs: Observation, cfg: AlertConfig) -> Finding:
 
 
 def watermark_flat(p: PipelineObs, memory: Memory, now_ms: int, cfg: AlertConfig) -> Finding:
-    series = memory.watermarks.get(p.name)
-    points = [WatermarkPoint(t, *cast(tuple[int | None, int], v)) for t, v in series.since(0)] if series else []
-    run = flat_run(points)
+    run = memory.watermark_run(p.name)
     verdict = None if run is None else run.stalled(now_ms, cfg)
     if verdict is None or run is None or p.watermark_ms is None:
         return Finding("watermark_flat", p.name, None, None,

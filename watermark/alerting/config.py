@@ -106,6 +106,14 @@ class RedisFull:
 
 
 @dataclass(frozen=True)
+class JobQuiet:
+    after_ms: int = 10_000
+    triggers: int = 5
+    """No batch committed for ``triggers`` trigger intervals, and for at least ``after``: the job is down when entries
+    wait, idle when none does (:mod:`.health`). Not an alert of its own: PipelineBehind pages when entries wait."""
+
+
+@dataclass(frozen=True)
 class RedisUnreachable:
     timing: Timing = Timing(for_ms=5_000, clear_ms=5_000)
 
@@ -141,6 +149,7 @@ class AlertConfig:
     freshness: Freshness = field(default_factory=Freshness)
     watermark_flat: WatermarkFlat = field(default_factory=WatermarkFlat)
     watermark_jump: WatermarkJump = field(default_factory=WatermarkJump)
+    job_quiet: JobQuiet = field(default_factory=JobQuiet)
     redis_unreachable: RedisUnreachable = field(default_factory=RedisUnreachable)
     redis_full: RedisFull = field(default_factory=RedisFull)
     webhook: Webhook = field(default_factory=Webhook)
@@ -256,6 +265,8 @@ def _check_section(s: Any, where: str) -> None:  # noqa: ANN401
         if getattr(s, name, 1) <= 0:
             _require(False, where, f"{name.removesuffix(_DURATION_SUFFIX)} must be longer than 0s, got "
                                    f"{format_duration_ms(getattr(s, name))}")
+    if isinstance(s, JobQuiet):
+        _require(s.triggers >= 1, where, f"triggers must be at least 1, got {s.triggers}")
     if isinstance(s, LateDrops):
         _require(s.per_minute >= 0, where, f"per_minute must not be negative, got {s.per_minute}")
     if isinstance(s, Webhook | Alertmanager) and s.url:

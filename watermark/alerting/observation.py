@@ -12,6 +12,9 @@ from bisect import bisect_right
 from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import cast
+
+from watermark.alerting.verdicts import Flat, WatermarkPoint, flat_run
 
 MAIN = "main"
 """The pipeline's name in labels and subjects; lab lanes go by their own names."""
@@ -32,6 +35,12 @@ class PipelineObs:
     last_batch: int | None = None
     dropped: int = 0
     """Events dropped as late so far: with ``accepted``, what arrived (:meth:`.verdicts.Flat.stalled`)."""
+    committed_ms: int | None = None
+    """When its last batch was committed (None: none yet)."""
+    stopped_ms: int | None = None
+    """The job was stopped on request at this time (cleared by its next commit)."""
+    lost_at_batch: int | None = None
+    """Redis came back empty before this batch (:class:`.health.Verdict`)."""
 
     @property
     def arrived(self) -> int:
@@ -168,6 +177,12 @@ class Memory:
     def last_online_batch(self) -> int | None:
         last = self.online.last
         return None if last is None else last[1].batch  # type: ignore[attr-defined]
+
+    def watermark_run(self, pipeline: str) -> Flat | None:
+        """The pipeline's watermark's latest unmoved run in the samples kept (None: no sample)."""
+        series = self.watermarks.get(pipeline)
+        points = [WatermarkPoint(t, *cast(tuple[int | None, int], v)) for t, v in series.since(0)] if series else []
+        return flat_run(points)
 
     def trail_ms(self, server: str) -> int | None:
         """How far the server's newest event time trails the newest of all servers; None if never seen."""

@@ -14,6 +14,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 
 from watermark.alerting.conditions import subject_labels
+from watermark.alerting.health import Health, Verdict
 from watermark.alerting.lifecycle import AlertState
 from watermark.schema.keys import parse_buckets
 from watermark.store.observe import StackReading
@@ -45,6 +46,11 @@ METRICS: dict[str, str] = {
     "wm_server_retired": "1 for a server silent for RETIRE_AFTER: out of the live views, its silence no longer "
                          "alerts; gone with its next event",
     "wm_alerts": "The product's alerts: 1 per alert pending, firing or held",
+    "wm_pipeline_health": "1 for the state each pipeline is in (live, idle, behind, stalled, stopped, down, starting, "
+                          "empty, redis_full, redis_unreachable), 0 for the others: the dashboard's status line "
+                          "names the same",
+    "wm_history_lost_at_batch": "The batch before which Redis came back empty (totals count from it); absent if "
+                                "never",
     "wm_redis_used_memory_bytes": "Redis' used_memory (absent when INFO is refused)",
     "wm_redis_maxmemory_bytes": "Redis' maxmemory (0: none set); at it, Redis refuses writes",
 }
@@ -150,14 +156,32 @@ def alert_family(alerts: Mapping[str, AlertState]) -> Metric:
     return g
 
 
-class StackCollector(Collector):
-    """Reads at each scrape; ``read`` returns the reading and the alerts, or raises ``redis.RedisError``."""
+def health_families(verdicts: Mapping[str, Verdict]) -> Iterator[Metric]:
+    """One series per pipeline and state, as kube-state-metrics gives a pod's phase: ``wm_pipeline_health ==
+    1`` selects the state, and a state no pipeline is in reads 0 rather than vanishing."""
+    g = GaugeMetricFamily("wm_pipeline_health", METRICS["wm_pipeline_health"], labels=["pipeline", "state"])
+    lost = GaugeMetricFamily("wm_history_lost_at_batch", METRICS["wm_history_lost_at_batch"], labels=["pipeline"])
+    for name, v in sorted(verdicts.items()):
+        for state in Health:
+            g.add_metric([name, state.value], 1 if v.health is state else 0)
+        if v.history_lost_at is not None:
+            lost.add_metric([name], v.history_lost_at)
+    yield g
+    yield lost
 
-    def __init__(self, read: Callable[[], tuple[StackReading, Mapping[str, AlertState]]]) -> None:
+
+class StackCollector(Collector):
+    """Reads at each scrape; ``read`` returns the reading and the alerts, or raises ``redis.RedisError``;
+    ``health``: each pipeline's verdict after the monitor's last round (it needs the rounds' memory)."""
+
+    def __init__(self, read: Callable[[], tuple[StackReading, Mapping[str, AlertState]]],
+                 health: Callable[[], Mapping[str, Verdict]] = dict) -> None:
         self.read = read
+        self.health = health
 
     def collect(self) -> Iterator[Metric]:
         import redis
+        yield from health_families(self.health())
         try:
             reading, alerts = self.read()
         except redis.RedisError:

@@ -29,6 +29,7 @@ from redis.retry import Retry
 
 from watermark.alerting.conditions import RULES, evaluate, watching
 from watermark.alerting.config import AlertConfig
+from watermark.alerting.health import Verdict, judge_all
 from watermark.alerting.lifecycle import AlertState, Decision, Notice, step_all
 from watermark.alerting.observation import Memory, Observation
 from watermark.alerting.promrules import prometheus_rules
@@ -80,6 +81,8 @@ class Monitor:
     last_ms: int = 0
     """The latest ``now`` seen: the wall clock stepping back must not re-time pending and clearing alerts."""
     last_error: str = ""
+    health: dict[str, Verdict] = field(default_factory=dict)
+    """Each pipeline's health after the last round (``watermark.alerting.health``): ``/metrics`` serves it."""
     memory: Memory = field(init=False)
 
     def __post_init__(self) -> None:
@@ -127,6 +130,7 @@ class Monitor:
         obs = self.observe(now_ms)
         self.memory.remember(obs)
         findings = evaluate(obs, self.memory, self.cfg)
+        self.health = judge_all(obs, self.memory, self.cfg, self.health)
         complete = obs.redis_error is None and obs.data_error is None
         d = step_all(self.states, findings, now_ms, {r: self.cfg.timing(r) for r in RULES}, complete=complete)
         self.states = d.states
@@ -144,7 +148,7 @@ class Monitor:
             if not redis_ok:  # not tried again within the round that found Redis away (it may hang)
                 raise redis.ConnectionError("Redis was unreachable this round")
             sent = apply_decision(self.client, self.keys, owed, now_ms, outbox=outbox, history_only=len(self.unsaved),
-                                  interval_ms=self.interval_ms)
+                                  interval_ms=self.interval_ms, health={k: v.health for k, v in self.health.items()})
         except redis.RedisError:
             self.unsaved.extend(d.notices)
             if self.notifier is not None:
@@ -172,7 +176,7 @@ def scrape_reader(url: str, keys: KeySchema, monitor: Monitor) -> StackCollector
     def read() -> tuple[StackReading, Mapping[str, AlertState]]:
         return (read_stack(client, keys, lane_keys(client, keys), wall_ms(), None, 0, monitor.retire_after_ms),
                 dict(monitor.states))
-    return StackCollector(read)
+    return StackCollector(read, lambda: dict(monitor.health))
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

@@ -7,12 +7,14 @@ a notice is in the history and in the outbox exactly when its alert changed.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 
 import redis
 
 from watermark.alerting.config import AlertConfig, to_toml
+from watermark.alerting.health import Health
 from watermark.alerting.lifecycle import AlertState, Decision, Notice
 from watermark.schema.config import ConfigError
 from watermark.schema.keys import KeySchema
@@ -43,6 +45,8 @@ return dropped
 
 OnBad = Callable[[str], None]
 THRESHOLDS_FIELD = "thresholds"
+HEALTH_FIELD = "health"
+"""In ``{ns}:alerts:monitor``: each pipeline's health state in the monitor's last round, JSON."""
 """In ``{ns}:alerts:monitor``: the running monitor's thresholds (``ops/alerts.toml`` without the receivers'
 URLs), so the dashboard's status line judges with them (:mod:`watermark.alerting.verdicts`)."""
 
@@ -80,15 +84,16 @@ def read_alerts(client: redis.Redis, keys: KeySchema, on_bad: OnBad | None = Non
 
 
 def apply_decision(client: redis.Redis, keys: KeySchema, d: Decision, now_ms: int, *, outbox: bool,
-                   history_only: int = 0, interval_ms: int = 1_000,
-                   outbox_keep: int = OUTBOX_KEEP) -> list[tuple[str, Notice]]:
+                   history_only: int = 0, interval_ms: int = 1_000, outbox_keep: int = OUTBOX_KEEP,
+                   health: Mapping[str, Health] | None = None) -> list[tuple[str, Notice]]:
     """The round's alerts (the whole hash, so what changed while Redis was away is right too), history and,
     with a webhook, outbox (at most ``outbox_keep``, the oldest dropped and counted), in one MULTI; the outbox
     entries' IDs with their notices. The first ``history_only`` notices were decided while Redis was unreachable
-    and already handed to the webhook."""
+    and already handed to the webhook. ``health``: each pipeline's state this round, for the Alerts page."""
     owed = d.notices[history_only:] if outbox else ()
     with client.pipeline(transaction=True) as pipe:
-        pipe.hset(keys.alerts_monitor, mapping={"round_ms": now_ms, "interval_ms": interval_ms})
+        states = json.dumps({k: str(v) for k, v in (health or {}).items()})
+        pipe.hset(keys.alerts_monitor, mapping={"round_ms": now_ms, "interval_ms": interval_ms, HEALTH_FIELD: states})
         pipe.delete(keys.alerts)
         if d.states:
             pipe.hset(keys.alerts, mapping={k: s.encode() for k, s in d.states.items()})
@@ -197,6 +202,8 @@ class AlertView:
     interval_ms: int
     watching: str = ""
     """The monitor's thresholds in one line."""
+    health: dict[str, Health] = field(default_factory=dict)
+    """Each pipeline's state in the monitor's last round (``watermark.alerting.health``)."""
 
 
 def read_alert_view(client: redis.Redis, keys: KeySchema, now_ms: int) -> AlertView:
@@ -206,10 +213,23 @@ def read_alert_view(client: redis.Redis, keys: KeySchema, now_ms: int) -> AlertV
     pipe.xrevrange(keys.alerts_history, count=HISTORY_READ)
     pipe.hgetall(keys.alerts_webhook)
     pipe.xlen(keys.alerts_outbox)
-    pipe.hmget(keys.alerts_monitor, ["round_ms", "interval_ms", "watching"])
-    alerts, history, webhook, waiting, (round_ms, interval_ms, watching) = pipe.execute()
+    pipe.hmget(keys.alerts_monitor, ["round_ms", "interval_ms", "watching", HEALTH_FIELD])
+    alerts, history, webhook, waiting, (round_ms, interval_ms, watching, health) = pipe.execute()
     return AlertView(
         alerts={k.decode(): AlertState.decode(v, f"alert {k.decode()!r}") for k, v in alerts.items()},
         history=notices_since(history, now_ms - DAY_MS, keys.alerts_history),
         webhook=WebhookStatus.from_hash(webhook, int(waiting)), round_ms=int(round_ms) if round_ms else None,
-        interval_ms=int(interval_ms) if interval_ms else 1_000, watching=watching.decode() if watching else "")
+        interval_ms=int(interval_ms) if interval_ms else 1_000, watching=watching.decode() if watching else "",
+        health=health_from(health))
+
+
+def health_from(raw: bytes | None) -> dict[str, Health]:
+    """The monitor's published states; one it does not know (a newer monitor's) or a malformed field is left out:
+    the page then says nothing of it rather than something wrong."""
+    try:
+        doc = json.loads(raw) if raw else {}
+    except ValueError:
+        return {}
+    if not isinstance(doc, dict):
+        return {}
+    return {str(k): Health(v) for k, v in doc.items() if v in Health.__members__.values()}

@@ -8,7 +8,7 @@ the pages agree to the event.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import redis
 
@@ -42,13 +42,17 @@ def lane_keys(client: redis.Redis, keys: KeySchema) -> dict[str, KeySchema]:
             for name, raw in client.hgetall(keys.lanes).items()}
 
 
-def pipeline_obs(name: str, status: PipelineStatus) -> PipelineObs:
+def pipeline_obs(name: str, status: PipelineStatus, now_ms: int) -> PipelineObs:
+    """The pipeline as the rules judge it (:mod:`watermark.alerting.health`); the dashboard builds its own from a
+    snapshot through this too."""
     st = status.state
     return PipelineObs(
         name=name, watermark_ms=st.next_watermark_ms if st else None, max_event_ms=st.head_ms if st else None,
         delay_ms=st.delay_ms if st else 0, trigger_ms=st.trigger_ms if st else 1_000,
-        accepted=status.totals.events, waiting=status.stream.waiting, behind_ms=0,
-        last_batch=st.last_batch if st else None, dropped=status.totals.dropped)
+        accepted=status.totals.events, waiting=status.stream.waiting, behind_ms=status.stream.behind_ms(now_ms),
+        last_batch=st.last_batch if st else None, dropped=status.totals.dropped,
+        committed_ms=st.updated_ms if st else None, stopped_ms=st.stopped_ms if st else None,
+        lost_at_batch=st.lost_at_batch if st else None)
 
 
 def read_stack(client: redis.Redis, keys: KeySchema, lanes: Mapping[str, KeySchema], now_ms: int,
@@ -75,7 +79,7 @@ def read_stack(client: redis.Redis, keys: KeySchema, lanes: Mapping[str, KeySche
     counts, (batch_ts, online_committed, clocks), history, *buckets, sink = pipe.execute()
     online_behind = _online_behind_ms(client, keys, online_committed, now_ms)
     main = statuses[MAIN]
-    pipelines = tuple(_with_behind(pipeline_obs(n, s), s, now_ms) for n, s in statuses.items())
+    pipelines = tuple(pipeline_obs(n, s, now_ms) for n, s in statuses.items())
     servers = _servers(main, _ints(counts), _last_batch(sink), _ahead(clocks),
                        set(retired(main.seen, now_ms, retire_after_ms)))
     used, maxmemory = read_memory(client)
@@ -92,10 +96,6 @@ def read_stack(client: redis.Redis, keys: KeySchema, lanes: Mapping[str, KeySche
         last_batch={n: s.state.last_batch for n, s in statuses.items() if s.state is not None},
         server_totals={n: {srv: (t.events, t.dropped, t.late) for srv, t in s.totals.servers.items()}
                        for n, s in statuses.items()})
-
-
-def _with_behind(p: PipelineObs, s: PipelineStatus, now_ms: int) -> PipelineObs:
-    return replace(p, behind_ms=s.stream.behind_ms(now_ms))
 
 
 def _online_behind_ms(client: redis.Redis, keys: KeySchema, committed: bytes | None, now_ms: int) -> int:
