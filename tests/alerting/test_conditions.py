@@ -7,9 +7,9 @@ from dataclasses import replace
 
 import pytest
 
-from watermark.alerting.conditions import Finding, evaluate, note_delays
+from watermark.alerting.conditions import Finding, evaluate, note_delays, players_drop
 from watermark.alerting.config import AlertConfig
-from watermark.alerting.observation import MAIN, Memory, Observation, OnlineSample, PipelineObs, ServerObs
+from watermark.alerting.observation import MAIN, Memory, Observation, OnlineSample, OnlineWindow, PipelineObs, ServerObs
 
 CFG = AlertConfig()
 T0 = 1_800_000_000_000
@@ -287,3 +287,39 @@ def test_a_regions_players_drop_is_held_while_one_of_its_servers_is() -> None:
 
 def test_servers_without_a_region_make_no_region_alert() -> None:
     assert not [k for k in findings(drop_seq(100, 0)) if k[0] == "region_players_drop"]
+
+
+def _drop_model(members: list[str], samples: list[OnlineSample], cfg: AlertConfig) -> tuple[bool, float, str]:
+    """The players-drop rule sample by sample, as written before the one-pass window: the independent model."""
+    pd = cfg.players_drop
+    counts = [sum(s.counts.get(m, 0) for m in members) for s in samples]
+    peak_at = max(range(len(counts)), key=lambda i: (counts[i], -i))
+    peak, current = counts[peak_at], counts[-1]
+    drop = 0.0 if peak == 0 else (peak - current) * 100.0 / peak
+    after = samples[peak_at + 1:]
+    logouts = sum(s.causes.get(m, {}).get("logout", 0) for s in after for m in members)
+    timeouts = sum(s.causes.get(m, {}).get("timeout", 0) for s in after for m in members)
+    causes = f" ({logouts:,} logged out, {timeouts:,} timed out)" if logouts or timeouts else ""
+    return peak >= pd.min_players and (peak - current) * 100 > pd.percent * peak, drop, causes
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_the_one_pass_players_drop_equals_the_rule_sample_by_sample(seed: int) -> None:
+    import random
+
+    rng = random.Random(seed)
+    servers = [f"s{i}" for i in range(rng.randint(1, 12))]
+    regions = {"eu": servers[::2], "na": servers[1::2] + ["never-online"]}
+    samples = []
+    for b in range(rng.randint(1, 40)):
+        counts = {s: rng.choice([0, rng.randint(0, 60), rng.randint(0, 5)]) for s in servers if rng.random() < 0.9}
+        causes = {s: {"logout": rng.randint(0, 3), "timeout": rng.randint(0, 3)} for s in servers if rng.random() < 0.5}
+        samples.append(OnlineSample(batch=b, at_ms=T0 + b * 1_000, counts=counts, causes=causes))
+    window = OnlineWindow.of(samples, servers)
+    for name, members, region in [*((s, [s], None) for s in servers), *((r, m, m) for r, m in regions.items())]:
+        f = players_drop(name, window, CFG, None, region)
+        active, drop, causes = _drop_model(members, samples, CFG)
+        assert (f.active, f.value) == (active, drop), (name, f)
+        said = f.summary.split(" within 5 min", 1)[1].removesuffix(" (a peak under 20 is not judged)")
+        assert said == causes, (f.summary, causes)
+    assert players_drop("s0", OnlineWindow.of([], servers), CFG, None).active is None

@@ -33,7 +33,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from watermark.alerting.config import AlertConfig
-from watermark.alerting.observation import MAIN, Memory, Observation, OnlineSample, PipelineObs, ServerObs
+from watermark.alerting.observation import (
+    MAIN,
+    Memory,
+    Observation,
+    OnlineWindow,
+    PipelineObs,
+    ServerObs,
+)
 from watermark.alerting.verdicts import behind_limit_ms, is_behind
 from watermark.schema.timeutil import clock, human_ms
 
@@ -99,15 +106,18 @@ def evaluate(obs: Observation, memory: Memory, cfg: AlertConfig) -> list[Finding
     out = [Finding("redis_unreachable", "", False, None, "Redis answers"), redis_full(obs, cfg)]
     if obs.data_error is not None:
         return out
-    delays = note_delays(obs, memory, cfg)
+    online = _online_servers(memory)
+    delays = note_delays(obs, memory, cfg, online)
     for s in obs.servers:
         out.append(server_silent(s, obs, cfg))
         out.append(clock_ahead(s, cfg))
         out.append(late_drops(s.name, memory, obs.at_ms, cfg))
-    out.extend(players_drop(server, memory, obs.at_ms, cfg, delays.get(server)) for server in _online_servers(memory))
+    samples = [v for _, v in memory.online.since(obs.at_ms - cfg.players_drop.within_ms)]
+    window = OnlineWindow.of(samples, online, memory.online_rows)  # type: ignore[arg-type]
+    out.extend(players_drop(server, window, cfg, delays.get(server)) for server in online)
     for region, servers in _regions(obs).items():
         held = next((delays[s] for s in servers if s in delays), None)
-        out.append(players_drop(region, memory, obs.at_ms, cfg, held, servers))
+        out.append(players_drop(region, window, cfg, held, servers))
     main = obs.main
     if main is not None:
         out.append(freshness(main, cfg))
@@ -117,16 +127,19 @@ def evaluate(obs: Observation, memory: Memory, cfg: AlertConfig) -> list[Finding
     return out
 
 
-def note_delays(obs: Observation, memory: Memory, cfg: AlertConfig) -> dict[str, str]:
+def note_delays(obs: Observation, memory: Memory, cfg: AlertConfig,
+                online: list[str] | None = None) -> dict[str, str]:
     """Per server, why its players online cannot be judged now (its events or the pipeline delayed, or just
-    caught up); records each delay in ``memory`` so the settling after it is known."""
+    caught up); records each delay in ``memory`` so the settling after it is known. ``online``: the servers in
+    the memory's online samples, when the caller has them."""
     now, pd = obs.at_ms, cfg.players_drop
     main = obs.main
     behind = max(main.behind_ms if main else 0, obs.online_behind_ms)
     limit = behind_limit_ms(main.trigger_ms, cfg) if main else cfg.freshness.above_trigger_ms
     out: dict[str, str] = {}
-    for server in sorted({*(s.name for s in obs.servers), *_online_servers(memory)}):
-        s = next((x for x in obs.servers if x.name == server), None)
+    by_name = {x.name: x for x in obs.servers}
+    for server in sorted({*by_name, *(_online_servers(memory) if online is None else online)}):
+        s = by_name.get(server)
         if behind > limit:
             why = (f"the pipeline is behind by {human_ms(behind)}: players time out before their events "
                    "are read")
@@ -180,33 +193,27 @@ def _regions(obs: Observation) -> dict[str, list[str]]:
     return out
 
 
-def players_drop(server: str, memory: Memory, now_ms: int, cfg: AlertConfig, held: str | None,
+def players_drop(server: str, window: OnlineWindow, cfg: AlertConfig, held: str | None,
                  region_of: list[str] | None = None) -> Finding:
     """A server's players online against their peak within the window; with ``region_of``, the region ``server``'s
     (the sum of those servers', exactly as the pages sum them), held when any of them is held."""
     pd = cfg.players_drop
     rule = "players_drop" if region_of is None else "region_players_drop"
-    members = [server] if region_of is None else region_of
-    samples: list[OnlineSample] = [s for _, s in memory.online.since(now_ms - pd.within_ms)]  # type: ignore[misc]
-    if not samples:
+    if not len(window.counts):
         return Finding(rule, server, None, None, "no online view batch within the window yet", held)
-    counts = [sum(s.counts.get(m, 0) for m in members) for s in samples]
-    peak_at = max(range(len(counts)), key=lambda i: (counts[i], -i))
-    peak, current = counts[peak_at], counts[-1]
+    cols = window.columns([server] if region_of is None else region_of)
+    counts = window.counts[:, cols].sum(axis=1)
+    peak_at = int(counts.argmax())  # the first of equal peaks: the earliest
+    peak, current = int(counts[peak_at]), int(counts[-1])
     drop = 0.0 if peak == 0 else (peak - current) * 100.0 / peak
-    causes = _left_by_cause(members, samples[peak_at + 1:])
+    logouts, timeouts = (int(a[peak_at, cols].sum()) for a in (window.logouts_after, window.timeouts_after))
+    causes = f" ({logouts:,} logged out, {timeouts:,} timed out)" if logouts or timeouts else ""
     summary = (f"{server}: {current:,} players online, down {drop:.0f} % from {peak:,} within "
                f"{human_ms(pd.within_ms)}{causes}")
     if peak < pd.min_players:
         return Finding(rule, server, False, drop, f"{summary} (a peak under {pd.min_players} is not judged)", held)
     # (peak - current) / peak > percent / 100, without the division's rounding at the threshold
     return Finding(rule, server, (peak - current) * 100 > pd.percent * peak, drop, summary, held)
-
-
-def _left_by_cause(servers: list[str], samples: list[OnlineSample]) -> str:
-    logouts = sum(s.causes.get(m, {}).get("logout", 0) for s in samples for m in servers)
-    timeouts = sum(s.causes.get(m, {}).get("timeout", 0) for s in samples for m in servers)
-    return f" ({logouts:,} logged out, {timeouts:,} timed out)" if logouts or timeouts else ""
 
 
 def server_silent(s: ServerObs, obs: Observation, cfg: AlertConfig) -> Finding:
