@@ -64,8 +64,8 @@ def assess(snap: Snapshot, now_ms: int, demo: bool = True) -> list[Status]:
         n, of, worst = slow
         out.append(Status(Level.INFO, f"Slow batches: {n} of the last {of} took longer than the "
                                       f"{human_ms(snap.state.trigger_ms)} trigger (slowest {human_ms(worst)}); not "
-                                      "behind yet, as long as the oldest waiting entry is newer than the trigger "
-                                      f"plus {human_ms(snap.thresholds.freshness.above_trigger_ms)}."))
+                                      "behind yet: that is when the oldest waiting entry has waited longer than the "
+                                      f"trigger plus {human_ms(snap.thresholds.freshness.above_trigger_ms)}."))
     order = [Level.ERROR, Level.WARNING, Level.INFO, Level.OK]
     return sorted(out, key=lambda s: order.index(s.level))
 

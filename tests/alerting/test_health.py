@@ -29,10 +29,10 @@ STALL = Flat(watermark_ms=NOW - 30_000, since_ms=NOW - 60_000, arrived=500, seen
     (None, {}, Health.REDIS_UNREACHABLE),
     (LIVE, {"redis_error": "ConnectionError: refused"}, Health.REDIS_UNREACHABLE),
     (replace(LIVE, committed_ms=NOW - 60_000), {"redis_full": True}, Health.REDIS_FULL),
-    # no batch yet: empty, starting while the oldest entry has waited up to the quiet limit, then down
+    # no batch yet: empty, starting while the oldest entry has waited up to `first_batch` (2 min), then down
     (replace(NEVER, waiting=0, behind_ms=0), {}, Health.EMPTY),
-    (replace(NEVER, waiting=42, behind_ms=10_000), {}, Health.STARTING),
-    (replace(NEVER, waiting=42, behind_ms=10_001), {}, Health.DOWN),
+    (replace(NEVER, waiting=42, behind_ms=120_000), {}, Health.STARTING),
+    (replace(NEVER, waiting=42, behind_ms=120_001), {}, Health.DOWN),
     # stopped on request: stopped, however long ago and whatever waits
     (replace(LIVE, stopped_ms=NOW - 60_000, committed_ms=NOW - 60_000, waiting=5_000, behind_ms=59_000), {},
      Health.STOPPED),
@@ -72,17 +72,18 @@ def test_the_verdict_carries_the_quiet_time_and_the_stall() -> None:
 
 
 def test_the_thresholds_file_moves_every_limit() -> None:
-    cfg = AlertConfig(job_quiet=JobQuiet(after_ms=2_000, triggers=1), freshness=Freshness(above_trigger_ms=100),
-                      watermark_flat=WatermarkFlat(after_ms=1_000))
+    cfg = AlertConfig(job_quiet=JobQuiet(after_ms=2_000, triggers=1, first_batch_ms=1_000),
+                      freshness=Freshness(above_trigger_ms=100), watermark_flat=WatermarkFlat(after_ms=1_000))
     assert quiet_limit_ms(1_000, cfg) == 2_000 and quiet_limit_ms(5_000, cfg) == 5_000
+    assert judge(replace(NEVER, waiting=1, behind_ms=2_001), NOW, cfg).health is Health.DOWN  # the longer of two
     assert judge(replace(LIVE, committed_ms=NOW - 2_001, waiting=0), NOW, cfg).health is Health.IDLE
     assert judge(replace(LIVE, behind_ms=1_101), NOW, cfg).health is Health.BEHIND
     assert judge(LIVE, NOW, cfg, run=replace(STALL, since_ms=NOW - 1_000)).health is Health.STALLED
 
 
 def test_job_quiet_is_read_from_the_file_and_checked() -> None:
-    cfg = AlertConfig.from_toml('[job_quiet]\nafter = "30s"\ntriggers = 2\n')
-    assert cfg.job_quiet == JobQuiet(after_ms=30_000, triggers=2)
+    cfg = AlertConfig.from_toml('[job_quiet]\nafter = "30s"\ntriggers = 2\nfirst_batch = "5m"\n')
+    assert cfg.job_quiet == JobQuiet(after_ms=30_000, triggers=2, first_batch_ms=300_000)
     with pytest.raises(ConfigError, match=r"\[job_quiet\] triggers must be at least 1, got 0"):
         AlertConfig.from_toml("[job_quiet]\ntriggers = 0\n")
 

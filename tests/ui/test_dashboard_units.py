@@ -134,10 +134,10 @@ NOW = T + 10 * MIN
     [
         # nothing at all yet: say how to start
         (snap(), NOW, Level.INFO, "Start the pipeline"),
-        # events but no batch: starting while the oldest has waited within the quiet limit (10 s), then down
-        (snap(length=42, waiting=42, oldest_ms=NOW - 3_000), NOW, Level.INFO,
-         "Starting: 42 events wait in `wm:events` (the oldest 3.0 s) and no batch has completed yet"),
-        (snap(length=42, waiting=42, oldest_ms=NOW - 30_000), NOW, Level.ERROR, "Down: 42 events wait"),
+        # events but no batch: starting while the oldest has waited up to [job_quiet] first_batch (2 min), then down
+        (snap(length=42, waiting=42, oldest_ms=NOW - 30_000), NOW, Level.INFO,
+         "Starting: 42 events wait in `wm:events` (the oldest 30.0 s) and no batch has completed yet"),
+        (snap(length=42, waiting=42, oldest_ms=NOW - 121_000), NOW, Level.ERROR, "Down: 42 events wait"),
         # fresh commit, watermark moving, fast batches: all good
         (snap(state(), MOVING), NOW + 800, Level.OK, "Live: batch #9 committed 800 ms ago"),
         # no commit for 60 s with entries waiting: the job is down

@@ -38,6 +38,7 @@ CONFIG = """
 [job_quiet]
 after = "8s"
 triggers = 1
+first_batch = "8s"
 [freshness]
 above_trigger = "2s"
 for = "0s"

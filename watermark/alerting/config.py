@@ -111,6 +111,9 @@ class JobQuiet:
     triggers: int = 5
     """No batch committed for ``triggers`` trigger intervals, and for at least ``after``: the job is down when entries
     wait, idle when none does (:mod:`.health`). Not an alert of its own: PipelineBehind pages when entries wait."""
+    first_batch_ms: int = 120_000
+    """Before its first batch the job is starting, not down, until the oldest entry has waited this long: a Spark
+    session takes 20-40 s to start here, and its first batch reads up to MAX_EVENTS_PER_BATCH entries."""
 
 
 @dataclass(frozen=True)
@@ -261,7 +264,8 @@ def _check_section(s: Any, where: str) -> None:  # noqa: ANN401
                                                           f"{format_duration_ms(MAX_WITHIN_MS)}")
         _require(s.quiet_ms > 0, where, "quiet must be longer than 0s")
         _require(s.lag_ms > 0, where, "lag must be longer than 0s")
-    for name in ("after_ms", "above_trigger_ms", "ahead_ms", "timeout_ms", "max_backoff_ms", "resend_ms"):
+    for name in ("after_ms", "above_trigger_ms", "ahead_ms", "timeout_ms", "max_backoff_ms", "resend_ms",
+                 "first_batch_ms"):
         if getattr(s, name, 1) <= 0:
             _require(False, where, f"{name.removesuffix(_DURATION_SUFFIX)} must be longer than 0s, got "
                                    f"{format_duration_ms(getattr(s, name))}")

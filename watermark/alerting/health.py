@@ -8,9 +8,10 @@ A pipeline is in exactly one :class:`Health` state, the first that holds, in thi
 ``redis_unreachable`` Redis cannot be read: nothing else can be known.
 ``redis_full``        Redis is at its ``maxmemory`` and refuses writes: nothing moves until memory is freed.
 ``empty``             No batch committed yet and no entry waiting: nothing to do.
-``starting``          No batch committed yet; entries wait, the oldest for no longer than the quiet limit.
+``starting``          No batch committed yet; entries wait, the oldest for no longer than ``[job_quiet]
+                      first_batch`` (a Spark session takes a while to start, and its first batch to read).
 ``down``              Entries wait, and no batch has been committed for longer than the quiet limit (or never,
-                      with the oldest entry waiting longer than it): the job is down or stuck.
+                      with the oldest entry waiting longer than ``first_batch``): the job is down or stuck.
 ``stopped``           The job was stopped on request (it says so in its state) and not started again.
 ``idle``              No batch for longer than the quiet limit, and nothing waits: no events come in.
 ``stalled``           Batches commit, events arrive, and the watermark has not moved for
@@ -97,7 +98,7 @@ def judge(p: PipelineObs | None, now_ms: int, cfg: AlertConfig, *, run: Flat | N
     if p.last_batch is None:
         if p.waiting <= 0:
             return Verdict(Health.EMPTY)
-        return Verdict(Health.DOWN if p.behind_ms > limit else Health.STARTING)
+        return Verdict(Health.DOWN if p.behind_ms > max(limit, cfg.job_quiet.first_batch_ms) else Health.STARTING)
     quiet = _quiet(p, now_ms)
     if p.stopped_ms is not None:
         return Verdict(Health.STOPPED, quiet, history_lost_at=lost)
