@@ -1,19 +1,30 @@
 """The dashboard's entry script: ``streamlit run dashboard/app.py``.
 
-Draws the shared controls, then the chosen page. Pages live in ``views/``;
-each reads one :class:`~dashboard.data.Snapshot` per refresh tick. Lab control,
-the one page that writes, is in the navigation only when ``LAB_CONTROL`` is on
-(by default in the demo, off in production mode: ``DEMO=off``).
+Draws the shared controls, then the chosen page. Each page is a folder under ``pages/`` whose ``page.main`` draws
+it; the navigation below names them. Lab control, the one page that writes, is in the navigation only when
+``LAB_CONTROL`` is on (by default in the demo, off in production mode: ``DEMO=off``). ``dashboard.testing`` runs
+one page as this script would, for tests.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import streamlit as st
 
 from dashboard import ui  # the installed package (pip install -e .): `streamlit run` adds only this folder
+from dashboard.pages.alerts import page as alerts
+from dashboard.pages.control import page as control
+from dashboard.pages.delay import page as delay
+from dashboard.pages.events import page as events
+from dashboard.pages.health import page as health
+from dashboard.pages.lab import page as lab
+from dashboard.pages.lag import page as lag
+from dashboard.pages.live_ops import page as live_ops
+from dashboard.pages.watermark import page as watermark
 from watermark.schema.config import Config, ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -27,27 +38,57 @@ def lab_control() -> bool:
         return False
 
 
-def main() -> None:
+@dataclass(frozen=True)
+class PageSpec:
+    main: Callable[[], None]
+    title: str
+    icon: str
+    url_path: str
+
+
+PAGES: dict[str, PageSpec] = {
+    "ops": PageSpec(live_ops.main, "Live ops", ":material/sports_esports:", "ops"),
+    "alerts": PageSpec(alerts.main, "Alerts", ":material/notifications_active:", "alerts"),
+    "watermark": PageSpec(watermark.main, "Watermark", ":material/water:", "watermark"),
+    "lag": PageSpec(lag.main, "Lag", ":material/schedule:", "lag"),
+    "events": PageSpec(events.main, "Events", ":material/scatter_plot:", "events"),
+    "health": PageSpec(health.main, "Pipeline health", ":material/monitor_heart:", "health"),
+    "lab": PageSpec(lab.main, "Watermark lab", ":material/science:", "lab"),
+    "delay": PageSpec(delay.main, "Choosing the delay", ":material/tune:", "delay"),
+    "control": PageSpec(control.main, "Lab control", ":material/settings_remote:", "control"),
+}
+"""Every page by its URL path, in the navigation's order; Live ops is the default."""
+
+
+def page_config() -> None:
     # A local icon: a material icon as page_icon makes the browser fetch it from a font host on the internet,
     # and a wall screen in a studio may be offline.
     st.set_page_config(page_title="Watermark dashboard", page_icon=str(ROOT / "dashboard" / "static" / "favicon.png"),
                        layout="wide")
-    pages = [
-        st.Page("views/ops.py", title="Live ops", icon=":material/sports_esports:", default=True),
-        st.Page("views/alerts.py", title="Alerts", icon=":material/notifications_active:", url_path="alerts"),
-        st.Page("views/watermark.py", title="Watermark", icon=":material/water:", url_path="watermark"),
-        st.Page("views/lag.py", title="Lag", icon=":material/schedule:", url_path="lag"),
-        st.Page("views/events.py", title="Events", icon=":material/scatter_plot:", url_path="events"),
-        st.Page("views/health.py", title="Pipeline health", icon=":material/monitor_heart:", url_path="health"),
-        st.Page("views/lab.py", title="Watermark lab", icon=":material/science:", url_path="lab"),
-        st.Page("views/delay.py", title="Choosing the delay", icon=":material/tune:", url_path="delay"),
-    ]
-    if lab_control():
-        pages.append(st.Page("views/control.py", title="Lab control", icon=":material/settings_remote:",
-                             url_path="control"))
-    page = st.navigation(pages)
+
+
+def shown_pages() -> list[str]:
+    """The pages in the navigation: every one but Lab control while ``LAB_CONTROL`` is off."""
+    return [name for name in PAGES if name != "control" or lab_control()]
+
+
+def main() -> None:
+    page_config()
+    shown = shown_pages()
+    pages = {name: st.Page(PAGES[name].main, title=PAGES[name].title, icon=PAGES[name].icon,
+                           url_path=PAGES[name].url_path, default=name == "ops") for name in shown}
+    st.session_state[ui.ALERTS_PAGE] = pages["alerts"]  # the Live ops banner links to it
+    page = st.navigation(list(pages.values()))
     ui.sidebar(active=page.url_path != "control")  # Lab control reads none of them
     page.run()
 
 
-main()
+def run_one(name: str) -> None:
+    """One page as :func:`main` draws it when it is chosen, without the navigation (``dashboard.testing``)."""
+    page_config()
+    ui.sidebar(active=name != "control")
+    PAGES[name].main()
+
+
+if __name__ == "__main__":
+    main()

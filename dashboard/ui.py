@@ -1,9 +1,8 @@
-"""Streamlit glue shared by the pages: controls, the Redis client, the per-tick read, the status line.
+"""The shell every page shares: the sidebar's controls, the refresh skeleton (:func:`live`: one read per tick, one
+error policy, the status line first), the marks over every time chart, the Lab control's one write.
 
-Reads are shared: :func:`load_snapshot` is cached per (Redis, namespace, range,
-refresh tick), and Streamlit computes one cache key once, so any number of open
-tabs cost one Redis read per tick. Nothing here writes to Redis (the Lab control
-page writes its requests itself, on a button press).
+Reads go through :mod:`dashboard.loaders` (cached per refresh tick, shared by every session). Nothing here writes to
+Redis but :func:`submit_control`, on a button press of the Lab control page.
 """
 
 from __future__ import annotations
@@ -18,18 +17,14 @@ from typing import Any
 import redis
 import streamlit as st
 
-from dashboard.charts import Mark, annotation_marks, mark
-from dashboard.data import Snapshot, read_snapshot
-from dashboard.eventdata import EventRange, read_events
-from dashboard.lanes import MAIN, Lane, read_lanes
+from dashboard.charts import Mark, mark
+from dashboard.data import Snapshot
+from dashboard.lanes import MAIN, Lane
+from dashboard.loaders import load_alerts, load_lab, load_lanes, load_marks, load_snapshot, redis_client
 from dashboard.status import Level, Status, assess, clock, human_ms, unreachable
 from watermark.schema.config import Config, ConfigError, redact_url
 from watermark.schema.keys import KeySchema
-from watermark.schema.records import Control, GeneratorStatus
-from watermark.store.alert_store import AlertView, read_alert_view
-from watermark.store.annotation_store import read_happenings
-from watermark.store.control_store import read_lab, write_control
-from watermark.store.history_store import Timeline, read_timeline
+from watermark.store.control_store import write_control
 
 log = logging.getLogger("dashboard")
 
@@ -37,6 +32,8 @@ RANGES: dict[str, int] = {"5 min": 300_000, "15 min": 900_000, "60 min": 3_600_0
 REFRESH: dict[str, int] = {"1 s": 1, "2 s": 2, "5 s": 5, "10 s": 10}
 CONTROL_RESULT = "lab_result"
 """Session-state key holding what the last control button press did, shown under the buttons."""
+ALERTS_PAGE = "_alerts_page"
+"""Session-state key under which the entry script leaves the Alerts page's ``st.Page``, for links to it."""
 NOW_OVERRIDE = "now_ms"
 """Session-state key a test sets to inject the clock (the dashboard's "now")."""
 
@@ -88,20 +85,6 @@ def current_view() -> View:
                 paused=bool(state.get("paused", False)))
 
 
-@st.cache_resource(show_spinner=False)
-def redis_client(url: str) -> redis.Redis:
-    # Short timeouts: a dead Redis must turn into a status message within a tick, not hang the page.
-    return redis.Redis.from_url(url, socket_connect_timeout=1.0, socket_timeout=3.0, health_check_interval=5)
-
-
-@st.cache_data(show_spinner=False, ttl=120, max_entries=256)
-def load_snapshot(url: str, namespace: str, range_ms: int, refresh_s: int, tick: int, _now_ms: int,
-                  input_namespace: str, retire_after_ms: int) -> Snapshot:
-    """One read per (namespace, range, tick) for all sessions; ``_now_ms`` is not part of the key."""
-    return read_snapshot(redis_client(url), KeySchema(namespace), range_ms=range_ms, now_ms=_now_ms,
-                         input_keys=KeySchema(input_namespace), retire_after_ms=retire_after_ms)
-
-
 def retired_note(st: Any, snap: Snapshot, shown: int = 8) -> None:  # noqa: ANN401 - st or a column
     """Servers out of the live views, named under the charts they left (never hidden without a word)."""
     if not snap.retired:
@@ -120,11 +103,6 @@ def lane_snapshot(cfg: Config, lane: Lane, view: View, now: int) -> Snapshot:
                          lane.input_namespace, cfg.retire_after_ms)
 
 
-@st.cache_data(show_spinner=False, ttl=10, max_entries=16)
-def load_lanes(url: str, namespace: str) -> list[Lane]:
-    return read_lanes(redis_client(url), namespace)
-
-
 def available_lanes() -> list[Lane]:
     """The configured pipeline and its lanes; just the configured one if Redis cannot say."""
     try:
@@ -141,12 +119,6 @@ def selected_lane(cfg: Config) -> Lane:
     lanes = available_lanes() or [Lane(MAIN, cfg.namespace, cfg.namespace)]
     chosen = st.session_state.get("pipeline")
     return next((lane for lane in lanes if lane.name == chosen), lanes[0])
-
-
-@st.cache_data(show_spinner=False, ttl=60, max_entries=64)
-def load_lab(url: str, namespace: str, tick: int) -> tuple[Control | None, GeneratorStatus | None]:
-    """The lab's control request and generator status, one read per (namespace, tick) for all sessions."""
-    return read_lab(redis_client(url), KeySchema(namespace))
 
 
 def submit_control(cfg: Config, changes: Callable[[], dict[str, object]]) -> None:
@@ -168,36 +140,6 @@ def submit_control(cfg: Config, changes: Callable[[], dict[str, object]]) -> Non
     st.session_state[CONTROL_RESULT] = result
 
 
-@st.cache_data(show_spinner=False, ttl=120, max_entries=64)
-def load_events(url: str, namespace: str, server: str | None, range_ms: int, refresh_s: int,
-                tick: int, input_namespace: str) -> EventRange | None:
-    """The events page's read, shared like :func:`load_snapshot` per (server, range, tick)."""
-    return read_events(redis_client(url), KeySchema(namespace), server=server, range_ms=range_ms,
-                       input_keys=KeySchema(input_namespace))
-
-
-@st.cache_data(show_spinner=False, ttl=120, max_entries=32)
-def load_timeline(url: str, namespace: str, series: tuple[str, ...], start_ms: int, end_ms: int,
-                  week_ago: tuple[str, ...], tick: int) -> Timeline:
-    """Players online over a range: one read per (series, range, tick) for all sessions; O((regions or servers) x
-    days) commands (``watermark.store.history_store``)."""
-    return read_timeline(redis_client(url), KeySchema(namespace), series, start_ms, end_ms, week_ago)
-
-
-MARKS_SPAN_MS = 8 * 86_400_000
-"""How far back the marks over the time charts are read: the longest chart's range, and a day more."""
-
-
-@st.cache_data(show_spinner=False, ttl=60, max_entries=32)
-def load_marks(url: str, namespace: str, tick: int, _now_ms: int) -> list[Mark]:
-    """The annotations and fired alerts of the last week as marks, one read (two commands) per tick for all
-    sessions and pages."""
-    from dashboard.alertview import alert_marks, spans
-
-    h = read_happenings(redis_client(url), KeySchema(namespace), _now_ms - MARKS_SPAN_MS, _now_ms + 1)
-    return [*annotation_marks(h.annotations), *alert_marks(spans(h.notices, [], _now_ms, h.since_ms))]
-
-
 def page_marks(now: int | None = None) -> list[Mark]:
     """What every time chart draws over its data (the configured pipeline's: annotations concern the game, and
     the monitor watches that pipeline); none when they cannot be read (the status line speaks for Redis)."""
@@ -215,12 +157,6 @@ def marked(fig: Any) -> Any:  # noqa: ANN401 - a plotly figure
     return mark(fig, page_marks())
 
 
-@st.cache_data(show_spinner=False, ttl=60, max_entries=32)
-def load_alerts(url: str, namespace: str, tick: int, _now_ms: int) -> AlertView:
-    """The monitor's alerts, one read per (namespace, tick) for all sessions and pages."""
-    return read_alert_view(redis_client(url), KeySchema(namespace), _now_ms)
-
-
 def firing_banner(now: int) -> None:
     """On the headline page: what the monitor has firing, so a wall screen shows it without a click. Says
     nothing when it cannot read them (the status line speaks for Redis)."""
@@ -234,7 +170,8 @@ def firing_banner(now: int) -> None:
     text = firing_text(list(view.alerts.values()))
     if text:
         st.error(text)
-        st.page_link("views/alerts.py", label="Open the Alerts page", icon=":material/notifications_active:")
+        if (alerts := st.session_state.get(ALERTS_PAGE)) is not None:  # the entry's page, when it runs the navigation
+            st.page_link(alerts, label="Open the Alerts page", icon=":material/notifications_active:")
 
 
 def show_status(statuses: list[Status]) -> None:

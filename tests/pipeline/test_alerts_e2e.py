@@ -19,6 +19,7 @@ import pytest
 import redis
 from streamlit.testing.v1 import AppTest
 
+from dashboard.testing import page_test
 from tests.procs import Proc
 from tests.receiver import Receiver, alert_lines, receiving
 from watermark.alerting.config import AlertConfig
@@ -129,8 +130,7 @@ class Stack:
         return None if state is None else state.status
 
     def page(self) -> AppTest:
-        at = AppTest.from_file(str(ROOT / "dashboard" / "views" / "alerts.py"), default_timeout=60)
-        return at.run()
+        return page_test("alerts")
 
     def close(self) -> None:
         for p in reversed(self.procs):

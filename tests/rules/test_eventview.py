@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from dashboard import event_charts
+from dashboard.pages.events import figures as event_charts
 from watermark.rules.eventview import (
     BatchSpan,
     Status,

@@ -10,7 +10,7 @@ import redis
 from streamlit.testing.v1 import AppTest
 
 from dashboard.alertview import Span, alert_marks, alert_rows, spans
-from tests.paths import APP
+from dashboard.testing import page_test
 from watermark.alerting.conditions import Finding, watching
 from watermark.alerting.config import AlertConfig, Timing
 from watermark.alerting.lifecycle import AlertState, Notice, step_all
@@ -104,10 +104,7 @@ def seeded_alerts(redis_url: str, monkeypatch: pytest.MonkeyPatch) -> KeySchema:
 
 
 def run_alerts(now_ms: int) -> AppTest:
-    at = AppTest.from_file(APP, default_timeout=60)
-    at.session_state["now_ms"] = now_ms
-    at.run()
-    at.switch_page("views/alerts.py").run()
+    at = page_test("alerts", now_ms=now_ms)
     assert not at.exception, at.exception
     return at
 

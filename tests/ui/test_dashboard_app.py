@@ -19,6 +19,7 @@ from pyspark.sql import SparkSession
 from streamlit.testing.v1 import AppTest
 
 from dashboard.data import read_snapshot
+from dashboard.testing import page_test
 from tests.oracle import oracle, to_ms
 from tests.seed import Seeded, seed_pipeline
 from watermark.alerting.config import AlertConfig, WatermarkFlat
@@ -32,8 +33,8 @@ from watermark.store.report import read_batches
 pytestmark = pytest.mark.spark
 from tests.paths import APP  # noqa: E402
 
-PAGES = ["views/ops.py", "views/watermark.py", "views/lag.py", "views/health.py"]
-LAB_PAGES = ["views/events.py", "views/lab.py", "views/delay.py", "views/control.py"]
+PAGES = ["ops", "watermark", "lag", "health"]
+LAB_PAGES = ["events", "lab", "delay", "control"]
 
 
 @pytest.fixture(scope="module")
@@ -56,14 +57,17 @@ def direct(seeded: Seeded) -> Iterator[tuple[redis.Redis, KeySchema]]:
 
 
 def run_page(page: str | None = None, now_ms: int | None = None, **state: object) -> AppTest:
-    at = AppTest.from_file(APP, default_timeout=60)
-    if now_ms is not None:
-        at.session_state["now_ms"] = now_ms
-    for k, v in state.items():
-        at.session_state[k] = v
-    at.run()
-    if page is not None:
-        at.switch_page(page).run()
+    """``page`` (a URL path) as the entry script draws it; None: the entry script itself, its navigation and its
+    default page (Live ops)."""
+    if page is None:
+        at = AppTest.from_file(APP, default_timeout=60)
+        if now_ms is not None:
+            at.session_state["now_ms"] = now_ms
+        for k, v in state.items():
+            at.session_state[k] = v
+        at.run()
+    else:
+        at = page_test(page, now_ms=now_ms, **state)
     assert not at.exception, [e.value for e in at.exception]
     return at
 
@@ -212,7 +216,7 @@ def test_servers_silent_for_retire_after_leave_the_live_views_named_and_the_tota
     (note,) = [c.value for c in at.caption if c.value.startswith("Retired")]
     assert all(f"{s} (" in note for s in gone) and f"{live} (" not in note
     assert n(shown["Events accepted"]) == int(client.hget(keys.totals, "events"))  # the totals keep them
-    lag = run_page("views/lag.py", now_ms=now)
+    lag = run_page("lag", now_ms=now)
     assert [m.label.split(" · ")[0] for m in lag.metric if "ingest lag" in m.label] == [live]
     assert any(c.value.startswith("Retired") for c in lag.caption)
     monkeypatch.setenv("RETIRE_AFTER", f"{now - seen[order[0]] + 1}ms")  # the oldest 1 ms short of it: all back
@@ -223,7 +227,7 @@ def test_servers_silent_for_retire_after_leave_the_live_views_named_and_the_tota
 def test_watermark_page_shows_the_watermark_and_exact_drop_counts(env: Seeded,
                                                                   direct: tuple[redis.Redis, KeySchema]) -> None:
     client, keys = direct
-    at = run_page("views/watermark.py")
+    at = run_page("watermark")
     shown = metrics(at)
     state = client.hgetall(keys.state)
     totals = client.hgetall(keys.totals)
@@ -268,7 +272,7 @@ def test_every_batchs_lag_figures_equal_an_oracle_over_the_events_written(env: S
 
 def test_lag_page_shows_each_servers_newest_p95(env: Seeded, direct: tuple[redis.Redis, KeySchema]) -> None:
     client, keys = direct
-    at = run_page("views/lag.py")
+    at = run_page("lag")
     shown = metrics(at)
     newest: dict[str, float] = {}
     for bid in client.zrange(keys.batches, 0, -1):
@@ -286,7 +290,7 @@ def test_lag_page_shows_each_servers_newest_p95(env: Seeded, direct: tuple[redis
 def test_health_page_shows_the_last_batch_backlog_and_quarantine(env: Seeded,
                                                                  direct: tuple[redis.Redis, KeySchema]) -> None:
     client, keys = direct
-    at = run_page("views/health.py")
+    at = run_page("health")
     shown = metrics(at)
     assert shown["Last batch"] == f"#{client.hget(keys.state, 'last_batch')}"
     assert n(shown["Quarantined (total)"]) == env.bad
@@ -410,7 +414,7 @@ def test_the_pages_mark_where_redis_came_back_empty(env: Seeded, direct: tuple[r
     client.hset(keys.state, "lost_at_batch", lost)  # what the job records when it finds Redis empty
     try:
         now = int(client.hget(keys.state, "updated_ms")) + 7_777  # a refresh tick no other test has cached
-        at = run_page("views/watermark.py", now_ms=now)
+        at = run_page("watermark", now_ms=now)
         assert any(f"Totals count from batch {lost}" in c.value for c in at.caption)
         assert any(f"History lost at batch {lost}" in s for s in statuses(at))
         traces = [t for c in at.get("plotly_chart") for t in json.loads(c.proto.spec)["data"]]

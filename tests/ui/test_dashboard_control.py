@@ -16,9 +16,9 @@ import pytest
 import redis
 from streamlit.testing.v1 import AppTest
 
-from dashboard.lab import generator_line
+from dashboard.pages.control.model import generator_line
 from dashboard.status import Level
-from tests.paths import APP  # noqa: E402
+from dashboard.testing import page_test
 from watermark.apps.follow import Follower
 from watermark.apps.redis_server import free_port
 from watermark.rules.scenarios import SCENARIOS
@@ -27,7 +27,7 @@ from watermark.schema.keys import KeySchema
 from watermark.schema.records import Control, GeneratorStatus
 from watermark.store.control_store import read_control, write_control
 
-PAGE = "views/control.py"
+PAGE = "control"
 NOW = 1_800_000_000_000
 
 
@@ -52,10 +52,7 @@ def dirty(client: redis.Redis) -> int:
 
 
 def open_page(now_ms: int = NOW) -> AppTest:
-    at = AppTest.from_file(APP, default_timeout=60)
-    at.session_state["now_ms"] = now_ms
-    at.run()
-    at.switch_page(PAGE).run()
+    at = page_test(PAGE, now_ms=now_ms)
     assert not at.exception, [e.value for e in at.exception]
     return at
 

@@ -16,6 +16,7 @@ from pyspark.sql import SparkSession
 from streamlit.testing.v1 import AppTest
 
 from dashboard.eventdata import find_player, read_events
+from dashboard.testing import page_test
 from tests.oracle import event_status, judged
 from tests.seed import BAD_PAYLOADS, Seeded, seed_pipeline
 from watermark.apps.redis_server import free_port
@@ -26,9 +27,8 @@ from watermark.schema.keys import KeySchema, WindowKey
 from watermark.store.commit import trim_counted
 
 pytestmark = pytest.mark.spark
-from tests.paths import APP  # noqa: E402
 
-PAGE = "views/events.py"
+PAGE = "events"
 WINDOW, SLIDE = 60_000, 30_000
 LABELS = {"on_time": "On time", "late_accepted": "Late but accepted", "partly_dropped": "Partly dropped",
           "dropped": "Dropped", "pending": "Pending"}
@@ -98,11 +98,7 @@ def client(world: World) -> Iterator[redis.Redis]:
 
 
 def run_page(server: str | None = None, range_label: str | None = None) -> AppTest:
-    at = AppTest.from_file(APP, default_timeout=120)
-    if range_label:
-        at.session_state["range"] = range_label
-    at.run()
-    at.switch_page(PAGE).run()
+    at = page_test(PAGE, timeout=120, **({"range": range_label} if range_label else {}))
     if server is not None:
         at.selectbox(key="events_server").set_value(server).run()
     assert not at.exception, [e.value for e in at.exception]

@@ -13,6 +13,7 @@ import redis
 from pyspark.sql import SparkSession
 from streamlit.testing.v1 import AppTest
 
+from dashboard.testing import page_test
 from tests.paths import APP
 from tests.seed import Seeded, seed_pipeline
 from watermark.rules.presence_rollup import day_of, parse_peaks
@@ -73,15 +74,13 @@ def test_live_ops_at_300_servers_reads_by_region(seeded: Seeded, monkeypatch: py
     assert sorted(found["Server"]) == [f"as-{k:03d}" for k in range(10, 20)]
 
 
-@pytest.mark.parametrize("page", ["views/lab.py", "views/watermark.py", "views/lag.py", "views/events.py",
-                                  "views/delay.py"])
+@pytest.mark.parametrize("page", ["lab", "watermark", "lag", "events",
+                                  "delay"])
 def test_every_other_page_renders_at_300_servers_with_few_traces(seeded: Seeded, monkeypatch: pytest.MonkeyPatch,
                                                                   page: str) -> None:
     monkeypatch.setenv("REDIS_URL", seeded.cfg.redis_url)
     monkeypatch.setenv("PIPELINE_NAMESPACE", seeded.cfg.namespace)
-    at = AppTest.from_file(APP, default_timeout=90)
-    at.run()
-    at.switch_page(page).run()
+    at = page_test(page, timeout=90)
     assert not at.exception, [e.value for e in at.exception]
     for chart in at.get("plotly_chart"):
         spec = json.loads(chart.proto.spec)

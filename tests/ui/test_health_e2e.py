@@ -24,6 +24,7 @@ import redis
 import streamlit as st
 from streamlit.testing.v1 import AppTest
 
+from dashboard.testing import page_test
 from tests.procs import Proc
 from watermark.alerting.health import Health
 from watermark.apps.redis_server import RedisServer, free_port
@@ -138,13 +139,13 @@ class Stack:
 
     def page(self, name: str) -> AppTest:
         st.cache_data.clear()  # a read cached for this refresh tick by the previous render would be a moment old
-        return AppTest.from_file(str(ROOT / "dashboard" / "views" / name), default_timeout=60).run()
+        return page_test(name)
 
     def seen(self) -> Seen:
         metric = self.metric()
-        health = self.page("health.py")
+        health = self.page("health")
         status = [e.value for e in (*health.error, *health.warning, *health.info, *health.success)]
-        alerts = self.page("alerts.py")
+        alerts = self.page("alerts")
         try:
             firing = {a.alertname for a in read_alerts(self.client, self.keys).values() if a.status == "firing"}
         except redis.RedisError:

@@ -13,6 +13,7 @@ from pyspark.sql import SparkSession
 from streamlit.testing.v1 import AppTest
 
 from dashboard.status import human_ms
+from dashboard.testing import page_test
 from tests.oracle import T0_MS, oracle, to_iso
 from tests.pipeline.test_lab import to_batches
 from watermark.apps.job import register_lanes
@@ -23,7 +24,6 @@ from watermark.schema.config import Config
 from watermark.schema.keys import KeySchema
 
 pytestmark = pytest.mark.spark
-from tests.paths import APP  # noqa: E402
 
 MIN = 60_000
 LANES = ("per-server-max", "per-server-min", "per-server-min-idle")
@@ -71,13 +71,7 @@ def env(lab: Config, monkeypatch: pytest.MonkeyPatch) -> Config:
 
 
 def run_page(page: str, **state: object) -> AppTest:
-    at = AppTest.from_file(APP, default_timeout=90)
-    at.session_state["now_ms"] = T0_MS + 200 * MIN
-    at.session_state["range"] = "60 min"
-    for k, v in state.items():
-        at.session_state[k] = v
-    at.run()
-    at.switch_page(page).run()
+    at = page_test(page, timeout=90, **{"now_ms": T0_MS + 200 * MIN, "range": "60 min", **state})
     assert not at.exception, [e.value for e in at.exception]
     return at
 
@@ -88,7 +82,7 @@ def test_the_seed_shows_the_policies_apart() -> None:
 
 
 def test_lab_page_compares_the_lanes_exactly(env: Config) -> None:
-    at = run_page("views/lab.py")
+    at = run_page("lab")
     rows = {r["Pipeline"]: r for r in at.dataframe[0].value.to_dict("records")}
     assert set(rows) == {"configured pipeline", *LANES}
     for label, policy in (("configured pipeline", None), ("per-server-min", "min"), ("per-server-max", "max")):
@@ -114,7 +108,7 @@ def test_lab_page_lists_the_jobs_idle_decisions_and_why(env: Config) -> None:
     for i, d in enumerate(decisions):
         client.xadd(keys.idleness, d.record(f"{d.at_ms}-{i}"))
     try:
-        at = run_page("views/lab.py", now_ms=T0_MS + 207 * MIN)  # a refresh tick no other test has cached
+        at = run_page("lab", now_ms=T0_MS + 207 * MIN)  # a refresh tick no other test has cached
         table = at.dataframe[1].value.to_dict("records")
         assert [(r["Server"], r["Why"], r["Marker entry"]) for r in table] == [
             ("C", "silent for 360.0 s: its last event arrived 360.0 s before", f"{T0_MS + 101 * MIN}-1"),
@@ -133,7 +127,7 @@ def oracle_recommendation(target: float, server: str | None = None) -> int | Non
 
 @pytest.mark.parametrize("target", ["99%", "99.9%"])
 def test_delay_page_recommends_what_the_oracle_does(env: Config, target: str) -> None:
-    at = run_page("views/delay.py", delay_target=target)
+    at = run_page("delay", delay_target=target)
     metrics = {m.label: m.value for m in at.metric}
     best = oracle_recommendation({"99%": 0.99, "99.9%": 0.999}[target])
     assert metrics[f"Recommended delay for {target}"] == ("0 s" if best == 0 else human_ms(best))
@@ -150,7 +144,7 @@ def test_delay_page_recommends_what_the_oracle_does(env: Config, target: str) ->
 
 
 def test_the_pipeline_selector_switches_every_page_to_a_lane(env: Config) -> None:
-    at = run_page("views/watermark.py", pipeline="per-server-max")
+    at = run_page("watermark", pipeline="per-server-max")
     dropped = {m.label: m.value for m in at.metric}["Dropped late (total)"]
     assert int(dropped.replace(",", "")) == sum(w["dropped"] for w in expected("max")["windows"])
     assert any("combined by max" in c.value for c in at.caption)

@@ -3,22 +3,19 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
 from datetime import UTC, datetime
 
 import redis
 import streamlit as st
 
-from dashboard import event_charts, ui
+from dashboard import loaders, ui
 from dashboard.data import Snapshot
-from dashboard.event_charts import clock_ms
-from dashboard.eventdata import EventRange, PlayerEvents, find_player
+from dashboard.eventdata import EventRange
+from dashboard.pages.events import figures, model
 from dashboard.status import clock, human_ms
-from watermark.rules.eventview import STATUS_LABELS, EventPoint, Status
+from watermark.rules.eventview import STATUS_LABELS, Status
 from watermark.schema.config import Config
-from watermark.schema.keys import KeySchema
 
-ALL = "all servers"
 TABLE_ROWS = 1_000
 METRIC_LABELS: dict[Status, str] = {s: label[0].upper() + label[1:] for s, label in STATUS_LABELS.items()}
 
@@ -58,33 +55,20 @@ def notes(ev: EventRange, namespace: str, input_namespace: str) -> None:
                 f"or counted above: {text}. They are kept in `{namespace}:dead` (see Pipeline health).")
 
 
-def latest_server(snap: Snapshot) -> str:
-    """The server whose events the page opens on: the most dropped and late-accepted events in the batches
-    shown, else the first server (all servers when there is none)."""
-    late: dict[str, int] = {}
-    for b in snap.batches:
-        for server, sb in b.servers.items():
-            late[server] = late.get(server, 0) + sb.dropped + sb.late
-    ranked = [s for s in snap.servers if late.get(s)]
-    if ranked:
-        return max(ranked, key=lambda s: late[s])
-    return snap.servers[0] if snap.servers else ALL
-
-
 def render(snap: Snapshot, now_ms: int) -> None:
     state = snap.state
     assert state is not None
     st.caption(ui.params_caption(snap))
-    options = [*snap.servers, *snap.retired, ALL]  # a retired server's events can still be looked up
+    options = [*snap.servers, *snap.retired, model.ALL]  # a retired server's events can still be looked up
     # Opens on the server with the most late events (dropped or late accepted): the ones people ask about.
     if st.session_state.get("events_server") not in options:  # once: then the user's choice stays
-        st.session_state["events_server"] = latest_server(snap)
+        st.session_state["events_server"] = model.latest_server(snap)
     choice = st.selectbox("Server", options, key="events_server")
     view = ui.current_view()
     cfg = Config.from_env(os.environ)
     lane = ui.selected_lane(cfg)
     try:
-        ev = ui.load_events(cfg.redis_url, lane.namespace, None if choice == ALL else choice, view.range_ms,
+        ev = loaders.load_events(cfg.redis_url, lane.namespace, None if choice == model.ALL else choice, view.range_ms,
                             view.refresh_s, view.tick(now_ms), lane.input_namespace)
     except redis.RedisError as exc:
         st.error(f"Could not read the events: {exc}")
@@ -104,14 +88,14 @@ def render(snap: Snapshot, now_ms: int) -> None:
     cols[-1].metric("Quarantined", ui.fmt_int(len(ev.quarantined)), help="Entries of any server in the range that "
                     "are not valid events; not in the other counts.")
 
-    st.plotly_chart(ui.marked(event_charts.events_figure(ev.points, ev.steps, ev.window_ms, ev.slide_ms,
+    st.plotly_chart(ui.marked(figures.events_figure(ev.points, ev.steps, ev.window_ms, ev.slide_ms,
                                                          ev.shown_from_ms, ev.hi_ms)), key="events_scatter")
 
     dropped = [p for p in ev.points if p.status in (Status.DROPPED, Status.PARTLY_DROPPED)]
     if dropped:
         st.subheader("Dropped and partly dropped events")
         rows = dropped[-TABLE_ROWS:]
-        st.dataframe(point_rows(rows), hide_index=True)
+        st.dataframe(model.point_rows(rows), hide_index=True)
         if len(dropped) > len(rows):
             st.caption(f"The newest {len(rows):,} of {len(dropped):,} dropped events.")
 
@@ -135,25 +119,6 @@ def render(snap: Snapshot, now_ms: int) -> None:
 SPANS: dict[str, int] = {"± 5 min": 300_000, "± 30 min": 1_800_000, "± 2 h": 7_200_000, "± 12 h": 43_200_000}
 
 
-@st.cache_data(show_spinner=False, ttl=30, max_entries=16)
-def load_player(url: str, namespace: str, input_namespace: str, player: str, lo_ms: int,
-                hi_ms: int) -> PlayerEvents | None:
-    return find_player(ui.redis_client(url), KeySchema(namespace), player, lo_ms, hi_ms,
-                       input_keys=KeySchema(input_namespace))
-
-
-def point_rows(points: Sequence[EventPoint]) -> list[dict[str, object]]:
-    """Events as table rows, in people's words."""
-    return [{
-        "Arrived": clock_ms(p.arrival_ms), "Event time": clock_ms(p.event_time_us // 1000), "Server": p.server,
-        "Player": p.player_id, "Kind": p.kind or "", "Batch": p.batch,
-        "Watermark met": clock_ms(p.watermark_ms) if p.watermark_ms is not None else "",
-        "Status": STATUS_LABELS[p.status],
-        "Windows": "; ".join(f"{clock_ms(w.window.start_ms)}–{clock_ms(w.window.end_ms)} "
-                             f"{event_charts.VERDICT_LABELS[w.verdict]}" for w in p.windows),
-    } for p in points]
-
-
 def player_lookup(cfg: Config, namespace: str, input_namespace: str, now_ms: int) -> None:
     """Any event, by player and arrival time: the stream where it still holds it, the late ones kept for
     hours (``{ns}:late``)."""
@@ -175,7 +140,7 @@ def player_lookup(cfg: Config, namespace: str, input_namespace: str, now_ms: int
     centre = int(datetime.combine(day, at, tzinfo=UTC).timestamp() * 1000)
     lo, hi = centre - SPANS[span], centre + SPANS[span]
     try:
-        found = load_player(cfg.redis_url, namespace, input_namespace, player, lo, hi)
+        found = loaders.load_player(cfg.redis_url, namespace, input_namespace, player, lo, hi)
     except redis.RedisError as exc:
         st.error(f"Could not search for the player: {exc}")
         return
@@ -183,30 +148,13 @@ def player_lookup(cfg: Config, namespace: str, input_namespace: str, now_ms: int
         st.info("No batch has been committed yet: nothing to judge.")
         return
     if found.points:
-        st.dataframe(point_rows(found.points), hide_index=True, key="lookup_table")
+        st.dataframe(model.point_rows(found.points), hide_index=True, key="lookup_table")
     else:
         st.info(f"No event of player `{player}` arrived between {clock(lo)} and {clock(hi)}.")
-    st.caption(lookup_coverage(found))
-
-
-def lookup_coverage(found: PlayerEvents) -> str:
-    """What the search covered, in words: where the stream's part started and stopped."""
-    if found.stream_from_ms is None and found.trimmed:
-        text = "The input stream holds nothing from that time any more (it has been trimmed)"
-    elif found.stream_from_ms is not None and found.stream_from_ms > found.lo_ms and found.trimmed:
-        text = (f"The input stream holds entries from {clock(found.stream_from_ms)} on ({found.trimmed:,} older "
-                "ones were trimmed): earlier on-time events are not in it")
-    else:
-        text = "Searched the whole range in the input stream"
-    if found.capped_at_ms is not None:
-        text += (f"; the search stopped after {found.scanned:,} entries, at {clock(found.capped_at_ms)}: narrow the "
-                 "time to search past it")
-    return text + ". Late events (dropped or late but accepted) come from those kept, whenever they arrived."
+    st.caption(model.lookup_coverage(found))
 
 
 def main() -> None:
     st.title("Events")
     ui.live(render)
 
-
-main()

@@ -14,9 +14,9 @@ from __future__ import annotations
 import redis
 import streamlit as st
 
-from dashboard import ui
-from dashboard.lab import generator_line, rate_text
+from dashboard import loaders, ui
 from dashboard.lanes import MAIN, Lane
+from dashboard.pages.control.model import generator_line, rate_text
 from dashboard.status import assess, unreachable
 from watermark.rules.scenarios import SCENARIOS
 from watermark.schema.config import Config, ConfigError, redact_url
@@ -34,7 +34,7 @@ def _status(cfg: Config) -> None:
     def tick() -> None:
         now = ui.now_ms()
         try:
-            control, status = ui.load_lab(cfg.redis_url, cfg.namespace, view.tick(now))
+            control, status = loaders.load_lab(cfg.redis_url, cfg.namespace, view.tick(now))
             snap = ui.lane_snapshot(cfg, Lane(MAIN, cfg.namespace, cfg.namespace), view, now)
         except (redis.RedisError, ConfigError):
             return  # said once above the form
@@ -48,7 +48,7 @@ def render(cfg: Config) -> None:
     keys = KeySchema(cfg.namespace)
     view = ui.current_view()
     try:
-        control, _ = ui.load_lab(cfg.redis_url, cfg.namespace, view.tick(ui.now_ms()))
+        control, _ = loaders.load_lab(cfg.redis_url, cfg.namespace, view.tick(ui.now_ms()))
     except redis.RedisError as exc:
         ui.show_status([unreachable(redact_url(cfg.redis_url), exc)])
         return
@@ -105,5 +105,3 @@ def delay_form(cfg: Config, control: Control) -> None:
 def main() -> None:
     ui.page("Lab control", render)
 
-
-main()

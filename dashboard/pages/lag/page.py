@@ -69,5 +69,3 @@ def main() -> None:
     st.title("Event-time lag")
     ui.live(render)
 
-
-main()

@@ -3,33 +3,19 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Sequence
 
 import streamlit as st
 
-from dashboard import charts, ui
-from dashboard.data import Snapshot, WindowRow, open_at_loss
-from dashboard.fleet import NO_REGION, Grouping, grouping
+from dashboard import charts, loaders, ui
+from dashboard.data import Snapshot, open_at_loss
+from dashboard.fleet import Grouping, grouping
+from dashboard.pages.live_ops import model
 from dashboard.status import clock, human_ms
 from watermark.rules.presence_rollup import DAY_MS, MINUTE_MS, TOTAL, region_key
-from watermark.rules.server_clock import NOTICEABLE_AHEAD_MS
 from watermark.schema.config import Config
 from watermark.store.history_store import Timeline
 from watermark.store.presence_store import OnlineView
-
-
-def window_status(w: WindowRow | None, bounds: tuple[int, int] | None, watermark_ms: int,
-                  head_ms: int | None) -> str:
-    """Says how far the window has got, so a small early count is not mistaken for a drop in players."""
-    if w is None:
-        where = "" if bounds is None else f" ({charts.ts(bounds[0]):%H:%M:%S}–{charts.ts(bounds[1]):%H:%M:%S})"
-        return f"no events in the current window{where} yet"
-    span = f"window {charts.ts(w.start_ms):%H:%M:%S}–{charts.ts(w.end_ms):%H:%M:%S}"
-    if w.final:
-        return f"{span} · final"
-    seen = "" if head_ms is None else f" ({human_ms(head_ms - w.start_ms)} of {human_ms(w.end_ms - w.start_ms)} seen)"
-    return (f"{span}{seen} · provisional: final once the watermark (now {clock(watermark_ms)}) reaches "
-            f"{clock(w.end_ms)}")
 
 
 def distinct_players(snap: Snapshot, current: dict, last_final: dict, bounds: object, g: Grouping) -> None:
@@ -54,7 +40,7 @@ def distinct_players(snap: Snapshot, current: dict, last_final: dict, bounds: ob
                       help="From the windowed counts: distinct player ids with an accepted event in the window "
                            "holding the newest event time (a Redis set per window and server). Provisional until "
                            "the watermark passes the window's end.")
-            st.caption(window_status(w, bounds, state.next_watermark_ms, state.head_ms))
+            st.caption(model.window_status(w, bounds, state.next_watermark_ms, state.head_ms))
             if w is not None and open_at_loss(w, snap):
                 st.caption(f"Partial: this window was open when Redis came back empty (before batch "
                            f"{state.lost_at_batch}); it counts only what came after.")
@@ -71,7 +57,7 @@ def render(snap: Snapshot, now_ms: int) -> None:
     current = snap.current_windows()
     last_final = snap.last_final_windows()
     bounds = snap.current_window_bounds()
-    g = grouping(live_servers(snap), snap.regions, snap.online.counts if snap.online else {})
+    g = grouping(model.live_servers(snap), snap.regions, snap.online.counts if snap.online else {})
     tl = timeline(snap, g, now_ms)
 
     online_now(snap, g)
@@ -109,7 +95,7 @@ def render(snap: Snapshot, now_ms: int) -> None:
              "No windows in this range yet: each window's accepted events appear once it has events.")
 
     with st.expander(f"Windows in range ({len(snap.windows)})"):
-        st.dataframe(window_table(snap.windows), hide_index=True, width="stretch")
+        st.dataframe(model.window_table(snap.windows), hide_index=True, width="stretch")
     if state.head_ms is not None:
         st.caption(f"Newest event time {clock(state.head_ms)}; the page shows windows ending within "
                    f"{human_ms(snap.range_ms)} of it.")
@@ -118,12 +104,6 @@ def render(snap: Snapshot, now_ms: int) -> None:
 HELP_ONLINE = ("From the online view: players whose latest event is a login or heartbeat and who have been silent "
                "for less than the timeout in event time, as of the watermark below (every batch folds its events "
                "into each player's state, watermark/rules/presence.py).")
-
-
-def live_servers(snap: Snapshot) -> list[str]:
-    """The servers the live views show: every server not retired, and any retired one with players still."""
-    counts = snap.online.counts if snap.online else {}
-    return sorted({*snap.servers, *(s for s, n in counts.items() if n or s not in snap.retired)})
 
 
 def online_now(snap: Snapshot, g: Grouping) -> None:
@@ -135,7 +115,7 @@ def online_now(snap: Snapshot, g: Grouping) -> None:
         st.info("The online view has not committed a batch yet: no online players to show. It starts with "
                 "the job and needs its first micro-batch (Spark takes 10-20 s to start).")
         return
-    note = online_loss_note(v)
+    note = model.online_loss_note(v)
     if note:
         (st.warning if v.partial else st.info)(note)
     counts = g.counts(v.counts)
@@ -159,7 +139,7 @@ def online_now(snap: Snapshot, g: Grouping) -> None:
                f"{clock(v.watermark_ms)}).")
     if g.grouped:
         server_table(snap, v)
-    for text in clock_notes(v, retired=snap.retired):
+    for text in model.clock_notes(v, retired=snap.retired):
         st.info(text)
     ui.retired_note(st, snap)
     what = {"region": " per region", "top": " (the busiest servers, the rest summed)"}.get(g.by, "")
@@ -178,18 +158,6 @@ HISTORY_RANGES = {"1 h": 3_600_000, "6 h": 6 * 3_600_000, "24 h": DAY_MS, "7 d":
 RANGE_KEY, WEEK_AGO_KEY = "ops_history_range", "ops_week_ago"
 
 
-def series_labels(g: Grouping) -> dict[str, str]:
-    """The stored series a time chart draws for a grouping, with their names: the total and each region (or each
-    server; past 8 servers without regions the busiest, the rest having no series of their own)."""
-    out = {TOTAL: "All servers"}
-    for label, servers in g.members.items():
-        if g.by == "region" and label != NO_REGION:
-            out[region_key(label)] = label
-        elif g.by != "region" and len(servers) == 1:
-            out[servers[0]] = label
-    return out
-
-
 def timeline(snap: Snapshot, g: Grouping, now_ms: int) -> Timeline | None:
     """The range the page's selector holds (read before the selector is drawn, further down), to the end of this
     minute; today's against a week ago for ranges up to a day. None while there is no online view."""
@@ -200,7 +168,7 @@ def timeline(snap: Snapshot, g: Grouping, now_ms: int) -> Timeline | None:
     week_ago = st.session_state.get(WEEK_AGO_KEY, True) and span <= DAY_MS
     end = now_ms - now_ms % MINUTE_MS + MINUTE_MS
     url = Config.from_env(os.environ).redis_url
-    tl = ui.load_timeline(url, snap.namespace, tuple(series_labels(g)), end - span, end,
+    tl = loaders.load_timeline(url, snap.namespace, tuple(model.series_labels(g)), end - span, end,
                           (TOTAL,) if week_ago else (), ui.current_view().tick(now_ms))
     return tl.with_open_minute(v.minutes[-1] if v.minutes else None, snap.regions)
 
@@ -214,10 +182,10 @@ def online_over_time(v: OnlineView, g: Grouping, tl: Timeline, marks: Sequence[c
     right.toggle("The total a week ago", value=True, key=WEEK_AGO_KEY, disabled=tl.end_ms - tl.start_ms > DAY_MS,
                  help="The same hours seven days before, dotted: is tonight normal for this day of the week?")
     what = {"region": " per region", "top": " (the busiest servers)"}.get(g.by, "")
-    labels = series_labels(g)
+    labels = model.series_labels(g)
     ui.chart(st, charts.online_history(tl, labels, what), "online_history",
              "No minute of players online in this range yet: each minute appears once it has closed.")
-    st.dataframe(peak_rows(v, g, labels), hide_index=True, width="stretch")
+    st.dataframe(model.peak_rows(v, g, labels), hide_index=True, width="stretch")
     if marks:
         st.caption("Drawn over every time chart: annotations (`wm-annotate`, `POST /annotations`) and fired "
                    "alerts, in this range.")
@@ -226,25 +194,12 @@ def online_over_time(v: OnlineView, g: Grouping, tl: Timeline, marks: Sequence[c
                        "What": m.label} for m in marks], hide_index=True, width="stretch")
 
 
-def peak_rows(v: OnlineView, g: Grouping, labels: Mapping[str, str]) -> list[dict[str, object]]:
-    """Players online now, the day's peak and the highest ever, each with when, per series drawn."""
-    grouped = g.counts(v.counts)
-    rows = []
-    for series, label in labels.items():
-        now = v.total if series == TOTAL else grouped.get(label, v.counts.get(series, 0))
-        day, ever = v.peaks.get(series), v.peaks_ever.get(series)
-        rows.append({"": label, "Online now": now, "Peak today": day[0] if day else None,
-                     "Today at (UTC)": clock(day[1]) if day else "", "Highest ever": ever[0] if ever else None,
-                     "Ever at (UTC)": f"{charts.ts(ever[1]):%Y-%m-%d %H:%M}" if ever else ""})
-    return rows
-
-
 TOP_N = 5
 
 
 def server_table(snap: Snapshot, v: OnlineView) -> None:
     """Every server in one sortable table, the busiest and the emptiest named, and a box to find one."""
-    servers = live_servers(snap)
+    servers = model.live_servers(snap)
     ranked = sorted(servers, key=lambda s: (-v.counts.get(s, 0), s))
     st.caption("Most players: " + ", ".join(f"{s} ({v.counts.get(s, 0):,})" for s in ranked[:TOP_N])
                + " · fewest: " + ", ".join(f"{s} ({v.counts.get(s, 0):,})" for s in reversed(ranked[-TOP_N:])))
@@ -263,55 +218,7 @@ def server_table(snap: Snapshot, v: OnlineView) -> None:
         st.caption(f"No server's name contains {find!r}.")
 
 
-def clock_notes(v: OnlineView, shown: int = 8, retired: Collection[str] = ()) -> list[str]:
-    """Servers whose clock runs ahead (by how much) and servers gone silent, in words: each server's players
-    are judged by its own clock (watermark.rules.server_clock), so neither takes another's players offline."""
-    notes = []
-    ahead = sorted(((c.ahead_ms, s) for s, c in v.clocks.items() if c.ahead_ms > NOTICEABLE_AHEAD_MS), reverse=True)
-    if ahead:
-        names = ", ".join(f"{s} by {human_ms(ms)}" for ms, s in ahead[:shown])
-        more = f" and {len(ahead) - shown} more" if len(ahead) > shown else ""
-        notes.append(f"Clock ahead: {names}{more} (events arrived before they happened by that server's clock). "
-                     "Its players are judged by its own clock; no other server's are affected.")
-    # how far a clock has run on by arrival time since the server's last event it could use
-    silent = sorted((((c.clock_us - c.clock_at_heard_us) // 1000, s) for s, c in v.clocks.items()
-                     if c.clock_us - c.clock_at_heard_us > v.timeout_ms * 1000 and s not in retired), reverse=True)
-    if silent:
-        names = ", ".join(f"{s} ({human_ms(ms)})" for ms, s in silent[:shown])
-        more = f" and {len(silent) - shown} more" if len(silent) > shown else ""
-        notes.append(f"Silent: {names}{more} of arrival time without an event their clock could use (nothing "
-                     "sent, or only late events); their clocks run on by arrival time, so their players time out, "
-                     "and they are counted again from their next event.")
-    return notes
-
-
-def online_loss_note(v: OnlineView) -> str | None:
-    """What a loss of Redis' data did to the online view, in words; None when nothing was lost."""
-    if v.partial:
-        assert v.partial_until_ms is not None
-        return (f"Partial: Redis came back empty before batch {v.lost_at_batch} while the job restarted, so the "
-                "online view is being rebuilt from new events. Players who have not sent an event since are "
-                f"missing, and their next event counts as a login, until the watermark reaches "
-                f"{clock(v.partial_until_ms)} (now {clock(v.watermark_ms)}; by then they would have timed out).")
-    if v.lost_at_batch is not None:
-        how = "rebuilt from new events" if v.partial_until_ms is not None else "rewritten from the job's copy"
-        return (f"Redis came back empty before batch {v.lost_at_batch}. Players online are whole again ({how}); "
-                "transitions, peaks and the trend from before the loss are gone.")
-    return None
-
-
-def window_table(windows: tuple[WindowRow, ...]) -> list[dict[str, object]]:
-    return [
-        {"Server": w.server, "Start (UTC)": f"{charts.ts(w.start_ms):%H:%M:%S}",
-         "End (UTC)": f"{charts.ts(w.end_ms):%H:%M:%S}", "Players": f"{w.players:,}", "Events": f"{w.events:,}",
-         "Late accepted": f"{w.late:,}", "Dropped": f"{w.dropped:,}", "Status": "final" if w.final else "provisional"}
-        for w in reversed(windows)
-    ]
-
-
 def main() -> None:
     st.title("Live ops")
     ui.live(render)
 
-
-main()

@@ -9,7 +9,7 @@ import os
 import redis
 import streamlit as st
 
-from dashboard import alertview, ui
+from dashboard import alertview, loaders, ui
 from dashboard.charts import has_data
 from dashboard.status import clock, human_ms, unreachable
 from watermark.schema.config import Config, ConfigError, redact_url
@@ -91,7 +91,7 @@ def main() -> None:
             st.error(f"Configuration error: {exc}")
             return
         try:
-            v = ui.load_alerts(cfg.redis_url, cfg.namespace, view.tick(now), now)
+            v = loaders.load_alerts(cfg.redis_url, cfg.namespace, view.tick(now), now)
         except redis.RedisError as exc:
             ui.show_status([unreachable(redact_url(cfg.redis_url), exc)])
             return
@@ -99,5 +99,3 @@ def main() -> None:
 
     tick()
 
-
-main()

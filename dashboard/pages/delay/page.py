@@ -14,19 +14,13 @@ from collections.abc import Mapping
 import redis
 import streamlit as st
 
-from dashboard import labview, ui
-from dashboard.lanes import read_tradeoff
+from dashboard import loaders, ui
+from dashboard.pages.delay import model
 from dashboard.status import assess, human_ms, unreachable
 from watermark.rules.tradeoff import Tradeoff
 from watermark.schema.config import Config, redact_url
-from watermark.schema.keys import KeySchema
 
 TARGETS = {"99%": 0.99, "99.9%": 0.999, "99.99%": 0.9999}
-
-
-@st.cache_data(show_spinner=False, ttl=60, max_entries=64)
-def load_tradeoff(url: str, namespace: str, tick: int) -> Tradeoff:
-    return read_tradeoff(ui.redis_client(url), KeySchema(namespace))
 
 
 def tables(tradeoff: Tradeoff, target: float, behind: float, current: int, best: int | None,
@@ -37,11 +31,11 @@ def tables(tradeoff: Tradeoff, target: float, behind: float, current: int, best:
     for server in tradeoff.servers:
         rec = tradeoff.recommend(target, [server])
         pairs = tradeoff.candidates([server])[0].pairs
-        rows.append({"Server": server, "Pairs": f"{pairs:,}", "Recommended delay": labview.delay_text(rec),
+        rows.append({"Server": server, "Pairs": f"{pairs:,}", "Recommended delay": model.delay_text(rec),
                      "Window closes after (wall clock)": "-" if rec is None else human_ms(rec + behind)})
     st.dataframe(rows, hide_index=True, key="per_server_delay")
-    st.plotly_chart(labview.tradeoff_chart(tradeoff, current, best, regions), key="tradeoff_chart")
-    st.dataframe([{"Delay": labview.delay_text(c.delay_ms), "Dropped pairs": f"{c.dropped:,}",
+    st.plotly_chart(model.tradeoff_chart(tradeoff, current, best, regions), key="tradeoff_chart")
+    st.dataframe([{"Delay": model.delay_text(c.delay_ms), "Dropped pairs": f"{c.dropped:,}",
                    "Of": f"{c.pairs:,}", "Dropped": percent(c.dropped_share)} for c in tradeoff.candidates()],
                  hide_index=True, key="tradeoff_table")
 
@@ -55,7 +49,7 @@ def render(cfg: Config) -> None:
     now = ui.now_ms()
     try:
         snap = ui.lane_snapshot(cfg, lane, view, now)
-        tradeoff = load_tradeoff(cfg.redis_url, lane.namespace, view.tick(now))
+        tradeoff = loaders.load_tradeoff(cfg.redis_url, lane.namespace, view.tick(now))
     except redis.RedisError as exc:
         ui.show_status([unreachable(redact_url(cfg.redis_url), exc)])
         return
@@ -68,7 +62,7 @@ def render(cfg: Config) -> None:
     st.caption(f"{ui.params_caption(snap)} · every (event, window) pair since the namespace started")
     cands = {c.delay_ms: c for c in tradeoff.candidates()}
     cols = st.columns(3)
-    cols[0].metric(f"Recommended delay for {st.session_state.get('delay_target') or '99.9%'}", labview.delay_text(best),
+    cols[0].metric(f"Recommended delay for {st.session_state.get('delay_target') or '99.9%'}", model.delay_text(best),
                    help="The smallest candidate delay that would have dropped at most the allowed share of pairs.")
     now_share = cands[current].dropped_share if current in cands else None  # exact only on the grid
     cols[1].metric("Current delay", human_ms(current) if current else "0 s",
@@ -80,7 +74,7 @@ def render(cfg: Config) -> None:
     lags = [b.batch_ts_ms - b.running_max_event_us // 1000 for b in snap.batches if b.running_max_event_us]
     behind = statistics.median(lags) if lags else 0
     if best is not None:
-        best_text = labview.delay_text(best)
+        best_text = model.delay_text(best)
         st.markdown(f"With **{best_text}** a window closes {best_text} of event time after its end, "
                     f"about **{human_ms(best + behind)}** after its end on the wall clock (the newest event time "
                     f"trails the clock by {human_ms(behind)} here); the current {human_ms(current)} closes it after "
@@ -88,7 +82,7 @@ def render(cfg: Config) -> None:
                     + (f" and would have dropped {percent(now_share)} of pairs." if now_share is not None else "."))
     tables(tradeoff, target, behind, current, best, snap.regions)
     if best is not None and best != current:
-        st.button(f"Restart the query with {labview.delay_text(best)} (history kept)", key="apply_recommended",
+        st.button(f"Restart the query with {model.delay_text(best)} (history kept)", key="apply_recommended",
                   on_click=ui.submit_control, args=(cfg, lambda: {"delay_ms": best}))
     result = st.session_state.pop(ui.CONTROL_RESULT, None)
     if result is not None:
@@ -113,5 +107,3 @@ def percent(share: float) -> str:
 def main() -> None:
     ui.page("Choosing the delay", render)
 
-
-main()

@@ -88,5 +88,3 @@ def main() -> None:
     st.title("Watermark")
     ui.live(render)
 
-
-main()

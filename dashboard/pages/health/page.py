@@ -55,5 +55,3 @@ def main() -> None:
     st.title("Pipeline health")
     ui.live(render)
 
-
-main()

@@ -10,12 +10,11 @@ from __future__ import annotations
 import redis
 import streamlit as st
 
-from dashboard import labview, ui
-from dashboard.lanes import read_idleness, read_seen
+from dashboard import loaders, ui
+from dashboard.pages.lab import model
 from dashboard.status import assess, clock, human_ms, unreachable
 from watermark.rules.idleness import IdleDecision
 from watermark.schema.config import Config, redact_url
-from watermark.schema.keys import KeySchema
 from watermark.schema.lanes import DEFAULT_IDLE_TIMEOUT_MS
 
 SETUP_HINT = ("No lab lanes run beside this pipeline. Start the job with `LAB_LANES=per-server-min,"
@@ -28,16 +27,6 @@ PRODUCTION_SETUP_HINT = ("No lab lanes run beside this pipeline. To compare wate
 
 
 IDLE_DECISIONS_SHOWN = 12
-
-
-@st.cache_data(show_spinner=False, ttl=60, max_entries=64)
-def load_seen(url: str, namespace: str, tick: int) -> dict[str, int]:
-    return read_seen(ui.redis_client(url), KeySchema(namespace))
-
-
-@st.cache_data(show_spinner=False, ttl=60, max_entries=64)
-def load_idleness(url: str, namespace: str, tick: int) -> list[tuple[str, IdleDecision]]:
-    return read_idleness(ui.redis_client(url), KeySchema(namespace), IDLE_DECISIONS_SHOWN)
 
 
 def idle_decisions(decisions: list[tuple[str, IdleDecision]], idle_after_ms: int) -> None:
@@ -63,8 +52,8 @@ def render(cfg: Config) -> None:
         lanes = ui.available_lanes()
         try:
             snaps = [ui.lane_snapshot(cfg, lane, view, now) for lane in lanes]
-            seen = load_seen(cfg.redis_url, cfg.namespace, view.tick(now))
-            decisions = load_idleness(cfg.redis_url, cfg.namespace, view.tick(now))
+            seen = loaders.load_seen(cfg.redis_url, cfg.namespace, view.tick(now))
+            decisions = loaders.load_idleness(cfg.redis_url, cfg.namespace, view.tick(now))
         except redis.RedisError as exc:
             ui.show_status([unreachable(redact_url(cfg.redis_url), exc)])
             return
@@ -74,18 +63,18 @@ def render(cfg: Config) -> None:
             st.info(SETUP_HINT if cfg.demo else PRODUCTION_SETUP_HINT)
         idle_after = cfg.idle_timeout_ms or DEFAULT_IDLE_TIMEOUT_MS
         for lane, snap in zip(lanes, snaps, strict=True):
-            ui.show_status(labview.findings(lane, snap, seen, now, idle_after, reference=snaps[0]))
-        st.dataframe(labview.lane_table([labview.lane_row(lane, snap)
+            ui.show_status(model.findings(lane, snap, seen, now, idle_after, reference=snaps[0]))
+        st.dataframe(model.lane_table([model.lane_row(lane, snap)
                                          for lane, snap in zip(lanes, snaps, strict=True)]),
                      hide_index=True, key="lanes_table", width="stretch")
         st.caption("Accepted, dropped late and late accepted are totals since each pipeline started; final "
                    "windows and idle markers count the range shown.")
-        st.plotly_chart(ui.marked(labview.lanes_watermarks(lanes, snaps, now)), key="lanes_watermarks")
+        st.plotly_chart(ui.marked(model.lanes_watermarks(lanes, snaps, now)), key="lanes_watermarks")
         per_server = [(lane, snap) for lane, snap in zip(lanes, snaps, strict=True) if lane.mode == "per-server"]
         for i in range(0, len(per_server), 2):
             cols = st.columns(2)
             for col, (lane, snap) in zip(cols, per_server[i:i + 2], strict=False):
-                col.plotly_chart(ui.marked(labview.server_watermarks(lane, snap)), key=f"server_wm_{lane.name}")
+                col.plotly_chart(ui.marked(model.server_watermarks(lane, snap)), key=f"server_wm_{lane.name}")
         if any(lane.idle for lane in lanes):
             idle_decisions(decisions, idle_after)
 
@@ -107,5 +96,3 @@ def render(cfg: Config) -> None:
 def main() -> None:
     ui.page("Watermark lab", render)
 
-
-main()

@@ -1,0 +1,118 @@
+"""Every cached read of the dashboard, and its one policy.
+
+A read that shows the present is keyed by the refresh tick (``ui.View.tick``): Streamlit computes one cache key
+once, so any number of open tabs and pages cost one Redis read per tick, and :data:`TICK_TTL_S` only evicts entries
+whose tick has passed. Two reads are not keyed by the tick, and their TTL is how fresh they are: the lanes the job
+runs (:data:`LANES_TTL_S`: they change when the job restarts) and a player's look-up (:data:`LOOKUP_TTL_S`: it reads
+the past). Nothing here writes to Redis.
+"""
+
+from __future__ import annotations
+
+import redis
+import streamlit as st
+
+from dashboard.charts import Mark, annotation_marks
+from dashboard.data import Snapshot, read_snapshot
+from dashboard.eventdata import EventRange, PlayerEvents, find_player, read_events
+from dashboard.lanes import Lane, read_idleness, read_lanes, read_seen, read_tradeoff
+from watermark.rules.idleness import IdleDecision
+from watermark.rules.tradeoff import Tradeoff
+from watermark.schema.keys import KeySchema
+from watermark.schema.records import Control, GeneratorStatus
+from watermark.store.alert_store import AlertView, read_alert_view
+from watermark.store.annotation_store import read_happenings
+from watermark.store.control_store import read_lab
+from watermark.store.history_store import Timeline, read_timeline
+
+TICK_TTL_S = 120
+"""Reads keyed by the refresh tick: evicted two minutes on (a tick is 1-10 s, so never read again by then)."""
+LANES_TTL_S = 10
+LOOKUP_TTL_S = 30
+IDLE_DECISIONS_SHOWN = 12
+"""The Watermark lab's list of the latest idleness decisions."""
+
+
+MARKS_SPAN_MS = 8 * 86_400_000
+"""How far back the marks over the time charts are read: the longest chart's range, and a day more."""
+
+
+@st.cache_resource(show_spinner=False)
+def redis_client(url: str) -> redis.Redis:
+    # Short timeouts: a dead Redis must turn into a status message within a tick, not hang the page.
+    return redis.Redis.from_url(url, socket_connect_timeout=1.0, socket_timeout=3.0, health_check_interval=5)
+
+
+@st.cache_data(show_spinner=False, ttl=TICK_TTL_S, max_entries=256)
+def load_snapshot(url: str, namespace: str, range_ms: int, refresh_s: int, tick: int, _now_ms: int,
+                  input_namespace: str, retire_after_ms: int) -> Snapshot:
+    """One read per (namespace, range, tick) for all sessions; ``_now_ms`` is not part of the key."""
+    return read_snapshot(redis_client(url), KeySchema(namespace), range_ms=range_ms, now_ms=_now_ms,
+                         input_keys=KeySchema(input_namespace), retire_after_ms=retire_after_ms)
+
+
+@st.cache_data(show_spinner=False, ttl=LANES_TTL_S, max_entries=16)
+def load_lanes(url: str, namespace: str) -> list[Lane]:
+    return read_lanes(redis_client(url), namespace)
+
+
+@st.cache_data(show_spinner=False, ttl=TICK_TTL_S, max_entries=64)
+def load_lab(url: str, namespace: str, tick: int) -> tuple[Control | None, GeneratorStatus | None]:
+    """The lab's control request and generator status, one read per (namespace, tick) for all sessions."""
+    return read_lab(redis_client(url), KeySchema(namespace))
+
+
+@st.cache_data(show_spinner=False, ttl=TICK_TTL_S, max_entries=64)
+def load_events(url: str, namespace: str, server: str | None, range_ms: int, refresh_s: int,
+                tick: int, input_namespace: str) -> EventRange | None:
+    """The events page's read, shared like :func:`load_snapshot` per (server, range, tick)."""
+    return read_events(redis_client(url), KeySchema(namespace), server=server, range_ms=range_ms,
+                       input_keys=KeySchema(input_namespace))
+
+
+@st.cache_data(show_spinner=False, ttl=TICK_TTL_S, max_entries=32)
+def load_timeline(url: str, namespace: str, series: tuple[str, ...], start_ms: int, end_ms: int,
+                  week_ago: tuple[str, ...], tick: int) -> Timeline:
+    """Players online over a range: one read per (series, range, tick) for all sessions; O((regions or servers) x
+    days) commands (``watermark.store.history_store``)."""
+    return read_timeline(redis_client(url), KeySchema(namespace), series, start_ms, end_ms, week_ago)
+
+
+@st.cache_data(show_spinner=False, ttl=TICK_TTL_S, max_entries=32)
+def load_marks(url: str, namespace: str, tick: int, _now_ms: int) -> list[Mark]:
+    """The annotations and fired alerts of the last week as marks, one read (two commands) per tick for all
+    sessions and pages."""
+    from dashboard.alertview import alert_marks, spans
+
+    h = read_happenings(redis_client(url), KeySchema(namespace), _now_ms - MARKS_SPAN_MS, _now_ms + 1)
+    return [*annotation_marks(h.annotations), *alert_marks(spans(h.notices, [], _now_ms, h.since_ms))]
+
+
+@st.cache_data(show_spinner=False, ttl=TICK_TTL_S, max_entries=32)
+def load_alerts(url: str, namespace: str, tick: int, _now_ms: int) -> AlertView:
+    """The monitor's alerts, one read per (namespace, tick) for all sessions and pages."""
+    return read_alert_view(redis_client(url), KeySchema(namespace), _now_ms)
+
+
+@st.cache_data(show_spinner=False, ttl=TICK_TTL_S, max_entries=64)
+def load_seen(url: str, namespace: str, tick: int) -> dict[str, int]:
+    return read_seen(redis_client(url), KeySchema(namespace))
+
+
+@st.cache_data(show_spinner=False, ttl=TICK_TTL_S, max_entries=64)
+def load_idleness(url: str, namespace: str, tick: int) -> list[tuple[str, IdleDecision]]:
+    return read_idleness(redis_client(url), KeySchema(namespace), IDLE_DECISIONS_SHOWN)
+
+
+@st.cache_data(show_spinner=False, ttl=TICK_TTL_S, max_entries=64)
+def load_tradeoff(url: str, namespace: str, tick: int) -> Tradeoff:
+    return read_tradeoff(redis_client(url), KeySchema(namespace))
+
+
+@st.cache_data(show_spinner=False, ttl=LOOKUP_TTL_S, max_entries=16)
+def load_player(url: str, namespace: str, input_namespace: str, player: str, lo_ms: int,
+                hi_ms: int) -> PlayerEvents | None:
+    return find_player(redis_client(url), KeySchema(namespace), player, lo_ms, hi_ms,
+                       input_keys=KeySchema(input_namespace))
+
+

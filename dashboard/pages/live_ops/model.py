@@ -1,0 +1,104 @@
+"""Live ops' rows and texts: snapshots and the online view in, words and table rows out (pure, tested as tables)."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+
+from dashboard import charts
+from dashboard.data import Snapshot, WindowRow
+from dashboard.fleet import NO_REGION, Grouping
+from dashboard.status import clock, human_ms
+from watermark.rules.presence_rollup import TOTAL, region_key
+from watermark.rules.server_clock import NOTICEABLE_AHEAD_MS
+from watermark.store.presence_store import OnlineView
+
+
+def window_status(w: WindowRow | None, bounds: tuple[int, int] | None, watermark_ms: int,
+                  head_ms: int | None) -> str:
+    """Says how far the window has got, so a small early count is not mistaken for a drop in players."""
+    if w is None:
+        where = "" if bounds is None else f" ({charts.ts(bounds[0]):%H:%M:%S}–{charts.ts(bounds[1]):%H:%M:%S})"
+        return f"no events in the current window{where} yet"
+    span = f"window {charts.ts(w.start_ms):%H:%M:%S}–{charts.ts(w.end_ms):%H:%M:%S}"
+    if w.final:
+        return f"{span} · final"
+    seen = "" if head_ms is None else f" ({human_ms(head_ms - w.start_ms)} of {human_ms(w.end_ms - w.start_ms)} seen)"
+    return (f"{span}{seen} · provisional: final once the watermark (now {clock(watermark_ms)}) reaches "
+            f"{clock(w.end_ms)}")
+
+
+def live_servers(snap: Snapshot) -> list[str]:
+    """The servers the live views show: every server not retired, and any retired one with players still."""
+    counts = snap.online.counts if snap.online else {}
+    return sorted({*snap.servers, *(s for s, n in counts.items() if n or s not in snap.retired)})
+
+
+def series_labels(g: Grouping) -> dict[str, str]:
+    """The stored series a time chart draws for a grouping, with their names: the total and each region (or each
+    server; past 8 servers without regions the busiest, the rest having no series of their own)."""
+    out = {TOTAL: "All servers"}
+    for label, servers in g.members.items():
+        if g.by == "region" and label != NO_REGION:
+            out[region_key(label)] = label
+        elif g.by != "region" and len(servers) == 1:
+            out[servers[0]] = label
+    return out
+
+
+def peak_rows(v: OnlineView, g: Grouping, labels: Mapping[str, str]) -> list[dict[str, object]]:
+    """Players online now, the day's peak and the highest ever, each with when, per series drawn."""
+    grouped = g.counts(v.counts)
+    rows = []
+    for series, label in labels.items():
+        now = v.total if series == TOTAL else grouped.get(label, v.counts.get(series, 0))
+        day, ever = v.peaks.get(series), v.peaks_ever.get(series)
+        rows.append({"": label, "Online now": now, "Peak today": day[0] if day else None,
+                     "Today at (UTC)": clock(day[1]) if day else "", "Highest ever": ever[0] if ever else None,
+                     "Ever at (UTC)": f"{charts.ts(ever[1]):%Y-%m-%d %H:%M}" if ever else ""})
+    return rows
+
+
+def clock_notes(v: OnlineView, shown: int = 8, retired: Collection[str] = ()) -> list[str]:
+    """Servers whose clock runs ahead (by how much) and servers gone silent, in words: each server's players
+    are judged by its own clock (watermark.rules.server_clock), so neither takes another's players offline."""
+    notes = []
+    ahead = sorted(((c.ahead_ms, s) for s, c in v.clocks.items() if c.ahead_ms > NOTICEABLE_AHEAD_MS), reverse=True)
+    if ahead:
+        names = ", ".join(f"{s} by {human_ms(ms)}" for ms, s in ahead[:shown])
+        more = f" and {len(ahead) - shown} more" if len(ahead) > shown else ""
+        notes.append(f"Clock ahead: {names}{more} (events arrived before they happened by that server's clock). "
+                     "Its players are judged by its own clock; no other server's are affected.")
+    # how far a clock has run on by arrival time since the server's last event it could use
+    silent = sorted((((c.clock_us - c.clock_at_heard_us) // 1000, s) for s, c in v.clocks.items()
+                     if c.clock_us - c.clock_at_heard_us > v.timeout_ms * 1000 and s not in retired), reverse=True)
+    if silent:
+        names = ", ".join(f"{s} ({human_ms(ms)})" for ms, s in silent[:shown])
+        more = f" and {len(silent) - shown} more" if len(silent) > shown else ""
+        notes.append(f"Silent: {names}{more} of arrival time without an event their clock could use (nothing "
+                     "sent, or only late events); their clocks run on by arrival time, so their players time out, "
+                     "and they are counted again from their next event.")
+    return notes
+
+
+def online_loss_note(v: OnlineView) -> str | None:
+    """What a loss of Redis' data did to the online view, in words; None when nothing was lost."""
+    if v.partial:
+        assert v.partial_until_ms is not None
+        return (f"Partial: Redis came back empty before batch {v.lost_at_batch} while the job restarted, so the "
+                "online view is being rebuilt from new events. Players who have not sent an event since are "
+                f"missing, and their next event counts as a login, until the watermark reaches "
+                f"{clock(v.partial_until_ms)} (now {clock(v.watermark_ms)}; by then they would have timed out).")
+    if v.lost_at_batch is not None:
+        how = "rebuilt from new events" if v.partial_until_ms is not None else "rewritten from the job's copy"
+        return (f"Redis came back empty before batch {v.lost_at_batch}. Players online are whole again ({how}); "
+                "transitions, peaks and the trend from before the loss are gone.")
+    return None
+
+
+def window_table(windows: tuple[WindowRow, ...]) -> list[dict[str, object]]:
+    return [
+        {"Server": w.server, "Start (UTC)": f"{charts.ts(w.start_ms):%H:%M:%S}",
+         "End (UTC)": f"{charts.ts(w.end_ms):%H:%M:%S}", "Players": f"{w.players:,}", "Events": f"{w.events:,}",
+         "Late accepted": f"{w.late:,}", "Dropped": f"{w.dropped:,}", "Status": "final" if w.final else "provisional"}
+        for w in reversed(windows)
+    ]
