@@ -343,7 +343,8 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="soak-") as tmpdir, \
             tempfile.TemporaryDirectory(prefix="soak-code-") as code:
         stack = Stack(export(args.base, Path(code)), Path(tmpdir), args.rate)
-        stack.env.pop("STREAM_KEEP_ENTRIES")  # the default bound, as ./run.sh runs
+        for name in ("STREAM_KEEP_ENTRIES", "STREAM_MAX_ENTRIES"):  # the default bounds, as ./run.sh runs
+            stack.env.pop(name)
         try:
             stack.start("redis")
             client = redis.Redis.from_url(stack.url, socket_timeout=60)

@@ -129,6 +129,8 @@ class Stack:
                     # Freshness is measured per entry after the window (entry_keys): the trim must keep the
                     # window's entries until then, where it would keep about 20 s of them at 50,000 events/s.
                     "STREAM_KEEP_ENTRIES": str(max(1_000_000, rate * 200)),
+                    # The writers' bound stays above what is kept (the configuration refuses it otherwise).
+                    "STREAM_MAX_ENTRIES": str(2 * max(1_000_000, rate * 200)),
                     # A fleet's players follow the time of day; the load measured must not depend on the hour.
                     "DAILY_CURVE": "off",
                     "PYSPARK_DRIVER_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
@@ -322,7 +324,10 @@ def _start_job(stack: Stack, client: redis.Redis) -> subprocess.Popen:
         except redis.RedisError:
             return False
 
-    wait_for(redis_up, 30, "the embedded Redis")
+    redis_proc = stack.procs["redis"]
+    wait_for(lambda: redis_up() or redis_proc.poll() is not None, 30, "the embedded Redis")
+    if redis_proc.poll() is not None:  # a configuration error, a port taken: say what it said
+        raise SystemExit(f"the embedded Redis exited ({redis_proc.returncode}):\n{stack.log('redis')[-2000:]}")
     job = stack.start("job")
     # Every query logs "query <name> running" once started; give the job until they stop coming.
     wait_for(lambda: "running" in stack.log("job") or job.poll() is not None, 120, "the job's first query")

@@ -68,8 +68,8 @@ def render(snap: Snapshot, now_ms: int) -> None:
     cfg = Config.from_env(os.environ)
     lane = ui.selected_lane(cfg)
     try:
-        ev = loaders.load_events(cfg.redis_url, lane.namespace, None if choice == model.ALL else choice, view.range_ms,
-                            view.refresh_s, view.tick(now_ms), lane.input_namespace)
+        ev = loaders.load_events(cfg.redis_url, lane.namespace, None if choice == model.ALL else choice,
+                                 view.range_ms, view.refresh_s, view.tick(now_ms), lane.input_namespace)
     except redis.RedisError as exc:
         st.error(f"Could not read the events: {exc}")
         return

@@ -169,7 +169,7 @@ def timeline(snap: Snapshot, g: Grouping, now_ms: int) -> Timeline | None:
     end = now_ms - now_ms % MINUTE_MS + MINUTE_MS
     url = Config.from_env(os.environ).redis_url
     tl = loaders.load_timeline(url, snap.namespace, tuple(model.series_labels(g)), end - span, end,
-                          (TOTAL,) if week_ago else (), ui.current_view().tick(now_ms))
+                               (TOTAL,) if week_ago else (), ui.current_view().tick(now_ms))
     return tl.with_open_minute(v.minutes[-1] if v.minutes else None, snap.regions)
 
 
