@@ -9,11 +9,23 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def until(check: Callable[[], object], timeout: float, what: str | Callable[[], str], every: float = 0.5) -> object:
+    """Polls a condition on live processes until it holds (truthy) and returns it. Only for what has nothing to
+    block on (Prometheus' API, three views of one state); a process's output is waited on by content instead."""
+    deadline = time.monotonic() + timeout
+    while (got := check()) in (None, False, [], {}):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout:.0f} s: {what if isinstance(what, str) else what()}")
+        time.sleep(every)
+    return got
 
 
 def kill_tree(pid: int) -> None:

@@ -220,9 +220,18 @@ def test_a_scenario_switch_restarts_the_simulation_and_b_goes_silent_on_time(
     switched_us = after.since_ms * 1000
     assert START + 10 * S <= switched_us <= START + 10 * S + 500_000  # picked up at the next check
     written = stream(r, keys)
-    first, second = split_into_runs(written, [Simulator("steady", seed=11, start_us=START, rate=100),
-                                              Simulator("idle-server", seed=12, start_us=switched_us, rate=100)])
+    # The follower pulled one record beyond what it wrote of the first run (the one due after the switch), so
+    # the first run had generated that far: whoever was online then plays on in the second run.
+    before = Simulator("steady", seed=11, start_us=START, rate=100)
+    pulled = before.records()
+    first = next(n for n, (rec, got) in enumerate(zip(pulled, written, strict=False)) if record_payload(rec) != got)
+    carried = before.online_now()
+    (second,) = split_into_runs(written[first:], [Simulator("idle-server", seed=12, start_us=switched_us, rate=100,
+                                                            online=carried)])
     assert first > 900 and second > 10_000 and stats.written == len(written) == first + second
+    online = {p for players in carried.values() for p in players}
+    kinds = [(e["player_id"], e["kind"]) for e in map(json.loads, written[first:first + len(online)])]
+    assert len(online) > 50 and not [k for k in kinds if k[1] == "login" and k[0] in online], "the players carry on"
     # The second run is idle-server from the switch on: B silent for [30 s, 120 s) after it, events before and after.
     b = [json.loads(p)["event_time"] for p in written[first:] if b'"server":"B"' in p]
     offsets = sorted(parse_iso_us(t) - switched_us for t in b)

@@ -628,3 +628,18 @@ def test_a_fleet_without_its_daily_curve_keeps_a_full_house() -> None:
     assert [(p.name, p.region, p.share) for p in flat.servers] == [(p.name, p.region, p.share)
                                                                    for p in fleet(30, 3).servers]
     assert parse_args(["--servers", "30", "--daily-curve", "off"]).daily_curve == "off"
+
+
+def test_players_online_carry_over_into_a_following_simulation() -> None:
+    first = Simulator("steady", seed=1, start_us=START, rate=200)
+    list(islice(first.records(), 3_000))
+    online = first.online_now()
+    assert {len(p) for p in online.values()} and all(online.values())
+    stranger = {"A": ["nobody-here"], "Z": ["A-p00001"]}  # not in the population, or no such server: ignored
+    then = Simulator("players-leave", seed=2, start_us=START + 60_000_000, rate=200, online={**stranger, **online})
+    events = [e for _, e in islice(then, 200)]
+    carried = {p for players in online.values() for p in players}
+    assert not [e for e in events if e.kind == "login" and e.player_id in carried], "they were online already"
+    assert {e.player_id for e in events if e.kind == "heartbeat"} <= carried
+    assert "nobody-here" not in {e.player_id for e in events}
+    assert Simulator("steady", seed=1, start_us=START, rate=200).online_now() == {}  # nothing generated yet

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import cast
 
 import pytest
 import redis
@@ -25,7 +26,7 @@ import streamlit as st
 from streamlit.testing.v1 import AppTest
 
 from dashboard.testing import page_test
-from tests.procs import Proc
+from tests.procs import Proc, until
 from watermark.alerting.health import Health
 from watermark.apps.redis_server import RedisServer, free_port
 from watermark.client import Producer
@@ -154,15 +155,14 @@ class Stack:
 
     def agree(self, h: Health, timeout: float, alert: str | None = None, page: bool = True) -> Seen:
         """Polls the three views (live processes: nothing to block on) until each names ``h``."""
-        deadline = time.monotonic() + timeout
-        while True:
-            got = self.seen()
-            if got.says(h, page) and (alert is None or alert in got.firing):
-                return got
-            if time.monotonic() > deadline:
-                raise AssertionError(f"not {h.value} within {timeout:.0f} s (alert {alert}): {got}\n"
-                                     + (self.job.tail(15) if self.job else ""))
-            time.sleep(0.5)
+        last: list[Seen] = []
+
+        def agreed() -> Seen | None:
+            last[:] = [self.seen()]
+            return last[0] if last[0].says(h, page) and (alert is None or alert in last[0].firing) else None
+
+        return cast(Seen, until(agreed, timeout, lambda: f"{h.value} (alert {alert}): {last[-1]}\n"
+                                + (self.job.tail(15) if self.job else "")))
 
     def close(self) -> None:
         for p in (self.job, self.monitor):

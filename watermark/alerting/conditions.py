@@ -33,6 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from watermark.alerting.config import AlertConfig
+from watermark.alerting.health import redis_at_limit
 from watermark.alerting.observation import (
     MAIN,
     Memory,
@@ -275,7 +276,7 @@ def redis_full(obs: Observation, cfg: AlertConfig) -> Finding:
     if limit <= 0:
         return Finding("redis_full", "", False, None, f"Redis uses {used / 2**20:,.0f} MB, no maxmemory set")
     share = used * 100 / limit
-    full = share >= 100
+    full = redis_at_limit(used, limit)
     return Finding("redis_full", "", share >= cfg.redis_full.percent, share,
                    f"Redis uses {used / 2**20:,.0f} of its {limit / 2**20:,.0f} MB maxmemory ({share:.0f} %)"
                    + (": it refuses writes; the job's commits and the producers wait, nothing is lost; free memory "

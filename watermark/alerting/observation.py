@@ -154,6 +154,8 @@ class Memory:
     online_rows: dict[int, SampleRows] = field(default_factory=dict)
     """The players-drop rule's rows of each online sample, by batch (``conditions.OnlineWindow``): built once, not
     every round."""
+    _runs: dict[str, Flat | None] = field(default_factory=dict, repr=False)
+    """Each pipeline's watermark run since the last sample: found once a round, read by the alert and the verdict."""
 
     def __post_init__(self) -> None:
         self.online = Series(self.reach_ms)
@@ -172,6 +174,7 @@ class Memory:
                 self.newest_event[s.name] = max(newest, self.newest_event.get(s.name, newest))
         for p in obs.pipelines:
             self.watermarks.setdefault(p.name, Series(self.reach_ms)).add(obs.at_ms, (p.watermark_ms, p.arrived))
+        self._runs.clear()
 
     def remember_online(self, samples: Iterable[OnlineSample]) -> None:
         last = self.online.last
@@ -185,9 +188,11 @@ class Memory:
 
     def watermark_run(self, pipeline: str) -> Flat | None:
         """The pipeline's watermark's latest unmoved run in the samples kept (None: no sample)."""
-        series = self.watermarks.get(pipeline)
-        points = [WatermarkPoint(t, *cast(tuple[int | None, int], v)) for t, v in series.since(0)] if series else []
-        return flat_run(points)
+        if pipeline not in self._runs:
+            series = self.watermarks.get(pipeline)
+            points = [WatermarkPoint(t, *cast(tuple[int | None, int], v)) for t, v in series.since(0)] if series else []
+            self._runs[pipeline] = flat_run(points)
+        return self._runs[pipeline]
 
     def trail_ms(self, server: str) -> int | None:
         """How far the server's newest event time trails the newest of all servers; None if never seen."""

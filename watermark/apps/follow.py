@@ -3,7 +3,9 @@
 ``wm-generator --follow`` runs :class:`Follower`. Between
 write chunks (at least every :data:`CHECK_EVERY_US` of its clock) it reads the
 control hash; a new scenario or rate restarts the :class:`Simulator` from the
-current time with the next seed, ``stopped`` pauses writing, and ``running``
+current time with the next seed and the players who were online (a switch changes
+how the game plays, not who plays: no wave of logins and time-outs that a
+players-drop rule would rightly see), ``stopped`` pauses writing, and ``running``
 again starts afresh from the current time (the servers were off meanwhile, so
 nothing is owed for the pause). Events still in flight when a simulation is
 replaced (an overseas delay, a held-back burst or backlog) are abandoned with
@@ -70,6 +72,7 @@ class _Run:
     seed: int
     offset_us: int
     pending: _Pending
+    sim: Simulator
 
 
 class Follower:
@@ -141,11 +144,12 @@ class Follower:
             many = self.servers if ctl.scenario == "steady" else None  # the others have their three servers
             sim = Simulator(game(ctl.scenario, many, self.regions if many else None, self.daily).scaled(
                                 self.timeline_scale),
-                            seed=self.next_seed, start_us=now_us, rate=ctl.rate)
+                            seed=self.next_seed, start_us=now_us, rate=ctl.rate,
+                            online=None if run is None else run.sim.online_now())
             self.writer.regions = sim.regions
             log.info("rev %d: scenario=%s rate=%s seed=%d from now", ctl.rev, ctl.scenario, ctl.rate or "max",
                      self.next_seed)
-            self.run = _Run(ctl.scenario, ctl.rate, self.next_seed, now_us - sim.start_us, _Pending(sim.records()))
+            self.run = _Run(ctl.scenario, ctl.rate, self.next_seed, now_us - sim.start_us, _Pending(sim.records()), sim)
             self.next_seed += 1
             self.since_ms = now_us // 1000
             self._samples.clear()  # a new rate: measure it from its start

@@ -11,7 +11,7 @@ import math
 import random
 import sys
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -104,7 +104,7 @@ class _ServerState:
     """Mutable per-server simulation state."""
 
     def __init__(self, index: int, profile: ServerProfile, population: _Population, seed: int,
-                 start_us: int) -> None:
+                 start_us: int, online: Sequence[str] = ()) -> None:
         self.index = index
         self.name = profile.name
         rng = random.Random(f"{seed}:{profile.name}")
@@ -112,8 +112,14 @@ class _ServerState:
         self.bits = rng.getrandbits
         self.delays = population.delays
         self.target = population.target
+        # players already online carry on (a switch of scenario changes how the game plays, not who plays)
         self.online: deque[str] = deque()
         self.offline = list(population.players)
+        if online:
+            known = set(self.offline)
+            self.online.extend(dict.fromkeys(p for p in online if p in known))
+            carried = set(self.online)
+            self.offline = [p for p in self.offline if p not in carried]
         self.churn = profile.churn
         self.prefix = f"{profile.name}-"
         self.skew_us = profile.clock_skew_ms * 1000
@@ -187,7 +193,7 @@ class Simulator:
     """
 
     def __init__(self, scenario: str | Scenario, *, seed: int, start_us: int, rate: float,
-                 count: int | None = None) -> None:
+                 count: int | None = None, online: Mapping[str, Sequence[str]] | None = None) -> None:
         self.scenario = get_scenario(scenario) if isinstance(scenario, str) else scenario
         if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not math.isfinite(rate) or rate < 0:
             raise ConfigError(f"rate must be a number >= 0 events/s (0 = as fast as possible), got {rate!r}")
@@ -207,9 +213,16 @@ class Simulator:
         """Each server's region, carried in its events (none when the scenario names none)."""
         self._populations = [_Population.build(p, self.timeline_rate * sh)
                              for p, sh in zip(self.scenario.servers, self._shares, strict=True)]
+        self._online_at_start = dict(online or {})
+        self._running: list[_ServerState] = []
+
+    def online_now(self) -> dict[str, tuple[str, ...]]:
+        """Who is online on each server as far as :meth:`records` has generated (none before it starts):
+        what a following simulation starts from, so a switch does not replace the players."""
+        return {s.name: tuple(s.online) for s in self._running}
 
     def _states(self) -> list[_ServerState]:
-        return [_ServerState(i, p, pop, self.seed, self.start_us)
+        return [_ServerState(i, p, pop, self.seed, self.start_us, self._online_at_start.get(p.name, ()))
                 for i, (p, pop) in enumerate(zip(self.scenario.servers, self._populations, strict=True))]
 
     def players(self, server: str) -> list[str]:
@@ -226,7 +239,7 @@ class Simulator:
     def records(self) -> Iterator[Record]:
         """The same sequence as iterating, as plain tuples: what the writer consumes,
         because building a frozen dataclass per event costs more than generating it."""
-        states = self._states()
+        states = self._running = self._states()
         pick = _pick_table(self._shares, [s.hot() for s in states])
         choose = random.Random(f"{self.seed}:schedule").getrandbits
         seqs = [0] * len(states)
