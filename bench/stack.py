@@ -164,7 +164,7 @@ class Stack:
             proc.wait()
 
     def stop_all(self) -> None:
-        for name in ("generator", "monitor", "job", "redis"):
+        for name in ("dashboard", "generator", "monitor", "job", "redis"):
             self.stop(name)
 
 

@@ -14,10 +14,10 @@ from collections.abc import Iterator
 
 import pytest
 import redis
-import streamlit
 from pyspark.sql import SparkSession
 from streamlit.testing.v1 import AppTest
 
+from dashboard import loaders
 from dashboard.data import read_snapshot
 from dashboard.testing import page_test
 from tests.oracle import oracle, to_ms
@@ -350,12 +350,12 @@ def test_status_line_follows_the_injected_clock(env: Seeded, direct: tuple[redis
         pipe.execute()
     # The snapshot (and the thresholds with it) is read once a refresh tick and shared by every session in the
     # process: an earlier test may hold this tick's read, from before the thresholds changed.
-    streamlit.cache_data.clear()
+    loaders.forget()
     try:
         assert any("watermark has not moved" in s for s in statuses(run_page(now_ms=updated + 501)))
     finally:
         client.hdel(keys.alerts_monitor, THRESHOLDS_FIELD)
-        streamlit.cache_data.clear()
+        loaders.forget()
     later = statuses(run_page(now_ms=updated + 3_600_000))
     assert any(s.startswith("Idle: no new events for 1 h 0 min") for s in later)
 

@@ -22,9 +22,9 @@ from typing import cast
 
 import pytest
 import redis
-import streamlit as st
 from streamlit.testing.v1 import AppTest
 
+from dashboard import loaders
 from dashboard.testing import page_test
 from tests.procs import Proc, until
 from watermark.alerting.health import Health
@@ -139,7 +139,7 @@ class Stack:
         return None
 
     def page(self, name: str) -> AppTest:
-        st.cache_data.clear()  # a read cached for this refresh tick by the previous render would be a moment old
+        loaders.forget()  # a read cached for this refresh tick by the previous render would be a moment old
         return page_test(name)
 
     def seen(self) -> Seen:
