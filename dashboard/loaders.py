@@ -18,9 +18,6 @@ import redis
 import streamlit as st
 
 from dashboard.charts import Mark, annotation_marks
-from dashboard.data import Snapshot, read_snapshot
-from dashboard.eventdata import EventRange, PlayerEvents, find_player, read_events
-from dashboard.lanes import Lane, read_idleness, read_lanes, read_seen, read_tradeoff
 from watermark.rules.idleness import IdleDecision
 from watermark.rules.tradeoff import Tradeoff
 from watermark.schema.keys import KeySchema
@@ -29,6 +26,9 @@ from watermark.store.alert_store import AlertView, read_alert_view
 from watermark.store.annotation_store import read_happenings
 from watermark.store.control_store import read_lab
 from watermark.store.history_store import Timeline, read_timeline
+from watermark.store.views.events import EventRange, PlayerEvents, find_player, read_events
+from watermark.store.views.lanes import Lane, read_idleness, read_lanes, read_seen, read_tradeoff
+from watermark.store.views.snapshot import Snapshot, read_snapshot
 
 TICK_TTL_S = 120
 """Reads keyed by the refresh tick: evicted two minutes on (a tick is 1-10 s, so never read again by then)."""

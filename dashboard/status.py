@@ -1,6 +1,6 @@
 """The status line: what a person must know before trusting the charts, in plain words.
 
-Pure: a :class:`~dashboard.data.Snapshot` and the time in, messages out, so
+Pure: a :class:`~watermark.store.views.snapshot.Snapshot` and the time in, messages out, so
 every message is unit-tested with a hand-built snapshot and an injected clock.
 """
 
@@ -9,12 +9,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from dashboard.data import BatchPoint, Snapshot
 from watermark.alerting.health import Health, Severity, Verdict, judge, redis_at_limit
 from watermark.alerting.verdicts import Flat, WatermarkPoint, flat_run
 from watermark.schema.timeutil import clock, human_ms  # noqa: F401 - the pages import them from here
 from watermark.store.observe import pipeline_obs
 from watermark.store.pipeline_status import PipelineStatus
+from watermark.store.views.snapshot import BatchPoint, Snapshot
 
 SLOW_WINDOW = 10
 """Recent batches looked at for slowness (said beside the verdict, which is :mod:`watermark.alerting.health`'s)."""

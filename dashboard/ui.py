@@ -18,13 +18,13 @@ import redis
 import streamlit as st
 
 from dashboard.charts import Mark, mark
-from dashboard.data import Snapshot
-from dashboard.lanes import MAIN, Lane
 from dashboard.loaders import load_alerts, load_lab, load_lanes, load_marks, load_snapshot, redis_client
 from dashboard.status import Level, Status, assess, clock, human_ms, unreachable
 from watermark.schema.config import Config, ConfigError, redact_url
 from watermark.schema.keys import KeySchema
 from watermark.store.control_store import write_control
+from watermark.store.views.lanes import MAIN, Lane
+from watermark.store.views.snapshot import Snapshot
 
 log = logging.getLogger("dashboard")
 

@@ -11,7 +11,6 @@ import redis
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
 
-from dashboard.data import read_snapshot
 from tests.pipeline.test_exactly_once import counted_per_window, raw_per_window, seeded_entries, snapshot
 from tests.procs import Proc
 from watermark.apps.redis_server import RedisServer, free_port
@@ -21,6 +20,7 @@ from watermark.schema.keys import KeySchema
 from watermark.spark.query import params_of, start_query
 from watermark.spark.sink import RedisSink
 from watermark.store.report import wait_for_commit
+from watermark.store.views.snapshot import read_snapshot
 
 pytestmark = pytest.mark.spark
 

@@ -7,8 +7,6 @@ from dataclasses import replace
 
 import pytest
 
-from dashboard.data import BatchPoint, PipelineState, ServerTotals, Snapshot, StreamInfo, Totals
-from dashboard.lanes import Lane
 from dashboard.pages.lab.model import findings
 from dashboard.status import Level, clock, stall
 from watermark.alerting.config import AlertConfig, WatermarkFlat
@@ -17,6 +15,8 @@ from watermark.rules.tradeoff import GRID_MS, Tradeoff, bucket, hist_field, pars
 from watermark.rules.watermarks import ServerWatermarks, policy_max
 from watermark.schema.config import Config, ConfigError
 from watermark.schema.lanes import DEFAULT_IDLE_TIMEOUT_MS, lane_config
+from watermark.store.views.lanes import Lane
+from watermark.store.views.snapshot import BatchPoint, PipelineState, ServerTotals, Snapshot, StreamInfo, Totals
 
 
 @pytest.mark.parametrize(("slack_ms", "expected"), [

@@ -283,8 +283,8 @@ def test_a_batch_record_reads_back_exactly_and_a_bad_one_says_what_is_wrong(r: r
 
 def test_read_pipeline_says_what_the_snapshot_says_in_a_fixed_number_of_commands(r: redis.Redis,
                                                                                 keys: KeySchema) -> None:
-    from dashboard.data import read_snapshot
     from watermark.store.pipeline_status import read_pipeline
+    from watermark.store.views.snapshot import read_snapshot
 
     def commands(read: object) -> int:
         before = r.info("stats")["total_commands_processed"]

@@ -253,12 +253,12 @@ def test_the_producer_holds_its_events_while_redis_is_full_and_writes_each_once_
 def test_the_monitor_pages_and_the_status_line_says_redis_is_full(r: redis.Redis, keys: KeySchema) -> None:
     """What the monitor and the pages read from a full Redis: the RedisFull alert's condition, the metric's
     figures and the status line's first message."""
-    from dashboard.data import read_snapshot
     from dashboard.status import Level, assess
     from watermark.alerting.conditions import evaluate
     from watermark.alerting.config import AlertConfig
     from watermark.alerting.observation import Memory
     from watermark.store.observe import read_stack
+    from watermark.store.views.snapshot import read_snapshot
 
     assert commit_batch(r, keys, summary(0, 0, T0 + 420_000), PARAMS)
     fill(r)

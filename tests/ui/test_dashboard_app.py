@@ -1,7 +1,7 @@
 """Every dashboard page under Streamlit's AppTest, against a real Redis seeded by the real pipeline.
 
 The numbers each page shows are checked against Redis read directly (not
-through ``dashboard.data``) and against the independent oracle, and the whole
+through ``watermark.store.views.snapshot``) and against the independent oracle, and the whole
 run must leave Redis untouched: the dashboard never writes.
 """
 
@@ -18,7 +18,6 @@ from pyspark.sql import SparkSession
 from streamlit.testing.v1 import AppTest
 
 from dashboard import loaders
-from dashboard.data import read_snapshot
 from dashboard.testing import page_test
 from tests.oracle import oracle, to_ms
 from tests.seed import Seeded, seed_pipeline
@@ -29,6 +28,7 @@ from watermark.schema.keys import KeySchema, WindowKey
 from watermark.store.alert_store import THRESHOLDS_FIELD, publish_thresholds
 from watermark.store.presence_store import read_online
 from watermark.store.report import read_batches
+from watermark.store.views.snapshot import read_snapshot
 
 pytestmark = pytest.mark.spark
 from tests.paths import APP  # noqa: E402

@@ -15,7 +15,6 @@ import redis
 from pyspark.sql import SparkSession
 from streamlit.testing.v1 import AppTest
 
-from dashboard.eventdata import find_player, read_events
 from dashboard.testing import page_test
 from tests.oracle import event_status, judged
 from tests.seed import BAD_PAYLOADS, Seeded, seed_pipeline
@@ -25,6 +24,7 @@ from watermark.rules.late import LateEvent
 from watermark.schema.events import Event, parse_entry_id
 from watermark.schema.keys import KeySchema, WindowKey
 from watermark.store.commit import trim_counted
+from watermark.store.views.events import find_player, read_events
 
 pytestmark = pytest.mark.spark
 

@@ -7,8 +7,13 @@ from dataclasses import replace
 import pytest
 import redis
 
-from dashboard import charts, data
-from dashboard.data import (
+from dashboard import charts
+from dashboard.status import Level, assess, human_ms, stall, unreachable
+from watermark.alerting.config import AlertConfig, Freshness, WatermarkFlat
+from watermark.schema.keys import WindowKey
+from watermark.schema.records import LagRecord, RecordError, ServerRecord
+from watermark.store.views import snapshot as data
+from watermark.store.views.snapshot import (
     BatchPoint,
     PipelineState,
     Snapshot,
@@ -17,10 +22,6 @@ from dashboard.data import (
     WindowRow,
     waiting_entries,
 )
-from dashboard.status import Level, assess, human_ms, stall, unreachable
-from watermark.alerting.config import AlertConfig, Freshness, WatermarkFlat
-from watermark.schema.keys import WindowKey
-from watermark.schema.records import LagRecord, RecordError, ServerRecord
 
 MIN = 60_000
 T = 1_767_225_600_000  # 2026-01-01T00:00:00Z
@@ -302,7 +303,7 @@ def test_the_dashboard_never_imports_pyspark() -> None:
     import subprocess
     import sys
 
-    code = ("import sys; import dashboard.data, dashboard.status, dashboard.charts, dashboard.ui; "
+    code = ("import sys; import watermark.store.views.snapshot, dashboard.status, dashboard.charts, dashboard.ui; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] == 'pyspark'))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

@@ -60,9 +60,9 @@ def test_every_group_is_the_exact_sum_of_its_servers() -> None:
 
 
 def test_a_lanes_watermark_chart_draws_the_servers_holding_it_back() -> None:
-    from dashboard.data import BatchPoint
-    from dashboard.lanes import Lane
     from dashboard.pages.lab.model import server_watermarks
+    from watermark.store.views.lanes import Lane
+    from watermark.store.views.snapshot import BatchPoint
 
     marks = {s: 1_800_000_000_000 + 1_000 * i for i, s in enumerate(SERVERS)}
     point = BatchPoint.__new__(BatchPoint)

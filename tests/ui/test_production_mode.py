@@ -23,7 +23,6 @@ import redis
 from streamlit.testing.v1 import AppTest
 
 from dashboard.app import shown_pages
-from dashboard.data import Snapshot, read_snapshot
 from dashboard.status import assess
 from dashboard.testing import page_test
 from tests.procs import ROOT, Proc
@@ -31,6 +30,7 @@ from watermark.apps.redis_server import free_port
 from watermark.schema.config import Config, ConfigError
 from watermark.schema.keys import KeySchema
 from watermark.store.report import wait_for_commit
+from watermark.store.views.snapshot import Snapshot, read_snapshot
 
 PAGES = ["ops", "alerts", "watermark", "lag", "events",
          "health", "lab", "delay"]

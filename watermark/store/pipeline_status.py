@@ -1,9 +1,9 @@
 """How a pipeline stands, read from Redis: its commit record, its totals, the servers it has seen and its input
 stream (what waits, how long the oldest has waited), consistent with each other.
 
-The dashboard reads this with every refresh (``dashboard.data.read_snapshot`` shares its first round trip), and
-so can any other process that only wants the pipeline's figures (:func:`read_pipeline`), such as one exporting
-metrics. Read commands only, so a read-only Redis user can run it; no pyspark.
+The dashboard reads this with every refresh (``views.snapshot.read_snapshot`` shares its first round trip), and so
+can any other process that only wants the pipeline's figures (:func:`read_pipeline`), such as one exporting metrics.
+Read commands only, so a read-only Redis user can run it; no pyspark.
 """
 
 from __future__ import annotations

@@ -15,7 +15,6 @@ import redis
 import streamlit as st
 
 from dashboard import loaders, ui
-from dashboard.lanes import MAIN, Lane
 from dashboard.pages.control.model import generator_line, rate_text
 from dashboard.status import assess, unreachable
 from watermark.rules.scenarios import SCENARIOS
@@ -23,6 +22,7 @@ from watermark.schema.config import Config, ConfigError, redact_url
 from watermark.schema.keys import KeySchema
 from watermark.schema.records import Control
 from watermark.schema.timeutil import format_duration_ms, parse_duration_ms
+from watermark.store.views.lanes import MAIN, Lane
 
 DEFAULT_RATE = 1000.0
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from dashboard.data import Snapshot
-from dashboard.eventdata import PlayerEvents
 from dashboard.pages.events import figures
 from dashboard.status import clock
 from watermark.rules.eventview import STATUS_LABELS, EventPoint
+from watermark.store.views.events import PlayerEvents
+from watermark.store.views.snapshot import Snapshot
 
 ALL = "all servers"
 """The server selector's choice for every server."""

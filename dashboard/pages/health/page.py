@@ -5,8 +5,8 @@ from __future__ import annotations
 import streamlit as st
 
 from dashboard import charts, ui
-from dashboard.data import Snapshot
 from dashboard.status import human_ms
+from watermark.store.views.snapshot import Snapshot
 
 
 def render(snap: Snapshot, now_ms: int) -> None:

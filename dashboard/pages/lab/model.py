@@ -14,10 +14,10 @@ from dataclasses import dataclass
 import plotly.graph_objects as go
 
 from dashboard.charts import PALETTE, WALL_CLOCK, _layout, _time_axis, server_colors, ts
-from dashboard.data import Snapshot
 from dashboard.fleet import MAX_SERIES
-from dashboard.lanes import Lane
 from dashboard.status import Level, Status, clock, human_ms, stall
+from watermark.store.views.lanes import Lane
+from watermark.store.views.snapshot import Snapshot
 
 
 @dataclass(frozen=True)

@@ -5,10 +5,10 @@ from __future__ import annotations
 import streamlit as st
 
 from dashboard import charts, ui
-from dashboard.data import BatchPoint, Snapshot
 from dashboard.fleet import MAX_SERIES
 from dashboard.status import human_ms
 from watermark.schema.records import ServerRecord
+from watermark.store.views.snapshot import BatchPoint, Snapshot
 
 
 def latest_per_server(batches: tuple[BatchPoint, ...], servers: tuple[str, ...]) -> dict[str, tuple[int, ServerRecord]]:

@@ -5,12 +5,12 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 
 from dashboard import charts
-from dashboard.data import Snapshot, WindowRow
 from dashboard.fleet import NO_REGION, Grouping
 from dashboard.status import clock, human_ms
 from watermark.rules.presence_rollup import TOTAL, region_key
 from watermark.rules.server_clock import NOTICEABLE_AHEAD_MS
 from watermark.store.presence_store import OnlineView
+from watermark.store.views.snapshot import Snapshot, WindowRow
 
 
 def window_status(w: WindowRow | None, bounds: tuple[int, int] | None, watermark_ms: int,

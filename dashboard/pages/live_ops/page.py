@@ -8,7 +8,6 @@ from collections.abc import Sequence
 import streamlit as st
 
 from dashboard import charts, loaders, ui
-from dashboard.data import Snapshot, open_at_loss
 from dashboard.fleet import Grouping, grouping
 from dashboard.pages.live_ops import model
 from dashboard.status import clock, human_ms
@@ -16,6 +15,7 @@ from watermark.rules.presence_rollup import DAY_MS, MINUTE_MS, TOTAL, region_key
 from watermark.schema.config import Config
 from watermark.store.history_store import Timeline
 from watermark.store.presence_store import OnlineView
+from watermark.store.views.snapshot import Snapshot, open_at_loss
 
 
 def distinct_players(snap: Snapshot, current: dict, last_final: dict, bounds: object, g: Grouping) -> None:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import streamlit as st
 
 from dashboard import charts, ui
-from dashboard.data import Snapshot
 from dashboard.fleet import Grouping, grouping
 from dashboard.status import clock, human_ms
+from watermark.store.views.snapshot import Snapshot
 
 
 def server_drops(snap: Snapshot, g: Grouping) -> None:
