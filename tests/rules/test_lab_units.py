@@ -125,7 +125,7 @@ def point(batch: int, wm: int, events: int = 1, marks: dict[str, int] | None = N
     return BatchPoint(batch=batch, batch_ts_ms=1_000_000 + batch * 1_000, watermark_ms=wm, next_watermark_ms=wm,
                       min_event_us=None, max_event_us=None, running_max_event_us=None, input=events, parsed=events,
                       quarantined=0, events=events, dropped=0, late=0, servers={}, bad={}, server_watermarks=marks,
-                      ticks=ticks)
+                      ticks=ticks, start_id="0-0", end_id="0-0")
 
 
 AFTER_2S = AlertConfig(watermark_flat=WatermarkFlat(after_ms=2_000))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import msgspec
 import pytest
 import redis
 
@@ -38,8 +39,13 @@ def batch(i: int, wm: int, nxt: int, parsed: int = 10, duration: int | None = 50
     base = BatchPoint(batch=i, batch_ts_ms=T + 10 * MIN - (9 - i) * 1000, watermark_ms=wm, next_watermark_ms=nxt,
                       min_event_us=None, max_event_us=None, running_max_event_us=(nxt + 30_000) * 1000, input=parsed,
                       parsed=parsed, quarantined=0, events=parsed, dropped=0, late=0, servers={}, bad={},
-                      duration_ms=duration)
-    return replace(base, **kw)
+                      duration_ms=duration, start_id="0-0", end_id="0-0")
+    return msgspec.structs.replace(base, **kw)
+
+
+def slow(batches: tuple[BatchPoint, ...]) -> tuple[BatchPoint, ...]:
+    """The same batches, each taking 1.5 s (a 1 s trigger)."""
+    return tuple(msgspec.structs.replace(b, duration_ms=1_500) for b in batches)
 
 
 def window(start: int, server: str, players: int, final: bool, size: int = MIN) -> WindowRow:
@@ -171,12 +177,12 @@ NOW = T + 10 * MIN
         (snap(state(), STALLED), NOW + 999, Level.OK, "Live"),  # a millisecond short
         (snap(state(), MOVING[:7] + tuple(batch(i, T, T) for i in (7, 8, 9))), NOW + 500, Level.OK, "Live"),
         # most of the last batches slower than the trigger: said, but live until the oldest entry waits too long
-        (snap(state(), tuple(replace(b, duration_ms=1_500) for b in MOVING)), NOW + 500, Level.INFO,
+        (snap(state(), slow(MOVING)), NOW + 500, Level.INFO,
          "Slow batches: 10 of the last 10 took longer than the 1.0 s trigger (slowest 1.5 s); not behind yet"),
-        (snap(state(), tuple(replace(b, duration_ms=1_500) for b in MOVING), waiting=90_000, oldest_ms=NOW - 2_500),
+        (snap(state(), slow(MOVING), waiting=90_000, oldest_ms=NOW - 2_500),
          NOW + 500, Level.INFO, "Slow batches: 10 of the last 10"),
         # ... and behind once it has: falling behind, with why
-        (snap(state(), tuple(replace(b, duration_ms=1_500) for b in MOVING), waiting=90_000, oldest_ms=NOW - 6_500),
+        (snap(state(), slow(MOVING), waiting=90_000, oldest_ms=NOW - 6_500),
          NOW + 500, Level.WARNING, "Falling behind: 10 of the last 10 batches took longer than the 1.0 s trigger "
                                    "(slowest 1.5 s); behind by 90,000 entries / 7.0 s"),
         # Redis at its maxmemory: it refuses writes, said first and plainly
@@ -208,7 +214,7 @@ def test_waiting_entries_from_length_trimmed_and_committed(length: int, trimmed:
 
 
 def test_a_watermark_unmoved_while_nothing_arrives_is_not_stalled() -> None:
-    empty = tuple(replace(b, parsed=0, events=0) for b in STALLED)
+    empty = tuple(msgspec.structs.replace(b, parsed=0, events=0) for b in STALLED)
     assert stall(snap(state(), empty), NOW + 1_000) is None
     assert all(s.level is not Level.WARNING for s in assess(snap(state(), empty), NOW + 1_000))
 
@@ -389,7 +395,7 @@ def _lags() -> dict[str, ServerRecord]:
 # A run, a stop of 13 minutes, and a run again: the charts must show the gap, not a line across it.
 RESTARTED = tuple(batch(i, T + i * 1000, T + (i + 1) * 1000, servers=_lags(), dropped=i % 2, late=0)
                   for i in range(10)) + tuple(
-    replace(batch(i, T + i * 1000, T + (i + 1) * 1000, servers=_lags(), dropped=1), batch_ts_ms=T + 23 * MIN + i * 500)
+    batch(i, T + i * 1000, T + (i + 1) * 1000, servers=_lags(), dropped=1, batch_ts_ms=T + 23 * MIN + i * 500)
     for i in range(10, 20))
 WINDOWS = tuple(window(T + k * MIN, s, 3 + k, k < 18) for k in (0, 1, 2, 16, 17, 18) for s in ("A", "B", "C"))
 
@@ -462,7 +468,7 @@ def test_gaps_break_a_line_where_neighbours_are_too_far_apart(gaps_in: list[int]
 
 
 def test_committed_rate_is_entries_per_second_of_wall_time() -> None:
-    bs = tuple(replace(batch(i, T, T, parsed=200), batch_ts_ms=T + i * 1_000) for i in range(12))
+    bs = tuple(batch(i, T, T, parsed=200, batch_ts_ms=T + i * 1_000) for i in range(12))
     rates = charts.committed_rates(bs, span=10)
     assert rates[0] is None and rates[1] == 200.0 and rates[11] == 200.0
 

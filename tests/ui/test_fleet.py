@@ -65,10 +65,9 @@ def test_a_lanes_watermark_chart_draws_the_servers_holding_it_back() -> None:
     from watermark.store.views.snapshot import BatchPoint
 
     marks = {s: 1_800_000_000_000 + 1_000 * i for i, s in enumerate(SERVERS)}
-    point = BatchPoint.__new__(BatchPoint)
-    object.__setattr__(point, "server_watermarks", marks)
-    object.__setattr__(point, "batch_ts_ms", 1_800_000_100_000)
-    object.__setattr__(point, "next_watermark_ms", min(marks.values()))
+    point = BatchPoint(batch=1, batch_ts_ms=1_800_000_100_000, watermark_ms=0, next_watermark_ms=min(marks.values()),
+                       server_watermarks=marks, start_id="0-0", end_id="1-0", input=0, parsed=0, quarantined=0,
+                       events=0, dropped=0, late=0)
 
     class Snap:
         batches = (point,)

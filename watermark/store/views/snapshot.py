@@ -14,13 +14,14 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+import msgspec
 import redis
 
 from watermark.alerting.config import AlertConfig
 from watermark.rules.idleness import retired
 from watermark.schema.config import Config
 from watermark.schema.keys import KeySchema, WindowKey
-from watermark.schema.records import BatchRecord, ServerRecord
+from watermark.schema.records import BatchRecord
 from watermark.store.alert_store import THRESHOLDS_FIELD, thresholds_from
 from watermark.store.pipeline_status import (
     PipelineState,
@@ -46,31 +47,13 @@ ONLINE_HISTORY = 600
 """Online-query batch records per read, for its chart."""
 
 
-@dataclass(frozen=True)
-class BatchPoint:
-    """A committed batch: the sink's record plus, once the listener wrote it, Spark's progress."""
+class BatchPoint(BatchRecord, frozen=True, kw_only=True):
+    """A committed batch: the sink's record (every field of :class:`BatchRecord`) and, once the listener wrote it,
+    Spark's progress."""
 
-    batch: int
-    batch_ts_ms: int
-    watermark_ms: int
-    next_watermark_ms: int
-    min_event_us: int | None
-    max_event_us: int | None
-    running_max_event_us: int | None
-    input: int
-    parsed: int
-    quarantined: int
-    events: int
-    dropped: int
-    late: int
-    servers: dict[str, ServerRecord]
-    bad: dict[str, int]
     duration_ms: int | None = None
     input_per_s: float | None = None  # stream entries per second arriving (Spark's rate, in entries)
     processed_per_s: float | None = None  # and processed
-    delay_ms: int | None = None  # the delay the batch ran with (records before lab versions have none)
-    server_watermarks: dict[str, int] | None = None  # per-server mode: each input's watermark after the batch
-    ticks: int = 0
 
     @classmethod
     def from_record(cls, rec: Mapping) -> BatchPoint:
@@ -83,16 +66,10 @@ class BatchPoint:
     @classmethod
     def of(cls, r: BatchRecord, progress: Mapping) -> BatchPoint:
         durations = progress.get("durations_ms") or {}
-        return cls(
-            batch=r.batch, batch_ts_ms=r.batch_ts_ms, watermark_ms=r.watermark_ms,
-            next_watermark_ms=r.next_watermark_ms, min_event_us=r.min_event_us, max_event_us=r.max_event_us,
-            running_max_event_us=r.running_max_event_us, input=r.input, parsed=r.parsed,
-            quarantined=r.quarantined, events=r.events, dropped=r.dropped, late=r.late, servers=dict(r.servers),
-            bad=dict(r.bad), duration_ms=durations.get("triggerExecution"),
-            input_per_s=_entries_per_s(progress.get("input_rows_per_s"), r.input, progress.get("input_rows")),
-            processed_per_s=_entries_per_s(progress.get("processed_rows_per_s"), r.input, progress.get("input_rows")),
-            delay_ms=r.delay_ms, server_watermarks=r.server_watermarks, ticks=r.ticks,
-        )
+        rows = progress.get("input_rows")
+        return cls(**msgspec.structs.asdict(r), duration_ms=durations.get("triggerExecution"),
+                   input_per_s=_entries_per_s(progress.get("input_rows_per_s"), r.input, rows),
+                   processed_per_s=_entries_per_s(progress.get("processed_rows_per_s"), r.input, rows))
 
 
 def _entries_per_s(rows_per_s: float | None, entries: int, rows: int | None) -> float | None:
