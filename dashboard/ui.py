@@ -23,7 +23,7 @@ from dashboard.status import Level, Status, assess, clock, human_ms, unreachable
 from watermark.schema.config import Config, ConfigError, redact_url
 from watermark.schema.keys import KeySchema
 from watermark.store.control_store import write_control
-from watermark.store.views.lanes import MAIN, Lane
+from watermark.store.views.lanes import Lane
 from watermark.store.views.snapshot import Snapshot
 
 log = logging.getLogger("dashboard")
@@ -112,11 +112,11 @@ def available_lanes() -> list[Lane]:
     try:
         return load_lanes(cfg.redis_url, cfg.namespace)
     except (redis.RedisError, ValueError, KeyError):  # the page's status line reports Redis itself
-        return [Lane(MAIN, cfg.namespace, cfg.namespace)]
+        return [Lane.main(cfg.namespace)]
 
 
 def selected_lane(cfg: Config) -> Lane:
-    lanes = available_lanes() or [Lane(MAIN, cfg.namespace, cfg.namespace)]
+    lanes = available_lanes() or [Lane.main(cfg.namespace)]
     chosen = st.session_state.get("pipeline")
     return next((lane for lane in lanes if lane.name == chosen), lanes[0])
 

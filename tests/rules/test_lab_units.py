@@ -14,7 +14,7 @@ from watermark.rules.idleness import IdleDecision, IdleTicker, summary
 from watermark.rules.tradeoff import GRID_MS, Tradeoff, bucket, hist_field, parse_hist_field
 from watermark.rules.watermarks import ServerWatermarks, policy_max
 from watermark.schema.config import Config, ConfigError
-from watermark.schema.lanes import DEFAULT_IDLE_TIMEOUT_MS, lane_config
+from watermark.schema.lanes import DEFAULT_IDLE_TIMEOUT_MS, LANES, lane_config
 from watermark.store.views.lanes import Lane
 from watermark.store.views.snapshot import BatchPoint, PipelineState, ServerTotals, Snapshot, StreamInfo, Totals
 
@@ -128,6 +128,13 @@ def point(batch: int, wm: int, events: int = 1, marks: dict[str, int] | None = N
                       ticks=ticks, start_id="0-0", end_id="0-0")
 
 
+def lane_of(name: str, **changes: object) -> Lane:
+    """The catalogue's lane as the dashboard reads it under namespace ``wm``."""
+    spec = LANES[name]
+    fields = {"mode": spec.mode, "policy": spec.policy, "idle": spec.idle, "description": spec.description}
+    return Lane(name=name, namespace=f"wm.{name}", input_namespace="wm", **{**fields, **changes})
+
+
 AFTER_2S = AlertConfig(watermark_flat=WatermarkFlat(after_ms=2_000))
 """A lab's thresholds as a monitor publishes them: WatermarkFlat after 2 s (batches are 1 s apart here)."""
 
@@ -156,7 +163,7 @@ def snapshot(batches: list[BatchPoint], totals: Totals | None = None) -> Snapsho
 
 
 def test_findings_name_the_silent_server_holding_min_back() -> None:
-    lane = Lane("per-server-min", "wm.per-server-min", "wm", "per-server", "min")
+    lane = lane_of("per-server-min")
     marks = {"A": 50_000, "B": 20_000}
     snap = replace(snapshot([point(0, 10_000, marks=marks), point(1, 20_000, marks=marks),
                              point(2, 20_000, marks=marks), point(3, 20_000, marks=marks)]), thresholds=AFTER_2S)
@@ -168,7 +175,7 @@ def test_findings_name_the_silent_server_holding_min_back() -> None:
 
 
 def test_findings_tell_the_idleness_remedy_from_the_stall_it_cures() -> None:
-    lane = Lane("per-server-min-idle", "wm.per-server-min-idle", "wm", "per-server", "min", idle=True)
+    lane = lane_of("per-server-min-idle")
     marks = {"A": 50_000, "B": 40_000}
     snap = snapshot([point(i, 10_000 * (i + 1), marks=marks, ticks=1) for i in range(4)])
     found = findings(lane, snap, {"A": 1_003_000, "B": 990_000}, now_ms=1_004_000, idle_after_ms=10_000)
@@ -178,7 +185,7 @@ def test_findings_tell_the_idleness_remedy_from_the_stall_it_cures() -> None:
 
 
 def test_findings_for_max_and_idleness() -> None:
-    lane = Lane("per-server-max", "wm.per-server-max", "wm", "per-server", "max", idle=True)
+    lane = lane_of("per-server-max", idle=True)
     totals = Totals(servers={"B": ServerTotals(dropped=7)})
     snap = snapshot([point(0, 5, marks={"A": 50_000, "B": 20_000}, ticks=2)], totals)
     texts = [f.text for f in findings(lane, snap, {}, now_ms=0, idle_after_ms=20_000)]

@@ -71,7 +71,7 @@ def test_a_lanes_watermark_chart_draws_the_servers_holding_it_back() -> None:
 
     class Snap:
         batches = (point,)
-    lane = Lane("per-server-min", "wm.per-server-min", "wm")
+    lane = Lane(name="per-server-min", namespace="wm.per-server-min", input_namespace="wm")
     fig = server_watermarks(lane, Snap())  # type: ignore[arg-type]
     names = [t.name for t in fig.data]
     assert len(names) == 1 + MAX_SERIES and names[0].startswith("combined")

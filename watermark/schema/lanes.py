@@ -3,7 +3,7 @@
 A lane is the whole pipeline's output (Redis keys) in namespace ``{ns}.{lane}``,
 so the dashboard can show any lane with the pages it already has and put lanes
 side by side. A lane reads nothing itself: the pipeline's sink judges each
-batch's aggregate against the lane's own watermark (:class:`watermark.spark.sink.Lane`),
+batch's aggregate against the lane's own watermark (:class:`watermark.spark.sink.LaneSink`),
 so adding a lane adds no read of the input.
 """
 
@@ -20,6 +20,10 @@ DEFAULT_IDLE_TIMEOUT_MS = 20_000
 
 @dataclass(frozen=True)
 class LaneSpec:
+    """A watermark strategy of the catalogue (``LAB_LANES`` names them). The job registers each lane it runs as a
+    ``records.LaneRecord`` (with its namespace), which the dashboard reads back as a ``store.views.lanes.Lane``;
+    ``spark.sink.LaneSink`` commits it."""
+
     name: str
     mode: str
     policy: str

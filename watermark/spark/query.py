@@ -19,7 +19,7 @@ from watermark.schema.lanes import lane_config, lane_namespace
 from watermark.spark.checkpoint import job_secret
 from watermark.spark.cluster import is_local_master, ship_package
 from watermark.spark.partial import PACKED
-from watermark.spark.sink import Lane, RedisSink
+from watermark.spark.sink import LaneSink, RedisSink
 from watermark.spark.source import RedisStreamDataSource
 from watermark.store.commit import Params
 
@@ -147,7 +147,7 @@ def pipeline_sink(cfg: Config, background: bool = False) -> RedisSink:
     """The sink of the job's one query: the configured pipeline, its lab lanes and the online players (with
     ``background``, the lanes and the online players commit on a thread of their own: see
     :class:`RedisSink`)."""
-    lanes = [Lane(KeySchema(c.namespace), params_of(c)) for c in (lane_config(cfg, lane) for lane in cfg.lanes)]
+    lanes = [LaneSink(KeySchema(c.namespace), params_of(c)) for c in (lane_config(cfg, lane) for lane in cfg.lanes)]
     return RedisSink(cfg.redis_url, KeySchema(cfg.namespace), params_of(cfg), cfg.checkpoint_dir, lanes=lanes,
                      online_timeout_ms=cfg.online_timeout_ms, background=background,
                      source_options=source_options(cfg, pre_aggregate=True, spark=SparkSession.getActiveSession()))

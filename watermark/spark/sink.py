@@ -278,7 +278,7 @@ class RedisSink(DriverClient):
     """The callable handed to ``foreachBatch``; holds the Redis client on the driver.
 
     Everything of a batch comes from one read of the input and one aggregation: the configured pipeline's
-    windows (watermark from Spark's ``offsets/N``), each lab lane's (:class:`Lane`: the same table under the
+    windows (watermark from Spark's ``offsets/N``), each lab lane's (:class:`LaneSink`: the same table under the
     lane's own watermark) and, with ``online_timeout_ms``, the online players. Each is committed in its own
     transaction guarded by its own ``last_batch``, so a batch replayed after a crash between them commits
     only what is missing, with the same numbers: a lane's watermark and the players' state are read back from
@@ -292,7 +292,7 @@ class RedisSink(DriverClient):
     (:meth:`catch_up`, reading the missing batches again from ``source_options``)."""
 
     def __init__(self, redis_url: str, keys: KeySchema, params: Params, checkpoint_dir: str,
-                 on_commit: Callable[[BatchSummary, bool], None] | None = None, lanes: Sequence[Lane] = (),
+                 on_commit: Callable[[BatchSummary, bool], None] | None = None, lanes: Sequence[LaneSink] = (),
                  online_timeout_ms: int | None = None, background: bool = False,
                  source_options: Mapping[str, str] | None = None) -> None:
         if background and source_options is None:
@@ -437,7 +437,7 @@ def per_server(summary: BatchSummary, model: ServerWatermarks, idle: bool) -> No
 
 
 @dataclass(frozen=True)
-class Lane:
+class LaneSink:
     """A lab lane: the pipeline's batch under another watermark strategy, in the lane's namespace.
 
     The lane reads nothing itself: it takes the batch's aggregate and judges it against its own watermark,

@@ -22,7 +22,7 @@ from watermark.schema.config import Config, ConfigError, redact_url
 from watermark.schema.keys import KeySchema
 from watermark.schema.records import Control
 from watermark.schema.timeutil import format_duration_ms, parse_duration_ms
-from watermark.store.views.lanes import MAIN, Lane
+from watermark.store.views.lanes import Lane
 
 DEFAULT_RATE = 1000.0
 
@@ -35,7 +35,7 @@ def _status(cfg: Config) -> None:
         now = ui.now_ms()
         try:
             control, status = loaders.load_lab(cfg.redis_url, cfg.namespace, view.tick(now))
-            snap = ui.lane_snapshot(cfg, Lane(MAIN, cfg.namespace, cfg.namespace), view, now)
+            snap = ui.lane_snapshot(cfg, Lane.main(cfg.namespace), view, now)
         except (redis.RedisError, ConfigError):
             return  # said once above the form
         line = assess(snap, now, demo=cfg.demo)[:1]

@@ -7,8 +7,7 @@ namespace reading the parent's input stream, so every page can show it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+import msgspec
 import redis
 
 from watermark.rules.idleness import IdleDecision
@@ -17,15 +16,16 @@ from watermark.schema.keys import KeySchema
 from watermark.schema.records import LaneRecord
 
 
-@dataclass(frozen=True)
-class Lane:
-    name: str  # "main" for the configured pipeline
-    namespace: str
+class Lane(LaneRecord, frozen=True, kw_only=True):
+    """A pipeline the dashboard can show: the configured one (:meth:`main`) or a lab lane, its record as the job
+    registered it in ``{ns}:lanes`` with its name and the namespace whose input stream it reads."""
+
+    name: str
     input_namespace: str
-    mode: str = "global"
-    policy: str = "min"
-    idle: bool = False
-    description: str = ""
+
+    @classmethod
+    def main(cls, namespace: str) -> Lane:
+        return cls(name=MAIN, namespace=namespace, input_namespace=namespace)
 
     @property
     def label(self) -> str:
@@ -42,10 +42,10 @@ MAIN = "main"
 def read_lanes(client: redis.Redis, namespace: str) -> list[Lane]:
     """The configured pipeline first, then its lanes in name order; raises ``redis.RedisError``."""
     raw = client.hgetall(KeySchema(namespace).lanes)
-    lanes = [Lane(MAIN, namespace, namespace)]
+    lanes = [Lane.main(namespace)]
     for name, raw_doc in sorted((k.decode(), v) for k, v in raw.items()):
         doc = LaneRecord.decode(raw_doc, f"lane {name} in {KeySchema(namespace).lanes}")
-        lanes.append(Lane(name, doc.namespace, namespace, doc.mode, doc.policy, doc.idle, doc.description))
+        lanes.append(Lane(name=name, input_namespace=namespace, **msgspec.structs.asdict(doc)))
     return lanes
 
 
