@@ -3,7 +3,7 @@
 Bounded: at most ``cap`` stream entries (the newest in the range) are read,
 and the result says when the cap cut the range short. Read commands only; no
 Streamlit (the page caches :func:`read_events` per refresh tick in
-``dashboard.ui``), so tests call it directly against a real Redis.
+``dashboard/loaders.py``), so tests call it directly against a real Redis.
 """
 
 from __future__ import annotations

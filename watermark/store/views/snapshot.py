@@ -2,7 +2,7 @@
 
 Only ``watermark.schema.keys`` decides key names and only read commands are sent, so
 the dashboard can run with a read-only Redis user. No Streamlit here: the pages
-cache :func:`read_snapshot` per refresh tick (``dashboard.ui``), and tests call
+cache :func:`read_snapshot` per refresh tick (``dashboard/loaders.py``), and tests call
 it directly against a real Redis. How the pipeline stands (its state, totals, servers
 and input) is read by ``watermark.store.pipeline_status``, which other processes share.
 """
