@@ -2,6 +2,7 @@
 
     python bench/stack.py --rate 10000 [--seconds 60] [--warmup 20] [--code-root DIR | --base REV]
     python bench/stack.py --search [--low 5000] [--high 100000] [--seconds 40]
+    python bench/stack.py --rates 10000,25000,50000 [--seconds 60]     # where one event's cost goes
 
 Starts the ``Procfile``'s ``redis``, ``job``, ``generator`` and ``monitor`` lines (the dashboard's is left
 out: it costs nothing without a browser) with their defaults, ``/metrics`` scraped once a second, in a
@@ -22,6 +23,11 @@ workers), the generator's and Redis', the job tree's peak resident memory and Re
 
 ``--search`` runs the stack at rising rates and bisects for the highest that meets the targets (main p95
 <= 1.5 s, each lane's p95 <= its trigger + 1.5 s, online age p95 <= 3 s, everything committed).
+
+``--rates`` runs the stack at each rate, one after the other (a fresh scratch directory each), and adds the **cost
+split**: the job's CPU by part (:data:`JOB_PARTS`), Redis', the generator's and the monitor's, in cores and in cores
+per 10,000 events/s of the rate achieved (:func:`costs_table`), beside the main query's batch phases. A part whose
+cost per 10,000 events/s stays flat as the rate rises grows with the events; one whose cost falls is paid per batch.
 
 ``--base REV`` measures the tree at a git revision (exported to a scratch directory) instead of this checkout.
 """
@@ -87,6 +93,7 @@ class Result:
     redis_peak_mb: float = 0.0
     phases: dict[str, tuple[float, float]] = field(default_factory=dict)  # main's batch phases: p50, p95 ms
     monitor_cores: float | None = None  # the alerts' monitor, scraped once a second (None: the code has none)
+    job_cores_by_part: dict[str, float] = field(default_factory=dict)  # JOB_PARTS: driver, jvm, workers, planner
     scrape_p50_ms: float | None = None
     scrape_p95_ms: float | None = None
     scrapes: int = 0
@@ -183,6 +190,42 @@ def tree_cpu_s(pid: int) -> float:
         except psutil.NoSuchProcess:
             pass
     return total
+
+
+JOB_PARTS = ("driver", "jvm", "workers", "planner")
+"""Where the job's CPU goes (:func:`job_cpu_parts`): the driver's Python (``wm-job``: the sink's sum, presence fold
+and commits, the listener), the JVM (Spark's driver and, in local mode, its executors), the Python workers
+(``pyspark.worker``: the source partitions' read, parse and pre-aggregation) and the planners (the streaming
+source's runner: offsets and partitions; the data source look-ups)."""
+
+
+def _job_part(cmdline: list[str], name: str) -> str:
+    text = " ".join(cmdline)
+    if name == "java" or text.split(" ", 1)[0].endswith("/java"):
+        return "jvm"
+    if "pyspark.worker" in text and "pyspark.daemon" in text and "sql.worker" not in text:
+        return "workers"
+    if "pyspark" in text:
+        return "planner"
+    return "driver"
+
+
+def job_cpu_parts(pid: int) -> dict[str, float]:
+    """CPU seconds of the job's process tree by part (:data:`JOB_PARTS`), reaped children counted with their
+    parent (a Python worker's forks with the worker daemon)."""
+    out = dict.fromkeys(JOB_PARTS, 0.0)
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return out
+    for p in procs:
+        try:
+            t = p.cpu_times()
+            out[_job_part(p.cmdline(), p.name())] += t.user + t.system + t.children_user + t.children_system
+        except psutil.NoSuchProcess:
+            pass
+    return out
 
 
 def tree_rss_mb(pid: int) -> float:
@@ -354,6 +397,7 @@ def _measure(stack: Stack, rate: int, seconds: float, warmup: float, drain: floa
     pids = {"job": job.pid, "generator": gen.pid, "redis": stack.procs["redis"].pid,
             **({"monitor": monitor.pid} if monitor is not None else {})}
     cpu0 = {k: tree_cpu_s(p) for k, p in pids.items()}
+    parts0 = job_cpu_parts(job.pid)
     t0, w0 = time.monotonic(), redis_ms(client)
     sampler.start()
     if scraper is not None:
@@ -361,6 +405,7 @@ def _measure(stack: Stack, rate: int, seconds: float, warmup: float, drain: floa
     time.sleep(seconds)
     t1, w1 = time.monotonic(), redis_ms(client)
     cpu1 = {k: tree_cpu_s(p) for k, p in pids.items()}
+    parts1 = job_cpu_parts(job.pid)
     sampler.done.set()
     sampler.join()
     if scraper is not None:
@@ -390,6 +435,7 @@ def _measure(stack: Stack, rate: int, seconds: float, warmup: float, drain: floa
         generator_cores=round((cpu1["generator"] - cpu0["generator"]) / wall, 2),
         redis_cores=round((cpu1["redis"] - cpu0["redis"]) / wall, 2), backlog_at_end=backlog,
         redis_peak_mb=round(redis_peak_mb, 1), phases=phases,
+        job_cores_by_part={k: round((parts1[k] - parts0[k]) / wall, 3) for k in JOB_PARTS},
         **_monitor_figures(cpu1.get("monitor", 0.0) - cpu0.get("monitor", 0.0), wall, scraper),
     )
 
@@ -464,6 +510,34 @@ def phases_line(r: Result) -> str:
     return line
 
 
+COST_PARTS = ("driver", "jvm+planner", "workers", "redis", "generator", "monitor")
+"""The planners are short-lived processes the JVM starts: one that ends inside the window leaves the tree and its
+CPU moves to the JVM (its parent reaps it), so the two are shown together, exact only as a sum."""
+
+
+def cost_cores(r: Result) -> dict[str, float]:
+    """Cores of every part (:data:`COST_PARTS`) over the measured window."""
+    job = r.job_cores_by_part
+    return {"driver": job["driver"], "jvm+planner": round(job["jvm"] + job["planner"], 3), "workers": job["workers"],
+            "redis": r.redis_cores, "generator": r.generator_cores, "monitor": r.monitor_cores or 0.0}
+
+
+def per_10k(r: Result) -> dict[str, float]:
+    """Cores of every part per 10,000 events/s of the rate achieved."""
+    return {k: round(v * 10_000 / r.achieved_rate, 3) for k, v in cost_cores(r).items()} if r.achieved_rate else {}
+
+
+def costs_table(results: list[Result]) -> str:
+    rows = ["cores (cores per 10,000 events/s)",
+            "| rate (achieved) | main p95 | " + " | ".join(COST_PARTS) + " |", "| --- " * (len(COST_PARTS) + 2) + "|"]
+    for r in results:
+        c, u = cost_cores(r), per_10k(r)
+        main = r.freshness[0].p95_ms
+        rows.append(f"| {r.rate:,} ({r.achieved_rate:,.0f}) | {'-' if main is None else f'{main / 1000:.2f} s'} | "
+                    + " | ".join(f"{c[k]:.2f} ({u.get(k, 0):.3f})" for k in COST_PARTS) + " |")
+    return "\n".join(rows)
+
+
 def search(code_root: Path, low: int, high: int, seconds: float, warmup: float, drain: float,
            label: str) -> tuple[int | None, list[Result]]:
     """Bisect for the highest rate that meets the targets (a rate that fails bounds it from above)."""
@@ -493,6 +567,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--warmup", type=float, default=20.0, help="seconds of generator before the window (default 20)")
     p.add_argument("--drain", type=float, default=90.0, help="seconds the job may take to commit the window")
     p.add_argument("--search", action="store_true", help="bisect for the highest sustained rate")
+    p.add_argument("--rates", default=None, help="comma-separated rates, one run each, with the cost split")
     p.add_argument("--low", type=int, default=5_000)
     p.add_argument("--high", type=int, default=100_000)
     where = p.add_mutually_exclusive_group()
@@ -510,14 +585,20 @@ def main(argv: list[str] | None = None) -> int:
             best, results = search(root, args.low, args.high, args.seconds, args.warmup, args.drain, label)
             print(f"highest sustained rate: {best:,} events/s" if best else "no rate tried met the targets")
         else:
-            results = [run(root, args.rate, args.seconds, args.warmup, args.drain, label)]
-            best = None
+            results, best = [], None
+            for rate in [int(x) for x in args.rates.split(",")] if args.rates else [args.rate]:
+                results.append(run(root, rate, args.seconds, args.warmup, args.drain, label))
+                if args.rates:
+                    print(costs_table(results[-1:]), phases_line(results[-1]), sep="\n", flush=True)
         print(table(results))
+        if args.rates:
+            print(costs_table(results))
         for r in results:
             print(phases_line(r))
         if args.out:
             args.out.write_text(json.dumps({"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                                             "highest_sustained": best,
+                                            **({"per_10k": [per_10k(r) for r in results]} if args.rates else {}),
                                             "results": [asdict(r) for r in results]}, indent=1))
     return 0
 

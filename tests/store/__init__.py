@@ -1,3 +1,3 @@
-"""Against a real redis-server: the guarded commits, ACL users, the batch cap, control, the generator, the online
+"""Against a real redis-server: the guarded commits, ACL users, control, the generator, the online
 view.
 """

@@ -45,7 +45,7 @@ from watermark.spark.local_agg import (  # the items' tags, one set for both pat
     TICK,
     WINDOW,
 )
-from watermark.spark.source import ARROW_SCHEMA, StreamRange, _Options, _read, packed_regions, unpack
+from watermark.spark.source import ARROW_SCHEMA, _Options, _read, packed_regions, ranges, unpack
 from watermark.store.commit import BadRow, BatchSummary, Params, WindowAgg, commit_batch, free_committed_input
 from watermark.store.presence_store import PresenceBatch, PresenceEvents, PresenceMirror, commit_presence
 from watermark.store.redis_conn import DriverClient, with_retry
@@ -90,11 +90,12 @@ def aggregate_arrow(rows: pa.Table) -> pa.Table:
 
 
 def reread(source_options: Mapping[str, str], start_id: str, end_id: str) -> pa.Table:
-    """The aggregate of the entries ``(start_id, end_id]`` read again on the driver with the source's own
-    partition read (one partition: a sum does not depend on the split), for a batch Spark has already
-    committed."""
+    """The aggregate of the entries ``(start_id, end_id]`` (positions: with shards, each shard's range) read
+    again on the driver with the source's own partition read (one partition a shard: a sum does not depend on the
+    split), for a batch Spark has already committed."""
     opts = _Options(source_options)
-    rows = pa.Table.from_batches(list(_read(opts, StreamRange(start_id, end_id))), schema=ARROW_SCHEMA)
+    rows = pa.Table.from_batches([b for r in ranges(start_id, end_id, opts.shards) for b in _read(opts, r)],
+                                 schema=ARROW_SCHEMA)
     return aggregate_arrow(rows.select([*local_agg.COLUMNS, "blob"]))
 
 

@@ -2,9 +2,13 @@
 
 Offsets are stream entry IDs (``{"id": "<ms>-<seq>"}``, exclusive start,
 inclusive end), so after a restart Spark re-reads exactly the entries a batch
-had. Each entry becomes one row; an entry that does not parse becomes a row
-with ``error`` set and ``event_time`` null instead of failing the query, and the
-sink quarantines it.
+had. With ``shards`` > 1 the input is that many streams and an offset holds one
+ID per shard (a :class:`~watermark.schema.shards.Position`, the IDs joined by
+commas): a batch reads each shard's range, one partition or more per shard.
+
+Each entry becomes one row; an entry that does not parse becomes a row with
+``error`` set and ``event_time`` null instead of failing the query, and the sink
+quarantines it.
 
 With ``preAggregate=true`` (and ``windowMs``/``slideMs``) a partition does not
 return its accepted events one row each: it folds them into its partial
@@ -14,7 +18,8 @@ other column null); quarantined entries and idle markers still come one row
 each. The pipeline's sink only sums these across partitions; any other reader
 leaves the option off and gets one row per entry.
 
-Options: ``url``, ``stream``, ``partitions`` (default 2),
+Options: ``url``, ``stream`` (shard 0's key), ``shards`` (default 1), ``partitions`` (default 2; with shards,
+at least one per shard that has entries),
 ``maxEventsPerBatch`` (0 = no cap), ``preAggregate`` (``true``/``false``,
 default false) with ``windowMs`` and ``slideMs``, ``presence`` (with ``preAggregate``: every accepted event
 also as a presence row, for the online players), and for batch reads
@@ -44,6 +49,7 @@ from pyspark.sql.types import StructType
 from watermark.schema.events import IDLE_KIND, KINDS, NO_RULES, PAYLOAD_FIELD, BadEntry, Rules, parse_entry
 from watermark.schema.events import parse_entry_id as parse_id
 from watermark.schema.keys import KeySchema
+from watermark.schema.shards import Position, shard_key, share
 from watermark.schema.timeutil import parse_iso_us
 from watermark.spark.partial import (
     PACKED,
@@ -115,12 +121,27 @@ def format_id(ms: int, seq: int) -> str:
     return f"{ms}-{seq}"
 
 
-class StreamRange(InputPartition):
-    """Entries with ``lo < id <= hi`` (``lo`` inclusive when ``lo_inclusive``)."""
+# How many entries follow an exclusive start, counted up to a cap: a shard's backlog, as far as a capped batch
+# needs it (walking at most ``cap`` entries, server-side).
+_COUNT_AFTER_LUA = """
+local cur, cap, n = ARGV[1], tonumber(ARGV[2]), 0
+while n < cap do
+  local chunk = math.min(cap - n, 1000)
+  local r = redis.call('XRANGE', KEYS[1], '(' .. cur, '+', 'COUNT', chunk)
+  n = n + #r
+  if #r < chunk then break end
+  cur = r[#r][1]
+end
+return n
+"""
 
-    def __init__(self, lo: str, hi: str, lo_inclusive: bool = False) -> None:
-        super().__init__((lo, hi, lo_inclusive))
-        self.lo, self.hi, self.lo_inclusive = lo, hi, lo_inclusive
+
+class StreamRange(InputPartition):
+    """Entries of shard ``shard`` with ``lo < id <= hi`` (``lo`` inclusive when ``lo_inclusive``)."""
+
+    def __init__(self, lo: str, hi: str, lo_inclusive: bool = False, shard: int = 0) -> None:
+        super().__init__((lo, hi, lo_inclusive, shard))
+        self.lo, self.hi, self.lo_inclusive, self.shard = lo, hi, lo_inclusive, shard
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, StreamRange) and self.value == other.value
@@ -129,7 +150,7 @@ class StreamRange(InputPartition):
         return hash(self.value)
 
 
-def split_range(lo: str, hi: str, parts: int, lo_inclusive: bool = False) -> list[StreamRange]:
+def split_range(lo: str, hi: str, parts: int, lo_inclusive: bool = False, shard: int = 0) -> list[StreamRange]:
     """Split ``(lo, hi]`` into up to ``parts`` contiguous ranges by the IDs' millisecond part.
 
     Any split covers the same entries, so replays stay exact even if the split differs."""
@@ -148,8 +169,16 @@ def split_range(lo: str, hi: str, parts: int, lo_inclusive: bool = False) -> lis
         cuts.append(cut)
     bounds = [lo, *cuts, hi]
     return [
-        StreamRange(bounds[i], bounds[i + 1], lo_inclusive and i == 0) for i in range(len(bounds) - 1)
+        StreamRange(bounds[i], bounds[i + 1], lo_inclusive and i == 0, shard) for i in range(len(bounds) - 1)
     ]
+
+
+def ranges(start: str, end: str, shards: int) -> list[StreamRange]:
+    """The entries after position ``start`` up to position ``end``: one range per shard that has any (what a
+    batch read, read again in one piece per shard)."""
+    lo, hi = Position.parse(start, shards), Position.parse(end, shards)
+    return [StreamRange(a, b, shard=k) for k, (a, b) in enumerate(zip(lo.ids, hi.ids, strict=True))
+            if parse_id(b) > parse_id(a)]
 
 
 _PAYLOAD = PAYLOAD_FIELD.encode()
@@ -441,6 +470,10 @@ class _Options:
         if not self.url or not self.stream:
             raise ValueError("redis_stream source needs options 'url' and 'stream'")
         self.partitions = int(options.get("partitions", "2"))
+        self.shards = int(options.get("shards", "1"))
+        if self.shards < 1:
+            raise ValueError(f"option shards must be >= 1, got {self.shards}")
+        self.streams = tuple(shard_key(self.stream, k) for k in range(self.shards))
         self.max_events = int(options.get("maxEventsPerBatch", "0"))
         if self.partitions < 1:
             raise ValueError(f"option partitions must be >= 1, got {self.partitions}")
@@ -479,7 +512,7 @@ class _Options:
 
 def _read(opts: _Options, partition: InputPartition) -> Iterator[pa.RecordBatch]:
     assert isinstance(partition, StreamRange)
-    return read_range(opts.url, opts.stream, partition, rules=opts.rules,
+    return read_range(opts.url, opts.streams[partition.shard], partition, rules=opts.rules,
                       partials=PartitionPartials(*opts.window) if opts.window else None, presence=opts.presence)
 
 
@@ -500,12 +533,14 @@ class RedisStreamReader(DataSourceStreamReader):
         return self._redis
 
     def initialOffset(self) -> dict:
-        return {"id": "0-0"}
+        return {"id": str(Position.start(self.opts.shards))}
 
     def getDefaultReadLimit(self) -> ReadLimit:
         return ReadMaxRows(self.opts.max_events) if self.opts.max_events > 0 else ReadAllAvailable()
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        if self.opts.shards > 1:
+            return with_retry(lambda: self._latest_sharded(start, limit), f"latest offsets of {self.opts.stream}")
         return with_retry(lambda: self._latest(start, limit), f"latest offset of {self.opts.stream}")
 
     def _latest(self, start: dict, limit: ReadLimit) -> dict:
@@ -520,8 +555,36 @@ class RedisStreamReader(DataSourceStreamReader):
         newest_id = newest[0][0].decode()
         return {"id": newest_id} if parse_id(newest_id) > parse_id(start_id) else start
 
+    def _newest(self) -> list[str | None]:
+        """Each shard's newest entry ID (None for an empty shard), one round trip (one command per shard key,
+        so a Redis Cluster client can send each to its node)."""
+        pipe = self.redis.pipeline(transaction=False)
+        for stream in self.opts.streams:
+            pipe.xrevrange(stream, count=1)
+        return [r[0][0].decode() if r else None for r in pipe.execute()]
+
+    def _latest_sharded(self, start: dict, limit: ReadLimit) -> dict:
+        """Every shard up to its newest entry; capped, the cap shared among the shards by backlog
+        (:func:`~watermark.schema.shards.share`), each shard's end its share-th entry after its start."""
+        pos = Position.parse(start["id"], self.opts.shards)
+        newest = self._newest()
+        ends = [n if n is not None and parse_id(n) > parse_id(s) else s for s, n in zip(pos.ids, newest, strict=True)]
+        if isinstance(limit, ReadMaxRows):
+            moved = [k for k in range(pos.shards) if ends[k] != pos.ids[k]]
+            backlog = [0] * pos.shards
+            for k in moved:
+                backlog[k] = int(self.redis.eval(_COUNT_AFTER_LUA, 1, self.opts.streams[k], pos.ids[k],
+                                                 limit.max_rows))
+            for k, (n, b) in enumerate(zip(share(backlog, limit.max_rows), backlog, strict=True)):
+                if n < b:
+                    ends[k] = self.redis.eval(_NTH_ID_LUA, 1, self.opts.streams[k], pos.ids[k], n).decode() \
+                        if n else pos.ids[k]
+        return {"id": str(Position(tuple(ends)))}
+
     def reportLatestOffset(self) -> dict | None:
         try:
+            if self.opts.shards > 1:
+                return {"id": str(Position(tuple(n or "0-0" for n in self._newest())))}
             newest = self.redis.xrevrange(self.opts.stream, count=1)
         except TRANSIENT:
             return None  # only for progress reports: never fail a batch over it
@@ -530,7 +593,10 @@ class RedisStreamReader(DataSourceStreamReader):
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         """Split from the range's first entry, not from its start offset: the first batch starts at
         ``0-0``, and halving the milliseconds since 1970 gave one partition every entry (a backlog was
-        read by one worker while the other idled)."""
+        read by one worker while the other idled). With shards, every shard that moved gets its share of
+        ``partitions``, at least one."""
+        if self.opts.shards > 1:
+            return with_retry(lambda: self._sharded_partitions(start, end), f"first entries of {self.opts.stream}")
         if parse_id(end["id"]) <= parse_id(start["id"]):
             return []
         first = with_retry(lambda: self.redis.xrange(self.opts.stream, "(" + start["id"], end["id"], count=1),
@@ -538,6 +604,17 @@ class RedisStreamReader(DataSourceStreamReader):
         if not first:
             return []
         return split_range(first[0][0].decode(), end["id"], self.opts.partitions, lo_inclusive=True)
+
+    def _sharded_partitions(self, start: dict, end: dict) -> list[StreamRange]:
+        moved = ranges(start["id"], end["id"], self.opts.shards)
+        if not moved:
+            return []
+        pipe = self.redis.pipeline(transaction=False)
+        for r in moved:
+            pipe.xrange(self.opts.streams[r.shard], "(" + r.lo, r.hi, count=1)
+        each = max(1, self.opts.partitions // len(moved))
+        return [p for r, first in zip(moved, pipe.execute(), strict=True) if first
+                for p in split_range(first[0][0].decode(), r.hi, each, lo_inclusive=True, shard=r.shard)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return _read(self.opts, partition)
@@ -558,15 +635,23 @@ class RedisStreamBatchReader(DataSourceReader):
         self.opts = _Options(options)
 
     def partitions(self) -> Sequence[InputPartition]:
-        client = redis.Redis.from_url(self.opts.url)
+        """Each shard from ``startId`` to ``endId`` (inclusive; with shards, positions), split from its first to its
+        last entry there."""
+        opts = self.opts
+        lows = Position.parse(opts.start_id, opts.shards).ids
+        highs = ("+",) * opts.shards if opts.end_id == "+" else Position.parse(opts.end_id, opts.shards).ids
+        each = max(1, opts.partitions // opts.shards)
+        out: list[InputPartition] = []
+        client = redis.Redis.from_url(opts.url)
         try:
-            first = client.xrange(self.opts.stream, self.opts.start_id, self.opts.end_id, count=1)
-            last = client.xrevrange(self.opts.stream, self.opts.end_id, self.opts.start_id, count=1)
+            for k, stream in enumerate(opts.streams):
+                first = client.xrange(stream, lows[k], highs[k], count=1)
+                last = client.xrevrange(stream, highs[k], lows[k], count=1)
+                if first and last:
+                    out += split_range(first[0][0].decode(), last[0][0].decode(), each, lo_inclusive=True, shard=k)
         finally:
             client.close()
-        if not first or not last:
-            return []
-        return split_range(first[0][0].decode(), last[0][0].decode(), self.opts.partitions, lo_inclusive=True)
+        return out
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return _read(self.opts, partition)

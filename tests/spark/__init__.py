@@ -1,0 +1,3 @@
+"""The Spark adapters' own parts: the Redis Stream source (its batch cap, its shards) against a real redis-server,
+and under a real SparkSession where Spark's offset log is what is tested.
+"""

@@ -1,0 +1,136 @@
+"""The source over N shards against a real Redis: the same entries as one stream, each once, under a cap shared by
+backlog, and the sink's re-read of a batch between two positions (``watermark.schema.shards``,
+``watermark.spark.source``)."""
+
+from __future__ import annotations
+
+import random
+import uuid
+from collections import Counter
+
+import pyarrow as pa
+import pytest
+import redis
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+
+from watermark.schema.events import Event, parse_entry_id
+from watermark.schema.keys import KeySchema
+from watermark.schema.shards import Position, shard_key, shard_of
+from watermark.spark import local_agg
+from watermark.spark.sink import aggregate_arrow, reread
+from watermark.spark.source import ARROW_SCHEMA, RedisStreamBatchReader, RedisStreamReader
+
+SHARDS = 4
+SERVERS = [f"srv-{i}" for i in range(11)]
+
+
+def write(r: redis.Redis, keys: KeySchema, n: int, shards: int, seed: int = 7, t0: int = 1_700_000_000_000,
+          ) -> list[tuple[str, str, int]]:
+    """``n`` events, each to its server's shard, with arrival times that interleave across the shards; a few
+    malformed entries too. Returns (server, player, event time) of the events."""
+    rng = random.Random(seed)
+    pipe = r.pipeline(transaction=False)
+    events = []
+    last = [0] * shards
+    for i in range(n):
+        server = rng.choice(SERVERS)
+        k = shard_of(server, shards)
+        arrival = max(last[k] + 1, t0 + i)
+        last[k] = arrival
+        ev_us = (arrival - rng.randint(0, 3_000)) * 1000
+        if rng.random() < 0.03:
+            pipe.xadd(shard_key(keys.events, k), {"payload": b"{bad"}, id=f"{arrival}-0")
+            continue
+        player = f"p{rng.randint(0, 40)}"
+        pipe.xadd(shard_key(keys.events, k), Event(server, player, ev_us, "heartbeat").fields(), id=f"{arrival}-0")
+        events.append((server, player, ev_us))
+    pipe.execute()
+    return events
+
+
+def opts(keys: KeySchema, url: str, shards: int, **more: str) -> dict[str, str]:
+    return {"url": url, "stream": keys.events, "shards": str(shards), **more}
+
+
+def read_all(reader: RedisStreamReader, start: dict, end: dict) -> pa.Table:
+    parts = reader.partitions(start, end)
+    return pa.Table.from_batches([b for p in parts for b in reader.read(p)], schema=ARROW_SCHEMA)
+
+
+def rows(t: pa.Table) -> Counter:
+    return Counter(zip(t.column("server").to_pylist(), t.column("player_id").to_pylist(),
+                       t.column("error").to_pylist(), strict=True))
+
+
+@pytest.fixture()
+def keys() -> KeySchema:
+    return KeySchema(f"shard-{uuid.uuid4().hex[:8]}")
+
+
+def test_four_shards_read_the_same_entries_as_one_stream(r: redis.Redis, redis_url: str, keys: KeySchema) -> None:
+    one, four = KeySchema(keys.namespace + "-one"), keys
+    assert write(r, one, 3_000, 1) == write(r, four, 3_000, SHARDS)  # the same events, laid out two ways
+    assert all(r.xlen(shard_key(four.events, k)) for k in range(SHARDS))  # every shard has some
+    got = {}
+    for ks, shards in ((one, 1), (four, SHARDS)):
+        reader = RedisStreamReader(opts(ks, redis_url, shards, partitions="2"))
+        start = reader.initialOffset()
+        end = reader.latestOffset(start, ReadAllAvailable())
+        parts = reader.partitions(start, end)
+        assert {p.shard for p in parts} == set(range(shards))  # at least one partition a shard
+        got[shards] = read_all(reader, start, end)
+    assert got[1].num_rows == got[SHARDS].num_rows == 3_000
+    assert rows(got[1]) == rows(got[SHARDS])
+
+
+def test_a_capped_run_reads_every_entry_once_and_shares_the_cap_by_backlog(r: redis.Redis, redis_url: str,
+                                                                             keys: KeySchema) -> None:
+    write(r, keys, 2_000, SHARDS)
+    sizes = [r.xlen(shard_key(keys.events, k)) for k in range(SHARDS)]
+    reader = RedisStreamReader(opts(keys, redis_url, SHARDS, maxEventsPerBatch="300"))
+    start, seen, batches = reader.initialOffset(), Counter(), []
+    while (end := reader.latestOffset(start, ReadMaxRows(300))) != start:
+        t = read_all(reader, start, end)
+        batches.append(t.num_rows)
+        seen.update(zip(t.column("server").to_pylist(), t.column("entry_id").to_pylist(), strict=False))
+        a, b = Position.parse(start["id"], SHARDS), Position.parse(end["id"], SHARDS)
+        assert not b.behind(a)  # no shard goes back
+        start = end
+    assert sum(batches) == sum(sizes) == 2_000
+    assert batches[:-1] == [300] * (len(batches) - 1) and 0 < batches[-1] <= 300  # the cap, whole, till the end
+    assert max(seen.values()) == 1  # (server, entry ID) once: a server lives in one shard
+    newest = [r.xrevrange(shard_key(keys.events, k), count=1)[0][0].decode() for k in range(SHARDS)]
+    assert Position.parse(start["id"], SHARDS) == Position(tuple(newest))
+
+
+def test_the_sink_rereads_a_batch_between_two_positions(r: redis.Redis, redis_url: str, keys: KeySchema) -> None:
+    write(r, keys, 1_500, SHARDS)
+    o = opts(keys, redis_url, SHARDS, preAggregate="true", windowMs="1000", slideMs="1000")
+    reader = RedisStreamReader(o)
+    s0 = reader.initialOffset()
+    s1 = reader.latestOffset(s0, ReadMaxRows(500))
+    s2 = reader.latestOffset(s1, ReadAllAvailable())
+    for a, b in ((s0, s1), (s1, s2)):
+        streamed = aggregate_arrow(read_all(reader, a, b).select([*local_agg.COLUMNS, "blob"]))
+        again = reread(o, a["id"], b["id"])
+        assert again.num_rows and sorted(again.to_pylist(), key=repr) == sorted(streamed.to_pylist(), key=repr)
+
+def test_a_batch_read_covers_every_shard(r: redis.Redis, redis_url: str, keys: KeySchema) -> None:
+    events = write(r, keys, 800, SHARDS)
+    reader = RedisStreamBatchReader(opts(keys, redis_url, SHARDS, partitions="8"))
+    t = pa.Table.from_batches([b for p in reader.partitions() for b in reader.read(p)], schema=ARROW_SCHEMA)
+    accepted = t.filter(t.column("error").is_null())
+    assert Counter(zip(accepted.column("server").to_pylist(), accepted.column("player_id").to_pylist(),
+                       strict=True)) == Counter((s, p) for s, p, _ in events)
+
+
+def test_lowering_the_shards_under_a_position_is_refused(redis_url: str, keys: KeySchema) -> None:
+    reader = RedisStreamReader(opts(keys, redis_url, 2))
+    with pytest.raises(ValueError, match="covers 3 shards and the input has 2"):
+        reader.latestOffset({"id": "1-0,2-0,3-0"}, ReadAllAvailable())
+
+
+def test_one_shard_keeps_the_offsets_of_before(redis_url: str, keys: KeySchema) -> None:
+    assert RedisStreamReader(opts(keys, redis_url, 1)).initialOffset() == {"id": "0-0"}
+    assert RedisStreamReader(opts(keys, redis_url, 3)).initialOffset() == {"id": "0-0,0-0,0-0"}
+    assert parse_entry_id("0-0") == (0, 0)

@@ -1,0 +1,120 @@
+"""The input as N streams (shards): which shard a server's events go to, where each shard lives, and a position
+in all of them at once.
+
+One shard is the layout before shards: the key ``{ns}:events`` and a position that is one entry ID (``ms-seq``), so
+a checkpoint or a commit record written before shards reads the same. With ``N > 1`` shards, shard 0 is still
+``{ns}:events`` and shard ``i`` is ``{ns}:events:{i}``; a position is the N entry IDs joined by commas, in shard
+order (``"1700000000000-3,0-0,1700000000001-0,1700000000000-9"``). One string keeps every place that stores or
+compares "how far a query has read" (Spark's offset log, the commit guard's ``committed_id``) unchanged: two
+positions are the same exactly when their strings are.
+
+A server's events all go to one shard (:func:`shard_of`), so they stay in arrival order there. Each shard's entry
+IDs carry the clock of the Redis that holds it; IDs are compared only within a shard.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from watermark.schema.events import parse_entry_id
+
+SEP = ","
+START = "0-0"
+
+
+def shard_key(events_key: str, shard: int) -> str:
+    """The stream of ``shard``: shard 0 is the events key itself (the one-shard layout), shard ``i`` adds
+    ``:{i}``. Without a hash tag each shard key hashes on its own, so in a Redis Cluster the shards spread over
+    the nodes."""
+    if shard < 0:
+        raise ValueError(f"a shard is a number from 0, got {shard}")
+    return events_key if shard == 0 else f"{events_key}:{shard}"
+
+
+def shard_of(server: str, shards: int) -> int:
+    """The shard a server's events go to: CRC-32 (zlib's, the common one: ``crc32`` in Go's ``hash/crc32``,
+    Java's ``java.util.zip.CRC32``, Node's ``zlib.crc32``) of its UTF-8 name, modulo ``shards``. Any producer in any
+    language computes the same, and it never changes while ``shards`` does not."""
+    if shards < 1:
+        raise ValueError(f"shards must be >= 1, got {shards}")
+    return zlib.crc32(server.encode()) % shards if shards > 1 else 0
+
+
+@dataclass(frozen=True)
+class Position:
+    """How far a reader has read each shard: the last entry ID read, ``0-0`` for none."""
+
+    ids: tuple[str, ...]
+
+    @classmethod
+    def start(cls, shards: int) -> Position:
+        if shards < 1:
+            raise ValueError(f"shards must be >= 1, got {shards}")
+        return cls((START,) * shards)
+
+    @classmethod
+    def parse(cls, text: str, shards: int) -> Position:
+        """``text`` as a position in ``shards`` shards. A position of fewer shards (a checkpoint from before the
+        shards were added) reads the new ones from their start: a server moved to a new shard is read there from
+        its first event. A position of more shards than configured is refused: the entries of the shards
+        dropped would never be read."""
+        ids = tuple(text.split(SEP)) if text else (START,)
+        for i in ids:
+            try:
+                parse_entry_id(i)
+            except ValueError:
+                raise ValueError(f"not a stream position: {text!r} ({i!r} is no entry ID)") from None
+        if len(ids) > shards:
+            raise ValueError(f"the position {text!r} covers {len(ids)} shards and the input has {shards}: "
+                             "lowering STREAM_SHARDS would leave the other shards' entries unread; "
+                             "raise it back or start from a new checkpoint")
+        return cls(ids + (START,) * (shards - len(ids)))
+
+    def __str__(self) -> str:
+        return SEP.join(self.ids)
+
+    @property
+    def shards(self) -> int:
+        return len(self.ids)
+
+    def newest_ms(self) -> int:
+        """The latest ingest time read in any shard (ms), 0 when nothing was read."""
+        return max(parse_entry_id(i)[0] for i in self.ids)
+
+    def behind(self, other: Position) -> tuple[int, ...]:
+        """The shards where ``other`` has read further than this position."""
+        return tuple(k for k, (a, b) in enumerate(zip(self.ids, other.ids, strict=True))
+                     if parse_entry_id(b) > parse_entry_id(a))
+
+    def replace(self, shard: int, entry_id: str) -> Position:
+        ids = list(self.ids)
+        ids[shard] = entry_id
+        return Position(tuple(ids))
+
+
+def share(backlogs: Sequence[int], cap: int) -> tuple[int, ...]:
+    """How many entries each shard may give a batch capped at ``cap`` entries: all of every backlog when they fit,
+    else ``cap`` shared in proportion to the backlogs (as Spark's Kafka source shares ``maxOffsetsPerTrigger``
+    among partitions), what rounding leaves over given by largest remainder (ties to the lower shard). Then every
+    shard with a backlog and no share gets one entry, from the largest share, when ``cap`` allows one each: a
+    small shard is never starved by a large one. The shares sum to ``min(cap, sum(backlogs))`` and none exceeds
+    its backlog."""
+    if cap < 0 or any(b < 0 for b in backlogs):
+        raise ValueError(f"a cap and backlogs are counts >= 0, got {cap} and {list(backlogs)}")
+    total = sum(backlogs)
+    if total <= cap:
+        return tuple(backlogs)
+    # cap < total, so no exact share cap * b / total reaches its backlog b
+    out = [cap * b // total for b in backlogs]
+    short = cap - sum(out)  # the fractions left over, cap * b % total / total each, sum to this, each under one
+    for k in sorted(range(len(out)), key=lambda k: (-(cap * backlogs[k] % total), k))[:short]:
+        out[k] += 1
+    starved = [k for k, b in enumerate(backlogs) if b and not out[k]]
+    if cap >= sum(1 for b in backlogs if b):  # then a share of 2 or more is there to give from
+        for k in starved:
+            donor = max(range(len(out)), key=lambda j: (out[j], -j))
+            out[donor] -= 1
+            out[k] = 1
+    return tuple(out)
