@@ -115,9 +115,10 @@ def test_the_sink_rereads_a_batch_between_two_positions(r: redis.Redis, redis_ur
         again = reread(o, a["id"], b["id"])
         assert again.num_rows and sorted(again.to_pylist(), key=repr) == sorted(streamed.to_pylist(), key=repr)
 
-def test_a_batch_read_covers_every_shard(r: redis.Redis, redis_url: str, keys: KeySchema) -> None:
+@pytest.mark.parametrize("start", ["0-0", "-"])
+def test_a_batch_read_covers_every_shard(r: redis.Redis, redis_url: str, keys: KeySchema, start: str) -> None:
     events = write(r, keys, 800, SHARDS)
-    reader = RedisStreamBatchReader(opts(keys, redis_url, SHARDS, partitions="8"))
+    reader = RedisStreamBatchReader(opts(keys, redis_url, SHARDS, partitions="8", startId=start))
     t = pa.Table.from_batches([b for p in reader.partitions() for b in reader.read(p)], schema=ARROW_SCHEMA)
     accepted = t.filter(t.column("error").is_null())
     assert Counter(zip(accepted.column("server").to_pylist(), accepted.column("player_id").to_pylist(),

@@ -635,10 +635,10 @@ class RedisStreamBatchReader(DataSourceReader):
         self.opts = _Options(options)
 
     def partitions(self) -> Sequence[InputPartition]:
-        """Each shard from ``startId`` to ``endId`` (inclusive; with shards, positions), split from its first to its
-        last entry there."""
+        """Each shard from ``startId`` to ``endId`` (inclusive; ``-`` and ``+`` as in XRANGE; with shards, positions),
+        split from its first to its last entry there."""
         opts = self.opts
-        lows = Position.parse(opts.start_id, opts.shards).ids
+        lows = ("-",) * opts.shards if opts.start_id == "-" else Position.parse(opts.start_id, opts.shards).ids
         highs = ("+",) * opts.shards if opts.end_id == "+" else Position.parse(opts.end_id, opts.shards).ids
         each = max(1, opts.partitions // opts.shards)
         out: list[InputPartition] = []
