@@ -40,13 +40,30 @@ def test_the_next_watermark(s: BatchSummary, prior: Prior, next_wm: int) -> None
 
 @pytest.mark.parametrize(("params", "readers", "trim_below"), [
     (PARAMS, (), f"{T0 + 400_000}-0"),  # ten minutes of arrival before the batch time
-    (PARAMS, ((T0 + 300_000, 4),), f"{T0 + 300_000}-4"),  # a reader behind that: kept for it
-    (PARAMS, ((T0 + 990_000, 0),), f"{T0 + 400_000}-0"),  # a reader ahead changes nothing
-    (PARAMS, ((0, 0),), None),  # a reader that has committed nothing: nothing is trimmed
+    (PARAMS, (f"{T0 + 300_000}-4",), f"{T0 + 300_000}-4"),  # a reader behind that: kept for it
+    (PARAMS, (f"{T0 + 990_000}-0",), f"{T0 + 400_000}-0"),  # a reader ahead changes nothing
+    (PARAMS, ("0-0",), None),  # a reader that has committed nothing: nothing is trimmed
     (replace(PARAMS, trims=False), (), None),  # a lane leaves the trim to its parent
 ])
 def test_the_trim_keeps_what_every_reader_needs(params: Params, readers: tuple, trim_below: str | None) -> None:
     assert plan_commit(batch(), params, replace(EMPTY, readers_done=readers), now_ms=1).trim_below == trim_below
+
+
+S = f"{T0 + 900_000}-0"  # where each shard's batch starts, below
+KEEP = f"{T0 + 400_000}-0"  # ten minutes of arrival before the batch time
+
+
+@pytest.mark.parametrize(("start", "readers", "trim_below"), [
+    (f"{S},{S},{S}", (), f"{KEEP},{KEEP},{KEEP}"),  # every shard keeps the same ten minutes
+    (f"{S},0-0,{T0 + 100_000}-0", (), f"{KEEP},0-0,{T0 + 100_000}-0"),  # a shard read less far: kept from there
+    (f"{S},{S}", (f"{T0 + 300_000}-4,{T0 + 990_000}-0",), f"{T0 + 300_000}-4,{KEEP}"),  # a reader, shard by shard
+    (f"{S},{S}", (f"{T0 + 300_000}-4",), f"{T0 + 300_000}-4,0-0"),  # a reader of before the shards: keep shard 1
+    (f"{S},{S}", ("0-0",), None),
+])
+def test_with_shards_the_trim_keeps_each_shard_for_every_reader(start: str, readers: tuple,
+                                                                trim_below: str | None) -> None:
+    w = plan_commit(batch(start_id=start), PARAMS, replace(EMPTY, readers_done=readers), now_ms=1)
+    assert w.trim_below == trim_below
 
 
 def test_late_events_above_the_newest_kept_and_the_state_fields() -> None:

@@ -131,6 +131,26 @@ def test_one_commit_trims_every_whole_node_below_the_keep_point(r: redis.Redis, 
     assert int(r.get(keys.trimmed)) == first == 60_000 - r.xlen(keys.events), "the trimmed count is exact"
 
 
+def test_with_shards_each_shard_is_trimmed_below_its_own_start_and_the_count_is_the_sum(
+        r: redis.Redis, keys: KeySchema) -> None:
+    """Three shards read to different points (shard 2 not at all): each trimmed below its own start, the third
+    kept whole; ``{ns}:trimmed`` counts what went from all of them, exactly (decision 0017)."""
+    from watermark.schema.shards import shard_key
+
+    pipe = r.pipeline(transaction=False)
+    for k in range(3):
+        for i in range(3_000):
+            pipe.xadd(shard_key(keys.events, k), {"e": b"{}"}, id=f"{T0 + i}-0")
+    pipe.execute()
+    start = f"{T0 + 2_000}-0,{T0 + 1_000}-0,0-0"
+    s = BatchSummary(0, 0, T0 + 86_400_000, start, f"{T0 + 2_999}-0,{T0 + 2_999}-0,{T0 + 2_999}-0", [], {}, [])
+    assert commit_batch(r, keys, s, PARAMS)
+    firsts = [int(r.xrange(shard_key(keys.events, k), count=1)[0][0].split(b"-")[0]) - T0 for k in range(3)]
+    assert 2_000 - 100 < firsts[0] <= 2_000 and 1_000 - 100 < firsts[1] <= 1_000 and firsts[2] == 0
+    left = sum(r.xlen(shard_key(keys.events, k)) for k in range(3))
+    assert int(r.get(keys.trimmed)) == firsts[0] + firsts[1] == 9_000 - left, "the trimmed count is exact"
+
+
 @pytest.mark.parametrize(("held_at", "keep_from"), [
     (None, 3_000),  # no reader behind: trimmed up to the batch's start, as above
     (1_200, 1_200),  # the online view (or a lane) committed only up to 1,200: nothing after it goes

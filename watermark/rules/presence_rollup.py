@@ -29,6 +29,8 @@ import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from watermark.schema.shards import Position
+
 MINUTE_MS = 60_000
 DAY_MS = 86_400_000
 TOTAL = "*"
@@ -149,10 +151,12 @@ _SLOT = struct.Struct("<II")
 
 def arrival_ms(end_id: str, fallback_ms: int) -> int:
     """A batch's time for the history: the millisecond part of its newest stream entry ID (Redis' clock when the
-    entry arrived, or the time a replay or a producer gave it explicitly). ``fallback_ms`` (the trigger time)
-    when the batch names no entry."""
-    head = end_id.partition("-")[0]
-    ms = int(head) if head.isdigit() else 0
+    entry arrived, or the time a replay or a producer gave it explicitly; with shards, the newest of the shards'
+    IDs). ``fallback_ms`` (the trigger time) when the batch names no entry."""
+    try:
+        ms = Position.of(end_id).newest_ms()
+    except ValueError:
+        ms = 0
     return ms if ms > 0 else fallback_ms
 
 

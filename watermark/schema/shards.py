@@ -60,17 +60,30 @@ class Position:
         shards were added) reads the new ones from their start: a server moved to a new shard is read there from
         its first event. A position of more shards than configured is refused: the entries of the shards
         dropped would never be read."""
+        ids = cls.of(text).ids
+        if len(ids) > shards:
+            raise ValueError(f"the position {text!r} covers {len(ids)} shards and the input has {shards}: "
+                             "lowering STREAM_SHARDS would leave the other shards' entries unread; "
+                             "raise it back or start from a new checkpoint")
+        return cls(ids + (START,) * (shards - len(ids)))
+
+    @classmethod
+    def of(cls, text: str | bytes) -> Position:
+        """``text`` as a position of as many shards as it names (one entry ID: one shard), for what only compares
+        positions or reads their times; :meth:`parse` where the number of shards is known."""
+        text = text.decode() if isinstance(text, bytes) else text
         ids = tuple(text.split(SEP)) if text else (START,)
         for i in ids:
             try:
                 parse_entry_id(i)
             except ValueError:
                 raise ValueError(f"not a stream position: {text!r} ({i!r} is no entry ID)") from None
-        if len(ids) > shards:
-            raise ValueError(f"the position {text!r} covers {len(ids)} shards and the input has {shards}: "
-                             "lowering STREAM_SHARDS would leave the other shards' entries unread; "
-                             "raise it back or start from a new checkpoint")
-        return cls(ids + (START,) * (shards - len(ids)))
+        return cls(ids)
+
+    def at(self, shard: int) -> str:
+        """Shard ``shard``'s entry ID; ``0-0`` (nothing read) for a shard this position does not name (one added
+        since it was written)."""
+        return self.ids[shard] if shard < len(self.ids) else START
 
     def __str__(self) -> str:
         return SEP.join(self.ids)

@@ -25,6 +25,7 @@ from watermark.schema.config import DEFAULT_HISTORY_DAYS, DEFAULT_LATE_KEEP
 from watermark.schema.events import parse_entry_id
 from watermark.schema.keys import KeySchema, WindowKey, total_field
 from watermark.schema.records import BatchRecord, CommitEntry, DeadEntry, ServerRecord, StateParams, StateRecord
+from watermark.schema.shards import START, Position, shard_key
 from watermark.store import redis_conn
 
 
@@ -147,11 +148,30 @@ committed is exactly how many wait, without walking the stream (Redis 6 has no `
 call, and at two trims a second the stream outgrew its bound above about 20,000 events/s."""
 
 
-def trim_counted(client: redis.Redis, keys: KeySchema, min_id: str, approximate: bool = True) -> None:
-    """Trim the input below ``min_id`` and add what went to ``{ns}:trimmed`` (queued when ``client`` is a
-    pipeline). Approximate trims free whole stream nodes only: cheap, and the count is still exact."""
+def trim_counted(client: redis.Redis, keys: KeySchema, min_id: str, approximate: bool = True,
+                 stream: str | None = None) -> None:
+    """Trim the input (``stream``: a shard of it, default the input's key) below ``min_id`` and add what went to
+    ``{ns}:trimmed`` (queued when ``client`` is a pipeline). Approximate trims free whole stream nodes only: cheap,
+    and the count is still exact."""
     script = _TRIM_LUA if approximate else _TRIM_LUA.replace("'~', ", "").replace(", 'LIMIT', 0", "")
-    client.eval(script, 2, keys.events, keys.trimmed, min_id)
+    client.eval(script, 2, stream or keys.events, keys.trimmed, min_id)
+
+
+def trim_position(client: redis.Redis, keys: KeySchema, below: str) -> None:
+    """:func:`trim_counted` each shard the position ``below`` names, below its entry ID (a shard at ``0-0``: kept
+    whole)."""
+    for k, min_id in enumerate(Position.of(below).ids):
+        if min_id != START:
+            trim_counted(client, keys, min_id, stream=shard_key(keys.events, k))
+
+
+def lowest(positions: Sequence[str]) -> str:
+    """Shard by shard, the lowest entry ID of ``positions`` (as far as every one of them has read); a position
+    naming fewer shards has read nothing of the others."""
+    parsed = [Position.of(p) for p in positions]
+    shards = max(q.shards for q in parsed)
+    low = [min(parse_entry_id(q.at(k)) for q in parsed) for k in range(shards)]
+    return str(Position(tuple(f"{ms}-{seq}" for ms, seq in low)))
 
 
 def free_committed_input(client: redis.Redis, keys: KeySchema, params: Params) -> str:
@@ -165,10 +185,11 @@ def free_committed_input(client: redis.Redis, keys: KeySchema, params: Params) -
         done = [client.hget(keys.state, "committed_id"), *(client.hget(r, "committed_id") for r in params.readers)]
         if any(d is None for d in done):
             return "nothing trimmed: a reader has committed nothing yet"
-        low = min(parse_entry_id(d) for d in done)
-        before = client.xlen(keys.events)
-        trim_counted(client, keys, f"{low[0]}-{low[1]}")
-        gone = before - client.xlen(keys.events)
+        low = lowest([d.decode() if isinstance(d, bytes) else d for d in done])
+        streams = [shard_key(keys.events, k) for k in range(Position.of(low).shards)]
+        before = sum(client.xlen(st) for st in streams)
+        trim_position(client, keys, low)
+        gone = before - sum(client.xlen(st) for st in streams)
     except redis.RedisError as exc:
         return f"could not trim the committed input: {exc}"
     if gone <= 0:
@@ -249,8 +270,9 @@ def keep_ms(s: BatchSummary, params: Params) -> int:
     or less when at the batch's own arrival rate that would be more than ``stream_keep_entries`` entries, so
     that at game scale the stream (Redis' memory, its append-only file) stays bounded. Counting entries
     exactly would mean walking them; the rate of the batch just read is known for free."""
-    span_ms = parse_entry_id(s.end_id)[0] - parse_entry_id(s.start_id)[0]
-    if s.input <= 0 or span_ms <= 0 or s.start_id == "0-0":
+    start_ms = Position.of(s.start_id).newest_ms()
+    span_ms = Position.of(s.end_id).newest_ms() - start_ms
+    if s.input <= 0 or span_ms <= 0 or start_ms == 0:
         return params.stream_keep_ms
     return min(params.stream_keep_ms, params.stream_keep_entries * span_ms // s.input)
 
@@ -293,8 +315,8 @@ class Prior:
     """Windows that closed since the last batch: their exact distinct players, counted from their sets."""
     late_top: tuple[int, int]
     """The newest late event kept (``(0, 0)``: none)."""
-    readers_done: tuple[tuple[int, int], ...]
-    """Each other reader's committed entry ID: the trim keeps what they have not committed."""
+    readers_done: tuple[str, ...]
+    """Each other reader's committed position (``0-0``: nothing yet): the trim keeps what they have not committed."""
 
 
 @dataclass(frozen=True)
@@ -341,7 +363,7 @@ def read_prior(pipe: redis.client.Pipeline, client: redis.Redis, keys: KeySchema
         server_max=dict(state.server_max_event_us),
         final_players=_final_player_counts(client, keys, params, state.sets_closed_below_ms, s.watermark_ms),
         late_top=parse_entry_id(top[0][0]) if top else (0, 0),
-        readers_done=tuple(parse_entry_id(d) if d else (0, 0) for d in done))
+        readers_done=tuple((d.decode() if isinstance(d, bytes) else d) if d else START for d in done))
 
 
 def plan_commit(s: BatchSummary, params: Params, prior: Prior, now_ms: int) -> BatchWrites:
@@ -363,8 +385,10 @@ def plan_commit(s: BatchSummary, params: Params, prior: Prior, now_ms: int) -> B
         if (srv in params.servers or not params.servers) and top is not None:
             server_max[srv] = max(top, server_max.get(srv, top))
     # Entries before this batch's start are in a batch Spark has committed, and so are those below every
-    # other reader's committed ID: safe to trim.
-    keep_from = min(parse_entry_id(s.start_id), (s.batch_ts_ms - keep_ms(s, params), 0), *prior.readers_done)
+    # other reader's committed ID: safe to trim. Shard by shard; the look-back kept is arrival time, the same for all.
+    look_back = f"{max(0, s.batch_ts_ms - keep_ms(s, params))}-0"
+    start = Position.of(s.start_id)
+    keep_from = Position.of(lowest([s.start_id, ",".join([look_back] * start.shards), *prior.readers_done]))
     state = StateRecord(
         last_batch=s.batch_id, watermark_ms=s.watermark_ms, next_watermark_ms=next_wm, max_event_us=running_max,
         server_max_event_us=server_max, server_watermarks=s.server_watermarks, delay_ms=params.delay_ms,
@@ -380,7 +404,7 @@ def plan_commit(s: BatchSummary, params: Params, prior: Prior, now_ms: int) -> B
         windows_end_below_ms=next_wm - params.retention_ms - params.window_ms,
         late=[e for e in s.late_events if parse_entry_id(e.entry_id) > prior.late_top], bad=s.bad,
         record=record, state=state,
-        trim_below=f"{keep_from[0]}-{keep_from[1]}" if params.trims and keep_from > (0, 0) else None)
+        trim_below=str(keep_from) if params.trims and any(i != START for i in keep_from.ids) else None)
 
 
 def _totals(s: BatchSummary, record: BatchRecord) -> dict[str, int]:
@@ -427,7 +451,7 @@ def apply_writes(pipe: redis.client.Pipeline, keys: KeySchema, w: BatchWrites, p
     pipe.expire(keys.batches, ttl_s)
     pipe.hset(keys.state, mapping=w.state.to_hash())
     if w.trim_below is not None:
-        trim_counted(pipe, keys, w.trim_below)
+        trim_position(pipe, keys, w.trim_below)
     pipe.xadd(keys.commits, CommitEntry(w.batch_id, w.end_id).fields(), maxlen=1000, approximate=True)
 
 
