@@ -8,7 +8,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -17,7 +17,7 @@ import pytest
 import redis
 
 from watermark.apps.redis_server import RedisServer
-from watermark.client import Producer, ProducerError, ProducerTimeout, encode_event
+from watermark.client import Producer, ProducerError, ProducerTimeout, ShardedProducer, encode_event
 from watermark.rules.simulate import generate
 from watermark.schema.events import Event, parse_entry, parse_payload
 from watermark.schema.keys import KeySchema
@@ -194,33 +194,41 @@ def test_with_redis_down_send_blocks_and_everything_goes_in_once_it_is_back(own_
 # --------------------------------------------------------------------------- exactly once under faults
 
 
-def test_every_event_exactly_once_across_killed_connections_and_redis_restarts(own_redis: RedisServer,
-                                                                               ns: str) -> None:
-    n, faults = 30_000, 8
-    producer = Producer(own_redis.url, namespace=ns, batch_size=300, max_pending=3_000, max_backoff_s=0.1,
-                        send_timeout_s=60)
-    done: list[str] = []
+def send_through_faults(server: RedisServer, producer: Producer | ShardedProducer, events: Sequence[dict[str, Any]],
+                        faults: int) -> list[str]:
+    """Send ``events`` while ``faults`` times, at even steps of what Redis acknowledged, every client connection is
+    killed or (every other time) Redis is restarted; then close. The faults, in order."""
+    n, done = len(events), []
 
     def inject() -> None:
         for k in range(faults):
             target = (k + 1) * n // (faults + 2)
             wait_until(lambda t=target: producer.stats.written >= t, what=f"fault {k}")
             if k % 2 == 0:
-                admin = redis.Redis.from_url(own_redis.url)
+                admin = redis.Redis.from_url(server.url)
                 admin.execute_command("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes")
                 admin.close()
                 done.append("kill")
             else:
-                own_redis.stop()  # SHUTDOWN: the append-only file is flushed, every acknowledged batch kept
-                own_redis.start()
+                server.stop()  # SHUTDOWN: the append-only file is flushed, every acknowledged batch kept
+                server.start()
                 done.append("restart")
 
     injector = threading.Thread(target=inject)
     injector.start()
-    for i in range(n):
-        producer.send(ev(i))
+    for e in events:
+        producer.send(e)
     injector.join()
     producer.close(timeout=60)
+    return done
+
+
+def test_every_event_exactly_once_across_killed_connections_and_redis_restarts(own_redis: RedisServer,
+                                                                               ns: str) -> None:
+    n, faults = 30_000, 8
+    producer = Producer(own_redis.url, namespace=ns, batch_size=300, max_pending=3_000, max_backoff_s=0.1,
+                        send_timeout_s=60)
+    done = send_through_faults(own_redis, producer, [ev(i) for i in range(n)], faults)
     assert done == ["kill", "restart"] * (faults // 2)
     ids = stream_ids(redis.Redis.from_url(own_redis.url), KeySchema(ns).events)
     assert not [k for k, c in ids.items() if c > 1], "doubled"

@@ -3,14 +3,13 @@ across killed connections and Redis restarts (``watermark.client.sharded``)."""
 
 from __future__ import annotations
 
-import threading
 from collections import Counter, defaultdict
 from typing import Any
 
 import pytest
 import redis
 
-from tests.client.test_producer import T0, own_redis, stream_ids, wait_until  # noqa: F401 - own_redis: a fixture
+from tests.client.test_producer import T0, own_redis, send_through_faults, stream_ids  # noqa: F401 - own_redis: a fixture
 from watermark.apps.redis_server import RedisServer
 from watermark.client import ShardedProducer
 from watermark.schema.events import Event, parse_entry
@@ -71,28 +70,7 @@ def test_every_event_exactly_once_in_every_shard_across_killed_connections_and_r
     n, faults, ns = 16_000, 4, "sharded-faults"
     producer = ShardedProducer(own_redis.url, namespace=ns, shards=SHARDS, batch_size=200, max_pending=1_000,
                                max_backoff_s=0.1, send_timeout_s=60)
-    done: list[str] = []
-
-    def inject() -> None:
-        for k in range(faults):
-            target = (k + 1) * n // (faults + 2)
-            wait_until(lambda t=target: producer.stats.written >= t, what=f"fault {k}")
-            if k % 2 == 0:
-                admin = redis.Redis.from_url(own_redis.url)
-                admin.execute_command("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes")
-                admin.close()
-                done.append("kill")
-            else:
-                own_redis.stop()
-                own_redis.start()
-                done.append("restart")
-
-    injector = threading.Thread(target=inject)
-    injector.start()
-    for i in range(n):
-        producer.send(ev(i))
-    injector.join()
-    producer.close(timeout=60)
+    done = send_through_faults(own_redis, producer, [ev(i) for i in range(n)], faults)
     assert done == ["kill", "restart"] * (faults // 2)
     client = redis.Redis.from_url(own_redis.url)
     ids = sum((stream_ids(client, shard_key(KeySchema(ns).events, k)) for k in range(SHARDS)), start=Counter())
