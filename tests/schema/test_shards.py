@@ -44,12 +44,9 @@ def test_a_position_over_more_shards_than_configured_is_refused() -> None:
         Position.parse("1-0,x", 2)
 
 
-def test_behind_and_newest() -> None:
-    a, b = Position(("5-0", "9-1", "0-0")), Position(("5-0", "9-2", "3-0"))
-    assert a.behind(b) == (1, 2)
-    assert b.behind(a) == ()
-    assert b.newest_ms() == 9
-    assert a.replace(2, "4-0") == Position(("5-0", "9-1", "4-0"))
+def test_newest() -> None:
+    assert Position(("5-0", "9-2", "3-0")).newest_ms() == 9
+    assert Position.start(3).newest_ms() == 0
 
 
 @pytest.mark.parametrize(("backlogs", "cap", "shares"), [

@@ -96,16 +96,6 @@ class Position:
         """The latest ingest time read in any shard (ms), 0 when nothing was read."""
         return max(parse_entry_id(i)[0] for i in self.ids)
 
-    def behind(self, other: Position) -> tuple[int, ...]:
-        """The shards where ``other`` has read further than this position."""
-        return tuple(k for k, (a, b) in enumerate(zip(self.ids, other.ids, strict=True))
-                     if parse_entry_id(b) > parse_entry_id(a))
-
-    def replace(self, shard: int, entry_id: str) -> Position:
-        ids = list(self.ids)
-        ids[shard] = entry_id
-        return Position(tuple(ids))
-
 
 def share(backlogs: Sequence[int], cap: int) -> tuple[int, ...]:
     """How many entries each shard may give a batch capped at ``cap`` entries: all of every backlog when they fit,
