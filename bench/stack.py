@@ -57,6 +57,8 @@ HERE = Path(__file__).resolve().parents[1]
 
 from watermark.apps.redis_server import free_port  # noqa: E402
 from watermark.runtime.children import die_with_parent  # noqa: E402
+from watermark.schema.events import parse_entry_id  # noqa: E402
+from watermark.schema.shards import Position, shard_key  # noqa: E402
 
 TARGET_MAIN_P95_MS = 1_500
 TARGET_LANE_EXTRA_MS = 1_500
@@ -145,6 +147,7 @@ class Stack:
             self.env.pop(name, None)
         self.metrics_port = free_port()
         self.env["METRICS_PORT"] = str(self.metrics_port)
+        self.shards = int(self.env.get("STREAM_SHARDS", "1"))  # the input's streams, as the stack reads them
         self.commands = procfile(code_root)
         self.procs: dict[str, subprocess.Popen] = {}
 
@@ -313,16 +316,24 @@ def namespaces(client: redis.Redis) -> list[tuple[str, int]]:
     return out
 
 
+def _id_key(entry_id: str) -> int:
+    ms, seq = parse_entry_id(entry_id)
+    return ms * (1 << 20) + min(seq, (1 << 20) - 1)
+
+
 def freshness(client: redis.Redis, ns: str, trigger_ms: int, window: tuple[int, int], arrived: np.ndarray,
-              ids: np.ndarray) -> Freshness:
-    """Each arrival's latency to the first commit whose end ID is at or above its entry."""
+              ids: np.ndarray, shards: np.ndarray) -> Freshness:
+    """Each arrival's latency to the first commit whose end (in the entry's shard) is at or above its entry."""
     commits = client.xrange(f"{ns}:commits")
     commit_ms = np.array([int(cid.decode().split("-")[0]) for cid, _ in commits], np.int64)
-    ends = [tuple(map(int, f[b"end_id"].decode().split("-"))) for _, f in commits]
-    end_key = np.array([ms * (1 << 20) + min(seq, (1 << 20) - 1) for ms, seq in ends], np.int64)
-    # commits are in order and their ends only grow: the first commit covering an entry is a binary search
-    idx = np.searchsorted(end_key, ids, side="left")
-    covered = idx < len(end_key)
+    ends = [Position.of(f[b"end_id"].decode()) for _, f in commits]
+    idx = np.full(len(ids), len(commits), np.int64)
+    for k in np.unique(shards):
+        mine = shards == k
+        end_key = np.array([_id_key(e.at(int(k))) for e in ends], np.int64)
+        # commits are in order and their ends only grow: the first commit covering an entry is a binary search
+        idx[mine] = np.searchsorted(end_key, ids[mine], side="left")
+    covered = idx < len(commits)
     lat = (commit_ms[idx[covered]] - arrived[covered]).astype(float)
     in_window = sum(1 for ms in commit_ms if window[0] <= ms < window[1] + 60_000)
     q = (lambda p: float(np.percentile(lat, p))) if len(lat) else (lambda p: None)
@@ -330,23 +341,25 @@ def freshness(client: redis.Redis, ns: str, trigger_ms: int, window: tuple[int, 
                      float(lat.max()) if len(lat) else None, in_window)
 
 
-def entry_keys(client: redis.Redis, lo_ms: int, hi_ms: int) -> tuple[np.ndarray, np.ndarray]:
-    """(arrival ms, a sortable key of the entry ID) of every entry in the window."""
-    ms_list, key_list = [], []
-    lo = f"{lo_ms}-0"
-    while True:
-        chunk = client.xrange("wm:events", lo, f"{hi_ms - 1}-18446744073709551615", count=50_000)
-        if not chunk:
-            break
-        parts = [eid.split(b"-") for eid, _ in chunk]
-        ms = np.fromiter((int(a) for a, _ in parts), np.int64, len(parts))
-        seq = np.fromiter((int(b) for _, b in parts), np.int64, len(parts))
-        ms_list.append(ms)
-        key_list.append(ms * (1 << 20) + np.minimum(seq, (1 << 20) - 1))
-        lo = "(" + chunk[-1][0].decode()
+def entry_keys(client: redis.Redis, lo_ms: int, hi_ms: int, shards: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(arrival ms, a sortable key of the entry ID, its shard) of every entry in the window, in every shard."""
+    ms_list, key_list, shard_list = [], [], []
+    for k in range(shards):
+        lo = f"{lo_ms}-0"
+        while True:
+            chunk = client.xrange(shard_key("wm:events", k), lo, f"{hi_ms - 1}-18446744073709551615", count=50_000)
+            if not chunk:
+                break
+            parts = [eid.split(b"-") for eid, _ in chunk]
+            ms = np.fromiter((int(a) for a, _ in parts), np.int64, len(parts))
+            seq = np.fromiter((int(b) for _, b in parts), np.int64, len(parts))
+            ms_list.append(ms)
+            key_list.append(ms * (1 << 20) + np.minimum(seq, (1 << 20) - 1))
+            shard_list.append(np.full(len(parts), k, np.int64))
+            lo = "(" + chunk[-1][0].decode()
     if not ms_list:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    return np.concatenate(ms_list), np.concatenate(key_list)
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
+    return np.concatenate(ms_list), np.concatenate(key_list), np.concatenate(shard_list)
 
 
 def run(code_root: Path, rate: int, seconds: float, warmup: float, drain: float, label: str) -> Result:
@@ -413,17 +426,18 @@ def _measure(stack: Stack, rate: int, seconds: float, warmup: float, drain: floa
         scraper.join()
     stack.stop("generator")
     wall = t1 - t0
-    arrived, ids = entry_keys(client, w0, w1)
+    arrived, ids, shard_of_entry = entry_keys(client, w0, w1, stack.shards)
     lanes = namespaces(client)
+    newest = [int(ids[shard_of_entry == k].max()) if (shard_of_entry == k).any() else 0 for k in range(stack.shards)]
 
     def all_committed() -> bool:
-        return all(_committed_key(client, ns) >= (ids[-1] if len(ids) else 0) for ns, _ in lanes)
+        return all(_committed_keys(client, ns, stack.shards) >= newest for ns, _ in lanes)
 
     deadline = time.monotonic() + drain
     while not all_committed() and time.monotonic() < deadline:
         time.sleep(0.5)
-    fresh = [freshness(client, ns, trig, (w0, w1), arrived, ids) for ns, trig in lanes]
-    backlog = int(client.xlen("wm:events"))
+    fresh = [freshness(client, ns, trig, (w0, w1), arrived, ids, shard_of_entry) for ns, trig in lanes]
+    backlog = sum(int(client.xlen(shard_key("wm:events", k))) for k in range(stack.shards))
     phases = batch_phases(client, lanes[0][0], (w0, w1))
     redis_peak_mb = int(client.info("memory")["used_memory_peak"]) / 2**20
     ages = np.array([a for a in sampler.ages if a >= 0], float)
@@ -470,12 +484,13 @@ def batch_phases(client: redis.Redis, ns: str, window: tuple[int, int]) -> dict[
     return {k: (float(np.percentile(v, 50)), float(np.percentile(v, 95))) for k, v in samples.items()}
 
 
-def _committed_key(client: redis.Redis, ns: str) -> int:
+def _committed_keys(client: redis.Redis, ns: str, shards: int) -> list[int]:
+    """How far ``ns`` has committed each shard (sortable keys; -1 before its first commit)."""
     raw = client.hget(f"{ns}:state", "committed_id")
     if not raw:
-        return -1
-    ms, seq = map(int, raw.decode().split("-"))
-    return ms * (1 << 20) + min(seq, (1 << 20) - 1)
+        return [-1] * shards
+    pos = Position.of(raw.decode())
+    return [_id_key(pos.at(k)) for k in range(shards)]
 
 
 def table(results: list[Result]) -> str:

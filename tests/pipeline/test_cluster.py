@@ -1,6 +1,7 @@
-"""Beyond one machine: the unchanged job on a Spark standalone cluster (a master and a worker on 127.0.0.1, started
-with the pip package's ``sbin/spark-daemon.sh``), and against a Redis over TLS (``rediss://``, a CA made by the
-test), gives the same check document as local mode over plain TCP and the oracle."""
+"""Beyond one machine: the unchanged job on a Spark standalone cluster (a master and two workers of one core each on
+127.0.0.1, started with the pip package's ``sbin/spark-daemon.sh``), with its input in one stream or in four
+shards, and against a Redis over TLS (``rediss://``, a CA made by the test), gives the same check document as
+local mode over plain TCP and the oracle."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from tests.seed import arrival_ids
 from watermark.apps.redis_server import free_port
 from watermark.rules.simulate import generate
 from watermark.schema.keys import KeySchema
+from watermark.schema.shards import shard_of, share
 from watermark.schema.timeutil import iso_from_us
 from watermark.spark.cluster import PACKAGE_DIR, is_local_master, package_zip
 from watermark.store.report import build_document, wait_for_commit
@@ -41,8 +43,8 @@ WINDOW_MS, SLIDE_MS, DELAY_MS = 60_000, 30_000, 10_000
 class SparkCluster:
     master_url: str
     master_ui: str
-    worker_ui: str
-    work_dir: Path
+    worker_uis: tuple[str, ...]
+    work_dirs: tuple[Path, ...]
 
     def state(self, ui: str) -> dict:
         with urllib.request.urlopen(f"{ui}/json", timeout=10) as reply:  # the daemons' JSON API
@@ -100,33 +102,35 @@ def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkClu
     if not daemon.exists() or (shutil.which("java") is None and not os.environ.get("JAVA_HOME")):
         pytest.skip(f"cannot start Spark daemons: {daemon} or java is missing")
     base = tmp_path_factory.mktemp("spark-cluster")
-    work_dir = base / "work"
+    work_dirs = (base / "work-1", base / "work-2")
     # No PYTHONPATH: the executors must get the `streaming` package from the job, as on a real cluster.
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env.update(SPARK_HOME=str(home), SPARK_LOG_DIR=str(base / "logs"), SPARK_PID_DIR=str(base / "pids"),
-               SPARK_WORKER_DIR=str(work_dir), SPARK_LOCAL_IP="127.0.0.1", SPARK_IDENT_STRING="wmtest")
-    port, master_ui, worker_ui = free_port(), free_port(), free_port()
+               SPARK_LOCAL_IP="127.0.0.1", SPARK_IDENT_STRING="wmtest")
+    port, master_ui, worker_uis = free_port(), free_port(), (free_port(), free_port())
     master_url = f"spark://127.0.0.1:{port}"
+    # Two workers of one core each: the job's two executors on two "machines" (instances 1 and 2).
     daemons = [
-        (MASTER, ["--host", "127.0.0.1", "--port", str(port), "--webui-port", str(master_ui)],
+        (MASTER, 1, ["--host", "127.0.0.1", "--port", str(port), "--webui-port", str(master_ui)],
          r"I have been elected leader! New state: ALIVE"),
-        (WORKER, [master_url, "--host", "127.0.0.1", "--cores", "2", "--memory", "1g", "--webui-port",
-                  str(worker_ui)], r"Successfully registered with master"),
+        *((WORKER, i + 1, [master_url, "--host", "127.0.0.1", "--cores", "1", "--memory", "1g", "--webui-port",
+                           str(worker_uis[i]), "--work-dir", str(work_dirs[i])], r"Successfully registered with master")
+          for i in range(2)),
     ]
-    started: list[str] = []
+    started: list[tuple[str, int]] = []
     tails: list[Proc] = []
 
     def stop_all() -> None:
-        for cls in reversed(started):
-            subprocess.run([str(daemon), "stop", cls, "1"], env=env, capture_output=True, timeout=60)
+        for cls, instance in reversed(started):
+            subprocess.run([str(daemon), "stop", cls, str(instance)], env=env, capture_output=True, timeout=60)
         for tail in tails:
             tail.stop()
 
     try:
-        for cls, args, ready in daemons:
-            out = subprocess.run([str(daemon), "start", cls, "1", *args], env=env, capture_output=True, text=True,
-                                 timeout=60)
-            started.append(cls)
+        for cls, instance, args, ready in daemons:
+            out = subprocess.run([str(daemon), "start", cls, str(instance), *args], env=env, capture_output=True,
+                                 text=True, timeout=60)
+            started.append((cls, instance))
             log = next((w for w in out.stdout.split() if w.endswith(".out")), None)
             if out.returncode != 0 or log is None:
                 pytest.skip(f"cannot start the Spark {cls.rsplit('.', 1)[1]}: {out.stdout}{out.stderr}")
@@ -134,63 +138,90 @@ def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkClu
             tail = Proc(f"{cls.rsplit('.', 1)[1].lower()}-log", ["tail", "-n", "+1", "-F", log], {}, base)
             tails.append(tail)
             tail.wait_for(ready, timeout=START_TIMEOUT_S)
-        yield SparkCluster(master_url, f"http://127.0.0.1:{master_ui}", f"http://127.0.0.1:{worker_ui}", work_dir)
+        yield SparkCluster(master_url, f"http://127.0.0.1:{master_ui}",
+                           tuple(f"http://127.0.0.1:{ui}" for ui in worker_uis), work_dirs)
     finally:
         stop_all()
 
 
 def start_job(name: str, redis_url: str, master: str, entries: list[tuple[str, bytes]],
-              tmp_path: Path) -> tuple[KeySchema, Proc]:
-    """The real job process on ``master``, over the entries loaded into a fresh namespace."""
+              tmp_path: Path, shards: int = 1) -> tuple[KeySchema, Proc, str]:
+    """The real job process on ``master``, over the entries loaded into a fresh namespace (each in its server's
+    shard); with the position of the last entry of each shard."""
     keys = KeySchema(f"{name}-{uuid.uuid4().hex[:6]}")
-    load(redis.Redis.from_url(redis_url), keys, entries)
+    last = load(redis.Redis.from_url(redis_url), keys, entries, shards)
     env = {
+        "STREAM_SHARDS": str(shards),
         "REDIS_URL": redis_url, "PIPELINE_NAMESPACE": keys.namespace, "CHECKPOINT_DIR": str(tmp_path / f"ck-{name}"),
         "WINDOW": f"{WINDOW_MS}ms", "SLIDE": f"{SLIDE_MS}ms", "WATERMARK_DELAY": f"{DELAY_MS}ms",
         "MAX_FUTURE_SKEW": "off", "MAX_EVENTS_PER_BATCH": str(BATCH_CAP), "TRIGGER_INTERVAL": "200ms",
         "SPARK_MASTER": master, "RETENTION": "36500d",
     }
-    return keys, Proc.python(name, ["watermark.apps.job"], env, tmp_path)
+    return keys, Proc.python(name, ["watermark.apps.job"], env, tmp_path), last
+
+
+def sharded_batches(servers: list[str], shards: int, cap: int) -> list[int]:
+    """Each entry's batch when the entries (of these servers, in arrival order) are all in their servers' shards
+    before the job starts and batches are capped at ``cap``: each batch takes, shard by shard, the first of what
+    is left, as many as ``share`` gives the shard of the backlogs counted up to the cap (decision 0017)."""
+    left = [[i for i, s in enumerate(servers) if shard_of(s, shards) == k] for k in range(shards)]
+    out = [0] * len(servers)
+    batch = 0
+    while any(left):
+        for k, n in enumerate(share([min(len(q), cap) for q in left], cap)):
+            for i in left[k][:n]:
+                out[i] = batch
+            left[k] = left[k][n:]
+        batch += 1
+    return out
 
 
 @pytest.mark.spark
+@pytest.mark.parametrize("shards", [1, 4])
 def test_job_on_a_standalone_cluster_matches_local_mode_and_the_oracle(
-        spark_cluster: SparkCluster, redis_url: str, tmp_path: Path) -> None:
+        spark_cluster: SparkCluster, redis_url: str, tmp_path: Path, shards: int) -> None:
+    """Two workers of one core each; the input in one stream, or in four shards (a partition or more a shard,
+    the cap shared by backlog): the same document as local mode, and the oracle's for the same batches."""
     events = generate("late-burst", seed=3, start_us=T0_MS * 1000, rate=10, count=EVENTS)
     entries = [(entry_id, ev.payload()) for entry_id, (_, ev) in zip(arrival_ids(events), events, strict=True)]
-    lines = [{"batch": i // BATCH_CAP, "server": ev.server, "player_id": ev.player_id,
+    batch_of = sharded_batches([ev.server for _, ev in events], shards, BATCH_CAP)
+    lines = [{"batch": batch_of[i], "server": ev.server, "player_id": ev.player_id,
               "event_time": iso_from_us(ev.event_time_us)} for i, (_, ev) in enumerate(events)]
     client = redis.Redis.from_url(redis_url, socket_timeout=30)  # above wait_for_commit's 5 s blocks
     # Both jobs at once (their batches are fixed by the cap, not by timing): the test takes one job's time.
-    runs = {name: start_job(name, redis_url, master, entries, tmp_path)
+    runs = {name: start_job(name, redis_url, master, entries, tmp_path, shards)
             for name, master in (("cluster", spark_cluster.master_url), ("local", "local[2]"))}
     try:
-        for name, (keys, proc) in runs.items():
-            assert wait_for_commit(client, keys, entries[-1][0], COMMIT_TIMEOUT_S), \
+        for name, (keys, proc, last) in runs.items():
+            assert wait_for_commit(client, keys, last, COMMIT_TIMEOUT_S), \
                 f"{name} did not commit the last entry:\n{proc.tail()}"
         runs["cluster"][1].wait_for(rf"master {spark_cluster.master_url}", timeout=10)
-        master, worker = spark_cluster.state(spark_cluster.master_ui), spark_cluster.state(spark_cluster.worker_ui)
+        master = spark_cluster.state(spark_cluster.master_ui)
+        workers = [spark_cluster.state(ui) for ui in spark_cluster.worker_uis]
     finally:
-        codes = {name: proc.stop() for name, (_, proc) in runs.items()}
+        codes = {name: proc.stop() for name, (_, proc, _) in runs.items()}
     for name, code in codes.items():
         assert code == 0, f"{name} job exited {code}:\n{runs[name][1].tail(80)}"
     clustered, local = (build_document(client, runs[name][0]) for name in ("cluster", "local"))
 
     expected = oracle(lines, WINDOW_MS, SLIDE_MS, DELAY_MS)
-    assert len(expected["batches"]) == EVENTS // BATCH_CAP
+    assert len(expected["batches"]) == (EVENTS // BATCH_CAP if shards == 1 else max(batch_of) + 1)
     assert clustered == local
     assert clustered["batches"] == expected["batches"]
     assert clustered["windows"] == expected["windows"]
     assert sum(b["dropped"] for b in clustered["batches"]) > 0, "the late bursts must be dropped"
+    if shards > 1:  # A and C share shard 3, B is in 1: batches mix two shards' entries
+        assert {shard_of(ev.server, shards) for _, ev in events} == {1, 3}
 
-    # The work really ran on the cluster: the master granted the job cores on the worker, whose executor
-    # received the shipped `streaming` package.
+    # The work really ran on the cluster: the master granted the job a core on each worker, and each worker's
+    # executor received the shipped `streaming` package.
     apps = [a for a in master["activeapps"] if a["name"] == "watermark-pipeline"]
-    assert len(apps) == 1 and apps[0]["cores"] > 0, master
-    assert [w["state"] for w in master["workers"]] == ["ALIVE"]
-    assert [e["appid"] for e in worker["executors"]] == [apps[0]["id"]], worker
-    app_dir = spark_cluster.work_dir / apps[0]["id"]
-    assert len(list(app_dir.glob("*/watermark-*.zip"))) == 1, sorted(p.name for p in app_dir.rglob("*"))
+    assert len(apps) == 1 and apps[0]["cores"] == 2, master
+    assert [w["state"] for w in master["workers"]] == ["ALIVE", "ALIVE"]
+    for worker, work_dir in zip(workers, spark_cluster.work_dirs, strict=True):
+        assert [e["appid"] for e in worker["executors"]] == [apps[0]["id"]], worker
+        app_dir = work_dir / apps[0]["id"]
+        assert len(list(app_dir.glob("*/watermark-*.zip"))) == 1, sorted(p.name for p in app_dir.rglob("*"))
 
 
 def _openssl(*args: str, cwd: Path) -> None:
@@ -240,7 +271,7 @@ def test_the_job_over_tls_gives_what_it_gives_over_tcp_and_the_oracle(tls_redis:
     entries = [(entry_id, ev.payload()) for entry_id, (_, ev) in zip(arrival_ids(events), events, strict=True)]
     lines = [{"batch": i // BATCH_CAP, "server": ev.server, "player_id": ev.player_id,
               "event_time": iso_from_us(ev.event_time_us)} for i, (_, ev) in enumerate(events)]
-    runs = {name: (url, *start_job(name, url, "local[2]", entries, tmp_path))
+    runs = {name: (url, *start_job(name, url, "local[2]", entries, tmp_path)[:2])
             for name, url in (("tcp", redis_url), ("tls", tls_redis))}
     try:
         for name, (url, keys, proc) in runs.items():

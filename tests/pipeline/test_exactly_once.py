@@ -17,9 +17,11 @@ import redis
 from tests.oracle import T0_MS, to_ms, windows_of
 from tests.procs import kill_tree
 from tests.seed import arrival_ids
+from watermark.apps.replay import route
 from watermark.rules.simulate import generate
 from watermark.schema.events import PAYLOAD_FIELD
 from watermark.schema.keys import KeySchema
+from watermark.schema.shards import shard_key
 from watermark.store.report import WindowKey
 from watermark.store.report import wait_for_commit as online_committed
 
@@ -32,13 +34,13 @@ KILLS = 5
 WINDOW_MS, SLIDE_MS, DELAY_MS = 60_000, 30_000, 10_000
 
 
-def start_job(redis_url: str, ns: str, checkpoint: Path, log: Path) -> subprocess.Popen[bytes]:
+def start_job(redis_url: str, ns: str, checkpoint: Path, log: Path, shards: int = 1) -> subprocess.Popen[bytes]:
     env = {
         **os.environ, "PYTHONPATH": str(ROOT), "REDIS_URL": redis_url, "PIPELINE_NAMESPACE": ns,
         "CHECKPOINT_DIR": str(checkpoint), "WINDOW": f"{WINDOW_MS}ms", "SLIDE": f"{SLIDE_MS}ms",
         "WATERMARK_DELAY": f"{DELAY_MS}ms", "MAX_FUTURE_SKEW": "off",
         "MAX_EVENTS_PER_BATCH": str(BATCH_CAP), "TRIGGER_INTERVAL": "200ms", "SPARK_MASTER": "local[2]",
-        "RETENTION": "36500d",
+        "RETENTION": "36500d", "STREAM_SHARDS": str(shards),
     }
     # Its own process group; kill() takes the JVM (in a session of its own) down with it: a real crash.
     return subprocess.Popen([sys.executable, "-m", "watermark.apps.job"], env=env, cwd=ROOT, start_new_session=True,
@@ -64,11 +66,16 @@ def wait_for_commit(client: redis.Redis, keys: KeySchema, after: str, until_id: 
                 return last
 
 
-def load(client: redis.Redis, keys: KeySchema, entries: list[tuple[str, bytes]]) -> None:
+def load(client: redis.Redis, keys: KeySchema, entries: list[tuple[str, bytes]], shards: int = 1) -> str:
+    """The entries in the input, each in its server's shard; returns the position of the last of each."""
     pipe = client.pipeline()
+    last = ["0-0"] * shards
     for entry_id, payload in entries:
-        pipe.xadd(keys.events, {PAYLOAD_FIELD: payload}, id=entry_id)
+        k = route(payload, shards)
+        pipe.xadd(shard_key(keys.events, k), {PAYLOAD_FIELD: payload}, id=entry_id)
+        last[k] = entry_id
     pipe.execute()
+    return ",".join(last)
 
 
 def snapshot(client: redis.Redis, keys: KeySchema) -> dict:
@@ -77,8 +84,8 @@ def snapshot(client: redis.Redis, keys: KeySchema) -> dict:
     took by time, and the online view's minutes and day's peaks, which are kept by batch time): the windows,
     and the online view's players, counts and per-batch history."""
     out: dict = {}
-    skip = {keys.events, keys.trimmed, keys.commits, keys.presence_commits, keys.presence_minutes,
-            keys.batch_seconds}
+    skip = {*(shard_key(keys.events, k) for k in range(256)), keys.trimmed, keys.commits, keys.presence_commits,
+            keys.presence_minutes, keys.batch_seconds}
     for raw in client.keys(keys.namespace + ":*"):
         key = raw.decode()
         if key in skip or key.startswith(keys.namespace + ":presence:peak:"):
@@ -137,18 +144,21 @@ def counted_per_window(client: redis.Redis, keys: KeySchema) -> dict[str, int]:
             for m in client.zrange(keys.windows, 0, -1)}
 
 
-def test_sigkill_at_random_moments_changes_nothing(redis_url: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("shards", [1, 4])
+def test_sigkill_at_random_moments_changes_nothing(redis_url: str, tmp_path: Path, shards: int) -> None:
+    """With four shards too: each shard's offsets in the checkpoint and the guard's position shard by shard."""
     rng = random.Random(20261122)
     entries = seeded_entries(seed=5, count=1_800)
-    last_id = entries[-1][0]
     client = redis.Redis.from_url(redis_url, socket_timeout=COMMIT_WAIT_MS / 1000 + 10)
     run = uuid.uuid4().hex[:6]
     clean, crashed = KeySchema(f"clean-{run}"), KeySchema(f"crashed-{run}")
-    load(client, clean, entries)
-    load(client, crashed, entries)
+    last_id = load(client, clean, entries, shards)
+    load(client, crashed, entries, shards)
+    if shards > 1:  # the late-burst servers A, B, C read from two shards, the bad entry from a third
+        assert sum(i != "0-0" for i in last_id.split(",")) == 3
     log = tmp_path / "job.log"
 
-    proc = start_job(redis_url, clean.namespace, tmp_path / "ck-clean", log)
+    proc = start_job(redis_url, clean.namespace, tmp_path / "ck-clean", log, shards)
     try:
         wait_for_commit(client, clean, "0-0", until_id=last_id)
         assert online_committed(client, clean, last_id, timeout_s=COMMIT_WAIT_MS / 1000, online=True)
@@ -158,7 +168,7 @@ def test_sigkill_at_random_moments_changes_nothing(redis_url: str, tmp_path: Pat
 
     seen, kills = "0-0", 0
     while kills < KILLS:
-        proc = start_job(redis_url, crashed.namespace, tmp_path / "ck-crashed", log)
+        proc = start_job(redis_url, crashed.namespace, tmp_path / "ck-crashed", log, shards)
         seen = wait_for_commit(client, crashed, seen)
         try:  # a random moment after a commit: mid-batch, mid-commit, or between batches
             proc.wait(timeout=rng.uniform(0.0, 1.5))
@@ -170,7 +180,7 @@ def test_sigkill_at_random_moments_changes_nothing(redis_url: str, tmp_path: Pat
             break
     assert client.hget(crashed.state, "committed_id") != last_id.encode(), "the kills came too late to matter"
 
-    proc = start_job(redis_url, crashed.namespace, tmp_path / "ck-crashed", log)
+    proc = start_job(redis_url, crashed.namespace, tmp_path / "ck-crashed", log, shards)
     try:
         if client.hget(crashed.state, "committed_id") != last_id.encode():
             wait_for_commit(client, crashed, seen, until_id=last_id)

@@ -17,6 +17,7 @@ from watermark.apps.redis_server import RedisServer, free_port
 from watermark.schema.config import Config
 from watermark.schema.events import PAYLOAD_FIELD, parse_entry_id
 from watermark.schema.keys import KeySchema
+from watermark.schema.shards import shard_key
 from watermark.spark.query import params_of, start_query
 from watermark.spark.sink import RedisSink
 from watermark.store.report import wait_for_commit
@@ -96,13 +97,16 @@ def test_a_failed_batch_is_retried_without_double_counting(spark: SparkSession, 
     assert counted_per_window(client, keys) == raw_per_window([p for _, p in entries])
 
 
-def job_on_own_redis(tmp_path: Path, prefix: str) -> tuple[RedisServer, KeySchema, dict[str, str], Proc, redis.Redis]:
-    """A redis-server of the test's own (to restart or fill) and the real job on it, 10 s windows."""
+def job_on_own_redis(tmp_path: Path, prefix: str,
+                     shards: int = 1) -> tuple[RedisServer, KeySchema, dict[str, str], Proc, redis.Redis]:
+    """A redis-server of the test's own (to restart or fill) and the real job on it, 10 s windows, the input in
+    ``shards`` streams."""
     server = RedisServer(data_dir=str(tmp_path / "redis"), port=free_port())
     server.start()
     keys = KeySchema(f"{prefix}-{uuid.uuid4().hex[:6]}")
     env = {"REDIS_URL": server.url, "PIPELINE_NAMESPACE": keys.namespace, "WINDOW": "10s", "WATERMARK_DELAY": "2s",
-           "TRIGGER_INTERVAL": "1s", "CHECKPOINT_DIR": str(tmp_path / "ck"), "SPARK_MASTER": "local[2]"}
+           "TRIGGER_INTERVAL": "1s", "CHECKPOINT_DIR": str(tmp_path / "ck"), "SPARK_MASTER": "local[2]",
+           "STREAM_SHARDS": str(shards)}
     job = Proc.python("job", ["watermark.apps.job"], env, tmp_path)
     return server, keys, env, job, redis.Redis.from_url(server.url, socket_timeout=60)
 
@@ -114,11 +118,13 @@ def generator_after_first_batch(job: Proc, env: dict[str, str], tmp_path: Path, 
                                      "--count", "9000", "--seed", str(seed), "--log-every", "1"], env, tmp_path)
 
 
-def test_redis_restart_mid_run_loses_nothing_committed(tmp_path: Path) -> None:
+@pytest.mark.parametrize("shards", [1, 4])
+def test_redis_restart_mid_run_loses_nothing_committed(tmp_path: Path, shards: int) -> None:
     """The job and the generator ride out a Redis restart (AOF on); the dashboard's reads fail, then recover;
     every event generated is in the stream once and counted once (the writer resends what it had in flight,
-    and only that: watermark.store.batch_channel)."""
-    server, keys, env, job, client = job_on_own_redis(tmp_path, "restart")
+    and only that: watermark.store.batch_channel). With four shards too: the generator's batches span shards."""
+    server, keys, env, job, client = job_on_own_redis(tmp_path, "restart", shards)
+    streams = [shard_key(keys.events, k) for k in range(shards)]
     gen: Proc | None = None
     try:
         gen = generator_after_first_batch(job, env, tmp_path, "overseas-lag", seed=4)
@@ -135,7 +141,8 @@ def test_redis_restart_mid_run_loses_nothing_committed(tmp_path: Path) -> None:
         server.start()
 
         assert gen.popen.wait(timeout=240) == 0, gen.tail()
-        last_id = client.xinfo_stream(keys.events)["last-generated-id"].decode()
+        last_id = ",".join(client.xinfo_stream(st)["last-generated-id"].decode() if client.exists(st) else "0-0"
+                           for st in streams)
         assert wait_for_commit(client, keys, last_id, timeout_s=240), \
             f"the job stopped committing after the restart:\n{job.tail()}"
         assert job.running(), job.tail()
@@ -148,8 +155,11 @@ def test_redis_restart_mid_run_loses_nothing_committed(tmp_path: Path) -> None:
     ids = [int(b) for b in client.zrange(keys.batches, 0, -1)]
     assert ids == list(range(len(ids))) and ids[-1] > batches_before
     totals = {k.decode(): int(v) for k, v in client.hgetall(keys.totals).items()}
-    assert totals["input"] == client.xlen(keys.events) == 9_000
-    stream = [fields[PAYLOAD_FIELD.encode()] for _, fields in client.xrange(keys.events)]  # IDs are recent: untrimmed
+    assert totals["input"] == sum(client.xlen(st) for st in streams) == 9_000
+    # IDs are recent: untrimmed
+    stream = [fields[PAYLOAD_FIELD.encode()] for st in streams for _, fields in client.xrange(st)]
+    if shards > 1:
+        assert sum(client.xlen(st) > 0 for st in streams) == 2  # A and C in shard 3, B in 1
     assert len({json.loads(p)["event_id"] for p in stream}) == 9_000  # none lost, none twice
     assert counted_per_window(client, keys) == raw_per_window(stream, window_ms=10_000, slide_ms=10_000)
     snap = read_snapshot(client, keys, range_ms=3_600_000, now_ms=0)  # the dashboard reads again

@@ -14,7 +14,7 @@ from watermark.store.commit import BatchSummary, Params, Prior, WindowAgg, plan_
 T0 = 1_767_225_600_000
 PARAMS = Params(window_ms=60_000, slide_ms=60_000, delay_ms=10_000, stream_keep_ms=600_000)
 EMPTY = Prior(lost_at=None, max_event_us=None, sets_closed_below_ms=0, server_max={}, final_players={},
-              late_top=(0, 0), readers_done=())
+              late_top={}, readers_done=())
 
 
 def batch(max_event_ms: int | None = T0 + 30_000, start_id: str = f"{T0 + 900_000}-0", **kw: object) -> BatchSummary:
@@ -68,11 +68,26 @@ def test_with_shards_the_trim_keeps_each_shard_for_every_reader(start: str, read
 
 def test_late_events_above_the_newest_kept_and_the_state_fields() -> None:
     late = [LateEvent(f"{T0 + 950_000}-{i}", "A", "p1", None, T0 * 1000, 7, T0) for i in range(3)]
-    w = plan_commit(batch(late_events=late), PARAMS, replace(EMPTY, late_top=(T0 + 950_000, 0), lost_at=3),
+    w = plan_commit(batch(late_events=late), PARAMS, replace(EMPTY, late_top={0: (T0 + 950_000, 0)}, lost_at=3),
                     now_ms=42)
     assert [e.entry_id for e in w.late] == [f"{T0 + 950_000}-1", f"{T0 + 950_000}-2"]
     assert w.state.lost_at_batch == 3 and w.state.updated_ms == 42 and w.state.committed_id == w.end_id
     assert w.totals["events"] == 2 and w.totals["events|A"] == 2 and w.seen == {"A": T0 + 950_000}
+
+
+def test_late_events_are_filtered_by_their_own_shards_newest_kept() -> None:
+    # shard 1's IDs are older than shard 0's newest kept: one top for both would drop them from the Events page
+    late = [LateEvent(f"{T0 + 900_000}-0", "B", "p1", None, T0 * 1000, 7, T0, shard=1),
+            LateEvent(f"{T0 + 950_000}-0", "A", "p1", None, T0 * 1000, 7, T0, shard=0),
+            LateEvent(f"{T0 + 960_000}-0", "A", "p2", None, T0 * 1000, 7, T0, shard=0)]
+    prior = replace(EMPTY, late_top={0: (T0 + 950_000, 0), 1: (T0 + 800_000, 0)})
+    w = plan_commit(batch(late_events=late), replace(PARAMS, shards=2), prior, now_ms=42)
+    assert [(e.shard, e.entry_id) for e in w.late] == [(1, f"{T0 + 900_000}-0"), (0, f"{T0 + 960_000}-0")]
+
+
+@pytest.mark.parametrize(("keep", "shards", "each"), [(200_000, 1, 200_000), (10, 4, 3), (8, 4, 2), (1, 4, 1)])
+def test_each_shard_keeps_its_share_of_the_late_events_rounded_up(keep: int, shards: int, each: int) -> None:
+    assert replace(PARAMS, late_keep=keep, shards=shards).late_keep_per_shard == each
 
 
 def test_the_state_hash_is_the_fields_the_commit_always_wrote() -> None:

@@ -30,7 +30,7 @@ def ev(offset_ms: int, server: str = "A", extra_us: int = 0) -> Event:
 def one(window: int, slide: int, event: Event, watermark: int, entry: str = f"{T + 5 * MIN}-0",
         committed: str = f"{T + 9 * MIN}-0", spans: list[BatchSpan] | None = None):  # noqa: ANN202
     spans = [BatchSpan(7, f"{T}-0", committed, watermark)] if spans is None else spans
-    [point] = judge([(entry, event)], spans, committed, window, slide)
+    [point] = judge([(entry, event, 0)], spans, committed, window, slide)
     return point
 
 
@@ -100,10 +100,38 @@ def test_the_batch_that_read_an_entry_is_found_by_entry_id(entry: str, committed
 
 def test_points_carry_the_event_and_its_arrival() -> None:
     e = Event(server="C", player_id="p9", event_time_us=T * 1000 + 1, kind="login", event_id="C-1")
-    [p] = judge([(f"{T + 1234}-2", e)], SPANS, f"{T + 20}-5", MIN, MIN)
+    [p] = judge([(f"{T + 1234}-2", e, 0)], SPANS, f"{T + 20}-5", MIN, MIN)
     assert (p.entry_id, p.arrival_ms, p.server, p.player_id, p.kind, p.event_id, p.event_time_us) == (
         f"{T + 1234}-2", T + 1234, "C", "p9", "login", "C-1", T * 1000 + 1)
     assert p.windows[0].window == Window(T, T + MIN)
+
+
+# Two shards: batch 0 read shard 0 to T+10 and shard 1 to T+3; batch 1 only shard 0 (shard 1 had nothing new);
+# batch 2 both. The same entry ID in the two shards is two entries, each found by its own shard's bounds.
+SHARDED = [BatchSpan(0, "0-0,0-0", f"{T + 10}-0,{T + 3}-0", T - MIN),
+           BatchSpan(1, f"{T + 10}-0,{T + 3}-0", f"{T + 20}-0,{T + 3}-0", T - 30 * S),
+           BatchSpan(2, f"{T + 20}-0,{T + 3}-0", f"{T + 30}-0,{T + 25}-0", T)]
+
+
+@pytest.mark.parametrize(("entry", "shard", "batch", "status"), [
+    (f"{T + 5}-0", 0, 0, Status.ON_TIME),
+    (f"{T + 5}-0", 1, 2, Status.ON_TIME),  # the same ID in shard 1 came after its T+3: read by batch 2
+    (f"{T + 3}-0", 1, 0, Status.ON_TIME),
+    (f"{T + 15}-0", 0, 1, Status.ON_TIME),
+    (f"{T + 25}-0", 1, 2, Status.ON_TIME),
+    (f"{T + 26}-0", 1, None, Status.PENDING),  # past shard 1's committed ID though shard 0's is later
+    (f"{T + 29}-0", 0, 2, Status.ON_TIME),
+])
+def test_with_shards_an_entry_is_found_by_its_own_shards_bounds(entry: str, shard: int, batch: int | None,
+                                                                 status: Status) -> None:
+    [p] = judge([(entry, ev(5 * MIN), shard)], SHARDED, f"{T + 30}-0,{T + 25}-0", MIN, MIN)
+    assert (p.batch, p.status, p.shard) == (batch, status, shard)
+
+
+def test_with_shards_a_batchs_arrivals_run_between_its_positions_newest_ids() -> None:
+    assert [(s.start_ms, s.end_ms) for s in SHARDED] == [(0, T + 10), (T + 10, T + 20), (T + 20, T + 30)]
+    assert watermark_steps(SHARDED, T + 15, T + 40, f"{T + 30}-0,{T + 25}-0", T + MIN)[-1] == \
+        Step(T + 30, T + 40, T + MIN, None)
 
 
 @pytest.mark.parametrize(("lo", "hi", "committed", "next_wm", "steps"), [
@@ -136,7 +164,7 @@ def test_window_boundaries(lo: int, hi: int, window: int, slide: int, want: list
 
 
 def test_counts_and_dropped_pairs_per_window() -> None:
-    entries = [(f"{T + i}-0", e) for i, e in enumerate([ev(45 * S), ev(45 * S, "B"), ev(5 * MIN), ev(10 * S)])]
+    entries = [(f"{T + i}-0", e, 0) for i, e in enumerate([ev(45 * S), ev(45 * S, "B"), ev(5 * MIN), ev(10 * S)])]
     spans = [BatchSpan(0, "0-0", f"{T + 2}-0", T + MIN)]  # the 4th entry is pending
     points = judge(entries, spans, f"{T + 2}-0", MIN, 30 * S)
     assert [p.status for p in points] == [Status.PARTLY_DROPPED, Status.PARTLY_DROPPED, Status.ON_TIME,
@@ -152,7 +180,7 @@ def test_counts_and_dropped_pairs_per_window() -> None:
 
 
 def test_figure_has_a_trace_per_status_the_watermark_steps_and_the_boundaries() -> None:
-    entries = [(f"{T + 10}-{i}", e) for i, e in enumerate([ev(45 * S), ev(2 * MIN), ev(10 * S), ev(3 * MIN)])]
+    entries = [(f"{T + 10}-{i}", e, 0) for i, e in enumerate([ev(45 * S), ev(2 * MIN), ev(10 * S), ev(3 * MIN)])]
     spans = [BatchSpan(0, "0-0", f"{T + 10}-2", T + 90 * S)]
     points = judge(entries, spans, f"{T + 10}-2", MIN, MIN)
     assert [p.status for p in points] == [Status.DROPPED, Status.ON_TIME, Status.DROPPED, Status.PENDING]

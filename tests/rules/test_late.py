@@ -31,7 +31,7 @@ def test_a_kept_event_is_judged_as_the_events_page_judges_it(event_ms: int, wate
     kept = LateEvent(f"{T0 + 120_000}-3", "B", "p7", "heartbeat", event_ms * 1000, 12, watermark_ms)
     point = kept.point(window, slide)
     span = BatchSpan(12, f"{T0}-0", f"{T0 + 200_000}-0", watermark_ms)
-    (same,) = judge([(kept.entry_id, Event("B", "p7", event_ms * 1000, "heartbeat", kept.entry_id))], [span],
+    (same,) = judge([(kept.entry_id, Event("B", "p7", event_ms * 1000, "heartbeat", kept.entry_id), 0)], [span],
                     f"{T0 + 200_000}-0", window, slide)
     assert point.status is status and is_late(event_ms * 1000, watermark_ms) == (status is not Status.ON_TIME)
     assert (point.windows, point.batch, point.watermark_ms, point.arrival_ms) == (

@@ -21,7 +21,8 @@ S = 1_000_000
 _TS = pa.timestamp("us", tz="UTC")
 SCHEMA = pa.schema([("server", pa.string()), ("player_id", pa.string()), ("kind", pa.string()),
                     ("event_time", _TS), ("ingest_time", _TS), ("error", pa.string()), ("entry_id", pa.string()),
-                    ("error_detail", pa.string()), ("raw", pa.string()), ("partial", PARTIAL_TYPE)])
+                    ("error_detail", pa.string()), ("raw", pa.string()), ("shard", pa.int32()),
+                    ("partial", PARTIAL_TYPE)])
 # (seed, window, slide), windows in ms
 CASES = [
     (0, 60_000, 60_000),  # tumbling 1m
@@ -47,7 +48,7 @@ def random_entries(seed: int, n: int = 400) -> list[dict]:
         row = {"server": rng.choice("ABC"), "player_id": f"p{rng.randrange(12)}",
                "kind": rng.choice([None, "login", "heartbeat"]), "event_time": ev,
                "ingest_time": ev + rng.randrange(0, 5_000) * 1000, "error": None, "entry_id": f"{i + 1}-0",
-               "error_detail": None, "raw": None, "partial": None}
+               "error_detail": None, "raw": None, "shard": rng.randrange(3), "partial": None}
         roll = rng.random()
         if roll < 0.05:
             row.update(server=rng.choice([None, "A"]), player_id=None, kind=None, event_time=None,
@@ -83,14 +84,15 @@ def as_read(entries: list[dict], window_ms: int, slide_ms: int, partitions: int 
         if accepted(r):
             ev = r["event_time"]
             out.append({**{k: None for k in SCHEMA.names}, **{k: r[k] for k in ("server", "player_id", "kind",
-                                                                                 "event_time", "entry_id")},
+                                                                                 "event_time", "entry_id", "shard")},
                         "partial": {"of": "presence", "key_us": ev, "n": 1, "min_event_us": ev, "max_event_us": ev}})
     return out
 
 
 def oracle(entries: list[dict], window_ms: int, slide_ms: int) -> dict[tuple, tuple]:
-    """(tag, server, a, b, c) -> (n, min_ev, max_ev), one entry at a time, windows from windows.window_ranges;
-    a presence item has its kind's code in min_ev."""
+    """(tag, server, a, b, c, shard) -> (n, min_ev, max_ev), one entry at a time, windows from
+    windows.window_ranges; a presence item has its kind's code in min_ev and its entry's shard (a quarantined
+    entry's shard is in its document)."""
     n: Counter = Counter()
     evs: dict[tuple, list[int]] = {}
 
@@ -102,19 +104,19 @@ def oracle(entries: list[dict], window_ms: int, slide_ms: int) -> dict[tuple, tu
     for r in entries:
         ev, server = r["event_time"], r["server"]
         if r["error"] is not None:
-            doc = {k: r[k] for k in ("entry_id", "error", "error_detail", "raw") if r[k] is not None}
-            add((BAD, server, 0, json.dumps(doc), None), None)
+            doc = {k: r[k] for k in ("entry_id", "error", "error_detail", "raw", "shard") if r[k] is not None}
+            add((BAD, server, 0, json.dumps(doc), None, None), None)
         elif r["kind"] == "idle":
-            add((TICK, server, 0, None, None), ev)
+            add((TICK, server, 0, None, None, None), ev)
         else:
             for w in window_ranges(ev, window_ms, slide_ms):
-                add((WINDOW, server, w.start_ms * 1000, r["player_id"], None), ev)
-            add((INGEST_LAG, server, r["ingest_time"] - ev, None, None), ev)
-            add((PROCESSING_LAG, server, -ev, None, None), ev)
+                add((WINDOW, server, w.start_ms * 1000, r["player_id"], None, None), ev)
+            add((INGEST_LAG, server, r["ingest_time"] - ev, None, None, None), ev)
+            add((PROCESSING_LAG, server, -ev, None, None, None), ev)
     out = {k: (n[k], min(evs[k]) if k in evs else None, max(evs[k]) if k in evs else None) for k in n}
     for r in entries:
         if accepted(r):
-            out[(PRESENCE, r["server"], r["event_time"], r["player_id"], r["entry_id"])] = (
+            out[(PRESENCE, r["server"], r["event_time"], r["player_id"], r["entry_id"], r["shard"])] = (
                 1, KIND_CODES[r["kind"]], r["event_time"])
     return out
 
@@ -130,7 +132,7 @@ def as_dict(t: pa.Table) -> dict[tuple, tuple]:
         b = row["b"]
         if row["tag"] == BAD:
             b = json.dumps(json.loads(b))
-        out[(row["tag"], row["server"], row["a"], b, row["c"])] = (row["n"], row["min_ev"], row["max_ev"])
+        out[(row["tag"], row["server"], row["a"], b, row["c"], row["shard"])] = (row["n"], row["min_ev"], row["max_ev"])
     return out
 
 
@@ -151,20 +153,22 @@ def test_one_event_by_hand() -> None:
     # 00:01:30 in the sliding 2m/1m windows [00:00, 00:02) and [00:01, 00:03)
     ev = 90 * S
     entries = [{"server": "A", "player_id": "p1", "kind": "login", "event_time": ev, "ingest_time": ev + 2_500_000,
-                "error": None, "entry_id": "1-0", "error_detail": None, "raw": None, "partial": None}]
+                "error": None, "entry_id": "1-0", "error_detail": None, "raw": None, "shard": 2, "partial": None}]
     got = as_dict(local_agg.aggregate(as_table(as_read(entries, 120_000, 60_000))))
     assert got == {
-        (WINDOW, "A", 0, "p1", None): (1, ev, ev),
-        (WINDOW, "A", 60 * S, "p1", None): (1, ev, ev),
-        (INGEST_LAG, "A", 2_500_000, None, None): (1, ev, ev),  # keyed by ingest - event, in microseconds
-        (PROCESSING_LAG, "A", -ev, None, None): (1, ev, ev),  # keyed by -event: the batch time is added later
-        (PRESENCE, "A", ev, "p1", "1-0"): (1, KIND_CODES["login"], ev),  # the event itself, for the online view
+        (WINDOW, "A", 0, "p1", None, None): (1, ev, ev),
+        (WINDOW, "A", 60 * S, "p1", None, None): (1, ev, ev),
+        (INGEST_LAG, "A", 2_500_000, None, None, None): (1, ev, ev),  # keyed by ingest - event, in microseconds
+        (PROCESSING_LAG, "A", -ev, None, None, None): (1, ev, ev),  # keyed by -event: the batch time is added later
+        # the event itself, for the online view, with the shard it was read from (its ID is unique only there)
+        (PRESENCE, "A", ev, "p1", "1-0", 2): (1, KIND_CODES["login"], ev),
     }
 
 
 def test_an_empty_batch_gives_an_empty_table() -> None:
     out = local_agg.aggregate(as_table([]))
-    assert out.num_rows == 0 and out.column_names == ["tag", "server", "a", "b", "c", "n", "min_ev", "max_ev"]
+    assert out.num_rows == 0 and out.column_names == ["tag", "server", "a", "b", "c", "n", "min_ev", "max_ev",
+                                                      "shard"]
 
 
 def test_a_row_of_one_event_is_refused() -> None:

@@ -49,6 +49,19 @@ def test_newest() -> None:
     assert Position.start(3).newest_ms() == 0
 
 
+@pytest.mark.parametrize(("read", "wanted", "covers"), [
+    ("5-1", "5-1", True),
+    ("5-0", "5-1", False),
+    ("5-1,9-0", "5-1,9-0", True),
+    ("6-0,8-9", "5-1,9-0", False),  # one shard behind is enough
+    ("5-1", "5-1,0-0", True),  # a shard neither has read: nothing to wait for there
+    ("5-1", "5-1,1-0", False),
+    ("5-1,3-0", "5-1", True),
+])
+def test_a_position_covers_another_when_every_shard_is_read_as_far(read: str, wanted: str, covers: bool) -> None:
+    assert Position.of(read).covers(Position.of(wanted)) is covers
+
+
 @pytest.mark.parametrize(("backlogs", "cap", "shares"), [
     ((3, 4, 0), 10, (3, 4, 0)),  # everything fits
     ((100, 100), 10, (5, 5)),

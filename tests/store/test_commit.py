@@ -330,6 +330,69 @@ def test_read_pipeline_says_what_the_snapshot_says_in_a_fixed_number_of_commands
     assert commands(lambda: read_pipeline(r, keys)) == small
 
 
+def test_with_shards_what_waits_is_every_shards_and_the_oldest_is_the_oldest_of_any(r: redis.Redis,
+                                                                                      keys: KeySchema) -> None:
+    """Status and snapshot read every shard the committed position names (no setting of their own): waiting is
+    the sum, the oldest waiting entry the oldest of each shard's first uncommitted one, the head the newest."""
+    from watermark.schema.shards import shard_key
+    from watermark.store.pipeline_status import read_pipeline
+    from watermark.store.views.snapshot import read_snapshot
+
+    for k, ids in enumerate([(1, 5, 9), (2, 3, 4, 8), (6,)]):
+        for i in ids:
+            r.xadd(shard_key(keys.events, k), {"e": b"{}"}, id=f"{i}-0")
+    # read 1 and 5 of shard 0, 2 of shard 1, nothing of shard 2: waiting 9 of shard 0; 3, 4, 8; 6
+    first = BatchSummary(0, 0, T0, "0-0,0-0,0-0", "5-0,2-0,0-0", [],
+                         {"A": ServerRecord(rows=3, max_event_us=T0 * 1000)}, [])
+    assert commit_batch(r, keys, first, PARAMS)
+    for _ in range(2):  # the second read starts from the three shards it learnt
+        status = read_pipeline(r, keys)
+        assert (status.stream.waiting, status.stream.oldest_waiting_ms) == (5, 3)
+        assert (status.stream.length, status.stream.head_ms, status.stream.first_ms) == (8, 9, 1)
+    snap = read_snapshot(r, keys, range_ms=3_600_000, now_ms=T0)
+    assert snap.stream == status.stream
+
+
+def test_fewer_shards_than_a_namespace_has_read_are_refused_at_start_more_are_not(r: redis.Redis,
+                                                                                   keys: KeySchema) -> None:
+    s = BatchSummary(0, 0, T0, "0-0,0-0", "5-0,2-0", [], {}, [])
+    assert commit_batch(r, keys, s, replace(PARAMS, shards=2))
+    assert check_params(r, keys, replace(PARAMS, shards=3)) == PARAMS.delay_ms
+    with pytest.raises(ParamsMismatch, match="covers 2 shards and the input has 1: lowering STREAM_SHARDS"):
+        check_params(r, keys, PARAMS)
+
+
+def test_with_shards_wait_for_commit_waits_for_every_shard(r: redis.Redis, keys: KeySchema) -> None:
+    from watermark.store.report import wait_for_commit
+
+    s = BatchSummary(0, 0, T0, "0-0,0-0", "5-0,2-0", [], {}, [])
+    assert commit_batch(r, keys, s, PARAMS)
+    assert wait_for_commit(r, keys, "5-0,2-0", timeout_s=5) and wait_for_commit(r, keys, "3-0,1-0", timeout_s=5)
+    assert not wait_for_commit(r, keys, "3-0,3-0", timeout_s=0.05)  # shard 1 is not there yet
+
+
+def test_with_shards_late_events_and_dead_letters_go_to_their_shards_streams(r: redis.Redis,
+                                                                             keys: KeySchema) -> None:
+    """Two shards' entries with the same ID: each kept in its own shard's late or dead stream, none lost to the
+    other's (one stream would refuse the second XADD of an ID, or drop it as not newer than the newest kept)."""
+    from watermark.rules.late import LateEvent
+    from watermark.schema.shards import shard_key
+
+    late = [LateEvent(f"{T0 + 5}-0", server, "p1", None, T0 * 1000, 0, T0 + 60_000, shard)
+            for server, shard in (("A", 0), ("B", 1))]
+    bad = [BadRow(f"{T0 + 7}-0", "malformed_json", "x", "{", shard) for shard in (0, 1)]
+    s = replace(BatchSummary(0, T0 + 60_000, T0, "0-0,0-0", f"{T0 + 9}-0,{T0 + 9}-0", [], {}, bad),
+                late_events=late)
+    assert commit_batch(r, keys, s, replace(PARAMS, shards=2))
+    assert [[f[b"s"] for _, f in r.xrange(shard_key(keys.late, k))] for k in range(2)] == [[b"A"], [b"B"]]
+    assert [[i for i, _ in r.xrange(shard_key(keys.dead, k))] for k in range(2)] == [[f"{T0 + 7}-0".encode()]] * 2
+    assert r.hget(keys.totals, "kept") == b"2" and r.hget(keys.totals, "quarantined") == b"2"
+    # the same batch's late events again (Redis came back without the commit record): none kept twice
+    again = replace(s, batch_id=1, start_id=s.end_id, bad=[])
+    assert commit_batch(r, keys, again, replace(PARAMS, shards=2))
+    assert [r.xlen(shard_key(keys.late, k)) for k in range(2)] == [1, 1]
+
+
 def test_a_stop_is_said_on_the_commit_record_and_the_next_commit_clears_it(r: redis.Redis, keys: KeySchema) -> None:
     from watermark.apps.job import record_stop
     from watermark.store.pipeline_status import PipelineState

@@ -27,7 +27,7 @@ from watermark.rules.scenarios import SCENARIOS, BurstModel, DelayModel, Outage,
 from watermark.rules.simulate import Simulator, fast_payload, generate, record_payload
 from watermark.schema.clock import ManualClock
 from watermark.schema.config import ConfigError
-from watermark.schema.events import KINDS, Event, parse_entry
+from watermark.schema.events import KINDS, Event, parse_entry, parse_entry_id
 from watermark.schema.timeutil import parse_iso_us
 from watermark.store.stream_writer import StreamWriter, WriteError, WriteStats, stream_last_id, write
 
@@ -388,6 +388,23 @@ def test_explicit_ids_stay_above_the_streams_last_id(r: redis.Redis, key: str) -
     assert stream_last_id(r, f"{key}:missing") == (0, 0)
 
 
+def test_a_sharded_writer_puts_each_servers_events_in_its_shard_in_arrival_order(r: redis.Redis, key: str) -> None:
+    from watermark.schema.shards import shard_key, shard_of
+
+    events = generate("overseas-lag", seed=3, start_us=START, rate=1000, count=3_000)
+    r.xadd(shard_key(key, 2), {"e": b"old"}, id="9999999999999-5")  # one shard's last ID holds all explicit IDs
+    stats = write(r, key, events, explicit_ids=True, batch_size=256, shards=3)
+    got = {k: [(i, f[b"e"]) for i, f in r.xrange(shard_key(key, k))] for k in range(3)}
+    assert got[2][0][1] == b"old"
+    del got[2][0]
+    for k in range(3):
+        mine = [e.payload() for _, e in events if shard_of(e.server, 3) == k]
+        assert [p for _, p in got[k]] == mine  # every event once, in its server's shard, in order
+    assert sum(map(len, got.values())) == stats.written == len(events)
+    assert {shard_of(e.server, 3) for _, e in events} == {1, 2} and got[0] == []  # A and C in 2, B in 1
+    assert min(parse_entry_id(i) for k in range(3) for i, _ in got[k]) == (9_999_999_999_999, 6)
+
+
 def test_writer_stops_when_asked(r: redis.Redis, key: str) -> None:
     stop = threading.Event()
     events = generate("steady", seed=2, start_us=START, rate=1000, count=5_000)
@@ -499,6 +516,16 @@ def test_the_jobs_idle_markers_go_in_signed_with_their_decision(r: redis.Redis) 
     assert [IdleDecision.from_record(f).server for f in decisions] == ["A", "B", "A", "B"]
     parsed = [parse_entry(f, i.decode(), Rules(idle_key=secret)) for i, f in markers]
     assert all(isinstance(e, Event) and e.kind == IDLE_KIND for e in parsed), parsed
+    # with shards, each marker goes to its server's shard, read in order with the server's events
+    from watermark.schema.shards import shard_key, shard_of
+    sharded = watcher.with_(stream_shards=4)
+    ticker.last_marker_ms.clear()
+    tick_idle(r, ticker, sharded, secret, keys, script)
+    for server in "AB":
+        k = shard_of(server, 4)
+        [(_, fields)] = r.xrange(shard_key(keys.events, k))  # A's is 3, B's 1: not shard 0 (one stream's key)
+        marker = parse_entry(fields, "1-0", Rules(idle_key=secret))
+        assert isinstance(marker, Event) and marker.server == server
 
 
 def online_counts(events: list[tuple[int, Event]], server: str, every_s: int) -> dict[int, int]:

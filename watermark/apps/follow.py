@@ -83,7 +83,7 @@ class Follower:
                  explicit_ids: bool = False, batch_size: int = 2_000, check_every_us: int = CHECK_EVERY_US,
                  stream_key: str | None = None, on_batch: Callable[[WriteStats], None] | None = None,
                  timeline_scale: float = 1.0, servers: int | None = None, regions: int | None = None,
-                 daily: bool = True, max_stream_entries: int | None = None) -> None:
+                 daily: bool = True, max_stream_entries: int | None = None, shards: int = 1) -> None:
         if check_every_us <= 0:
             raise ConfigError(f"check_every_us must be positive, got {check_every_us}")
         self.default_scenario = check_scenario(scenario)
@@ -96,7 +96,7 @@ class Follower:
         self.check_every_us = check_every_us
         self.writer = StreamWriter(client, stream_key or keys.events, explicit_ids=explicit_ids,
                                    batch_size=batch_size, clock=clock, stop=self.stop, on_batch=on_batch,
-                                   max_stream_entries=max_stream_entries)
+                                   max_stream_entries=max_stream_entries, shards=shards)
         self.next_seed = seed
         self.timeline_scale = timeline_scale
         self.servers, self.regions, self.daily = servers, regions, daily

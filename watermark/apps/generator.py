@@ -176,7 +176,8 @@ def main(argv: list[str] | None = None) -> int:
         client = connect(cfg.redis_url, sleep=nap)
         writer = StreamWriter(client, key, explicit_ids=args.explicit_ids, batch_size=args.batch_size,
                               clock=None if sim.rate == 0 else clock, offset_us=clock.now_us() - sim.start_us,
-                              stop=stop, on_batch=progress, max_stream_entries=cfg.stream_max_entries)
+                              stop=stop, on_batch=progress, max_stream_entries=cfg.stream_max_entries,
+                              shards=cfg.stream_shards)
         records = sim.records()
         while True:
             try:
@@ -234,7 +235,7 @@ def _follow(args: argparse.Namespace, cfg: Config, seed: int, clock: RealClock, 
             reconnect=lambda: connect(cfg.redis_url, sleep=nap, attempts=1_000, max_delay_s=5.0), stop=stop,
             explicit_ids=args.explicit_ids, batch_size=args.batch_size, stream_key=args.stream, on_batch=progress,
             timeline_scale=args.timeline_scale, servers=args.servers, regions=args.regions,
-            daily=args.daily_curve == "on", max_stream_entries=cfg.stream_max_entries)
+            daily=args.daily_curve == "on", max_stream_entries=cfg.stream_max_entries, shards=cfg.stream_shards)
         return follower.follow()
 
     return _exit_code(run, lambda: None if follower is None else follower.writer.stats, progress, stop)

@@ -27,6 +27,7 @@ from watermark.schema.events import PAYLOAD_FIELD
 from watermark.schema.keys import KeySchema
 from watermark.schema.lanes import LANES, lane_config, lane_namespace
 from watermark.schema.records import LaneRecord, StateRecord
+from watermark.schema.shards import shard_key, shard_of
 from watermark.schema.timeutil import format_duration_ms
 from watermark.spark.checkpoint import job_secret
 from watermark.store.commit import ParamsMismatch, check_params
@@ -322,14 +323,16 @@ return id
 def tick_idle(client: redis.Redis, ticker: IdleTicker, watcher: Config, key: bytes, keys: KeySchema,
               script: Script) -> None:
     """Append signed idle markers for servers silent too long (judged on Redis' clock, the ingest clock), each
-    with its decision and reason in the job's ``{ns}:idleness``, by ``script`` (:data:`_IDLE_LUA` registered)."""
+    with its decision and reason in the job's ``{ns}:idleness``, by ``script`` (:data:`_IDLE_LUA` registered).
+    Each marker goes to its server's input shard (``shard_of``), as a producer sends the server's events."""
     try:
         seen = {k.decode(): int(v) for k, v in client.hgetall(KeySchema(watcher.namespace).seen).items()}
         before = ticker.idle
         for decision in ticker.due(redis_now_ms(client), seen):
             record = [x for kv in decision.record("").items() for x in kv]
             marker_id = script(
-                keys=[watcher.input_stream, keys.idleness],
+                keys=[shard_key(watcher.input_stream, shard_of(decision.server, watcher.stream_shards)),
+                      keys.idleness],  # the server's shard: a marker is read in order with its server's events
                 args=[PAYLOAD_FIELD, decision.marker(key), IDLENESS_KEEP, *record]).decode()
             log.debug("server %s is idle: %s (marker %s)", decision.server, decision.reason(), marker_id)
         line = idle_summary(before, ticker.idle)

@@ -35,6 +35,7 @@ import redis
 from watermark.schema.config import Config, ConfigError, redact_url
 from watermark.schema.events import IDLE_KIND, PAYLOAD_FIELD, sign
 from watermark.schema.keys import KeySchema
+from watermark.schema.shards import shard_key, shard_of
 from watermark.schema.timeutil import parse_duration_ms, parse_iso_us
 from watermark.spark.checkpoint import job_secret
 from watermark.store.report import build_document, read_state, write_document
@@ -116,8 +117,8 @@ def replay(batches: list[ReplayBatch], cfg: Config) -> dict:
         for index, batch in enumerate(batches):
             pipe = client.pipeline(transaction=True)  # all of a batch becomes visible at once
             for i, payload in enumerate(batch.payloads):
-                pipe.xadd(keys.events, {PAYLOAD_FIELD: signed(payload, secret)},
-                          id=batch.ids[i] if batch.ids else "*")
+                pipe.xadd(shard_key(keys.events, route(payload, cfg.stream_shards)),
+                          {PAYLOAD_FIELD: signed(payload, secret)}, id=batch.ids[i] if batch.ids else "*")
             pipe.execute()
             started = time.perf_counter()
             query.processAllAvailable()
@@ -133,6 +134,18 @@ def replay(batches: list[ReplayBatch], cfg: Config) -> dict:
     finally:
         query.stop()
     return build_document(client, keys, batch_labels=labels)
+
+
+def route(payload: bytes, shards: int) -> int:
+    """The shard a line goes to, as a producer would send it: its server's (``shard_of``); a line with no server
+    to read (the pipeline will quarantine it) to shard 0. Explicit IDs stay increasing within each shard."""
+    if shards == 1:
+        return 0
+    try:
+        server = orjson.loads(payload).get("server")
+    except (orjson.JSONDecodeError, AttributeError):
+        return 0
+    return shard_of(server, shards) if isinstance(server, str) else 0
 
 
 def signed(payload: bytes, key: bytes) -> bytes:

@@ -18,6 +18,9 @@ An event's overall status:
 * ``pending`` — after the job's committed offset: not processed yet;
 * ``unknown`` — processed, but the record of its batch is gone (expired or
   trimmed from ``{ns}:commits``), so the watermark it met is unknown.
+
+With a sharded input (:mod:`watermark.schema.shards`) a batch's bounds are positions, one entry ID per shard, and
+an entry is compared with its own shard's IDs only: the IDs of two shards may be equal.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from enum import StrEnum
 
 from watermark.rules.windows import Verdict, Window, classify, window_ranges
 from watermark.schema.events import Event, parse_entry_id
+from watermark.schema.shards import Position
 
 
 class Status(StrEnum):
@@ -53,7 +57,8 @@ STATUS_LABELS: dict[Status, str] = {
 
 @dataclass(frozen=True, slots=True)
 class BatchSpan:
-    """Batch ``batch`` read the entries with ``start_id < id <= end_id`` under ``watermark_ms``."""
+    """Batch ``batch`` read the entries with ``start_id < id <= end_id`` under ``watermark_ms`` (positions: in
+    each shard, its own IDs)."""
 
     batch: int
     start_id: str
@@ -62,11 +67,13 @@ class BatchSpan:
 
     @property
     def start_ms(self) -> int:
-        return parse_entry_id(self.start_id)[0]
+        """The newest arrival read before this batch (any shard): its arrivals start after it."""
+        return Position.of(self.start_id).newest_ms()
 
     @property
     def end_ms(self) -> int:
-        return parse_entry_id(self.end_id)[0]
+        """The newest arrival it read (any shard)."""
+        return Position.of(self.end_id).newest_ms()
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +86,7 @@ class WindowStatus:
 @dataclass(frozen=True, slots=True)
 class EventPoint:
     entry_id: str
+    """Its entry ID in its shard (``shard``; 0 with one stream)."""
     arrival_ms: int
     server: str
     player_id: str
@@ -90,6 +98,7 @@ class EventPoint:
     """The watermark in force for the batch that read it (None: pending or unknown)."""
     windows: tuple[WindowStatus, ...]
     status: Status
+    shard: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,23 +125,30 @@ def overall(verdicts: Sequence[Verdict]) -> Status:
     return Status.ON_TIME
 
 
-def judge(entries: Iterable[tuple[str, Event]], spans: Sequence[BatchSpan], committed_id: str, window_ms: int,
+def judge(entries: Iterable[tuple[str, Event, int]], spans: Sequence[BatchSpan], committed_id: str, window_ms: int,
           slide_ms: int) -> list[EventPoint]:
-    """One :class:`EventPoint` per parsed entry, in the order given."""
+    """One :class:`EventPoint` per parsed entry (its ID, the event, its shard), in the order given."""
     spans = sorted(spans, key=lambda s: s.batch)
-    ends = [parse_entry_id(s.end_id) for s in spans]
-    starts = [parse_entry_id(s.start_id) for s in spans]
-    committed = parse_entry_id(committed_id)
+    ends = [Position.of(s.end_id) for s in spans]
+    starts = [Position.of(s.start_id) for s in spans]
+    committed = Position.of(committed_id)
+    # each shard's batch bounds (ends, starts), ascending as the batches are
+    by_shard: dict[int, tuple[list[tuple[int, int]], list[tuple[int, int]]]] = {}
     out = []
-    for entry_id, ev in entries:
+    for entry_id, ev, shard in entries:
         key = parse_entry_id(entry_id)
         windows = window_ranges(ev.event_time_us, window_ms, slide_ms)
         span = None
-        if key <= committed:
-            i = bisect_left(ends, key)
-            span = spans[i] if i < len(spans) and starts[i] < key else None
+        done = key <= parse_entry_id(committed.at(shard))
+        if done:
+            if shard not in by_shard:
+                by_shard[shard] = ([parse_entry_id(e.at(shard)) for e in ends],
+                                   [parse_entry_id(b.at(shard)) for b in starts])
+            shard_ends, shard_starts = by_shard[shard]
+            i = bisect_left(shard_ends, key)
+            span = spans[i] if i < len(spans) and shard_starts[i] < key else None
         if span is None:
-            status = Status.PENDING if key > committed else Status.UNKNOWN
+            status = Status.UNKNOWN if done else Status.PENDING
             judged = tuple(WindowStatus(w, None) for w in windows)
         else:
             verdicts = [classify(ev.event_time_us, w, span.watermark_ms) for w in windows]
@@ -141,7 +157,7 @@ def judge(entries: Iterable[tuple[str, Event]], spans: Sequence[BatchSpan], comm
         out.append(EventPoint(
             entry_id=entry_id, arrival_ms=key[0], server=ev.server, player_id=ev.player_id, kind=ev.kind,
             event_id=ev.event_id, event_time_us=ev.event_time_us, batch=span.batch if span else None,
-            watermark_ms=span.watermark_ms if span else None, windows=judged, status=status,
+            watermark_ms=span.watermark_ms if span else None, windows=judged, status=status, shard=shard,
         ))
     return out
 
@@ -158,7 +174,7 @@ def watermark_steps(spans: Sequence[BatchSpan], lo_ms: int, hi_ms: int, committe
         if a <= b and s.end_ms >= lo_ms and s.start_ms <= hi_ms:
             out.append(Step(a, b, s.watermark_ms, s.batch))
     if committed_id is not None and next_watermark_ms is not None:
-        a = max(parse_entry_id(committed_id)[0], lo_ms)
+        a = max(Position.of(committed_id).newest_ms(), lo_ms)
         if a <= hi_ms:
             out.append(Step(a, hi_ms, next_watermark_ms, None))
     return out

@@ -32,18 +32,21 @@ class LateEvent:
     event_time_us: int
     batch: int
     watermark_ms: int
+    shard: int = 0
+    """The input shard it was read from: its ``entry_id`` is unique there, and it is kept in that shard's late
+    stream (``shard_key(keys.late, shard)``), not a field."""
 
     def fields(self) -> dict[str, str]:
-        """The record's fields in ``{ns}:late`` (its ID is ``entry_id``)."""
+        """The record's fields in its late stream (its ID is ``entry_id``)."""
         return {"s": self.server, "p": self.player_id, "k": self.kind or "", "t": str(self.event_time_us),
                 "b": str(self.batch), "w": str(self.watermark_ms)}
 
     @classmethod
-    def from_fields(cls, entry_id: str | bytes, fields: Mapping[bytes, bytes]) -> LateEvent:
+    def from_fields(cls, entry_id: str | bytes, fields: Mapping[bytes, bytes], shard: int = 0) -> LateEvent:
         eid = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
         try:
             return cls(eid, fields[b"s"].decode(), fields[b"p"].decode(), fields[b"k"].decode() or None,
-                       int(fields[b"t"]), int(fields[b"b"]), int(fields[b"w"]))
+                       int(fields[b"t"]), int(fields[b"b"]), int(fields[b"w"]), shard)
         except (KeyError, ValueError, UnicodeDecodeError) as exc:
             raise ValueError(f"{eid} in the late events is not a late-event record: {dict(fields)!r} "
                              f"({type(exc).__name__}: {exc})") from None
@@ -57,7 +60,7 @@ class LateEvent:
             player_id=self.player_id, kind=self.kind, event_id=None, event_time_us=self.event_time_us,
             batch=self.batch, watermark_ms=self.watermark_ms,
             windows=tuple(WindowStatus(w, v) for w, v in zip(windows, verdicts, strict=True)),
-            status=overall(verdicts))
+            status=overall(verdicts), shard=self.shard)
 
 
 def is_late(event_time_us: int, watermark_ms: int) -> bool:

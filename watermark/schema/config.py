@@ -61,6 +61,7 @@ class Config:
     spark_master: str = "local[*]"
     max_events_per_batch: int = 200_000  # admission control: a backlog is read in batches of at most this
     source_partitions: int = 2
+    stream_shards: int = 1  # the input as this many streams (watermark.schema.shards); 1: the one {ns}:events
     stream_keep_entries: int = 1_000_000  # committed input kept to look back at: about this many entries at most
     stream_max_entries: int = DEFAULT_STREAM_MAX_ENTRIES  # the input's bound for its writers: at it they wait (0: none)
     late_events_keep: int = DEFAULT_LATE_KEEP  # late events kept for the Events page (watermark.rules.late)
@@ -93,6 +94,7 @@ class Config:
         _check(self.trigger_ms > 0, "TRIGGER_INTERVAL", "must be positive")
         _check(self.max_events_per_batch >= 0, "MAX_EVENTS_PER_BATCH", "must be 0 (no cap) or positive")
         _check(1 <= self.source_partitions <= 256, "SOURCE_PARTITIONS", "must be between 1 and 256")
+        _check(1 <= self.stream_shards <= 256, "STREAM_SHARDS", "must be between 1 and 256")
         self._check_bounds()
         _check(bool(self.checkpoint_dir.strip()), "CHECKPOINT_DIR", "must not be empty")
         _check(bool(_NAMESPACE.match(self.namespace)), "PIPELINE_NAMESPACE",
@@ -180,6 +182,7 @@ class Config:
             spark_master=env.get("SPARK_MASTER", cls.spark_master),
             max_events_per_batch=_int(env, "MAX_EVENTS_PER_BATCH", cls.max_events_per_batch),
             source_partitions=_int(env, "SOURCE_PARTITIONS", cls.source_partitions),
+            stream_shards=_int(env, "STREAM_SHARDS", cls.stream_shards),
             retention_ms=_duration(env, "RETENTION", cls.retention_ms),
             progress_history=_int(env, "PROGRESS_HISTORY", cls.progress_history),
             progress_mb=_int(env, "PROGRESS_MB", cls.progress_mb),

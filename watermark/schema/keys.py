@@ -9,7 +9,13 @@ key                                                type    contents
 =================================================  ======  =============================================
 ``{ns}:events``                                    stream  input: one game event per entry, field ``e``
                                                            (JSON, see ``watermark.schema.events``); the entry
-                                                           ID's millisecond part is the ingest time
+                                                           ID's millisecond part is the ingest time. With
+                                                           ``STREAM_SHARDS`` > 1 it is shard 0 and
+                                                           ``{ns}:events:{i}`` shard i
+                                                           (``watermark.schema.shards``); the dead and late
+                                                           streams likewise (``{ns}:dead:{i}``,
+                                                           ``{ns}:late:{i}``: an entry ID is unique only in
+                                                           its shard)
 ``{ns}:trimmed``                                   string  entries trimmed from ``{ns}:events`` so far:
                                                            with ``totals.input`` it says how many wait
                                                            (``XLEN + trimmed - input``) without a walk

@@ -92,6 +92,11 @@ class Position:
     def shards(self) -> int:
         return len(self.ids)
 
+    def covers(self, other: Position) -> bool:
+        """Every shard read at least as far as ``other`` read it (a shard one of them does not name: ``0-0``)."""
+        return all(parse_entry_id(self.at(k)) >= parse_entry_id(other.at(k))
+                   for k in range(max(self.shards, other.shards)))
+
     def newest_ms(self) -> int:
         """The latest ingest time read in any shard (ms), 0 when nothing was read."""
         return max(parse_entry_id(i)[0] for i in self.ids)

@@ -11,9 +11,10 @@ Items (tag, server, a, b, c, n, lo, hi), one per row:
   item keyed by ``-event``, each with the row's count and event time range;
 - an idle marker: one TICK item; a quarantined entry: one BAD item whose ``b`` is the entry as JSON;
 - a presence row (one accepted event): a PRESENCE item with the event time in ``a``, the player in ``b``, the
-  entry ID in ``c`` and the kind's code (:data:`watermark.rules.presence_batch.KIND_CODES`) in ``lo``; unique by
-  its entry, so the sum leaves it as it is.
-Summed per (tag, server, a, b, c): ``n``, and ``min_ev``/``max_ev`` the least ``lo`` and greatest ``hi``.
+  entry ID in ``c``, the kind's code (:data:`watermark.rules.presence_batch.KIND_CODES`) in ``lo`` and the input
+  shard the entry came from in ``shard``; unique by its entry, so the sum leaves it as it is.
+Summed per (tag, server, a, b, c): ``n``, and ``min_ev``/``max_ev`` the least ``lo`` and greatest ``hi``
+(``shard`` only on PRESENCE items: an entry ID is unique only within its shard).
 """
 
 from __future__ import annotations
@@ -32,12 +33,14 @@ from watermark.spark import partial
 WINDOW, INGEST_LAG, PROCESSING_LAG, BAD, TICK, PRESENCE = 0, 1, 2, 3, 4, 5
 
 # The columns of the batch the aggregation reads.
-COLUMNS = ("server", "player_id", "kind", "event_time", "error", "entry_id", "error_detail", "raw", "partial")
+COLUMNS = ("server", "player_id", "kind", "event_time", "error", "entry_id", "error_detail", "raw", "shard",
+           "partial")
 _KEYS = ["tag", "server", "a", "b", "c"]
 _AGGS = [("n", "sum"), ("lo", "min"), ("hi", "max")]
-NAMES = ["tag", "server", "a", "b", "c", "n", "min_ev", "max_ev"]
-TYPES = (pa.int32(), pa.string(), pa.int64(), pa.string(), pa.string(), pa.int64(), pa.int64(), pa.int64())
-BAD_FIELDS = ("entry_id", "error", "error_detail", "raw")  # a quarantined entry's document, as Spark's to_json
+NAMES = ["tag", "server", "a", "b", "c", "n", "min_ev", "max_ev", "shard"]
+TYPES = (pa.int32(), pa.string(), pa.int64(), pa.string(), pa.string(), pa.int64(), pa.int64(), pa.int64(),
+         pa.int32())
+BAD_FIELDS = ("entry_id", "error", "error_detail", "raw", "shard")  # a quarantined entry's document
 NOT_PRE_AGGREGATED = ("a row of one accepted event reached the sink: the source must be read with "
                       "preAggregate=true (watermark.spark.query.read_events)")
 
@@ -100,7 +103,9 @@ def aggregate(batch: pa.Table) -> pa.Table:
     if parts:
         items = pa.concat_tables([p.cast(parts[0].schema) for p in parts])
         summed = items.group_by(_KEYS, use_threads=False).aggregate(_AGGS)
-        out.insert(0, summed.select([*_KEYS, "n_sum", "lo_min", "hi_max"]).rename_columns(NAMES).cast(schema))
+        summed = summed.select([*_KEYS, "n_sum", "lo_min", "hi_max"])
+        summed = summed.append_column("shard", pa.nulls(summed.num_rows, pa.int32()))
+        out.insert(0, summed.rename_columns(NAMES).cast(schema))
     return pa.concat_tables(out) if out else schema.empty_table()
 
 
@@ -114,4 +119,5 @@ def _presence_items(rows: pa.Table) -> pa.Table:
             codes = pc.if_else(pc.fill_null(pc.equal(kind, name), False), np.int64(code), codes)
     t = _items(PRESENCE, rows.column("server"), event_us, rows.column("player_id"), None, codes, event_us,
                rows.column("entry_id"))
+    t = t.append_column("shard", rows.column("shard"))
     return t.rename_columns(NAMES).cast(pa.schema(list(zip(NAMES, TYPES, strict=True))))

@@ -33,7 +33,7 @@ def params_of(cfg: Config) -> Params:
                   servers=tuple(sorted(cfg.known_servers or ())) if cfg.watermark_mode == "per-server" else (),
                   idle_timeout_ms=cfg.idle_timeout_ms, trims=cfg.input_namespace is None,
                   readers=readers_of(cfg), stream_keep_entries=cfg.stream_keep_entries,
-                  late_keep=cfg.late_events_keep, history_days=cfg.history_days)
+                  late_keep=cfg.late_events_keep, history_days=cfg.history_days, shards=cfg.stream_shards)
 
 
 def readers_of(cfg: Config) -> tuple[str, ...]:
@@ -181,6 +181,7 @@ def source_options(cfg: Config, pre_aggregate: bool, spark: SparkSession | None 
     local path)."""
     return {
         "url": cfg.redis_url, "stream": cfg.input_stream, "partitions": str(cfg.source_partitions),
+        "shards": str(cfg.stream_shards),
         "maxEventsPerBatch": str(cfg.max_events_per_batch),
         "committedBy": "" if cfg.input_namespace else cfg.namespace,
         "preAggregate": str(pre_aggregate).lower(), "presence": str(pre_aggregate).lower(),

@@ -122,10 +122,10 @@ def late_events(t: pa.Table, batch_id: int, watermark_ms: int) -> list[LateEvent
     (:mod:`watermark.rules.late`). Usually none: one vectorised filter finds them."""
     tags = t.column("tag")
     part = t.filter(pc.and_(pc.equal(tags, PRESENCE), pc.less(t.column("a"), watermark_ms * 1000)))
-    out = [LateEvent(entry_id, server, player, _KIND_NAMES.get(code), event_us, batch_id, watermark_ms)
-           for server, event_us, player, entry_id, code in zip(
-               *(part.column(c).to_pylist() for c in ("server", "a", "b", "c", "min_ev")), strict=True)]
-    out.sort(key=lambda e: parse_entry_id(e.entry_id))
+    out = [LateEvent(entry_id, server, player, _KIND_NAMES.get(code), event_us, batch_id, watermark_ms, shard or 0)
+           for server, event_us, player, entry_id, code, shard in zip(
+               *(part.column(c).to_pylist() for c in ("server", "a", "b", "c", "min_ev", "shard")), strict=True)]
+    out.sort(key=lambda e: (e.shard, parse_entry_id(e.entry_id)))
     return out
 
 
@@ -193,9 +193,9 @@ class BatchTable:
         ticks = t.filter(pc.equal(tags, TICK)).sort_by("server")
         for server, n, hi in zip(*(ticks.column(c).to_pylist() for c in ("server", "n", "max_ev")), strict=True):
             servers[server] = replace(servers.get(server, ServerRecord()), ticks=n, max_tick_us=hi)
-        bad = [BadRow(d["entry_id"], d["error"], d.get("error_detail") or "", d.get("raw") or "")
+        bad = [BadRow(d["entry_id"], d["error"], d.get("error_detail") or "", d.get("raw") or "", d.get("shard") or 0)
                for d in map(json.loads, t.filter(pc.equal(tags, BAD)).column("b").to_pylist())]
-        bad.sort(key=lambda b: parse_entry_id(b.entry_id))
+        bad.sort(key=lambda b: (b.shard, parse_entry_id(b.entry_id)))
         meta = t.schema.metadata or {}
         regions = json.loads(meta[REGIONS_META]) if REGIONS_META in meta else {}
         return cls(windows, servers, event_hist, bad, regions)

@@ -64,14 +64,15 @@ from watermark.store.redis_conn import TRANSIENT, with_retry
 
 SCHEMA = (
     "entry_id string, ingest_time timestamp, event_id string, server string, player_id string, "
-    "kind string, event_time timestamp, error string, error_detail string, raw string, " + PARTIAL_DDL
+    "kind string, event_time timestamp, error string, error_detail string, raw string, shard int, " + PARTIAL_DDL
     + ", blob binary"
 )
 _TS = pa.timestamp("us", tz="UTC")
 ARROW_SCHEMA = pa.schema([
     ("entry_id", pa.string()), ("ingest_time", _TS), ("event_id", pa.string()), ("server", pa.string()),
     ("player_id", pa.string()), ("kind", pa.string()), ("event_time", _TS), ("error", pa.string()),
-    ("error_detail", pa.string()), ("raw", pa.string()), ("partial", PARTIAL_TYPE), ("blob", pa.binary()),
+    ("error_detail", pa.string()), ("raw", pa.string()), ("shard", pa.int32()), ("partial", PARTIAL_TYPE),
+    ("blob", pa.binary()),
 ])
 ROW_SCHEMA = pa.schema([f for f in ARROW_SCHEMA if f.name != "blob"])
 """The rows a packed row carries (:func:`pack`, :func:`unpack`)."""
@@ -222,7 +223,7 @@ def read_range(url: str, stream: str, part: StreamRange, chunk: int = READ_CHUNK
     while True:
         entries = with_retry(lambda lo=lo: _xrange(client, stream, lo, part.hi, chunk), f"read of {stream}")
         if entries:
-            batch = to_record_batch(entries, rules, regions)
+            batch = to_record_batch(entries, rules, regions, part.shard)
             if partials is not None:
                 batch = _fold(partials, batch, presence)
             if batch.num_rows:
@@ -249,7 +250,7 @@ def _fold(partials: PartitionPartials, batch: pa.RecordBatch, presence: bool = F
     rest = batch.filter(pc.invert(accepted)) if accepted.false_count else batch.slice(0, 0)
     if not presence or not events.num_rows:
         return rest
-    keep = {"entry_id", "server", "player_id", "kind", "event_time"}
+    keep = {"entry_id", "server", "player_id", "kind", "event_time", "shard"}
     n = events.num_rows
     rows = pa.RecordBatch.from_arrays(
         [events.column(f.name) if f.name in keep else presence_partial(event_us) if f.name == "partial"
@@ -366,9 +367,11 @@ FAST_SHAPE = (
 
 
 def to_record_batch(entries: Sequence[RawEntry] | Sequence[tuple[bytes, Mapping[bytes, bytes]]],
-                    rules: Rules = NO_RULES, regions: dict[str, str] | None = None) -> pa.RecordBatch:
-    """Rows for a chunk of entries, raw (``[id, [k, v, ...]]``) or as redis-py's ``(id, {k: v})``; each
-    server's region its well-formed events carry goes into ``regions`` (the chunk's last one wins)."""
+                    rules: Rules = NO_RULES, regions: dict[str, str] | None = None, shard: int = 0) -> pa.RecordBatch:
+    """Rows for a chunk of entries of shard ``shard``, raw (``[id, [k, v, ...]]``) or as redis-py's
+    ``(id, {k: v})``; each server's region its well-formed events carry goes into ``regions`` (the chunk's last one
+    wins). Every row carries its shard: its entry ID is unique only there, and a quarantined entry has no server
+    to find the shard by."""
     n = len(entries)
     ids = [e[0] for e in entries]
     if entries and not isinstance(entries[0][1], list):  # redis-py's (id, {k: v}): flatten to the raw shape
@@ -402,7 +405,8 @@ def to_record_batch(entries: Sequence[RawEntry] | Sequence[tuple[bytes, Mapping[
     columns = {"entry_id": entry_id, "ingest_time": pc.cast(ingest_us, _TS), "event_id": event_id,
                "server": server, "player_id": shape.field("player_id"), "kind": kind, "event_time": event_time,
                "error": pa.nulls(n, pa.string()), "error_detail": pa.nulls(n, pa.string()),
-               "raw": pa.nulls(n, pa.string()), "partial": pa.nulls(n, PARTIAL_TYPE), "blob": pa.nulls(n, pa.binary())}
+               "raw": pa.nulls(n, pa.string()), "shard": pa.repeat(pa.scalar(shard, pa.int32()), n),
+               "partial": pa.nulls(n, PARTIAL_TYPE), "blob": pa.nulls(n, pa.binary())}
     if regions is not None:
         _regions_of(regions, server, shape.field("region"), fast)
     if fast.false_count:

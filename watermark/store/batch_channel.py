@@ -31,6 +31,7 @@ from typing import Any
 
 import redis
 
+from watermark.schema.shards import shard_key
 from watermark.store.redis_conn import EXEC, FULL, FULL_SAY_EVERY_S, MULTI, Replies
 
 log = logging.getLogger("watermark.store.batch_channel")
@@ -63,11 +64,13 @@ class BacklogGate:
     ``every_s``, on a connection of its own) must be under ``max_entries``; at it or above, the writer waits and
     looks again until the readers have caught up and the job's trim has made room. So the stream stays within the
     bound plus what one look's interval lets through, however far the writers outrun the job, and nothing a
-    reader still needs is trimmed. ``max_entries`` None or 0: no bound."""
+    reader still needs is trimmed. ``max_entries`` None or 0: no bound. With ``shards``, the input is that many
+    streams (``shard_key(stream_key, k)``) and the bound is on their sum."""
 
     def __init__(self, client: redis.Redis, stream_key: str, max_entries: int | None, every_s: float = 0.1,
-                 logger: logging.Logger = log, clock: Callable[[], float] = time.monotonic) -> None:
+                 logger: logging.Logger = log, clock: Callable[[], float] = time.monotonic, shards: int = 1) -> None:
         self.client, self.stream_key, self.max_entries = client, stream_key, max_entries or None
+        self.streams = [shard_key(stream_key, k) for k in range(shards)]
         self.every_s, self.log, self.clock = every_s, logger, clock
         self._looked = float("-inf")
         self.waited = 0
@@ -82,7 +85,10 @@ class BacklogGate:
         said = float("-inf")
         pause = self.every_s
         while True:
-            length = int(self.client.xlen(self.stream_key))
+            pipe = self.client.pipeline(transaction=False)
+            for stream in self.streams:
+                pipe.xlen(stream)
+            length = sum(int(n) for n in pipe.execute())
             self._looked = now = self.clock()
             if length < self.max_entries:
                 if since is not None:

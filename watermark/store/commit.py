@@ -51,7 +51,8 @@ class Params:
     trims: bool = True  # a lab lane reads its parent's input and leaves trimming to it
     readers: tuple[str, ...] = ()  # state hashes of everything else that commits from our input (lanes, online
     # view): their ``committed_id`` holds the trim back, so nothing one of them still needs is trimmed
-    late_keep: int = DEFAULT_LATE_KEEP  # late events kept in ``{ns}:late`` (watermark.rules.late)
+    late_keep: int = DEFAULT_LATE_KEEP  # late events kept in ``{ns}:late`` (watermark.rules.late), all shards'
+    shards: int = 1  # input streams (watermark.schema.shards): each has its own late and dead stream
     history_days: int = DEFAULT_HISTORY_DAYS  # whole days each minute of players online is kept after its own
 
     @property
@@ -65,6 +66,12 @@ class Params:
     @property
     def per_server(self) -> bool:
         return self.mode == "per-server"
+
+    @property
+    def late_keep_per_shard(self) -> int:
+        """Each shard's late stream keeps its share of ``late_keep`` (rounded up): the bound stays about
+        ``late_keep`` however many shards there are."""
+        return -(-self.late_keep // self.shards)
 
 
 @dataclass
@@ -88,6 +95,8 @@ class BadRow:
     reason: str
     detail: str
     raw: str
+    shard: int = 0
+    """The input shard it was read from: kept in that shard's dead stream under its entry ID."""
 
 
 @dataclass
@@ -201,11 +210,18 @@ _FIXED = ("window_ms", "slide_ms", "mode", "policy")
 
 
 def check_params(client: redis.Redis, keys: KeySchema, params: Params) -> int | None:
-    """Refuse to continue a namespace with a different window, slide or watermark mode: its numbers would mix.
+    """Refuse to continue a namespace with a different window, slide or watermark mode (its numbers would mix),
+    or with fewer input shards than it has read (``STREAM_SHARDS`` lowered: the others would never be read).
 
     Returns the delay it last ran with (None for a new namespace), so the caller can log a change of delay,
     which is allowed: batch records keep the delay each batch ran with."""
-    old = StateRecord.from_hash({"params": client.hget(keys.state, "params")}, keys.state).params
+    raw, committed = client.hmget(keys.state, ["params", "committed_id"])
+    if committed is not None:  # fewer shards than the position read: their entries would never be read
+        try:
+            Position.parse(committed.decode(), params.shards)
+        except ValueError as exc:
+            raise ParamsMismatch(f"namespace {keys.namespace!r}: {exc}") from None
+    old = StateRecord.from_hash({"params": raw}, keys.state).params
     if old is None:
         return None
     new = params.semantic()
@@ -313,8 +329,8 @@ class Prior:
     """Per-server mode: each server's input max so far (``max_event_us|S``)."""
     final_players: dict[WindowKey, int]
     """Windows that closed since the last batch: their exact distinct players, counted from their sets."""
-    late_top: tuple[int, int]
-    """The newest late event kept (``(0, 0)``: none)."""
+    late_top: dict[int, tuple[int, int]]
+    """Per shard the batch has late events of, the newest late event kept there (``(0, 0)``: none)."""
     readers_done: tuple[str, ...]
     """Each other reader's committed position (``0-0``: nothing yet): the trim keeps what they have not committed."""
 
@@ -355,14 +371,15 @@ def read_prior(pipe: redis.client.Pipeline, client: redis.Redis, keys: KeySchema
     # record with its first batch, whenever it was added, so only the pipeline judges this).
     if state.last_batch is None and s.batch_id > 0 and params.trims:
         lost_at = s.batch_id
-    top = pipe.xrevrange(keys.late, count=1) if s.late_events else []
+    late_shards = sorted({e.shard for e in s.late_events})
+    tops = [pipe.xrevrange(shard_key(keys.late, k), count=1) for k in late_shards]
     # A reader's committed ID only grows: reading it before the transaction is safe.
     done = [pipe.hget(reader, "committed_id") for reader in params.readers]
     return Prior(
         lost_at=lost_at, max_event_us=state.max_event_us, sets_closed_below_ms=state.sets_closed_below_ms,
         server_max=dict(state.server_max_event_us),
         final_players=_final_player_counts(client, keys, params, state.sets_closed_below_ms, s.watermark_ms),
-        late_top=parse_entry_id(top[0][0]) if top else (0, 0),
+        late_top={k: parse_entry_id(top[0][0]) if top else (0, 0) for k, top in zip(late_shards, tops, strict=True)},
         readers_done=tuple((d.decode() if isinstance(d, bytes) else d) if d else START for d in done))
 
 
@@ -402,7 +419,8 @@ def plan_commit(s: BatchSummary, params: Params, prior: Prior, now_ms: int) -> B
         regions=dict(s.regions),
         tradeoff=_tradeoff_counts(s.windows, driver), windows=s.windows, final_players=prior.final_players,
         windows_end_below_ms=next_wm - params.retention_ms - params.window_ms,
-        late=[e for e in s.late_events if parse_entry_id(e.entry_id) > prior.late_top], bad=s.bad,
+        late=[e for e in s.late_events if parse_entry_id(e.entry_id) > prior.late_top.get(e.shard, (0, 0))],
+        bad=s.bad,
         record=record, state=state,
         trim_below=str(keep_from) if params.trims and any(i != START for i in keep_from.ids) else None)
 
@@ -499,18 +517,20 @@ def _queue_windows(pipe: redis.client.Pipeline, keys: KeySchema, w: BatchWrites,
 
 
 def _queue_kept(pipe: redis.client.Pipeline, keys: KeySchema, w: BatchWrites, params: Params) -> None:
-    """The late events (exact ``MAXLEN``: ``totals.kept - XLEN`` is what the bound evicted) and the
-    quarantined entries, each under its input entry ID."""
+    """The late events (exact ``MAXLEN``: ``totals.kept`` less the streams' lengths is what the bound evicted) and
+    the quarantined entries, each under its input entry ID in its shard's stream (IDs are unique only there)."""
     for e in w.late:
-        pipe.xadd(keys.late, e.fields(), id=e.entry_id, maxlen=params.late_keep, approximate=False)
+        pipe.xadd(shard_key(keys.late, e.shard), e.fields(), id=e.entry_id, maxlen=params.late_keep_per_shard,
+                  approximate=False)
     if w.late:
         pipe.hincrby(keys.totals, "kept", len(w.late))
-        pipe.expire(keys.late, params.ttl_s)
+    for k in sorted({e.shard for e in w.late}):
+        pipe.expire(shard_key(keys.late, k), params.ttl_s)
     for b in w.bad:
-        pipe.xadd(keys.dead, DeadEntry(b.reason, b.detail, b.raw, w.batch_id).fields(),
+        pipe.xadd(shard_key(keys.dead, b.shard), DeadEntry(b.reason, b.detail, b.raw, w.batch_id).fields(),
                   id=b.entry_id, maxlen=DEAD_KEEP, approximate=True)
-    if w.bad:
-        pipe.expire(keys.dead, params.ttl_s)
+    for k in sorted({b.shard for b in w.bad}):
+        pipe.expire(shard_key(keys.dead, k), params.ttl_s)
 
 
 def commit_batch(client: redis.Redis, keys: KeySchema, s: BatchSummary, params: Params,

@@ -4,11 +4,15 @@ stream (what waits, how long the oldest has waited), consistent with each other.
 The dashboard reads this with every refresh (``views.snapshot.read_snapshot`` shares its first round trip), and so
 can any other process that only wants the pipeline's figures (:func:`read_pipeline`), such as one exporting metrics.
 Read commands only, so a read-only Redis user can run it; no pyspark.
+
+A sharded input (:mod:`watermark.schema.shards`) is read shard by shard: the figures are the shards' sums, the
+oldest waiting entry the oldest of each shard's first uncommitted one. How many shards there are is what the
+pipeline's committed position names, so a reader needs no setting of its own.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import redis
@@ -16,6 +20,7 @@ import redis
 from watermark.schema.events import parse_entry_id
 from watermark.schema.keys import KeySchema, parse_total_field
 from watermark.schema.records import StateParams, StateRecord
+from watermark.schema.shards import Position, shard_key
 
 
 @dataclass(frozen=True)
@@ -144,7 +149,8 @@ class FixedReads:
     totals: Totals
     servers: tuple[str, ...]
     trimmed: int
-    xinfo: Mapping
+    xinfo: Sequence[Mapping]
+    """``XINFO STREAM`` of each input shard ({} for one never written)."""
     seen: Mapping[str, int]
     regions: Mapping[str, str]
     more: list
@@ -171,6 +177,16 @@ def read_pipeline(client: redis.Redis, keys: KeySchema, input_keys: KeySchema | 
     return fixed.status(oldest)
 
 
+_SHARDS: dict[str, int] = {}
+"""Per input stream, how many shards the last committed position read named: what the next read asks about
+(read again when that changed)."""
+
+
+def shards_named(state: PipelineState | None, default: int = 1) -> int:
+    """How many input shards the pipeline reads: as many as its committed position names."""
+    return Position.of(state.committed_id).shards if state is not None else default
+
+
 def read_memory(client: redis.Redis) -> tuple[int | None, int]:
     """Redis' ``used_memory`` and ``maxmemory`` (0: none). ``used_memory`` None when INFO is refused (an ACL user
     without it): the pages and the alerts then cannot tell how full Redis is, and say so."""
@@ -181,11 +197,24 @@ def read_memory(client: redis.Redis) -> tuple[int | None, int]:
     return int(mem.get("used_memory", 0)), int(mem.get("maxmemory", 0))
 
 
-def first_after(client: redis.Redis, stream: str, entry_id: str) -> bytes | None:
-    """The ID of the first entry of ``stream`` after ``entry_id`` (a reader's last committed one): the oldest
-    entry it has not committed yet; None when none waits."""
-    after = client.xrange(stream, min="(" + entry_id, max="+", count=1)
-    return after[0][0] if after else None
+def first_after(client: redis.Redis, stream: str, position: str) -> bytes | None:
+    """The ID of the oldest entry of the input (``stream``, shard 0's key) after ``position`` (a reader's last
+    committed one): the oldest entry it has not committed yet, in whichever shard; None when none waits."""
+    pipe = client.pipeline(transaction=False)
+    queue_first_after(pipe, stream, position)
+    return oldest_of(pipe.execute())
+
+
+def queue_first_after(pipe: redis.client.Pipeline, stream: str, position: str) -> None:
+    """Each shard's first entry after ``position``: one reply per shard (:func:`oldest_of` reads them)."""
+    for k, entry_id in enumerate(Position.of(position).ids):
+        pipe.xrange(shard_key(stream, k), min="(" + entry_id, max="+", count=1)
+
+
+def oldest_of(replies: Sequence[list]) -> bytes | None:
+    """The oldest by arrival of the shards' first uncommitted entries (:func:`queue_first_after`'s replies)."""
+    ids = [r[0][0] for r in replies if r]
+    return min(ids, key=lambda i: parse_entry_id(_decode(i) or "")) if ids else None
 
 
 FIXED_READ_TRIES = 3
@@ -203,7 +232,10 @@ def read_fixed(client: redis.Redis, keys: KeySchema, input_keys: KeySchema,
     commit bumps its ``last_batch``, so the same ``last_batch`` before and after the reads means no commit came
     in between; otherwise read again."""
     guards = list(dict.fromkeys([keys.state, input_keys.state]))
-    for _ in range(FIXED_READ_TRIES):
+    n = len(guards)
+    tries = 0
+    while True:
+        shards = _SHARDS.get(input_keys.events, 1)
         pipe = client.pipeline(transaction=False)
         for g in guards:
             pipe.hget(g, "last_batch")
@@ -211,54 +243,62 @@ def read_fixed(client: redis.Redis, keys: KeySchema, input_keys: KeySchema,
         pipe.hgetall(keys.totals)
         pipe.smembers(keys.servers)
         pipe.get(input_keys.trimmed)
-        pipe.xinfo_stream(input_keys.events)
         pipe.hgetall(keys.seen)
         pipe.hgetall(keys.regions)
+        for k in range(shards):
+            pipe.xinfo_stream(shard_key(input_keys.events, k))
         if queue_more is not None:
             queue_more(pipe)
         for g in guards:
             pipe.hget(g, "last_batch")
         replies = pipe.execute(raise_on_error=False)
-        n = len(guards)
-        if replies[:n] == replies[-n:]:
-            break
-    return _parse_fixed(replies[n:-n], keys)
+        fixed = _parse_fixed(replies[n:-n], keys, shards)
+        tries += 1
+        named = shards_named(fixed.state, shards)
+        if named != shards:  # the shards changed (or this is the first read): the same reads of every shard
+            _SHARDS[input_keys.events] = named
+            continue
+        if replies[:n] == replies[-n:] or tries >= FIXED_READ_TRIES:
+            return fixed
 
 
-def _parse_fixed(replies: list, keys: KeySchema) -> FixedReads:
-    state_h, totals_h, servers_raw, trimmed, xinfo, seen_h, regions_h, *more = replies
+def _parse_fixed(replies: list, keys: KeySchema, shards: int) -> FixedReads:
+    state_h, totals_h, servers_raw, trimmed, seen_h, regions_h, *rest = replies
+    xinfos, more = rest[:shards], rest[shards:]
     for reply in (state_h, totals_h, servers_raw, trimmed, seen_h, regions_h, *more):
         if isinstance(reply, Exception):
             raise reply
     state = PipelineState.from_hash(state_h, keys.state)
     totals = Totals.from_hash(_decode_hash(totals_h))
-    if isinstance(xinfo, redis.ResponseError):  # no such key: nothing was ever written
-        xinfo = {}
-    elif isinstance(xinfo, Exception):
-        raise xinfo
+    for x in xinfos:
+        if isinstance(x, Exception) and not isinstance(x, redis.ResponseError):  # ResponseError: no such key
+            raise x
     servers = tuple(sorted({*(_decode(s) for s in servers_raw), *totals.servers}))
     seen = {_decode(k): int(v) for k, v in seen_h.items()}
     regions = {_decode(k): _decode(v) for k, v in regions_h.items()}
-    return FixedReads(state, totals, servers, int(trimmed or 0), xinfo, seen, regions, more)
+    return FixedReads(state, totals, servers, int(trimmed or 0),
+                      [{} if isinstance(x, Exception) else x for x in xinfos], seen, regions, more)
 
 
-def stream_info(xinfo: Mapping, trimmed: int, committed: int, oldest: object, no_batch: bool) -> StreamInfo:
-    """The input's length, ends and what waits: ``entries-added - committed`` on Redis 7 (every entry ever appended:
-    exact whoever trims what the readers committed), else ``XLEN + trimmed - committed`` (Redis 6.2 has no such
-    count: the job counts its own trims, exact while only it trims). Neither sees an entry someone deleted before
-    the job read it, except that none waits when no entry follows the committed one; ``oldest``: that entry."""
-    length = int(xinfo.get("length", 0)) if xinfo else 0
-    last_id = _decode(xinfo.get("last-generated-id")) if xinfo else None
-    if last_id == "0-0":
-        last_id = None
-    added = xinfo.get("entries-added") if xinfo else None
+def stream_info(xinfos: Sequence[Mapping], trimmed: int, committed: int, oldest: object, no_batch: bool) -> StreamInfo:
+    """The input's length, ends and what waits, summed over its shards (``xinfos``: each one's ``XINFO STREAM``):
+    ``entries-added - committed`` on Redis 7 (every entry ever appended: exact whoever trims what the readers
+    committed), else ``XLEN + trimmed - committed`` (Redis 6.2 has no such count: the job counts its own trims,
+    exact while only it trims). Neither sees an entry someone deleted before the job read it, except that none
+    waits when no entry follows the committed one; ``oldest``: that entry."""
+    written = [x for x in xinfos if x]
+    length = sum(int(x.get("length", 0)) for x in written)
+    lasts = [i for i in (_decode(x.get("last-generated-id")) for x in written) if i and i != "0-0"]
+    last_id = max(lasts, key=parse_entry_id) if lasts else None  # the newest arrival in any shard
+    counts = [x.get("entries-added") for x in written]
+    added = None if not written or None in counts else sum(int(c) for c in counts)
     if added is None or no_batch:
         waiting = waiting_entries(length, trimmed, committed)
     else:  # an entry deleted unread (XDEL) is counted in entries-added: none waits when no entry follows the commit
         waiting = min(length, max(0, int(added) - committed)) if oldest is not None else 0
     oldest_ms = parse_entry_id(_decode(oldest))[0] if oldest is not None and waiting else None
-    first = xinfo.get("first-entry") if xinfo else None
-    first_ms = parse_entry_id(_decode(first[0]))[0] if first else None
+    firsts = [parse_entry_id(_decode(x["first-entry"][0]))[0] for x in written if x.get("first-entry")]
+    first_ms = min(firsts) if firsts else None
     if no_batch and waiting:
         oldest_ms = first_ms
     return StreamInfo(length=length, last_id=last_id, waiting=waiting, oldest_waiting_ms=oldest_ms,

@@ -20,9 +20,9 @@ import msgspec
 import redis
 
 from watermark.schema.config import Config, ConfigError
-from watermark.schema.events import parse_entry_id
 from watermark.schema.keys import KeySchema, WindowKey
 from watermark.schema.records import BatchRecord, PresenceRecord, StateRecord
+from watermark.schema.shards import Position
 from watermark.schema.timeutil import iso_from_ms
 
 
@@ -101,16 +101,17 @@ def read_batches(client: redis.Redis, keys: KeySchema, last: int | None = None) 
 
 def wait_for_commit(client: redis.Redis, keys: KeySchema, last_id: str, timeout_s: float,
                     online: bool = False) -> bool:
-    """Block on ``{ns}:commits`` (no polling) until the pipeline has committed up to entry ``last_id``;
+    """Block on ``{ns}:commits`` (no polling) until the pipeline has committed up to entry ``last_id`` (a position:
+    with shards, up to each shard's ID in it);
     False if it has not within ``timeout_s``. With ``online``, until the online view has, on its own stream
     (it commits after the windows of the same batch, in the job on a thread of its own)."""
-    want = parse_entry_id(last_id)
+    want = Position.of(last_id)
     state, commits = (keys.presence_state, keys.presence_commits) if online else (keys.state, keys.commits)
     deadline = time.monotonic() + timeout_s
     cursor = "0-0"
     while True:
         committed = client.hget(state, "committed_id")
-        if committed and parse_entry_id(committed) >= want:
+        if committed and Position.of(committed).covers(want):
             return True
         left = deadline - time.monotonic()
         if left <= 0:

@@ -22,6 +22,7 @@ from watermark.schema.clock import Clock
 from watermark.schema.config import ConfigError
 from watermark.schema.events import Event, parse_entry_id
 from watermark.schema.keys import producer_marker_key
+from watermark.schema.shards import shard_key, shard_of
 from watermark.store.batch_channel import (
     LOST_REDIS,
     BacklogGate,
@@ -80,13 +81,18 @@ class StreamWriter:
 
     ``explicit_ids`` uses ``{arrival_ms}-{seq}`` instead of ``*``, kept strictly
     above the stream's last ID, so ingest times are the simulated arrival times.
+
+    With ``shards`` > 1 each event goes to its server's shard (``shard_of``; :mod:`watermark.schema.shards`), and a
+    batch's transaction spans the shards it touches and the one marker: on one Redis that keeps exactly once
+    for all of them. (Shards on the nodes of a Redis Cluster take a producer per shard:
+    :class:`watermark.client.sharded.ShardedProducer`.)
     """
 
     def __init__(self, client: redis.Redis, stream_key: str, *, explicit_ids: bool = False,
                  batch_size: int = 2_000, clock: Clock | None = None, offset_us: int = 0, linger_us: int = 1_000,
                  stop: threading.Event | None = None,
                  on_batch: Callable[[WriteStats], None] | None = None, producer_id: str | None = None,
-                 idempotent: bool = True, max_stream_entries: int | None = None) -> None:
+                 idempotent: bool = True, max_stream_entries: int | None = None, shards: int = 1) -> None:
         if batch_size < 1:
             raise ConfigError(f"batch_size must be at least 1, got {batch_size}")
         self.client = client
@@ -104,10 +110,13 @@ class StreamWriter:
         self.producer_id = producer_id or uuid.uuid4().hex
         self.channel = BatchChannel(stream_key, producer_marker_key(stream_key, self.producer_id),
                                     idempotent=idempotent)
-        self.gate = BacklogGate(client, stream_key, max_stream_entries, logger=log)  # STREAM_MAX_ENTRIES
-        key = stream_key.encode().decode("latin-1")
-        self._head = f"*5\r\n$4\r\nXADD\r\n${len(key)}\r\n{key}\r\n"
-        self._star_head = xadd_head(stream_key)
+        self.gate = BacklogGate(client, stream_key, max_stream_entries, logger=log,  # STREAM_MAX_ENTRIES
+                                shards=shards)
+        self.shards = shards
+        keys = [shard_key(stream_key, k).encode().decode("latin-1") for k in range(shards)]
+        self._heads = [f"*5\r\n$4\r\nXADD\r\n${len(key)}\r\n{key}\r\n" for key in keys]
+        self._star_heads = [xadd_head(shard_key(stream_key, k)) for k in range(shards)]
+        self._shard_of: dict[str, int] = {}  # server -> its shard, computed once
         self._last = (0, 0)
         self._carry: Any = None  # the event read ahead of the last batch, not sent yet
         self._full = FullWait(2.0, log)  # Redis full: the pauses before each batch is sent again
@@ -130,7 +139,8 @@ class StreamWriter:
             for batch in channel.attach(self.client):
                 self._confirmed(batch)
             if self.explicit_ids:
-                self._last = max(self._last, stream_last_id(self.client, self.stream_key))
+                self._last = max(self._last, *(stream_last_id(self.client, shard_key(self.stream_key, k))
+                                               for k in range(self.shards)))
             self._loop(it, raw)
             ok = True
         finally:
@@ -171,8 +181,8 @@ class StreamWriter:
         frames: list[str] = []
         append = frames.append
         counts: dict[str, int] = {}
-        head = self._head
-        star_head = self._star_head
+        heads, star_heads = self._heads, self._star_heads
+        sharded, route, shards = self.shards > 1, self._shard_of, self.shards
         explicit = self.explicit_ids
         last_ms, last_seq = self._last
         limit = self.batch_size
@@ -190,6 +200,11 @@ class StreamWriter:
                 arrival, ev = item
                 server = ev.server
                 text = payload_text(ev) if ev.region is None else ev.payload().decode("latin-1")
+            k = 0
+            if sharded:
+                k = route.get(server, -1)
+                if k < 0:
+                    k = route[server] = shard_of(server, shards)
             if explicit:
                 ms = arrival // 1000
                 if ms > last_ms:
@@ -197,9 +212,9 @@ class StreamWriter:
                 else:
                     last_seq += 1
                 entry_id = f"{last_ms}-{last_seq}"
-                append(f"{head}${len(entry_id)}\r\n{entry_id}\r\n$1\r\ne\r\n${len(text)}\r\n{text}\r\n")
+                append(f"{heads[k]}${len(entry_id)}\r\n{entry_id}\r\n$1\r\ne\r\n${len(text)}\r\n{text}\r\n")
             else:
-                append(f"{star_head}${len(text)}\r\n{text}\r\n")
+                append(f"{star_heads[k]}${len(text)}\r\n{text}\r\n")
             counts[server] = counts.get(server, 0) + 1
             n += 1
             try:
@@ -250,8 +265,9 @@ class StreamWriter:
 def write(client: redis.Redis, stream_key: str, events: Iterable[tuple[int, Event]] | Simulator, *,
           clock: Clock | None = None, explicit_ids: bool = False, batch_size: int = 2_000,
           offset_us: int = 0, linger_us: int = 1_000, stop: threading.Event | None = None,
-          on_batch: Callable[[WriteStats], None] | None = None, idempotent: bool = True) -> WriteStats:
-    """Write ``(arrival_us, event)`` pairs to ``stream_key``; see :class:`StreamWriter`."""
+          on_batch: Callable[[WriteStats], None] | None = None, idempotent: bool = True,
+          shards: int = 1) -> WriteStats:
+    """Write ``(arrival_us, event)`` pairs to ``stream_key`` (its ``shards``); see :class:`StreamWriter`."""
     return StreamWriter(client, stream_key, explicit_ids=explicit_ids, batch_size=batch_size, clock=clock,
                         offset_us=offset_us, linger_us=linger_us, stop=stop, on_batch=on_batch,
-                        idempotent=idempotent).run(events)
+                        idempotent=idempotent, shards=shards).run(events)

@@ -4,6 +4,10 @@ Bounded: at most ``cap`` stream entries (the newest in the range) are read,
 and the result says when the cap cut the range short. Read commands only; no
 Streamlit (the page caches :func:`read_events` per refresh tick in
 ``dashboard/loaders.py``), so tests call it directly against a real Redis.
+
+A sharded input (:mod:`watermark.schema.shards`) is read shard by shard and merged by arrival: an entry is
+named by its shard and its ID there (the late and dead streams are per shard too), and the batch that read it is
+found by its own shard's bounds. How many shards there are is what the committed position names.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from watermark.rules.late import LateEvent
 from watermark.schema.events import IDLE_KIND, BadEntry, Event, parse_entry, parse_entry_id
 from watermark.schema.keys import KeySchema
 from watermark.schema.records import BatchRecord, CommitEntry, DeadEntry
+from watermark.schema.shards import Position, shard_key
 from watermark.store.pipeline_status import PipelineState
 
 MAX_POINTS = 20_000
@@ -29,7 +34,8 @@ class Quarantined:
     entry_id: str
     reason: str
     pending: bool
-    """Not processed yet (it will be quarantined when it is); else it is in ``{ns}:dead``."""
+    """Not processed yet (it will be quarantined when it is); else it is in ``{ns}:dead`` (its shard's)."""
+    shard: int = 0
 
 
 @dataclass(frozen=True)
@@ -87,44 +93,57 @@ def read_events(client: redis.Redis, keys: KeySchema, *, server: str | None, ran
     stream = (input_keys or keys).events
     if cap < 1:
         raise ValueError(f"cap must be positive, got {cap}")
-    state, first, last, commits = _head(client, keys, stream)
+    state, ends, commits = _head(client, keys, stream)
     if state is None:
         return None
     window_ms, slide_ms, delay_ms = state.window_ms, state.slide_ms, state.delay_ms
     committed_id = state.committed_id
-    first_ms = parse_entry_id(first[0][0])[0] if first else None
-    hi = end_ms if end_ms is not None else (parse_entry_id(last[0][0])[0] if last else 0)
+    shards = len(ends)
+    firsts = [parse_entry_id(f[0][0]) if f else None for f, _ in ends]
+    first_ms = min((f[0] for f in firsts if f is not None), default=None)
+    lasts = [parse_entry_id(last[0][0])[0] for _, last in ends if last]
+    hi = end_ms if end_ms is not None else max(lasts, default=0)
     lo = hi - range_ms
 
-    # Round trip 2: the entries (newest first, capped), the quarantined ones, the batches that read them.
+    # Round trip 2: each shard's entries (newest first, capped), its quarantined ones and its late events' count.
     pipe = client.pipeline(transaction=False)
-    pipe.xrevrange(stream, max=hi, min=lo, count=cap + 1)
-    pipe.xrevrange(keys.dead, max=hi, min=lo, count=cap + 1)  # dead IDs are a subset of the events'
+    for k in range(shards):
+        pipe.xrevrange(shard_key(stream, k), max=hi, min=lo, count=cap + 1)
+    for k in range(shards):
+        pipe.xrevrange(shard_key(keys.dead, k), max=hi, min=lo, count=cap + 1)  # dead IDs: a subset of the shard's
+    for k in range(shards):
+        pipe.xlen(shard_key(keys.late, k))
     pipe.get(keys.trimmed)
     pipe.hget(keys.totals, "kept")
-    pipe.xlen(keys.late)
-    batch_ids = _batches_covering(commits, lo, hi, committed_id)
-    for b in batch_ids:
-        pipe.hget(keys.batch(b), "sink")
-    raw, dead, trimmed_count, kept_count, kept_len, *sinks = pipe.execute()
-    kept_total, kept_now = int(kept_count or 0), int(kept_len)
+    replies = pipe.execute()
+    raws, deads, lens = replies[:shards], replies[shards:2 * shards], replies[2 * shards:3 * shards]
+    trimmed_count, kept_count = replies[3 * shards:]
+    kept_total, kept_now = int(kept_count or 0), sum(int(n) for n in lens)
     trimmed = int(trimmed_count or 0)
 
-    capped = len(raw) > cap
-    raw = list(reversed(raw[:cap]))
+    # The newest ``cap`` of all shards by arrival: every entry newer than the oldest kept is among each shard's
+    # newest ``cap + 1``, so the merge cuts the range at one arrival for all shards.
+    merged = sorted(((parse_entry_id(i), k, i, f) for k, reply in enumerate(raws) for i, f in reply), reverse=True)
+    capped = len(merged) > cap
+    raw = [(k, i, f) for _, k, i, f in reversed(merged[:cap])]
     shown_from = lo
     if capped:
-        shown_from = parse_entry_id(raw[0][0])[0]
+        shown_from = merged[cap - 1][0][0]
     elif first_ms is not None and first_ms > lo:
         shown_from = first_ms
-    events, quarantined = _sort_entries(raw, dead, server, committed_id)
-    spans = [_span(s) for s in sinks if s is not None]
+    events, quarantined = _sort_entries(raw, deads, server, committed_id)
+    rows = _commit_rows(commits)
+    batch_ids = sorted({*_batches_covering(rows, lo, hi, committed_id),
+                        *_batches_reading(rows, [(k, e) for e, _, k in events])})
+    # Round trip 3: the records of the batches that read them (and of those whose watermark steps are shown).
+    spans = _spans(client, keys, batch_ids)
     next_wm = state.next_watermark_ms
-    # Round trip 3, when the stream no longer covers the whole range: the late events kept below it.
-    below = raw[0][0].decode() if capped else (first[0][0].decode() if first else None)
+    # Round trip 4, where the stream no longer covers the whole range: the late events kept below it, shard by
+    # shard (below the cap's cut, else below the shard's oldest entry, all of the range for an emptied shard).
     kept: list[EventPoint] = []
-    if below is not None and shown_from > lo:
-        kept = [e.point(window_ms, slide_ms) for e in read_kept(client, keys, lo, f"({below}", cap)
+    below = _below_shown(merged[cap - 1][:2] if capped else None, firsts, lo)
+    if any(b is not None for b in below):
+        kept = [e.point(window_ms, slide_ms) for e in read_kept(client, keys, lo, below, cap)
                 if server is None or e.server == server]
     return EventRange(
         server=server, lo_ms=lo, hi_ms=hi, shown_from_ms=shown_from, capped=capped, cap=cap,
@@ -138,42 +157,88 @@ def read_events(client: redis.Redis, keys: KeySchema, *, server: str | None, ran
     )
 
 
-def _head(client: redis.Redis, keys: KeySchema, stream: str) -> tuple[PipelineState | None, list, list, list]:
-    """Round trip 1: the pipeline's state, the stream's first and last entries, the commits index."""
+def _head(client: redis.Redis, keys: KeySchema, stream: str) -> tuple[PipelineState | None, list, list]:
+    """Round trip 1: the pipeline's state, the commits index and shard 0's first and last entries; with more
+    shards (as many as the committed position names), one more for theirs."""
     pipe = client.pipeline(transaction=False)
     pipe.hgetall(keys.state)
+    pipe.xrange(keys.commits)
     pipe.xrange(stream, count=1)
     pipe.xrevrange(stream, count=1)
-    pipe.xrange(keys.commits)
-    state_h, first, last, commits = pipe.execute()
-    return PipelineState.from_hash(state_h, keys.state), first, last, commits
+    state_h, commits, first, last = pipe.execute()
+    state = PipelineState.from_hash(state_h, keys.state)
+    ends = [(first, last)]
+    shards = Position.of(state.committed_id).shards if state is not None else 1
+    if shards > 1:
+        pipe = client.pipeline(transaction=False)
+        for k in range(1, shards):
+            pipe.xrange(shard_key(stream, k), count=1)
+            pipe.xrevrange(shard_key(stream, k), count=1)
+        more = pipe.execute()
+        ends += list(zip(more[::2], more[1::2], strict=True))
+    return state, ends, commits
 
 
-def _sort_entries(raw: list, dead: list, server: str | None,
-                  committed_id: str) -> tuple[list[tuple[str, Event]], list[Quarantined]]:
-    """The entries' events of ``server`` (idle markers are not events) and the quarantined ones of any server,
-    with the sink's reason where it has judged them."""
-    dead_reasons = {parse_entry_id(i): DeadEntry.from_fields(f, f"{i!r} in the dead letters").reason for i, f in dead}
+def _sort_entries(raw: list, deads: list[list], server: str | None,
+                  committed_id: str) -> tuple[list[tuple[str, Event, int]], list[Quarantined]]:
+    """The entries' (shard, ID, fields) events of ``server`` (idle markers are not events) and the quarantined
+    ones of any server, with the sink's reason where it has judged them (``deads``: each shard's dead
+    entries)."""
+    dead_reasons = {(k, parse_entry_id(i)): DeadEntry.from_fields(f, f"{i!r} in the dead letters").reason
+                    for k, dead in enumerate(deads) for i, f in dead}
+    committed = Position.of(committed_id)
     events, quarantined = [], []
-    for raw_id, fields in raw:
+    for shard, raw_id, fields in raw:
         entry_id = raw_id.decode()
-        pending = parse_entry_id(entry_id) > parse_entry_id(committed_id)
-        reason = dead_reasons.get(parse_entry_id(entry_id))
+        pending = parse_entry_id(entry_id) > parse_entry_id(committed.at(shard))
+        reason = dead_reasons.get((shard, parse_entry_id(entry_id)))
         parsed = parse_entry(fields, entry_id)
         if reason is None and isinstance(parsed, BadEntry):
             reason = parsed.reason
         if reason is not None:
-            quarantined.append(Quarantined(entry_id, reason, pending))
+            quarantined.append(Quarantined(entry_id, reason, pending, shard))
         elif isinstance(parsed, Event) and parsed.kind != IDLE_KIND and server in (None, parsed.server):
-            events.append((entry_id, parsed))
+            events.append((entry_id, parsed, shard))
     return events, quarantined
 
 
-def read_kept(client: redis.Redis, keys: KeySchema, lo: int | str, hi: int | str, cap: int) -> list[LateEvent]:
-    """The late events kept with arrival IDs in ``[lo, hi]`` (Redis range syntax), the newest ``cap``,
-    oldest first."""
-    return [LateEvent.from_fields(i, f) for i, f in reversed(client.xrevrange(keys.late, max=hi, min=lo,
-                                                                               count=cap))]
+def _below_shown(cut: tuple[tuple[int, int], int] | None, firsts: list[tuple[int, int] | None],
+                 lo_ms: int) -> list[str | None]:
+    """Per shard, the (exclusive) end of the arrivals not shown from its stream: below the oldest entry shown
+    when the cap cut the range (``cut``: its ID and shard, as the merge orders them), else below the shard's
+    oldest entry when that came after ``lo_ms``; ``+`` for a shard the trim emptied; None: all shown."""
+    out: list[str | None] = []
+    for k, first in enumerate(firsts):
+        if cut is not None:
+            (ms, seq), shard = cut
+            out.append(f"{ms}-{seq}" if k < shard else f"({ms}-{seq}")  # merged by (ID, shard)
+        elif first is None:
+            out.append("+")
+        else:
+            out.append(f"({first[0]}-{first[1]}" if first[0] > lo_ms else None)
+    return out
+
+
+def read_kept(client: redis.Redis, keys: KeySchema, lo: int | str, below: list[str | None],
+              cap: int) -> list[LateEvent]:
+    """The late events kept with arrival IDs from ``lo`` to each shard's ``below`` (Redis range syntax; None: none
+    of that shard), the newest ``cap`` of all shards, oldest first."""
+    pipe = client.pipeline(transaction=False)
+    shards = [k for k, b in enumerate(below) if b is not None]
+    for k in shards:
+        pipe.xrevrange(shard_key(keys.late, k), max=below[k], min=lo, count=cap)
+    merged = sorted(((parse_entry_id(i), k, i, f) for k, reply in zip(shards, pipe.execute(), strict=True)
+                     for i, f in reply), reverse=True)[:cap]
+    return [LateEvent.from_fields(i, f, k) for _, k, i, f in reversed(merged)]
+
+
+def _spans(client: redis.Redis, keys: KeySchema, batch_ids: list[int]) -> list[BatchSpan]:
+    if not batch_ids:
+        return []
+    pipe = client.pipeline(transaction=False)
+    for b in batch_ids:
+        pipe.hget(keys.batch(b), "sink")
+    return [_span(s) for s in pipe.execute() if s is not None]
 
 
 def _span(sink: bytes) -> BatchSpan:
@@ -181,24 +246,38 @@ def _span(sink: bytes) -> BatchSpan:
     return BatchSpan(rec.batch, rec.start_id, rec.end_id, rec.watermark_ms)
 
 
-def _commit_rows(commits: list) -> list[tuple[int, tuple[int, int]]]:
-    """Each entry of ``{ns}:commits`` (as ``XRANGE`` returns them) as its batch and the last entry it read."""
+def _commit_rows(commits: list) -> list[tuple[int, Position]]:
+    """Each entry of ``{ns}:commits`` (as ``XRANGE`` returns them) as its batch and how far it read, by batch."""
     entries = (CommitEntry.from_fields(f, f"{i!r} in the commits stream") for i, f in commits)
-    return [(e.batch, parse_entry_id(e.end_id)) for e in entries]
+    return sorted((e.batch, Position.of(e.end_id)) for e in entries)
 
 
-def _batches_covering(commits: list, lo_ms: int, hi_ms: int, committed_id: str) -> list[int]:
-    """Batch ids from ``{ns}:commits`` whose entries may have arrived in ``[lo_ms, hi_ms]``.
+def _batches_covering(rows: list[tuple[int, Position]], lo_ms: int, hi_ms: int, committed_id: str) -> list[int]:
+    """Batch ids whose reads end in ``[lo_ms, hi_ms]`` of arrival, and the first after: the watermark steps
+    over the range (which batch read each entry shown: :func:`_batches_reading`).
 
-    Batch N read ``(end_id of N-1, end_id of N]``: the first batch needed is the first ending at or
-    after ``lo_ms``, the last the first ending at or after ``hi_ms`` (or the newest)."""
+    Batch N read ``(end of N-1, end of N]``: the first batch needed is the first ending at or after ``lo_ms``,
+    the last the first ending after ``hi_ms`` (or the newest)."""
     out = []
-    for batch, end in sorted(_commit_rows(commits)):
-        if end[0] < lo_ms or end > parse_entry_id(committed_id):
+    committed = Position.of(committed_id)
+    for batch, end in rows:
+        if end.newest_ms() < lo_ms or not committed.covers(end):
             continue
         out.append(batch)
-        if end[0] > hi_ms:
+        if end.newest_ms() > hi_ms:
             break
+    return out
+
+
+def _batches_reading(rows: list[tuple[int, Position]], entries: list[tuple[int, str]]) -> set[int]:
+    """The batch that read each (shard, entry ID): the first whose end in that shard is at or past it."""
+    out, ends = set(), {}
+    for shard, entry_id in entries:
+        if shard not in ends:
+            ends[shard] = [parse_entry_id(end.at(shard)) for _, end in rows]  # ascending as the batches are
+        i = bisect_left(ends[shard], parse_entry_id(entry_id))
+        if i < len(rows):
+            out.add(rows[i][0])
     return out
 
 
@@ -231,22 +310,32 @@ def find_player(client: redis.Redis, keys: KeySchema, player_id: str, lo_ms: int
                 scan_cap: int = SCAN_CAP, input_keys: KeySchema | None = None) -> PlayerEvents | None:
     """Every event of ``player_id`` that arrived in ``[lo_ms, hi_ms]``, judged as :func:`read_events` judges
     them; None when no batch has been committed. Scans at most ``scan_cap`` stream entries (said in the
-    result); the late ones come from ``{ns}:late`` as well, however old."""
+    result; all shards together); the late ones come from ``{ns}:late`` as well, however old."""
     state = PipelineState.from_hash(client.hgetall(keys.state), keys.state)
     if state is None:
         return None
     window_ms, slide_ms = state.window_ms, state.slide_ms
     committed_id = state.committed_id
-    found, scanned, first_ms, capped_at = _scan_stream(client, (input_keys or keys).events, player_id, lo_ms,
-                                                       hi_ms, scan_cap)
-    spans = _spans_of(client, keys, [entry_id for entry_id, _ in found], committed_id)
+    shards = Position.of(committed_id).shards
+    found: list[tuple[str, Event, int]] = []
+    scanned, firsts, capped = 0, [], []
+    for k in range(shards):
+        got, n, first_ms, capped_at = _scan_stream(client, shard_key((input_keys or keys).events, k), player_id,
+                                                   lo_ms, hi_ms, scan_cap - scanned)
+        found += [(entry_id, ev, k) for entry_id, ev in got]
+        scanned += n
+        firsts += [first_ms] if first_ms is not None else []
+        capped += [capped_at] if capped_at is not None else []
+    spans = _spans(client, keys, sorted(_batches_reading(_commit_rows(client.xrange(keys.commits)),
+                                                         [(k, e) for e, _, k in found])))
     points = judge(found, spans, committed_id, window_ms, slide_ms)
-    in_stream = {p.entry_id for p in points}
-    kept = [e.point(window_ms, slide_ms) for e in _scan_kept(client, keys, player_id, lo_ms, hi_ms)
-            if e.entry_id not in in_stream]
-    merged = sorted((*kept, *points), key=lambda p: parse_entry_id(p.entry_id))
+    in_stream = {(p.shard, p.entry_id) for p in points}
+    kept = [e.point(window_ms, slide_ms) for e in _scan_kept(client, keys, player_id, lo_ms, hi_ms, shards)
+            if (e.shard, e.entry_id) not in in_stream]
+    merged = sorted((*kept, *points), key=lambda p: (parse_entry_id(p.entry_id), p.shard))
     trimmed = int(client.get((input_keys or keys).trimmed) or 0)
-    return PlayerEvents(player_id, lo_ms, hi_ms, tuple(merged), scanned, first_ms, capped_at, trimmed)
+    return PlayerEvents(player_id, lo_ms, hi_ms, tuple(merged), scanned, min(firsts, default=None),
+                        min(capped, default=None), trimmed)
 
 
 def _scan_stream(client: redis.Redis, stream: str, player_id: str, lo_ms: int, hi_ms: int,
@@ -270,25 +359,16 @@ def _scan_stream(client: redis.Redis, stream: str, player_id: str, lo_ms: int, h
     return found, scanned, first_ms, parse_entry_id(more[0][0])[0] if more else None
 
 
-def _spans_of(client: redis.Redis, keys: KeySchema, entry_ids: list[str], committed_id: str) -> list[BatchSpan]:
-    """The records of the batches that read ``entry_ids`` (one each, from the ``{ns}:commits`` index)."""
-    if not entry_ids:
-        return []
-    rows = sorted((end, batch) for batch, end in _commit_rows(client.xrange(keys.commits)))
-    ends = [end for end, _ in rows]
-    batches = {rows[i][1] for i in (bisect_left(ends, parse_entry_id(e)) for e in entry_ids) if i < len(rows)}
-    pipe = client.pipeline(transaction=False)
-    for b in sorted(batches):
-        pipe.hget(keys.batch(b), "sink")
-    return [_span(s) for s in pipe.execute() if s is not None]
-
-
-def _scan_kept(client: redis.Redis, keys: KeySchema, player_id: str, lo_ms: int, hi_ms: int) -> list[LateEvent]:
-    """The player's late events kept in ``{ns}:late`` (bounded by ``LATE_EVENTS_KEEP``), oldest first."""
-    out, cursor, want = [], str(lo_ms), player_id.encode()
-    while True:
-        chunk = client.xrange(keys.late, min=cursor, max=hi_ms, count=_CHUNK)
-        out.extend(LateEvent.from_fields(i, f) for i, f in chunk if f.get(b"p") == want)
-        if len(chunk) < _CHUNK:
-            return out
-        cursor = "(" + chunk[-1][0].decode()
+def _scan_kept(client: redis.Redis, keys: KeySchema, player_id: str, lo_ms: int, hi_ms: int,
+               shards: int) -> list[LateEvent]:
+    """The player's late events kept in each shard's late stream (bounded by ``LATE_EVENTS_KEEP``)."""
+    out, want = [], player_id.encode()
+    for k in range(shards):
+        cursor = str(lo_ms)
+        while True:
+            chunk = client.xrange(shard_key(keys.late, k), min=cursor, max=hi_ms, count=_CHUNK)
+            out.extend(LateEvent.from_fields(i, f, k) for i, f in chunk if f.get(b"p") == want)
+            if len(chunk) < _CHUNK:
+                break
+            cursor = "(" + chunk[-1][0].decode()
+    return out

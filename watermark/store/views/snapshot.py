@@ -28,6 +28,8 @@ from watermark.store.pipeline_status import (
     ServerTotals,
     StreamInfo,
     Totals,
+    oldest_of,
+    queue_first_after,
     read_fixed,
     read_memory,
     waiting_entries,
@@ -167,7 +169,7 @@ def read_snapshot(client: redis.Redis, keys: KeySchema, *, range_ms: int, now_ms
     pipe.zrange(keys.batches, -n_batches, -1)
     pipe.hget((input_keys or keys).alerts_monitor, THRESHOLDS_FIELD)  # one monitor watches the pipeline and lanes
     if state is not None:
-        pipe.xrange(events, min="(" + state.committed_id, max="+", count=1)
+        queue_first_after(pipe, events, state.committed_id)
     replies = pipe.execute()
     members = [WindowKey.parse(m) for m in replies[0]]
     if head is not None:
@@ -184,7 +186,7 @@ def read_snapshot(client: redis.Redis, keys: KeySchema, *, range_ms: int, now_ms
     windows = window_rows(members, details, state.next_watermark_ms if state else 0)
 
     batches = batch_points(details[2 * len(members):], range_ms)
-    status = fixed.status(replies[3][0][0] if state is not None and replies[3] else None)
+    status = fixed.status(oldest_of(replies[3:]) if state is not None else None)
     gone = retired(status.seen, now_ms, retire_after_ms)
     return Snapshot(
         namespace=keys.namespace, read_ms=now_ms, range_ms=range_ms, state=state, totals=status.totals,
