@@ -163,12 +163,12 @@ def start_job(name: str, redis_url: str, master: str, entries: list[tuple[str, b
 def sharded_batches(servers: list[str], shards: int, cap: int) -> list[int]:
     """Each entry's batch when the entries (of these servers, in arrival order) are all in their servers' shards
     before the job starts and batches are capped at ``cap``: each batch takes, shard by shard, the first of what
-    is left, as many as ``share`` gives the shard of the backlogs counted up to the cap (decision 0017)."""
+    is left, as many as ``share`` gives the shard of the backlogs counted to one past the cap (decision 0017)."""
     left = [[i for i, s in enumerate(servers) if shard_of(s, shards) == k] for k in range(shards)]
     out = [0] * len(servers)
     batch = 0
     while any(left):
-        for k, n in enumerate(share([min(len(q), cap) for q in left], cap)):
+        for k, n in enumerate(share([min(len(q), cap + 1) for q in left], cap)):
             for i in left[k][:n]:
                 out[i] = batch
             left[k] = left[k][n:]

@@ -21,6 +21,7 @@ from watermark.spark.sink import aggregate_arrow, reread
 from watermark.spark.source import ARROW_SCHEMA, RedisStreamBatchReader, RedisStreamReader
 
 SHARDS = 4
+T0 = 1_767_225_600_000
 SERVERS = [f"srv-{i}" for i in range(11)]
 
 
@@ -101,6 +102,23 @@ def test_a_capped_run_reads_every_entry_once_and_shares_the_cap_by_backlog(r: re
     assert max(seen.values()) == 1  # (server, entry ID) once: a server lives in one shard
     newest = [r.xrevrange(shard_key(keys.events, k), count=1)[0][0].decode() for k in range(SHARDS)]
     assert Position.parse(start["id"], SHARDS) == Position(tuple(newest))
+
+
+def test_a_shard_left_alone_with_a_backlog_is_still_capped(r: redis.Redis, redis_url: str, keys: KeySchema) -> None:
+    """Once the other shards are read to their end, one shard's backlog alone is capped too: its count goes one
+    past the cap, so a backlog of more than the cap never reads as one that fits (found by the SIGKILL test at four
+    shards: the last batch read 421 entries under a cap of 60)."""
+    for k, n in ((0, 30), (1, 500)):
+        pipe = r.pipeline()
+        for i in range(n):
+            pipe.xadd(shard_key(keys.events, k), {"e": b"{}"}, id=f"{T0 + i}-0")
+        pipe.execute()
+    reader = RedisStreamReader(opts(keys, redis_url, 2, maxEventsPerBatch="60"))
+    start, batches = reader.initialOffset(), []
+    while (end := reader.latestOffset(start, ReadMaxRows(60))) != start:
+        batches.append(read_all(reader, start, end).num_rows)
+        start = end
+    assert batches == [60] * 8 + [50]
 
 
 def test_the_sink_rereads_a_batch_between_two_positions(r: redis.Redis, redis_url: str, keys: KeySchema) -> None:

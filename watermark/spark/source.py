@@ -577,8 +577,10 @@ class RedisStreamReader(DataSourceStreamReader):
             moved = [k for k in range(pos.shards) if ends[k] != pos.ids[k]]
             backlog = [0] * pos.shards
             for k in moved:
+                # one past the cap: a count of cap + 1 says "more than the cap" (a count that stopped at the cap
+                # would read as a backlog that fits, and the shard would be read to its newest entry)
                 backlog[k] = int(self.redis.eval(_COUNT_AFTER_LUA, 1, self.opts.streams[k], pos.ids[k],
-                                                 limit.max_rows))
+                                                 limit.max_rows + 1))
             for k, (n, b) in enumerate(zip(share(backlog, limit.max_rows), backlog, strict=True)):
                 if n < b:
                     ends[k] = self.redis.eval(_NTH_ID_LUA, 1, self.opts.streams[k], pos.ids[k], n).decode() \
