@@ -46,6 +46,7 @@ import tarfile
 import tempfile
 import threading
 import time
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -59,6 +60,7 @@ from watermark.apps.redis_server import free_port  # noqa: E402
 from watermark.runtime.children import die_with_parent  # noqa: E402
 from watermark.schema.events import parse_entry_id  # noqa: E402
 from watermark.schema.shards import Position, shard_key  # noqa: E402
+from watermark.spark.standalone import standalone  # noqa: E402
 
 TARGET_MAIN_P95_MS = 1_500
 TARGET_LANE_EXTRA_MS = 1_500
@@ -98,6 +100,9 @@ class Result:
     job_cores_by_part: dict[str, float] = field(default_factory=dict)  # JOB_PARTS: driver, jvm, workers, planner
     scrape_p50_ms: float | None = None
     scrape_p95_ms: float | None = None
+    master: str = "local[2]"  # where the executors ran: local mode, or "N workers x C cores" of a standalone cluster
+    shards: int = 1  # STREAM_SHARDS
+    executors: int = 0  # executor processes counted with the job (a standalone cluster's)
     scrapes: int = 0
     machine: str = field(default_factory=lambda: f"{os.cpu_count()} CPUs, {platform.machine()}, "
                                                     f"{platform.python_version()}")
@@ -148,6 +153,7 @@ class Stack:
         self.metrics_port = free_port()
         self.env["METRICS_PORT"] = str(self.metrics_port)
         self.shards = int(self.env.get("STREAM_SHARDS", "1"))  # the input's streams, as the stack reads them
+        self.master = "local[2]"  # as ./run.sh runs the job here (local[*] on two cores)
         self.commands = procfile(code_root)
         self.procs: dict[str, subprocess.Popen] = {}
 
@@ -228,6 +234,24 @@ def job_cpu_parts(pid: int) -> dict[str, float]:
             out[_job_part(p.cmdline(), p.name())] += t.user + t.system + t.children_user + t.children_system
         except psutil.NoSuchProcess:
             pass
+    return out
+
+
+def _sum_parts(pids: list[int]) -> dict[str, float]:
+    out = dict.fromkeys(JOB_PARTS, 0.0)
+    for pid in pids:
+        for k, v in job_cpu_parts(pid).items():
+            out[k] += v
+    return out
+
+
+def executor_pids() -> list[int]:
+    """The executor JVMs a standalone cluster runs (``CoarseGrainedExecutorBackend``; their Python workers are
+    their children); none in local mode, where the job's JVM is the executor."""
+    out = []
+    for p in psutil.process_iter(["cmdline"]):
+        if "CoarseGrainedExecutorBackend" in " ".join(p.info["cmdline"] or ()):
+            out.append(p.pid)
     return out
 
 
@@ -362,10 +386,17 @@ def entry_keys(client: redis.Redis, lo_ms: int, hi_ms: int, shards: int) -> tupl
     return np.concatenate(ms_list), np.concatenate(key_list), np.concatenate(shard_list)
 
 
-def run(code_root: Path, rate: int, seconds: float, warmup: float, drain: float, label: str) -> Result:
-    with tempfile.TemporaryDirectory(prefix="stack-bench-") as tmpdir:
+def run(code_root: Path, rate: int, seconds: float, warmup: float, drain: float, label: str,
+        workers: int = 0, worker_cores: int = 1) -> Result:
+    """One run; with ``workers``, the job's executors on a Spark standalone cluster of that many workers of
+    ``worker_cores`` cores each on this machine (``watermark.spark.standalone``), the driver in the job."""
+    with tempfile.TemporaryDirectory(prefix="stack-bench-") as tmpdir, ExitStack() as daemons:
         tmp = Path(tmpdir)
         stack = Stack(code_root, tmp, rate)
+        if workers:
+            cluster = daemons.enter_context(standalone(tmp / "spark", workers=workers, cores=worker_cores))
+            stack.env["SPARK_MASTER"] = cluster.master_url
+            stack.master = f"{workers} workers x {worker_cores} core{'s' if worker_cores > 1 else ''}"
         try:
             return _measure(stack, rate, seconds, warmup, drain, label)
         finally:
@@ -409,8 +440,10 @@ def _measure(stack: Stack, rate: int, seconds: float, warmup: float, drain: floa
     scraper = Scraper(stack.metrics_port) if monitor is not None else None
     pids = {"job": job.pid, "generator": gen.pid, "redis": stack.procs["redis"].pid,
             **({"monitor": monitor.pid} if monitor is not None else {})}
+    execs = executor_pids()  # on a standalone cluster the executors are the workers' children, not the job's
     cpu0 = {k: tree_cpu_s(p) for k, p in pids.items()}
-    parts0 = job_cpu_parts(job.pid)
+    cpu0["job"] += sum(tree_cpu_s(p) for p in execs)
+    parts0 = _sum_parts([job.pid, *execs])
     t0, w0 = time.monotonic(), redis_ms(client)
     sampler.start()
     if scraper is not None:
@@ -418,7 +451,8 @@ def _measure(stack: Stack, rate: int, seconds: float, warmup: float, drain: floa
     time.sleep(seconds)
     t1, w1 = time.monotonic(), redis_ms(client)
     cpu1 = {k: tree_cpu_s(p) for k, p in pids.items()}
-    parts1 = job_cpu_parts(job.pid)
+    cpu1["job"] += sum(tree_cpu_s(p) for p in execs)
+    parts1 = _sum_parts([job.pid, *execs])
     sampler.done.set()
     sampler.join()
     if scraper is not None:
@@ -450,6 +484,7 @@ def _measure(stack: Stack, rate: int, seconds: float, warmup: float, drain: floa
         redis_cores=round((cpu1["redis"] - cpu0["redis"]) / wall, 2), backlog_at_end=backlog,
         redis_peak_mb=round(redis_peak_mb, 1), phases=phases,
         job_cores_by_part={k: round((parts1[k] - parts0[k]) / wall, 3) for k in JOB_PARTS},
+        master=stack.master, shards=stack.shards, executors=len(execs),
         **_monitor_figures(cpu1.get("monitor", 0.0) - cpu0.get("monitor", 0.0), wall, scraper),
     )
 
@@ -505,7 +540,7 @@ def table(results: list[Result]) -> str:
         for i, f in enumerate(r.freshness):
             first = i == 0
             rows.append(
-                f"| {r.code if first else ''} | {f'{r.rate:,}' if first else ''} "
+                f"| {where(r) if first else ''} | {f'{r.rate:,}' if first else ''} "
                 f"| {f'{r.achieved_rate:,.0f}' if first else ''} | {f.namespace} (trigger {f.trigger_ms / 1000:g} s) "
                 f"| {s(f.p50_ms)} / {s(f.p95_ms)} / {s(f.max_ms)} | {f.uncommitted:,} of {f.entries:,} "
                 f"| {(s(r.online_age_p95_ms) + ' / ' + s(r.online_age_max_ms)) if first else ''} "
@@ -513,6 +548,11 @@ def table(results: list[Result]) -> str:
                 f"| {r.generator_cores if first else ''} | {r.redis_cores if first else ''} "
                 f"| {f'{r.redis_peak_mb:,.0f} MB' if first else ''} |")
     return "\n".join(rows)
+
+
+def where(r: Result) -> str:
+    """The code and how it ran: ``302bf62 · local[2]``, ``fa136e0 · 2 workers x 1 core, 4 shards``."""
+    return f"{r.code} · {r.master}" + (f", {r.shards} shards" if r.shards > 1 else "")
 
 
 def phases_line(r: Result) -> str:
@@ -554,14 +594,14 @@ def costs_table(results: list[Result]) -> str:
 
 
 def search(code_root: Path, low: int, high: int, seconds: float, warmup: float, drain: float,
-           label: str) -> tuple[int | None, list[Result]]:
+           label: str, workers: int = 0, worker_cores: int = 1) -> tuple[int | None, list[Result]]:
     """Bisect for the highest rate that meets the targets (a rate that fails bounds it from above)."""
     results: list[Result] = []
     best: int | None = None
     lo, hi = low, high
     while hi - lo > max(1_000, lo // 10):
         mid = (lo + hi) // 2 if best is not None or results else lo
-        r = run(code_root, mid, seconds, warmup, drain, label)
+        r = run(code_root, mid, seconds, warmup, drain, label, workers, worker_cores)
         results.append(r)
         print(table([r]), phases_line(r), sep="\n", flush=True)
         if r.meets_targets():
@@ -583,6 +623,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--drain", type=float, default=90.0, help="seconds the job may take to commit the window")
     p.add_argument("--search", action="store_true", help="bisect for the highest sustained rate")
     p.add_argument("--rates", default=None, help="comma-separated rates, one run each, with the cost split")
+    p.add_argument("--workers", type=int, default=0,
+                   help="run the executors on a Spark standalone cluster of this many workers (default: local mode)")
+    p.add_argument("--worker-cores", type=int, default=1, help="cores of each worker (default 1)")
     p.add_argument("--low", type=int, default=5_000)
     p.add_argument("--high", type=int, default=100_000)
     where = p.add_mutually_exclusive_group()
@@ -597,12 +640,14 @@ def main(argv: list[str] | None = None) -> int:
             root = (args.code_root or HERE).resolve()
             label = _describe(root)
         if args.search:
-            best, results = search(root, args.low, args.high, args.seconds, args.warmup, args.drain, label)
+            best, results = search(root, args.low, args.high, args.seconds, args.warmup, args.drain, label,
+                                   args.workers, args.worker_cores)
             print(f"highest sustained rate: {best:,} events/s" if best else "no rate tried met the targets")
         else:
             results, best = [], None
             for rate in [int(x) for x in args.rates.split(",")] if args.rates else [args.rate]:
-                results.append(run(root, rate, args.seconds, args.warmup, args.drain, label))
+                results.append(run(root, rate, args.seconds, args.warmup, args.drain, label, args.workers,
+                                   args.worker_cores))
                 if args.rates:
                     print(costs_table(results[-1:]), phases_line(results[-1]), sep="\n", flush=True)
         print(table(results))

@@ -5,15 +5,12 @@ local mode over plain TCP and the oracle."""
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
 import sys
-import urllib.request
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -29,26 +26,13 @@ from watermark.schema.keys import KeySchema
 from watermark.schema.shards import shard_of, share
 from watermark.schema.timeutil import iso_from_us
 from watermark.spark.cluster import PACKAGE_DIR, is_local_master, package_zip
+from watermark.spark.standalone import Standalone, can_start, standalone
 from watermark.store.report import build_document, wait_for_commit
 
-MASTER = "org.apache.spark.deploy.master.Master"
-WORKER = "org.apache.spark.deploy.worker.Worker"
 START_TIMEOUT_S = 120
 COMMIT_TIMEOUT_S = 300
 EVENTS, BATCH_CAP = 600, 200  # all written before the job starts: three micro-batches of exactly 200 entries
 WINDOW_MS, SLIDE_MS, DELAY_MS = 60_000, 30_000, 10_000
-
-
-@dataclass(frozen=True)
-class SparkCluster:
-    master_url: str
-    master_ui: str
-    worker_uis: tuple[str, ...]
-    work_dirs: tuple[Path, ...]
-
-    def state(self, ui: str) -> dict:
-        with urllib.request.urlopen(f"{ui}/json", timeout=10) as reply:  # the daemons' JSON API
-            return json.load(reply)
 
 
 @pytest.mark.parametrize(
@@ -89,59 +73,15 @@ def test_package_zip_is_importable_alone_and_named_by_content(tmp_path: Path) ->
     assert package_zip(changed, out_dir=tmp_path / "a").name != first.name  # new code, new name: shipped anew
 
 
-def spark_home() -> Path:
-    import pyspark
-
-    return Path(pyspark.__file__).resolve().parent
-
-
 @pytest.fixture(scope="module")
-def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkCluster]:
-    home = spark_home()
-    daemon = home / "sbin" / "spark-daemon.sh"
-    if not daemon.exists() or (shutil.which("java") is None and not os.environ.get("JAVA_HOME")):
-        pytest.skip(f"cannot start Spark daemons: {daemon} or java is missing")
-    base = tmp_path_factory.mktemp("spark-cluster")
-    work_dirs = (base / "work-1", base / "work-2")
-    # No PYTHONPATH: the executors must get the `streaming` package from the job, as on a real cluster.
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env.update(SPARK_HOME=str(home), SPARK_LOG_DIR=str(base / "logs"), SPARK_PID_DIR=str(base / "pids"),
-               SPARK_LOCAL_IP="127.0.0.1", SPARK_IDENT_STRING="wmtest")
-    port, master_ui, worker_uis = free_port(), free_port(), (free_port(), free_port())
-    master_url = f"spark://127.0.0.1:{port}"
-    # Two workers of one core each: the job's two executors on two "machines" (instances 1 and 2).
-    daemons = [
-        (MASTER, 1, ["--host", "127.0.0.1", "--port", str(port), "--webui-port", str(master_ui)],
-         r"I have been elected leader! New state: ALIVE"),
-        *((WORKER, i + 1, [master_url, "--host", "127.0.0.1", "--cores", "1", "--memory", "1g", "--webui-port",
-                           str(worker_uis[i]), "--work-dir", str(work_dirs[i])], r"Successfully registered with master")
-          for i in range(2)),
-    ]
-    started: list[tuple[str, int]] = []
-    tails: list[Proc] = []
-
-    def stop_all() -> None:
-        for cls, instance in reversed(started):
-            subprocess.run([str(daemon), "stop", cls, str(instance)], env=env, capture_output=True, timeout=60)
-        for tail in tails:
-            tail.stop()
-
-    try:
-        for cls, instance, args, ready in daemons:
-            out = subprocess.run([str(daemon), "start", cls, str(instance), *args], env=env, capture_output=True,
-                                 text=True, timeout=60)
-            started.append((cls, instance))
-            log = next((w for w in out.stdout.split() if w.endswith(".out")), None)
-            if out.returncode != 0 or log is None:
-                pytest.skip(f"cannot start the Spark {cls.rsplit('.', 1)[1]}: {out.stdout}{out.stderr}")
-            # Follow the daemon's log to its "ready" line (tail -F waits on the file; no sleeping here).
-            tail = Proc(f"{cls.rsplit('.', 1)[1].lower()}-log", ["tail", "-n", "+1", "-F", log], {}, base)
-            tails.append(tail)
-            tail.wait_for(ready, timeout=START_TIMEOUT_S)
-        yield SparkCluster(master_url, f"http://127.0.0.1:{master_ui}",
-                           tuple(f"http://127.0.0.1:{ui}" for ui in worker_uis), work_dirs)
-    finally:
-        stop_all()
+def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalone]:
+    """A master and two workers of one core each: the job's two executors on two "machines"."""
+    why = can_start()
+    if why is not None:
+        pytest.skip(f"cannot start Spark daemons: {why}")
+    with standalone(tmp_path_factory.mktemp("spark-cluster"), workers=2, cores=1,
+                    timeout_s=START_TIMEOUT_S) as cluster:
+        yield cluster
 
 
 def start_job(name: str, redis_url: str, master: str, entries: list[tuple[str, bytes]],
@@ -179,7 +119,7 @@ def sharded_batches(servers: list[str], shards: int, cap: int) -> list[int]:
 @pytest.mark.spark
 @pytest.mark.parametrize("shards", [1, 4])
 def test_job_on_a_standalone_cluster_matches_local_mode_and_the_oracle(
-        spark_cluster: SparkCluster, redis_url: str, tmp_path: Path, shards: int) -> None:
+        spark_cluster: Standalone, redis_url: str, tmp_path: Path, shards: int) -> None:
     """Two workers of one core each; the input in one stream, or in four shards (a partition or more a shard,
     the cap shared by backlog): the same document as local mode, and the oracle's for the same batches."""
     events = generate("late-burst", seed=3, start_us=T0_MS * 1000, rate=10, count=EVENTS)

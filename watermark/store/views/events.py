@@ -105,25 +105,11 @@ def read_events(client: redis.Redis, keys: KeySchema, *, server: str | None, ran
     hi = end_ms if end_ms is not None else max(lasts, default=0)
     lo = hi - range_ms
 
-    # Round trip 2: each shard's entries (newest first, capped), its quarantined ones and its late events' count.
-    pipe = client.pipeline(transaction=False)
-    for k in range(shards):
-        pipe.xrevrange(shard_key(stream, k), max=hi, min=lo, count=cap + 1)
-    for k in range(shards):
-        pipe.xrevrange(shard_key(keys.dead, k), max=hi, min=lo, count=cap + 1)  # dead IDs: a subset of the shard's
-    for k in range(shards):
-        pipe.xlen(shard_key(keys.late, k))
-    pipe.get(keys.trimmed)
-    pipe.hget(keys.totals, "kept")
-    replies = pipe.execute()
-    raws, deads, lens = replies[:shards], replies[shards:2 * shards], replies[2 * shards:3 * shards]
-    trimmed_count, kept_count = replies[3 * shards:]
-    kept_total, kept_now = int(kept_count or 0), sum(int(n) for n in lens)
-    trimmed = int(trimmed_count or 0)
-
+    r = _read_range(client, keys, stream, shards, lo, hi, cap)
     # The newest ``cap`` of all shards by arrival: every entry newer than the oldest kept is among each shard's
     # newest ``cap + 1``, so the merge cuts the range at one arrival for all shards.
-    merged = sorted(((parse_entry_id(i), k, i, f) for k, reply in enumerate(raws) for i, f in reply), reverse=True)
+    merged = sorted(((parse_entry_id(i), k, i, f) for k, reply in enumerate(r.raws) for i, f in reply),
+                    reverse=True)
     capped = len(merged) > cap
     raw = [(k, i, f) for _, k, i, f in reversed(merged[:cap])]
     shown_from = lo
@@ -131,7 +117,7 @@ def read_events(client: redis.Redis, keys: KeySchema, *, server: str | None, ran
         shown_from = merged[cap - 1][0][0]
     elif first_ms is not None and first_ms > lo:
         shown_from = first_ms
-    events, quarantined = _sort_entries(raw, deads, server, committed_id)
+    events, quarantined = _sort_entries(raw, r.deads, server, committed_id)
     rows = _commit_rows(commits)
     batch_ids = sorted({*_batches_covering(rows, lo, hi, committed_id),
                         *_batches_reading(rows, [(k, e) for e, _, k in events])})
@@ -148,13 +134,42 @@ def read_events(client: redis.Redis, keys: KeySchema, *, server: str | None, ran
     return EventRange(
         server=server, lo_ms=lo, hi_ms=hi, shown_from_ms=shown_from, capped=capped, cap=cap,
         stream_first_ms=first_ms,
-        trimmed=trimmed,
+        trimmed=r.trimmed,
         entries_read=len(raw), points=(*kept, *judge(events, spans, committed_id, window_ms, slide_ms)),
-        kept=len(kept), kept_total=kept_total, kept_now=kept_now,
+        kept=len(kept), kept_total=r.kept_total, kept_now=r.kept_now,
         quarantined=tuple(quarantined),
         steps=tuple(watermark_steps(spans, shown_from, hi, committed_id, next_wm)),
         window_ms=window_ms, slide_ms=slide_ms, delay_ms=delay_ms, committed_id=committed_id,
     )
+
+
+@dataclass(frozen=True)
+class _Range:
+    raws: list[list]
+    """Each shard's entries in the range, newest first, ``cap + 1`` at most."""
+    deads: list[list]
+    """Each shard's quarantined entries in the range."""
+    trimmed: int
+    kept_total: int
+    kept_now: int
+
+
+def _read_range(client: redis.Redis, keys: KeySchema, stream: str, shards: int, lo: int, hi: int,
+                cap: int) -> _Range:
+    """Round trip 2: each shard's entries (newest first, capped), its quarantined ones and its late events' count."""
+    pipe = client.pipeline(transaction=False)
+    for k in range(shards):
+        pipe.xrevrange(shard_key(stream, k), max=hi, min=lo, count=cap + 1)
+    for k in range(shards):
+        pipe.xrevrange(shard_key(keys.dead, k), max=hi, min=lo, count=cap + 1)  # dead IDs: a subset of the shard's
+    for k in range(shards):
+        pipe.xlen(shard_key(keys.late, k))
+    pipe.get(keys.trimmed)
+    pipe.hget(keys.totals, "kept")
+    replies = pipe.execute()
+    trimmed, kept = replies[3 * shards:]
+    return _Range(replies[:shards], replies[shards:2 * shards], int(trimmed or 0), int(kept or 0),
+                  sum(int(n) for n in replies[2 * shards:3 * shards]))
 
 
 def _head(client: redis.Redis, keys: KeySchema, stream: str) -> tuple[PipelineState | None, list, list]:
