@@ -18,7 +18,7 @@ from watermark.schema.keys import KeySchema
 from watermark.schema.shards import Position, shard_key, shard_of
 from watermark.spark import local_agg
 from watermark.spark.sink import aggregate_arrow, reread
-from watermark.spark.source import ARROW_SCHEMA, RedisStreamBatchReader, RedisStreamReader
+from watermark.spark.source import _COUNT_AFTER_LUA, ARROW_SCHEMA, RedisStreamBatchReader, RedisStreamReader
 
 SHARDS = 4
 T0 = 1_767_225_600_000
@@ -119,6 +119,37 @@ def test_a_shard_left_alone_with_a_backlog_is_still_capped(r: redis.Redis, redis
         batches.append(read_all(reader, start, end).num_rows)
         start = end
     assert batches == [60] * 8 + [50]
+
+
+def test_a_following_reader_counts_backlogs_without_walking_and_ends_where_a_walk_would(
+        r: redis.Redis, redis_url: str, keys: KeySchema) -> None:
+    """Redis 7 counts what a stream ever had appended: a reader that ended its last batch at a shard's head knows
+    the shard's backlog from that count, with no walk, and its ends are those of a reader that walks."""
+    r.xadd(keys.events, {"e": b"{}"}, id=f"{T0}-0")
+    if r.xinfo_stream(keys.events).get("entries-added") is None:
+        pytest.skip("Redis 6.2 does not count appended entries: the reader walks there")
+    rng = random.Random(7)
+    follower = RedisStreamReader(opts(keys, redis_url, 2, maxEventsPerBatch="100"))
+    walks: list[int] = []
+    real_eval = follower.redis.eval
+
+    def spy(script: str, *args: object) -> object:
+        walks.append(script == _COUNT_AFTER_LUA)
+        return real_eval(script, *args)
+
+    follower.redis.eval = spy  # type: ignore[method-assign]
+    start, t = follower.initialOffset(), T0
+    for step in range(12):
+        for _ in range(rng.choice([0, 20, 60, 150])):  # now under the cap, now over it
+            t += 1
+            r.xadd(shard_key(keys.events, rng.randrange(2)), {"e": b"{}"}, id=f"{t}-0")
+        fresh = RedisStreamReader(opts(keys, redis_url, 2, maxEventsPerBatch="100"))
+        expected = fresh.latestOffset(start, ReadMaxRows(100))  # no memory: walks every shard that moved
+        end = follower.latestOffset(start, ReadMaxRows(100))
+        assert end == expected, step
+        start = end
+    # a walk only for a shard not read to its head last time (its first batch, a capped one)
+    assert 0 < sum(walks) < 12 and len(walks) > sum(walks)
 
 
 def test_the_sink_rereads_a_batch_between_two_positions(r: redis.Redis, redis_url: str, keys: KeySchema) -> None:

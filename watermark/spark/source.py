@@ -49,7 +49,7 @@ from pyspark.sql.types import StructType
 from watermark.schema.events import IDLE_KIND, KINDS, NO_RULES, PAYLOAD_FIELD, BadEntry, Rules, parse_entry
 from watermark.schema.events import parse_entry_id as parse_id
 from watermark.schema.keys import KeySchema
-from watermark.schema.shards import Position, shard_key, share
+from watermark.schema.shards import START, Position, shard_key, share
 from watermark.schema.timeutil import parse_iso_us
 from watermark.spark.partial import (
     PACKED,
@@ -524,6 +524,10 @@ class RedisStreamReader(DataSourceStreamReader):
     def __init__(self, options: Mapping[str, str]) -> None:
         self.opts = _Options(options)
         self._redis: redis.Redis | None = None
+        self._appended: dict[int, tuple[str, int]] = {}
+        """Per shard, an entry ID this reader ended a batch at and how many entries the shard had had appended up
+        to it (``entries-added``): the next batch's backlog there without a walk (Redis 7; see
+        :meth:`_latest_sharded`)."""
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -571,21 +575,52 @@ class RedisStreamReader(DataSourceStreamReader):
         """Every shard up to its newest entry; capped, the cap shared among the shards by backlog
         (:func:`~watermark.schema.shards.share`), each shard's end its share-th entry after its start."""
         pos = Position.parse(start["id"], self.opts.shards)
-        newest = self._newest()
-        ends = [n if n is not None and parse_id(n) > parse_id(s) else s for s, n in zip(pos.ids, newest, strict=True)]
-        if isinstance(limit, ReadMaxRows):
-            moved = [k for k in range(pos.shards) if ends[k] != pos.ids[k]]
-            backlog = [0] * pos.shards
-            for k in moved:
+        if not isinstance(limit, ReadMaxRows):
+            newest = self._newest()
+            return {"id": str(Position(tuple(n if n is not None and parse_id(n) > parse_id(s) else s
+                                             for s, n in zip(pos.ids, newest, strict=True))))}
+        cap = limit.max_rows
+        heads = self._heads()
+        ends = [h if h is not None and parse_id(h) > parse_id(s) else s
+                for s, (h, _) in zip(pos.ids, heads, strict=True)]
+        backlog = [0] * pos.shards
+        for k in (k for k in range(pos.shards) if ends[k] != pos.ids[k]):
+            known, added = self._appended.get(k), heads[k][1]
+            if known is not None and known[0] == pos.ids[k] and added is not None:
+                # appended since this reader's last end there: exact, no walk (decision 0005's idea, per shard)
+                backlog[k] = min(added - known[1], cap + 1)
+            else:
                 # one past the cap: a count of cap + 1 says "more than the cap" (a count that stopped at the cap
                 # would read as a backlog that fits, and the shard would be read to its newest entry)
-                backlog[k] = int(self.redis.eval(_COUNT_AFTER_LUA, 1, self.opts.streams[k], pos.ids[k],
-                                                 limit.max_rows + 1))
-            for k, (n, b) in enumerate(zip(share(backlog, limit.max_rows), backlog, strict=True)):
-                if n < b:
-                    ends[k] = self.redis.eval(_NTH_ID_LUA, 1, self.opts.streams[k], pos.ids[k], n).decode() \
-                        if n else pos.ids[k]
+                backlog[k] = int(self.redis.eval(_COUNT_AFTER_LUA, 1, self.opts.streams[k], pos.ids[k], cap + 1))
+        for k, (n, b) in enumerate(zip(share(backlog, cap), backlog, strict=True)):
+            if n < b:
+                ends[k] = self.redis.eval(_NTH_ID_LUA, 1, self.opts.streams[k], pos.ids[k], n).decode() \
+                    if n else pos.ids[k]
+            added = heads[k][1]
+            if added is not None and ends[k] == heads[k][0]:  # read to its head: remember how many that was
+                self._appended[k] = (ends[k], added)
         return {"id": str(Position(tuple(ends)))}
+
+    def _heads(self) -> list[tuple[str | None, int | None]]:
+        """Each shard's last entry ID (None: never written) and how many entries it has ever had appended
+        (``entries-added``; None on Redis 6.2, which does not count them), consistent with each other: one
+        ``XINFO STREAM`` a shard, one round trip."""
+        pipe = self.redis.pipeline(transaction=False)
+        for stream in self.opts.streams:
+            pipe.xinfo_stream(stream)
+        out: list[tuple[str | None, int | None]] = []
+        for info in pipe.execute(raise_on_error=False):
+            if isinstance(info, redis.ResponseError):  # no such key
+                out.append((None, None))
+                continue
+            if isinstance(info, Exception):
+                raise info
+            last = info.get("last-generated-id")
+            last = last.decode() if isinstance(last, bytes) else last
+            added = info.get("entries-added")
+            out.append((None if last in (None, START) else last, None if added is None else int(added)))
+        return out
 
     def reportLatestOffset(self) -> dict | None:
         try:
