@@ -396,7 +396,8 @@ def run(code_root: Path, rate: int, seconds: float, warmup: float, drain: float,
         if workers:
             cluster = daemons.enter_context(standalone(tmp / "spark", workers=workers, cores=worker_cores))
             stack.env["SPARK_MASTER"] = cluster.master_url
-            stack.master = f"{workers} workers x {worker_cores} core{'s' if worker_cores > 1 else ''}"
+            stack.master = (f"{workers} worker{'s' if workers > 1 else ''} x {worker_cores} "
+                            f"core{'s' if worker_cores > 1 else ''}")
         try:
             return _measure(stack, rate, seconds, warmup, drain, label)
         finally:
