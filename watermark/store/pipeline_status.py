@@ -255,7 +255,7 @@ def read_fixed(client: redis.Redis, keys: KeySchema, input_keys: KeySchema,
         fixed = _parse_fixed(replies[n:-n], keys, shards)
         tries += 1
         named = shards_named(fixed.state, shards)
-        if named != shards:  # the shards changed (or this is the first read): the same reads of every shard
+        if named != shards and tries <= FIXED_READ_TRIES:  # the shards changed (or a first read): read them all
             _SHARDS[input_keys.events] = named
             continue
         if replies[:n] == replies[-n:] or tries >= FIXED_READ_TRIES:
