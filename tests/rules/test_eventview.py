@@ -209,6 +209,9 @@ def test_hover_says_the_event_its_windows_the_batch_and_the_watermark_met() -> N
     pending = one(MIN, MIN, ev(45 * S), T, entry=f"{T + 10 * MIN}-0")
     assert "not processed yet" in event_charts.hover_text(pending)
     assert "not judged yet" in event_charts.hover_text(pending)
+    assert "shard" not in text  # one stream: the entry ID alone names it
+    [sharded] = judge([(f"{T + 5}-0", ev(5 * MIN), 2)], SHARDED, f"{T + 30}-0,{T + 25}-0,{T + 9}-0", MIN, MIN)
+    assert f"entry {T + 5}-0 of input shard 2" in event_charts.hover_text(sharded)  # IDs repeat across shards
 
 
 def test_too_many_boundaries_are_not_drawn_and_the_title_says_so() -> None:

@@ -43,7 +43,8 @@ def hover_text(p: EventPoint) -> str:
         f"<b>{STATUS_LABELS[p.status]}</b> · server {p.server} · player {p.player_id}"
         + (f" · {p.kind}" if p.kind else ""),
         f"event time {clock_ms(ev_ms)} · arrived {clock_ms(p.arrival_ms)} ({(p.arrival_ms - ev_ms) / 1000:+.1f} s)",
-        f"entry {p.entry_id}" + (f" · event {p.event_id}" if p.event_id and p.event_id != p.entry_id else ""),
+        f"entry {p.entry_id}" + (f" of input shard {p.shard}" if p.shard else "")  # IDs repeat across shards
+        + (f" · event {p.event_id}" if p.event_id and p.event_id != p.entry_id else ""),
     ]
     if p.batch is None:
         lines.append("not processed yet" if p.status is Status.PENDING else "batch record no longer kept")

@@ -52,7 +52,8 @@ def notes(ev: EventRange, namespace: str, input_namespace: str) -> None:
             reasons[q.reason] = reasons.get(q.reason, 0) + 1
         text = ", ".join(f"{r} {n:,}" for r, n in sorted(reasons.items()))
         st.info(f"{len(ev.quarantined):,} entries in the range (any server) are not valid events and are not drawn "
-                f"or counted above: {text}. They are kept in `{namespace}:dead` (see Pipeline health).")
+                f"or counted above: {text}. They are kept in `{namespace}:dead` (`{namespace}:dead:N` for input "
+                "shard N when the input is sharded; see Pipeline health).")
 
 
 def render(snap: Snapshot, now_ms: int) -> None:
