@@ -284,3 +284,17 @@ def test_the_page_finds_a_player_by_id_and_time(env: World, client: redis.Redis)
     assert set(table["Player"]) == {player} and len(table) == want
     assert "dropped" in set(table["Status"])
     assert any("Searched the whole range in the input stream" in c.value for c in at.caption)
+
+
+@pytest.mark.parametrize(("cut", "firsts", "below"), [
+    # not capped: a shard trimmed past lo shows its kept late events below its oldest entry; one whose stream
+    # still reaches lo needs none; one the trim emptied, or whose entries all came after the range, up to hi
+    (None, [(5, 0), (2, 0), None, (50, 1)], ["(5-0", None, "40", "40"]),
+    # capped at entry 30-2 of shard 1: the merge orders by (ID, shard), so shard 0's 30-2 is below the cut too
+    (((30, 2), 1), [(5, 0), None, (1, 0)], ["30-2", "(30-2", "(30-2"]),
+])
+def test_the_late_events_kept_are_read_below_what_each_shard_shows_and_within_the_range(
+        cut: tuple | None, firsts: list, below: list) -> None:
+    from watermark.store.views.events import _below_shown
+
+    assert _below_shown(cut, firsts, 3, 40) == below

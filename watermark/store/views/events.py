@@ -127,7 +127,7 @@ def read_events(client: redis.Redis, keys: KeySchema, *, server: str | None, ran
     # Round trip 4, where the stream no longer covers the whole range: the late events kept below it, shard by
     # shard (below the cap's cut, else below the shard's oldest entry, all of the range for an emptied shard).
     kept: list[EventPoint] = []
-    below = _below_shown(merged[cap - 1][:2] if capped else None, firsts, lo)
+    below = _below_shown(merged[cap - 1][:2] if capped else None, firsts, lo, hi)
     if any(b is not None for b in below):
         kept = [e.point(window_ms, slide_ms) for e in read_kept(client, keys, lo, below, cap)
                 if server is None or e.server == server]
@@ -218,17 +218,18 @@ def _sort_entries(raw: list, deads: list[list], server: str | None,
 
 
 def _below_shown(cut: tuple[tuple[int, int], int] | None, firsts: list[tuple[int, int] | None],
-                 lo_ms: int) -> list[str | None]:
-    """Per shard, the (exclusive) end of the arrivals not shown from its stream: below the oldest entry shown
-    when the cap cut the range (``cut``: its ID and shard, as the merge orders them), else below the shard's
-    oldest entry when that came after ``lo_ms``; ``+`` for a shard the trim emptied; None: all shown."""
+                 lo_ms: int, hi_ms: int) -> list[str | None]:
+    """Per shard, the end (Redis range syntax) of the arrivals in ``[lo_ms, hi_ms]`` not shown from its stream:
+    below the oldest entry shown when the cap cut the range (``cut``: its ID and shard, as the merge orders
+    them), else below the shard's oldest entry when that came after ``lo_ms`` (``hi_ms`` when it came after the
+    range, or the trim emptied the shard); None: all shown."""
     out: list[str | None] = []
     for k, first in enumerate(firsts):
         if cut is not None:
             (ms, seq), shard = cut
             out.append(f"{ms}-{seq}" if k < shard else f"({ms}-{seq}")  # merged by (ID, shard)
-        elif first is None:
-            out.append("+")
+        elif first is None or first[0] > hi_ms:
+            out.append(str(hi_ms))
         else:
             out.append(f"({first[0]}-{first[1]}" if first[0] > lo_ms else None)
     return out
