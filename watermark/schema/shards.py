@@ -102,6 +102,15 @@ class Position:
         return max(parse_entry_id(i)[0] for i in self.ids)
 
 
+def lowest(positions: Sequence[str]) -> str:
+    """Shard by shard, the lowest entry ID of ``positions`` (as far as every one of them has read); a position
+    naming fewer shards has read nothing of the others."""
+    parsed = [Position.of(p) for p in positions]
+    shards = max(q.shards for q in parsed)
+    low = [min(parse_entry_id(q.at(k)) for q in parsed) for k in range(shards)]
+    return str(Position(tuple(f"{ms}-{seq}" for ms, seq in low)))
+
+
 def share(backlogs: Sequence[int], cap: int) -> tuple[int, ...]:
     """How many entries each shard may give a batch capped at ``cap`` entries: all of every backlog when they fit,
     else ``cap`` shared in proportion to the backlogs (as Spark's Kafka source shares ``maxOffsetsPerTrigger``

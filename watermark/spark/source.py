@@ -563,26 +563,16 @@ class RedisStreamReader(DataSourceStreamReader):
         newest_id = newest[0][0].decode()
         return {"id": newest_id} if parse_id(newest_id) > parse_id(start_id) else start
 
-    def _newest(self) -> list[str | None]:
-        """Each shard's newest entry ID (None for an empty shard), one round trip (one command per shard key,
-        so a Redis Cluster client can send each to its node)."""
-        pipe = self.redis.pipeline(transaction=False)
-        for stream in self.opts.streams:
-            pipe.xrevrange(stream, count=1)
-        return [r[0][0].decode() if r else None for r in pipe.execute()]
-
     def _latest_sharded(self, start: dict, limit: ReadLimit) -> dict:
         """Every shard up to its newest entry; capped, the cap shared among the shards by backlog
         (:func:`~watermark.schema.shards.share`), each shard's end its share-th entry after its start."""
         pos = Position.parse(start["id"], self.opts.shards)
-        if not isinstance(limit, ReadMaxRows):
-            newest = self._newest()
-            return {"id": str(Position(tuple(n if n is not None and parse_id(n) > parse_id(s) else s
-                                             for s, n in zip(pos.ids, newest, strict=True))))}
-        cap = limit.max_rows
         heads = self._heads()
         ends = [h if h is not None and parse_id(h) > parse_id(s) else s
                 for s, (h, _) in zip(pos.ids, heads, strict=True)]
+        if not isinstance(limit, ReadMaxRows):
+            return {"id": str(Position(tuple(ends)))}
+        cap = limit.max_rows
         backlog = [0] * pos.shards
         for k in (k for k in range(pos.shards) if ends[k] != pos.ids[k]):
             known, added = self._appended.get(k), heads[k][1]
@@ -605,7 +595,8 @@ class RedisStreamReader(DataSourceStreamReader):
     def _heads(self) -> list[tuple[str | None, int | None]]:
         """Each shard's last entry ID (None: never written) and how many entries it has ever had appended
         (``entries-added``; None on Redis 6.2, which does not count them), consistent with each other: one
-        ``XINFO STREAM`` a shard, one round trip."""
+        ``XINFO STREAM`` a shard, one round trip (one command per shard key, so a Redis Cluster client can send
+        each to its node)."""
         pipe = self.redis.pipeline(transaction=False)
         for stream in self.opts.streams:
             pipe.xinfo_stream(stream)
@@ -625,7 +616,7 @@ class RedisStreamReader(DataSourceStreamReader):
     def reportLatestOffset(self) -> dict | None:
         try:
             if self.opts.shards > 1:
-                return {"id": str(Position(tuple(n or "0-0" for n in self._newest())))}
+                return {"id": str(Position(tuple(h or START for h, _ in self._heads())))}
             newest = self.redis.xrevrange(self.opts.stream, count=1)
         except TRANSIENT:
             return None  # only for progress reports: never fail a batch over it

@@ -25,7 +25,7 @@ from watermark.schema.config import DEFAULT_HISTORY_DAYS, DEFAULT_LATE_KEEP
 from watermark.schema.events import parse_entry_id
 from watermark.schema.keys import KeySchema, WindowKey, total_field
 from watermark.schema.records import BatchRecord, CommitEntry, DeadEntry, ServerRecord, StateParams, StateRecord
-from watermark.schema.shards import START, Position, shard_key
+from watermark.schema.shards import START, Position, lowest, shard_key
 from watermark.store import redis_conn
 
 
@@ -172,15 +172,6 @@ def trim_position(client: redis.Redis, keys: KeySchema, below: str) -> None:
     for k, min_id in enumerate(Position.of(below).ids):
         if min_id != START:
             trim_counted(client, keys, min_id, stream=shard_key(keys.events, k))
-
-
-def lowest(positions: Sequence[str]) -> str:
-    """Shard by shard, the lowest entry ID of ``positions`` (as far as every one of them has read); a position
-    naming fewer shards has read nothing of the others."""
-    parsed = [Position.of(p) for p in positions]
-    shards = max(q.shards for q in parsed)
-    low = [min(parse_entry_id(q.at(k)) for q in parsed) for k in range(shards)]
-    return str(Position(tuple(f"{ms}-{seq}" for ms, seq in low)))
 
 
 def free_committed_input(client: redis.Redis, keys: KeySchema, params: Params) -> str:
