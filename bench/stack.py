@@ -59,7 +59,7 @@ HERE = Path(__file__).resolve().parents[1]
 from watermark.apps.redis_server import free_port  # noqa: E402
 from watermark.runtime.children import die_with_parent  # noqa: E402
 from watermark.schema.events import parse_entry_id  # noqa: E402
-from watermark.schema.shards import Position, shard_key  # noqa: E402
+from watermark.schema.shards import Position, input_shard_key  # noqa: E402
 from watermark.spark.standalone import standalone  # noqa: E402
 
 TARGET_MAIN_P95_MS = 1_500
@@ -371,7 +371,7 @@ def entry_keys(client: redis.Redis, lo_ms: int, hi_ms: int, shards: int) -> tupl
     for k in range(shards):
         lo = f"{lo_ms}-0"
         while True:
-            chunk = client.xrange(shard_key("wm:events", k), lo, f"{hi_ms - 1}-18446744073709551615", count=50_000)
+            chunk = client.xrange(input_shard_key("wm:events", k), lo, f"{hi_ms - 1}-18446744073709551615", count=50_000)
             if not chunk:
                 break
             parts = [eid.split(b"-") for eid, _ in chunk]
@@ -472,7 +472,7 @@ def _measure(stack: Stack, rate: int, seconds: float, warmup: float, drain: floa
     while not all_committed() and time.monotonic() < deadline:
         time.sleep(0.5)
     fresh = [freshness(client, ns, trig, (w0, w1), arrived, ids, shard_of_entry) for ns, trig in lanes]
-    backlog = sum(int(client.xlen(shard_key("wm:events", k))) for k in range(stack.shards))
+    backlog = sum(int(client.xlen(input_shard_key("wm:events", k))) for k in range(stack.shards))
     phases = batch_phases(client, lanes[0][0], (w0, w1))
     redis_peak_mb = int(client.info("memory")["used_memory_peak"]) / 2**20
     ages = np.array([a for a in sampler.ages if a >= 0], float)

@@ -26,6 +26,7 @@ from watermark.store.alert_store import AlertView, read_alert_view
 from watermark.store.annotation_store import read_happenings
 from watermark.store.control_store import read_lab
 from watermark.store.history_store import Timeline, read_timeline
+from watermark.store.redis_conn import open_client
 from watermark.store.views.events import EventRange, PlayerEvents, find_player, read_events
 from watermark.store.views.lanes import Lane, read_idleness, read_lanes, read_seen, read_tradeoff
 from watermark.store.views.snapshot import Snapshot, read_snapshot
@@ -45,7 +46,7 @@ MARKS_SPAN_MS = 8 * 86_400_000
 @st.cache_resource(show_spinner=False)
 def redis_client(url: str) -> redis.Redis:
     # Short timeouts: a dead Redis must turn into a status message within a tick, not hang the page.
-    return redis.Redis.from_url(url, socket_connect_timeout=1.0, socket_timeout=3.0, health_check_interval=5)
+    return open_client(url, socket_connect_timeout=1.0, socket_timeout=3.0, health_check_interval=5)
 
 
 @st.cache_resource(show_spinner=False, ttl=TICK_TTL_S, max_entries=256)

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from watermark.apps.redis_server import RedisServer
+from watermark.apps.redis_server import LocalCluster, RedisServer
 
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -21,6 +21,15 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServ
     server.start()
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """Three primaries of a Redis Cluster on this machine, from the same redis-server binary."""
+    cluster = LocalCluster(str(tmp_path_factory.mktemp("cluster")), nodes=3)
+    cluster.start()
+    yield cluster
+    cluster.stop()
 
 
 @pytest.fixture(scope="session")

@@ -21,7 +21,7 @@ from watermark.apps.replay import route
 from watermark.rules.simulate import generate
 from watermark.schema.events import PAYLOAD_FIELD
 from watermark.schema.keys import KeySchema
-from watermark.schema.shards import shard_key
+from watermark.store.redis_conn import home, open_client
 from watermark.store.report import WindowKey
 from watermark.store.report import wait_for_commit as online_committed
 
@@ -72,7 +72,7 @@ def load(client: redis.Redis, keys: KeySchema, entries: list[tuple[str, bytes]],
     last = ["0-0"] * shards
     for entry_id, payload in entries:
         k = route(payload, shards)
-        pipe.xadd(shard_key(keys.events, k), {PAYLOAD_FIELD: payload}, id=entry_id)
+        pipe.xadd(keys.input_shard(k), {PAYLOAD_FIELD: payload}, id=entry_id)
         last[k] = entry_id
     pipe.execute()
     return ",".join(last)
@@ -84,9 +84,10 @@ def snapshot(client: redis.Redis, keys: KeySchema) -> dict:
     took by time, and the online view's minutes and day's peaks, which are kept by batch time): the windows,
     and the online view's players, counts and per-batch history."""
     out: dict = {}
-    skip = {*(shard_key(keys.events, k) for k in range(256)), keys.trimmed, keys.commits, keys.presence_commits,
+    skip = {*(keys.input_shard(k) for k in range(256)), *(keys.trimmed_of(k) for k in range(256)), keys.commits,
+            keys.presence_commits,
             keys.presence_minutes, keys.batch_seconds}
-    for raw in client.keys(keys.namespace + ":*"):
+    for raw in home(client, keys.state).keys(keys.namespace + ":*"):  # a cluster's: the namespace's one node
         key = raw.decode()
         if key in skip or key.startswith(keys.namespace + ":presence:peak:"):
             continue
@@ -144,31 +145,40 @@ def counted_per_window(client: redis.Redis, keys: KeySchema) -> dict[str, int]:
             for m in client.zrange(keys.windows, 0, -1)}
 
 
-@pytest.mark.parametrize("shards", [1, 4])
-def test_sigkill_at_random_moments_changes_nothing(redis_url: str, tmp_path: Path, shards: int) -> None:
-    """With four shards too: each shard's offsets in the checkpoint and the guard's position shard by shard."""
+@pytest.mark.parametrize(("shards", "where"), [(1, "redis"), (4, "redis"), (4, "cluster")])
+def test_sigkill_at_random_moments_changes_nothing(redis_url: str, tmp_path: Path, shards: int, where: str,
+                                                   request: pytest.FixtureRequest) -> None:
+    """With four shards too: each shard's offsets in the checkpoint and the guard's position shard by shard. And
+    in a Redis Cluster of three primaries (decision 0018): the killed job's pipeline, under a braced namespace,
+    ends exactly as the uninterrupted run on one Redis; its input shards sit on at least two nodes."""
     rng = random.Random(20261122)
     entries = seeded_entries(seed=5, count=1_800)
     client = redis.Redis.from_url(redis_url, socket_timeout=COMMIT_WAIT_MS / 1000 + 10)
+    crashed_url = request.getfixturevalue("redis_cluster").url if where == "cluster" else redis_url
+    crashed_client = open_client(crashed_url, socket_timeout=COMMIT_WAIT_MS / 1000 + 10)
     run = uuid.uuid4().hex[:6]
-    clean, crashed = KeySchema(f"clean-{run}"), KeySchema(f"crashed-{run}")
+    clean = KeySchema(f"clean-{run}")
+    crashed = KeySchema(f"{{crashed-{run}}}" if where == "cluster" else f"crashed-{run}")
     last_id = load(client, clean, entries, shards)
-    load(client, crashed, entries, shards)
+    load(crashed_client, crashed, entries, shards)
+    if where == "cluster":
+        assert len({crashed_client.get_node_from_key(crashed.input_shard(k)).port for k in range(4)}) >= 2
+    client_clean, client = client, crashed_client
     if shards > 1:  # the late-burst servers A, B, C read from two shards, the bad entry from a third
         assert sum(i != "0-0" for i in last_id.split(",")) == 3
     log = tmp_path / "job.log"
 
     proc = start_job(redis_url, clean.namespace, tmp_path / "ck-clean", log, shards)
     try:
-        wait_for_commit(client, clean, "0-0", until_id=last_id)
-        assert online_committed(client, clean, last_id, timeout_s=COMMIT_WAIT_MS / 1000, online=True)
+        wait_for_commit(client_clean, clean, "0-0", until_id=last_id)
+        assert online_committed(client_clean, clean, last_id, timeout_s=COMMIT_WAIT_MS / 1000, online=True)
     finally:
         proc.terminate()
         proc.wait(timeout=60)
 
     seen, kills = "0-0", 0
     while kills < KILLS:
-        proc = start_job(redis_url, crashed.namespace, tmp_path / "ck-crashed", log, shards)
+        proc = start_job(crashed_url, crashed.namespace, tmp_path / "ck-crashed", log, shards)
         seen = wait_for_commit(client, crashed, seen)
         try:  # a random moment after a commit: mid-batch, mid-commit, or between batches
             proc.wait(timeout=rng.uniform(0.0, 1.5))
@@ -180,7 +190,7 @@ def test_sigkill_at_random_moments_changes_nothing(redis_url: str, tmp_path: Pat
             break
     assert client.hget(crashed.state, "committed_id") != last_id.encode(), "the kills came too late to matter"
 
-    proc = start_job(redis_url, crashed.namespace, tmp_path / "ck-crashed", log, shards)
+    proc = start_job(crashed_url, crashed.namespace, tmp_path / "ck-crashed", log, shards)
     try:
         if client.hget(crashed.state, "committed_id") != last_id.encode():
             wait_for_commit(client, crashed, seen, until_id=last_id)
@@ -190,7 +200,7 @@ def test_sigkill_at_random_moments_changes_nothing(redis_url: str, tmp_path: Pat
         proc.wait(timeout=60)
 
     assert kills == KILLS
-    expected, actual = snapshot(client, clean), snapshot(client, crashed)
+    expected, actual = snapshot(client_clean, clean), snapshot(client, crashed)
     assert int(expected[":state"]["last_batch"]) >= len(entries) // BATCH_CAP
     assert actual == expected
     assert sum(int(v) for v in expected[":presence:counts"].values()) > 0  # the online view was compared too

@@ -134,21 +134,21 @@ def test_one_commit_trims_every_whole_node_below_the_keep_point(r: redis.Redis, 
 def test_with_shards_each_shard_is_trimmed_below_its_own_start_and_the_count_is_the_sum(
         r: redis.Redis, keys: KeySchema) -> None:
     """Three shards read to different points (shard 2 not at all): each trimmed below its own start, the third
-    kept whole; ``{ns}:trimmed`` counts what went from all of them, exactly (decision 0017)."""
-    from watermark.schema.shards import shard_key
+    kept whole; each shard counts what went from it (``{ns}:trimmed`` shard 0's), exactly (decisions 0017, 0018)."""
 
     pipe = r.pipeline(transaction=False)
     for k in range(3):
         for i in range(3_000):
-            pipe.xadd(shard_key(keys.events, k), {"e": b"{}"}, id=f"{T0 + i}-0")
+            pipe.xadd(keys.input_shard(k), {"e": b"{}"}, id=f"{T0 + i}-0")
     pipe.execute()
     start = f"{T0 + 2_000}-0,{T0 + 1_000}-0,0-0"
     s = BatchSummary(0, 0, T0 + 86_400_000, start, f"{T0 + 2_999}-0,{T0 + 2_999}-0,{T0 + 2_999}-0", [], {}, [])
     assert commit_batch(r, keys, s, PARAMS)
-    firsts = [int(r.xrange(shard_key(keys.events, k), count=1)[0][0].split(b"-")[0]) - T0 for k in range(3)]
+    firsts = [int(r.xrange(keys.input_shard(k), count=1)[0][0].split(b"-")[0]) - T0 for k in range(3)]
     assert 2_000 - 100 < firsts[0] <= 2_000 and 1_000 - 100 < firsts[1] <= 1_000 and firsts[2] == 0
-    left = sum(r.xlen(shard_key(keys.events, k)) for k in range(3))
-    assert int(r.get(keys.trimmed)) == firsts[0] + firsts[1] == 9_000 - left, "the trimmed count is exact"
+    left = sum(r.xlen(keys.input_shard(k)) for k in range(3))
+    trimmed = [int(r.get(keys.trimmed_of(k)) or 0) for k in range(3)]
+    assert trimmed == [firsts[0], firsts[1], 0] and sum(trimmed) == 9_000 - left, "each trimmed count is exact"
 
 
 @pytest.mark.parametrize(("held_at", "keep_from"), [
@@ -334,13 +334,12 @@ def test_with_shards_what_waits_is_every_shards_and_the_oldest_is_the_oldest_of_
                                                                                       keys: KeySchema) -> None:
     """Status and snapshot read every shard the committed position names (no setting of their own): waiting is
     the sum, the oldest waiting entry the oldest of each shard's first uncommitted one, the head the newest."""
-    from watermark.schema.shards import shard_key
     from watermark.store.pipeline_status import read_pipeline
     from watermark.store.views.snapshot import read_snapshot
 
     for k, ids in enumerate([(1, 5, 9), (2, 3, 4, 8), (6,)]):
         for i in ids:
-            r.xadd(shard_key(keys.events, k), {"e": b"{}"}, id=f"{i}-0")
+            r.xadd(keys.input_shard(k), {"e": b"{}"}, id=f"{i}-0")
     # read 1 and 5 of shard 0, 2 of shard 1, nothing of shard 2: waiting 9 of shard 0; 3, 4, 8; 6
     first = BatchSummary(0, 0, T0, "0-0,0-0,0-0", "5-0,2-0,0-0", [],
                          {"A": ServerRecord(rows=3, max_event_us=T0 * 1000)}, [])

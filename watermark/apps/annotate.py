@@ -31,6 +31,7 @@ from watermark.schema.keys import KeySchema
 from watermark.schema.records import ANNOTATION_KINDS, Annotation
 from watermark.schema.timeutil import parse_duration_ms, parse_iso_us
 from watermark.store.annotation_store import add_annotation, read_annotations
+from watermark.store.redis_conn import open_client
 
 MAX_BODY = 16_384
 StartResponse = Callable[..., Any]
@@ -150,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cfg = Config.from_env(os.environ)
         keys = KeySchema(cfg.namespace)
-        client = redis.Redis.from_url(cfg.redis_url, socket_connect_timeout=2.0, socket_timeout=5.0)
+        client = open_client(cfg.redis_url, socket_connect_timeout=2.0, socket_timeout=5.0)
         if args.list:
             found = read_annotations(client, keys, now - parse_duration_ms(args.since), now + 1)
             print(json.dumps([_doc(a) for a in found], indent=2))

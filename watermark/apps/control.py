@@ -20,6 +20,7 @@ from watermark.schema.keys import KeySchema
 from watermark.schema.records import check_rate
 from watermark.schema.timeutil import format_duration_ms, parse_duration_ms
 from watermark.store.control_store import read_lab, write_control
+from watermark.store.redis_conn import open_client
 
 # --------------------------------------------------------------------------- CLI
 
@@ -62,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cfg = Config.from_env(os.environ)
         keys = KeySchema(cfg.namespace)
-        client = redis.Redis.from_url(cfg.redis_url, socket_connect_timeout=2.0, socket_timeout=5.0)
+        client = open_client(cfg.redis_url, socket_connect_timeout=2.0, socket_timeout=5.0)
         if args.command == "set":
             write_control(client, keys, scenario=args.scenario, rate=args.rate, running=args.running,
                           delay_ms=args.delay)

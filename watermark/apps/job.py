@@ -27,12 +27,12 @@ from watermark.schema.events import PAYLOAD_FIELD
 from watermark.schema.keys import KeySchema
 from watermark.schema.lanes import LANES, lane_config, lane_namespace
 from watermark.schema.records import LaneRecord, StateRecord
-from watermark.schema.shards import shard_key, shard_of
+from watermark.schema.shards import input_shard_key, shard_of
 from watermark.schema.timeutil import format_duration_ms
 from watermark.spark.checkpoint import job_secret
 from watermark.store.commit import ParamsMismatch, check_params
 from watermark.store.control_store import read_control
-from watermark.store.redis_conn import connect
+from watermark.store.redis_conn import connect, is_cluster, same_slot
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -90,6 +90,10 @@ def prepare(client: redis.Redis, cfg: Config, own: Config, lanes: list[Config]) 
     from watermark.spark.query import params_of
 
     keys = KeySchema(cfg.namespace)
+    if is_cluster(client) and not cfg.namespace.startswith("{"):
+        log.error("REDIS_URL names a Redis Cluster: PIPELINE_NAMESPACE must be braced, for example {%s}, so that "
+                  "each commit's keys share one slot (docs/decisions/0018-redis-cluster-key-layout.md)", cfg.namespace)
+        return None
     wanted = requested_delay(client, keys)
     delay_ms = cfg.delay_ms if wanted is None else wanted
     for c in (own, *lanes):
@@ -329,11 +333,17 @@ def tick_idle(client: redis.Redis, ticker: IdleTicker, watcher: Config, key: byt
         seen = {k.decode(): int(v) for k, v in client.hgetall(KeySchema(watcher.namespace).seen).items()}
         before = ticker.idle
         for decision in ticker.due(redis_now_ms(client), seen):
-            record = [x for kv in decision.record("").items() for x in kv]
-            marker_id = script(
-                keys=[shard_key(watcher.input_stream, shard_of(decision.server, watcher.stream_shards)),
-                      keys.idleness],  # the server's shard: a marker is read in order with its server's events
-                args=[PAYLOAD_FIELD, decision.marker(key), IDLENESS_KEEP, *record]).decode()
+            # the server's shard: a marker is read in order with its server's events
+            shard = input_shard_key(watcher.input_stream, shard_of(decision.server, watcher.stream_shards))
+            if is_cluster(client) and not same_slot(shard, keys.idleness):
+                # A shard on a slot of its own (decision 0018): the marker, then its record (a reader may see the
+                # marker a moment before its reason; a crash between them loses the reason, never the marker).
+                marker_id = client.xadd(shard, {PAYLOAD_FIELD: decision.marker(key)}).decode()
+                client.xadd(keys.idleness, decision.record(marker_id), maxlen=IDLENESS_KEEP, approximate=True)
+            else:
+                record = [x for kv in decision.record("").items() for x in kv]
+                marker_id = script(keys=[shard, keys.idleness],
+                                   args=[PAYLOAD_FIELD, decision.marker(key), IDLENESS_KEEP, *record]).decode()
             log.debug("server %s is idle: %s (marker %s)", decision.server, decision.reason(), marker_id)
         line = idle_summary(before, ticker.idle)
         if line is not None:

@@ -43,6 +43,7 @@ from watermark.schema.config import DEFAULT_HISTORY_DAYS, Config, ConfigError, r
 from watermark.schema.keys import KeySchema
 from watermark.store.alert_store import apply_decision, publish_thresholds, read_alerts, read_outbox
 from watermark.store.observe import StackReading, lane_keys, read_stack
+from watermark.store.redis_conn import open_client
 
 log = logging.getLogger("wm-monitor")
 
@@ -59,7 +60,7 @@ def monitor_client(url: str, timeout_s: float = REDIS_TIMEOUT_S) -> redis.Redis:
     """Fails fast when Redis is away or hangs, and never retries: a round says "unreachable" within a few
     seconds, and a transaction whose reply was lost is not sent a second time (its notices would be twice in
     the history and the outbox)."""
-    return redis.Redis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s,
+    return open_client(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s,
                                 retry=Retry(NoBackoff(), 0))
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import redis
 
 from watermark.runtime.children import die_with_parent
-from watermark.runtime.ports import free_port
+from watermark.runtime.ports import free_cluster_port, free_port
 from watermark.runtime.signals import on_stop_signals
 from watermark.schema.config import Config, ConfigError, redact_url
 
@@ -74,10 +74,12 @@ def redis_server_binary() -> str:
 class RedisServer:
     """A redis-server child process; ``start()`` returns once it accepts connections."""
 
-    def __init__(self, data_dir: str, port: int = 6379, bind: str = "127.0.0.1", maxmemory_mb: int = 0) -> None:
+    def __init__(self, data_dir: str, port: int = 6379, bind: str = "127.0.0.1", maxmemory_mb: int = 0,
+                 cluster: bool = False) -> None:
         self.data_dir = Path(data_dir)
         self.maxmemory_mb = maxmemory_mb
-        self.port = port or free_port()
+        self.cluster = cluster
+        self.port = port or (free_cluster_port() if cluster else free_port())
         self.bind = bind
         self.proc: subprocess.Popen[str] | None = None
         self._log: list[str] = []
@@ -108,6 +110,7 @@ class RedisServer:
             # At maxmemory Redis refuses writes (never evicts: a stream entry or a commit record evicted would be
             # silent loss); the job and the writers wait and say so (docs/operations.md).
             "--maxmemory", f"{self.maxmemory_mb}mb", "--maxmemory-policy", "noeviction",
+            *(["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"] if self.cluster else []),
         ]
 
     def start(self) -> None:
@@ -151,6 +154,43 @@ class RedisServer:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+
+
+class LocalCluster:
+    """A Redis Cluster of ``nodes`` primaries on this machine (for tests and measurements): each a
+    :class:`RedisServer` with ``--cluster-enabled``, the 16,384 slots split evenly (``CLUSTER ADDSLOTSRANGE``), joined
+    by ``CLUSTER MEET``; :meth:`start` returns once every node says ``cluster_state:ok``. ``url`` names the first
+    node: a cluster client finds the others from it."""
+
+    def __init__(self, data_dir: str, nodes: int = 3) -> None:
+        self.servers = [RedisServer(str(Path(data_dir) / f"node{i}"), port=0, cluster=True) for i in range(nodes)]
+
+    @property
+    def url(self) -> str:
+        return self.servers[0].url
+
+    def start(self, timeout_s: float = 30.0) -> None:
+        for server in self.servers:
+            server.start()
+        clients = [redis.Redis(host=s.bind, port=s.port, socket_timeout=5) for s in self.servers]
+        n = len(clients)
+        for i, client in enumerate(clients):
+            client.execute_command("CLUSTER", "ADDSLOTSRANGE", 16_384 * i // n, 16_384 * (i + 1) // n - 1)
+        for client in clients[1:]:
+            client.execute_command("CLUSTER", "MEET", self.servers[0].bind, self.servers[0].port)
+        deadline = time.monotonic() + timeout_s
+        while not all(c.cluster("INFO").get("cluster_state") == "ok"
+                      and int(c.cluster("INFO").get("cluster_known_nodes", 0)) == n for c in clients):
+            if time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"the local cluster did not reach cluster_state:ok in {timeout_s:.0f} s")
+            time.sleep(0.05)  # gossip settles in well under a second
+        for client in clients:
+            client.close()
+
+    def stop(self) -> None:
+        for server in self.servers:
+            server.stop()
 
 
 CLIENTS_GRACE_S = 3.5

@@ -35,9 +35,10 @@ import redis
 from watermark.schema.config import Config, ConfigError, redact_url
 from watermark.schema.events import IDLE_KIND, PAYLOAD_FIELD, sign
 from watermark.schema.keys import KeySchema
-from watermark.schema.shards import shard_key, shard_of
+from watermark.schema.shards import input_shard_key, shard_of
 from watermark.schema.timeutil import parse_duration_ms, parse_iso_us
 from watermark.spark.checkpoint import job_secret
+from watermark.store.redis_conn import is_cluster, open_client
 from watermark.store.report import build_document, read_state, write_document
 
 log = logging.getLogger("watermark.apps.replay")
@@ -106,7 +107,7 @@ def replay(batches: list[ReplayBatch], cfg: Config) -> dict:
 
     # A replay's ingest time is the wall clock of the replay, unrelated to the event set's times.
     cfg = cfg.with_(max_future_skew_ms=None)
-    client = redis.Redis.from_url(cfg.redis_url)
+    client = open_client(cfg.redis_url)
     keys = KeySchema(cfg.namespace)
     ttl_s = max(1, (cfg.key_ttl_ms or cfg.retention_ms) // 1000)
     spark = build_session(cfg, app_name=f"replay-{cfg.namespace}", ui=False)
@@ -115,11 +116,7 @@ def replay(batches: list[ReplayBatch], cfg: Config) -> dict:
     labels: dict[int, int] = {}
     try:
         for index, batch in enumerate(batches):
-            pipe = client.pipeline(transaction=True)  # all of a batch becomes visible at once
-            for i, payload in enumerate(batch.payloads):
-                pipe.xadd(shard_key(keys.events, route(payload, cfg.stream_shards)),
-                          {PAYLOAD_FIELD: signed(payload, secret)}, id=batch.ids[i] if batch.ids else "*")
-            pipe.execute()
+            write_batch(client, keys, batch, cfg.stream_shards, secret)
             started = time.perf_counter()
             query.processAllAvailable()
             log.info("batch %s: %d events in %.2fs", batch.label, len(batch.payloads), time.perf_counter() - started)
@@ -134,6 +131,22 @@ def replay(batches: list[ReplayBatch], cfg: Config) -> dict:
     finally:
         query.stop()
     return build_document(client, keys, batch_labels=labels)
+
+
+def write_batch(client: redis.Redis, keys: KeySchema, batch: ReplayBatch, shards: int, secret: bytes) -> None:
+    """The batch's lines, each in its shard: one transaction, so all of a batch becomes visible at once. In a
+    Redis Cluster a transaction stays in one slot: one per shard there, so a batch may become visible shard by
+    shard (a micro-batch may then split it: the same events, other batch boundaries)."""
+    groups: dict[int, list[int]] = {}
+    for i, payload in enumerate(batch.payloads):
+        groups.setdefault(route(payload, shards) if is_cluster(client) else 0, []).append(i)
+    for rows in groups.values():
+        pipe = client.pipeline(transaction=True)
+        for i in rows:
+            payload = batch.payloads[i]
+            pipe.xadd(input_shard_key(keys.events, route(payload, shards)), {PAYLOAD_FIELD: signed(payload, secret)},
+                      id=batch.ids[i] if batch.ids else "*")
+        pipe.execute()
 
 
 def route(payload: bytes, shards: int) -> int:
@@ -170,7 +183,7 @@ def signed(payload: bytes, key: bytes) -> bytes:
 
 def _reachable(url: str) -> bool:
     try:
-        redis.Redis.from_url(url, socket_connect_timeout=1).ping()
+        open_client(url, socket_connect_timeout=1).ping()
         return True
     except redis.RedisError:
         return False

@@ -30,7 +30,7 @@ import redis
 from watermark.client.producer import Producer, ProducerError, ProducerStats
 from watermark.schema.events import Event
 from watermark.schema.keys import KeySchema
-from watermark.schema.shards import shard_key, shard_of
+from watermark.schema.shards import input_shard_key, shard_of
 
 
 class ShardedProducer:
@@ -49,7 +49,7 @@ class ShardedProducer:
         made: list[Producer] = []
         try:
             for k in range(shards):
-                made.append(Producer(redis_url, stream_key=shard_key(base, k), producer_id=self.producer_id,
+                made.append(Producer(redis_url, stream_key=input_shard_key(base, k), producer_id=self.producer_id,
                                      **producer_options))
         except BaseException:
             for p in made:  # a bad option fails the first; never leave the threads of the others running

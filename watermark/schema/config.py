@@ -30,7 +30,18 @@ today, and the week-ago overlay. About 32 MB of Redis at 300 servers (docs/opera
 DEFAULT_EMBEDDED_PORT = 6379
 WATERMARK_MODES = ("global", "per-server")
 WATERMARK_POLICIES = ("min", "max")
-_NAMESPACE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+_NAMESPACE = re.compile(r"^(?=.{1,64}$)(\{[A-Za-z0-9_.-]+\})?[A-Za-z0-9_.-]*$")
+"""1-64 letters, digits, ``_ - .``; it may begin with one braced group, ``{wm}``: the hash tag that keeps a
+pipeline's keys in one slot of a Redis Cluster (decision 0018)."""
+
+
+def path_safe(namespace: str) -> str:
+    """The namespace as a directory name: a braced one (``{wm}``) as ``wm-tag``, since braces are not legal in the
+    URIs Spark and Hadoop make of a checkpoint path."""
+    if namespace.startswith("{"):
+        tag, _, rest = namespace[1:].partition("}")
+        return f"{tag}-tag{rest}"
+    return namespace
 
 
 class ConfigError(ValueError):
@@ -98,7 +109,8 @@ class Config:
         self._check_bounds()
         _check(bool(self.checkpoint_dir.strip()), "CHECKPOINT_DIR", "must not be empty")
         _check(bool(_NAMESPACE.match(self.namespace)), "PIPELINE_NAMESPACE",
-               f"{self.namespace!r} must be 1-64 characters of letters, digits, '_', '-', '.'")
+               f"{self.namespace!r} must be 1-64 characters of letters, digits, '_', '-', '.', "
+               "optionally in braces at its start ('{wm}', for a Redis Cluster)")
         scheme = urlsplit(self.redis_url).scheme
         _check(scheme in ("redis", "rediss", "unix"), "REDIS_URL",
                f"{redact_url(self.redis_url)!r} must start with redis://, rediss:// or unix://")
@@ -178,7 +190,7 @@ class Config:
             slide_ms=_duration(env, "SLIDE", window),
             delay_ms=_duration(env, "WATERMARK_DELAY", cls.delay_ms),
             trigger_ms=_duration(env, "TRIGGER_INTERVAL", cls.trigger_ms),
-            checkpoint_dir=env.get("CHECKPOINT_DIR", f"data/checkpoints/{ns}"),
+            checkpoint_dir=env.get("CHECKPOINT_DIR", f"data/checkpoints/{path_safe(ns)}"),
             spark_master=env.get("SPARK_MASTER", cls.spark_master),
             max_events_per_batch=_int(env, "MAX_EVENTS_PER_BATCH", cls.max_events_per_batch),
             source_partitions=_int(env, "SOURCE_PARTITIONS", cls.source_partitions),

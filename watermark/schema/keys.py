@@ -154,6 +154,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from watermark.schema.shards import input_shard_key, trimmed_key
+
 SEP = "|"
 
 BATCH_SECONDS_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
@@ -207,6 +209,14 @@ class KeySchema:
     @property
     def trimmed(self) -> str:
         return self._k("trimmed")
+
+    def input_shard(self, shard: int) -> str:
+        """The input's shard ``shard`` (:func:`watermark.schema.shards.input_shard_key`)."""
+        return input_shard_key(self.events, shard)
+
+    def trimmed_of(self, shard: int) -> str:
+        """The count of entries trimmed from input shard ``shard`` (:func:`watermark.schema.shards.trimmed_key`)."""
+        return trimmed_key(self.events, self.trimmed, shard)
 
     @property
     def dead(self) -> str:

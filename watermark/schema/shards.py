@@ -1,12 +1,13 @@
 """The input as N streams (shards): which shard a server's events go to, where each shard lives, and a position
 in all of them at once.
 
-One shard is the layout before shards: the key ``{ns}:events`` and a position that is one entry ID (``ms-seq``), so
-a checkpoint or a commit record written before shards reads the same. With ``N > 1`` shards, shard 0 is still
-``{ns}:events`` and shard ``i`` is ``{ns}:events:{i}``; a position is the N entry IDs joined by commas, in shard
-order (``"1700000000000-3,0-0,1700000000001-0,1700000000000-9"``). One string keeps every place that stores or
-compares "how far a query has read" (Spark's offset log, the commit guard's ``committed_id``) unchanged: two
-positions are the same exactly when their strings are.
+One shard is the layout before shards: the key ``{ns}:events`` and a position that is one entry ID (``ms-seq``), so a
+checkpoint or a commit record written before shards reads the same. With ``N > 1`` shards, shard 0 is still
+``{ns}:events`` and shard ``i`` is ``{ns}:events:{i}`` (``{wm:events:i}`` under a braced namespace, decision 0018); a
+position is the N entry IDs joined by commas, in shard order
+(``"1700000000000-3,0-0,1700000000001-0,1700000000000-9"``). One string keeps every place that stores or compares "how
+far a query has read" (Spark's offset log, the commit guard's ``committed_id``) unchanged: two positions are the same
+exactly when their strings are.
 
 A server's events all go to one shard (:func:`shard_of`), so they stay in arrival order there. Each shard's entry
 IDs carry the clock of the Redis that holds it; IDs are compared only within a shard.
@@ -24,13 +25,36 @@ SEP = ","
 START = "0-0"
 
 
-def shard_key(events_key: str, shard: int) -> str:
-    """The stream of ``shard``: shard 0 is the events key itself (the one-shard layout), shard ``i`` adds
-    ``:{i}``. Without a hash tag each shard key hashes on its own, so in a Redis Cluster the shards spread over
-    the nodes."""
+def shard_key(key: str, shard: int) -> str:
+    """A per-shard stream the pipeline writes itself (its late events, its dead letters): shard 0 is ``key``, shard
+    ``i`` adds ``:{i}``. It keeps the pipeline's hash tag, so in a Redis Cluster it stays in the slot of the commit
+    that writes it (decision 0018). The input's shards are :func:`input_shard_key`."""
     if shard < 0:
         raise ValueError(f"a shard is a number from 0, got {shard}")
-    return events_key if shard == 0 else f"{events_key}:{shard}"
+    return key if shard == 0 else f"{key}:{shard}"
+
+
+def input_shard_key(events_key: str, shard: int) -> str:
+    """The input stream of ``shard``: shard 0 is the events key itself (the one-shard layout), shard ``i`` adds
+    ``:{i}``. Under a braced namespace (``{wm}:events``, meant for a Redis Cluster) shard ``i`` is
+    ``{wm:events:i}``: the whole name is its hash tag, so the shards spread over the cluster's nodes instead of all
+    sitting in the pipeline's slot (decision 0018). Without braces it is the same as :func:`shard_key`."""
+    if shard < 0:
+        raise ValueError(f"a shard is a number from 0, got {shard}")
+    if shard == 0:
+        return events_key
+    close = events_key.find("}")
+    if events_key.startswith("{") and close > 1:
+        return f"{{{events_key[1:close]}{events_key[close + 1:]}:{shard}}}"
+    return f"{events_key}:{shard}"
+
+
+def trimmed_key(events_key: str, trimmed_key0: str, shard: int) -> str:
+    """Where the entries trimmed from an input shard are counted: shard 0 in ``trimmed_key0`` (``{ns}:trimmed``,
+    the one-shard layout), shard ``i`` beside its stream (``{input shard}:trimmed``), in the shard's own slot so
+    that the trim and its count stay one script in a Redis Cluster. Readers sum them. (A counter written before
+    shards had their own holds the sum of all: read as shard 0's, the sum stays right.)"""
+    return trimmed_key0 if shard == 0 else f"{input_shard_key(events_key, shard)}:trimmed"
 
 
 def shard_of(server: str, shards: int) -> int:

@@ -18,6 +18,7 @@ import redis
 from pyspark.sql.streaming import StreamingQueryListener
 
 from watermark.schema.keys import KeySchema, bucket_field
+from watermark.store.redis_conn import open_client
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +74,7 @@ class ProgressWriter(threading.Thread):
                  maxsize: int = 10_000) -> None:
         super().__init__(name="progress-writer", daemon=True)
         self.queue: queue.Queue[Progress | None] = queue.Queue(maxsize=maxsize)
-        self.client = redis.Redis.from_url(redis_url)
+        self.client = open_client(redis_url)
         self.keys = (keys,) if isinstance(keys, KeySchema) else tuple(keys)
         self.ttl_s = ttl_s
 

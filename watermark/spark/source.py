@@ -49,7 +49,7 @@ from pyspark.sql.types import StructType
 from watermark.schema.events import IDLE_KIND, KINDS, NO_RULES, PAYLOAD_FIELD, BadEntry, Rules, parse_entry
 from watermark.schema.events import parse_entry_id as parse_id
 from watermark.schema.keys import KeySchema
-from watermark.schema.shards import START, Position, shard_key, share
+from watermark.schema.shards import START, Position, input_shard_key, share
 from watermark.schema.timeutil import parse_iso_us
 from watermark.spark.partial import (
     PACKED,
@@ -60,7 +60,7 @@ from watermark.spark.partial import (
     PartitionPartials,
     presence_partial,
 )
-from watermark.store.redis_conn import TRANSIENT, with_retry
+from watermark.store.redis_conn import TRANSIENT, home, open_client, with_retry
 
 SCHEMA = (
     "entry_id string, ingest_time timestamp, event_id string, server string, player_id string, "
@@ -183,17 +183,18 @@ def ranges(start: str, end: str, shards: int) -> list[StreamRange]:
 
 
 _PAYLOAD = PAYLOAD_FIELD.encode()
-_CLIENTS: dict[str, redis.Redis] = {}
+_CLIENTS: dict[tuple[str, str], redis.Redis] = {}
 
 
-def _client(url: str) -> redis.Redis:
-    """One client per Python worker process: workers are reused across batches.
+def _client(url: str, stream: str) -> redis.Redis:
+    """One client per Python worker process and stream: workers are reused across batches. In a Redis Cluster it
+    is the plain client of the node that holds the stream (:func:`redis_conn.home`).
 
     Its XRANGE replies stay as hiredis builds them (``[id, [k, v, ...]]``): redis-py's conversion to
     ``(id, {k: v})`` cost more than the read itself."""
-    client = _CLIENTS.get(url)
+    client = _CLIENTS.get((url, stream))
     if client is None:
-        client = _CLIENTS[url] = redis.Redis.from_url(url, socket_keepalive=True)
+        client = _CLIENTS[(url, stream)] = home(open_client(url, socket_keepalive=True), stream)
         client.set_response_callback("XRANGE", lambda response, **_: response)
     return client
 
@@ -217,7 +218,7 @@ def read_range(url: str, stream: str, part: StreamRange, chunk: int = READ_CHUNK
     events are folded into them instead and a last batch holds the partition's partial rows; with
     ``presence`` too, each chunk's accepted events also come as presence rows. A server's region (the latest its
     events in the partition carry) rides in its packed row's ``player_id``."""
-    client = _client(url)
+    client = _client(url, stream)
     lo = part.lo if part.lo_inclusive else "(" + part.lo
     regions: dict[str, str] = {}
     while True:
@@ -477,7 +478,7 @@ class _Options:
         self.shards = int(options.get("shards", "1"))
         if self.shards < 1:
             raise ValueError(f"option shards must be >= 1, got {self.shards}")
-        self.streams = tuple(shard_key(self.stream, k) for k in range(self.shards))
+        self.streams = tuple(input_shard_key(self.stream, k) for k in range(self.shards))
         self.max_events = int(options.get("maxEventsPerBatch", "0"))
         if self.partitions < 1:
             raise ValueError(f"option partitions must be >= 1, got {self.partitions}")
@@ -537,7 +538,7 @@ class RedisStreamReader(DataSourceStreamReader):
     @property
     def redis(self) -> redis.Redis:
         if self._redis is None:
-            self._redis = redis.Redis.from_url(self.opts.url, socket_keepalive=True)
+            self._redis = open_client(self.opts.url, socket_keepalive=True)
         return self._redis
 
     def initialOffset(self) -> dict:
@@ -674,7 +675,7 @@ class RedisStreamBatchReader(DataSourceReader):
         highs = ("+",) * opts.shards if opts.end_id == "+" else Position.parse(opts.end_id, opts.shards).ids
         each = max(1, opts.partitions // opts.shards)
         out: list[InputPartition] = []
-        client = redis.Redis.from_url(opts.url)
+        client = open_client(opts.url)
         try:
             for k, stream in enumerate(opts.streams):
                 first = client.xrange(stream, lows[k], highs[k], count=1)

@@ -31,8 +31,8 @@ from typing import Any
 
 import redis
 
-from watermark.schema.shards import shard_key
-from watermark.store.redis_conn import EXEC, FULL, FULL_SAY_EVERY_S, MULTI, Replies
+from watermark.schema.shards import input_shard_key
+from watermark.store.redis_conn import EXEC, FULL, FULL_SAY_EVERY_S, MULTI, Replies, home
 
 log = logging.getLogger("watermark.store.batch_channel")
 
@@ -65,12 +65,12 @@ class BacklogGate:
     looks again until the readers have caught up and the job's trim has made room. So the stream stays within the
     bound plus what one look's interval lets through, however far the writers outrun the job, and nothing a
     reader still needs is trimmed. ``max_entries`` None or 0: no bound. With ``shards``, the input is that many
-    streams (``shard_key(stream_key, k)``) and the bound is on their sum."""
+    streams (``input_shard_key(stream_key, k)``) and the bound is on their sum."""
 
     def __init__(self, client: redis.Redis, stream_key: str, max_entries: int | None, every_s: float = 0.1,
                  logger: logging.Logger = log, clock: Callable[[], float] = time.monotonic, shards: int = 1) -> None:
         self.client, self.stream_key, self.max_entries = client, stream_key, max_entries or None
-        self.streams = [shard_key(stream_key, k) for k in range(shards)]
+        self.streams = [input_shard_key(stream_key, k) for k in range(shards)]
         self.every_s, self.log, self.clock = every_s, logger, clock
         self._looked = float("-inf")
         self.waited = 0
@@ -166,7 +166,7 @@ class BatchChannel:
         that then failed (the connection lost again while sending the rest) are returned by the next one:
         they are in Redis, and their sender must hear it once."""
         self.detach()
-        pool = client.connection_pool
+        pool = home(client, self.stream_key).connection_pool  # a cluster's: the stream's node (decision 0018)
         conn = pool.get_connection()
         try:
             conn.connect()

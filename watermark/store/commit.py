@@ -25,7 +25,7 @@ from watermark.schema.config import DEFAULT_HISTORY_DAYS, DEFAULT_LATE_KEEP
 from watermark.schema.events import parse_entry_id
 from watermark.schema.keys import KeySchema, WindowKey, total_field
 from watermark.schema.records import BatchRecord, CommitEntry, DeadEntry, ServerRecord, StateParams, StateRecord
-from watermark.schema.shards import START, Position, lowest, shard_key
+from watermark.schema.shards import START, Position, input_shard_key, lowest, shard_key
 from watermark.store import redis_conn
 
 
@@ -157,21 +157,22 @@ committed is exactly how many wait, without walking the stream (Redis 6 has no `
 call, and at two trims a second the stream outgrew its bound above about 20,000 events/s."""
 
 
-def trim_counted(client: redis.Redis, keys: KeySchema, min_id: str, approximate: bool = True,
-                 stream: str | None = None) -> None:
-    """Trim the input (``stream``: a shard of it, default the input's key) below ``min_id`` and add what went to
-    ``{ns}:trimmed`` (queued when ``client`` is a pipeline). Approximate trims free whole stream nodes only: cheap,
-    and the count is still exact."""
+def trim_counted(client: redis.Redis, keys: KeySchema, min_id: str, approximate: bool = True, shard: int = 0) -> None:
+    """Trim input shard ``shard`` below ``min_id`` and add what went to its trimmed count (``{ns}:trimmed`` for
+    shard 0; queued when ``client`` is a pipeline). The stream and its count share a slot (decision 0018), so this
+    is one script on one node in a Redis Cluster too. Approximate trims free whole stream nodes only: cheap, and
+    the count is still exact."""
     script = _TRIM_LUA if approximate else _TRIM_LUA.replace("'~', ", "").replace(", 'LIMIT', 0", "")
-    client.eval(script, 2, stream or keys.events, keys.trimmed, min_id)
+    client.execute_command("EVAL", script, 2, keys.input_shard(shard), keys.trimmed_of(shard), min_id)
 
 
-def trim_position(client: redis.Redis, keys: KeySchema, below: str) -> None:
-    """:func:`trim_counted` each shard the position ``below`` names, below its entry ID (a shard at ``0-0``: kept
-    whole)."""
+def trim_position(client: redis.Redis, keys: KeySchema, below: str,
+                  shards: Callable[[int], bool] | None = None) -> None:
+    """:func:`trim_counted` each shard the position ``below`` names (those ``shards`` accepts: default all), below
+    its entry ID (a shard at ``0-0``: kept whole)."""
     for k, min_id in enumerate(Position.of(below).ids):
-        if min_id != START:
-            trim_counted(client, keys, min_id, stream=shard_key(keys.events, k))
+        if min_id != START and (shards is None or shards(k)):
+            trim_counted(client, keys, min_id, shard=k)
 
 
 def free_committed_input(client: redis.Redis, keys: KeySchema, params: Params) -> str:
@@ -186,7 +187,7 @@ def free_committed_input(client: redis.Redis, keys: KeySchema, params: Params) -
         if any(d is None for d in done):
             return "nothing trimmed: a reader has committed nothing yet"
         low = lowest([d.decode() if isinstance(d, bytes) else d for d in done])
-        streams = [shard_key(keys.events, k) for k in range(Position.of(low).shards)]
+        streams = [input_shard_key(keys.events, k) for k in range(Position.of(low).shards)]
         before = sum(client.xlen(st) for st in streams)
         trim_position(client, keys, low)
         gone = before - sum(client.xlen(st) for st in streams)
@@ -297,8 +298,10 @@ def guarded(client: redis.Redis, guard_key: str, batch_id: int,
     """The frame of an exactly-once commit: yields None when ``batch_id`` is at or below the
     ``last_batch`` field of ``guard_key`` (already in Redis), else the pipeline, watching the
     guard (and ``also_watch``) and still in immediate mode for reads. The caller then calls
-    ``multi()``, queues every write including the new ``last_batch``, and ``execute()``s."""
-    with client.pipeline(transaction=True) as pipe:
+    ``multi()``, queues every write including the new ``last_batch``, and ``execute()``s. In a Redis Cluster the
+    transaction runs on the node of ``guard_key``'s slot (:func:`redis_conn.home`): every key it names must share
+    that slot, as a braced namespace makes them (decision 0018)."""
+    with redis_conn.home(client, guard_key).pipeline(transaction=True) as pipe:
         pipe.watch(guard_key, *also_watch)
         last = pipe.hget(guard_key, "last_batch")
         if last is not None and int(last) >= batch_id:
@@ -429,8 +432,10 @@ def _totals(s: BatchSummary, record: BatchRecord) -> dict[str, int]:
     return totals
 
 
-def apply_writes(pipe: redis.client.Pipeline, keys: KeySchema, w: BatchWrites, params: Params) -> None:
-    """Queue the batch's writes in the transaction (after ``multi()``); the caller executes it."""
+def apply_writes(pipe: redis.client.Pipeline, keys: KeySchema, w: BatchWrites, params: Params,
+                 in_slot: Callable[[int], bool] | None = None) -> None:
+    """Queue the batch's writes in the transaction (after ``multi()``); the caller executes it. The trim takes
+    the input shards ``in_slot`` accepts (default: all)."""
     ttl_s = params.ttl_s
     totals = redis_conn.Bulk()  # one call for every server's five counts, not a command each
     totals.hincrby(keys.totals, w.totals)
@@ -460,7 +465,7 @@ def apply_writes(pipe: redis.client.Pipeline, keys: KeySchema, w: BatchWrites, p
     pipe.expire(keys.batches, ttl_s)
     pipe.hset(keys.state, mapping=w.state.to_hash())
     if w.trim_below is not None:
-        trim_position(pipe, keys, w.trim_below)
+        trim_position(pipe, keys, w.trim_below, shards=in_slot)
     pipe.xadd(keys.commits, CommitEntry(w.batch_id, w.end_id).fields(), maxlen=1000, approximate=True)
 
 
@@ -528,12 +533,19 @@ def commit_batch(client: redis.Redis, keys: KeySchema, s: BatchSummary, params: 
                  now_ms: Callable[[], int] = lambda: int(time.time() * 1000)) -> bool:
     """Apply the batch once: read what it depends on, decide its writes, apply them in one transaction
     guarded by the batch id. Returns False when it was already committed."""
-    with guarded(client, keys.state, s.batch_id) as pipe:
+    node = redis_conn.home(client, keys.state)  # in a Redis Cluster: the node of the pipeline's slot (0018)
+    with guarded(node, keys.state, s.batch_id) as pipe:
         if pipe is None:
             return False
-        writes = plan_commit(s, params, read_prior(pipe, client, keys, s, params), now_ms())
+        writes = plan_commit(s, params, read_prior(pipe, node, keys, s, params), now_ms())
         pipe.multi()
-        apply_writes(pipe, keys, writes, params)
+        in_slot = None if node is client else (lambda k: redis_conn.same_slot(keys.input_shard(k), keys.state))
+        apply_writes(pipe, keys, writes, params, in_slot=in_slot)
         redis_conn.execute(pipe)
+    if writes.trim_below is not None and in_slot is not None:
+        # In a Redis Cluster an input shard on a slot of its own is trimmed after the commit, by its own script
+        # (the trim and its count stay one step, so what waits stays exact); a crash before it leaves the next
+        # commit a bigger trim (decision 0018).
+        trim_position(client, keys, writes.trim_below, shards=lambda k: not in_slot(k))
     return True
 

@@ -20,7 +20,7 @@ import redis
 from watermark.schema.events import parse_entry_id
 from watermark.schema.keys import KeySchema, parse_total_field
 from watermark.schema.records import StateParams, StateRecord
-from watermark.schema.shards import Position, shard_key
+from watermark.schema.shards import Position, input_shard_key
 
 
 @dataclass(frozen=True)
@@ -208,7 +208,7 @@ def first_after(client: redis.Redis, stream: str, position: str) -> bytes | None
 def queue_first_after(pipe: redis.client.Pipeline, stream: str, position: str) -> None:
     """Each shard's first entry after ``position``: one reply per shard (:func:`oldest_of` reads them)."""
     for k, entry_id in enumerate(Position.of(position).ids):
-        pipe.xrange(shard_key(stream, k), min="(" + entry_id, max="+", count=1)
+        pipe.xrange(input_shard_key(stream, k), min="(" + entry_id, max="+", count=1)
 
 
 def oldest_of(replies: Sequence[list]) -> bytes | None:
@@ -242,11 +242,12 @@ def read_fixed(client: redis.Redis, keys: KeySchema, input_keys: KeySchema,
         pipe.hgetall(keys.state)
         pipe.hgetall(keys.totals)
         pipe.smembers(keys.servers)
-        pipe.get(input_keys.trimmed)
         pipe.hgetall(keys.seen)
         pipe.hgetall(keys.regions)
         for k in range(shards):
-            pipe.xinfo_stream(shard_key(input_keys.events, k))
+            pipe.get(input_keys.trimmed_of(k))  # each shard counts its own trims (decision 0018): summed
+        for k in range(shards):
+            pipe.xinfo_stream(input_shard_key(input_keys.events, k))
         if queue_more is not None:
             queue_more(pipe)
         for g in guards:
@@ -263,9 +264,9 @@ def read_fixed(client: redis.Redis, keys: KeySchema, input_keys: KeySchema,
 
 
 def _parse_fixed(replies: list, keys: KeySchema, shards: int) -> FixedReads:
-    state_h, totals_h, servers_raw, trimmed, seen_h, regions_h, *rest = replies
-    xinfos, more = rest[:shards], rest[shards:]
-    for reply in (state_h, totals_h, servers_raw, trimmed, seen_h, regions_h, *more):
+    state_h, totals_h, servers_raw, seen_h, regions_h, *rest = replies
+    trims, xinfos, more = rest[:shards], rest[shards:2 * shards], rest[2 * shards:]
+    for reply in (state_h, totals_h, servers_raw, seen_h, regions_h, *trims, *more):
         if isinstance(reply, Exception):
             raise reply
     state = PipelineState.from_hash(state_h, keys.state)
@@ -276,7 +277,7 @@ def _parse_fixed(replies: list, keys: KeySchema, shards: int) -> FixedReads:
     servers = tuple(sorted({*(_decode(s) for s in servers_raw), *totals.servers}))
     seen = {_decode(k): int(v) for k, v in seen_h.items()}
     regions = {_decode(k): _decode(v) for k, v in regions_h.items()}
-    return FixedReads(state, totals, servers, int(trimmed or 0),
+    return FixedReads(state, totals, servers, sum(int(t or 0) for t in trims),
                       [{} if isinstance(x, Exception) else x for x in xinfos], seen, regions, more)
 
 

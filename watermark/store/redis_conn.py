@@ -16,6 +16,8 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import redis
+from redis.cluster import RedisCluster
+from redis.crc import key_slot
 
 from watermark.schema.config import redact_url
 
@@ -37,17 +39,65 @@ class DriverClient:
     @property
     def client(self) -> redis.Redis:
         if self._client is None:
-            self._client = redis.Redis.from_url(self.redis_url, socket_keepalive=True, socket_timeout=60)
+            self._client = open_client(self.redis_url, socket_keepalive=True, socket_timeout=60)
         return self._client
+
+
+def open_client(url: str, **kwargs: Any) -> redis.Redis:
+    """A client for ``url``: a :class:`redis.cluster.RedisCluster` when the server there is a node of a Redis
+    Cluster (``INFO cluster``), else a plain :class:`redis.Redis` (``kwargs`` go to either). Asks the server once
+    per URL and process. When it cannot ask (Redis away), the plain client, which connects on first use as
+    before: processes that start before their Redis (the monitor, the dashboard) still start; on a cluster such a
+    client is refused ``MOVED`` for keys of other nodes (said, never silent) until the process starts again. A
+    cluster client routes each command by its key's slot; what must stay on one node (a guarded commit, a raw-RESP
+    writer) takes :func:`home` (decision 0018)."""
+    cluster = _CLUSTER.get(url)
+    if cluster is None:
+        probe = redis.Redis.from_url(url, **kwargs)
+        try:
+            cluster = _CLUSTER[url] = bool(int(probe.info("cluster").get("cluster_enabled", 0)))
+        except (redis.ConnectionError, redis.TimeoutError):
+            return probe  # not cached: the next client asks again
+        except redis.ResponseError:  # INFO refused (an ACL user without it): not a cluster we could use anyway
+            cluster = _CLUSTER[url] = False
+            probe.close()
+    if cluster:
+        return RedisCluster.from_url(url, **{k: v for k, v in kwargs.items() if k != "retry"})
+    return redis.Redis.from_url(url, **kwargs)
+
+
+_CLUSTER: dict[str, bool] = {}
+"""Per URL: whether the server there is a Redis Cluster node (:func:`open_client`)."""
+
+
+def is_cluster(client: object) -> bool:
+    return isinstance(client, RedisCluster)
+
+
+def home(client: redis.Redis, key: str) -> redis.Redis:
+    """The plain client of the node that holds ``key``'s slot (``client`` itself on one Redis): a transaction
+    whose keys all share ``key``'s hash tag runs there as on one Redis, WATCH, scripts and the raw-RESP fast paths
+    (:func:`execute`) included. Should the slot move (a failover, a resharding) its commands are refused with
+    ``MOVED``; the process's restart finds the new node (a guarded commit is safe to run again)."""
+    if isinstance(client, RedisCluster):
+        node = client.get_node_from_key(key)
+        return node.redis_connection or client.get_redis_connection(node)
+    return client
+
+
+def same_slot(a: str, b: str) -> bool:
+    """Whether keys ``a`` and ``b`` hash to one slot (what a Redis Cluster requires of a transaction's keys)."""
+    return key_slot(a.encode()) == key_slot(b.encode())
 
 
 def connect(url: str, *, attempts: int = 30, base_delay_s: float = 0.1, max_delay_s: float = 2.0,
             sleep: Callable[[float], None] = time.sleep) -> redis.Redis:
-    """A client that has answered PING; retries with exponential backoff so processes
-    started together (Procfile) wait for the embedded Redis instead of failing."""
+    """A client that has answered PING (a cluster client when ``url`` names a cluster node: :func:`open_client`);
+    retries with exponential backoff so processes started together (Procfile) wait for the embedded Redis instead
+    of failing."""
 
     def ping() -> redis.Redis:
-        client = redis.Redis.from_url(url, health_check_interval=30, socket_keepalive=True)
+        client = open_client(url, health_check_interval=30, socket_keepalive=True)
         client.ping()
         return client
 
@@ -208,7 +258,7 @@ def execute(pipe: redis.client.Pipeline) -> list[Any]:
     other failure the connection is closed (its replies are unknown). Falls back to ``pipe.execute()`` where
     the fast path does not apply (no hiredis, scripts to load, no transaction). RESP2 or RESP3 alike: hiredis reads
     both, and a commit's replies (integers, simple strings, a null EXEC) are the same in both."""
-    conn = pipe.connection
+    conn = getattr(pipe, "connection", None)  # a cluster's pipeline has none: :func:`home` gives a plain one
     if (hiredis is None or conn is None or getattr(conn, "_sock", None) is None or pipe.scripts
             or not pipe.explicit_transaction):
         return pipe.execute()

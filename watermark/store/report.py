@@ -24,6 +24,7 @@ from watermark.schema.keys import KeySchema, WindowKey
 from watermark.schema.records import BatchRecord, PresenceRecord, StateRecord
 from watermark.schema.shards import Position
 from watermark.schema.timeutil import iso_from_ms
+from watermark.store.redis_conn import open_client
 
 
 @dataclass(frozen=True)
@@ -181,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"config error: {exc}", file=sys.stderr)
         return 2
-    client = redis.Redis.from_url(cfg.redis_url)
+    client = open_client(cfg.redis_url)
     try:
         doc = build_document(client, KeySchema(cfg.namespace))
     except redis.RedisError as exc:

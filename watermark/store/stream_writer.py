@@ -22,7 +22,7 @@ from watermark.schema.clock import Clock
 from watermark.schema.config import ConfigError
 from watermark.schema.events import Event, parse_entry_id
 from watermark.schema.keys import producer_marker_key
-from watermark.schema.shards import shard_key, shard_of
+from watermark.schema.shards import input_shard_key, shard_of
 from watermark.store.batch_channel import (
     LOST_REDIS,
     BacklogGate,
@@ -32,7 +32,7 @@ from watermark.store.batch_channel import (
     WriteError,
     xadd_head,
 )
-from watermark.store.redis_conn import FullWait
+from watermark.store.redis_conn import FullWait, is_cluster
 
 __all__ = ["LOST_REDIS", "StreamWriter", "WriteError", "WriteStats", "stream_last_id", "write"]
 
@@ -113,9 +113,13 @@ class StreamWriter:
         self.gate = BacklogGate(client, stream_key, max_stream_entries, logger=log,  # STREAM_MAX_ENTRIES
                                 shards=shards)
         self.shards = shards
-        keys = [shard_key(stream_key, k).encode().decode("latin-1") for k in range(shards)]
+        if shards > 1 and is_cluster(client):
+            raise ConfigError("the generator writes one transaction across the input's shards, which a Redis Cluster "
+                              "cannot take (each shard has a slot of its own): on a cluster send with the producer "
+                              "library's ShardedProducer (docs/ingest.md), one transaction per shard")
+        keys = [input_shard_key(stream_key, k).encode().decode("latin-1") for k in range(shards)]
         self._heads = [f"*5\r\n$4\r\nXADD\r\n${len(key)}\r\n{key}\r\n" for key in keys]
-        self._star_heads = [xadd_head(shard_key(stream_key, k)) for k in range(shards)]
+        self._star_heads = [xadd_head(input_shard_key(stream_key, k)) for k in range(shards)]
         self._shard_of: dict[str, int] = {}  # server -> its shard, computed once
         self._last = (0, 0)
         self._carry: Any = None  # the event read ahead of the last batch, not sent yet
@@ -139,7 +143,7 @@ class StreamWriter:
             for batch in channel.attach(self.client):
                 self._confirmed(batch)
             if self.explicit_ids:
-                self._last = max(self._last, *(stream_last_id(self.client, shard_key(self.stream_key, k))
+                self._last = max(self._last, *(stream_last_id(self.client, input_shard_key(self.stream_key, k))
                                                for k in range(self.shards)))
             self._loop(it, raw)
             ok = True

@@ -22,7 +22,7 @@ from watermark.rules.late import LateEvent
 from watermark.schema.events import IDLE_KIND, BadEntry, Event, parse_entry, parse_entry_id
 from watermark.schema.keys import KeySchema
 from watermark.schema.records import BatchRecord, CommitEntry, DeadEntry
-from watermark.schema.shards import Position, shard_key
+from watermark.schema.shards import Position, input_shard_key, shard_key, trimmed_key
 from watermark.store.pipeline_status import PipelineState
 
 MAX_POINTS = 20_000
@@ -159,15 +159,16 @@ def _read_range(client: redis.Redis, keys: KeySchema, stream: str, shards: int, 
     """Round trip 2: each shard's entries (newest first, capped), its quarantined ones and its late events' count."""
     pipe = client.pipeline(transaction=False)
     for k in range(shards):
-        pipe.xrevrange(shard_key(stream, k), max=hi, min=lo, count=cap + 1)
+        pipe.xrevrange(input_shard_key(stream, k), max=hi, min=lo, count=cap + 1)
     for k in range(shards):
         pipe.xrevrange(shard_key(keys.dead, k), max=hi, min=lo, count=cap + 1)  # dead IDs: a subset of the shard's
     for k in range(shards):
         pipe.xlen(shard_key(keys.late, k))
-    pipe.get(keys.trimmed)
+    for k in range(shards):
+        pipe.get(trimmed_key(stream, keys.trimmed, k))
     pipe.hget(keys.totals, "kept")
     replies = pipe.execute()
-    trimmed, kept = replies[3 * shards:]
+    trimmed, kept = sum(int(t or 0) for t in replies[3 * shards:-1]), replies[-1]
     return _Range(replies[:shards], replies[shards:2 * shards], int(trimmed or 0), int(kept or 0),
                   sum(int(n) for n in replies[2 * shards:3 * shards]))
 
@@ -187,8 +188,8 @@ def _head(client: redis.Redis, keys: KeySchema, stream: str) -> tuple[PipelineSt
     if shards > 1:
         pipe = client.pipeline(transaction=False)
         for k in range(1, shards):
-            pipe.xrange(shard_key(stream, k), count=1)
-            pipe.xrevrange(shard_key(stream, k), count=1)
+            pipe.xrange(input_shard_key(stream, k), count=1)
+            pipe.xrevrange(input_shard_key(stream, k), count=1)
         more = pipe.execute()
         ends += list(zip(more[::2], more[1::2], strict=True))
     return state, ends, commits
@@ -336,7 +337,7 @@ def find_player(client: redis.Redis, keys: KeySchema, player_id: str, lo_ms: int
     found: list[tuple[str, Event, int]] = []
     scanned, firsts, capped = 0, [], []
     for k in range(shards):
-        got, n, first_ms, capped_at = _scan_stream(client, shard_key((input_keys or keys).events, k), player_id,
+        got, n, first_ms, capped_at = _scan_stream(client, input_shard_key((input_keys or keys).events, k), player_id,
                                                    lo_ms, hi_ms, scan_cap - scanned)
         found += [(entry_id, ev, k) for entry_id, ev in got]
         scanned += n
@@ -349,7 +350,7 @@ def find_player(client: redis.Redis, keys: KeySchema, player_id: str, lo_ms: int
     kept = [e.point(window_ms, slide_ms) for e in _scan_kept(client, keys, player_id, lo_ms, hi_ms, shards)
             if (e.shard, e.entry_id) not in in_stream]
     merged = sorted((*kept, *points), key=lambda p: (parse_entry_id(p.entry_id), p.shard))
-    trimmed = int(client.get((input_keys or keys).trimmed) or 0)
+    trimmed = sum(int(client.get((input_keys or keys).trimmed_of(k)) or 0) for k in range(shards))
     return PlayerEvents(player_id, lo_ms, hi_ms, tuple(merged), scanned, min(firsts, default=None),
                         min(capped, default=None), trimmed)
 

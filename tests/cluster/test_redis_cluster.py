@@ -1,0 +1,120 @@
+"""The store, the producers and the job's start in a Redis Cluster of three primaries (decision 0018), against
+the real redis-server: the key layout, the commit on the pipeline's node, each shard's trim and count, what a
+reader sees, and the clear refusals. (The job end to end, SIGKILLed mid-commit, is in
+``tests/pipeline/test_exactly_once.py``.)"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+
+import pytest
+import redis
+from redis.cluster import RedisCluster
+
+from watermark.apps.redis_server import LocalCluster
+from watermark.client.sharded import ShardedProducer
+from watermark.schema.config import Config, ConfigError
+from watermark.schema.keys import KeySchema
+from watermark.schema.lanes import lane_namespace
+from watermark.schema.records import ServerRecord
+from watermark.schema.shards import shard_key, shard_of
+from watermark.store.commit import BatchSummary, Params, commit_batch
+from watermark.store.pipeline_status import read_pipeline
+from watermark.store.redis_conn import home, is_cluster, open_client, same_slot
+from watermark.store.stream_writer import StreamWriter
+
+PARAMS = Params(window_ms=600_000, slide_ms=600_000, delay_ms=300_000)
+T0 = 1_767_225_600_000
+
+
+@pytest.fixture()
+def c(redis_cluster: LocalCluster) -> RedisCluster:
+    client = open_client(redis_cluster.url)
+    assert is_cluster(client)
+    return client
+
+
+@pytest.fixture()
+def keys() -> KeySchema:
+    return KeySchema(f"{{t{uuid.uuid4().hex[:8]}}}")
+
+
+def test_a_braced_namespace_keeps_the_pipeline_on_one_node_and_spreads_the_input(c: RedisCluster,
+                                                                                 keys: KeySchema) -> None:
+    """Every key a commit names (its state, totals, windows, late and dead streams per shard, a lane's and the
+    online view's) shares the state's slot; input shards 1-3 each hash on their own name, over the nodes."""
+    lane = KeySchema(lane_namespace(keys.namespace, "per-server-min"))
+    own = [keys.totals, keys.windows, keys.commits, keys.batches, keys.seen, keys.idleness, keys.presence_state,
+           keys.presence_counts, keys.online("A"), keys.trimmed, keys.events, lane.state, lane.totals,
+           *(shard_key(keys.late, k) for k in range(4)), *(shard_key(keys.dead, k) for k in range(4))]
+    assert all(same_slot(k, keys.state) for k in own)
+    inputs = [keys.input_shard(k) for k in range(1, 4)]
+    assert inputs[0] == f"{{{keys.namespace[1:-1]}:events:1}}"
+    assert not any(same_slot(k, keys.state) for k in inputs)
+    assert all(same_slot(keys.trimmed_of(k), keys.input_shard(k)) for k in range(4))  # a trim is one script
+    nodes = {c.get_node_from_key(k).port for k in [keys.state, *inputs]}
+    assert len(nodes) >= 2
+
+
+def test_a_commit_trims_each_shard_on_its_node_and_what_waits_stays_exact(c: RedisCluster, keys: KeySchema) -> None:
+    """Four shards with 3,000 entries each, read to different points: the commit (on the pipeline's node) trims
+    each shard below its own start, shard 0 in its transaction, the others after it on their nodes; each count
+    is exact and a reader's "waiting" is the sum of what the position has not covered."""
+    pipe = c.pipeline(transaction=False)
+    for k in range(4):
+        for i in range(3_000):
+            pipe.xadd(keys.input_shard(k), {"e": b"{}"}, id=f"{T0 + i}-0")
+    pipe.execute()
+    start = f"{T0 + 2_000}-0,{T0 + 1_000}-0,{T0 + 500}-0,0-0"
+    end = ",".join([f"{T0 + 2_999}-0"] * 3 + [f"{T0 + 1_999}-0"])
+    s = BatchSummary(0, 0, T0 + 86_400_000, start, end, [], {"A": ServerRecord(rows=1, max_event_us=T0 * 1000)}, [])
+    assert commit_batch(c, keys, s, PARAMS)
+    assert not commit_batch(c, keys, s, PARAMS), "the guard holds: a batch commits once"
+    left = [c.xlen(keys.input_shard(k)) for k in range(4)]
+    trimmed = [int(c.get(keys.trimmed_of(k)) or 0) for k in range(4)]
+    assert [n + t for n, t in zip(left, trimmed, strict=True)] == [3_000] * 4, "each count is exact"
+    assert trimmed[3] == 0 and all(t > 0 for t in trimmed[:3])
+    c.hset(keys.totals, "input", 3 * 3_000 + 2_000)  # what the batch read (the sink writes it; set here)
+    status = read_pipeline(c, keys)
+    assert status.stream.waiting == 1_000 and status.stream.length == sum(left)
+
+
+def test_producers_write_each_shard_on_its_node_exactly_once(c: RedisCluster, redis_cluster: LocalCluster,
+                                                            keys: KeySchema) -> None:
+    """The producer library sends a server's events to its shard, one transaction per shard on the shard's node
+    (its marker beside it); every event arrives once, in its server's shard."""
+    servers = [f"s{i}" for i in range(12)]
+    with ShardedProducer(redis_cluster.url, shards=4, namespace=keys.namespace) as producer:
+        for n in range(600):
+            srv = servers[n % len(servers)]
+            producer.send({"event_id": f"e{n}", "server": srv, "player_id": f"p{n}", "kind": "heartbeat",
+                           "event_time": "2026-01-01T00:00:00Z"})
+    per_shard = [c.xlen(keys.input_shard(k)) for k in range(4)]
+    assert per_shard == [sum(50 for s in servers if shard_of(s, 4) == k) for k in range(4)]
+    for k in range(4):
+        marker = f"{keys.input_shard(k)}:producer:{producer.producer_id}" if k else keys.producer(
+            producer.producer_id)
+        assert same_slot(marker, keys.input_shard(k)) and (c.get(marker) is not None) == (per_shard[k] > 0)
+
+
+def test_the_generator_refuses_shards_a_cluster_cannot_take_in_one_transaction(c: RedisCluster,
+                                                                                keys: KeySchema) -> None:
+    with pytest.raises(ConfigError, match="ShardedProducer"):
+        StreamWriter(c, keys.events, shards=4, stop=threading.Event())
+    StreamWriter(c, keys.events, shards=1)  # one shard: the stream's node, as on one Redis
+
+
+def test_the_job_refuses_a_namespace_without_braces_in_a_cluster(c: RedisCluster, redis_cluster: LocalCluster,
+                                                                  caplog: pytest.LogCaptureFixture) -> None:
+    from watermark.apps.job import prepare
+
+    cfg = Config(redis_url=redis_cluster.url, namespace=f"plain{uuid.uuid4().hex[:6]}")
+    assert prepare(c, cfg, cfg, []) is None
+    assert "must be braced" in caplog.text
+
+
+def test_a_plain_redis_gets_a_plain_client(redis_url: str) -> None:
+    client = open_client(redis_url)
+    assert not is_cluster(client) and isinstance(client, redis.Redis)
+    assert home(client, "{wm}:state") is client
