@@ -5,8 +5,8 @@ reader sees, and the clear refusals. (The job end to end, SIGKILLed mid-commit, 
 
 from __future__ import annotations
 
-import threading
 import uuid
+from collections import Counter
 
 import pytest
 import redis
@@ -14,7 +14,10 @@ from redis.cluster import RedisCluster
 
 from watermark.apps.redis_server import LocalCluster
 from watermark.client.sharded import ShardedProducer
-from watermark.schema.config import Config, ConfigError
+from watermark.rules.scenarios import fleet
+from watermark.rules.simulate import generate
+from watermark.schema.config import Config
+from watermark.schema.events import parse_entry
 from watermark.schema.keys import KeySchema
 from watermark.schema.lanes import lane_namespace
 from watermark.schema.records import ServerRecord
@@ -22,7 +25,7 @@ from watermark.schema.shards import shard_key, shard_of
 from watermark.store.commit import BatchSummary, Params, commit_batch
 from watermark.store.pipeline_status import read_pipeline
 from watermark.store.redis_conn import home, is_cluster, open_client, same_slot
-from watermark.store.stream_writer import StreamWriter
+from watermark.store.stream_writer import LOST_REDIS, StreamWriter, WriteStats
 
 PARAMS = Params(window_ms=600_000, slide_ms=600_000, delay_ms=300_000)
 T0 = 1_767_225_600_000
@@ -98,11 +101,36 @@ def test_producers_write_each_shard_on_its_node_exactly_once(c: RedisCluster, re
         assert same_slot(marker, keys.input_shard(k)) and (c.get(marker) is not None) == (per_shard[k] > 0)
 
 
-def test_the_generator_refuses_shards_a_cluster_cannot_take_in_one_transaction(c: RedisCluster,
-                                                                                keys: KeySchema) -> None:
-    with pytest.raises(ConfigError, match="ShardedProducer"):
-        StreamWriter(c, keys.events, shards=4, stop=threading.Event())
-    StreamWriter(c, keys.events, shards=1)  # one shard: the stream's node, as on one Redis
+def test_the_generator_writes_each_shard_on_its_node_exactly_once_through_lost_connections(
+        c: RedisCluster, keys: KeySchema) -> None:
+    """The generator's writer on a cluster: a transaction per shard a batch touches, each on its node with its own
+    marker. Its connections to two nodes are killed mid-run four times: every event is in its server's shard
+    exactly once, and the writer counted each once."""
+    events = generate(fleet(12, 3), seed=4, start_us=T0 * 1000, rate=1000, count=12_000)
+    kills = 0
+
+    def on_batch(stats: WriteStats) -> None:
+        nonlocal kills
+        if stats.batches % 9 == 0 and kills < 4:
+            channel = writer.channels[kills % 2 + 1]
+            kills += 1
+            home(c, channel.stream_key).client_kill_filter(_id=channel._server[1])  # type: ignore[index]
+
+    writer = StreamWriter(c, keys.events, shards=4, batch_size=300, on_batch=on_batch)
+    assert writer.split and len(writer.channels) == 4
+    it, lost = iter(events), 0
+    while True:
+        try:
+            writer.resume(it, raw=False)
+            break
+        except LOST_REDIS:
+            lost += 1
+    assert kills == 4 and lost >= 1
+    want = Counter(shard_of(e.server, 4) for _, e in events)
+    for k in range(4):
+        ids = Counter(parse_entry(f, i.decode()).event_id for i, f in c.xrange(keys.input_shard(k)))
+        assert set(ids.values()) <= {1} and sum(ids.values()) == want[k]
+    assert writer.stats.written == len(events) and len(want) >= 3
 
 
 def test_the_job_refuses_a_namespace_without_braces_in_a_cluster(c: RedisCluster, redis_cluster: LocalCluster,

@@ -392,7 +392,7 @@ def test_a_config_error_is_a_status_message(monkeypatch: pytest.MonkeyPatch) -> 
     at = run_page()
     assert [e.value for e in at.error] == [
         "Configuration error: PIPELINE_NAMESPACE 'no spaces allowed' must be 1-64 characters of letters, digits, "
-        "'_', '-', '.'"]
+        "'_', '-', '.', optionally in braces at its start ('{wm}', for a Redis Cluster)"]
 
 
 def test_an_empty_namespace_says_how_to_start(redis_url: str, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -32,7 +32,7 @@ from watermark.schema.timeutil import format_duration_ms
 from watermark.spark.checkpoint import job_secret
 from watermark.store.commit import ParamsMismatch, check_params
 from watermark.store.control_store import read_control
-from watermark.store.redis_conn import connect, is_cluster, same_slot
+from watermark.store.redis_conn import connect, home, is_cluster, same_slot
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -299,7 +299,7 @@ def register_lanes(client: redis.Redis, keys: KeySchema, cfg: Config) -> None:
     docs = {lane: LaneRecord(namespace=lane_namespace(cfg.namespace, lane), mode=LANES[lane].mode,
                              policy=LANES[lane].policy, idle=LANES[lane].idle,
                              description=LANES[lane].description).encode() for lane in cfg.lanes}
-    pipe = client.pipeline(transaction=True)
+    pipe = home(client, keys.lanes).pipeline(transaction=True)
     pipe.delete(keys.lanes)
     if docs:
         pipe.hset(keys.lanes, mapping=docs)

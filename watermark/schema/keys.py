@@ -11,14 +11,18 @@ key                                                type    contents
                                                            (JSON, see ``watermark.schema.events``); the entry
                                                            ID's millisecond part is the ingest time. With
                                                            ``STREAM_SHARDS`` > 1 it is shard 0 and
-                                                           ``{ns}:events:{i}`` shard i
-                                                           (``watermark.schema.shards``); the dead and late
+                                                           ``{ns}:events:{i}`` shard i (``{wm:events:i}``
+                                                           under a braced namespace: a slot of its own in a
+                                                           Redis Cluster, decision 0018;
+                                                           ``watermark.schema.shards``); the dead and late
                                                            streams likewise (``{ns}:dead:{i}``,
-                                                           ``{ns}:late:{i}``: an entry ID is unique only in
-                                                           its shard)
+                                                           ``{ns}:late:{i}``, in the pipeline's slot: an
+                                                           entry ID is unique only in its shard)
 ``{ns}:trimmed``                                   string  entries trimmed from ``{ns}:events`` so far:
                                                            with ``totals.input`` it says how many wait
-                                                           (``XLEN + trimmed - input``) without a walk
+                                                           (``XLEN + trimmed - input``) without a walk;
+                                                           shard i counts beside its stream
+                                                           (``{input shard i}:trimmed``), readers sum
 ``{ns}:dead``                                      stream  quarantined entries, same IDs as in
                                                            ``events``; fields ``reason``, ``detail``,
                                                            ``raw``, ``batch``

@@ -18,7 +18,7 @@ import redis
 from pyspark.sql.streaming import StreamingQueryListener
 
 from watermark.schema.keys import KeySchema, bucket_field
-from watermark.store.redis_conn import open_client
+from watermark.store.redis_conn import home, open_client
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +55,7 @@ def _num(v: object) -> float | None:
 
 def write_progress(client: redis.Redis, keys: KeySchema, p: Progress, ttl_s: int) -> None:
     bkey = keys.batch(p.batch)
-    with client.pipeline(transaction=True) as pipe:
+    with home(client, bkey).pipeline(transaction=True) as pipe:
         pipe.hset(bkey, "progress", json.dumps(asdict(p), separators=(",", ":")))
         pipe.expire(bkey, ttl_s)
         took_ms = p.durations_ms.get("triggerExecution")

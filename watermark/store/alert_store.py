@@ -19,6 +19,7 @@ from watermark.alerting.lifecycle import AlertState, Decision, Notice
 from watermark.schema.config import ConfigError
 from watermark.schema.keys import KeySchema
 from watermark.schema.records import RecordError
+from watermark.store.redis_conn import home
 
 DAY_MS = 86_400_000
 NOTICE_FIELD = "n"
@@ -91,7 +92,7 @@ def apply_decision(client: redis.Redis, keys: KeySchema, d: Decision, now_ms: in
     entries' IDs with their notices. The first ``history_only`` notices were decided while Redis was unreachable
     and already handed to the webhook. ``health``: each pipeline's state this round, for the Alerts page."""
     owed = d.notices[history_only:] if outbox else ()
-    with client.pipeline(transaction=True) as pipe:
+    with home(client, keys.alerts).pipeline(transaction=True) as pipe:
         states = json.dumps({k: str(v) for k, v in (health or {}).items()})
         pipe.hset(keys.alerts_monitor, mapping={"round_ms": now_ms, "interval_ms": interval_ms, HEALTH_FIELD: states})
         pipe.delete(keys.alerts)
@@ -168,7 +169,7 @@ def acknowledge(client: redis.Redis, keys: KeySchema, entry_id: str | None, noti
                 delivered: bool = True) -> None:
     """A notice delivered (``delivered``: remembered by its id, counted) or rejected for good: out of the
     outbox either way."""
-    with client.pipeline(transaction=True) as pipe:
+    with home(client, keys.alerts_outbox).pipeline(transaction=True) as pipe:
         if entry_id is not None:
             pipe.xdel(keys.alerts_outbox, entry_id)
         if delivered:
@@ -184,7 +185,7 @@ def was_delivered(client: redis.Redis, keys: KeySchema, notice_id: str) -> bool:
 
 
 def record_failure(client: redis.Redis, keys: KeySchema, error: str, now_ms: int) -> None:
-    with client.pipeline(transaction=True) as pipe:
+    with home(client, keys.alerts_webhook).pipeline(transaction=True) as pipe:
         pipe.hincrby(keys.alerts_webhook, "failures", 1)
         pipe.hset(keys.alerts_webhook, mapping={"last_error": error[:500], "last_error_ms": now_ms})
         pipe.execute()

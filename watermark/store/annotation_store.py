@@ -18,6 +18,7 @@ from watermark.rules.presence_rollup import DAY_MS
 from watermark.schema.keys import KeySchema
 from watermark.schema.records import Annotation, RecordError
 from watermark.store.alert_store import notices_since
+from watermark.store.redis_conn import home
 
 ANNOTATIONS_KEEP = 10_000
 READ_LIMIT = 500
@@ -26,7 +27,7 @@ ALERTS_READ = 5_000
 
 
 def add_annotation(client: redis.Redis, keys: KeySchema, a: Annotation, keep_days: int, now_ms: int) -> None:
-    with client.pipeline(transaction=True) as pipe:
+    with home(client, keys.annotations).pipeline(transaction=True) as pipe:
         pipe.zadd(keys.annotations, {a.encode(): a.start_ms})
         pipe.zremrangebyscore(keys.annotations, "-inf", f"({now_ms - (keep_days + 1) * DAY_MS}")
         pipe.zremrangebyrank(keys.annotations, 0, -ANNOTATIONS_KEEP - 1)

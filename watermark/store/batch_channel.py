@@ -261,6 +261,14 @@ class BatchChannel:
         self._send(batch)
         return batch
 
+    def hold(self, frames: bytes, n: int, info: Any = None) -> Batch:  # noqa: ANN401 - the caller's own
+        """Put one batch in flight without sending it (the connection is known lost): the next :meth:`attach`
+        sends it, as a batch whose send failed."""
+        self.seq += 1
+        batch = Batch(self.seq, frames, n, info)
+        self.inflight.append(batch)
+        return batch
+
     def _send(self, batch: Batch) -> None:
         conn = self.conn
         if conn is None or self._replies is None or getattr(conn, "_sock", None) is not self._replies.sock:

@@ -17,6 +17,7 @@ from watermark.runtime.clock import wall_ms
 from watermark.schema.config import ConfigError
 from watermark.schema.keys import KeySchema
 from watermark.schema.records import Control, GeneratorStatus, check_delay_ms, check_rate
+from watermark.store.redis_conn import home
 
 STATUS_STALE_MS = 5_000
 """A generator status older than this means no generator is following (it writes one every ~0.5 s)."""
@@ -66,7 +67,7 @@ def write_control(client: redis.Redis, keys: KeySchema, *, scenario: str | None 
     del change["rev"]
     if len(change) == 1:
         raise ConfigError("nothing to change: give a scenario, rate, running (start/stop) or delay_ms")
-    pipe = client.pipeline(transaction=True)
+    pipe = home(client, keys.control).pipeline(transaction=True)
     pipe.hset(keys.control, mapping=change)
     pipe.hincrby(keys.control, "rev", 1)
     pipe.hgetall(keys.control)
@@ -92,7 +93,7 @@ def seed_control(client: redis.Redis, keys: KeySchema, *, scenario: str, rate: f
         pipe.hgetall(keys.control)
         return Control.from_hash(pipe.execute()[-1])
 
-    return client.transaction(seed, keys.control, value_from_callable=True)
+    return home(client, keys.control).transaction(seed, keys.control, value_from_callable=True)
 
 
 def write_status(client: redis.Redis, keys: KeySchema, status: GeneratorStatus) -> None:

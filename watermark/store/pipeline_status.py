@@ -21,6 +21,7 @@ from watermark.schema.events import parse_entry_id
 from watermark.schema.keys import KeySchema, parse_total_field
 from watermark.schema.records import StateParams, StateRecord
 from watermark.schema.shards import Position, input_shard_key
+from watermark.store import redis_conn
 
 
 @dataclass(frozen=True)
@@ -188,13 +189,15 @@ def shards_named(state: PipelineState | None, default: int = 1) -> int:
 
 
 def read_memory(client: redis.Redis) -> tuple[int | None, int]:
-    """Redis' ``used_memory`` and ``maxmemory`` (0: none). ``used_memory`` None when INFO is refused (an ACL user
-    without it): the pages and the alerts then cannot tell how full Redis is, and say so."""
+    """Redis' ``used_memory`` and ``maxmemory`` (0: none); in a Redis Cluster the fullest primary's (a node that
+    refuses writes stops what writes there). ``used_memory`` None when INFO is refused (an ACL user without it):
+    the pages and the alerts then cannot tell how full Redis is, and say so."""
     try:
-        mem = client.info("memory")
+        mems = [node.info("memory") for node in redis_conn.nodes(client)]
     except redis.ResponseError:
         return None, 0
-    return int(mem.get("used_memory", 0)), int(mem.get("maxmemory", 0))
+    pairs = [(int(m.get("used_memory", 0)), int(m.get("maxmemory", 0))) for m in mems]
+    return max(pairs, key=lambda p: (p[0] / p[1] if p[1] else 0.0, p[0]))
 
 
 def first_after(client: redis.Redis, stream: str, position: str) -> bytes | None:

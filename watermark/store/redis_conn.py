@@ -85,6 +85,14 @@ def home(client: redis.Redis, key: str) -> redis.Redis:
     return client
 
 
+def nodes(client: redis.Redis) -> list[redis.Redis]:
+    """A plain client for each primary of a cluster (``[client]`` on one Redis): for what is per node, such as
+    memory."""
+    if isinstance(client, RedisCluster):
+        return [client.get_redis_connection(node) for node in client.get_primaries()]
+    return [client]
+
+
 def same_slot(a: str, b: str) -> bool:
     """Whether keys ``a`` and ``b`` hash to one slot (what a Redis Cluster requires of a transaction's keys)."""
     return key_slot(a.encode()) == key_slot(b.encode())

@@ -11,6 +11,7 @@ import logging
 import threading
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -84,8 +85,8 @@ class StreamWriter:
 
     With ``shards`` > 1 each event goes to its server's shard (``shard_of``; :mod:`watermark.schema.shards`), and a
     batch's transaction spans the shards it touches and the one marker: on one Redis that keeps exactly once
-    for all of them. (Shards on the nodes of a Redis Cluster take a producer per shard:
-    :class:`watermark.client.sharded.ShardedProducer`.)
+    for all of them. In a Redis Cluster (shards on slots of their own) a batch is a transaction per shard it
+    touches, each on its shard's node with a marker beside it (decision 0018), exactly once per shard.
     """
 
     def __init__(self, client: redis.Redis, stream_key: str, *, explicit_ids: bool = False,
@@ -108,15 +109,16 @@ class StreamWriter:
         self.regions: Mapping[str, str] = {}
         """Each server's region for the raw records' payloads (:attr:`Simulator.regions`)."""
         self.producer_id = producer_id or uuid.uuid4().hex
-        self.channel = BatchChannel(stream_key, producer_marker_key(stream_key, self.producer_id),
-                                    idempotent=idempotent)
+        self.shards = shards
+        # In a Redis Cluster each shard has a slot of its own: a transaction per shard, on its node, each with its
+        # marker beside it (decision 0018); on one Redis one transaction for all, as a batch is built.
+        self.split = shards > 1 and is_cluster(client)
+        targets = [input_shard_key(stream_key, k) for k in range(shards)] if self.split else [stream_key]
+        self.channels = [BatchChannel(t, producer_marker_key(t, self.producer_id), idempotent=idempotent)
+                         for t in targets]
+        self._order: deque[int] = deque()  # the channel of each batch in flight, oldest first
         self.gate = BacklogGate(client, stream_key, max_stream_entries, logger=log,  # STREAM_MAX_ENTRIES
                                 shards=shards)
-        self.shards = shards
-        if shards > 1 and is_cluster(client):
-            raise ConfigError("the generator writes one transaction across the input's shards, which a Redis Cluster "
-                              "cannot take (each shard has a slot of its own): on a cluster send with the producer "
-                              "library's ShardedProducer (docs/ingest.md), one transaction per shard")
         keys = [input_shard_key(stream_key, k).encode().decode("latin-1") for k in range(shards)]
         self._heads = [f"*5\r\n$4\r\nXADD\r\n${len(key)}\r\n{key}\r\n" for key in keys]
         self._star_heads = [xadd_head(input_shard_key(stream_key, k)) for k in range(shards)]
@@ -124,6 +126,11 @@ class StreamWriter:
         self._last = (0, 0)
         self._carry: Any = None  # the event read ahead of the last batch, not sent yet
         self._full = FullWait(2.0, log)  # Redis full: the pauses before each batch is sent again
+
+    @property
+    def channel(self) -> BatchChannel:
+        """The first channel (the only one but on a cluster with shards)."""
+        return self.channels[0]
 
     def run(self, events: Iterable[tuple[int, Event]] | Simulator) -> WriteStats:
         """Write until ``events`` is exhausted or ``stop`` is set; a :class:`Simulator`
@@ -137,23 +144,25 @@ class StreamWriter:
     def resume(self, it: Iterator[Any], raw: bool) -> WriteStats:
         """Go on writing from ``it`` (after a lost connection, with a new ``client``: first the batches that
         were in flight, each exactly once, then the event read ahead)."""
-        channel = self.channel
         ok = False
         try:
-            for batch in channel.attach(self.client):
-                self._confirmed(batch)
+            for channel in self.channels:  # each settles what it had in flight: none is left in flight after
+                for batch in channel.attach(self.client):
+                    self._confirmed(batch)
+            self._order.clear()
             if self.explicit_ids:
                 self._last = max(self._last, *(stream_last_id(self.client, input_shard_key(self.stream_key, k))
                                                for k in range(self.shards)))
             self._loop(it, raw)
             ok = True
         finally:
-            channel.detach(broken=not ok)  # replies of a batch in flight would be read by the next user
+            for channel in self.channels:
+                channel.detach(broken=not ok)  # replies of a batch in flight would be read by the next user
         return self.stats
 
     def _loop(self, it: Iterator[Any], raw: bool) -> None:
-        clock, offset, linger, stop, channel = self.clock, self.offset_us, self.linger_us, self.stop, self.channel
-        inflight = channel.inflight
+        clock, offset, linger, stop, channels = self.clock, self.offset_us, self.linger_us, self.stop, self.channels
+        inflight = self._order
         if self._carry is None:
             self._carry = next(it, None)
         while self._carry is not None:
@@ -171,22 +180,34 @@ class StreamWriter:
                 self.stats.lag_us = horizon - due
             if not self.gate.admit(self._pause):  # the readers are behind: hold the events (backpressure)
                 break
-            data, n, counts, self._carry = self._build(self._carry, it, horizon, raw)
-            channel.send(data, n, counts)
-            while len(inflight) > 1:  # the previous batch: Redis worked on it while this one was built
+            parts, self._carry = self._build(self._carry, it, horizon, raw)
+            failed: BaseException | None = None
+            for c, data, n, counts in parts:
+                inflight.append(c)
+                if failed is not None:  # a shard's connection was lost: the rest wait for the next attach too
+                    channels[c].hold(data, n, counts)
+                    continue
+                try:
+                    channels[c].send(data, n, counts)
+                except BaseException as exc:  # noqa: BLE001 - raised below, once every part is in flight
+                    failed = exc
+            if failed is not None:
+                raise failed
+            while len(inflight) > len(parts):  # the previous batch: Redis worked on it while this one was built
                 self._confirm()
         while inflight:
             self._confirm()
 
     def _build(self, item: Any, it: Iterator[Any], horizon: int | None, raw: bool,
-               ) -> tuple[bytes, int, dict[str, int], Any]:
+               ) -> tuple[list[tuple[int, bytes, int, dict[str, int]]], Any]:
         """RESP for one batch, packed by hand (redis-py's per-command packing costs more
-        than generating the event). Text is latin-1 so the stream key can be any bytes."""
-        frames: list[str] = []
-        append = frames.append
-        counts: dict[str, int] = {}
+        than generating the event), as (channel, RESP, events, per server) parts: one, or one per shard it
+        touches on a cluster. Text is latin-1 so the stream key can be any bytes."""
+        frames: list[list[str]] = [[] for _ in self.channels]
+        tallies: list[dict[str, int]] = [{} for _ in self.channels]
+        append, counts = frames[0].append, tallies[0]
         heads, star_heads = self._heads, self._star_heads
-        sharded, route, shards = self.shards > 1, self._shard_of, self.shards
+        sharded, route, shards, split = self.shards > 1, self._shard_of, self.shards, self.split
         explicit = self.explicit_ids
         last_ms, last_seq = self._last
         limit = self.batch_size
@@ -209,6 +230,8 @@ class StreamWriter:
                 k = route.get(server, -1)
                 if k < 0:
                     k = route[server] = shard_of(server, shards)
+                if split:
+                    append, counts = frames[k].append, tallies[k]
             if explicit:
                 ms = arrival // 1000
                 if ms > last_ms:
@@ -229,7 +252,7 @@ class StreamWriter:
             if n >= limit or (horizon is not None and item[0] > horizon):
                 break
         self._last = (last_ms, last_seq)
-        return "".join(frames).encode("latin-1"), n, counts, item
+        return [(c, "".join(f).encode("latin-1"), len(f), tallies[c]) for c, f in enumerate(frames) if f], item
 
     def _pause(self, seconds: float) -> bool:
         """Wait ``seconds``; True when asked to stop meanwhile."""
@@ -242,13 +265,16 @@ class StreamWriter:
         """Confirm the oldest batch in flight. One Redis refused because it is full (nothing of it written) is sent
         again after a pause, behind the others: the writer backs off instead of dropping it. (With explicit IDs
         the batches behind it may have moved the stream past its IDs: Redis then refuses it for good.)"""
+        c = self._order.popleft()
+        channel = self.channels[c]
         try:
-            self._confirmed(self.channel.confirm())
+            self._confirmed(channel.confirm())
         except RedisFull as exc:
             if self._pause(self._full.refused(str(exc))):
                 raise
             self.stats.refused_full += 1
-            self.channel.send(exc.batch.frames, exc.batch.n, exc.batch.info)
+            channel.send(exc.batch.frames, exc.batch.n, exc.batch.info)
+            self._order.append(c)
             return
         self._full.taken("the writer")
 
