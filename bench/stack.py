@@ -30,6 +30,10 @@ per 10,000 events/s of the rate achieved (:func:`costs_table`), beside the main 
 cost per 10,000 events/s stays flat as the rate rises grows with the events; one whose cost falls is paid per batch.
 
 ``--base REV`` measures the tree at a git revision (exported to a scratch directory) instead of this checkout.
+
+``--redis-nodes N`` (N > 1) runs Redis as a Redis Cluster of N primaries on this machine
+(:class:`watermark.apps.redis_server.LocalCluster`, decision 0018) with the namespace ``{wm}``; Redis' CPU and peak
+memory are the nodes' sums. With ``STREAM_SHARDS`` in the environment the input's shards spread over the nodes.
 """
 
 from __future__ import annotations
@@ -56,11 +60,13 @@ import redis
 
 HERE = Path(__file__).resolve().parents[1]
 
-from watermark.apps.redis_server import free_port  # noqa: E402
+from watermark.apps.redis_server import LocalCluster, free_port  # noqa: E402
 from watermark.runtime.children import die_with_parent  # noqa: E402
 from watermark.schema.events import parse_entry_id  # noqa: E402
-from watermark.schema.shards import Position, input_shard_key  # noqa: E402
+from watermark.schema.keys import KeySchema  # noqa: E402
+from watermark.schema.shards import Position  # noqa: E402
 from watermark.spark.standalone import standalone  # noqa: E402
+from watermark.store.redis_conn import nodes, open_client  # noqa: E402
 
 TARGET_MAIN_P95_MS = 1_500
 TARGET_LANE_EXTRA_MS = 1_500
@@ -103,6 +109,7 @@ class Result:
     master: str = "local[2]"  # where the executors ran: local mode, or "N workers x C cores" of a standalone cluster
     shards: int = 1  # STREAM_SHARDS
     executors: int = 0  # executor processes counted with the job (a standalone cluster's)
+    redis_nodes: int = 1  # primaries of a Redis Cluster (1: one Redis)
     scrapes: int = 0
     machine: str = field(default_factory=lambda: f"{os.cpu_count()} CPUs, {platform.machine()}, "
                                                     f"{platform.python_version()}")
@@ -131,15 +138,18 @@ def export(rev: str, into: Path) -> Path:
 class Stack:
     """The Procfile's processes in their own process groups, logs in the scratch directory."""
 
-    def __init__(self, code_root: Path, tmp: Path, rate: int) -> None:
+    def __init__(self, code_root: Path, tmp: Path, rate: int, redis_nodes: int = 1) -> None:
         self.code_root, self.tmp = code_root, tmp
         self.port = free_port()
         self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.redis_nodes = redis_nodes
+        self.ns = "{wm}" if redis_nodes > 1 else "wm"  # a cluster's pipeline keeps its keys in one slot (0018)
+        self.redis_pids: list[int] = []  # a cluster's nodes (the Procfile's redis then only waits)
         venv_bin = str(Path(sys.executable).parent)
         self.env = {**os.environ, "PATH": f"{venv_bin}:{os.environ.get('PATH', '')}",
                     "PYTHONPATH": str(code_root), "REDIS_PORT": str(self.port),
                     "REDIS_DATA_DIR": str(tmp / "redis"), "CHECKPOINT_DIR": str(tmp / "checkpoints" / "wm"),
-                    "PIPELINE_NAMESPACE": "wm", "SCENARIO": "steady", "RATE": str(rate),
+                    "PIPELINE_NAMESPACE": self.ns, "SCENARIO": "steady", "RATE": str(rate),
                     # Freshness is measured per entry after the window (entry_keys): the trim must keep the
                     # window's entries until then, where it would keep about 20 s of them at 50,000 events/s.
                     "STREAM_KEEP_ENTRIES": str(max(1_000_000, rate * 200)),
@@ -304,9 +314,10 @@ class Scraper(threading.Thread):
 class Sampler(threading.Thread):
     """Twice a second: the online view's age and the job tree's resident memory."""
 
-    def __init__(self, url: str, job_pid: int) -> None:
+    def __init__(self, url: str, job_pid: int, ns: str = "wm") -> None:
         super().__init__(daemon=True)
-        self.client = redis.Redis.from_url(url, socket_timeout=10)
+        self.client = open_client(url, socket_timeout=10)
+        self.ns = ns
         self.job_pid = job_pid
         self.ages: list[int] = []
         self.peak_rss_mb = 0.0
@@ -316,7 +327,7 @@ class Sampler(threading.Thread):
         while not self.done.wait(0.5):
             self.peak_rss_mb = max(self.peak_rss_mb, tree_rss_mb(self.job_pid))
             try:
-                ts = self.client.hget("wm:presence:state", "batch_ts_ms")
+                ts = self.client.hget(f"{self.ns}:presence:state", "batch_ts_ms")
                 now = redis_ms(self.client)
             except redis.RedisError:
                 continue
@@ -331,10 +342,10 @@ def wait_for(predicate, timeout_s: float, what: str) -> None:  # noqa: ANN001
         time.sleep(0.2)
 
 
-def namespaces(client: redis.Redis) -> list[tuple[str, int]]:
+def namespaces(client: redis.Redis, ns: str = "wm") -> list[tuple[str, int]]:
     """The configured pipeline, then every lane the job registered, each with its trigger."""
-    out = [("wm", int(client.hget("wm:state", "trigger_ms") or 1000))]
-    for raw in client.hvals("wm:lanes"):
+    out = [(ns, int(client.hget(f"{ns}:state", "trigger_ms") or 1000))]
+    for raw in client.hvals(f"{ns}:lanes"):
         ns = json.loads(raw)["namespace"]
         out.append((ns, int(client.hget(f"{ns}:state", "trigger_ms") or 1000)))
     return out
@@ -365,13 +376,14 @@ def freshness(client: redis.Redis, ns: str, trigger_ms: int, window: tuple[int, 
                      float(lat.max()) if len(lat) else None, in_window)
 
 
-def entry_keys(client: redis.Redis, lo_ms: int, hi_ms: int, shards: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def entry_keys(client: redis.Redis, lo_ms: int, hi_ms: int, shards: int,
+               ns: str = "wm") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(arrival ms, a sortable key of the entry ID, its shard) of every entry in the window, in every shard."""
     ms_list, key_list, shard_list = [], [], []
     for k in range(shards):
         lo = f"{lo_ms}-0"
         while True:
-            chunk = client.xrange(input_shard_key("wm:events", k), lo, f"{hi_ms - 1}-18446744073709551615", count=50_000)
+            chunk = client.xrange(KeySchema(ns).input_shard(k), lo, f"{hi_ms - 1}-18446744073709551615", count=50_000)
             if not chunk:
                 break
             parts = [eid.split(b"-") for eid, _ in chunk]
@@ -387,12 +399,19 @@ def entry_keys(client: redis.Redis, lo_ms: int, hi_ms: int, shards: int) -> tupl
 
 
 def run(code_root: Path, rate: int, seconds: float, warmup: float, drain: float, label: str,
-        workers: int = 0, worker_cores: int = 1) -> Result:
+        workers: int = 0, worker_cores: int = 1, redis_nodes: int = 1) -> Result:
     """One run; with ``workers``, the job's executors on a Spark standalone cluster of that many workers of
-    ``worker_cores`` cores each on this machine (``watermark.spark.standalone``), the driver in the job."""
+    ``worker_cores`` cores each on this machine (``watermark.spark.standalone``), the driver in the job; with
+    ``redis_nodes`` > 1, Redis as a Redis Cluster of that many primaries."""
     with tempfile.TemporaryDirectory(prefix="stack-bench-") as tmpdir, ExitStack() as daemons:
         tmp = Path(tmpdir)
-        stack = Stack(code_root, tmp, rate)
+        stack = Stack(code_root, tmp, rate, redis_nodes)
+        if redis_nodes > 1:
+            nodes = LocalCluster(str(tmp / "cluster"), redis_nodes)
+            daemons.callback(nodes.stop)
+            nodes.start()
+            stack.url = stack.env["REDIS_URL"] = nodes.url
+            stack.redis_pids = [s.proc.pid for s in nodes.servers if s.proc is not None]
         if workers:
             cluster = daemons.enter_context(standalone(tmp / "spark", workers=workers, cores=worker_cores))
             stack.env["SPARK_MASTER"] = cluster.master_url
@@ -432,18 +451,19 @@ def _start_job(stack: Stack, client: redis.Redis) -> subprocess.Popen:
 
 def _measure(stack: Stack, rate: int, seconds: float, warmup: float, drain: float, label: str) -> Result:
     stack.start("redis")
-    client = redis.Redis.from_url(stack.url, socket_timeout=60)
+    client = open_client(stack.url, socket_timeout=60)
     job = _start_job(stack, client)
     monitor = stack.start("monitor") if "monitor" in stack.commands else None
     gen = stack.start("generator")
     time.sleep(warmup)
-    sampler = Sampler(stack.url, job.pid)
+    sampler = Sampler(stack.url, job.pid, stack.ns)
     scraper = Scraper(stack.metrics_port) if monitor is not None else None
-    pids = {"job": job.pid, "generator": gen.pid, "redis": stack.procs["redis"].pid,
-            **({"monitor": monitor.pid} if monitor is not None else {})}
+    pids = {"job": job.pid, "generator": gen.pid, **({"monitor": monitor.pid} if monitor is not None else {})}
+    redis_pids = stack.redis_pids or [stack.procs["redis"].pid]
     execs = executor_pids()  # on a standalone cluster the executors are the workers' children, not the job's
     cpu0 = {k: tree_cpu_s(p) for k, p in pids.items()}
     cpu0["job"] += sum(tree_cpu_s(p) for p in execs)
+    cpu0["redis"] = sum(tree_cpu_s(p) for p in redis_pids)
     parts0 = _sum_parts([job.pid, *execs])
     t0, w0 = time.monotonic(), redis_ms(client)
     sampler.start()
@@ -453,6 +473,7 @@ def _measure(stack: Stack, rate: int, seconds: float, warmup: float, drain: floa
     t1, w1 = time.monotonic(), redis_ms(client)
     cpu1 = {k: tree_cpu_s(p) for k, p in pids.items()}
     cpu1["job"] += sum(tree_cpu_s(p) for p in execs)
+    cpu1["redis"] = sum(tree_cpu_s(p) for p in redis_pids)
     parts1 = _sum_parts([job.pid, *execs])
     sampler.done.set()
     sampler.join()
@@ -461,8 +482,8 @@ def _measure(stack: Stack, rate: int, seconds: float, warmup: float, drain: floa
         scraper.join()
     stack.stop("generator")
     wall = t1 - t0
-    arrived, ids, shard_of_entry = entry_keys(client, w0, w1, stack.shards)
-    lanes = namespaces(client)
+    arrived, ids, shard_of_entry = entry_keys(client, w0, w1, stack.shards, stack.ns)
+    lanes = namespaces(client, stack.ns)
     newest = [int(ids[shard_of_entry == k].max()) if (shard_of_entry == k).any() else 0 for k in range(stack.shards)]
 
     def all_committed() -> bool:
@@ -472,9 +493,9 @@ def _measure(stack: Stack, rate: int, seconds: float, warmup: float, drain: floa
     while not all_committed() and time.monotonic() < deadline:
         time.sleep(0.5)
     fresh = [freshness(client, ns, trig, (w0, w1), arrived, ids, shard_of_entry) for ns, trig in lanes]
-    backlog = sum(int(client.xlen(input_shard_key("wm:events", k))) for k in range(stack.shards))
+    backlog = sum(int(client.xlen(KeySchema(stack.ns).input_shard(k))) for k in range(stack.shards))
     phases = batch_phases(client, lanes[0][0], (w0, w1))
-    redis_peak_mb = int(client.info("memory")["used_memory_peak"]) / 2**20
+    redis_peak_mb = sum(int(node.info("memory")["used_memory_peak"]) for node in nodes(client)) / 2**20
     ages = np.array([a for a in sampler.ages if a >= 0], float)
     return Result(
         code=label, rate=rate, seconds=round(wall, 1), achieved_rate=round(len(ids) / wall, 1), freshness=fresh,
@@ -485,7 +506,7 @@ def _measure(stack: Stack, rate: int, seconds: float, warmup: float, drain: floa
         redis_cores=round((cpu1["redis"] - cpu0["redis"]) / wall, 2), backlog_at_end=backlog,
         redis_peak_mb=round(redis_peak_mb, 1), phases=phases,
         job_cores_by_part={k: round((parts1[k] - parts0[k]) / wall, 3) for k in JOB_PARTS},
-        master=stack.master, shards=stack.shards, executors=len(execs),
+        master=stack.master, shards=stack.shards, executors=len(execs), redis_nodes=stack.redis_nodes,
         **_monitor_figures(cpu1.get("monitor", 0.0) - cpu0.get("monitor", 0.0), wall, scraper),
     )
 
@@ -553,7 +574,8 @@ def table(results: list[Result]) -> str:
 
 def where(r: Result) -> str:
     """The code and how it ran: ``302bf62 · local[2]``, ``fa136e0 · 2 workers x 1 core, 4 shards``."""
-    return f"{r.code} · {r.master}" + (f", {r.shards} shards" if r.shards > 1 else "")
+    return (f"{r.code} · {r.master}" + (f", {r.shards} shards" if r.shards > 1 else "")
+            + (f", Redis Cluster of {r.redis_nodes}" if r.redis_nodes > 1 else ""))
 
 
 def phases_line(r: Result) -> str:
@@ -595,14 +617,15 @@ def costs_table(results: list[Result]) -> str:
 
 
 def search(code_root: Path, low: int, high: int, seconds: float, warmup: float, drain: float,
-           label: str, workers: int = 0, worker_cores: int = 1) -> tuple[int | None, list[Result]]:
+           label: str, workers: int = 0, worker_cores: int = 1,
+           redis_nodes: int = 1) -> tuple[int | None, list[Result]]:
     """Bisect for the highest rate that meets the targets (a rate that fails bounds it from above)."""
     results: list[Result] = []
     best: int | None = None
     lo, hi = low, high
     while hi - lo > max(1_000, lo // 10):
         mid = (lo + hi) // 2 if best is not None or results else lo
-        r = run(code_root, mid, seconds, warmup, drain, label, workers, worker_cores)
+        r = run(code_root, mid, seconds, warmup, drain, label, workers, worker_cores, redis_nodes)
         results.append(r)
         print(table([r]), phases_line(r), sep="\n", flush=True)
         if r.meets_targets():
@@ -627,6 +650,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workers", type=int, default=0,
                    help="run the executors on a Spark standalone cluster of this many workers (default: local mode)")
     p.add_argument("--worker-cores", type=int, default=1, help="cores of each worker (default 1)")
+    p.add_argument("--redis-nodes", type=int, default=1,
+                   help="run Redis as a Redis Cluster of this many primaries (default 1: one Redis)")
     p.add_argument("--low", type=int, default=5_000)
     p.add_argument("--high", type=int, default=100_000)
     where = p.add_mutually_exclusive_group()
@@ -642,13 +667,13 @@ def main(argv: list[str] | None = None) -> int:
             label = _describe(root)
         if args.search:
             best, results = search(root, args.low, args.high, args.seconds, args.warmup, args.drain, label,
-                                   args.workers, args.worker_cores)
+                                   args.workers, args.worker_cores, args.redis_nodes)
             print(f"highest sustained rate: {best:,} events/s" if best else "no rate tried met the targets")
         else:
             results, best = [], None
             for rate in [int(x) for x in args.rates.split(",")] if args.rates else [args.rate]:
                 results.append(run(root, rate, args.seconds, args.warmup, args.drain, label, args.workers,
-                                   args.worker_cores))
+                                   args.worker_cores, args.redis_nodes))
                 if args.rates:
                     print(costs_table(results[-1:]), phases_line(results[-1]), sep="\n", flush=True)
         print(table(results))
