@@ -146,3 +146,18 @@ def test_a_plain_redis_gets_a_plain_client(redis_url: str) -> None:
     client = open_client(redis_url)
     assert not is_cluster(client) and isinstance(client, redis.Redis)
     assert home(client, "{wm}:state") is client
+
+
+@pytest.mark.parametrize("online_reach", [0, 5])
+def test_the_monitors_reading_works_on_a_cluster(c: RedisCluster, keys: KeySchema, online_reach: int) -> None:
+    """What /metrics and each alert round read (``read_stack``), with and without the online history: a cluster's
+    pipeline refuses keyless commands such as ECHO (the metrics' placeholder was one: /metrics answered 500)."""
+    from watermark.store.observe import read_stack
+
+    c.xadd(keys.input_shard(2), {"e": b"{}"})
+    s = BatchSummary(0, 0, T0, "0-0,0-0,0-0", "0-0,0-0,0-0", [], {"A": ServerRecord(rows=1, max_event_us=T0 * 1000)},
+                     [])
+    assert commit_batch(c, keys, s, PARAMS)
+    reading = read_stack(c, keys, {}, T0 + 1_000, None, online_reach)
+    assert reading.last_batch == {"main": 0} and reading.input_entries == 1
+    assert reading.obs.redis_used_bytes is not None and reading.obs.redis_used_bytes > 0

@@ -68,6 +68,21 @@ def test_embedded_redis_exits_on_a_signal_with_its_data_flushed(tmp_path: Path, 
         again.stop()
 
 
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_with_redis_url_set_wm_redis_waits_and_a_stop_is_quiet(tmp_path: Path, redis_url: str,
+                                                               sig: signal.Signals) -> None:
+    """With ``REDIS_URL`` (an external Redis, a cluster) the Procfile's ``redis`` only waits; a stop ends it with
+    0, not by the signal (it was ``rc=-15`` in wm-stack's log)."""
+    proc = Proc.python("redis-url", ["watermark.apps.redis_server"], {"REDIS_URL": redis_url}, tmp_path)
+    try:
+        proc.wait_for(r"REDIS_URL is set", timeout=60)
+        os.killpg(proc.popen.pid, sig)
+        code = proc.popen.wait(timeout=STOP_LIMIT_S)
+    finally:
+        proc.stop()
+    assert code == 0
+
+
 def test_the_embedded_redis_takes_its_maxmemory_and_never_evicts(tmp_path: Path) -> None:
     port = free_port()
     env = {"REDIS_PORT": str(port), "REDIS_DATA_DIR": str(tmp_path / "redis"), "REDIS_URL": "",

@@ -217,6 +217,9 @@ def main() -> int:
         print(f"config error: {exc}", file=sys.stderr)
         return 2
     if not cfg.embedded_redis:
+        # Blocked first: sigwait takes a pending signal only if it is blocked (else the default action ends the
+        # process by the signal, and a requested stop reads as rc=-15).
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
         print(f"REDIS_URL is set: using {redact_url(cfg.redis_url)}, no embedded Redis started", flush=True)
         signal.sigwait({signal.SIGINT, signal.SIGTERM})
         return 0

@@ -70,8 +70,8 @@ def read_stack(client: redis.Redis, keys: KeySchema, lanes: Mapping[str, KeySche
         pipe.zrangebyscore(keys.presence_history, f"({after_online_batch}", "+inf")
     elif online_reach > 0:
         pipe.zrange(keys.presence_history, -online_reach, -1)
-    else:  # the metrics need no history
-        pipe.echo(b"")
+    else:  # the metrics need no history: a placeholder reply (keyed: a cluster's pipeline refuses ECHO)
+        pipe.exists(keys.presence_history)
     for name in statuses:
         pipe.hgetall((keys if name == MAIN else lanes[name]).batch_seconds)
     last = statuses[MAIN].state
