@@ -24,7 +24,7 @@ from watermark.schema.records import ServerRecord
 from watermark.schema.shards import shard_key, shard_of
 from watermark.store.commit import BatchSummary, Params, commit_batch
 from watermark.store.pipeline_status import read_pipeline
-from watermark.store.redis_conn import home, is_cluster, open_client, same_slot
+from watermark.store.redis_conn import home, is_cluster, open_client, refresh, same_slot, with_retry
 from watermark.store.stream_writer import LOST_REDIS, StreamWriter, WriteStats
 
 PARAMS = Params(window_ms=600_000, slide_ms=600_000, delay_ms=300_000)
@@ -161,3 +161,39 @@ def test_the_monitors_reading_works_on_a_cluster(c: RedisCluster, keys: KeySchem
     reading = read_stack(c, keys, {}, T0 + 1_000, None, online_reach)
     assert reading.last_batch == {"main": 0} and reading.input_entries == 1
     assert reading.obs.redis_used_bytes is not None and reading.obs.redis_used_bytes > 0
+
+
+def _move_slot(c: RedisCluster, key: str) -> int:
+    """Reshard ``key``'s slot, with its keys, to another primary (as ``redis-cli --cluster reshard`` does); the
+    port it went to."""
+    slot = c.keyslot(key)
+    src = c.get_node_from_key(key)
+    dst = next(n for n in c.get_primaries() if n.name != src.name)
+    a, b = c.get_redis_connection(src), c.get_redis_connection(dst)
+    src_id, dst_id = a.execute_command("CLUSTER", "MYID").decode(), b.execute_command("CLUSTER", "MYID").decode()
+    b.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", src_id)
+    a.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", dst_id)
+    while keys := a.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 1_000):
+        a.execute_command("MIGRATE", dst.host, dst.port, "", 0, 5_000, "KEYS", *keys)
+    for node in c.get_primaries():
+        c.get_redis_connection(node).execute_command("CLUSTER", "SETSLOT", slot, "NODE", dst_id)
+    return int(dst.port)
+
+
+def test_a_commit_finds_its_slot_on_another_node_after_a_resharding(c: RedisCluster, keys: KeySchema) -> None:
+    """The pipeline's slot moves to another node between two batches (a resharding; a failover is seen the same
+    way): the commit on the old node is refused (MOVED); retried as the sink retries it (``refresh``), it finds
+    the new node and commits once, the guard and the counts intact."""
+    for k in range(2):
+        c.xadd(keys.input_shard(k), {"e": b"{}"}, id="1-0")
+    first = BatchSummary(0, 0, T0, "0-0,0-0", "1-0,0-0", [], {"A": ServerRecord(rows=1, max_event_us=T0 * 1000)}, [])
+    assert commit_batch(c, keys, first, PARAMS)
+    port = _move_slot(c, keys.state)
+    second = BatchSummary(1, 0, T0, "1-0,0-0", "1-0,1-0", [], {"B": ServerRecord(rows=1, max_event_us=T0 * 1000)}, [])
+    with pytest.raises(redis.exceptions.MovedError):  # the map the client holds names the old node
+        commit_batch(c, keys, second, PARAMS)
+    assert with_retry(lambda: commit_batch(c, keys, second, PARAMS), "commit", refresh=lambda: refresh(c),
+                      sleep=lambda _: None)
+    assert home(c, keys.state).connection_pool.connection_kwargs["port"] == port
+    assert c.hget(keys.state, "last_batch") == b"1" and not commit_batch(c, keys, second, PARAMS)
+    assert c.hget(keys.state, "committed_id") == b"1-0,1-0"

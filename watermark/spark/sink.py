@@ -328,7 +328,7 @@ class RedisSink(DriverClient):
             batch, summary = self.judge(table, batch_id, entry, start_id, end_id, self.watermarks)
         with phases("commit"):  # guarded by the batch id, so retrying after a lost reply cannot count twice
             applied = with_retry(lambda: commit_batch(self.client, self.keys, summary, self.params),
-                                 f"commit of batch {batch_id}", when_full=self.free_memory)
+                                 f"commit of batch {batch_id}", when_full=self.free_memory, refresh=self.refresh)
         if not applied:
             log.info("batch %d already in Redis (replayed after a restart): skipped", batch_id)
 
@@ -336,7 +336,7 @@ class RedisSink(DriverClient):
             self.follow(table, batch, summary, entry, phases)
             if applied:  # where the sink's time went, beside the batch's record (its TTL already set)
                 with_retry(lambda: self.client.hset(self.keys.batch(batch_id), "phases", phases.to_json()),
-                           f"phases of batch {batch_id}", when_full=self.free_memory)
+                           f"phases of batch {batch_id}", when_full=self.free_memory, refresh=self.refresh)
 
         # A follower's first batch commits before Spark's does: nothing could catch it up otherwise.
         if self.handover is None or fresh:
@@ -376,7 +376,8 @@ class RedisSink(DriverClient):
         with phases("lanes"):
             for lane in self.lanes:
                 with_retry(lambda lane=lane: lane.commit(self.client, batch, summary),
-                           f"lane {lane.keys.namespace} of batch {batch_id}", when_full=self.free_memory)
+                           f"lane {lane.keys.namespace} of batch {batch_id}", when_full=self.free_memory,
+                           refresh=self.refresh)
         if self.online_timeout_ms is not None:
             with phases("online"):
                 online = PresenceBatch(batch_id, entry.watermark_ms, entry.batch_ts_ms, summary.end_id,
@@ -384,7 +385,7 @@ class RedisSink(DriverClient):
                 timeout = self.online_timeout_ms
                 with_retry(lambda: commit_presence(self.client, self.keys, online, self.params, timeout,
                                                    self.mirror), f"online players of batch {batch_id}",
-                           when_full=self.free_memory)
+                           when_full=self.free_memory, refresh=self.refresh)
 
     def followers_last(self) -> list[int | None]:
         """Each follower's last committed batch (None: it has not committed one)."""

@@ -186,6 +186,13 @@ _PAYLOAD = PAYLOAD_FIELD.encode()
 _CLIENTS: dict[tuple[str, str], redis.Redis] = {}
 
 
+def _forget(url: str, stream: str) -> None:
+    """The next :func:`_client` for ``stream`` is a new one (a cluster's slot moved, or its node failed over)."""
+    old = _CLIENTS.pop((url, stream), None)
+    if old is not None:
+        old.close()
+
+
 def _client(url: str, stream: str) -> redis.Redis:
     """One client per Python worker process and stream: workers are reused across batches. In a Redis Cluster it
     is the plain client of the node that holds the stream (:func:`redis_conn.home`).
@@ -218,11 +225,12 @@ def read_range(url: str, stream: str, part: StreamRange, chunk: int = READ_CHUNK
     events are folded into them instead and a last batch holds the partition's partial rows; with
     ``presence`` too, each chunk's accepted events also come as presence rows. A server's region (the latest its
     events in the partition carry) rides in its packed row's ``player_id``."""
-    client = _client(url, stream)
     lo = part.lo if part.lo_inclusive else "(" + part.lo
     regions: dict[str, str] = {}
     while True:
-        entries = with_retry(lambda lo=lo: _xrange(client, stream, lo, part.hi, chunk), f"read of {stream}")
+        # the client looked up each try: after a cluster's slot moved, the next one is made on the new node
+        entries = with_retry(lambda lo=lo: _xrange(_client(url, stream), stream, lo, part.hi, chunk),
+                             f"read of {stream}", refresh=lambda: _forget(url, stream))
         if entries:
             batch = to_record_batch(entries, rules, regions, part.shard)
             if partials is not None:

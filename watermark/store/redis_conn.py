@@ -42,6 +42,11 @@ class DriverClient:
             self._client = open_client(self.redis_url, socket_keepalive=True, socket_timeout=60)
         return self._client
 
+    def refresh(self) -> None:
+        """After a cluster's slot moved: its map read again (:func:`refresh`)."""
+        if self._client is not None:
+            refresh(self._client)
+
 
 def open_client(url: str, **kwargs: Any) -> redis.Redis:
     """A client for ``url``: a :class:`redis.cluster.RedisCluster` when the server there is a node of a Redis
@@ -91,6 +96,20 @@ def nodes(client: redis.Redis) -> list[redis.Redis]:
     if isinstance(client, RedisCluster):
         return [client.get_redis_connection(node) for node in client.get_primaries()]
     return [client]
+
+
+MOVED = (redis.exceptions.AskError, redis.exceptions.TryAgainError, redis.exceptions.ClusterDownError)
+"""A Redis Cluster's refusals while a slot moves or its node is replaced (``MovedError`` is an ``AskError``)."""
+
+
+def refresh(client: redis.Redis) -> None:
+    """Read a cluster's slots and nodes again (nothing on one Redis): after a failover or a resharding, the next
+    :func:`home` names the slot's new node. Best effort: no node answering now leaves the old map for the next try."""
+    if isinstance(client, RedisCluster):
+        try:
+            client.nodes_manager.initialize()
+        except redis.RedisError as exc:
+            log.warning("cannot read the cluster's slots again yet: %s", exc)
 
 
 def same_slot(a: str, b: str) -> bool:
@@ -173,13 +192,18 @@ class FullWait:
 
 def with_retry(fn: Callable[[], T], what: str, *, attempts: int | None = None, give_up_after_s: float | None = 600.0,
                base_delay_s: float = 0.1, max_delay_s: float = 5.0, sleep: Callable[[float], None] = time.sleep,
-               clock: Callable[[], float] = time.monotonic, when_full: Callable[[], str] | None = None) -> T:
+               clock: Callable[[], float] = time.monotonic, when_full: Callable[[], str] | None = None,
+               refresh: Callable[[], None] | None = None) -> T:
     """``fn()``, retried with exponential backoff while Redis is unreachable, up to ``attempts``
     calls and/or ``give_up_after_s`` seconds (``None``: no such limit).
 
     While Redis refuses writes because it is full (:func:`is_full`), ``fn()`` is retried for as long as that
     lasts (:class:`FullWait`): nothing was written, nothing is lost, and the work goes on once memory is freed.
     ``when_full`` (if given) is called first each time and may free some (what it did is said in the log).
+
+    With ``refresh`` (a Redis Cluster's: :func:`refresh`), a slot that moved (``MOVED``, ``ASK``, ``TRYAGAIN``,
+    ``CLUSTERDOWN``: a failover, a resharding) is retried as Redis being away is, ``refresh()`` called before each
+    retry so that ``fn`` finds the slot's new node.
 
     Only for idempotent work: a read, or a commit guarded by the batch id, so a
     retry after an ambiguous failure (sent, reply lost) changes nothing.
@@ -191,13 +215,17 @@ def with_retry(fn: Callable[[], T], what: str, *, attempts: int | None = None, g
     while True:
         try:
             out = fn()
-        except TRANSIENT as exc:
+        except (*TRANSIENT, *MOVED) as exc:
+            if isinstance(exc, MOVED) and refresh is None:
+                raise
             attempt += 1
             if (attempts is not None and attempt >= attempts) or (deadline is not None and clock() + delay > deadline):
                 raise
             of = f"/{attempts}" if attempts is not None else ""
             log.warning("%s: Redis unavailable (%s); retry %d%s in %.1fs", what, exc, attempt, of, delay)
             sleep(delay)
+            if refresh is not None:
+                refresh()
             delay = min(max_delay_s, delay * 2)
             continue
         except redis.ResponseError as exc:
