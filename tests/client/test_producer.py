@@ -16,13 +16,14 @@ from typing import Any
 import pytest
 import redis
 
+from tests.writers import write_through_losses
 from watermark.apps.redis_server import RedisServer
 from watermark.client import Producer, ProducerError, ProducerTimeout, ShardedProducer, encode_event
 from watermark.rules.simulate import generate
 from watermark.schema.events import Event, parse_entry, parse_payload
 from watermark.schema.keys import KeySchema
 from watermark.schema.timeutil import parse_iso_us
-from watermark.store.batch_channel import LOST_REDIS, Batch, BatchChannel, xadd_head
+from watermark.store.batch_channel import Batch, BatchChannel, xadd_head
 from watermark.store.stream_writer import StreamWriter
 
 T0 = "2026-11-22T10:00:00.000Z"
@@ -335,14 +336,7 @@ def test_the_generators_writer_resumes_exactly_once_after_a_lost_connection(r: r
             killer.client_kill_filter(_id=writer.channel._server[1])  # type: ignore[index]
 
     writer = StreamWriter(r, key, batch_size=250, on_batch=on_batch)
-    it = iter(events)
-    lost = 0
-    while True:
-        try:
-            writer.resume(it, raw=False)
-            break
-        except LOST_REDIS:
-            lost += 1
+    lost = write_through_losses(writer, iter(events))
     assert kills == 4 and lost >= 1
     ids = stream_ids(r, key)
     assert set(ids.values()) == {1} and set(ids) == {e.event_id for _, e in events}

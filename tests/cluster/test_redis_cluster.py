@@ -12,6 +12,7 @@ import pytest
 import redis
 from redis.cluster import RedisCluster
 
+from tests.writers import write_through_losses
 from watermark.apps.redis_server import LocalCluster
 from watermark.client.sharded import ShardedProducer
 from watermark.rules.scenarios import fleet
@@ -25,7 +26,7 @@ from watermark.schema.shards import shard_key, shard_of
 from watermark.store.commit import BatchSummary, Params, commit_batch
 from watermark.store.pipeline_status import read_pipeline
 from watermark.store.redis_conn import home, is_cluster, open_client, refresh, same_slot, with_retry
-from watermark.store.stream_writer import LOST_REDIS, StreamWriter, WriteStats
+from watermark.store.stream_writer import StreamWriter, WriteStats
 
 PARAMS = Params(window_ms=600_000, slide_ms=600_000, delay_ms=300_000)
 T0 = 1_767_225_600_000
@@ -118,13 +119,7 @@ def test_the_generator_writes_each_shard_on_its_node_exactly_once_through_lost_c
 
     writer = StreamWriter(c, keys.events, shards=4, batch_size=300, on_batch=on_batch)
     assert writer.split and len(writer.channels) == 4
-    it, lost = iter(events), 0
-    while True:
-        try:
-            writer.resume(it, raw=False)
-            break
-        except LOST_REDIS:
-            lost += 1
+    lost = write_through_losses(writer, iter(events))
     assert kills == 4 and lost >= 1
     want = Counter(shard_of(e.server, 4) for _, e in events)
     for k in range(4):
