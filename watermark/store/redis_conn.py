@@ -83,7 +83,8 @@ def home(client: redis.Redis, key: str) -> redis.Redis:
     """The plain client of the node that holds ``key``'s slot (``client`` itself on one Redis): a transaction
     whose keys all share ``key``'s hash tag runs there as on one Redis, WATCH, scripts and the raw-RESP fast paths
     (:func:`execute`) included. Should the slot move (a failover, a resharding) its commands are refused with
-    ``MOVED``; the process's restart finds the new node (a guarded commit is safe to run again)."""
+    ``MOVED``: a retry after :func:`refresh` finds the new node (``with_retry(refresh=...)``; a guarded commit is
+    safe to run again)."""
     if isinstance(client, RedisCluster):
         node = client.get_node_from_key(key)
         return node.redis_connection or client.get_redis_connection(node)
