@@ -192,3 +192,28 @@ def test_a_commit_finds_its_slot_on_another_node_after_a_resharding(c: RedisClus
     assert home(c, keys.state).connection_pool.connection_kwargs["port"] == port
     assert c.hget(keys.state, "last_batch") == b"1" and not commit_batch(c, keys, second, PARAMS)
     assert c.hget(keys.state, "committed_id") == b"1-0,1-0"
+
+
+def test_the_jobs_idle_markers_go_to_each_shards_node_with_their_decision(c: RedisCluster, keys: KeySchema) -> None:
+    """On a cluster a marker for a server whose shard has a slot of its own is written there, its decision in the
+    job's ``{ns}:idleness`` after it (two calls, decision 0018), naming the marker's ID; a server of shard 0 (the
+    pipeline's slot) keeps the one script."""
+    from watermark.apps.job import _IDLE_LUA, idle_ticker, tick_idle
+    from watermark.rules.idleness import IdleDecision
+    from watermark.schema.events import IDLE_KIND, Event, Rules
+
+    secret = b"k" * 32
+    servers = ["A", "B", "D"]  # shards 3, 1 and 0 of 4
+    assert [shard_of(s, 4) for s in servers] == [3, 1, 0]
+    watcher = Config(namespace=keys.namespace, known_servers=frozenset(servers), watermark_mode="per-server",
+                     idle_timeout_ms=1_000, trigger_ms=1_000, stream_shards=4)
+    ticker = idle_ticker(c, watcher)
+    ticker.started_ms -= 5_000  # every server silent since the job started, five seconds ago
+    tick_idle(c, ticker, watcher, secret, keys, c.register_script(_IDLE_LUA))
+    decisions = {IdleDecision.from_record(f).server: f[b"marker_id"] for _, f in c.xrange(keys.idleness)}
+    assert set(decisions) == set(servers)
+    for server in servers:
+        [(entry_id, fields)] = c.xrange(keys.input_shard(shard_of(server, 4)))
+        marker = parse_entry(fields, entry_id.decode(), Rules(idle_key=secret))
+        assert isinstance(marker, Event) and marker.kind == IDLE_KIND and marker.server == server
+        assert decisions[server] == entry_id
