@@ -24,7 +24,7 @@ from watermark.apps.redis_server import RedisServer  # noqa: E402
 from watermark.rules.scenarios import SCENARIOS  # noqa: E402
 from watermark.rules.simulate import Simulator  # noqa: E402
 from watermark.runtime.clock import RealClock  # noqa: E402
-from watermark.store.stream_writer import write  # noqa: E402
+from watermark.store.stream_writer import LINGER_US, write  # noqa: E402
 
 
 def rate_of(n: int, seconds: float) -> str:
@@ -84,8 +84,9 @@ def bench_public_api(client: redis.Redis, scenario: str, count: int, start_us: i
     client.delete(key)
 
 
-def bench_paced(client: redis.Redis, rate: int, seconds: float, batch_size: int) -> None:
-    """Steady scenario (max delay 150 ms), so the run ends right after its last event time."""
+def bench_paced(client: redis.Redis, rate: int, seconds: float, batch_size: int, linger_us: int = LINGER_US) -> None:
+    """Steady scenario (max delay 150 ms), so the run ends right after its last event time; the writer's and
+    Redis' CPU per event beside the batches it took (each a transaction)."""
     key = "bench:paced"
     client.delete(key)
     clock = RealClock()
@@ -97,13 +98,14 @@ def bench_paced(client: redis.Redis, rate: int, seconds: float, batch_size: int)
         nonlocal worst_lag
         worst_lag = max(worst_lag, getattr(stats, "lag_us", 0))
 
-    t = time.perf_counter()
+    t, cpu, redis0 = time.perf_counter(), time.process_time(), redis_cpu_s(client)
     stats = write(client, key, sim, clock=clock, offset_us=clock.now_us() - sim.start_us, batch_size=batch_size,
-                  on_batch=on_batch)
-    elapsed = time.perf_counter() - t
+                  on_batch=on_batch, linger_us=linger_us)
+    elapsed, cpu, in_redis = time.perf_counter() - t, time.process_time() - cpu, redis_cpu_s(client) - redis0
     assert stats.written == client.xlen(key)
-    print(f"paced at {rate:,}/s for {seconds:g} s     {rate_of(stats.written, elapsed)}; "
-          f"{stats.batches:,} batches, worst lag {worst_lag / 1000:.1f} ms")
+    print(f"paced at {rate:,}/s for {seconds:g} s, linger {linger_us / 1000:g} ms  {rate_of(stats.written, elapsed)}; "
+          f"{stats.batches:,} batches, worst lag {worst_lag / 1000:.1f} ms; CPU {cpu / stats.written * 1e6:.2f} "
+          f"us/event here, {in_redis / stats.written * 1e6:.2f} in redis-server")
     client.delete(key)
 
 
@@ -114,6 +116,8 @@ def main() -> int:
     p.add_argument("--batch-size", type=int, default=2_000)
     p.add_argument("--paced-rate", type=int, default=100_000, help="0 skips the paced run")
     p.add_argument("--paced-seconds", type=float, default=5.0)
+    p.add_argument("--lingers", default=str(LINGER_US // 1000),
+                   help="the paced run at each of these lingers, ms, comma-separated (default: the writer's)")
     args = p.parse_args()
 
     start_us = 1_767_225_600_000_000  # 2026-01-01: fixed, so runs are comparable
@@ -129,7 +133,8 @@ def main() -> int:
             bench_write(client, args.scenario, args.count, start_us, args.batch_size)
             bench_public_api(client, args.scenario, args.count, start_us, args.batch_size)
             if args.paced_rate:
-                bench_paced(client, args.paced_rate, args.paced_seconds, args.batch_size)
+                for ms in args.lingers.split(","):
+                    bench_paced(client, args.paced_rate, args.paced_seconds, args.batch_size, int(float(ms) * 1000))
             client.close()
         finally:
             server.stop()
