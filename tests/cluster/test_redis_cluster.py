@@ -170,7 +170,10 @@ def _move_slot(c: RedisCluster, key: str) -> int:
     a.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", dst_id)
     while keys := a.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 1_000):
         a.execute_command("MIGRATE", dst.host, dst.port, "", 0, 5_000, "KEYS", *keys)
-    for node in c.get_primaries():
+    # the destination first, then the source, then the others (Redis' own order: the destination's new epoch must
+    # win over a source that still gossips the slot as its own)
+    others = [n for n in c.get_primaries() if n.name not in (src.name, dst.name)]
+    for node in (dst, src, *others):
         c.get_redis_connection(node).execute_command("CLUSTER", "SETSLOT", slot, "NODE", dst_id)
     return int(dst.port)
 
@@ -188,7 +191,7 @@ def test_a_commit_finds_its_slot_on_another_node_after_a_resharding(c: RedisClus
     with pytest.raises(redis.exceptions.MovedError):  # the map the client holds names the old node
         commit_batch(c, keys, second, PARAMS)
     assert with_retry(lambda: commit_batch(c, keys, second, PARAMS), "commit", refresh=lambda: refresh(c),
-                      sleep=lambda _: None)
+                      sleep=lambda _: None, attempts=10)
     assert home(c, keys.state).connection_pool.connection_kwargs["port"] == port
     assert c.hget(keys.state, "last_batch") == b"1" and not commit_batch(c, keys, second, PARAMS)
     assert c.hget(keys.state, "committed_id") == b"1-0,1-0"
