@@ -407,11 +407,11 @@ def run(code_root: Path, rate: int, seconds: float, warmup: float, drain: float,
         tmp = Path(tmpdir)
         stack = Stack(code_root, tmp, rate, redis_nodes)
         if redis_nodes > 1:
-            nodes = LocalCluster(str(tmp / "cluster"), redis_nodes)
-            daemons.callback(nodes.stop)
-            nodes.start()
-            stack.url = stack.env["REDIS_URL"] = nodes.url
-            stack.redis_pids = [s.proc.pid for s in nodes.servers if s.proc is not None]
+            cluster_nodes = LocalCluster(str(tmp / "cluster"), redis_nodes)
+            daemons.callback(cluster_nodes.stop)
+            cluster_nodes.start()
+            stack.url = stack.env["REDIS_URL"] = cluster_nodes.url
+            stack.redis_pids = [s.proc.pid for s in cluster_nodes.servers if s.proc is not None]
         if workers:
             cluster = daemons.enter_context(standalone(tmp / "spark", workers=workers, cores=worker_cores))
             stack.env["SPARK_MASTER"] = cluster.master_url

@@ -333,7 +333,7 @@ def test_the_generators_writer_resumes_exactly_once_after_a_lost_connection(r: r
         nonlocal kills
         if stats.batches % 7 == 0 and kills < 4:
             kills += 1
-            killer.client_kill_filter(_id=writer.channel._server[1])  # type: ignore[index]
+            killer.client_kill_filter(_id=writer.channels[0]._server[1])  # type: ignore[index]
 
     writer = StreamWriter(r, key, batch_size=250, on_batch=on_batch)
     lost = write_through_losses(writer, iter(events))

@@ -60,8 +60,7 @@ def monitor_client(url: str, timeout_s: float = REDIS_TIMEOUT_S) -> redis.Redis:
     """Fails fast when Redis is away or hangs, and never retries: a round says "unreachable" within a few
     seconds, and a transaction whose reply was lost is not sent a second time (its notices would be twice in
     the history and the outbox)."""
-    return open_client(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s,
-                                retry=Retry(NoBackoff(), 0))
+    return open_client(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s, retry=Retry(NoBackoff(), 0))
 
 
 @dataclass

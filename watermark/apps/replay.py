@@ -137,14 +137,15 @@ def write_batch(client: redis.Redis, keys: KeySchema, batch: ReplayBatch, shards
     """The batch's lines, each in its shard: one transaction, so all of a batch becomes visible at once. In a
     Redis Cluster a transaction stays in one slot: one per shard there, so a batch may become visible shard by
     shard (a micro-batch may then split it: the same events, other batch boundaries)."""
-    groups: dict[int, list[int]] = {}
+    cluster = is_cluster(client)
+    groups: dict[int, list[tuple[int, int]]] = {}  # transaction -> (line, its shard)
     for i, payload in enumerate(batch.payloads):
-        groups.setdefault(route(payload, shards) if is_cluster(client) else 0, []).append(i)
+        k = route(payload, shards)
+        groups.setdefault(k if cluster else 0, []).append((i, k))
     for rows in groups.values():
         pipe = client.pipeline(transaction=True)
-        for i in rows:
-            payload = batch.payloads[i]
-            pipe.xadd(input_shard_key(keys.events, route(payload, shards)), {PAYLOAD_FIELD: signed(payload, secret)},
+        for i, k in rows:
+            pipe.xadd(input_shard_key(keys.events, k), {PAYLOAD_FIELD: signed(batch.payloads[i], secret)},
                       id=batch.ids[i] if batch.ids else "*")
         pipe.execute()
 

@@ -145,7 +145,10 @@ class Producer:
         if linger_s < 0 or send_timeout_s < 0 or max_backoff_s <= 0:
             raise ValueError("linger_s and send_timeout_s must not be negative, max_backoff_s must be positive")
         self._own_client = isinstance(redis_url, str)
-        self.client: redis.Redis = _client(redis_url, socket_timeout_s) if isinstance(redis_url, str) else redis_url
+        # a cluster client when the URL names a Redis Cluster node: each batch goes to its stream's node (0018)
+        self.client: redis.Redis = open_client(
+            redis_url, socket_timeout=socket_timeout_s, socket_connect_timeout=min(5.0, socket_timeout_s),
+            socket_keepalive=True) if isinstance(redis_url, str) else redis_url
         self.stream_key = stream_key or KeySchema(namespace).events
         self.producer_id = producer_id or uuid.uuid4().hex
         self.marker_key = producer_marker_key(self.stream_key, self.producer_id)
@@ -345,16 +348,3 @@ class Producer:
                     self._room.notify_all()
                 break
         channel.detach(broken=bool(inflight))
-
-
-def _client(url: str, timeout_s: float) -> redis.Redis:
-    """A client for ``url``: a cluster client when it names a Redis Cluster node, so that the batches go to the
-    node of the stream's slot (decision 0018). Made while Redis is away, it is a plain client (nothing is sent
-    until the first batch; on a cluster a stream on another node is then refused with ``MOVED``, said by the
-    producer's error, never lost)."""
-    kwargs: dict[str, Any] = {"socket_timeout": timeout_s, "socket_connect_timeout": min(5.0, timeout_s),
-                              "socket_keepalive": True}
-    try:
-        return open_client(url, **kwargs)
-    except redis.ConnectionError:
-        return redis.Redis.from_url(url, **kwargs)

@@ -60,7 +60,7 @@ from watermark.spark.partial import (
     PartitionPartials,
     presence_partial,
 )
-from watermark.store.redis_conn import TRANSIENT, home, open_client, with_retry
+from watermark.store.redis_conn import TRANSIENT, home, open_client, refresh, with_retry
 
 SCHEMA = (
     "entry_id string, ingest_time timestamp, event_id string, server string, player_id string, "
@@ -183,25 +183,31 @@ def ranges(start: str, end: str, shards: int) -> list[StreamRange]:
 
 
 _PAYLOAD = PAYLOAD_FIELD.encode()
+_BASES: dict[str, redis.Redis] = {}
+"""One client per URL and Python worker process (workers are reused across batches): a cluster's knows its map."""
 _CLIENTS: dict[tuple[str, str], redis.Redis] = {}
 
 
 def _forget(url: str, stream: str) -> None:
-    """The next :func:`_client` for ``stream`` is a new one (a cluster's slot moved, or its node failed over)."""
-    old = _CLIENTS.pop((url, stream), None)
-    if old is not None:
-        old.close()
+    """The next :func:`_client` for ``stream`` is looked up again, on a map read again (a cluster's slot moved, or
+    its node failed over; on one Redis the same client, which reconnects)."""
+    _CLIENTS.pop((url, stream), None)
+    if url in _BASES:
+        refresh(_BASES[url])
 
 
 def _client(url: str, stream: str) -> redis.Redis:
-    """One client per Python worker process and stream: workers are reused across batches. In a Redis Cluster it
-    is the plain client of the node that holds the stream (:func:`redis_conn.home`).
+    """The client that reads ``stream``: the URL's own on one Redis, the plain client of the stream's node in a
+    Redis Cluster (:func:`redis_conn.home`).
 
     Its XRANGE replies stay as hiredis builds them (``[id, [k, v, ...]]``): redis-py's conversion to
     ``(id, {k: v})`` cost more than the read itself."""
     client = _CLIENTS.get((url, stream))
     if client is None:
-        client = _CLIENTS[(url, stream)] = home(open_client(url, socket_keepalive=True), stream)
+        base = _BASES.get(url)
+        if base is None:
+            base = _BASES[url] = open_client(url, socket_keepalive=True)
+        client = _CLIENTS[(url, stream)] = home(base, stream)
         client.set_response_callback("XRANGE", lambda response, **_: response)
     return client
 

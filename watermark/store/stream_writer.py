@@ -135,11 +135,6 @@ class StreamWriter:
         self._carry: Any = None  # the event read ahead of the last batch, not sent yet
         self._full = FullWait(2.0, log)  # Redis full: the pauses before each batch is sent again
 
-    @property
-    def channel(self) -> BatchChannel:
-        """The first channel (the only one but on a cluster with shards)."""
-        return self.channels[0]
-
     def run(self, events: Iterable[tuple[int, Event]] | Simulator) -> WriteStats:
         """Write until ``events`` is exhausted or ``stop`` is set; a :class:`Simulator`
         is consumed through its cheaper :meth:`~Simulator.records`."""
