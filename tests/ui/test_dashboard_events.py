@@ -212,6 +212,13 @@ def test_a_trimmed_range_says_so_and_counts_what_is_left(env: World, client: red
     late_below = [line for line, wm, windows in env.judged()
                   if parse_entry_id(line["entry"]) < cut and event_status(line, wm, windows) != "on_time"]
     assert late_below and f"the {len(late_below):,} late ones (dropped or late but accepted) are kept" in trimmed[0]
+    # a lab lane reads its parent's input: what was trimmed from it is the parent's count, on the Events page as in
+    # the player search (the page read the lane's own count, which a lane never writes)
+    lane = KeySchema(copy.namespace + ".lane")
+    client.restore(lane.state, 0, client.dump(copy.state), replace=True)
+    ev = read_events(client, lane, server=None, range_ms=86_400_000, input_keys=copy)
+    found = find_player(client, lane, "p0001", 0, 2**62, input_keys=copy)
+    assert ev is not None and found is not None and ev.trimmed == found.trimmed == len(ids) // 2
 
 
 def test_the_late_events_kept_are_exactly_the_oracles(world: World, client: redis.Redis) -> None:

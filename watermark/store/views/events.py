@@ -22,7 +22,7 @@ from watermark.rules.late import LateEvent
 from watermark.schema.events import IDLE_KIND, BadEntry, Event, parse_entry, parse_entry_id
 from watermark.schema.keys import KeySchema
 from watermark.schema.records import BatchRecord, CommitEntry, DeadEntry
-from watermark.schema.shards import Position, input_shard_key, shard_key, trimmed_key
+from watermark.schema.shards import Position, input_shard_key, shard_key
 from watermark.store.pipeline_status import PipelineState
 
 MAX_POINTS = 20_000
@@ -105,7 +105,7 @@ def read_events(client: redis.Redis, keys: KeySchema, *, server: str | None, ran
     hi = end_ms if end_ms is not None else max(lasts, default=0)
     lo = hi - range_ms
 
-    r = _read_range(client, keys, stream, shards, lo, hi, cap)
+    r = _read_range(client, keys, input_keys or keys, shards, lo, hi, cap)
     # The newest ``cap`` of all shards by arrival: every entry newer than the oldest kept is among each shard's
     # newest ``cap + 1``, so the merge cuts the range at one arrival for all shards.
     merged = sorted(((parse_entry_id(i), k, i, f) for k, reply in enumerate(r.raws) for i, f in reply),
@@ -154,22 +154,23 @@ class _Range:
     kept_now: int
 
 
-def _read_range(client: redis.Redis, keys: KeySchema, stream: str, shards: int, lo: int, hi: int,
+def _read_range(client: redis.Redis, keys: KeySchema, source: KeySchema, shards: int, lo: int, hi: int,
                 cap: int) -> _Range:
-    """Round trip 2: each shard's entries (newest first, capped), its quarantined ones and its late events' count."""
+    """Round trip 2: each shard's entries (newest first, capped), its quarantined ones, its late events' count and
+    its trimmed count (of ``source``, the namespace whose input is read: a lab lane reads its parent's)."""
     pipe = client.pipeline(transaction=False)
     for k in range(shards):
-        pipe.xrevrange(input_shard_key(stream, k), max=hi, min=lo, count=cap + 1)
+        pipe.xrevrange(source.input_shard(k), max=hi, min=lo, count=cap + 1)
     for k in range(shards):
         pipe.xrevrange(shard_key(keys.dead, k), max=hi, min=lo, count=cap + 1)  # dead IDs: a subset of the shard's
     for k in range(shards):
         pipe.xlen(shard_key(keys.late, k))
     for k in range(shards):
-        pipe.get(trimmed_key(stream, keys.trimmed, k))
+        pipe.get(source.trimmed_of(k))
     pipe.hget(keys.totals, "kept")
     replies = pipe.execute()
     trimmed, kept = sum(int(t or 0) for t in replies[3 * shards:-1]), replies[-1]
-    return _Range(replies[:shards], replies[shards:2 * shards], int(trimmed or 0), int(kept or 0),
+    return _Range(replies[:shards], replies[shards:2 * shards], trimmed, int(kept or 0),
                   sum(int(n) for n in replies[2 * shards:3 * shards]))
 
 
@@ -350,7 +351,10 @@ def find_player(client: redis.Redis, keys: KeySchema, player_id: str, lo_ms: int
     kept = [e.point(window_ms, slide_ms) for e in _scan_kept(client, keys, player_id, lo_ms, hi_ms, shards)
             if (e.shard, e.entry_id) not in in_stream]
     merged = sorted((*kept, *points), key=lambda p: (parse_entry_id(p.entry_id), p.shard))
-    trimmed = sum(int(client.get((input_keys or keys).trimmed_of(k)) or 0) for k in range(shards))
+    pipe = client.pipeline(transaction=False)
+    for k in range(shards):
+        pipe.get((input_keys or keys).trimmed_of(k))
+    trimmed = sum(int(t or 0) for t in pipe.execute())
     return PlayerEvents(player_id, lo_ms, hi_ms, tuple(merged), scanned, min(firsts, default=None),
                         min(capped, default=None), trimmed)
 
