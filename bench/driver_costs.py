@@ -33,7 +33,7 @@ from watermark.schema.lanes import lane_config
 from watermark.spark import local_agg
 from watermark.spark.checkpoint import OffsetEntry
 from watermark.spark.query import params_of, source_options
-from watermark.spark.sink import BatchTable, Lane, aggregate_arrow, late_events, presence_events
+from watermark.spark.sink import BatchTable, LaneSink, aggregate_arrow, late_events, presence_events
 from watermark.spark.source import ARROW_SCHEMA, StreamRange, _Options, _read
 from watermark.store.commit import commit_batch, next_watermark
 from watermark.store.presence_store import PresenceBatch, PresenceMirror, commit_presence
@@ -74,7 +74,7 @@ def measure(url: str, servers: int, rate: int, seconds: float, trigger_ms: int) 
     write(client, keys.events, sim, explicit_ids=True)
     params = params_of(cfg)
     opts = _Options(source_options(cfg, pre_aggregate=True))
-    lanes = [Lane(KeySchema(c.namespace), params_of(c)) for c in (lane_config(cfg, lane) for lane in LANES)]
+    lanes = [LaneSink(KeySchema(c.namespace), params_of(c)) for c in (lane_config(cfg, lane) for lane in LANES)]
     mirror = PresenceMirror()
     costs = Costs(servers)
     first = int(client.xrange(keys.events, count=1)[0][0].split(b"-")[0])

@@ -25,6 +25,7 @@ from watermark.store.commit import Params
 from watermark.store.presence_store import (
     OnlinePoint,
     OnlineView,
+    PlayerTable,
     PresenceBatch,
     PresenceEvents,
     PresenceMirror,
@@ -135,6 +136,26 @@ def test_online_timeout_config(raw: str, message: str) -> None:
 def test_online_timeout_default_and_parse() -> None:
     assert Config.from_env({}).online_timeout_ms == 30_000
     assert Config.from_env({"ONLINE_TIMEOUT": "1m30s"}).online_timeout_ms == 90_000
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_a_player_keeps_one_slot_of_their_own_while_the_index_grows(seed: int) -> None:
+    """Batches of known and new players of two servers, enough new ones to rebuild each server's index many times
+    (it folds in the players added since once they pass 1,024 and an eighth of it): every look-up equals a dict
+    of the slots given out, and a slot names its player and server."""
+    rng = np.random.default_rng(seed)
+    table, model = PlayerTable(), {}
+    for _ in range(40):
+        for server in ("A", "B"):
+            pool = max(10, len(model) + int(rng.integers(0, 900)))
+            players = [f"{server}-p{i}" for i in rng.integers(0, pool, int(rng.integers(1, 2_000)))]
+            slots = table.slots_of(server, players).tolist()
+            for player, slot in zip(players, slots, strict=True):
+                assert model.setdefault((server, player), slot) == slot
+    assert sorted(model.values()) == list(range(len(model))) == list(range(table.size))
+    for (server, player), slot in model.items():
+        assert table.names[slot] == player and table.servers[table.server[slot]] == server
+    assert len(model) > 20_000  # the index was rebuilt: past 1,024 and many times an eighth
 
 
 def events(*rows: tuple) -> PresenceEvents:

@@ -14,7 +14,10 @@ import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import hiredis
+import numpy as np
 import orjson
+import pyarrow as pa
 import pytest
 import redis
 
@@ -103,6 +106,42 @@ def test_a_command_refused_when_queued_applies_nothing(client: redis.Redis, exec
             execute(pipe)
     assert not client.exists(guard)
     assert client.ping()
+
+
+FIELDS = ["p1", "joueur-é", "玩家", "", "with space", "x" * 300]
+VALUES = [0, 1, -7, 2**62, 1_700_000_000_123_456, 42]
+
+
+@pytest.mark.parametrize(("command", "columns"), [
+    ("HSET", (np.array(FIELDS, object), np.array(VALUES, np.int64))),
+    ("HSET", (FIELDS, VALUES)),
+    ("SADD", (pa.array(["pad", *FIELDS]).slice(1),)),  # a slice of a window's list: its offset is not 0
+    ("SADD", (pa.array([1, 2, 3]),)),
+])
+def test_a_command_queued_packed_is_the_one_hiredis_packs(command: str, columns: tuple) -> None:
+    with redis.Redis().pipeline() as pipe:  # never connects: only queued
+        pipe.multi()
+        redis_conn.queue_packed(pipe, command, "wm:online:é", *columns)
+        (args, options), = pipe.command_stack
+    lists = [c.to_pylist() if isinstance(c, pa.Array) else list(c) for c in columns]
+    flat = [x.item() if isinstance(x, np.generic) else x for row in zip(*lists, strict=True) for x in row]
+    assert options[redis_conn.PACKED] == hiredis.pack_command((command, "wm:online:é", *flat))
+    assert args[0] == command and options[redis_conn.UNPACKED]() == (command, "wm:online:é", *flat)
+
+
+def test_a_hash_queued_packed_lands_in_the_transaction_on_either_path(client: redis.Redis,
+                                                                      execute: Callable) -> None:
+    guard, h = _k(), _k()
+    with client.pipeline() as pipe:
+        pipe.watch(guard)
+        pipe.multi()
+        pipe.set(guard, 1)
+        redis_conn.queue_packed(pipe, "HSET", h, np.array(FIELDS, object), np.array(VALUES, np.int64))
+        pipe.expire(h, 60)
+        replies = execute(pipe)
+    assert replies[1] == len(FIELDS)
+    assert {k.decode(): int(v) for k, v in client.hgetall(h).items()} == dict(zip(FIELDS, VALUES, strict=True))
+    assert client.get(guard) == b"1" and 0 < client.ttl(h) <= 60
 
 
 def test_bulk_increments_land_in_the_transaction_with_their_expiry(client: redis.Redis, execute: Callable,

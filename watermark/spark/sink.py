@@ -167,9 +167,11 @@ class BatchTable:
         tags = t.column("tag")
         per_window = (t.filter(pc.equal(tags, WINDOW)).group_by(["a", "server"], use_threads=False)
                       .aggregate([("n", "sum"), ("b", "list")]))
-        # the items are unique per (window, player), so each window's list holds distinct players
-        windows = [(ws // 1000, server, n, players) for ws, server, n, players in zip(
-            *(per_window.column(c).to_pylist() for c in ("a", "server", "n_sum", "b_list")), strict=True)]
+        # the items are unique per (window, player), so each window's list holds distinct players; kept as Arrow
+        # arrays, a value per event that only the commits' SADDs read (redis_conn.queue_packed)
+        players = per_window.column("b_list").combine_chunks()
+        windows = [(ws // 1000, server, n, players[i].values) for i, (ws, server, n) in enumerate(zip(
+            *(per_window.column(c).to_pylist() for c in ("a", "server", "n_sum")), strict=True))]
         servers: dict[str, ServerRecord] = {}
         ingest = _Runs.of(t, INGEST_LAG)
         if ingest is not None:  # every server's figures in whole-array passes: 300 servers a batch

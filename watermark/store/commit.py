@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+import pyarrow as pa
 import redis
 
 from watermark.rules.late import LateEvent
@@ -82,7 +83,7 @@ class WindowAgg:
     events: int = 0
     dropped: int = 0
     late: int = 0
-    players: Sequence[str] = ()  # distinct accepted players
+    players: Sequence[str] | pa.Array = ()  # distinct accepted players (the sink's: an Arrow array of str)
 
     @property
     def key(self) -> WindowKey:
@@ -497,9 +498,9 @@ def _queue_windows(pipe: redis.client.Pipeline, keys: KeySchema, w: BatchWrites,
     for win in w.windows:
         wk = win.key
         bulk.hincrby(keys.window(wk), {"events": win.events, "dropped": win.dropped, "late": win.late})
-        if win.players:
+        if len(win.players):
             pkey = keys.players(wk)
-            pipe.sadd(pkey, *win.players)
+            redis_conn.queue_packed(pipe, "SADD", pkey, win.players)
             bulk.expire(pkey)
         index[wk.member()] = wk.start_ms
     bulk.queue(pipe, ttl_s)

@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 import redis
@@ -88,6 +89,53 @@ class PresenceBatch:
     next_watermark_ms: int | None = None  # per-server pipelines: Spark's combined one, from the sink's model
 
 
+@dataclass(frozen=True)
+class PlayerTimes:
+    """Players (``names``, str) with the event time (us) of each one's latest event applied, as arrays: what a
+    server's hash gets written (:func:`watermark.store.redis_conn.queue_packed`)."""
+
+    names: np.ndarray
+    us: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+
+class _PlayerIndex:
+    """One server's players -> their slots. A batch's look-up is a hash probe per event in C (a pandas index
+    keeps its hash table between calls) rather than a Python dict call each, about 30 ms a batch of 50,000
+    events among 500,000 players (``bench/driver_costs.py``). Players added since the index was built wait in a
+    dict and are folded in once they are an eighth of it: building costs O(1) a new player, amortised."""
+
+    def __init__(self) -> None:
+        self.index = pd.Index([], dtype=object)
+        self.slots = np.zeros(0, np.int64)  # by position in ``index``
+        self.recent: dict[str, int] = {}
+
+    def find(self, players: np.ndarray) -> np.ndarray:
+        """Each player's slot among those indexed (not ``recent``), -1 for the others."""
+        out = np.full(len(players), -1, np.int64)
+        if len(self.index) and len(players):
+            pos = self.index.get_indexer(players)
+            hit = pos >= 0
+            out[hit] = self.slots[pos[hit]]
+        return out
+
+    def get(self, player: str) -> int | None:
+        return self.recent.get(player)
+
+    def add(self, player: str, slot: int) -> None:
+        self.recent[player] = slot
+
+    def settle(self) -> None:
+        """Fold the players added since into the index once they are many (after a batch's look-ups: ``get``
+        reads only the recent ones)."""
+        if len(self.recent) > max(1024, len(self.index) // 8):
+            self.index = self.index.append(pd.Index(list(self.recent), dtype=object))
+            self.slots = np.concatenate([self.slots, np.fromiter(self.recent.values(), np.int64, len(self.recent))])
+            self.recent = {}
+
+
 class PlayerTable:
     """Every player the rule still keeps, of every server: online, or logged out and kept until the watermark
     passes the logout. Arrays by slot (``server`` holds each slot's server, a code into ``servers``), so a batch
@@ -98,8 +146,9 @@ class PlayerTable:
     def __init__(self) -> None:
         self.servers: list[str] = []
         self.code: dict[str, int] = {}
-        self.slot: dict[str, dict[str, int]] = {}  # server -> player -> slot
-        self.names: list[str] = []  # each slot's player
+        self.slot: dict[str, _PlayerIndex] = {}  # server -> its players' slots
+        self.size = 0  # slots in use
+        self.names = np.zeros(0, object)  # each slot's player
         self.server = np.zeros(0, np.int64)
         self.known = np.zeros(0, bool)
         self.online = np.zeros(0, bool)
@@ -110,32 +159,38 @@ class PlayerTable:
         if code is None:
             code = self.code[server] = len(self.servers)
             self.servers.append(server)
-            self.slot[server] = {}
+            self.slot[server] = _PlayerIndex()
         return code
 
-    def slots_of(self, server: str, players: Sequence[str]) -> np.ndarray:
+    def slots_of(self, server: str, players: np.ndarray | Sequence[str]) -> np.ndarray:
         code = self.code_of(server)
-        slot = self.slot[server]
-        get = slot.get
-        found = [get(p, -1) for p in players]  # a batch's players are mostly known: one dict lookup each
-        out = np.array(found, np.int64)
-        fresh = np.flatnonzero(out < 0).tolist()
-        for i in fresh:
-            p = players[i]
-            s = slot.get(p)
-            if s is None:
-                s = slot[p] = len(self.names)
-                self.names.append(p)
-            out[i] = s
-        if len(self.names) > len(self.known):
-            grow = max(len(self.names) - len(self.known), len(self.known))
+        index = self.slot[server]
+        players = np.asarray(players, object)
+        out = index.find(players)
+        fresh = np.flatnonzero(out < 0)
+        if len(fresh):
+            for i in fresh.tolist():  # a batch's players are mostly known: this loop is for the new ones
+                p = players[i]
+                s = index.get(p)
+                if s is None:
+                    s = self.size
+                    self.size += 1
+                    index.add(p, s)
+                out[i] = s
+            index.settle()
+            self._grow()
+            self.names[out[fresh]] = players[fresh]
+            self.server[out[fresh]] = code
+        return out
+
+    def _grow(self) -> None:
+        if self.size > len(self.known):
+            grow = max(self.size - len(self.known), len(self.known))
+            self.names = np.concatenate([self.names, np.full(grow, None, object)])
             self.server = np.concatenate([self.server, np.full(grow, -1, np.int64)])
             self.known = np.concatenate([self.known, np.zeros(grow, bool)])
             self.online = np.concatenate([self.online, np.zeros(grow, bool)])
             self.last_us = np.concatenate([self.last_us, np.zeros(grow, np.int64)])
-        if fresh:
-            self.server[out[fresh]] = code
-        return out
 
     def load(self, server: str, online: Mapping[bytes, bytes], logged_out: Mapping[bytes, bytes]) -> None:
         for mapping, flag in ((online, True), (logged_out, False)):
@@ -151,10 +206,13 @@ class PlayerTable:
     def count(self) -> int:
         return int((self.known & self.online).sum())
 
-    def entries(self, server: str, online: bool) -> dict[str, int]:
+    def entries(self, server: str, online: bool) -> PlayerTimes:
         code = self.code.get(server)
-        slots = np.flatnonzero(self.known & (self.online == online) & (self.server == code))
-        return dict(zip((self.names[i] for i in slots), self.last_us[slots].tolist(), strict=True))
+        return self.times(np.flatnonzero(self.known & (self.online == online) & (self.server == code)))
+
+    def times(self, slots: np.ndarray) -> PlayerTimes:
+        """The players of ``slots`` with the event time of their latest event applied."""
+        return PlayerTimes(self.names[slots], self.last_us[slots])
 
     def by_server(self, slots: np.ndarray) -> dict[int, np.ndarray]:
         """``slots`` split by server code, each part in ascending slot order."""
@@ -172,8 +230,8 @@ class PlayerTable:
 class _ServerWrites:
     """What one batch does to one server's players, decided before anything is written."""
 
-    online: dict[str, int]  # player -> last event us: online now
-    logged_out: dict[str, int]  # player -> logout us: kept until the watermark passes it
+    online: PlayerTimes  # online now, with their latest event's time
+    logged_out: PlayerTimes  # logged out, with their logout's time: kept until the watermark passes it
     drop_online: list[str]
     drop_logged_out: list[str]
     count: int
@@ -200,12 +258,20 @@ def _shares(table: PlayerTable, ev: PresenceEvents) -> tuple[dict[str, _BatchOf]
     shares: dict[str, _BatchOf] = {}
     arrivals = ev.arrivals()
     for server, rows in ev.by_server().items():
-        players = ev.player[rows].tolist()
-        slots[rows] = table.slots_of(server, players)
+        mine = slots[rows] = table.slots_of(server, ev.player[rows])
         event_us, ingest = ev.event_us[rows], arrivals[rows]
-        shares[server] = _BatchOf(rows, int(event_us.max()), len(set(players)), int(ingest.max()),
+        shares[server] = _BatchOf(rows, int(event_us.max()), _distinct(mine), int(ingest.max()),
                                   server_clock.ahead_ms(event_us, ingest))
     return shares, slots
+
+
+def _distinct(slots: np.ndarray) -> int:
+    """How many different slots (a sort of the batch's was 9 % of the online view's commit)."""
+    if not len(slots):
+        return 0
+    seen = np.zeros(int(slots.max()) + 1, bool)
+    seen[slots] = True
+    return int(np.count_nonzero(seen))
 
 
 def _decide_servers(mirror: PresenceMirror, ev: PresenceEvents, before: Mapping[str, ClockRecord], delay_ms: int,
@@ -307,16 +373,14 @@ def _writes(t: PlayerTable, servers: Sequence[str], f: Fold, prior: Prior, shift
     by_cause[:, CAUSES.index(TIMEOUT)] += timeouts
     came = np.bincount(t_code[f.t_online], minlength=n).tolist()
     went = (np.bincount(t_code[~f.t_online], minlength=n) + timeouts).tolist()
-    names, last_us, none = t.names, t.last_us, np.zeros(0, np.int64)
+    names, none = t.names, np.zeros(0, np.int64)
     writes = {}
     for server in servers:
         code = t.code[server]
-        o, x = on.get(code, none), out.get(code, none)
         writes[server] = _ServerWrites(
-            online=dict(zip((names[i] for i in o), last_us[o].tolist(), strict=True)),
-            logged_out=dict(zip((names[i] for i in x), last_us[x].tolist(), strict=True)),
-            drop_online=[names[i] for i in was_on.get(code, none)],
-            drop_logged_out=[names[i] for i in was_out.get(code, none)],
+            online=t.times(on.get(code, none)), logged_out=t.times(out.get(code, none)),
+            drop_online=names[was_on.get(code, none)].tolist(),
+            drop_logged_out=names[was_out.get(code, none)].tolist(),
             count=counts[code], causes={CAUSES[c]: int(k) for c, k in sorted(
                 ((c, k) for c, k in enumerate(by_cause[code].tolist()) if k), key=lambda ck: CAUSES[ck[0]])},
             came_online=came[code], went_offline=went[code])
@@ -506,10 +570,10 @@ def _apply(pipe: redis.client.Pipeline, keys: KeySchema, writes: dict[str, _Serv
                 pipe.hdel(on_key, *w.drop_online)
             if w.drop_logged_out:
                 pipe.hdel(out_key, *w.drop_logged_out)
-        if online:
-            pipe.hset(on_key, mapping=online)
-        if logged_out:
-            pipe.hset(out_key, mapping=logged_out)
+        if len(online):
+            redis_conn.queue_packed(pipe, "HSET", on_key, online.names, online.us)
+        if len(logged_out):
+            redis_conn.queue_packed(pipe, "HSET", out_key, logged_out.names, logged_out.us)
         expire.expire(on_key)
         expire.expire(out_key)
     expire.queue(pipe, ttl_s)
