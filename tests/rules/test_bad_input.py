@@ -181,15 +181,16 @@ near_timestamps = st.builds(
     st.sampled_from(["Z", "Z", "Z", "", "+00:00", "+01:00", "z"]),
 )
 near_events = st.builds(  # the shape the source parses in bulk, and its near misses
-    lambda eid, server, player, kind, ts, ws: _render(
+    lambda eid, server, player, kind, ts, ws, region: _render(
         [eid and ("event_id", eid), ("server", server), ("player_id", player), kind and ("kind", kind),
-         ("event_time", ts)], ws),
+         ("event_time", ts), region], ws),
     st.one_of(st.none(), st.just(""), near_strings, st.just("A-000000016")),
     st.one_of(st.sampled_from(["A", "B", "C", "Z", ""]), near_strings),
     st.one_of(st.just("A-p46182"), near_strings),
     st.one_of(st.none(), st.sampled_from(["login", "heartbeat", "logout", "idle", "dance", ""])),
     st.one_of(st.integers(1_794_000_000_000_000, 1_795_100_000_000_000).map(iso_from_us), near_timestamps),
     st.lists(st.sampled_from(["", "", "", " ", "\n", "\t", "\r", "\x0b", "\u00a0"]), min_size=8, max_size=8),
+    st.one_of(st.none(), st.tuples(st.just("region"), st.one_of(st.just("eu-west"), st.just(""), near_strings))),
 )
 entries = st.one_of(
     near_events.map(lambda b: {b"e": b}),  # the bulk-parsed shape, valid or nearly
