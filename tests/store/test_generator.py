@@ -364,6 +364,39 @@ def test_manual_clock_writer_writes_exactly_the_generated_entries(
         assert events[written - 1][0] <= now
 
 
+class BusyClock(ManualClock):
+    """A clock that moves on by ``work_us`` each time it is read: building and sending a batch takes time."""
+
+    def __init__(self, start_us: int, work_us: int) -> None:
+        super().__init__(start_us)
+        self.work_us = work_us
+
+    def now_us(self) -> int:
+        self.advance(self.work_us)
+        return super().now_us()
+
+
+@pytest.mark.parametrize("batch_size", [2_000, 300])
+def test_a_busy_writer_sends_a_batch_at_most_every_linger_unless_the_last_was_full(
+        r: redis.Redis, key: str, monkeypatch: pytest.MonkeyPatch, batch_size: int) -> None:
+    """At 100,000 events/s an event is always due by the time a batch is sent: the batches are a linger apart (500
+    events), not a round trip apart; a full batch is followed at once (catching up)."""
+    events = generate("steady", seed=3, start_us=START, rate=100_000, count=20_000)  # 0.2 s
+    clock = BusyClock(START, work_us=150)
+    sizes: list[int] = []
+    no_sleeping(monkeypatch)
+
+    stats = write(r, key, events, clock=clock, explicit_ids=True, batch_size=batch_size, linger_us=5_000,
+                  on_batch=lambda s: sizes.append(s.written - sum(sizes)))
+
+    assert stats.written == r.xlen(key) == len(events)
+    span_us = events[-1][0] - events[0][0]
+    if batch_size == 2_000:
+        assert len(sizes) <= span_us // 5_000 + 2 and max(sizes) < batch_size
+    else:  # 500 events a linger do not fit in 300: each full batch is followed at once by the rest
+        assert sizes.count(batch_size) >= len(sizes) // 3 and len(sizes) <= 2 * (span_us // 5_000) + 2
+
+
 def test_writer_star_ids_and_simulator_input(r: redis.Redis, key: str) -> None:
     sim = Simulator("overseas-lag", seed=4, start_us=START, rate=0, count=7_000)
     stats = write(r, key, sim, batch_size=1_000)

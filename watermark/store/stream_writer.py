@@ -67,11 +67,13 @@ def stream_last_id(client: redis.Redis, stream_key: str) -> tuple[int, int]:
 
 
 LINGER_US = 5_000
-"""How long a paced writer lets due events gather before it sends them. Each batch is a transaction (MULTI, the
-XADDs, the marker's SET, EXEC): at 100,000 events/s a 1 ms linger sent about 7,600 batches a second and cost the
-writer 5.3 us and Redis 2.7 us an event; 5 ms, about 2,100 batches a second, 3.7 and 1.7 us (0.26 cores less of
-the two; 10 ms: 0.3). An entry's arrival time is when Redis appends it, so no figure the pipeline shows moves; the
-events only reach Redis up to 5 ms after the scenario's time for them."""
+"""How long a paced writer lets due events gather before it sends them: a batch at most every ``LINGER_US`` (a
+full one, ``batch_size``, is followed at once). Each batch is a transaction (MULTI, the XADDs, the marker's SET,
+EXEC). At 100,000 events/s an event is always due by the time a batch is sent, so until 2026-11-27 the linger
+applied only to an idle writer and a busy one sent a batch a round trip (19,000-31,000 in 8 s, 25-40 events each);
+bounded, 5 ms sends about 200 a second of 500 events: the writer 3.5 against 4.2 us an event and Redis 1.6 against
+2.2 (``bench/generator_rate.py --lingers 5``, four runs each, alternating). An entry's arrival time is when Redis
+appends it, so no figure the pipeline shows moves; the events reach Redis up to 5 ms after the scenario's time."""
 
 
 class StreamWriter:
@@ -133,6 +135,8 @@ class StreamWriter:
         self._shard_of: dict[str, int] = {}  # server -> its shard, computed once
         self._last = (0, 0)
         self._carry: Any = None  # the event read ahead of the last batch, not sent yet
+        self._sent_at = -(1 << 62)  # the clock time (less the offset) the last batch was built up to
+        self._full_batch = False  # the last batch stopped at batch_size: the next goes without lingering
         self._full = FullWait(2.0, log)  # Redis full: the pauses before each batch is sent again
 
     def run(self, events: Iterable[tuple[int, Event]] | Simulator) -> WriteStats:
@@ -175,15 +179,21 @@ class StreamWriter:
             if clock is not None:
                 horizon = clock.now_us() - offset
                 due = self._carry[0]
-                if due > horizon:
+                # A batch at most every linger, unless the last one was full: at 100,000 events/s an event is
+                # always due by the time a batch is built, and without this the batches went back to back, one a
+                # round trip (about 2,100 a second, 48 events each, where 5 ms gathers 500).
+                ready = due if self._full_batch else max(due, self._sent_at + linger)
+                if ready > horizon:
                     while inflight:  # confirm before idling
                         self._confirm()
-                    clock.sleep_until(max(due, horizon + linger) + offset)
+                    clock.sleep_until((max(ready, horizon + linger) if due > horizon else ready) + offset)
                     continue
                 self.stats.lag_us = horizon - due
+                self._sent_at = horizon
             if not self.gate.admit(self._pause):  # the readers are behind: hold the events (backpressure)
                 break
             parts, self._carry = self._build(self._carry, it, horizon, raw)
+            self._full_batch = sum(n for _, _, n, _ in parts) >= self.batch_size
             failed: BaseException | None = None
             for c, data, n, counts in parts:
                 inflight.append(c)
