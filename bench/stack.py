@@ -502,7 +502,6 @@ def _measure(stack: Stack, rate: int, seconds: float, warmup: float, drain: floa
     stack.stop("generator")
     wall = t1 - t0
     arrived, ids, shard_of_entry = entry_keys(client, w0, w1, stack.shards, stack.ns)
-    written = added1 - added0 if KEEP_OVERRIDE else len(ids)  # entries kept are fewer than written
     lanes = namespaces(client, stack.ns)
     newest = [int(ids[shard_of_entry == k].max()) if (shard_of_entry == k).any() else 0 for k in range(stack.shards)]
 
@@ -518,13 +517,13 @@ def _measure(stack: Stack, rate: int, seconds: float, warmup: float, drain: floa
     redis_peak_mb = sum(int(node.info("memory")["used_memory_peak"]) for node in nodes(client)) / 2**20
     ages = np.array([a for a in sampler.ages if a >= 0], float)
     return Result(
-        code=label, rate=rate, seconds=round(wall, 1), achieved_rate=round(written / wall, 1), freshness=fresh,
+        code=label, rate=rate, seconds=round(wall, 1), achieved_rate=round(((added1 - added0) or len(ids)) / wall, 1),
         online_age_p95_ms=float(np.percentile(ages, 95)) if len(ages) else None,
         online_age_max_ms=float(ages.max()) if len(ages) else None, online_samples=len(sampler.ages),
         job_cores=round((cpu1["job"] - cpu0["job"]) / wall, 2), job_peak_rss_mb=round(sampler.peak_rss_mb, 1),
         generator_cores=round((cpu1["generator"] - cpu0["generator"]) / wall, 2),
         redis_cores=round((cpu1["redis"] - cpu0["redis"]) / wall, 2), backlog_at_end=backlog,
-        redis_peak_mb=round(redis_peak_mb, 1), phases=phases,
+        redis_peak_mb=round(redis_peak_mb, 1), phases=phases, freshness=fresh,
         job_cores_by_part={k: round((parts1[k] - parts0[k]) / wall, 3) for k in JOB_PARTS},
         master=stack.master, shards=stack.shards, executors=len(execs), redis_nodes=stack.redis_nodes,
         **_monitor_figures(cpu1.get("monitor", 0.0) - cpu0.get("monitor", 0.0), wall, scraper),
