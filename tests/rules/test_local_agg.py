@@ -16,6 +16,8 @@ from watermark.rules.windows import window_ranges
 from watermark.spark import local_agg
 from watermark.spark.local_agg import BAD, INGEST_LAG, PRESENCE, PROCESSING_LAG, TICK, WINDOW
 from watermark.spark.partial import PARTIAL_TYPE, PartitionPartials
+from watermark.spark.sink import _player_lists
+from watermark.store.redis_conn import PACK_BULK
 
 S = 1_000_000
 _TS = pa.timestamp("us", tz="UTC")
@@ -235,3 +237,11 @@ def test_a_batch_judged_with_servers_too_far_apart_to_key_together_counts_the_sa
                                       (near, 3_000, [2])):
         got = [w.late for w in table.summary(0, watermark_ms, 0, "0-0", "0-1", params).windows]
         assert got == want
+
+
+def test_each_windows_players_come_out_whole_a_large_window_as_arrow() -> None:
+    big = [f"p{i}" for i in range(PACK_BULK)]
+    lists = pa.array([["a", "b"], [], big, ["c"], big[:-1]], pa.list_(pa.string()))
+    got = _player_lists(lists)
+    assert [x if isinstance(x, list) else x.to_pylist() for x in got] == lists.to_pylist()
+    assert [isinstance(x, pa.Array) for x in got] == [False, False, True, False, False]

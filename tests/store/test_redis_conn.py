@@ -108,15 +108,16 @@ def test_a_command_refused_when_queued_applies_nothing(client: redis.Redis, exec
     assert client.ping()
 
 
-FIELDS = ["p1", "joueur-é", "玩家", "", "with space", "x" * 300]
-VALUES = [0, 1, -7, 2**62, 1_700_000_000_123_456, 42]
+FEW = ["p1", "joueur-é", "玩家", "", "with space", "x" * 300]
+FIELDS = [f"{f}{i}" for i in range(100) for f in FEW]  # past PACK_BULK: packed with Arrow
+VALUES = [v + i for i in range(100) for v in (0, 1, -7, 2**62, 1_700_000_000_123_456, 42)]
 
 
 @pytest.mark.parametrize(("command", "columns"), [
     ("HSET", (np.array(FIELDS, object), np.array(VALUES, np.int64))),
     ("HSET", (FIELDS, VALUES)),
     ("SADD", (pa.array(["pad", *FIELDS]).slice(1),)),  # a slice of a window's list: its offset is not 0
-    ("SADD", (pa.array([1, 2, 3]),)),
+    ("SADD", (pa.array(range(1_000)),)),
 ])
 def test_a_command_queued_packed_is_the_one_hiredis_packs(command: str, columns: tuple) -> None:
     with redis.Redis().pipeline() as pipe:  # never connects: only queued
@@ -129,18 +130,27 @@ def test_a_command_queued_packed_is_the_one_hiredis_packs(command: str, columns:
     assert args[0] == command and options[redis_conn.UNPACKED]() == (command, "wm:online:é", *flat)
 
 
-def test_a_hash_queued_packed_lands_in_the_transaction_on_either_path(client: redis.Redis,
-                                                                      execute: Callable) -> None:
+def test_a_short_column_is_queued_as_a_plain_command() -> None:
+    with redis.Redis().pipeline() as pipe:
+        pipe.multi()
+        redis_conn.queue_packed(pipe, "SADD", "k", np.array(FEW, object))
+        (args, options), = pipe.command_stack
+    assert args == ("SADD", "k", *FEW) and redis_conn.PACKED not in options
+
+
+@pytest.mark.parametrize("n", [len(FEW), len(FIELDS)])
+def test_a_hash_queued_packed_lands_in_the_transaction_on_either_path(client: redis.Redis, execute: Callable,
+                                                                      n: int) -> None:
     guard, h = _k(), _k()
     with client.pipeline() as pipe:
         pipe.watch(guard)
         pipe.multi()
         pipe.set(guard, 1)
-        redis_conn.queue_packed(pipe, "HSET", h, np.array(FIELDS, object), np.array(VALUES, np.int64))
+        redis_conn.queue_packed(pipe, "HSET", h, np.array(FIELDS[:n], object), np.array(VALUES[:n], np.int64))
         pipe.expire(h, 60)
         replies = execute(pipe)
-    assert replies[1] == len(FIELDS)
-    assert {k.decode(): int(v) for k, v in client.hgetall(h).items()} == dict(zip(FIELDS, VALUES, strict=True))
+    assert replies[1] == n
+    assert {k.decode(): int(v) for k, v in client.hgetall(h).items()} == dict(zip(FIELDS[:n], VALUES[:n], strict=True))
     assert client.get(guard) == b"1" and 0 < client.ttl(h) <= 60
 
 

@@ -48,7 +48,7 @@ from watermark.spark.local_agg import (  # the items' tags, one set for both pat
 from watermark.spark.source import ARROW_SCHEMA, _Options, _read, packed_regions, ranges, unpack
 from watermark.store.commit import BadRow, BatchSummary, Params, WindowAgg, commit_batch, free_committed_input
 from watermark.store.presence_store import PresenceBatch, PresenceEvents, PresenceMirror, commit_presence
-from watermark.store.redis_conn import DriverClient, with_retry
+from watermark.store.redis_conn import PACK_BULK, DriverClient, with_retry
 
 log = logging.getLogger(__name__)
 
@@ -129,6 +129,17 @@ def late_events(t: pa.Table, batch_id: int, watermark_ms: int) -> list[LateEvent
     return out
 
 
+def _player_lists(lists: pa.ListArray) -> list[pa.Array | list[str]]:
+    """Each window's players: a large window's as an Arrow array, a value per event that only the commits' SADDs
+    read, packed with Arrow (:func:`watermark.store.redis_conn.queue_packed`); the small ones (most, at 300 servers)
+    as Python lists, made in one conversion."""
+    lengths = pc.list_value_length(lists).to_numpy(zero_copy_only=False)
+    small = lengths < PACK_BULK
+    flat = iter(pc.list_flatten(lists.filter(pa.array(small))).to_pylist())
+    return [[next(flat) for _ in range(k)] if few else lists[i].values
+            for i, (k, few) in enumerate(zip(lengths.tolist(), small.tolist(), strict=True))]
+
+
 @dataclass(frozen=True)
 class BatchTable:
     """A batch's aggregate read once: everything in it that no watermark changes, shared by the pipeline and
@@ -167,11 +178,10 @@ class BatchTable:
         tags = t.column("tag")
         per_window = (t.filter(pc.equal(tags, WINDOW)).group_by(["a", "server"], use_threads=False)
                       .aggregate([("n", "sum"), ("b", "list")]))
-        # the items are unique per (window, player), so each window's list holds distinct players; kept as Arrow
-        # arrays, a value per event that only the commits' SADDs read (redis_conn.queue_packed)
-        players = per_window.column("b_list").combine_chunks()
-        windows = [(ws // 1000, server, n, players[i].values) for i, (ws, server, n) in enumerate(zip(
-            *(per_window.column(c).to_pylist() for c in ("a", "server", "n_sum")), strict=True))]
+        # the items are unique per (window, player), so each window's list holds distinct players
+        windows = [(ws // 1000, server, n, players) for ws, server, n, players in zip(
+            *(per_window.column(c).to_pylist() for c in ("a", "server", "n_sum")),
+            _player_lists(per_window.column("b_list").combine_chunks()), strict=True)]
         servers: dict[str, ServerRecord] = {}
         ingest = _Runs.of(t, INGEST_LAG)
         if ingest is not None:  # every server's figures in whole-array passes: 300 servers a batch

@@ -102,38 +102,35 @@ class PlayerTimes:
 
 
 class _PlayerIndex:
-    """One server's players -> their slots. A batch's look-up is a hash probe per event in C (a pandas index
-    keeps its hash table between calls) rather than a Python dict call each, about 30 ms a batch of 50,000
-    events among 500,000 players (``bench/driver_costs.py``). Players added since the index was built wait in a
-    dict and are folded in once they are an eighth of it: building costs O(1) a new player, amortised."""
+    """One server's players -> their slots: a dict (every player), and for a server whose batches are large a pandas
+    index beside it. A large batch's look-up is then a hash probe per event in C (the index keeps its hash table
+    between calls) rather than a Python dict call each: about 30 ms a batch of 50,000 events among 500,000 players
+    (``bench/driver_costs.py``). A small one (a server of many, at 300 servers) stays with the dict, where a pandas
+    call would cost more than its few look-ups. Players added since the index was built are found in the dict, and
+    are folded in once they are an eighth of it: building costs O(1) a new player, amortised."""
+
+    BULK = 512
+    """Look-ups a batch needs before the index is used (and built)."""
 
     def __init__(self) -> None:
-        self.index = pd.Index([], dtype=object)
-        self.slots = np.zeros(0, np.int64)  # by position in ``index``
-        self.recent: dict[str, int] = {}
+        self.slot: dict[str, int] = {}
+        self.index: pd.Index | None = None
+        self.index_slots = np.zeros(0, np.int64)  # by position in ``index``
 
     def find(self, players: np.ndarray) -> np.ndarray:
-        """Each player's slot among those indexed (not ``recent``), -1 for the others."""
+        """Each player's slot, -1 for one not found: new, or added since the index was built (the caller asks
+        :attr:`slot`, as for a new player)."""
+        if len(players) < self.BULK:
+            get = self.slot.get
+            return np.array([get(p, -1) for p in players.tolist()], np.int64)
+        if self.index is None or len(self.slot) - len(self.index) > max(1024, len(self.index) // 8):
+            self.index = pd.Index(list(self.slot), dtype=object)
+            self.index_slots = np.fromiter(self.slot.values(), np.int64, len(self.slot))
         out = np.full(len(players), -1, np.int64)
-        if len(self.index) and len(players):
-            pos = self.index.get_indexer(players)
-            hit = pos >= 0
-            out[hit] = self.slots[pos[hit]]
+        pos = self.index.get_indexer(players) if len(self.index) else out
+        hit = pos >= 0
+        out[hit] = self.index_slots[pos[hit]]
         return out
-
-    def get(self, player: str) -> int | None:
-        return self.recent.get(player)
-
-    def add(self, player: str, slot: int) -> None:
-        self.recent[player] = slot
-
-    def settle(self) -> None:
-        """Fold the players added since into the index once they are many (after a batch's look-ups: ``get``
-        reads only the recent ones)."""
-        if len(self.recent) > max(1024, len(self.index) // 8):
-            self.index = self.index.append(pd.Index(list(self.recent), dtype=object))
-            self.slots = np.concatenate([self.slots, np.fromiter(self.recent.values(), np.int64, len(self.recent))])
-            self.recent = {}
 
 
 class PlayerTable:
@@ -169,15 +166,14 @@ class PlayerTable:
         out = index.find(players)
         fresh = np.flatnonzero(out < 0)
         if len(fresh):
+            slot = index.slot
             for i in fresh.tolist():  # a batch's players are mostly known: this loop is for the new ones
                 p = players[i]
-                s = index.get(p)
+                s = slot.get(p)
                 if s is None:
-                    s = self.size
+                    s = slot[p] = self.size
                     self.size += 1
-                    index.add(p, s)
                 out[i] = s
-            index.settle()
             self._grow()
             self.names[out[fresh]] = players[fresh]
             self.server[out[fresh]] = code
@@ -265,13 +261,10 @@ def _shares(table: PlayerTable, ev: PresenceEvents) -> tuple[dict[str, _BatchOf]
     return shares, slots
 
 
-def _distinct(slots: np.ndarray) -> int:
-    """How many different slots (a sort of the batch's was 9 % of the online view's commit)."""
-    if not len(slots):
-        return 0
-    seen = np.zeros(int(slots.max()) + 1, bool)
-    seen[slots] = True
-    return int(np.count_nonzero(seen))
+def _distinct(values: np.ndarray) -> int:
+    """How many different values: a hash table in C for a large batch (a sort was 9 % of the online view's commit at
+    100,000 events/s), a set for a small one (a pandas call costs more than a few hundred values)."""
+    return len(set(values.tolist())) if len(values) < _PlayerIndex.BULK else len(pd.unique(values))
 
 
 def _decide_servers(mirror: PresenceMirror, ev: PresenceEvents, before: Mapping[str, ClockRecord], delay_ms: int,

@@ -331,6 +331,12 @@ PACKED, UNPACKED = "_wm_packed", "_wm_unpacked"
 ``execute`` (the one path that does not send the bytes)."""
 
 
+PACK_BULK = 512
+"""Arguments a column needs before :func:`queue_packed` packs it with Arrow: a dozen Arrow calls cost more than
+hiredis packing a few hundred arguments (at 300 servers most commands are small: packing them all with Arrow made
+the commits 1.6 times as long, ``bench/driver_costs.py --servers 300``)."""
+
+
 def queue_packed(pipe: redis.client.Pipeline, command: str, key: str, *columns: Any) -> None:
     """``pipe.execute_command(command, key, *arguments)``, the arguments the columns' elements taken in turn (one
     column: SADD's members; two: HSET's fields and values), in a transaction begun with ``multi()``, packed for
@@ -338,8 +344,9 @@ def queue_packed(pipe: redis.client.Pipeline, command: str, key: str, *columns: 
     array or a list, of str or integers. The big commands of a commit are a value per event: the online view's
     HSET of every player a batch heard from and each window's SADD of its players, in three namespaces (the
     pipeline and two lanes); at 100,000 events/s, 50,000 players a batch, packing them one by one was most of the
-    lanes' commits (``bench/driver_costs.py``). The same bytes as ``hiredis.pack_command``."""
-    if not getattr(pipe, "explicit_transaction", False):
+    lanes' commits (``bench/driver_costs.py``). The same bytes as ``hiredis.pack_command``. A short column
+    (:data:`PACK_BULK`) is queued as a plain command."""
+    if not getattr(pipe, "explicit_transaction", False) or len(columns[0]) < PACK_BULK:
         pipe.execute_command(command, key, *_interleaved(columns))
         return
     cols = [_strings(c) for c in columns]
@@ -365,9 +372,9 @@ def _strings(column: Any) -> pa.Array:
 
 
 def _interleaved(columns: tuple[Any, ...]) -> list[Any]:
-    lists = [c.to_pylist() if isinstance(c, pa.Array) else list(c.tolist() if isinstance(c, np.ndarray) else c)
+    lists = [c.to_pylist() if isinstance(c, pa.Array) else c.tolist() if isinstance(c, np.ndarray) else c
              for c in columns]
-    return [x for row in zip(*lists, strict=True) for x in row]
+    return lists[0] if len(lists) == 1 else [x for row in zip(*lists, strict=True) for x in row]
 
 
 def _unpacked(args: tuple[Any, ...], options: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
