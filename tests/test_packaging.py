@@ -1,6 +1,6 @@
 """What pyproject.toml declares is what the code needs: every third-party module the package imports (at module
-level or in a function) comes from a declared dependency, every declared dependency is imported (but pandas, for
-PySpark), test tools are not runtime needs, and every package folder ships in the wheel."""
+level or in a function) comes from a declared dependency, every declared dependency is imported, test tools are
+not runtime needs, and every package folder ships in the wheel."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 CODE = ("watermark", "dashboard", "bench")
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
-NEEDED_WITHOUT_IMPORT = {"pandas"}  # PySpark's Arrow conversions import it; our code does not
+NEEDED_WITHOUT_IMPORT: set[str] = set()  # pandas was one (PySpark's Arrow path) until the online view used its index
 TEST_TOOLS = {"pytest", "hypothesis", "ruff", "import-linter", "mypy", "playwright"}
 
 
