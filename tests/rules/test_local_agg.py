@@ -17,7 +17,7 @@ from watermark.spark import local_agg
 from watermark.spark.local_agg import BAD, INGEST_LAG, PRESENCE, PROCESSING_LAG, TICK, WINDOW
 from watermark.spark.partial import PARTIAL_TYPE, PartitionPartials
 from watermark.spark.sink import _player_lists
-from watermark.store.redis_conn import PACK_BULK
+from watermark.store.commit import PACK_BULK
 
 S = 1_000_000
 _TS = pa.timestamp("us", tz="UTC")

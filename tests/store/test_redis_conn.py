@@ -26,7 +26,7 @@ from watermark.apps.redis_server import RedisServer
 from watermark.client import Producer, ProducerTimeout
 from watermark.schema.keys import KeySchema
 from watermark.store import redis_conn
-from watermark.store.commit import BatchSummary, commit_batch, free_committed_input
+from watermark.store.commit import BatchSummary, commit_batch, free_committed_input, queue_packed
 from watermark.store.redis_conn import is_full, with_retry
 
 
@@ -122,7 +122,7 @@ VALUES = [v + i for i in range(100) for v in (0, 1, -7, 2**62, 1_700_000_000_123
 def test_a_command_queued_packed_is_the_one_hiredis_packs(command: str, columns: tuple) -> None:
     with redis.Redis().pipeline() as pipe:  # never connects: only queued
         pipe.multi()
-        redis_conn.queue_packed(pipe, command, "wm:online:é", *columns)
+        queue_packed(pipe, command, "wm:online:é", *columns)
         (args, options), = pipe.command_stack
     lists = [c.to_pylist() if isinstance(c, pa.Array) else list(c) for c in columns]
     flat = [x.item() if isinstance(x, np.generic) else x for row in zip(*lists, strict=True) for x in row]
@@ -133,7 +133,7 @@ def test_a_command_queued_packed_is_the_one_hiredis_packs(command: str, columns:
 def test_a_short_column_is_queued_as_a_plain_command() -> None:
     with redis.Redis().pipeline() as pipe:
         pipe.multi()
-        redis_conn.queue_packed(pipe, "SADD", "k", np.array(FEW, object))
+        queue_packed(pipe, "SADD", "k", np.array(FEW, object))
         (args, options), = pipe.command_stack
     assert args == ("SADD", "k", *FEW) and redis_conn.PACKED not in options
 
@@ -146,7 +146,7 @@ def test_a_hash_queued_packed_lands_in_the_transaction_on_either_path(client: re
         pipe.watch(guard)
         pipe.multi()
         pipe.set(guard, 1)
-        redis_conn.queue_packed(pipe, "HSET", h, np.array(FIELDS[:n], object), np.array(VALUES[:n], np.int64))
+        queue_packed(pipe, "HSET", h, np.array(FIELDS[:n], object), np.array(VALUES[:n], np.int64))
         pipe.expire(h, 60)
         replies = execute(pipe)
     assert replies[1] == n

@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from itertools import islice
 
 import numpy as np
 import pyarrow as pa
@@ -46,9 +47,17 @@ from watermark.spark.local_agg import (  # the items' tags, one set for both pat
     WINDOW,
 )
 from watermark.spark.source import ARROW_SCHEMA, _Options, _read, packed_regions, ranges, unpack
-from watermark.store.commit import BadRow, BatchSummary, Params, WindowAgg, commit_batch, free_committed_input
+from watermark.store.commit import (
+    PACK_BULK,
+    BadRow,
+    BatchSummary,
+    Params,
+    WindowAgg,
+    commit_batch,
+    free_committed_input,
+)
 from watermark.store.presence_store import PresenceBatch, PresenceEvents, PresenceMirror, commit_presence
-from watermark.store.redis_conn import PACK_BULK, DriverClient, with_retry
+from watermark.store.redis_conn import DriverClient, with_retry
 
 log = logging.getLogger(__name__)
 
@@ -131,12 +140,12 @@ def late_events(t: pa.Table, batch_id: int, watermark_ms: int) -> list[LateEvent
 
 def _player_lists(lists: pa.ListArray) -> list[pa.Array | list[str]]:
     """Each window's players: a large window's as an Arrow array, a value per event that only the commits' SADDs
-    read, packed with Arrow (:func:`watermark.store.redis_conn.queue_packed`); the small ones (most, at 300 servers)
+    read, packed with Arrow (:func:`watermark.store.commit.queue_packed`); the small ones (most, at 300 servers)
     as Python lists, made in one conversion."""
     lengths = pc.list_value_length(lists).to_numpy(zero_copy_only=False)
     small = lengths < PACK_BULK
     flat = iter(pc.list_flatten(lists.filter(pa.array(small))).to_pylist())
-    return [[next(flat) for _ in range(k)] if few else lists[i].values
+    return [list(islice(flat, k)) if few else lists[i].values
             for i, (k, few) in enumerate(zip(lengths.tolist(), small.tolist(), strict=True))]
 
 

@@ -14,8 +14,11 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import redis
 
 from watermark.rules.late import LateEvent
@@ -500,7 +503,7 @@ def _queue_windows(pipe: redis.client.Pipeline, keys: KeySchema, w: BatchWrites,
         bulk.hincrby(keys.window(wk), {"events": win.events, "dropped": win.dropped, "late": win.late})
         if len(win.players):
             pkey = keys.players(wk)
-            redis_conn.queue_packed(pipe, "SADD", pkey, win.players)
+            queue_packed(pipe, "SADD", pkey, win.players)
             bulk.expire(pkey)
         index[wk.member()] = wk.start_ms
     bulk.queue(pipe, ttl_s)
@@ -550,3 +553,48 @@ def commit_batch(client: redis.Redis, keys: KeySchema, s: BatchSummary, params: 
         trim_position(client, keys, writes.trim_below, shards=lambda k: not in_slot(k))
     return True
 
+
+PACK_BULK = 512
+"""Arguments a column needs before :func:`queue_packed` packs it with Arrow: a dozen Arrow calls cost more than
+hiredis packing a few hundred arguments (at 300 servers most commands are small: packing them all with Arrow made
+the commits 1.6 times as long, ``bench/driver_costs.py --servers 300``)."""
+
+
+def queue_packed(pipe: redis.client.Pipeline, command: str, key: str, *columns: Any) -> None:
+    """``pipe.execute_command(command, key, *arguments)``, the arguments the columns' elements taken in turn (one
+    column: SADD's members; two: HSET's fields and values), in a transaction begun with ``multi()``, packed for
+    Redis in a few Arrow operations rather than a Python call per argument. A column is an Arrow array, a numpy
+    array or a list, of str or integers. The big commands of a commit are a value per event: the online view's
+    HSET of every player a batch heard from and each window's SADD of its players, in three namespaces (the
+    pipeline and two lanes); at 100,000 events/s, 50,000 players a batch, packing them one by one was most of the
+    lanes' commits (``bench/driver_costs.py``). The same bytes as ``hiredis.pack_command``. A short column
+    (:data:`PACK_BULK`) is queued as a plain command."""
+    if not getattr(pipe, "explicit_transaction", False) or len(columns[0]) < PACK_BULK:
+        pipe.execute_command(command, key, *_interleaved(columns))
+        return
+    cols = [_strings(c) for c in columns]
+    parts: list[Any] = []
+    for c in cols:
+        parts += ["$", pc.cast(pc.binary_length(c), pa.string()), "\r\n", c, "\r\n"]
+    body = pc.binary_join_element_wise(*parts, "")
+    offsets = np.frombuffer(body.buffers()[1], np.int32)
+    start, end = int(offsets[body.offset]), int(offsets[body.offset + len(body)])
+    k, name = key.encode(), command.encode()
+    head = b"*%d\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n" % (2 + len(cols) * len(body), len(name), name, len(k), k)
+
+    def unpacked() -> tuple[Any, ...]:
+        return (command, key, *_interleaved(columns))
+
+    packed = head + memoryview(body.buffers()[2])[start:end].tobytes()
+    pipe.command_stack.append(((command, key), {redis_conn.PACKED: packed, redis_conn.UNPACKED: unpacked}))
+
+
+def _strings(column: Any) -> pa.Array:
+    a = column if isinstance(column, pa.Array) else pa.array(column)
+    return a if pa.types.is_string(a.type) else pc.cast(a, pa.string())
+
+
+def _interleaved(columns: tuple[Any, ...]) -> list[Any]:
+    lists = [c.to_pylist() if isinstance(c, pa.Array) else c.tolist() if isinstance(c, np.ndarray) else c
+             for c in columns]
+    return lists[0] if len(lists) == 1 else [x for row in zip(*lists, strict=True) for x in row]

@@ -37,7 +37,7 @@ from watermark.rules.presence_rollup import (
 from watermark.schema.keys import KeySchema
 from watermark.schema.records import ClockRecord, CommitEntry, PresenceRecord, PresenceStateRecord
 from watermark.store import redis_conn
-from watermark.store.commit import Params, guarded, next_watermark, records_kept
+from watermark.store.commit import Params, guarded, next_watermark, queue_packed, records_kept
 from watermark.store.history_store import queue_minute
 
 HOUR_MS = 3_600_000
@@ -92,7 +92,7 @@ class PresenceBatch:
 @dataclass(frozen=True)
 class PlayerTimes:
     """Players (``names``, str) with the event time (us) of each one's latest event applied, as arrays: what a
-    server's hash gets written (:func:`watermark.store.redis_conn.queue_packed`)."""
+    server's hash gets written (:func:`watermark.store.commit.queue_packed`)."""
 
     names: np.ndarray
     us: np.ndarray
@@ -564,9 +564,9 @@ def _apply(pipe: redis.client.Pipeline, keys: KeySchema, writes: dict[str, _Serv
             if w.drop_logged_out:
                 pipe.hdel(out_key, *w.drop_logged_out)
         if len(online):
-            redis_conn.queue_packed(pipe, "HSET", on_key, online.names, online.us)
+            queue_packed(pipe, "HSET", on_key, online.names, online.us)
         if len(logged_out):
-            redis_conn.queue_packed(pipe, "HSET", out_key, logged_out.names, logged_out.us)
+            queue_packed(pipe, "HSET", out_key, logged_out.names, logged_out.us)
         expire.expire(on_key)
         expire.expire(out_key)
     expire.queue(pipe, ttl_s)

@@ -15,9 +15,6 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
 import redis
 from redis.cluster import RedisCluster
 from redis.crc import key_slot
@@ -327,58 +324,14 @@ def execute(pipe: redis.client.Pipeline) -> list[Any]:
 
 
 PACKED, UNPACKED = "_wm_packed", "_wm_unpacked"
-"""A queued command's options keys (:func:`queue_packed`): its RESP bytes, and its arguments for redis-py's own
-``execute`` (the one path that does not send the bytes)."""
-
-
-PACK_BULK = 512
-"""Arguments a column needs before :func:`queue_packed` packs it with Arrow: a dozen Arrow calls cost more than
-hiredis packing a few hundred arguments (at 300 servers most commands are small: packing them all with Arrow made
-the commits 1.6 times as long, ``bench/driver_costs.py --servers 300``)."""
-
-
-def queue_packed(pipe: redis.client.Pipeline, command: str, key: str, *columns: Any) -> None:
-    """``pipe.execute_command(command, key, *arguments)``, the arguments the columns' elements taken in turn (one
-    column: SADD's members; two: HSET's fields and values), in a transaction begun with ``multi()``, packed for
-    Redis in a few Arrow operations rather than a Python call per argument. A column is an Arrow array, a numpy
-    array or a list, of str or integers. The big commands of a commit are a value per event: the online view's
-    HSET of every player a batch heard from and each window's SADD of its players, in three namespaces (the
-    pipeline and two lanes); at 100,000 events/s, 50,000 players a batch, packing them one by one was most of the
-    lanes' commits (``bench/driver_costs.py``). The same bytes as ``hiredis.pack_command``. A short column
-    (:data:`PACK_BULK`) is queued as a plain command."""
-    if not getattr(pipe, "explicit_transaction", False) or len(columns[0]) < PACK_BULK:
-        pipe.execute_command(command, key, *_interleaved(columns))
-        return
-    cols = [_strings(c) for c in columns]
-    parts: list[Any] = []
-    for c in cols:
-        parts += ["$", pc.cast(pc.binary_length(c), pa.string()), "\r\n", c, "\r\n"]
-    body = pc.binary_join_element_wise(*parts, "")
-    offsets = np.frombuffer(body.buffers()[1], np.int32)
-    start, end = int(offsets[body.offset]), int(offsets[body.offset + len(body)])
-    k, name = key.encode(), command.encode()
-    head = b"*%d\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n" % (2 + len(cols) * len(body), len(name), name, len(k), k)
-
-    def unpacked() -> tuple[Any, ...]:
-        return (command, key, *_interleaved(columns))
-
-    pipe.command_stack.append(((command, key), {PACKED: head + memoryview(body.buffers()[2])[start:end].tobytes(),
-                                                UNPACKED: unpacked}))
-
-
-def _strings(column: Any) -> pa.Array:
-    a = column if isinstance(column, pa.Array) else pa.array(column)
-    return a if pa.types.is_string(a.type) else pc.cast(a, pa.string())
-
-
-def _interleaved(columns: tuple[Any, ...]) -> list[Any]:
-    lists = [c.to_pylist() if isinstance(c, pa.Array) else c.tolist() if isinstance(c, np.ndarray) else c
-             for c in columns]
-    return lists[0] if len(lists) == 1 else [x for row in zip(*lists, strict=True) for x in row]
+"""A queued command's options keys (:func:`watermark.store.commit.queue_packed`, there so that what imports this
+module alone, the producer library and the generator, loads no Arrow): its RESP bytes, and its arguments for
+redis-py's own ``execute`` (the one path that does not send the bytes)."""
 
 
 def _unpacked(args: tuple[Any, ...], options: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    """A queued command as redis-py's ``execute`` takes it: a packed one's arguments made (:func:`queue_packed`)."""
+    """A queued command as redis-py's ``execute`` takes it: a packed one's arguments made
+    (:func:`watermark.store.commit.queue_packed`)."""
     if PACKED not in options:
         return args, options
     rest = {k: v for k, v in options.items() if k not in (PACKED, UNPACKED)}

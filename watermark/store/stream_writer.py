@@ -186,7 +186,8 @@ class StreamWriter:
                 if ready > horizon:
                     while inflight:  # confirm before idling
                         self._confirm()
-                    clock.sleep_until((max(ready, horizon + linger) if due > horizon else ready) + offset)
+                    # idle: until the next event, lingering at least linger; busy: a linger after the last batch
+                    clock.sleep_until((max(due, horizon + linger) if due > horizon else ready) + offset)
                     continue
                 self.stats.lag_us = horizon - due
                 self._sent_at = horizon
