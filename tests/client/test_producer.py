@@ -4,6 +4,8 @@ generator's writer shares the path and is faulted the same way."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -345,3 +347,12 @@ def test_the_generators_writer_resumes_exactly_once_after_a_lost_connection(r: r
 
 def test_datetime_now_is_accepted() -> None:
     assert b'"event_time":"' in encode_event({"server": "A", "player_id": "p", "event_time": datetime.now(UTC)})
+
+
+def test_the_producer_library_loads_no_arrow_numpy_pandas_or_spark() -> None:
+    """A game server imports the producer and nothing of the pipeline's: the commits' Arrow packing lives in
+    store.commit, which the producer does not import."""
+    probe = ("import sys, watermark.client\n"
+             "print(sorted(m for m in ('numpy', 'pyarrow', 'pandas', 'pyspark') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
