@@ -89,7 +89,7 @@ def measure(url: str, servers: int, rate: int, seconds: float, trigger_ms: int) 
         entry = OffsetEntry(batch_id, watermark_ms, hi_ms, ({"id": hi},))
 
         def judge(table=table, entry=entry, batch_id=batch_id, lo=lo, hi=hi):  # noqa: ANN001, ANN202
-            batch = BatchTable.read(table, entry.batch_ts_ms)
+            batch = BatchTable.read(table, entry.batch_ts_ms, params.window_ms, params.slide_ms)
             summary = batch.summary(batch_id, entry.watermark_ms, entry.batch_ts_ms, lo, hi, params)
             summary.late_events = late_events(table, batch_id, entry.watermark_ms)
             return batch, summary

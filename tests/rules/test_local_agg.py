@@ -9,6 +9,7 @@ import random
 from collections import Counter
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 
 from watermark.rules.presence_batch import KIND_CODES
@@ -16,7 +17,7 @@ from watermark.rules.windows import window_ranges
 from watermark.spark import local_agg
 from watermark.spark.local_agg import BAD, INGEST_LAG, PRESENCE, PROCESSING_LAG, TICK, WINDOW
 from watermark.spark.partial import PARTIAL_TYPE, PartitionPartials
-from watermark.spark.sink import _player_lists
+from watermark.spark.sink import BatchTable, _player_lists
 from watermark.store.commit import PACK_BULK
 
 S = 1_000_000
@@ -75,12 +76,10 @@ def as_read(entries: list[dict], window_ms: int, slide_ms: int, partitions: int 
         h = PartitionPartials(window_ms, slide_ms, fold_at=7)  # folds many times: partial groups are merged too
         for r in entries[p * size:(p + 1) * size]:
             if accepted(r):
-                h.add(*(pa.array([r[c]], typ) for c, typ in (("server", pa.string()), ("player_id", pa.string()),
-                                                               ("ingest_time", pa.int64()),
+                h.add(*(pa.array([r[c]], typ) for c, typ in (("server", pa.string()), ("ingest_time", pa.int64()),
                                                                ("event_time", pa.int64()))))
-        for server, player, partial in zip(*(c.to_pylist() for c in h.rows()), strict=True):
-            out.append({**{k: None for k in SCHEMA.names}, "server": server, "player_id": player,
-                        "partial": partial,
+        for server, partial in zip(*(c.to_pylist() for c in h.rows()), strict=True):
+            out.append({**{k: None for k in SCHEMA.names}, "server": server, "partial": partial,
                         "event_time": partial["max_event_us"] if partial["of"] == "window" else None})
     for r in entries:  # and every accepted event as a presence row
         if accepted(r):
@@ -112,7 +111,7 @@ def oracle(entries: list[dict], window_ms: int, slide_ms: int) -> dict[tuple, tu
             add((TICK, server, 0, None, None, None), ev)
         else:
             for w in window_ranges(ev, window_ms, slide_ms):
-                add((WINDOW, server, w.start_ms * 1000, r["player_id"], None, None), ev)
+                add((WINDOW, server, w.start_ms * 1000, None, None, None), ev)
             add((INGEST_LAG, server, r["ingest_time"] - ev, None, None, None), ev)
             add((PROCESSING_LAG, server, -ev, None, None, None), ev)
     out = {k: (n[k], min(evs[k]) if k in evs else None, max(evs[k]) if k in evs else None) for k in n}
@@ -158,13 +157,44 @@ def test_one_event_by_hand() -> None:
                 "error": None, "entry_id": "1-0", "error_detail": None, "raw": None, "shard": 2, "partial": None}]
     got = as_dict(local_agg.aggregate(as_table(as_read(entries, 120_000, 60_000))))
     assert got == {
-        (WINDOW, "A", 0, "p1", None, None): (1, ev, ev),
-        (WINDOW, "A", 60 * S, "p1", None, None): (1, ev, ev),
+        (WINDOW, "A", 0, None, None, None): (1, ev, ev),  # its players come from the PRESENCE item
+        (WINDOW, "A", 60 * S, None, None, None): (1, ev, ev),
         (INGEST_LAG, "A", 2_500_000, None, None, None): (1, ev, ev),  # keyed by ingest - event, in microseconds
         (PROCESSING_LAG, "A", -ev, None, None, None): (1, ev, ev),  # keyed by -event: the batch time is added later
         # the event itself, for the online view, with the shard it was read from (its ID is unique only there)
         (PRESENCE, "A", ev, "p1", "1-0", 2): (1, KIND_CODES["login"], ev),
     }
+
+
+@pytest.mark.parametrize(("seed", "window_ms", "slide_ms"), CASES)
+def test_each_windows_events_and_distinct_players_match_the_oracle(seed: int, window_ms: int, slide_ms: int) -> None:
+    """BatchTable's windows: the (event, window) pairs from the partitions' WINDOW items, the distinct players from
+    the PRESENCE items, both as a plain loop over the accepted entries counts them (window_ranges)."""
+
+    entries = random_entries(seed)
+    want: dict[tuple[int, str], tuple[int, set[str]]] = {}
+    for r in filter(accepted, entries):
+        for w in window_ranges(r["event_time"], window_ms, slide_ms):
+            n, players = want.get((w.start_ms, r["server"]), (0, set()))
+            want[(w.start_ms, r["server"])] = (n + 1, players | {r["player_id"]})
+    table = local_agg.aggregate(as_table(as_read(entries, window_ms, slide_ms)))
+    windows = BatchTable.read(table, 0, window_ms, slide_ms).windows
+    got = {(start_ms, server): (n, set(players if isinstance(players, list) else players.to_pylist()))
+           for start_ms, server, n, players in windows}
+    assert got == want
+    assert len(windows) == len(got)  # one entry a window
+    assert all(len(players) == len(set(players)) for *_, players in windows)  # distinct, not one per event
+    assert any(n > len(players) for n, players in want.values())  # a player with several events in a window
+
+
+def test_windows_without_presence_rows_are_refused() -> None:
+    """A batch whose windows came without the presence rows would show every window with no players: an error."""
+
+    entries = random_entries(0, 50)
+    table = local_agg.aggregate(as_table(as_read(entries, 60_000, 60_000)))
+    table = table.filter(pc.not_equal(table.column("tag"), PRESENCE))
+    with pytest.raises(ValueError, match="without presence rows"):
+        BatchTable.read(table, 0, 60_000, 60_000)
 
 
 def test_an_empty_batch_gives_an_empty_table() -> None:
@@ -204,12 +234,12 @@ def test_packed_rows_cross_spark_whole(spark, redis_url: str) -> None:  # noqa: 
             written += 1
     pipe.execute()
     df = (spark.read.format("redis_stream").option("url", redis_url).option("stream", stream)
-          .option("partitions", "3").option("preAggregate", "true").option("presence", "true")
+          .option("partitions", "3").option("preAggregate", "true")
           .option("windowMs", "600000").option("slideMs", "300000").load())
     through_spark = as_dict(aggregate(df))
     ids = [e[0].decode() for e in client.xrange(stream)]
     local = pa.Table.from_batches(list(read_range(redis_url, stream, StreamRange(ids[0], ids[-1], True),
-                                                  partials=PartitionPartials(600_000, 300_000), presence=True)))
+                                                  partials=PartitionPartials(600_000, 300_000))))
     in_process = as_dict(local_agg.aggregate(unpack(local).select(list(local_agg.COLUMNS))))
     assert through_spark == in_process
     assert sum(1 for k in in_process if k[0] == PRESENCE) == written > 400  # every accepted event, once
@@ -221,7 +251,6 @@ def test_a_batch_judged_with_servers_too_far_apart_to_key_together_counts_the_sa
     import numpy as np
 
     from watermark.schema.records import ServerRecord
-    from watermark.spark.sink import BatchTable
     from watermark.store.commit import Params
 
     hist = {"A": (np.array([1_000_000, 5_000_000], np.int64), np.array([2, 3])),

@@ -13,30 +13,39 @@ import redis
 
 from watermark.rules.windows import window_ranges
 from watermark.schema.events import Event, idle_marker
-from watermark.spark.partial import EVENT_TIME, INGEST_LAG, PACKED, PRESENCE, WINDOW, PartitionPartials
+from watermark.spark.partial import (
+    EVENT_TIME,
+    INGEST_LAG,
+    PACKED,
+    PACKED_PRESENCE,
+    PRESENCE,
+    WINDOW,
+    PartitionPartials,
+)
 from watermark.spark.source import READ_CHUNK, StreamRange, _Options, read_range, unpack
 
 S = 1_000_000
 
 
-def as_counts(server: pa.Array, player: pa.Array, partial: pa.StructArray) -> dict[tuple, tuple]:
-    """(of, server, player, key) -> (n, min event, max event); a key twice would be a group not folded."""
+def as_counts(server: pa.Array, partial: pa.StructArray) -> dict[tuple, tuple]:
+    """(of, server, key) -> (n, min event, max event); a key twice would be a group not folded."""
     out: dict[tuple, tuple] = {}
-    for s, pl, h in zip(server.to_pylist(), player.to_pylist(), partial.to_pylist(), strict=True):
-        key = (h["of"], s, pl, h["key_us"])
+    for s, h in zip(server.to_pylist(), partial.to_pylist(), strict=True):
+        key = (h["of"], s, h["key_us"])
         assert key not in out
         out[key] = (h["n"], h["min_event_us"], h["max_event_us"])
     return out
 
 
 def oracle(events: list[tuple[str, str, int, int]], window_ms: int, slide_ms: int) -> dict[tuple, tuple]:
-    """(server, player, ingest, event) counted one at a time, windows from watermark.rules.windows."""
+    """(server, player, ingest, event) counted one at a time, windows from watermark.rules.windows (a window's
+    players are not the partials' business: the sink takes them from the presence rows)."""
     n: Counter = Counter()
     lo: dict[tuple, int] = {}
     hi: dict[tuple, int] = {}
-    for server, player, ingest, ev in events:
-        keys = [(INGEST_LAG, server, None, ingest - ev), (EVENT_TIME, server, None, ev)]
-        keys += [(WINDOW, server, player, w.start_ms * 1000) for w in window_ranges(ev, window_ms, slide_ms)]
+    for server, _player, ingest, ev in events:
+        keys = [(INGEST_LAG, server, ingest - ev), (EVENT_TIME, server, ev)]
+        keys += [(WINDOW, server, w.start_ms * 1000) for w in window_ranges(ev, window_ms, slide_ms)]
         for key in keys:
             n[key] += 1
             lo[key] = min(lo.get(key, ev), ev)
@@ -64,10 +73,10 @@ def random_events(seed: int, count: int) -> list[tuple[str, str, int, int]]:
 def test_partials_equal_a_plain_count(seed: int, chunk: int, fold_at: int, window_ms: int, slide_ms: int) -> None:
     events = random_events(seed, 5_000)
     h = PartitionPartials(window_ms, slide_ms, fold_at=fold_at)
-    types = (pa.string(), pa.string(), pa.int64(), pa.int64())
     for i in range(0, len(events), chunk):
         part = events[i:i + chunk]
-        h.add(*(pa.array([e[j] for e in part], typ) for j, typ in enumerate(types)))
+        h.add(*(pa.array([e[j] for e in part], typ) for j, typ in ((0, pa.string()), (2, pa.int64()),
+                                                                    (3, pa.int64()))))
     got = as_counts(*h.rows())
     assert got == oracle(events, window_ms, slide_ms)
     assert sum(v[0] for k, v in got.items() if k[0] == INGEST_LAG) == len(events)
@@ -77,8 +86,8 @@ def test_partials_equal_a_plain_count(seed: int, chunk: int, fold_at: int, windo
 
 def test_no_events_no_rows() -> None:
     h = PartitionPartials(60_000, 60_000)
-    h.add(pa.array([], pa.string()), pa.array([], pa.string()), pa.array([], pa.int64()), pa.array([], pa.int64()))
-    assert [len(c) for c in h.rows()] == [0, 0, 0]
+    h.add(pa.array([], pa.string()), pa.array([], pa.int64()), pa.array([], pa.int64()))
+    assert [len(c) for c in h.rows()] == [0, 0]
 
 
 @pytest.mark.parametrize(("window_ms", "slide_ms", "fold_at", "message"), [
@@ -106,7 +115,7 @@ def test_a_partition_returns_its_partials(r: redis.Redis, redis_url: str) -> Non
     """Read from a real stream across chunk boundaries: quarantined entries and idle markers come one row
     each, the accepted events only as the last batch's partial rows, packed one row per server carrying
     its servers' latest event as ``event_time`` (the watermark's input); unpacked, window rows carry their
-    own latest event. With presence on, every accepted event also comes once, packed per chunk."""
+    own latest event. Every accepted event also comes once as a presence row, packed per chunk."""
     stream = "test:partial:source"
     r.delete(stream)
     rng = random.Random(7)
@@ -130,9 +139,11 @@ def test_a_partition_returns_its_partials(r: redis.Redis, redis_url: str) -> Non
     pipe.execute()
     batches = list(read_range(redis_url, stream, StreamRange("0-0", f"{t0 + 10_000}-0"), chunk=300,
                               partials=PartitionPartials(1_000, 500, fold_at=1_000)))
-    entries, packed = batches[:-1], batches[-1]
-    assert sum(b.num_rows for b in entries) == other  # one row per quarantined entry or idle marker
-    assert all(b.column("partial").null_count == b.num_rows for b in entries)
+    chunks, packed = pa.Table.from_batches(batches[:-1]), batches[-1]
+    of = pc.struct_field(chunks.column("partial"), "of")
+    entries = chunks.filter(of.is_null())
+    assert entries.num_rows == other  # one row per quarantined entry or idle marker
+    assert set(of.drop_null().to_pylist()) == {PACKED_PRESENCE}  # and each chunk's accepted events, packed
     assert sorted(packed.column("server").to_pylist()) == ["A", "B"]  # one packed row per server
     assert {p["of"] for p in packed.column("partial").to_pylist()} == {PACKED}
     last = unpack(pa.Table.from_batches([packed]))
@@ -140,7 +151,8 @@ def test_a_partition_returns_its_partials(r: redis.Redis, redis_url: str) -> Non
                               strict=True):
         assert int(latest.timestamp() * S) == max(e[3] for e in expected_events if e[0] == server)
     assert last.column("entry_id").null_count == last.num_rows
-    got = as_counts(last.column("server"), last.column("player_id"), last.column("partial"))
+    assert last.column("player_id").null_count == last.num_rows  # a window's players come from presence rows
+    got = as_counts(last.column("server"), last.column("partial"))
     assert got == oracle(expected_events, 1_000, 500)
     rows = last.to_pylist()
     assert all(row["event_time"] is None for row in rows if row["partial"]["of"] != WINDOW)
@@ -149,11 +161,10 @@ def test_a_partition_returns_its_partials(r: redis.Redis, redis_url: str) -> Non
     assert max(row["partial"]["max_event_us"] for row in windows) == max(e[3] for e in expected_events)
     plain = list(read_range(redis_url, stream, StreamRange("0-0", f"{t0 + 10_000}-0"), chunk=READ_CHUNK))
     assert sum(b.num_rows for b in plain) == 2_500  # without partials: one row per entry
-    with_presence = unpack(pa.Table.from_batches(list(read_range(
-        redis_url, stream, StreamRange("0-0", f"{t0 + 10_000}-0"), chunk=300,
-        partials=PartitionPartials(1_000, 500), presence=True))))
-    presence = with_presence.filter(pc.equal(pc.struct_field(with_presence.column("partial"), "of"), PRESENCE))
-    assert sorted(zip(*(presence.column(c).to_pylist() for c in ("server", "player_id")), strict=True)) == sorted(
-        (e[0], e[1]) for e in expected_events)
+    unpacked = unpack(chunks)
+    presence = unpacked.filter(pc.equal(pc.struct_field(unpacked.column("partial"), "of"), PRESENCE))
+    event_us = pc.struct_field(presence.column("partial"), "key_us").to_pylist()
+    assert sorted(zip(presence.column("server").to_pylist(), presence.column("player_id").to_pylist(), event_us,
+                      strict=True)) == sorted((e[0], e[1], e[3]) for e in expected_events)
     assert set(presence.column("kind").to_pylist()) == {"heartbeat"}
     r.delete(stream)

@@ -84,7 +84,7 @@ def late_counts(starts_ms: np.ndarray, ends_ms: np.ndarray, event_us: np.ndarray
     """Per open window, its late-but-accepted events, from a histogram of event times (``event_us``
     ascending, ``counts[i]`` events at ``event_us[i]``): those in ``[start, min(end, watermark))``.
 
-    A batch's events arrive pre-aggregated per (window, player), which loses their times; the histogram
+    A batch's events arrive pre-aggregated per window, which loses their times; the histogram
     keeps them, so the count stays exact."""
     cum = np.concatenate(([0], np.cumsum(counts, dtype=np.int64)))
     below = np.minimum(ends_ms, watermark_ms) * US_PER_MS

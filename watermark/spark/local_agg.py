@@ -7,8 +7,9 @@ hash aggregation sums them into one table of items, which
 
 Items (tag, server, a, b, c, n, lo, hi), one per row:
 - a partial row of the source (:mod:`watermark.spark.partial`): a WINDOW item keyed by the window's start (``a``,
-  microseconds) and the player (``b``), an INGEST_LAG item keyed by ``ingest - event`` or a PROCESSING_LAG
-  item keyed by ``-event``, each with the row's count and event time range;
+  microseconds; its players come from the PRESENCE items: :class:`watermark.spark.sink.BatchTable`), an
+  INGEST_LAG item keyed by ``ingest - event`` or a PROCESSING_LAG item keyed by ``-event``, each with the row's
+  count and event time range;
 - an idle marker: one TICK item; a quarantined entry: one BAD item whose ``b`` is the entry as JSON;
 - a presence row (one accepted event): a PRESENCE item with the event time in ``a``, the player in ``b``, the
   entry ID in ``c``, the kind's code (:data:`watermark.rules.presence_batch.KIND_CODES`) in ``lo`` and the input
@@ -81,8 +82,7 @@ def aggregate(batch: pa.Table) -> pa.Table:
         event_time, window = pc.equal(of, partial.EVENT_TIME), pc.equal(of, partial.WINDOW)
         tag = pc.if_else(window, np.int32(WINDOW), pc.if_else(event_time, np.int32(PROCESSING_LAG),
                                                               np.int32(INGEST_LAG)))
-        parts.append(_items(tag, rows.column("server"), pc.if_else(event_time, pc.negate(key), key),
-                            pc.if_else(window, rows.column("player_id"), pa.scalar(None, pa.string())),
+        parts.append(_items(tag, rows.column("server"), pc.if_else(event_time, pc.negate(key), key), None,
                             p.field("n"), p.field("min_event_us"), p.field("max_event_us")))
 
     ticks = batch.filter(tick)

@@ -6,13 +6,16 @@ for a hash aggregation: most of a 1,000,000-event batch's JVM time. The source's
 chunk as Arrow already, and Arrow's hash aggregation folds a partition's events into far fewer rows, which
 Spark then only sums across partitions. No pyspark here.
 
-Rows, each ``(server, player, of, key_us, n, min_event_us, max_event_us)``, told apart by ``of``:
+Rows, each ``(server, of, key_us, n, min_event_us, max_event_us)``, told apart by ``of``:
 
-- ``window``: keyed by the window's start (``key_us``) and the player: events of that player in that window
-  (an event is in every window containing it: :func:`watermark.rules.windows.window_ranges`);
-- ``ingest_lag``: keyed by arrival minus event time, player null; the latest arrival among its events is
+- ``window``: keyed by the window's start (``key_us``): the (event, window) pairs of that window (an
+  event is in every window containing it: :func:`watermark.rules.windows.window_ranges`). A window's distinct
+  players are not here: the sink takes them from the presence rows, which carry every accepted event's player and
+  event time anyway (keying the window rows by player too made them about one row per event: as many again as
+  the presence rows, each with the player's id, packed, moved by Spark and unpacked a second time);
+- ``ingest_lag``: keyed by arrival minus event time; the latest arrival among its events is
   ``max_event_us + key_us``;
-- ``event_time``: keyed by the event time itself, player null. The sink subtracts it from the batch time
+- ``event_time``: keyed by the event time itself. The sink subtracts it from the batch time
   (processing lag) and counts from it, exactly, the events before the watermark in each open window (late).
 
 With presence on, every accepted event also comes as a ``presence`` row of its own (``key_us`` its event time,
@@ -38,8 +41,8 @@ PARTIAL_TYPE = pa.struct([("of", pa.string()), ("key_us", pa.int64()), ("n", pa.
 # As Spark declares the same column (watermark.spark.source.SCHEMA).
 PARTIAL_DDL = "partial struct<of: string, key_us: bigint, n: bigint, min_event_us: bigint, max_event_us: bigint>"
 
-_COLUMNS = ["server", "player", "key_us", "n", "min_event_us", "max_event_us"]
-_KEYS = {WINDOW: ["server", "player", "key_us"], INGEST_LAG: ["server", "key_us"], EVENT_TIME: ["server", "key_us"]}
+_COLUMNS = ["server", "key_us", "n", "min_event_us", "max_event_us"]
+_KEYS = {WINDOW: ["server", "key_us"], INGEST_LAG: ["server", "key_us"], EVENT_TIME: ["server", "key_us"]}
 _AGGS = [("n", "sum"), ("min_event_us", "min"), ("max_event_us", "max")]
 
 
@@ -71,26 +74,23 @@ class PartitionPartials:
         self._parts: dict[str, list[pa.Table]] = {WINDOW: [], INGEST_LAG: [], EVENT_TIME: []}
         self._waiting = 0
 
-    def add(self, server: pa.Array, player: pa.Array, ingest_us: pa.Array, event_us: pa.Array) -> None:
-        """Accepted events only, each with its server, player, arrival and event time (int64 microseconds,
-        no nulls)."""
+    def add(self, server: pa.Array, ingest_us: pa.Array, event_us: pa.Array) -> None:
+        """Accepted events only, each with its server, arrival and event time (int64 microseconds, no nulls)."""
         n = len(server)
         if not n:
             return
         ones = pa.array(np.ones(n, np.int64))
-        no_player = pa.nulls(n, pa.string())
         self._parts[INGEST_LAG].append(pa.table(
-            [server, no_player, pc.subtract(ingest_us, event_us), ones, event_us, event_us], names=_COLUMNS))
-        self._parts[EVENT_TIME].append(pa.table([server, no_player, event_us, ones, event_us, event_us],
-                                                names=_COLUMNS))
+            [server, pc.subtract(ingest_us, event_us), ones, event_us, event_us], names=_COLUMNS))
+        self._parts[EVENT_TIME].append(pa.table([server, event_us, ones, event_us, event_us], names=_COLUMNS))
         ev = event_us.to_numpy()
         for start, keep in window_starts(ev, self.window_ms, self.slide_ms):
             if keep.all():
-                rows = [server, player, pa.array(start), ones, event_us, event_us]
+                rows = [server, pa.array(start), ones, event_us, event_us]
             else:
                 idx = pa.array(np.flatnonzero(keep))
                 ev_k = event_us.take(idx)
-                rows = [server.take(idx), player.take(idx), pa.array(start[keep]), ones.take(idx), ev_k, ev_k]
+                rows = [server.take(idx), pa.array(start[keep]), ones.take(idx), ev_k, ev_k]
             self._parts[WINDOW].append(pa.table(rows, names=_COLUMNS))
         self._waiting += n
         if self._waiting >= self.fold_at:
@@ -103,24 +103,22 @@ class PartitionPartials:
                 table = pa.concat_tables(parts).group_by(keys, use_threads=False).aggregate(_AGGS)
                 folded = (table.select([*keys, *(f"{c}_{op}" for c, op in _AGGS)])
                           .rename_columns([*keys, *(c for c, _ in _AGGS)]))
-                if "player" not in keys:
-                    folded = folded.append_column("player", pa.nulls(folded.num_rows, pa.string()))
                 self._parts[of] = [folded.select(_COLUMNS)]
         self._waiting = 0
 
-    def rows(self) -> tuple[pa.Array, pa.Array, pa.StructArray]:
-        """Every partial row: the ``server``, ``player_id`` and ``partial`` columns."""
+    def rows(self) -> tuple[pa.Array, pa.StructArray]:
+        """Every partial row: the ``server`` and ``partial`` columns."""
         self._fold()
         tables = [(of, parts[0]) for of, parts in self._parts.items() if parts]
         if not tables:
-            return pa.array([], pa.string()), pa.array([], pa.string()), pa.array([], PARTIAL_TYPE)
+            return pa.array([], pa.string()), pa.array([], PARTIAL_TYPE)
 
         def column(name: str) -> pa.Array:
             return pa.concat_arrays([t.column(name).combine_chunks() for _, t in tables])
 
         of = pa.concat_arrays([pa.repeat(pa.scalar(name, pa.string()), t.num_rows) for name, t in tables])
-        fields = [column(c) for c in _COLUMNS[2:]]
-        return column("server"), column("player"), pa.StructArray.from_arrays([of, *fields], fields=list(PARTIAL_TYPE))
+        fields = [column(c) for c in _COLUMNS[1:]]
+        return column("server"), pa.StructArray.from_arrays([of, *fields], fields=list(PARTIAL_TYPE))
 
 
 def presence_partial(event_us: pa.Array) -> pa.StructArray:

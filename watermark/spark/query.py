@@ -184,7 +184,7 @@ def source_options(cfg: Config, pre_aggregate: bool, spark: SparkSession | None 
         "shards": str(cfg.stream_shards),
         "maxEventsPerBatch": str(cfg.max_events_per_batch),
         "committedBy": "" if cfg.input_namespace else cfg.namespace,
-        "preAggregate": str(pre_aggregate).lower(), "presence": str(pre_aggregate).lower(),
+        "preAggregate": str(pre_aggregate).lower(),
         "windowMs": str(cfg.window_ms), "slideMs": str(cfg.slide_ms),
         **Rules(cfg.max_future_skew_ms, cfg.known_servers, job_secret(cfg.checkpoint_dir, spark)).to_options(),
     }

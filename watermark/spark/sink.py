@@ -46,6 +46,7 @@ from watermark.spark.local_agg import (  # the items' tags, one set for both pat
     TICK,
     WINDOW,
 )
+from watermark.spark.partial import window_starts
 from watermark.spark.source import ARROW_SCHEMA, _Options, _read, packed_regions, ranges, unpack
 from watermark.store.commit import (
     PACK_BULK,
@@ -65,18 +66,19 @@ log = logging.getLogger(__name__)
 def summarize(df: DataFrame, batch_id: int, watermark_ms: int, batch_ts_ms: int,
               start_id: str, end_id: str, params: Params) -> BatchSummary:
     """Everything the batch contributes to one pipeline, judged against ``watermark_ms``."""
-    return BatchTable.read(aggregate(df), batch_ts_ms).summary(batch_id, watermark_ms, batch_ts_ms, start_id, end_id,
-                                                               params)
+    return (BatchTable.read(aggregate(df), batch_ts_ms, params.window_ms, params.slide_ms)
+            .summary(batch_id, watermark_ms, batch_ts_ms, start_id, end_id, params))
 
 
 def aggregate(df: DataFrame) -> pa.Table:
     """The batch's items summed, from one Spark job whose result is small.
 
     The source has already folded each partition's accepted events into partial aggregates
-    (:mod:`watermark.spark.partial`: per window and player, and the two lag histograms, exact integers) and
-    presence rows, and packed them (:func:`watermark.spark.source.pack`); quarantined entries and idle markers
-    come one row each. The driver collects them as Arrow, unpacks them and sums the items with Arrow
-    (:func:`watermark.spark.local_agg.aggregate`): the batch costs one Spark job and nothing is cached. The
+    (:mod:`watermark.spark.partial`: per window, and the two lag histograms, exact integers) and presence rows
+    (each window's players come from them: :func:`window_players`), and packed them
+    (:func:`watermark.spark.source.pack`); quarantined entries and idle markers come one row each. The driver
+    collects them as Arrow, unpacks them and sums the items with Arrow (:func:`watermark.spark.local_agg.aggregate`):
+    the batch costs one Spark job and nothing is cached. The
     DataFrame must come from the source with ``preAggregate=true`` (:func:`watermark.spark.query.read_events`); a
     row of a single accepted event fails the batch with :data:`NOT_PRE_AGGREGATED`.
 
@@ -138,6 +140,26 @@ def late_events(t: pa.Table, batch_id: int, watermark_ms: int) -> list[LateEvent
     return out
 
 
+def window_players(t: pa.Table, window_ms: int, slide_ms: int) -> dict[tuple[int, str], pa.Array | list[str]]:
+    """Each (window start in microseconds, server)'s distinct players, from the batch's PRESENCE items: every
+    accepted event once, with its server, player and event time, put in each window containing it
+    (:func:`watermark.spark.partial.window_starts`, as the partitions count the window's pairs)."""
+    part = t.filter(pc.equal(t.column("tag"), PRESENCE))
+    if not part.num_rows:
+        return {}
+    server, player = part.column("server"), part.column("b")
+    pieces = []
+    for start, keep in window_starts(part.column("a").to_numpy(), window_ms, slide_ms):
+        if keep.all():
+            pieces.append(pa.table({"a": start, "server": server, "b": player}))
+        else:
+            idx = pa.array(np.flatnonzero(keep))
+            pieces.append(pa.table({"a": start[keep], "server": server.take(idx), "b": player.take(idx)}))
+    per_window = pa.concat_tables(pieces).group_by(["a", "server"], use_threads=False).aggregate([("b", "distinct")])
+    return dict(zip(zip(per_window.column("a").to_pylist(), per_window.column("server").to_pylist(), strict=True),
+                    _player_lists(per_window.column("b_distinct").combine_chunks()), strict=True))
+
+
 def _player_lists(lists: pa.ListArray) -> list[pa.Array | list[str]]:
     """Each window's players: a large window's as an Arrow array, a value per event that only the commits' SADDs
     read, packed with Arrow (:func:`watermark.store.commit.queue_packed`); the small ones (most, at 300 servers)
@@ -183,14 +205,16 @@ class BatchTable:
                 for i, w in enumerate(accepted)]
 
     @classmethod
-    def read(cls, t: pa.Table, batch_ts_ms: int) -> BatchTable:
+    def read(cls, t: pa.Table, batch_ts_ms: int, window_ms: int, slide_ms: int) -> BatchTable:
         tags = t.column("tag")
-        per_window = (t.filter(pc.equal(tags, WINDOW)).group_by(["a", "server"], use_threads=False)
-                      .aggregate([("n", "sum"), ("b", "list")]))
-        # the items are unique per (window, player), so each window's list holds distinct players
-        windows = [(ws // 1000, server, n, players) for ws, server, n, players in zip(
-            *(per_window.column(c).to_pylist() for c in ("a", "server", "n_sum")),
-            _player_lists(per_window.column("b_list").combine_chunks()), strict=True)]
+        per_window = t.filter(pc.equal(tags, WINDOW)).group_by(["a", "server"], use_threads=False).aggregate(
+            [("n", "sum")])
+        players = window_players(t, window_ms, slide_ms)
+        if per_window.num_rows and not players:
+            raise ValueError("the batch's windows came without presence rows: the source must be read with "
+                             "preAggregate=true (watermark.spark.query.read_events), which sends them")
+        windows = [(ws // 1000, server, n, players.get((ws, server), [])) for ws, server, n in zip(
+            *(per_window.column(c).to_pylist() for c in ("a", "server", "n_sum")), strict=True)]
         servers: dict[str, ServerRecord] = {}
         ingest = _Runs.of(t, INGEST_LAG)
         if ingest is not None:  # every server's figures in whole-array passes: 300 servers a batch
@@ -383,7 +407,7 @@ class RedisSink(DriverClient):
 
     def judge(self, table: pa.Table, batch_id: int, entry: OffsetEntry, start_id: str, end_id: str,
               watermarks: ServerWatermarks | None) -> tuple[BatchTable, BatchSummary]:
-        batch = BatchTable.read(table, entry.batch_ts_ms)
+        batch = BatchTable.read(table, entry.batch_ts_ms, self.params.window_ms, self.params.slide_ms)
         summary = batch.summary(batch_id, entry.watermark_ms, entry.batch_ts_ms, start_id, end_id, self.params)
         summary.late_events = late_events(table, batch_id, entry.watermark_ms)
         if watermarks is not None:

@@ -21,8 +21,8 @@ leaves the option off and gets one row per entry.
 Options: ``url``, ``stream`` (shard 0's key), ``shards`` (default 1), ``partitions`` (default 2; with shards,
 at least one per shard that has entries),
 ``maxEventsPerBatch`` (0 = no cap), ``preAggregate`` (``true``/``false``,
-default false) with ``windowMs`` and ``slideMs``, ``presence`` (with ``preAggregate``: every accepted event
-also as a presence row, for the online players), and for batch reads
+default false) with ``windowMs`` and ``slideMs`` (every accepted event then also comes as a presence row: the
+online players' input and each window's players), and for batch reads
 ``startId`` / ``endId`` (inclusive, default the whole stream).
 """
 
@@ -226,11 +226,11 @@ def _xrange(client: redis.Redis, stream: str, lo: str, hi: str, count: int) -> l
 
 
 def read_range(url: str, stream: str, part: StreamRange, chunk: int = READ_CHUNK, rules: Rules = NO_RULES,
-               partials: PartitionPartials | None = None, presence: bool = False) -> Iterator[pa.RecordBatch]:
+               partials: PartitionPartials | None = None) -> Iterator[pa.RecordBatch]:
     """XRANGE the partition in chunks, one Arrow record batch per chunk; with ``partials``, the accepted
-    events are folded into them instead and a last batch holds the partition's partial rows; with
-    ``presence`` too, each chunk's accepted events also come as presence rows. A server's region (the latest its
-    events in the partition carry) rides in its packed row's ``player_id``."""
+    events are folded into them instead, each chunk's accepted events come as presence rows (the online players'
+    input, and each window's players) and a last batch holds the partition's partial rows. A server's region
+    (the latest its events in the partition carry) rides in its packed row's ``player_id``."""
     lo = part.lo if part.lo_inclusive else "(" + part.lo
     regions: dict[str, str] = {}
     while True:
@@ -240,30 +240,29 @@ def read_range(url: str, stream: str, part: StreamRange, chunk: int = READ_CHUNK
         if entries:
             batch = to_record_batch(entries, rules, regions, part.shard)
             if partials is not None:
-                batch = _fold(partials, batch, presence)
+                batch = _fold(partials, batch)
             if batch.num_rows:
                 yield batch
         if len(entries) < chunk:
             break
         lo = "(" + entries[-1][0].decode()
     if partials is not None:
-        server, player, partial = partials.rows()
+        server, partial = partials.rows()
         if len(server):
-            yield pack(partial_batch(server, player, partial), PACKED, regions)
+            yield pack(partial_batch(server, partial), PACKED, regions)
 
 
-def _fold(partials: PartitionPartials, batch: pa.RecordBatch, presence: bool = False) -> pa.RecordBatch:
+def _fold(partials: PartitionPartials, batch: pa.RecordBatch) -> pa.RecordBatch:
     """The chunk's accepted events (not quarantined, not idle markers) into the partition's partials; the
-    rows left, one per entry, and with ``presence`` the accepted events as presence rows."""
+    rows left, one per entry, and the accepted events as presence rows."""
     kind = batch.column("kind")
     accepted = pc.and_(pc.and_(batch.column("error").is_null(), batch.column("event_time").is_valid()),
                        pc.invert(pc.fill_null(pc.equal(kind, IDLE_KIND), False)))
     events = batch.filter(accepted) if accepted.false_count else batch
     event_us = pc.cast(events.column("event_time"), pa.int64())
-    partials.add(events.column("server"), events.column("player_id"),
-                 pc.cast(events.column("ingest_time"), pa.int64()), event_us)
+    partials.add(events.column("server"), pc.cast(events.column("ingest_time"), pa.int64()), event_us)
     rest = batch.filter(pc.invert(accepted)) if accepted.false_count else batch.slice(0, 0)
-    if not presence or not events.num_rows:
+    if not events.num_rows:
         return rest
     keep = {"entry_id", "server", "player_id", "kind", "event_time", "shard"}
     n = events.num_rows
@@ -344,13 +343,13 @@ def unpack(table: pa.Table) -> pa.Table:
     return pa.concat_tables(parts)
 
 
-def partial_batch(server: pa.Array, player: pa.Array, partial: pa.StructArray) -> pa.RecordBatch:
-    """Partial rows in the source's schema: ``server``, ``player_id`` and ``partial`` set, and a window
+def partial_batch(server: pa.Array, partial: pa.StructArray) -> pa.RecordBatch:
+    """Partial rows in the source's schema: ``server`` and ``partial`` set, and a window
     row's ``event_time`` (its latest event, for ``withWatermark``); every other column null."""
     n = len(server)
     window = pc.equal(partial.field("of"), WINDOW)
     event_time = pc.cast(pc.if_else(window, partial.field("max_event_us"), pa.scalar(None, pa.int64())), _TS)
-    columns = {"server": server, "player_id": player, "partial": partial, "event_time": event_time}
+    columns = {"server": server, "partial": partial, "event_time": event_time}
     return pa.RecordBatch.from_arrays([columns.get(f.name, pa.nulls(n, f.type)) for f in ROW_SCHEMA],
                                       schema=ROW_SCHEMA)
 
@@ -521,18 +520,12 @@ class _Options:
                                  f"{options.get('windowMs')!r} and {options.get('slideMs')!r}") from None
             PartitionPartials(window_ms, slide_ms)  # says what is wrong with them, here rather than in a worker
             self.window = (window_ms, slide_ms)
-        presence = options.get("presence", "false").strip().lower()
-        if presence not in ("true", "false"):
-            raise ValueError(f"option presence must be 'true' or 'false', got {options.get('presence')!r}")
-        if presence == "true" and self.window is None:
-            raise ValueError("option presence=true goes with preAggregate=true")
-        self.presence = presence == "true"
 
 
 def _read(opts: _Options, partition: InputPartition) -> Iterator[pa.RecordBatch]:
     assert isinstance(partition, StreamRange)
     return read_range(opts.url, opts.streams[partition.shard], partition, rules=opts.rules,
-                      partials=PartitionPartials(*opts.window) if opts.window else None, presence=opts.presence)
+                      partials=PartitionPartials(*opts.window) if opts.window else None)
 
 
 class RedisStreamReader(DataSourceStreamReader):
