@@ -18,9 +18,9 @@ Rows, each ``(server, of, key_us, n, min_event_us, max_event_us)``, told apart b
 - ``event_time``: keyed by the event time itself. The sink subtracts it from the batch time
   (processing lag) and counts from it, exactly, the events before the watermark in each open window (late).
 
-With presence on, every accepted event also comes as a ``presence`` row of its own (``key_us`` its event time,
-``n`` 1, its ``entry_id``, ``player_id`` and ``kind`` set): the online-players rule needs each player's events in
-order (:func:`presence_rows`).
+Every accepted event also comes as a ``presence`` row of its own (``key_us`` its event time, ``n`` 1, its
+``entry_id``, ``player_id`` and ``kind`` set, :func:`presence_partial`): the online-players rule needs each player's
+events in order, and each window's distinct players are taken from these rows.
 
 ``min_event_us``/``max_event_us`` are the earliest and latest event time among the row's events; a window
 row's ``max_event_us`` is also its ``event_time``, so that ``withWatermark`` sees every batch's maximum.

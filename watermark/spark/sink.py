@@ -210,10 +210,11 @@ class BatchTable:
         per_window = t.filter(pc.equal(tags, WINDOW)).group_by(["a", "server"], use_threads=False).aggregate(
             [("n", "sum")])
         players = window_players(t, window_ms, slide_ms)
-        if per_window.num_rows and not players:
-            raise ValueError("the batch's windows came without presence rows: the source must be read with "
-                             "preAggregate=true (watermark.spark.query.read_events), which sends them")
-        windows = [(ws // 1000, server, n, players.get((ws, server), [])) for ws, server, n in zip(
+        if len(players) != per_window.num_rows:  # both come from the same accepted events: the same windows
+            raise ValueError(f"the batch's {per_window.num_rows} windows came with the presence rows of "
+                             f"{len(players)}: the source must be read with preAggregate=true "
+                             "(watermark.spark.query.read_events), which sends every accepted event as one")
+        windows = [(ws // 1000, server, n, players[(ws, server)]) for ws, server, n in zip(
             *(per_window.column(c).to_pylist() for c in ("a", "server", "n_sum")), strict=True)]
         servers: dict[str, ServerRecord] = {}
         ingest = _Runs.of(t, INGEST_LAG)
