@@ -58,6 +58,21 @@ def window_starts(event_us: np.ndarray, window_ms: int, slide_ms: int) -> list[t
     return out
 
 
+def in_windows(event_us: pa.Array | pa.ChunkedArray, window_ms: int, slide_ms: int,
+               **columns: pa.Array | pa.ChunkedArray) -> pa.Table:
+    """Each event once for every window containing it: the window's ``start`` (microseconds), the event's
+    ``event_us`` and ``columns``, taken alike. The partitions count a window's (event, window) pairs with it and
+    the sink puts each presence row in its windows with it, so both place an event in the same windows."""
+    pieces = []
+    for start, keep in window_starts(event_us.to_numpy(), window_ms, slide_ms):
+        taken = {"event_us": event_us, **columns}
+        if not keep.all():
+            idx = pa.array(np.flatnonzero(keep))
+            start, taken = start[keep], {name: c.take(idx) for name, c in taken.items()}
+        pieces.append(pa.table({"start": start, **taken}))
+    return pa.concat_tables(pieces)
+
+
 class PartitionPartials:
     """The three partial aggregates of one partition, fed chunk by chunk.
 
@@ -83,15 +98,10 @@ class PartitionPartials:
         self._parts[INGEST_LAG].append(pa.table(
             [server, pc.subtract(ingest_us, event_us), ones, event_us, event_us], names=_COLUMNS))
         self._parts[EVENT_TIME].append(pa.table([server, event_us, ones, event_us, event_us], names=_COLUMNS))
-        ev = event_us.to_numpy()
-        for start, keep in window_starts(ev, self.window_ms, self.slide_ms):
-            if keep.all():
-                rows = [server, pa.array(start), ones, event_us, event_us]
-            else:
-                idx = pa.array(np.flatnonzero(keep))
-                ev_k = event_us.take(idx)
-                rows = [server.take(idx), pa.array(start[keep]), ones.take(idx), ev_k, ev_k]
-            self._parts[WINDOW].append(pa.table(rows, names=_COLUMNS))
+        w = in_windows(event_us, self.window_ms, self.slide_ms, server=server)
+        ev = w.column("event_us")
+        self._parts[WINDOW].append(pa.table(
+            [w.column("server"), w.column("start"), pa.array(np.ones(w.num_rows, np.int64)), ev, ev], names=_COLUMNS))
         self._waiting += n
         if self._waiting >= self.fold_at:
             self._fold()

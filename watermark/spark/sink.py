@@ -46,7 +46,7 @@ from watermark.spark.local_agg import (  # the items' tags, one set for both pat
     TICK,
     WINDOW,
 )
-from watermark.spark.partial import window_starts
+from watermark.spark.partial import in_windows
 from watermark.spark.source import ARROW_SCHEMA, _Options, _read, packed_regions, ranges, unpack
 from watermark.store.commit import (
     PACK_BULK,
@@ -143,20 +143,13 @@ def late_events(t: pa.Table, batch_id: int, watermark_ms: int) -> list[LateEvent
 def window_players(t: pa.Table, window_ms: int, slide_ms: int) -> dict[tuple[int, str], pa.Array | list[str]]:
     """Each (window start in microseconds, server)'s distinct players, from the batch's PRESENCE items: every
     accepted event once, with its server, player and event time, put in each window containing it
-    (:func:`watermark.spark.partial.window_starts`, as the partitions count the window's pairs)."""
+    (:func:`watermark.spark.partial.in_windows`, as the partitions count the window's pairs)."""
     part = t.filter(pc.equal(t.column("tag"), PRESENCE))
     if not part.num_rows:
         return {}
-    server, player = part.column("server"), part.column("b")
-    pieces = []
-    for start, keep in window_starts(part.column("a").to_numpy(), window_ms, slide_ms):
-        if keep.all():
-            pieces.append(pa.table({"a": start, "server": server, "b": player}))
-        else:
-            idx = pa.array(np.flatnonzero(keep))
-            pieces.append(pa.table({"a": start[keep], "server": server.take(idx), "b": player.take(idx)}))
-    per_window = pa.concat_tables(pieces).group_by(["a", "server"], use_threads=False).aggregate([("b", "distinct")])
-    return dict(zip(zip(per_window.column("a").to_pylist(), per_window.column("server").to_pylist(), strict=True),
+    per_window = (in_windows(part.column("a"), window_ms, slide_ms, server=part.column("server"), b=part.column("b"))
+                  .group_by(["start", "server"], use_threads=False).aggregate([("b", "distinct")]))
+    return dict(zip(zip(per_window.column("start").to_pylist(), per_window.column("server").to_pylist(), strict=True),
                     _player_lists(per_window.column("b_distinct").combine_chunks()), strict=True))
 
 
