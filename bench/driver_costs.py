@@ -5,7 +5,8 @@
 For each server count, the generator's steady game (``--servers N --regions 6`` past 3) is written at ``--rate``
 events/s with explicit entry IDs (arrival = the simulated time) into a scratch Redis, then cut into batches of
 ``--trigger-ms`` of arrival and put through the sink's own steps, one after the other, as the job's driver does:
-the partition read (what Spark's executors do: read, parse, pre-aggregate and pack, here in this process), the
+the partition read (what Spark's executors do: read, parse, pre-aggregate, count the windows' players into Redis
+and pack, here in this process), the
 driver's sum, the pipeline's judgement and commit, the two default lanes (``per-server-min``,
 ``per-server-min-idle``) and the online view. Each step's median and p95 over the batches after the first 10 s
 (the players all online by then) is printed side by side. It measures CPU work in one process: on the job's two
@@ -35,6 +36,7 @@ from watermark.spark.checkpoint import OffsetEntry
 from watermark.spark.query import params_of, source_options
 from watermark.spark.sink import BatchTable, LaneSink, aggregate_arrow, late_events, presence_events
 from watermark.spark.source import ARROW_SCHEMA, StreamRange, _Options, _read
+from watermark.spark.window_players import read_added
 from watermark.store.commit import commit_batch, next_watermark
 from watermark.store.presence_store import PresenceBatch, PresenceMirror, commit_presence
 from watermark.store.stream_writer import write
@@ -84,12 +86,13 @@ def measure(url: str, servers: int, rate: int, seconds: float, trigger_ms: int) 
         hi = f"{hi_ms}-999999"
         c = costs if hi_ms - first >= WARMUP_S * 1000 else None
         rows = _timed(c, "read (executors)", lambda lo=lo, hi=hi: pa.Table.from_batches(
-            list(_read(opts, StreamRange(lo, hi))), schema=ARROW_SCHEMA).select([*local_agg.COLUMNS, "blob"]))
+            list(_read(opts, StreamRange(lo, hi, batch_end=hi))), schema=ARROW_SCHEMA).select(
+                [*local_agg.COLUMNS, "blob"]))
         table = _timed(c, "sum", lambda rows=rows: aggregate_arrow(rows))
         entry = OffsetEntry(batch_id, watermark_ms, hi_ms, ({"id": hi},))
 
         def judge(table=table, entry=entry, batch_id=batch_id, lo=lo, hi=hi):  # noqa: ANN001, ANN202
-            batch = BatchTable.read(table, entry.batch_ts_ms, params.window_ms, params.slide_ms)
+            batch = BatchTable.read(table, entry.batch_ts_ms, params.window_ms, read_added(client, keys, hi))
             summary = batch.summary(batch_id, entry.watermark_ms, entry.batch_ts_ms, lo, hi, params)
             summary.late_events = late_events(table, batch_id, entry.watermark_ms)
             return batch, summary

@@ -206,8 +206,8 @@ def test_conformance_with_sparks_stateful_aggregation(spark: SparkSession, redis
     ours_rows = {(w.key.start_ms, w.key.end_ms, w.key.server): w for w in read_windows(client, our_keys)}
     accepted = {k: v for k, v in ours_rows.items() if v.events > 0}
     assert {k: v[0] for k, v in latest.items()} == {k: v.events for k, v in accepted.items()}
-    # distinct players: counted exactly for every window; an open window still holds its set, a closed one
-    # only its count (the set is gone once the watermark passed its end)
+    # distinct players: counted exactly for every window; an open window's players are still in the pipeline's
+    # set (shared with lanes, decision 0019), a closed one's set is gone once the watermark passed its end
     assert {k: len(v[1]) for k, v in latest.items()} == {k: w.players for k, w in accepted.items()}
     sets = {k: frozenset(m.decode() for m in client.smembers(our_keys.players(w.key))) for k, w in accepted.items()}
     still_open = {k for k, members in sets.items() if members}

@@ -9,12 +9,19 @@ import pytest
 
 from watermark.rules.late import LateEvent
 from watermark.schema.records import ServerRecord
-from watermark.store.commit import BatchSummary, Params, Prior, WindowAgg, plan_commit
+from watermark.store.commit import (
+    BatchSummary,
+    Params,
+    Prior,
+    WindowAgg,
+    plan_commit,
+    players_added_done,
+    players_closed,
+)
 
 T0 = 1_767_225_600_000
 PARAMS = Params(window_ms=60_000, slide_ms=60_000, delay_ms=10_000, stream_keep_ms=600_000)
-EMPTY = Prior(lost_at=None, max_event_us=None, sets_closed_below_ms=0, server_max={}, final_players={},
-              late_top={}, readers_done=())
+EMPTY = Prior(lost_at=None, max_event_us=None, sets_closed_below_ms=0, server_max={}, late_top={}, readers_done=())
 
 
 def batch(max_event_ms: int | None = T0 + 30_000, start_id: str = f"{T0 + 900_000}-0", **kw: object) -> BatchSummary:
@@ -22,7 +29,7 @@ def batch(max_event_ms: int | None = T0 + 30_000, start_id: str = f"{T0 + 900_00
                       max_event_us=None if max_event_ms is None else max_event_ms * 1000,
                       max_ingest_us=(T0 + 950_000) * 1000)
     return BatchSummary(7, T0, T0 + 1_000_000, start_id, f"{T0 + 1_000_000}-0",
-                        [WindowAgg(T0, T0 + 60_000, "A", events=2, players={"p1"})], {"A": st}, [], **kw)
+                        [WindowAgg(T0, T0 + 60_000, "A", events=2, players=1)], {"A": st}, [], **kw)
 
 
 @pytest.mark.parametrize(("s", "prior", "next_wm"), [
@@ -97,6 +104,35 @@ def test_the_state_hash_is_the_fields_the_commit_always_wrote() -> None:
         "last_batch": "7", "watermark_ms": str(T0), "next_watermark_ms": str(T0 + 20_000),
         "max_event_us": str((T0 + 30_000) * 1000), "max_event_us|A": str((T0 + 30_000) * 1000),
         "server_watermarks": f'{{"A": {T0 + 20_000}}}', "delay_ms": "10000", "committed_id": f"{T0 + 1_000_000}-0",
-        "lost_at_batch": "", "stopped_ms": "", "sets_closed_below_ms": str(T0),
+        "lost_at_batch": "", "stopped_ms": "", "sets_closed_below_ms": str(T0 + 20_000),  # no lane: its own next
         "params": '{"delay_ms": 10000, "mode": "per-server", "policy": "min", "slide_ms": 60000, "window_ms": 60000}',
         "trigger_ms": "1000", "updated_ms": "42"}
+
+
+@pytest.mark.parametrize(("lanes_next", "closed_before", "closed"), [
+    ((), 0, T0 + 20_000),  # no lane: the pipeline's own watermark for its next batch
+    ((T0 + 5_000, T0 + 30_000), 0, T0 + 5_000),  # the slowest of the pipeline and its lanes
+    ((T0 + 5_000, None), 0, 0),  # a lane with no commit yet holds it where it is
+    ((T0 + 5_000,), T0 + 8_000, T0 + 8_000),  # never lower than before
+])
+def test_a_windows_players_set_goes_once_every_namespace_has_closed_it(
+        lanes_next: tuple[int | None, ...], closed_before: int, closed: int) -> None:
+    prior = replace(EMPTY, sets_closed_below_ms=closed_before, lanes_next_ms=lanes_next)
+    assert players_closed(T0 + 20_000, prior) == closed
+    w = plan_commit(batch(), PARAMS, prior, now_ms=1)
+    assert w.players is not None and w.players.closed_ms == w.state.sets_closed_below_ms == closed
+
+
+@pytest.mark.parametrize(("lanes_last", "done"), [((), 7), ((5, 6), 5), ((None, 6), 6), ((None,), 7)])
+def test_a_batchs_count_of_players_goes_once_every_lane_has_committed_it(lanes_last: tuple[int | None, ...],
+                                                                        done: int) -> None:
+    """A lane without a commit starts with the batch being committed: it needs no earlier count."""
+    assert players_added_done(7, replace(EMPTY, lanes_last=lanes_last)) == done
+
+
+def test_a_lane_keeps_no_sets_and_an_empty_batch_indexes_no_count() -> None:
+    lane = plan_commit(batch(), replace(PARAMS, players_lanes=None), EMPTY, now_ms=1)
+    assert lane.players is None and lane.state.sets_closed_below_ms == EMPTY.sets_closed_below_ms
+    empty = plan_commit(batch(start_id=f"{T0 + 1_000_000}-0"), PARAMS, EMPTY, now_ms=1)
+    assert empty.players is not None and empty.players.added is None
+    assert plan_commit(batch(), PARAMS, EMPTY, now_ms=1).players.added == f"{T0 + 1_000_000}-0"

@@ -9,16 +9,17 @@ import random
 from collections import Counter
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pytest
 
 from watermark.rules.presence_batch import KIND_CODES
 from watermark.rules.windows import window_ranges
+from watermark.schema.keys import WindowKey
+from watermark.schema.records import NONE_CLOSED_MS
 from watermark.spark import local_agg
 from watermark.spark.local_agg import BAD, INGEST_LAG, PRESENCE, PROCESSING_LAG, TICK, WINDOW
 from watermark.spark.partial import PARTIAL_TYPE, PartitionPartials
-from watermark.spark.sink import BatchTable, _player_lists
-from watermark.store.commit import PACK_BULK
+from watermark.spark.sink import BatchTable
+from watermark.spark.window_players import Added, PartitionPlayers
 
 S = 1_000_000
 _TS = pa.timestamp("us", tz="UTC")
@@ -166,10 +167,29 @@ def test_one_event_by_hand() -> None:
     }
 
 
+def partition_players(entries: list[dict], window_ms: int, slide_ms: int,
+                      partitions: int = 2) -> dict[tuple[int, str], set[str]]:
+    """Each window's players as the partitions count them (watermark.spark.window_players), each partition's
+    distinct ones put together as the shared set in Redis does."""
+    out: dict[tuple[int, str], set[str]] = {}
+    size = -(-len(entries) // partitions) if entries else 0
+    for p in range(partitions):
+        part = PartitionPlayers(window_ms, slide_ms, fold_at=7)  # folds many times: distinct across folds too
+        for r in filter(accepted, entries[p * size:(p + 1) * size]):
+            part.add(pa.array([r["server"]]), pa.array([r["player_id"]]), pa.array([r["event_time"]], pa.int64()))
+        for wk, members in part.windows():
+            assert wk.end_ms == wk.start_ms + window_ms
+            names = members.to_pylist()
+            assert len(names) == len(set(names))  # distinct, not one per event
+            out.setdefault((wk.start_ms, wk.server), set()).update(names)
+    return out
+
+
 @pytest.mark.parametrize(("seed", "window_ms", "slide_ms"), CASES)
 def test_each_windows_events_and_distinct_players_match_the_oracle(seed: int, window_ms: int, slide_ms: int) -> None:
-    """BatchTable's windows: the (event, window) pairs from the partitions' WINDOW items, the distinct players from
-    the PRESENCE items, both as a plain loop over the accepted entries counts them (window_ranges)."""
+    """The (event, window) pairs from the partitions' WINDOW items and the distinct players the partitions count,
+    both as a plain loop over the accepted entries counts them (window_ranges); BatchTable pairs each window's
+    events with the players the batch added to it."""
 
     entries = random_entries(seed)
     want: dict[tuple[int, str], tuple[int, set[str]]] = {}
@@ -177,24 +197,28 @@ def test_each_windows_events_and_distinct_players_match_the_oracle(seed: int, wi
         for w in window_ranges(r["event_time"], window_ms, slide_ms):
             n, players = want.get((w.start_ms, r["server"]), (0, set()))
             want[(w.start_ms, r["server"])] = (n + 1, players | {r["player_id"]})
+    players = partition_players(entries, window_ms, slide_ms)
+    assert players == {k: p for k, (_, p) in want.items()}
+    assert any(n > len(p) for n, p in want.values())  # a player with several events in a window
     table = local_agg.aggregate(as_table(as_read(entries, window_ms, slide_ms)))
-    windows = BatchTable.read(table, 0, window_ms, slide_ms).windows
-    got = {(start_ms, server): (n, set(players if isinstance(players, list) else players.to_pylist()))
-           for start_ms, server, n, players in windows}
-    assert got == want
-    assert len(windows) == len(got)  # one entry a window
-    assert all(len(players) == len(set(players)) for *_, players in windows)  # distinct, not one per event
-    assert any(n > len(players) for n, players in want.values())  # a player with several events in a window
+    added = Added({WindowKey(start, start + window_ms, server).member(): len(p)
+                   for (start, server), p in players.items()}, 0)
+    windows = BatchTable.read(table, 0, window_ms, added).windows
+    assert {(start_ms, server): (n, k) for start_ms, server, n, k in windows} == {
+        key: (n, len(p)) for key, (n, p) in want.items()}
+    assert len(windows) == len(want)  # one entry a window
 
 
-def test_windows_without_presence_rows_are_refused() -> None:
-    """A batch whose windows came without the presence rows would show every window with no players: an error."""
+def test_a_window_without_its_count_of_players_is_refused_unless_closed() -> None:
+    """A batch whose open windows came without their count of players would show them with none: an error. A window
+    every namespace has closed is counted by no partition: none, no error."""
 
     entries = random_entries(0, 50)
     table = local_agg.aggregate(as_table(as_read(entries, 60_000, 60_000)))
-    table = table.filter(pc.not_equal(table.column("tag"), PRESENCE))
-    with pytest.raises(ValueError, match=r"windows came with the presence rows of 0: .*preAggregate=true"):
-        BatchTable.read(table, 0, 60_000, 60_000)
+    with pytest.raises(ValueError, match=r"no count of its players: .*windowPlayers"):
+        BatchTable.read(table, 0, 60_000, Added({}, NONE_CLOSED_MS))
+    closed = BatchTable.read(table, 0, 60_000, Added({}, 1 << 62)).windows
+    assert closed and all(k == 0 for *_, k in closed)
 
 
 def test_an_empty_batch_gives_an_empty_table() -> None:
@@ -255,7 +279,7 @@ def test_a_batch_judged_with_servers_too_far_apart_to_key_together_counts_the_sa
 
     hist = {"A": (np.array([1_000_000, 5_000_000], np.int64), np.array([2, 3])),
             "B": (np.array([2**61, 2**61 + 1_000_000], np.int64), np.array([1, 4]))}
-    windows = [(0, "A", 5, ["p"]), (2**61 // 1000, "B", 5, ["q"])]
+    windows = [(0, "A", 5, 1), (2**61 // 1000, "B", 5, 1)]
     params = Params(window_ms=10_000, slide_ms=10_000, delay_ms=0)
     servers = {"A": ServerRecord(), "B": ServerRecord()}
     far = BatchTable(windows, servers, hist, [])
@@ -266,11 +290,3 @@ def test_a_batch_judged_with_servers_too_far_apart_to_key_together_counts_the_sa
                                       (near, 3_000, [2])):
         got = [w.late for w in table.summary(0, watermark_ms, 0, "0-0", "0-1", params).windows]
         assert got == want
-
-
-def test_each_windows_players_come_out_whole_a_large_window_as_arrow() -> None:
-    big = [f"p{i}" for i in range(PACK_BULK)]
-    lists = pa.array([["a", "b"], [], big, ["c"], big[:-1]], pa.list_(pa.string()))
-    got = _player_lists(lists)
-    assert [x if isinstance(x, list) else x.to_pylist() for x in got] == lists.to_pylist()
-    assert [isinstance(x, pa.Array) for x in got] == [False, False, True, False, False]

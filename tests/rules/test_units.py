@@ -263,10 +263,11 @@ def test_the_state_hash_reads_back_and_writes_the_same_fields() -> None:
 
 
 def test_a_partial_state_read_keeps_the_defaults_and_a_bad_field_is_named() -> None:
-    from watermark.schema.records import PresenceStateRecord, RecordError, StateRecord
+    from watermark.schema.records import NONE_CLOSED_MS, PresenceStateRecord, RecordError, StateRecord
 
     part = StateRecord.from_hash({"last_batch": None, "max_event_us": b"5", "sets_closed_below_ms": None}, "h")
-    assert (part.last_batch, part.max_event_us, part.sets_closed_below_ms, part.committed_id) == (None, 5, 0, "0-0")
+    assert (part.last_batch, part.max_event_us, part.sets_closed_below_ms, part.committed_id) == (
+        None, 5, NONE_CLOSED_MS, "0-0")
     assert StateRecord.from_hash({}, "h") == StateRecord()
     with pytest.raises(RecordError, match=r"wm:state is not a StateRecord: Expected `int`, got `str` - at "
                                           r"`\$.watermark_ms`"):

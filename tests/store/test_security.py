@@ -33,7 +33,7 @@ def test_the_dashboard_reads_with_a_read_only_acl_user(r: redis.Redis, acl_user:
     keys = KeySchema(ns)
     params = Params(window_ms=60_000, slide_ms=60_000, delay_ms=10_000)
     summary = BatchSummary(batch_id=0, watermark_ms=0, batch_ts_ms=1_000, start_id="0-0", end_id="1-0",
-                           windows=[WindowAgg(0, 60_000, "A", events=2, players={"p1", "p2"})],
+                           windows=[WindowAgg(0, 60_000, "A", events=2, players=2)],
                            servers={"A": ServerRecord(rows=2, events=2, min_event_us=1, max_event_us=2)}, bad=[])
     assert commit_batch(r, keys, summary, params)  # the job writes with full rights
     r.xadd(keys.events, {"e": b"{}"})

@@ -156,7 +156,7 @@ def test_live_ops_shows_players_now_and_totals_as_in_redis(env: Seeded,
     head_ms = int(client.hget(keys.state, "max_event_us")) // 1000
     start = head_ms // 60_000 * 60_000
     for server in ("A", "B", "C"):
-        players = client.scard(keys.players(WindowKey(start, start + 60_000, server)))
+        players = int(client.hget(keys.window(WindowKey(start, start + 60_000, server)), "players") or 0)
         assert players > 0
         assert n(shown[f"{server} · distinct players, current window"]) == players
     totals = client.hgetall(keys.totals)

@@ -56,7 +56,22 @@ key                                                type    contents
                                                            ``start_ms``
 ``{ns}:win:{start_ms}:{end_ms}:{server}``          hash    ``events`` (accepted), ``dropped``,
                                                            ``late`` (late but accepted)
-``{ns}:players:{start_ms}:{end_ms}:{server}``      set     distinct accepted player ids (exact)
+``{ns}:win:...`` ``players``                                distinct accepted players, a count: each batch that
+                                                           accepts the window adds the players the batch added
+                                                           to the window's set (``{ns}:added:{end}``)
+``{ns}:players:{start_ms}:{end_ms}:{server}``      set     every player of the window's events so far (late
+                                                           ones too), written by the partitions that read
+                                                           them and shared by the pipeline and its lanes
+                                                           (decision 0019); gone once every one of them has
+                                                           closed the window
+``{ns}:players``                                   zset    index of those sets: member ``{start_ms}:{end_ms}:
+                                                           {server}``, score ``end_ms``
+``{ns}:added:{end_position}``                      hash    one batch's additions to those sets (the batch
+                                                           ends at ``end_position``): ``{start_ms}:{end_ms}:
+                                                           {server}`` -> how many players it added
+``{ns}:added``                                     zset    index of those hashes: member ``end_position``,
+                                                           score the batch's id; each goes once the pipeline
+                                                           and every lane have committed its batch
 ``{ns}:batches``                                   zset    index of batch records, score = batch id
 ``{ns}:batch:{id}``                                hash    ``sink``: JSON :class:`BatchRecord` fields;
                                                            ``progress``: JSON from the query listener;
@@ -365,7 +380,22 @@ class KeySchema:
         return self._k("win", w.member())
 
     def players(self, w: WindowKey) -> str:
+        """The window's players so far, shared by the pipeline and its lanes (decision 0019)."""
         return self._k("players", w.member())
+
+    @property
+    def players_index(self) -> str:
+        """Index of the :meth:`players` sets by window end (their removal once every namespace closed the window)."""
+        return self._k("players")
+
+    def players_added(self, end_position: str) -> str:
+        """How many players the batch ending at ``end_position`` added to each window's :meth:`players` set."""
+        return self._k("added", end_position)
+
+    @property
+    def players_added_index(self) -> str:
+        """Index of the :meth:`players_added` hashes by batch id."""
+        return self._k("added")
 
     def batch(self, batch_id: int) -> str:
         return self._k("batch", batch_id)

@@ -315,6 +315,9 @@ class StateParams(msgspec.Struct, frozen=True, kw_only=True):
         return json.dumps({k: v for k, v in msgspec.structs.asdict(self).items() if v is not None}, sort_keys=True)
 
 
+NONE_CLOSED_MS = -(2**62)
+"""``sets_closed_below_ms`` when no window is closed yet: events may be from before 1970 (an Lua number, exact)."""
+
 class StateRecord(_HashRecord, frozen=True, kw_only=True):
     """A pipeline's commit record, ``{ns}:state``: what the last committed batch left and how the namespace is
     built. ``last_batch`` is the commit guard (``None``: nothing committed yet)."""
@@ -338,8 +341,9 @@ class StateRecord(_HashRecord, frozen=True, kw_only=True):
     """Redis came back empty before this batch: totals and windows open then are partial."""
     stopped_ms: int | None = None
     """The job was stopped on request then, after ``last_batch``; the next commit clears it."""
-    sets_closed_below_ms: int = 0
-    """Windows ending at or below this have their distinct players as a count, their sets gone."""
+    sets_closed_below_ms: int = NONE_CLOSED_MS
+    """The pipeline's: windows ending at or below this are closed for it and for every lane, their players' sets
+    gone (decision 0019); the partitions add no player to such a window. A lane's stays 0."""
     params: StateParams | None = None
     trigger_ms: int = 1_000
     updated_ms: int = 0

@@ -33,7 +33,9 @@ def params_of(cfg: Config) -> Params:
                   servers=tuple(sorted(cfg.known_servers or ())) if cfg.watermark_mode == "per-server" else (),
                   idle_timeout_ms=cfg.idle_timeout_ms, trims=cfg.input_namespace is None,
                   readers=readers_of(cfg), stream_keep_entries=cfg.stream_keep_entries,
-                  late_keep=cfg.late_events_keep, history_days=cfg.history_days, shards=cfg.stream_shards)
+                  late_keep=cfg.late_events_keep, history_days=cfg.history_days, shards=cfg.stream_shards,
+                  players_lanes=None if cfg.input_namespace is not None else tuple(
+                      KeySchema(lane_namespace(cfg.namespace, lane)).state for lane in cfg.lanes))
 
 
 def readers_of(cfg: Config) -> tuple[str, ...]:
@@ -186,6 +188,8 @@ def source_options(cfg: Config, pre_aggregate: bool, spark: SparkSession | None 
         "committedBy": "" if cfg.input_namespace else cfg.namespace,
         "preAggregate": str(pre_aggregate).lower(),
         "windowMs": str(cfg.window_ms), "slideMs": str(cfg.slide_ms),
+        # the partitions count the windows' players into this pipeline's sets (decision 0019)
+        **({"windowPlayers": cfg.namespace, "playersTtlS": str(params_of(cfg).ttl_s)} if pre_aggregate else {}),
         **Rules(cfg.max_future_skew_ms, cfg.known_servers, job_secret(cfg.checkpoint_dir, spark)).to_options(),
     }
 

@@ -19,7 +19,6 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from itertools import islice
 
 import numpy as np
 import pyarrow as pa
@@ -33,7 +32,7 @@ from watermark.rules.presence_batch import KIND_CODES
 from watermark.rules.watermarks import ServerWatermarks
 from watermark.rules.windows import Histograms, event_ms, late_counts
 from watermark.schema.events import parse_entry_id
-from watermark.schema.keys import KeySchema
+from watermark.schema.keys import KeySchema, WindowKey
 from watermark.schema.records import LagRecord, ServerRecord, StateRecord
 from watermark.spark import local_agg
 from watermark.spark.checkpoint import OffsetEntry, read_offset_log
@@ -46,10 +45,9 @@ from watermark.spark.local_agg import (  # the items' tags, one set for both pat
     TICK,
     WINDOW,
 )
-from watermark.spark.partial import in_windows
 from watermark.spark.source import ARROW_SCHEMA, _Options, _read, packed_regions, ranges, unpack
+from watermark.spark.window_players import Added, drop_replayed, no_players, read_added
 from watermark.store.commit import (
-    PACK_BULK,
     BadRow,
     BatchSummary,
     Params,
@@ -63,19 +61,13 @@ from watermark.store.redis_conn import DriverClient, with_retry
 log = logging.getLogger(__name__)
 
 
-def summarize(df: DataFrame, batch_id: int, watermark_ms: int, batch_ts_ms: int,
-              start_id: str, end_id: str, params: Params) -> BatchSummary:
-    """Everything the batch contributes to one pipeline, judged against ``watermark_ms``."""
-    return (BatchTable.read(aggregate(df), batch_ts_ms, params.window_ms, params.slide_ms)
-            .summary(batch_id, watermark_ms, batch_ts_ms, start_id, end_id, params))
-
-
 def aggregate(df: DataFrame) -> pa.Table:
     """The batch's items summed, from one Spark job whose result is small.
 
     The source has already folded each partition's accepted events into partial aggregates
     (:mod:`watermark.spark.partial`: per window, and the two lag histograms, exact integers) and presence rows
-    (each window's players come from them: :func:`window_players`), and packed them
+    (the online view's input), counted each window's players in Redis (:mod:`watermark.spark.window_players`), and
+    packed them
     (:func:`watermark.spark.source.pack`); quarantined entries and idle markers come one row each. The driver
     collects them as Arrow, unpacks them and sums the items with Arrow (:func:`watermark.spark.local_agg.aggregate`):
     the batch costs one Spark job and nothing is cached. The
@@ -140,38 +132,14 @@ def late_events(t: pa.Table, batch_id: int, watermark_ms: int) -> list[LateEvent
     return out
 
 
-def window_players(t: pa.Table, window_ms: int, slide_ms: int) -> dict[tuple[int, str], pa.Array | list[str]]:
-    """Each (window start in microseconds, server)'s distinct players, from the batch's PRESENCE items: every
-    accepted event once, with its server, player and event time, put in each window containing it
-    (:func:`watermark.spark.partial.in_windows`, as the partitions count the window's pairs)."""
-    part = t.filter(pc.equal(t.column("tag"), PRESENCE))
-    if not part.num_rows:
-        return {}
-    per_window = (in_windows(part.column("a"), window_ms, slide_ms, server=part.column("server"), b=part.column("b"))
-                  .group_by(["start", "server"], use_threads=False).aggregate([("b", "distinct")]))
-    return dict(zip(zip(per_window.column("start").to_pylist(), per_window.column("server").to_pylist(), strict=True),
-                    _player_lists(per_window.column("b_distinct").combine_chunks()), strict=True))
-
-
-def _player_lists(lists: pa.ListArray) -> list[pa.Array | list[str]]:
-    """Each window's players: a large window's as an Arrow array, a value per event that only the commits' SADDs
-    read, packed with Arrow (:func:`watermark.store.commit.queue_packed`); the small ones (most, at 300 servers)
-    as Python lists, made in one conversion."""
-    lengths = pc.list_value_length(lists).to_numpy(zero_copy_only=False)
-    small = lengths < PACK_BULK
-    flat = iter(pc.list_flatten(lists.filter(pa.array(small))).to_pylist())
-    return [list(islice(flat, k)) if few else lists[i].values
-            for i, (k, few) in enumerate(zip(lengths.tolist(), small.tolist(), strict=True))]
-
-
 @dataclass(frozen=True)
 class BatchTable:
     """A batch's aggregate read once: everything in it that no watermark changes, shared by the pipeline and
-    its lanes. ``windows``: (start ms, server, (event, window) pairs, distinct players) per window;
+    its lanes. ``windows``: (start ms, server, (event, window) pairs, players the batch added) per window;
     ``servers``: each server's input figures (rows, event time range, lags, idle markers) before any window
     is judged; ``event_hist``: each server's events per event time, ascending (late counts come from it)."""
 
-    windows: list[tuple[int, str, int, list[str]]]
+    windows: list[tuple[int, str, int, int]]
     servers: dict[str, ServerRecord]
     event_hist: dict[str, tuple[np.ndarray, np.ndarray]]
     bad: list[BadRow]
@@ -198,17 +166,14 @@ class BatchTable:
                 for i, w in enumerate(accepted)]
 
     @classmethod
-    def read(cls, t: pa.Table, batch_ts_ms: int, window_ms: int, slide_ms: int) -> BatchTable:
+    def read(cls, t: pa.Table, batch_ts_ms: int, window_ms: int, added: Added) -> BatchTable:
+        """``added``: what the batch's partitions added to each window's players (:func:`read_added`)."""
         tags = t.column("tag")
         per_window = t.filter(pc.equal(tags, WINDOW)).group_by(["a", "server"], use_threads=False).aggregate(
             [("n", "sum")])
-        players = window_players(t, window_ms, slide_ms)
-        if len(players) != per_window.num_rows:  # both come from the same accepted events: the same windows
-            raise ValueError(f"the batch's {per_window.num_rows} windows came with the presence rows of "
-                             f"{len(players)}: the source must be read with preAggregate=true "
-                             "(watermark.spark.query.read_events), which sends every accepted event as one")
-        windows = [(ws // 1000, server, n, players[(ws, server)]) for ws, server, n in zip(
-            *(per_window.column(c).to_pylist() for c in ("a", "server", "n_sum")), strict=True)]
+        windows = [(ws // 1000, server, n, added.of(WindowKey(ws // 1000, ws // 1000 + window_ms, server)))
+                   for ws, server, n in zip(*(per_window.column(c).to_pylist() for c in ("a", "server", "n_sum")),
+                                            strict=True)]
         servers: dict[str, ServerRecord] = {}
         ingest = _Runs.of(t, INGEST_LAG)
         if ingest is not None:  # every server's figures in whole-array passes: 300 servers a batch
@@ -364,12 +329,16 @@ class RedisSink(DriverClient):
         with phases("read"):  # Spark's job: the source partitions read, parse and pre-aggregate
             table = aggregate(df)
         with phases("sum"):
-            batch, summary = self.judge(table, batch_id, entry, start_id, end_id, self.watermarks)
+            batch, summary = self.judge(table, batch_id, entry, start_id, end_id, self.watermarks,
+                                        self.players_added(start_id, end_id))
         with phases("commit"):  # guarded by the batch id, so retrying after a lost reply cannot count twice
             applied = with_retry(lambda: commit_batch(self.client, self.keys, summary, self.params),
                                  f"commit of batch {batch_id}", when_full=self.free_memory, refresh=self.refresh)
         if not applied:
             log.info("batch %d already in Redis (replayed after a restart): skipped", batch_id)
+            if start_id != end_id:  # the read wrote the batch's count of players again: not kept if nobody needs it
+                with_retry(lambda: drop_replayed(self.client, self.keys, end_id), f"replayed count up to {end_id}",
+                           refresh=self.refresh)
 
         def follow() -> None:
             self.follow(table, batch, summary, entry, phases)
@@ -399,9 +368,16 @@ class RedisSink(DriverClient):
             start_id = (prev.source_offsets[0] or {}).get("id", "0-0")
         return entry, start_id, end_id
 
+    def players_added(self, start_id: str, end_id: str) -> Added:
+        """What the batch's partitions added to its windows' players; none for a batch that read nothing."""
+        if start_id == end_id:
+            return no_players()
+        return with_retry(lambda: read_added(self.client, self.keys, end_id), f"players added up to {end_id}",
+                          refresh=self.refresh)
+
     def judge(self, table: pa.Table, batch_id: int, entry: OffsetEntry, start_id: str, end_id: str,
-              watermarks: ServerWatermarks | None) -> tuple[BatchTable, BatchSummary]:
-        batch = BatchTable.read(table, entry.batch_ts_ms, self.params.window_ms, self.params.slide_ms)
+              watermarks: ServerWatermarks | None, added: Added) -> tuple[BatchTable, BatchSummary]:
+        batch = BatchTable.read(table, entry.batch_ts_ms, self.params.window_ms, added)
         summary = batch.summary(batch_id, entry.watermark_ms, entry.batch_ts_ms, start_id, end_id, self.params)
         summary.late_events = late_events(table, batch_id, entry.watermark_ms)
         if watermarks is not None:
@@ -442,12 +418,16 @@ class RedisSink(DriverClient):
         entry a follower has not committed, and the offset log keeps each batch's range and watermark.
         Returns True when a follower has no commit yet (it starts with this batch)."""
         lasts = self.followers_last()
+        lanes_last = lasts[:len(self.lanes)]
         behind = [last for last in lasts if last is not None and last < batch_id - 1]
         for k in range(min(behind, default=batch_id - 1) + 1, batch_id):
             entry, start_id, end_id = self.bounds(k, spark)
             table = with_retry(lambda s=start_id, e=end_id: reread(self.source_options, s, e),
                                f"read of batch {k} again")
-            batch, summary = self.judge(table, k, entry, start_id, end_id, None)
+            # The batch's counts of players added are kept while a lane still needs them (the online view does not).
+            lane_behind = any(last is not None and last < k for last in lanes_last)
+            added = self.players_added(start_id, end_id) if lane_behind else no_players()
+            batch, summary = self.judge(table, k, entry, start_id, end_id, None, added)
             if self.params.per_server:  # the watermark Spark went on with: this run's model starts afresh
                 summary.next_watermark_ms = read_offset_log(self.checkpoint_dir, k + 1, spark).watermark_ms
             log.info("batch %d: committing it to the lanes and the online view, which the last run stopped "

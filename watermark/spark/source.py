@@ -13,8 +13,7 @@ quarantines it.
 With ``preAggregate=true`` (and ``windowMs``/``slideMs``) a partition does not
 return its accepted events one row each: it folds them into its partial
 aggregate (:mod:`watermark.spark.partial`) and ends with those rows (``partial``,
-``server`` and, for window rows, ``player_id`` and ``event_time`` set, every
-other column null); quarantined entries and idle markers still come one row
+``server`` and ``event_time`` set, every other column null); quarantined entries and idle markers still come one row
 each. The pipeline's sink only sums these across partitions; any other reader
 leaves the option off and gets one row per entry.
 
@@ -22,7 +21,8 @@ Options: ``url``, ``stream`` (shard 0's key), ``shards`` (default 1), ``partitio
 at least one per shard that has entries),
 ``maxEventsPerBatch`` (0 = no cap), ``preAggregate`` (``true``/``false``,
 default false) with ``windowMs`` and ``slideMs`` (every accepted event then also comes as a presence row: the
-online players' input and each window's players), and for batch reads
+online players' input), ``windowPlayers`` (with ``preAggregate``: the namespace whose windows' players a streaming
+batch's partitions count, :mod:`watermark.spark.window_players`) and ``playersTtlS``, and for batch reads
 ``startId`` / ``endId`` (inclusive, default the whole stream).
 """
 
@@ -60,6 +60,8 @@ from watermark.spark.partial import (
     PartitionPartials,
     presence_partial,
 )
+from watermark.spark.window_players import PartitionPlayers
+from watermark.spark.window_players import write as write_players
 from watermark.store.redis_conn import TRANSIENT, home, open_client, refresh, with_retry
 
 SCHEMA = (
@@ -138,11 +140,13 @@ return n
 
 
 class StreamRange(InputPartition):
-    """Entries of shard ``shard`` with ``lo < id <= hi`` (``lo`` inclusive when ``lo_inclusive``)."""
+    """Entries of shard ``shard`` with ``lo < id <= hi`` (``lo`` inclusive when ``lo_inclusive``); ``batch_end``: the
+    position the streaming batch it belongs to ends at (its windows' players are counted under it), empty for a
+    read outside a batch."""
 
-    def __init__(self, lo: str, hi: str, lo_inclusive: bool = False, shard: int = 0) -> None:
-        super().__init__((lo, hi, lo_inclusive, shard))
-        self.lo, self.hi, self.lo_inclusive, self.shard = lo, hi, lo_inclusive, shard
+    def __init__(self, lo: str, hi: str, lo_inclusive: bool = False, shard: int = 0, batch_end: str = "") -> None:
+        super().__init__((lo, hi, lo_inclusive, shard, batch_end))
+        self.lo, self.hi, self.lo_inclusive, self.shard, self.batch_end = lo, hi, lo_inclusive, shard, batch_end
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, StreamRange) and self.value == other.value
@@ -151,7 +155,8 @@ class StreamRange(InputPartition):
         return hash(self.value)
 
 
-def split_range(lo: str, hi: str, parts: int, lo_inclusive: bool = False, shard: int = 0) -> list[StreamRange]:
+def split_range(lo: str, hi: str, parts: int, lo_inclusive: bool = False, shard: int = 0,
+                batch_end: str = "") -> list[StreamRange]:
     """Split ``(lo, hi]`` into up to ``parts`` contiguous ranges by the IDs' millisecond part.
 
     Any split covers the same entries, so replays stay exact even if the split differs."""
@@ -170,7 +175,8 @@ def split_range(lo: str, hi: str, parts: int, lo_inclusive: bool = False, shard:
         cuts.append(cut)
     bounds = [lo, *cuts, hi]
     return [
-        StreamRange(bounds[i], bounds[i + 1], lo_inclusive and i == 0, shard) for i in range(len(bounds) - 1)
+        StreamRange(bounds[i], bounds[i + 1], lo_inclusive and i == 0, shard, batch_end)
+        for i in range(len(bounds) - 1)
     ]
 
 
@@ -226,13 +232,19 @@ def _xrange(client: redis.Redis, stream: str, lo: str, hi: str, count: int) -> l
 
 
 def read_range(url: str, stream: str, part: StreamRange, chunk: int = READ_CHUNK, rules: Rules = NO_RULES,
-               partials: PartitionPartials | None = None) -> Iterator[pa.RecordBatch]:
+               partials: PartitionPartials | None = None,
+               count_players: tuple[KeySchema, int] | None = None) -> Iterator[pa.RecordBatch]:
     """XRANGE the partition in chunks, one Arrow record batch per chunk; with ``partials``, the accepted
     events are folded into them instead, each chunk's accepted events come as presence rows (the online players'
-    input, and each window's players) and a last batch holds the partition's partial rows. A server's region
-    (the latest its events in the partition carry) rides in its packed row's ``player_id``."""
+    input) and a last batch holds the partition's partial rows. A server's region
+    (the latest its events in the partition carry) rides in its packed row's ``player_id``. With
+    ``count_players`` (the pipeline's keys and the sets' TTL) and a range of a streaming batch, its windows' players
+    are added to the pipeline's sets and counted under the batch's end (:mod:`watermark.spark.window_players`)
+    before the partial rows are handed over."""
     lo = part.lo if part.lo_inclusive else "(" + part.lo
     regions: dict[str, str] = {}
+    players = (PartitionPlayers(partials.window_ms, partials.slide_ms)
+               if partials is not None and count_players is not None and part.batch_end else None)
     while True:
         # the client looked up each try: after a cluster's slot moved, the next one is made on the new node
         entries = with_retry(lambda lo=lo: _xrange(_client(url, stream), stream, lo, part.hi, chunk),
@@ -240,27 +252,33 @@ def read_range(url: str, stream: str, part: StreamRange, chunk: int = READ_CHUNK
         if entries:
             batch = to_record_batch(entries, rules, regions, part.shard)
             if partials is not None:
-                batch = _fold(partials, batch)
+                batch = _fold(partials, batch, players)
             if batch.num_rows:
                 yield batch
         if len(entries) < chunk:
             break
         lo = "(" + entries[-1][0].decode()
+    if players is not None and count_players is not None:
+        keys, ttl_s = count_players
+        with_retry(lambda: write_players(_client(url, keys.state), keys, part.batch_end, players, ttl_s),
+                   f"players of {stream}", refresh=lambda: _forget(url, keys.state))
     if partials is not None:
         server, partial = partials.rows()
         if len(server):
             yield pack(partial_batch(server, partial), PACKED, regions)
 
 
-def _fold(partials: PartitionPartials, batch: pa.RecordBatch) -> pa.RecordBatch:
-    """The chunk's accepted events (not quarantined, not idle markers) into the partition's partials; the
-    rows left, one per entry, and the accepted events as presence rows."""
+def _fold(partials: PartitionPartials, batch: pa.RecordBatch, players: PartitionPlayers | None) -> pa.RecordBatch:
+    """The chunk's accepted events (not quarantined, not idle markers) into the partition's partials (and their
+    players, with ``players``); the rows left, one per entry, and the accepted events as presence rows."""
     kind = batch.column("kind")
     accepted = pc.and_(pc.and_(batch.column("error").is_null(), batch.column("event_time").is_valid()),
                        pc.invert(pc.fill_null(pc.equal(kind, IDLE_KIND), False)))
     events = batch.filter(accepted) if accepted.false_count else batch
     event_us = pc.cast(events.column("event_time"), pa.int64())
     partials.add(events.column("server"), pc.cast(events.column("ingest_time"), pa.int64()), event_us)
+    if players is not None:
+        players.add(events.column("server"), events.column("player_id"), event_us)
     rest = batch.filter(pc.invert(accepted)) if accepted.false_count else batch.slice(0, 0)
     if not events.num_rows:
         return rest
@@ -520,12 +538,20 @@ class _Options:
                                  f"{options.get('windowMs')!r} and {options.get('slideMs')!r}") from None
             PartitionPartials(window_ms, slide_ms)  # says what is wrong with them, here rather than in a worker
             self.window = (window_ms, slide_ms)
+        # The pipeline whose windows' players a streaming batch's partitions count (decision 0019), and their TTL.
+        owner = options.get("windowPlayers", "")
+        self.count_players: tuple[KeySchema, int] | None = None
+        if owner:
+            if self.window is None:
+                raise ValueError("option windowPlayers needs preAggregate=true")
+            self.count_players = (KeySchema(owner), int(options.get("playersTtlS", "86400")))
 
 
 def _read(opts: _Options, partition: InputPartition) -> Iterator[pa.RecordBatch]:
     assert isinstance(partition, StreamRange)
     return read_range(opts.url, opts.streams[partition.shard], partition, rules=opts.rules,
-                      partials=PartitionPartials(*opts.window) if opts.window else None)
+                      partials=PartitionPartials(*opts.window) if opts.window else None,
+                      count_players=opts.count_players)
 
 
 class RedisStreamReader(DataSourceStreamReader):
@@ -643,7 +669,8 @@ class RedisStreamReader(DataSourceStreamReader):
                            f"first entry of {self.opts.stream}")
         if not first:
             return []
-        return split_range(first[0][0].decode(), end["id"], self.opts.partitions, lo_inclusive=True)
+        return split_range(first[0][0].decode(), end["id"], self.opts.partitions, lo_inclusive=True,
+                           batch_end=end["id"])
 
     def _sharded_partitions(self, start: dict, end: dict) -> list[StreamRange]:
         moved = ranges(start["id"], end["id"], self.opts.shards)
@@ -654,7 +681,8 @@ class RedisStreamReader(DataSourceStreamReader):
             pipe.xrange(self.opts.streams[r.shard], "(" + r.lo, r.hi, count=1)
         each = max(1, self.opts.partitions // len(moved))
         return [p for r, first in zip(moved, pipe.execute(), strict=True) if first
-                for p in split_range(first[0][0].decode(), r.hi, each, lo_inclusive=True, shard=r.shard)]
+                for p in split_range(first[0][0].decode(), r.hi, each, lo_inclusive=True, shard=r.shard,
+                                     batch_end=end["id"])]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return _read(self.opts, partition)

@@ -58,6 +58,10 @@ class Params:
     late_keep: int = DEFAULT_LATE_KEEP  # late events kept in ``{ns}:late`` (watermark.rules.late), all shards'
     shards: int = 1  # input streams (watermark.schema.shards): each has its own late and dead stream
     history_days: int = DEFAULT_HISTORY_DAYS  # whole days each minute of players online is kept after its own
+    players_lanes: tuple[str, ...] | None = ()
+    """The windows' players' sets (decision 0019): a tuple when this namespace's partitions count them (the pipeline),
+    holding the state hashes of the lanes that read the same counts: the slowest of them and the pipeline decides
+    when a set and a batch's count go. None for a lane: it only adds the counts to its windows."""
 
     @property
     def ttl_s(self) -> int:
@@ -86,7 +90,7 @@ class WindowAgg:
     events: int = 0
     dropped: int = 0
     late: int = 0
-    players: Sequence[str] | pa.Array = ()  # distinct accepted players (the sink's: an Arrow array of str)
+    players: int = 0  # accepted players the batch added to the window (watermark.spark.window_players)
 
     @property
     def key(self) -> WindowKey:
@@ -255,26 +259,19 @@ def _tradeoff_counts(windows: Sequence[WindowAgg], driver_ms: int | None) -> dic
     return out
 
 
-def _final_player_counts(client: redis.Redis, keys: KeySchema, params: Params, closed_below_ms: int,
-                         watermark_ms: int) -> dict[WindowKey, int]:
-    """The distinct players of every window that closed since the last batch did this (its end at or below the
-    watermark in force for this batch, so this batch adds no player to it), counted from its set.
+def players_closed(next_wm: int, prior: Prior) -> int:
+    """The pipeline's bound below which every window is closed for it and for every lane (decision 0019): the
+    lowest watermark any of them applies to its next batch, never lower than before. A lane that has not committed
+    yet holds it where it is (its first watermark is not known)."""
+    if any(v is None for v in prior.lanes_next_ms):
+        return prior.sets_closed_below_ms
+    return max(prior.sets_closed_below_ms, min([next_wm, *(v for v in prior.lanes_next_ms if v is not None)]))
 
-    A closed window never changes again, so its exact count can replace its set: at game scale the sets of a
-    day of windows (a quarter of a million players a minute, per server and namespace) would not fit in
-    memory, while only open windows need one."""
-    if watermark_ms <= closed_below_ms:
-        return {}
-    lo, hi = closed_below_ms - params.window_ms, watermark_ms - params.window_ms  # by start: end = start + window
-    members = [WindowKey.parse(m) for m in client.zrangebyscore(keys.windows, f"({lo}", hi)]
-    members = [wk for wk in members if closed_below_ms < wk.end_ms <= watermark_ms]
-    if not members:
-        return {}
-    reads = client.pipeline(transaction=False)
-    for wk in members:
-        reads.scard(keys.players(wk))
-    # Redis keeps no empty set: 0 means the window accepted no player (only dropped pairs), so it has none.
-    return {wk: n for wk, n in zip(members, reads.execute(), strict=True) if n}
+
+def players_added_done(batch_id: int, prior: Prior) -> int:
+    """Batches up to this one have been committed by the pipeline and every lane that has a commit: their counts of
+    players added can go (a lane without one starts with the batch being committed, from the sink's table)."""
+    return min([batch_id, *(v for v in prior.lanes_last if v is not None)])
 
 
 def keep_ms(s: BatchSummary, params: Params) -> int:
@@ -325,12 +322,26 @@ class Prior:
     sets_closed_below_ms: int
     server_max: dict[str, int]
     """Per-server mode: each server's input max so far (``max_event_us|S``)."""
-    final_players: dict[WindowKey, int]
-    """Windows that closed since the last batch: their exact distinct players, counted from their sets."""
     late_top: dict[int, tuple[int, int]]
     """Per shard the batch has late events of, the newest late event kept there (``(0, 0)``: none)."""
     readers_done: tuple[str, ...]
     """Each other reader's committed position (``0-0``: nothing yet): the trim keeps what they have not committed."""
+    lanes_next_ms: tuple[int | None, ...] = ()
+    """The pipeline's: each lane's watermark for its next batch (None: no commit yet)."""
+    lanes_last: tuple[int | None, ...] = ()
+    """The pipeline's: each lane's last committed batch (None: none)."""
+
+
+@dataclass(frozen=True)
+class PlayersWrites:
+    """The pipeline's upkeep of its windows' players' sets (decision 0019)."""
+
+    added: str | None
+    """The batch's end position, whose count of players added is indexed under the batch (None: it read nothing)."""
+    added_done: int
+    """Counts of batches up to this one go."""
+    closed_ms: int
+    """Sets of windows ending at or below this go."""
 
 
 @dataclass(frozen=True)
@@ -346,7 +357,7 @@ class BatchWrites:
     regions: dict[str, str]
     tradeoff: dict[str, int]
     windows: list[WindowAgg]
-    final_players: dict[WindowKey, int]
+    players: PlayersWrites | None
     windows_end_below_ms: int
     """Windows starting below this leave the index (they ended a whole retention before the watermark)."""
     late: list[LateEvent]
@@ -356,8 +367,7 @@ class BatchWrites:
     trim_below: str | None
 
 
-def read_prior(pipe: redis.client.Pipeline, client: redis.Redis, keys: KeySchema, s: BatchSummary,
-               params: Params) -> Prior:
+def read_prior(pipe: redis.client.Pipeline, keys: KeySchema, s: BatchSummary, params: Params) -> Prior:
     names = ["last_batch", "lost_at_batch", "max_event_us", "sets_closed_below_ms",
              *(total_field("max_event_us", srv) for srv in params.servers if params.per_server)]
     if params.per_server and not params.servers:  # servers come and go: every server's field there is
@@ -373,12 +383,15 @@ def read_prior(pipe: redis.client.Pipeline, client: redis.Redis, keys: KeySchema
     tops = [pipe.xrevrange(shard_key(keys.late, k), count=1) for k in late_shards]
     # A reader's committed ID only grows: reading it before the transaction is safe.
     done = [pipe.hget(reader, "committed_id") for reader in params.readers]
+    # A lane's watermark and last batch only grow: read before the transaction, they can only hold a removal back.
+    lanes = [pipe.hmget(lane, ["next_watermark_ms", "last_batch"]) for lane in params.players_lanes or ()]
     return Prior(
         lost_at=lost_at, max_event_us=state.max_event_us, sets_closed_below_ms=state.sets_closed_below_ms,
         server_max=dict(state.server_max_event_us),
-        final_players=_final_player_counts(client, keys, params, state.sets_closed_below_ms, s.watermark_ms),
         late_top={k: parse_entry_id(top[0][0]) if top else (0, 0) for k, top in zip(late_shards, tops, strict=True)},
-        readers_done=tuple((d.decode() if isinstance(d, bytes) else d) if d else START for d in done))
+        readers_done=tuple((d.decode() if isinstance(d, bytes) else d) if d else START for d in done),
+        lanes_next_ms=tuple(None if v is None else int(v) for v, _ in lanes),
+        lanes_last=tuple(None if v is None else int(v) for _, v in lanes))
 
 
 def plan_commit(s: BatchSummary, params: Params, prior: Prior, now_ms: int) -> BatchWrites:
@@ -404,18 +417,22 @@ def plan_commit(s: BatchSummary, params: Params, prior: Prior, now_ms: int) -> B
     look_back = f"{max(0, s.batch_ts_ms - keep_ms(s, params))}-0"
     start = Position.of(s.start_id)
     keep_from = Position.of(lowest([s.start_id, ",".join([look_back] * start.shards), *prior.readers_done]))
+    players = None if params.players_lanes is None else PlayersWrites(
+        added=s.end_id if s.end_id != s.start_id else None, added_done=players_added_done(s.batch_id, prior),
+        closed_ms=players_closed(next_wm, prior))
+    closed = prior.sets_closed_below_ms if players is None else players.closed_ms
     state = StateRecord(
         last_batch=s.batch_id, watermark_ms=s.watermark_ms, next_watermark_ms=next_wm, max_event_us=running_max,
         server_max_event_us=server_max, server_watermarks=s.server_watermarks, delay_ms=params.delay_ms,
         committed_id=s.end_id, lost_at_batch=prior.lost_at,
         stopped_ms=None,  # running again
-        sets_closed_below_ms=max(s.watermark_ms, prior.sets_closed_below_ms), params=params.semantic(),
+        sets_closed_below_ms=closed, params=params.semantic(),
         trigger_ms=params.trigger_ms, updated_ms=now_ms)
     return BatchWrites(
         batch_id=s.batch_id, end_id=s.end_id, totals=_totals(s, record), servers=tuple(s.servers),
         seen={srv: st.max_ingest_us // 1000 for srv, st in s.servers.items() if st.max_ingest_us is not None},
         regions=dict(s.regions),
-        tradeoff=_tradeoff_counts(s.windows, driver), windows=s.windows, final_players=prior.final_players,
+        tradeoff=_tradeoff_counts(s.windows, driver), windows=s.windows, players=players,
         windows_end_below_ms=next_wm - params.retention_ms - params.window_ms,
         late=[e for e in s.late_events if parse_entry_id(e.entry_id) > prior.late_top.get(e.shard, (0, 0))],
         bad=s.bad,
@@ -485,8 +502,10 @@ for _, b in ipairs(gone) do redis.call('UNLINK', ARGV[2] .. b) end
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])
 return #gone
 """
-"""The batch records at or below ``ARGV[1]`` leave the index and Redis together: left to their TTL (a day), the
-records of a day's batches stayed (172,800 per query at the 500 ms trigger, about 100 KB each at 300 servers)."""
+"""An index's members scored at or below ``ARGV[1]`` leave it and their keys (``ARGV[2]`` and the member) leave Redis,
+together.
+For the batch records: left to their TTL (a day), the records of a day's batches stayed (172,800 per query at the
+500 ms trigger, about 100 KB each at 300 servers); for the windows' players' sets and the batches' counts of them."""
 
 
 def records_kept(params: Params, record_bytes: int) -> int:
@@ -500,18 +519,18 @@ def _queue_windows(pipe: redis.client.Pipeline, keys: KeySchema, w: BatchWrites,
     bulk = redis_conn.Bulk()  # a window per server: at 300 servers 1,000 HINCRBYs and EXPIREs as one script
     for win in w.windows:
         wk = win.key
-        bulk.hincrby(keys.window(wk), {"events": win.events, "dropped": win.dropped, "late": win.late})
-        if len(win.players):
-            pkey = keys.players(wk)
-            queue_packed(pipe, "SADD", pkey, win.players)
-            bulk.expire(pkey)
+        bulk.hincrby(keys.window(wk), {"events": win.events, "dropped": win.dropped, "late": win.late,
+                                       "players": win.players})
         index[wk.member()] = wk.start_ms
     bulk.queue(pipe, ttl_s)
     if index:
         pipe.zadd(keys.windows, index)
-    for wk, n in w.final_players.items():  # closed: the exact count stays, the set goes
-        pipe.hset(keys.window(wk), "players", n)
-        pipe.unlink(keys.players(wk))
+    if w.players is not None:  # the pipeline's upkeep of the shared sets and the batches' counts
+        if w.players.added is not None:
+            pipe.zadd(keys.players_added_index, {w.players.added: w.batch_id})
+        pipe.eval(_FORGET_LUA, 1, keys.players_added_index, w.players.added_done, keys.players_added(""))
+        pipe.expire(keys.players_added_index, ttl_s)
+        pipe.eval(_FORGET_LUA, 1, keys.players_index, w.players.closed_ms, keys.players_index + ":")
     pipe.zremrangebyscore(keys.windows, "-inf", f"({w.windows_end_below_ms}")
     pipe.expire(keys.windows, ttl_s)
 
@@ -541,7 +560,7 @@ def commit_batch(client: redis.Redis, keys: KeySchema, s: BatchSummary, params: 
     with guarded(node, keys.state, s.batch_id) as pipe:
         if pipe is None:
             return False
-        writes = plan_commit(s, params, read_prior(pipe, node, keys, s, params), now_ms())
+        writes = plan_commit(s, params, read_prior(pipe, keys, s, params), now_ms())
         pipe.multi()
         in_slot = None if node is client else (lambda k: redis_conn.same_slot(keys.input_shard(k), keys.state))
         apply_writes(pipe, keys, writes, params, in_slot=in_slot)
@@ -560,7 +579,7 @@ hiredis packing a few hundred arguments (at 300 servers most commands are small:
 the commits 1.6 times as long, ``bench/driver_costs.py --servers 300``)."""
 
 
-def queue_packed(pipe: redis.client.Pipeline, command: str, key: str, *columns: Any) -> None:
+def queue_packed(pipe: redis.client.Pipeline, command: str, key: str, *columns: Any, head: Sequence[Any] = ()) -> None:
     """``pipe.execute_command(command, key, *arguments)``, the arguments the columns' elements taken in turn (one
     column: SADD's members; two: HSET's fields and values), in a transaction begun with ``multi()``, packed for
     Redis in a few Arrow operations rather than a Python call per argument. A column is an Arrow array, a numpy
@@ -568,9 +587,10 @@ def queue_packed(pipe: redis.client.Pipeline, command: str, key: str, *columns: 
     HSET of every player a batch heard from and each window's SADD of its players, in three namespaces (the
     pipeline and two lanes); at 100,000 events/s, 50,000 players a batch, packing them one by one was most of the
     lanes' commits (``bench/driver_costs.py``). The same bytes as ``hiredis.pack_command``. A short column
-    (:data:`PACK_BULK`) is queued as a plain command."""
+    (:data:`PACK_BULK`) is queued as a plain command. ``head``: arguments between the key and the columns' (a
+    script's keys and first arguments, with ``EVAL`` and the script as the key)."""
     if not getattr(pipe, "explicit_transaction", False) or len(columns[0]) < PACK_BULK:
-        pipe.execute_command(command, key, *_interleaved(columns))
+        pipe.execute_command(command, key, *head, *_interleaved(columns))
         return
     cols = [_strings(c) for c in columns]
     parts: list[Any] = []
@@ -579,13 +599,14 @@ def queue_packed(pipe: redis.client.Pipeline, command: str, key: str, *columns: 
     body = pc.binary_join_element_wise(*parts, "")
     offsets = np.frombuffer(body.buffers()[1], np.int32)
     start, end = int(offsets[body.offset]), int(offsets[body.offset + len(body)])
-    k, name = key.encode(), command.encode()
-    head = b"*%d\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n" % (2 + len(cols) * len(body), len(name), name, len(k), k)
+    words = [str(a).encode() if not isinstance(a, bytes) else a for a in (command, key, *head)]
+    packed_head = b"*%d\r\n" % (len(words) + len(cols) * len(body)) + b"".join(
+        b"$%d\r\n%s\r\n" % (len(w), w) for w in words)
 
     def unpacked() -> tuple[Any, ...]:
-        return (command, key, *_interleaved(columns))
+        return (command, key, *head, *_interleaved(columns))
 
-    packed = head + memoryview(body.buffers()[2])[start:end].tobytes()
+    packed = packed_head + memoryview(body.buffers()[2])[start:end].tobytes()
     pipe.command_stack.append(((command, key), {redis_conn.PACKED: packed, redis_conn.UNPACKED: unpacked}))
 
 

@@ -288,14 +288,18 @@ class Replies:
 
 
 def execute(pipe: redis.client.Pipeline) -> list[Any]:
-    """``pipe.execute()`` of a transaction begun with ``multi()`` on a pipeline that holds its connection (WATCH,
-    :func:`watermark.store.commit.guarded`): the same MULTI, commands and EXEC in one buffer, their replies raw
+    """``pipe.execute()`` of a transaction begun with ``multi()`` (after a WATCH,
+    :func:`watermark.store.commit.guarded`, or without one): the same MULTI, commands and EXEC in one buffer, their
+    replies raw
     (no response callbacks: the commits read none). Raises :class:`redis.WatchError` when a watched key
     changed and :class:`redis.ResponseError` for the first command Redis refused, as redis-py does; on any
     other failure the connection is closed (its replies are unknown). Falls back to ``pipe.execute()`` where
     the fast path does not apply (no hiredis, scripts to load, no transaction). RESP2 or RESP3 alike: hiredis reads
     both, and a commit's replies (integers, simple strings, a null EXEC) are the same in both."""
     conn = getattr(pipe, "connection", None)  # a cluster's pipeline has none: :func:`home` gives a plain one
+    if conn is None and isinstance(pipe, redis.client.Pipeline) and pipe.explicit_transaction and hiredis is not None:
+        # no WATCH held one: taken as a WATCH does, and given back by the pipeline's reset
+        conn = pipe.connection = pipe.connection_pool.get_connection()
     if (hiredis is None or conn is None or getattr(conn, "_sock", None) is None or pipe.scripts
             or not pipe.explicit_transaction):
         pipe.command_stack = [_unpacked(args, o) for args, o in pipe.command_stack]

@@ -55,19 +55,16 @@ def read_state(client: redis.Redis, keys: KeySchema) -> StateRecord:
 
 
 def queue_window_reads(pipe: redis.client.Pipeline, keys: KeySchema, members: list[WindowKey]) -> None:
-    """Two replies per window, parsed by :func:`window_rows`; lets a caller share one round trip. A closed
-    window keeps its distinct players as a count (``players`` in its hash), an open one as a set."""
+    """One reply per window, parsed by :func:`window_rows`; lets a caller share one round trip. A window's distinct
+    players are a count in its hash, open or closed (decision 0019)."""
     for wk in members:
         pipe.hmget(keys.window(wk), ["events", "dropped", "late", "players"])
-        pipe.scard(keys.players(wk))
 
 
 def window_rows(members: list[WindowKey], replies: list, final_below_ms: int) -> list[WindowRow]:
     rows = []
-    for i, wk in enumerate(members):
-        events, dropped, late, counted = replies[2 * i]
-        players = int(counted) if counted is not None else int(replies[2 * i + 1])
-        rows.append(WindowRow(wk, int(events or 0), int(dropped or 0), int(late or 0), players,
+    for wk, (events, dropped, late, players) in zip(members, replies, strict=True):
+        rows.append(WindowRow(wk, int(events or 0), int(dropped or 0), int(late or 0), int(players or 0),
                               wk.end_ms <= final_below_ms))
     rows.sort(key=lambda w: (w.start_ms, w.server, w.end_ms))
     return rows

@@ -176,16 +176,16 @@ def read_snapshot(client: redis.Redis, keys: KeySchema, *, range_ms: int, now_ms
         members = [m for m in members if m.end_ms > head - range_ms]
     batch_ids = [int(b) for b in replies[1]]
 
-    # Round trip 3: the hashes and sets behind the indexes.
+    # Round trip 3: the hashes behind the indexes.
     pipe = client.pipeline(transaction=False)
     queue_window_reads(pipe, keys, members)
     for b in batch_ids:
         pipe.hmget(keys.batch(b), ["sink", "progress"])
     details = pipe.execute() if (members or batch_ids) else []
 
-    windows = window_rows(members, details, state.next_watermark_ms if state else 0)
+    windows = window_rows(members, details[:len(members)], state.next_watermark_ms if state else 0)
 
-    batches = batch_points(details[2 * len(members):], range_ms)
+    batches = batch_points(details[len(members):], range_ms)
     status = fixed.status(oldest_of(replies[3:]) if state is not None else None)
     gone = retired(status.seen, now_ms, retire_after_ms)
     return Snapshot(
