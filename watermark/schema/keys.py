@@ -55,10 +55,10 @@ key                                                type    contents
                                                            ``{start_ms}:{end_ms}:{server}``, score
                                                            ``start_ms``
 ``{ns}:win:{start_ms}:{end_ms}:{server}``          hash    ``events`` (accepted), ``dropped``,
-                                                           ``late`` (late but accepted)
-``{ns}:win:...`` ``players``                                distinct accepted players, a count: each batch that
-                                                           accepts the window adds the players the batch added
-                                                           to the window's set (``{ns}:added:{end}``)
+                                                           ``late`` (late but accepted), ``players``
+                                                           (distinct accepted players: each batch that
+                                                           accepts the window adds what it added to the
+                                                           window's set, ``{ns}:added:{end}``)
 ``{ns}:players:{start_ms}:{end_ms}:{server}``      set     every player of the window's events so far (late
                                                            ones too), written by the partitions that read
                                                            them and shared by the pipeline and its lanes

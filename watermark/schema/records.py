@@ -316,7 +316,8 @@ class StateParams(msgspec.Struct, frozen=True, kw_only=True):
 
 
 NONE_CLOSED_MS = -(2**62)
-"""``sets_closed_below_ms`` when no window is closed yet: events may be from before 1970 (an Lua number, exact)."""
+"""``sets_closed_below_ms`` when no window is closed yet: events may be from before 1970 (exact as a Lua number)."""
+
 
 class StateRecord(_HashRecord, frozen=True, kw_only=True):
     """A pipeline's commit record, ``{ns}:state``: what the last committed batch left and how the namespace is
@@ -343,7 +344,7 @@ class StateRecord(_HashRecord, frozen=True, kw_only=True):
     """The job was stopped on request then, after ``last_batch``; the next commit clears it."""
     sets_closed_below_ms: int = NONE_CLOSED_MS
     """The pipeline's: windows ending at or below this are closed for it and for every lane, their players' sets
-    gone (decision 0019); the partitions add no player to such a window. A lane's stays 0."""
+    gone (decision 0019); the partitions add no player to such a window. A lane's stays where it was."""
     params: StateParams | None = None
     trigger_ms: int = 1_000
     updated_ms: int = 0

@@ -7,7 +7,7 @@ hash aggregation sums them into one table of items, which
 
 Items (tag, server, a, b, c, n, lo, hi), one per row:
 - a partial row of the source (:mod:`watermark.spark.partial`): a WINDOW item keyed by the window's start (``a``,
-  microseconds; its players come from the PRESENCE items: :class:`watermark.spark.sink.BatchTable`), an
+  microseconds; its distinct players are counted by the partitions in Redis: :mod:`watermark.spark.window_players`), an
   INGEST_LAG item keyed by ``ingest - event`` or a PROCESSING_LAG item keyed by ``-event``, each with the row's
   count and event time range;
 - an idle marker: one TICK item; a quarantined entry: one BAD item whose ``b`` is the entry as JSON;

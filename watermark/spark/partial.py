@@ -10,9 +10,9 @@ Rows, each ``(server, of, key_us, n, min_event_us, max_event_us)``, told apart b
 
 - ``window``: keyed by the window's start (``key_us``): the (event, window) pairs of that window (an
   event is in every window containing it: :func:`watermark.rules.windows.window_ranges`). A window's distinct
-  players are not here: the sink takes them from the presence rows, which carry every accepted event's player and
-  event time anyway (keying the window rows by player too made them about one row per event: as many again as
-  the presence rows, each with the player's id, packed, moved by Spark and unpacked a second time);
+  players are not here: the partition counts them in Redis (:mod:`watermark.spark.window_players`; keying the
+  window rows by player made them about one row per event, each with the player's id, packed, moved by Spark and
+  unpacked on the driver);
 - ``ingest_lag``: keyed by arrival minus event time; the latest arrival among its events is
   ``max_event_us + key_us``;
 - ``event_time``: keyed by the event time itself. The sink subtracts it from the batch time
@@ -20,7 +20,7 @@ Rows, each ``(server, of, key_us, n, min_event_us, max_event_us)``, told apart b
 
 Every accepted event also comes as a ``presence`` row of its own (``key_us`` its event time, ``n`` 1, its
 ``entry_id``, ``player_id`` and ``kind`` set, :func:`presence_partial`): the online-players rule needs each player's
-events in order, and each window's distinct players are taken from these rows.
+events in order.
 
 ``min_event_us``/``max_event_us`` are the earliest and latest event time among the row's events; a window
 row's ``max_event_us`` is also its ``event_time``, so that ``withWatermark`` sees every batch's maximum.
@@ -62,7 +62,8 @@ def in_windows(event_us: pa.Array | pa.ChunkedArray, window_ms: int, slide_ms: i
                **columns: pa.Array | pa.ChunkedArray) -> pa.Table:
     """Each event once for every window containing it: the window's ``start`` (microseconds), the event's
     ``event_us`` and ``columns``, taken alike. The partitions count a window's (event, window) pairs with it and
-    the sink puts each presence row in its windows with it, so both place an event in the same windows."""
+    put each player in its windows with it (:class:`watermark.spark.window_players.PartitionPlayers`), so both place
+    an event in the same windows."""
     pieces = []
     for start, keep in window_starts(event_us.to_numpy(), window_ms, slide_ms):
         taken = {"event_us": event_us, **columns}

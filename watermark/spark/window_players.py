@@ -36,7 +36,7 @@ from watermark.store import redis_conn
 from watermark.store.commit import queue_packed
 
 ADD_LUA = """
-local closed = tonumber(redis.call('HGET', KEYS[2], 'sets_closed_below_ms') or '-4611686018427387904')
+local closed = tonumber(redis.call('HGET', KEYS[2], 'sets_closed_below_ms') or 'NONE_CLOSED_MS')
 local ttl, a, total = ARGV[1], 2, 0
 for i = 4, #KEYS do
   local member, ending, k = ARGV[a], tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
@@ -56,7 +56,7 @@ end
 redis.call('EXPIRE', KEYS[1], ttl)
 redis.call('EXPIRE', KEYS[3], ttl)
 return total
-"""
+""".replace("NONE_CLOSED_MS", str(NONE_CLOSED_MS))
 """KEYS: the batch's hash, the pipeline's state, the sets' index, then one set per window; ARGV: the TTL (s), then per
 window its member, its end (ms), how many players follow, and those players (added in slices of 7,000: Lua's
 ``unpack`` takes about 8,000 values). A window every namespace has closed gets nothing. The count is written even
