@@ -48,7 +48,7 @@ from bench.stack import (
     TARGET_MAIN_P95_MS,
     TARGET_ONLINE_AGE_P95_MS,
     Stack,
-    _committed_key,
+    _committed_keys,
     _start_job,
     export,
     namespaces,
@@ -250,7 +250,7 @@ def drained(client: redis.Redis, timeout_s: float) -> float:
     end = ms * (1 << 20) + min(seq, (1 << 20) - 1)
     t0 = time.monotonic()
     while time.monotonic() - t0 < timeout_s:
-        if all(_committed_key(client, ns) >= end for ns, _ in namespaces(client)):
+        if all(_committed_keys(client, ns, 1)[0] >= end for ns, _ in namespaces(client)):  # one stream: wm:events
             return round(time.monotonic() - t0, 1)
         time.sleep(0.5)
     return -1.0
