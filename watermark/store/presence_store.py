@@ -87,6 +87,10 @@ class PresenceBatch:
     events: PresenceEvents
     delay_ms: int
     next_watermark_ms: int | None = None  # per-server pipelines: Spark's combined one, from the sink's model
+    newest_arrival_ms: int | None = None
+    """The newest arrival of the whole batch, when ``events`` are a part of it (a group of servers folded apart):
+    a server with no event in the batch runs its clock on to it (:mod:`watermark.rules.server_clock`), the one
+    thing a server's fold takes from the others'. None: the newest of ``events``."""
 
 
 @dataclass(frozen=True)
@@ -268,14 +272,16 @@ def _distinct(values: np.ndarray) -> int:
 
 
 def _decide_servers(mirror: PresenceMirror, ev: PresenceEvents, before: Mapping[str, ClockRecord], delay_ms: int,
-                    timeout_ms: int) -> tuple[dict[str, _ServerWrites], dict[str, ClockRecord]]:
+                    timeout_ms: int, now_ingest: int | None = None) -> tuple[dict[str, _ServerWrites],
+                                                                             dict[str, ClockRecord]]:
     """Each server's players against its own clock (:mod:`watermark.rules.server_clock`), never another's: the
     batch is folded into the table once, each player against their own server's watermark in force, each
     server's clock moves with what its players did, and every server's players expire against its next
     watermark, all in whole-table array operations; only the clocks (a few numbers a server) are decided one
     server at a time."""
     t = mirror.players
-    now_ingest = int(ev.arrivals().max()) if len(ev.event_us) else None
+    if now_ingest is None and len(ev.event_us):
+        now_ingest = int(ev.arrivals().max())
     shares, slots = _shares(t, ev)
     servers = sorted(set(t.servers) | set(before) | set(shares))
     for server in servers:
@@ -522,7 +528,7 @@ def _commit_presence(client: redis.Redis, keys: KeySchema, b: PresenceBatch, par
             partial_until = newest_ms + timeout_ms
         mirror.valid = False  # until the transaction is in
         writes, clocks = _decide_servers(mirror, ev, mirror.clocks if lost else prior.clocks, b.delay_ms,
-                                         timeout_ms)
+                                         timeout_ms, b.newest_arrival_ms)
         batch_servers = set(ev.server.tolist())
         for w in writes.values():
             w.rewrite = lost
