@@ -1,16 +1,16 @@
 """Where a batch's time goes on the driver, 3 servers against 300, side by side in one run, without Spark.
 
-    python -m bench.driver_costs [--rate 50000] [--seconds 30] [--trigger-ms 500] [--servers 3,300]
+    python -m bench.driver_costs [--rate 50000] [--seconds 30] [--trigger-ms 500] [--servers 3,300] [--groups N]
 
 For each server count, the generator's steady game (``--servers N --regions 6`` past 3) is written at ``--rate``
 events/s with explicit entry IDs (arrival = the simulated time) into a scratch Redis, then cut into batches of
-``--trigger-ms`` of arrival and put through the sink's own steps, one after the other, as the job's driver does:
-the partition read (what Spark's executors do: read, parse, pre-aggregate, count the windows' players into Redis
-and pack, here in this process), the
-driver's sum, the pipeline's judgement and commit, the two default lanes (``per-server-min``,
-``per-server-min-idle``) and the online view. Each step's median and p95 over the batches after the first 10 s
-(the players all online by then) is printed side by side. It measures CPU work in one process: on the job's two
-shared cores the same steps take longer (docs/benchmarks.md).
+``--trigger-ms`` of arrival and put through the sink's own steps, one after the other, as the job's driver does: the
+partition read (what Spark's executors do: read, parse, pre-aggregate, count the windows' players into Redis and
+pack, here in this process), the driver's sum, the pipeline's judgement and commit, the two default lanes
+(``per-server-min``, ``per-server-min-idle``) and the online view (with ``--groups N``: the job's handover, then each
+group's fold as ``wm-online`` does it, decision 0020; ``all`` sums the driver's steps only). Each step's median and
+p95 over the batches after the first 10 s (the players all online by then) is printed side by side. It measures CPU
+work in one process: on the job's two shared cores the same steps take longer (docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -31,17 +31,21 @@ from watermark.rules.simulate import Simulator
 from watermark.schema.config import Config
 from watermark.schema.keys import KeySchema
 from watermark.schema.lanes import lane_config
+from watermark.schema.records import OnlineBatch
 from watermark.spark import local_agg
 from watermark.spark.checkpoint import OffsetEntry
-from watermark.spark.query import params_of, source_options
+from watermark.spark.query import source_options
 from watermark.spark.sink import BatchTable, LaneSink, aggregate_arrow, late_events, presence_events
 from watermark.spark.source import ARROW_SCHEMA, StreamRange, _Options, _read
 from watermark.spark.window_players import read_added
-from watermark.store.commit import commit_batch, next_watermark
-from watermark.store.presence_store import PresenceBatch, PresenceMirror, commit_presence
+from watermark.store.commit import commit_batch, next_watermark, params_of
+from watermark.store.online.handoff import hand_off
+from watermark.store.online.runner import GroupRunner
+from watermark.store.presence_store import Group, PresenceBatch, PresenceMirror, commit_presence
 from watermark.store.stream_writer import write
 
 LANES = ("per-server-min", "per-server-min-idle")
+GROUP_STEP = "online: group "
 WARMUP_S = 10.0
 
 
@@ -64,7 +68,7 @@ def _timed(costs: Costs | None, step: str, fn: Callable[[], object]) -> object:
     return out
 
 
-def measure(url: str, servers: int, rate: int, seconds: float, trigger_ms: int) -> Costs:
+def measure(url: str, servers: int, rate: int, seconds: float, trigger_ms: int, groups: int = 0) -> Costs:
     ns = f"drv-{uuid.uuid4().hex[:6]}"
     cfg = Config(redis_url=url, embedded_redis=False, namespace=ns, checkpoint_dir=f"/tmp/{ns}",
                  online_timeout_ms=30_000, lanes=LANES)
@@ -78,6 +82,7 @@ def measure(url: str, servers: int, rate: int, seconds: float, trigger_ms: int) 
     opts = _Options(source_options(cfg, pre_aggregate=True))
     lanes = [LaneSink(KeySchema(c.namespace), params_of(c)) for c in (lane_config(cfg, lane) for lane in LANES)]
     mirror = PresenceMirror()
+    runners = [GroupRunner(client, keys, Group(g, groups), params) for g in range(groups)]
     costs = Costs(servers)
     first = int(client.xrange(keys.events, count=1)[0][0].split(b"-")[0])
     last = int(client.xrevrange(keys.events, count=1)[0][0].split(b"-")[0])
@@ -102,15 +107,24 @@ def measure(url: str, servers: int, rate: int, seconds: float, trigger_ms: int) 
         for lane in lanes:
             _timed(c, f"lane {lane.keys.namespace.rsplit('.', 1)[-1]}",
                    lambda lane=lane, batch=batch, summary=summary: lane.commit(client, batch, summary))
-        online = PresenceBatch(batch_id, watermark_ms, hi_ms, hi, presence_events(table), params.delay_ms, None)
-        _timed(c, "online", lambda online=online: commit_presence(client, keys, online, params, 30_000, mirror))
+        events = presence_events(table)
+        if groups:  # decision 0020: the driver hands over; each group folds its share in wm-online
+            handed = OnlineBatch(batch=batch_id, groups=groups, watermark_ms=watermark_ms, batch_ts_ms=hi_ms, end_id=hi,
+                                 delay_ms=params.delay_ms, timeout_ms=30_000,
+                                 newest_arrival_ms=int(events.arrivals().max()) if len(events.event_us) else None)
+            _timed(c, "online: hand over", lambda h=handed, e=events: hand_off(client, keys, h, e, params.ttl_s))
+            for g, runner in enumerate(runners):
+                _timed(c, f"{GROUP_STEP}{g}", runner.step)
+        else:
+            online = PresenceBatch(batch_id, watermark_ms, hi_ms, hi, events, params.delay_ms, None)
+            _timed(c, "online", lambda online=online: commit_presence(client, keys, online, params, 30_000, mirror))
         if c is not None:
             costs.events += sum(s.rows for s in summary.servers.values())
         tops = [s.max_event_us for s in summary.servers.values() if s.max_event_us is not None]
         running_us = max([running_us, *tops]) if running_us is not None else max(tops, default=None)
         watermark_ms = next_watermark(watermark_ms, running_us, params.delay_ms)
         lo = hi
-    costs.players = mirror.players.count()
+    costs.players = sum(m.players.count() for m in [mirror, *(r.mirror for r in runners)])
     return costs
 
 
@@ -118,10 +132,11 @@ def report(runs: list[Costs]) -> str:
     steps = list(dict.fromkeys(s for r in runs for s in r.ms))
     head = "| step (ms a batch, p50 / p95) | " + " | ".join(f"{r.servers} servers" for r in runs) + " |"
     lines = [head, "| --- |" + " --- |" * len(runs)]
-    for step in [*steps, "all"]:
+    for step in [*steps, "all"]:  # all: the driver's steps (a group's fold runs in a process of its own)
         cells = []
         for r in runs:
-            values = ([sum(v) for v in zip(*r.ms.values(), strict=True)] if step == "all" else r.ms.get(step, []))
+            driver = [v for k, v in r.ms.items() if not k.startswith(GROUP_STEP)]  # groups run in wm-online
+            values = [sum(v) for v in zip(*driver, strict=True)] if step == "all" else r.ms.get(step, [])
             if not values:
                 cells.append("")
                 continue
@@ -138,10 +153,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rate", type=int, default=50_000)
     p.add_argument("--seconds", type=float, default=30.0)
     p.add_argument("--trigger-ms", type=int, default=500)
+    p.add_argument("--groups", type=int, default=0, help="ONLINE_GROUPS: hand the online view over to N groups")
     p.add_argument("--servers", default="3,300")
     args = p.parse_args(argv)
     with scratch_redis() as (_, server):
-        runs = [measure(server.url, int(n), args.rate, args.seconds, args.trigger_ms)
+        runs = [measure(server.url, int(n), args.rate, args.seconds, args.trigger_ms, args.groups)
                 for n in args.servers.split(",")]
     print(f"{args.rate:,} events/s, batches of {args.trigger_ms} ms of arrival, after {WARMUP_S:.0f} s:")
     print(report(runs))

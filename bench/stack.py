@@ -4,8 +4,9 @@
     python bench/stack.py --search [--low 5000] [--high 100000] [--seconds 40]
     python bench/stack.py --rates 10000,25000,50000 [--seconds 60]     # where one event's cost goes
 
-Starts the ``Procfile``'s ``redis``, ``job``, ``generator`` and ``monitor`` lines (the dashboard's is left
-out: it costs nothing without a browser) with their defaults, ``/metrics`` scraped once a second, in a
+Starts the ``Procfile``'s ``redis``, ``job``, ``generator``, ``monitor`` and ``online`` lines (the dashboard's is
+left out: it costs nothing without a browser) with their defaults (``ONLINE_GROUPS=N`` in the environment: the
+online view folded by ``wm-online``'s N groups, decision 0020), ``/metrics`` scraped once a second, in a
 scratch directory, with ``SCENARIO=steady`` and ``RATE`` set: the job with its default lab lanes and the
 online-players query, the generator in follow mode.
 The generator starts once the job has started its queries; after ``--warmup`` seconds a window of
@@ -115,6 +116,8 @@ class Result:
     shards: int = 1  # STREAM_SHARDS
     executors: int = 0  # executor processes counted with the job (a standalone cluster's)
     redis_nodes: int = 1  # primaries of a Redis Cluster (1: one Redis)
+    online_cores: float = 0.0  # wm-online's processes (0 with ONLINE_GROUPS=0: the job folds the view)
+    online_groups: int = 0  # ONLINE_GROUPS
     scrapes: int = 0
     machine: str = field(default_factory=lambda: f"{os.cpu_count()} CPUs, {platform.machine()}, "
                                                     f"{platform.python_version()}")
@@ -203,7 +206,7 @@ class Stack:
             proc.wait()
 
     def stop_all(self) -> None:
-        for name in ("dashboard", "generator", "monitor", "job", "redis"):
+        for name in ("dashboard", "generator", "monitor", "online", "job", "redis"):
             self.stop(name)
 
 
@@ -468,16 +471,24 @@ def _start_job(stack: Stack, client: redis.Redis) -> subprocess.Popen:
     return job
 
 
+def _start_the_rest(stack: Stack, job: subprocess.Popen) -> dict[str, int]:
+    """The monitor and ``wm-online`` (where the code has them: ONLINE_GROUPS decides whether it folds), then the
+    generator; every process measured, by pid."""
+    pids = {"job": job.pid}
+    for name in ("monitor", "online", "generator"):
+        if name in stack.commands:
+            pids[name] = stack.start(name).pid
+    return pids
+
+
 def _measure(stack: Stack, rate: int, seconds: float, warmup: float, drain: float, label: str) -> Result:
     stack.start("redis")
     client = open_client(stack.url, socket_timeout=60)
     job = _start_job(stack, client)
-    monitor = stack.start("monitor") if "monitor" in stack.commands else None
-    gen = stack.start("generator")
+    pids = _start_the_rest(stack, job)
     time.sleep(warmup)
     sampler = Sampler(stack.url, job.pid, stack.ns)
-    scraper = Scraper(stack.metrics_port) if monitor is not None else None
-    pids = {"job": job.pid, "generator": gen.pid, **({"monitor": monitor.pid} if monitor is not None else {})}
+    scraper = Scraper(stack.metrics_port) if "monitor" in pids else None
     redis_pids = stack.redis_pids or [stack.procs["redis"].pid]
     execs = executor_pids()  # on a standalone cluster the executors are the workers' children, not the job's
     cpu0 = {k: tree_cpu_s(p) for k, p in pids.items()}
@@ -526,6 +537,8 @@ def _measure(stack: Stack, rate: int, seconds: float, warmup: float, drain: floa
         redis_peak_mb=round(redis_peak_mb, 1), phases=phases, freshness=fresh,
         job_cores_by_part={k: round((parts1[k] - parts0[k]) / wall, 3) for k in JOB_PARTS},
         master=stack.master, shards=stack.shards, executors=len(execs), redis_nodes=stack.redis_nodes,
+        online_cores=round((cpu1.get("online", 0.0) - cpu0.get("online", 0.0)) / wall, 3),
+        online_groups=int(stack.env.get("ONLINE_GROUPS", "0") or 0),
         **_monitor_figures(cpu1.get("monitor", 0.0) - cpu0.get("monitor", 0.0), wall, scraper),
     )
 
@@ -607,7 +620,7 @@ def phases_line(r: Result) -> str:
     return line
 
 
-COST_PARTS = ("driver", "jvm+planner", "workers", "redis", "generator", "monitor")
+COST_PARTS = ("driver", "jvm+planner", "workers", "redis", "generator", "monitor", "online")
 """The planners are short-lived processes the JVM starts: one that ends inside the window leaves the tree and its
 CPU moves to the JVM (its parent reaps it), so the two are shown together, exact only as a sum."""
 
@@ -616,7 +629,8 @@ def cost_cores(r: Result) -> dict[str, float]:
     """Cores of every part (:data:`COST_PARTS`) over the measured window."""
     job = r.job_cores_by_part
     return {"driver": job["driver"], "jvm+planner": round(job["jvm"] + job["planner"], 3), "workers": job["workers"],
-            "redis": r.redis_cores, "generator": r.generator_cores, "monitor": r.monitor_cores or 0.0}
+            "redis": r.redis_cores, "generator": r.generator_cores, "monitor": r.monitor_cores or 0.0,
+            "online": r.online_cores}
 
 
 def per_10k(r: Result) -> dict[str, float]:

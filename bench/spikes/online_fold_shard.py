@@ -24,8 +24,7 @@ from bench.run import scratch_redis
 from watermark.rules.presence_batch import Prior, fold
 from watermark.schema.config import Config
 from watermark.schema.keys import KeySchema
-from watermark.spark.query import params_of
-from watermark.store.commit import queue_packed
+from watermark.store.commit import params_of, queue_packed
 from watermark.store.presence_store import PlayerTable, PresenceBatch, PresenceEvents, PresenceMirror, commit_presence
 
 TIMEOUT_MS = 30_000

@@ -17,7 +17,7 @@ from tests.receiver import Receiver, alert_lines, receiving
 from watermark.alerting.alertmanager import VALID_FOR_RESENDS, postable_alerts
 from watermark.alerting.lifecycle import AlertState, Notice
 from watermark.alerting.webhook import rfc3339
-from watermark.apps.alertmanager import AlertmanagerPusher
+from watermark.apps.monitor.alertmanager import AlertmanagerPusher
 from watermark.apps.redis_server import free_port
 from watermark.runtime.clock import wall_ms
 

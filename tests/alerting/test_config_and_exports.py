@@ -106,7 +106,7 @@ def _metric_names(text: str) -> set[str]:
 
 
 def test_the_rules_and_the_grafana_dashboard_use_only_metrics_the_monitor_serves() -> None:
-    from watermark.apps.metrics import METRICS
+    from watermark.apps.monitor.metrics import METRICS
 
     served = set(METRICS)
     grafana = json.loads((ROOT / "ops" / "grafana" / "watermark.json").read_text())
@@ -117,7 +117,7 @@ def test_the_rules_and_the_grafana_dashboard_use_only_metrics_the_monitor_serves
 
 
 def test_every_metric_is_documented() -> None:
-    from watermark.apps.metrics import METRICS
+    from watermark.apps.monitor.metrics import METRICS
 
     doc = (ROOT / "docs" / "alerts.md").read_text()
     assert [m for m in METRICS if f"`{m}`" not in doc] == []

@@ -11,7 +11,7 @@ from watermark.alerting.config import AlertConfig, Freshness, JobQuiet, Watermar
 from watermark.alerting.health import Health, Severity, Verdict, judge, judge_all, quiet_limit_ms, redis_at_limit
 from watermark.alerting.observation import MAIN, Memory, Observation, PipelineObs
 from watermark.alerting.verdicts import Flat
-from watermark.apps.metrics import health_families
+from watermark.apps.monitor.metrics import health_families
 from watermark.schema.config import ConfigError
 
 NOW = 1_767_225_600_000

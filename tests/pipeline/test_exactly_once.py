@@ -34,17 +34,30 @@ KILLS = 5
 WINDOW_MS, SLIDE_MS, DELAY_MS = 60_000, 30_000, 10_000
 
 
-def start_job(redis_url: str, ns: str, checkpoint: Path, log: Path, shards: int = 1) -> subprocess.Popen[bytes]:
-    env = {
+def start_job(redis_url: str, ns: str, checkpoint: Path, log: Path, shards: int = 1,
+              groups: int = 0) -> subprocess.Popen[bytes]:
+    env = job_env(redis_url, ns, checkpoint, shards, groups)
+    # Its own process group; kill() takes the JVM (in a session of its own) down with it: a real crash.
+    return subprocess.Popen([sys.executable, "-m", "watermark.apps.job"], env=env, cwd=ROOT, start_new_session=True,
+                            stdout=log.open("ab"), stderr=subprocess.STDOUT)
+
+
+def start_online(redis_url: str, ns: str, checkpoint: Path, log: Path, shards: int,
+                 groups: int) -> subprocess.Popen[bytes]:
+    """``wm-online`` with every group as a child (as ``./run.sh`` starts it), killed with the job: a crash."""
+    return subprocess.Popen([sys.executable, "-m", "watermark.apps.online"],
+                            env=job_env(redis_url, ns, checkpoint, shards, groups), cwd=ROOT, start_new_session=True,
+                            stdout=log.open("ab"), stderr=subprocess.STDOUT)
+
+
+def job_env(redis_url: str, ns: str, checkpoint: Path, shards: int, groups: int) -> dict[str, str]:
+    return {
         **os.environ, "PYTHONPATH": str(ROOT), "REDIS_URL": redis_url, "PIPELINE_NAMESPACE": ns,
         "CHECKPOINT_DIR": str(checkpoint), "WINDOW": f"{WINDOW_MS}ms", "SLIDE": f"{SLIDE_MS}ms",
         "WATERMARK_DELAY": f"{DELAY_MS}ms", "MAX_FUTURE_SKEW": "off",
         "MAX_EVENTS_PER_BATCH": str(BATCH_CAP), "TRIGGER_INTERVAL": "200ms", "SPARK_MASTER": "local[2]",
-        "RETENTION": "36500d", "STREAM_SHARDS": str(shards),
+        "RETENTION": "36500d", "STREAM_SHARDS": str(shards), "ONLINE_GROUPS": str(groups),
     }
-    # Its own process group; kill() takes the JVM (in a session of its own) down with it: a real crash.
-    return subprocess.Popen([sys.executable, "-m", "watermark.apps.job"], env=env, cwd=ROOT, start_new_session=True,
-                            stdout=log.open("ab"), stderr=subprocess.STDOUT)
 
 
 def kill(proc: subprocess.Popen[bytes]) -> None:
@@ -89,8 +102,9 @@ def snapshot(client: redis.Redis, keys: KeySchema) -> dict:
             keys.presence_minutes, keys.batch_seconds}
     for raw in home(client, keys.state).keys(keys.namespace + ":*"):  # a cluster's: the namespace's one node
         key = raw.decode()
-        if key in skip or key.startswith(keys.namespace + ":presence:peak:"):
-            continue
+        if key in skip or key.startswith(tuple(keys.namespace + k for k in (":presence:peak:", ":presence:group:",
+                                                                             ":online:"))):
+            continue  # (the groups' guards and the handover are how the view was folded, not what it says)
         name = key[len(keys.namespace):]
         kind = client.type(raw)
         if kind == b"hash":
@@ -145,12 +159,15 @@ def counted_per_window(client: redis.Redis, keys: KeySchema) -> dict[str, int]:
             for m in client.zrange(keys.windows, 0, -1)}
 
 
-@pytest.mark.parametrize(("shards", "where"), [(1, "redis"), (4, "redis"), (4, "cluster")])
+@pytest.mark.parametrize(("shards", "where", "groups"), [(1, "redis", 0), (4, "redis", 0), (4, "cluster", 0),
+                                                         (4, "redis", 2)])
 def test_sigkill_at_random_moments_changes_nothing(redis_url: str, tmp_path: Path, shards: int, where: str,
-                                                   request: pytest.FixtureRequest) -> None:
+                                                   groups: int, request: pytest.FixtureRequest) -> None:
     """With four shards too: each shard's offsets in the checkpoint and the guard's position shard by shard. And
     in a Redis Cluster of three primaries (decision 0018): the killed job's pipeline, under a braced namespace,
-    ends exactly as the uninterrupted run on one Redis; its input shards sit on at least two nodes."""
+    ends exactly as the uninterrupted run on one Redis; its input shards sit on at least two nodes. And with the
+    online view folded by two ``wm-online`` groups (decision 0020), killed with the job: the view ends as the
+    uninterrupted job's own fold leaves it."""
     rng = random.Random(20261122)
     entries = seeded_entries(seed=5, count=1_800)
     client = redis.Redis.from_url(redis_url, socket_timeout=COMMIT_WAIT_MS / 1000 + 10)
@@ -178,26 +195,43 @@ def test_sigkill_at_random_moments_changes_nothing(redis_url: str, tmp_path: Pat
 
     seen, kills = "0-0", 0
     while kills < KILLS:
-        proc = start_job(crashed_url, crashed.namespace, tmp_path / "ck-crashed", log, shards)
+        proc = start_job(crashed_url, crashed.namespace, tmp_path / "ck-crashed", log, shards, groups)
+        online = start_online(crashed_url, crashed.namespace, tmp_path / "ck-crashed", log, shards, groups) \
+            if groups else None
         seen = wait_for_commit(client, crashed, seen)
         try:  # a random moment after a commit: mid-batch, mid-commit, or between batches
             proc.wait(timeout=rng.uniform(0.0, 1.5))
         except subprocess.TimeoutExpired:
             pass
         kill(proc)
+        if online is not None:  # the groups a moment later (they fold what was handed over meanwhile)
+            try:
+                online.wait(timeout=rng.uniform(0.0, 0.5))
+            except subprocess.TimeoutExpired:
+                pass
+            kill(online)
         kills += 1
         if client.hget(crashed.state, "committed_id") == last_id.encode():
             break
     assert client.hget(crashed.state, "committed_id") != last_id.encode(), "the kills came too late to matter"
 
-    proc = start_job(crashed_url, crashed.namespace, tmp_path / "ck-crashed", log, shards)
+    proc = start_job(crashed_url, crashed.namespace, tmp_path / "ck-crashed", log, shards, groups)
+    online = start_online(crashed_url, crashed.namespace, tmp_path / "ck-crashed", log, shards, groups) \
+        if groups else None
     try:
         if client.hget(crashed.state, "committed_id") != last_id.encode():
             wait_for_commit(client, crashed, seen, until_id=last_id)
         assert online_committed(client, crashed, last_id, timeout_s=COMMIT_WAIT_MS / 1000, online=True)
     finally:
-        proc.terminate()
-        proc.wait(timeout=60)
+        for p in (proc, online):
+            if p is not None:
+                p.terminate()
+                p.wait(timeout=60)
+    if groups:  # each group folded every batch, and nothing was left for them
+        assert {int(client.hget(crashed.presence_group(g, groups), "last_batch")) for g in range(groups)} == {
+            int(client.hget(crashed.presence_state, "last_batch"))}
+        assert not list(client.scan_iter(f"{crashed.namespace}:online:rows:*"))
+        assert not client.zcard(crashed.presence_parts_index)
 
     assert kills == KILLS
     expected, actual = snapshot(client_clean, clean), snapshot(client, crashed)

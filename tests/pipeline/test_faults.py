@@ -18,8 +18,9 @@ from watermark.schema.config import Config
 from watermark.schema.events import PAYLOAD_FIELD, parse_entry_id
 from watermark.schema.keys import KeySchema
 from watermark.schema.shards import shard_key
-from watermark.spark.query import params_of, start_query
+from watermark.spark.query import start_query
 from watermark.spark.sink import RedisSink
+from watermark.store.commit import params_of
 from watermark.store.report import wait_for_commit
 from watermark.store.views.snapshot import read_snapshot
 

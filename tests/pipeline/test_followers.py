@@ -22,8 +22,9 @@ from watermark.schema.config import Config
 from watermark.schema.keys import KeySchema
 from watermark.schema.lanes import lane_namespace
 from watermark.spark.handover import Handover
-from watermark.spark.query import params_of, pipeline_sink, start_query
+from watermark.spark.query import pipeline_sink, start_query
 from watermark.spark.sink import RedisSink
+from watermark.store.commit import params_of
 
 LANES = ("per-server-min", "per-server-max")
 

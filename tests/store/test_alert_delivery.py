@@ -12,7 +12,7 @@ from tests.receiver import alert_line, alert_lines, receiving
 from watermark.alerting.conditions import Finding
 from watermark.alerting.config import Timing
 from watermark.alerting.lifecycle import Decision, Notice, step_all
-from watermark.apps.notify import Notifier, Outgoing
+from watermark.apps.monitor.notify import Notifier, Outgoing
 from watermark.schema.keys import KeySchema
 from watermark.store.alert_store import apply_decision, read_alert_view, read_alerts, read_outbox
 

@@ -11,7 +11,7 @@ import redis
 
 from watermark.alerting.config import AlertConfig, WatermarkFlat
 from watermark.apps.monitor import Monitor, load_config, monitor_client, read_config, shown_url
-from watermark.apps.notify import Notifier, Outgoing
+from watermark.apps.monitor.notify import Notifier, Outgoing
 from watermark.apps.redis_server import free_port
 from watermark.schema.config import ConfigError
 from watermark.schema.keys import KeySchema

@@ -1,55 +1,104 @@
-"""The online view can be folded in groups of servers apart (the design of docs/scaling.md plan step 1: one process
-per group of shards, a server in one shard): after every batch each server's players, count, transitions and clock
-are what one fold of every server gives, provided each group is told the batch's newest arrival, the one thing a
-server's fold takes from the others' (a server without events runs its clock on to it). Checked through the real
-commit (real redis-server), each group in a namespace of its own, on the random games of the clock tests."""
+"""The online view folded by groups of servers (decision 0020): each group folds its servers' share of every batch
+under its own guard and leaves its part; the last part in merges the batch into the view. Whatever the groups'
+order, lags, retries and restarts, everything the view keeps in Redis (the state, the counts, every batch's
+record, the minutes, the peaks, the day's history, each server's players) is what one fold of every server keeps,
+provided each group is told the batch's newest arrival: the one thing a server's fold takes from the others' (a
+server without events runs its clock on to it). Real redis-server, the real commit, the random games of the clock
+tests (clocks ahead, behind and set forward, lags, silences, logouts, late events)."""
 
 from __future__ import annotations
 
 import random
 import uuid
+from collections.abc import Callable
 
 import pytest
 import redis
 
-from tests.store.test_online import events, members
+from tests.store.test_online import events
 from tests.store.test_server_clocks import DELAY, T0, TIMEOUT, Steps, at, game
 from watermark.schema.keys import KeySchema
 from watermark.schema.records import PresenceRecord
 from watermark.store.commit import Params
-from watermark.store.presence_store import PresenceBatch, PresenceMirror, commit_presence, read_online
+from watermark.store.presence_store import Group, PresenceBatch, PresenceMirror, commit_presence
 
 PARAMS = Params(60_000, 60_000, DELAY)
+NOW_MS = T0 + 7 * 86_400_000  # one wall clock for every run: the records' updated_ms and expiries alike
 
 
-def per_server(r: redis.Redis, keys: KeySchema, servers: list[str]) -> dict[str, tuple]:
-    """Each server's players online and logged out (with their times), count, clock, the last batch's transitions
-    by cause and how far ahead its events ran: everything the online view says of one server."""
-    view = read_online(r, keys)
-    assert view is not None
-    last = PresenceRecord.decode(r.zrange(keys.presence_history, -1, -1)[0], "the last batch's record")
-    return {s: (members(r, keys.online(s)), members(r, keys.logged_out(s)), view.counts.get(s, 0),
-                view.clocks.get(s), last.causes.get(s, {}), last.ahead_ms.get(s))
-            for s in servers if s in view.counts or s in view.clocks}
+def now() -> int:
+    return NOW_MS
 
 
-def fold(r: redis.Redis, batches: list[list[tuple]], groups: list[list[str]],
-         tell_newest: bool = True) -> list[dict[str, tuple]]:
-    """Every batch folded by each group of servers in its own namespace (one group of all: today's single fold)."""
-    names = [KeySchema(f"grp-{uuid.uuid4().hex[:8]}") for _ in groups]
-    mirrors = [PresenceMirror() for _ in groups]
-    out = []
-    for i, batch in enumerate(batches):
-        newest = max((row[4] for row in batch), default=None)
-        seen: dict[str, tuple] = {}
-        for keys, mirror, servers in zip(names, mirrors, groups, strict=True):
-            mine = [row for row in batch if row[0] in servers]
-            b = PresenceBatch(i, 0, T0 + i * 1000, f"{i + 1}-0", events(*mine), DELAY,
-                              newest_arrival_ms=newest if tell_newest and len(groups) > 1 else None)
-            assert commit_presence(r, keys, b, PARAMS, TIMEOUT, mirror)
-            seen |= per_server(r, keys, servers)
-        out.append(seen)
+def share(batches: list[list[tuple]], i: int, group: Group, tell_newest: bool = True) -> PresenceBatch:
+    """The group's share of batch ``i`` (rows: server, player, event ms, kind, arrival ms)."""
+    batch = batches[i]
+    newest = max((row[4] for row in batch), default=None) if tell_newest else None
+    mine = [row for row in batch if group.owns(row[0])]
+    return PresenceBatch(i, 0, T0 + i * 1000, f"{T0 + i * 1000}-0", events(*mine), DELAY,
+                         newest_arrival_ms=newest if group.of > 1 else None)
+
+
+def dump(r: redis.Redis, keys: KeySchema) -> dict[str, object]:
+    """Every key of the namespace but the groups' own, by its name past the namespace, with its content."""
+    out: dict[str, object] = {}
+    for raw in r.scan_iter(f"{keys.namespace}:*"):
+        name = raw.decode()[len(keys.namespace) + 1:]
+        if name.startswith(("presence:group:", "presence:parts")):
+            continue
+        kind = r.type(raw).decode()
+        if kind == "string":
+            out[name] = r.get(raw)
+        elif kind == "hash":
+            out[name] = r.hgetall(raw)
+        elif kind == "zset":
+            out[name] = r.zrange(raw, 0, -1, withscores=True)
+        else:
+            assert kind == "stream", (name, kind)
+            out[name] = [fields for _, fields in r.xrange(raw)]  # entry IDs are Redis' clock: not compared
     return out
+
+
+def run(r: redis.Redis, batches: list[list[tuple]], groups: int,
+        schedule: Callable[[int, int], list[int]] | None = None, tell_newest: bool = True, restart_every: int = 0,
+        seed: int = 0) -> KeySchema:
+    """Every batch through ``groups`` groups, in the order ``schedule(groups, batches)`` gives (a group's next batch
+    each time; lockstep when None), in one namespace; each group keeps its mirror as a process would, a fresh one
+    every ``restart_every``-th step (a restart), and retries its last batch now and then (a lost reply)."""
+    keys = KeySchema(f"grp-{uuid.uuid4().hex[:8]}")
+    order = schedule(groups, len(batches)) if schedule else [g for _ in batches for g in range(groups)]
+    mirrors = [PresenceMirror() for _ in range(groups)]
+    done = [0] * groups
+    rng = random.Random(seed)
+    for step, g in enumerate(order):
+        group = Group(g, groups)
+        if restart_every and step % restart_every == restart_every - 1:
+            mirrors[g] = PresenceMirror()
+        assert commit_presence(r, keys, share(batches, done[g], group, tell_newest), PARAMS, TIMEOUT, mirrors[g],
+                               now, group)
+        if rng.random() < 0.1:  # the same batch again: nothing changes
+            assert not commit_presence(r, keys, share(batches, done[g], group, tell_newest), PARAMS, TIMEOUT,
+                                       mirrors[g], now, group)
+        done[g] += 1
+    assert not r.zcard(keys.presence_parts_index)  # every batch merged, no part left behind
+    assert not list(r.scan_iter(f"{keys.namespace}:presence:parts:*"))
+    return keys
+
+
+def random_order(seed: int) -> Callable[[int, int], list[int]]:
+    """Groups running at their own pace: any one of those not finished takes its next batch."""
+    def order(groups: int, batches: int) -> list[int]:
+        rng = random.Random(seed)
+        left = {g: batches for g in range(groups)}
+        out = []
+        while left:
+            g = rng.choice(sorted(left))
+            out.append(g)
+            left[g] -= 1
+            if not left[g]:
+                del left[g]
+        return out
+    return order
 
 
 def random_game(seed: int) -> list[list[tuple]]:
@@ -70,22 +119,74 @@ def random_game(seed: int) -> list[list[tuple]]:
     return game(90, servers, offset, lag, silent, extra)
 
 
+def test_the_games_split_servers_among_the_groups() -> None:
+    """Four servers in two groups (D | A, B, C) and in four (D | B | none | A, C): an empty group too."""
+    assert [[s for s in "ABCD" if Group(g, 2).owns(s)] for g in range(2)] == [["D"], ["A", "B", "C"]]
+    assert [[s for s in "ABCD" if Group(g, 4).owns(s)] for g in range(4)] == [["D"], ["B"], [], ["A", "C"]]
+
+
 @pytest.mark.parametrize("seed", range(4))
-def test_groups_folded_apart_say_what_one_fold_says(r: redis.Redis, seed: int) -> None:
+def test_groups_keep_what_one_fold_keeps(r: redis.Redis, seed: int) -> None:
     batches = random_game(seed)
-    whole = fold(r, batches, [list("ABCD")])
-    assert fold(r, batches, [["A", "C"], ["B", "D"]]) == whole
-    assert fold(r, batches, [["A"], ["B"], ["C"], ["D"]]) == whole
-    assert sum(s[2] for s in whole[-1].values()) > 0  # players online at the end: the comparison is not of nothing
+    whole = dump(r, run(r, batches, 1))
+    assert any(k.startswith("present:") and v for k, v in whole.items())  # players online: not a compare of nothing
+    assert dump(r, run(r, batches, 2)) == whole  # in lockstep
+    assert dump(r, run(r, batches, 2, random_order(seed), restart_every=7, seed=seed)) == whole
+    assert dump(r, run(r, batches, 4, random_order(seed + 10), restart_every=5, seed=seed)) == whole
 
 
 def test_a_silent_group_runs_its_clock_on_the_batch_s_newest_arrival(r: redis.Redis) -> None:
-    """A's server goes silent from 20 s to 80 s while B's keeps sending. One fold times A's players out by arrival
-    time (B's arrivals run A's clock on); A's group alone, not told the batch's newest arrival, would keep them
-    online (and time them all out at once when A returns)."""
-    batches = game(90, {"A": 5, "B": 5}, silent={"A": (20, 80)})
-    whole = fold(r, batches, [["A", "B"]])
-    assert [b["A"][2] for b in whole][54:80] == [0] * 26  # timed out while silent (last heard at 19 s)
-    assert fold(r, batches, [["A"], ["B"]]) == whole
-    blind = fold(r, batches, [["A"], ["B"]], tell_newest=False)
-    assert [b["A"][2] for b in blind][54:80] == [5] * 26  # what the group would say without it
+    """A and C's servers go silent from 20 s to 80 s while D keeps sending: one fold times their players out by
+    arrival time (D's arrivals run their clocks on). Their group, not told the batch's newest arrival, would keep
+    them online until they return, then time them all out at once."""
+    batches = game(90, {"A": 5, "C": 5, "D": 5}, silent={"A": (20, 80), "C": (20, 80)})
+    whole = dump(r, run(r, batches, 1))
+    assert dump(r, run(r, batches, 2)) == whole
+    blind = dump(r, run(r, batches, 2, tell_newest=False))
+    assert [online_a(whole, i) for i in (45, 60, 79, 89)] == [5, 0, 0, 5]  # last heard at 19 s, back at 80 s
+    assert [online_a(blind, i) for i in (45, 60, 79, 89)] == [5, 5, 5, 5]
+
+
+def online_a(view: dict[str, object], batch_id: int) -> int:
+    """A's players online after one batch, from the view's record of it."""
+    records = [PresenceRecord.decode(m, "a record") for m, _ in view["presence:history"]]  # type: ignore[attr-defined]
+    return next(rec.counts["A"] for rec in records if rec.batch == batch_id)
+
+
+def test_redis_emptied_between_two_groups_commits_loses_history_not_players(r: redis.Redis) -> None:
+    """Redis comes back empty after group 0 committed batch 40 and before group 1 did: batch 40's part can never be
+    whole (group 0's went with the rest); the merges go on from the next batch, the view says it lost its history
+    there, and every server's players are written again from the groups' copies."""
+    batches = random_game(3)
+    whole = dump(r, run(r, batches, 1))
+    keys = KeySchema(f"grp-{uuid.uuid4().hex[:8]}")
+    mirrors = [PresenceMirror(), PresenceMirror()]
+    for i in range(len(batches)):
+        for g in (0, 1):
+            if (i, g) == (40, 1):
+                r.delete(*r.scan_iter(f"{keys.namespace}:*"))
+            assert commit_presence(r, keys, share(batches, i, Group(g, 2)), PARAMS, TIMEOUT, mirrors[g], now,
+                                   Group(g, 2))
+    got = dump(r, keys)
+    assert int(got["presence:state"][b"lost_at_batch"]) == 41
+    assert int(got["presence:state"][b"last_batch"]) == len(batches) - 1
+    assert not r.zcard(keys.presence_parts_index)
+    players = {k: v for k, v in got.items() if k.startswith(("present:", "loggedout:"))}
+    assert players == {k: v for k, v in whole.items() if k.startswith(("present:", "loggedout:"))}
+    assert got["presence:counts"] == whole["presence:counts"]
+
+
+def test_the_number_of_groups_changes_once_caught_up(r: redis.Redis) -> None:
+    """One fold for 30 batches, then three groups for 30, then two: each new number's groups start from the view
+    (their keys are named with the number: group 0 of 2 holds D, which group 2 of 3 held), and the view is what
+    one fold keeps throughout."""
+    batches = random_game(2)
+    whole = dump(r, run(r, batches, 1))
+    keys = KeySchema(f"grp-{uuid.uuid4().hex[:8]}")
+    for groups, span in ((1, range(0, 30)), (3, range(30, 60)), (2, range(60, 90))):
+        mirrors = [PresenceMirror() for _ in range(groups)]
+        for i in span:
+            for g in range(groups):
+                assert commit_presence(r, keys, share(batches, i, Group(g, groups)), PARAMS, TIMEOUT, mirrors[g], now,
+                                       Group(g, groups))
+    assert dump(r, keys) == whole

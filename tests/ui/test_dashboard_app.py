@@ -433,7 +433,7 @@ def scrape(url: str, namespace: str) -> dict[tuple[str, tuple[tuple[str, str], .
     from prometheus_client.parser import text_string_to_metric_families
     from prometheus_client.registry import CollectorRegistry
 
-    from watermark.apps.metrics import StackCollector
+    from watermark.apps.monitor.metrics import StackCollector
     from watermark.store.observe import lane_keys, read_stack
 
     client, keys = redis.Redis.from_url(url), KeySchema(namespace)

@@ -240,7 +240,8 @@ def test_demo_off_run_sh_runs_on_external_events_without_a_generator(production:
     assert any("wm-job" in c for c in commands) and any("streamlit" in c for c in commands), commands
     assert not [c for c in commands if "generator" in c], commands
     started = re.findall(r"\| (\S+)\.1 started", run.tail(10_000))
-    assert sorted(started) == ["dashboard", "job", "monitor", "redis"], started  # the stack's own account (wm-stack)
+    # the stack's own account (wm-stack); online: wm-online, idle with ONLINE_GROUPS=0
+    assert sorted(started) == ["dashboard", "job", "monitor", "online", "redis"], started
     # No KNOWN_SERVERS: the Procfile's lanes follow the producer's servers as they come.
     run.wait_for(r"lanes per-server-min,per-server-min-idle", timeout=1)
 

@@ -1,4 +1,4 @@
-"""What the monitor pushes to a Prometheus Alertmanager (pure; ``watermark.apps.alertmanager`` sends it).
+"""What the monitor pushes to a Prometheus Alertmanager (pure; ``watermark.apps.monitor.alertmanager`` sends it).
 
 Alertmanager's v2 API takes ``POST /api/v2/alerts`` with a list of alerts, each its labels, annotations,
 ``startsAt``, ``endsAt`` and ``generatorURL``; an alert is known by its labels. Prometheus pushes every firing

@@ -1,4 +1,4 @@
-"""The webhook's message and its retry schedule (pure; ``watermark.apps.notify`` sends).
+"""The webhook's message and its retry schedule (pure; ``watermark.apps.monitor.notify`` sends).
 
 The message is Alertmanager's webhook JSON (version 4), the notices of one alert name and status decided within
 the webhook's ``group_wait`` in one message (:func:`group_payload`), so anything that takes

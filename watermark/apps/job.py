@@ -87,7 +87,7 @@ def main() -> int:
 def prepare(client: redis.Redis, cfg: Config, own: Config, lanes: list[Config]) -> list[Pipeline] | None:
     """The one pipeline to run (its query reads the input once; its sink also serves every lab lane and the
     online players), with the delay the presenter asked for; None when a namespace was built otherwise."""
-    from watermark.spark.query import params_of
+    from watermark.store.commit import params_of
 
     keys = KeySchema(cfg.namespace)
     if is_cluster(client) and not cfg.namespace.startswith("{"):
@@ -113,7 +113,8 @@ def supervise(client: redis.Redis, cfg: Config, own: Config, lanes: list[Config]
     """Run the queries until a signal asks to stop (0) or they fail too often in a row (1): restart a failed
     one from its checkpoint, follow the presenter's delay, write idle markers."""
     from watermark.spark.listener import ProgressListener, ProgressWriter
-    from watermark.spark.query import build_session, params_of
+    from watermark.spark.query import build_session
+    from watermark.store.commit import params_of
 
     keys = KeySchema(cfg.namespace)
     spark = build_session(cfg, own_session=True)

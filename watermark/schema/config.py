@@ -88,6 +88,7 @@ class Config:
     input_namespace: str | None = None  # read another namespace's input stream (lab lanes); None: our own
     lanes: tuple[str, ...] = ()  # lab lanes run beside this pipeline over the same input (see watermark.schema.lanes)
     online_timeout_ms: int = 30_000  # event time without an event after which a player is offline
+    online_groups: int = 0  # 0: the job folds the online view; N: wm-online processes, one per group (decision 0020)
     history_days: int = DEFAULT_HISTORY_DAYS  # days of per-minute players online kept (watermark.rules.presence_rollup)
     retire_after_ms: int = 600_000  # a server silent this long (arrival time) leaves the live views until it speaks
     demo: bool = True  # DEMO: the demo's event generator runs (./run.sh); off: your own producers write the events
@@ -106,6 +107,8 @@ class Config:
         _check(self.max_events_per_batch >= 0, "MAX_EVENTS_PER_BATCH", "must be 0 (no cap) or positive")
         _check(1 <= self.source_partitions <= 256, "SOURCE_PARTITIONS", "must be between 1 and 256")
         _check(1 <= self.stream_shards <= 256, "STREAM_SHARDS", "must be between 1 and 256")
+        _check(0 <= self.online_groups <= 256, "ONLINE_GROUPS",
+               "must be between 0 (the job folds the online view) and 256")
         self._check_bounds()
         _check(bool(self.checkpoint_dir.strip()), "CHECKPOINT_DIR", "must not be empty")
         _check(bool(_NAMESPACE.match(self.namespace)), "PIPELINE_NAMESPACE",
@@ -208,6 +211,7 @@ class Config:
             idle_timeout_ms=_optional_duration(env, "IDLE_TIMEOUT", cls.idle_timeout_ms),
             lanes=_lane_list(env, "LAB_LANES"),
             online_timeout_ms=_duration(env, "ONLINE_TIMEOUT", cls.online_timeout_ms),
+            online_groups=_int(env, "ONLINE_GROUPS", cls.online_groups),
             retire_after_ms=_duration(env, "RETIRE_AFTER", cls.retire_after_ms),
             history_days=_int(env, "HISTORY_DAYS", cls.history_days),
             demo=demo,

@@ -110,6 +110,19 @@ key                                                type    contents
                                                            came back empty before it),
                                                            ``partial_until_ms`` (rebuilt from new events
                                                            only: whole once the watermark passes it)
+``{ns}:presence:group:{g}-{n}``                    hash    group g of n's fold (decision 0020): its
+                                                           ``last_batch`` (its own commit guard) and its
+                                                           servers' ``clocks``
+``{ns}:presence:group:{g}-{n}:counts``             hash    per server of the group: players online after its
+                                                           last commit
+``{ns}:presence:parts:{batch}``                    hash    group -> JSON ``PresencePart``: what its fold did to
+                                                           the batch, until every group's is in and merged
+``{ns}:presence:parts``                            zset    the batches with parts not merged yet, score = id
+``{ns}:online:rows:{batch}:{g}``                   string  one group's share of a batch's accepted events
+                                                           (Arrow IPC), handed over by the job; the group's
+                                                           commit deletes it
+``{ns}:online:batches``                            stream  one entry per batch handed over (``OnlineBatch``)
+``{ns}:online:handoff``                            hash    the handover's guard ``last_batch``
 ``{ns}:presence:history``                          zset    one JSON record per batch (online counts per
                                                            server after it, transitions per server and
                                                            cause), score = its batch id
@@ -313,6 +326,39 @@ class KeySchema:
     @property
     def presence_commits(self) -> str:
         return self._k("presence", "commits")
+
+    def presence_group(self, group: int, of: int) -> str:
+        """Group ``group`` of ``of``'s fold of the online view: its own commit guard ``last_batch`` and its servers'
+        ``clocks`` (decision 0020). Named with the number of groups: another number groups the servers otherwise,
+        and its groups start from the view."""
+        return self._k("presence", "group", f"{group}-{of}")
+
+    def presence_group_counts(self, group: int, of: int) -> str:
+        """Players online per server of one group, as of its last commit (what it loads its servers from)."""
+        return self._k("presence", "group", f"{group}-{of}", "counts")
+
+    def presence_parts(self, batch_id: int) -> str:
+        """The groups' parts of one batch (a field per group), until the last is in and they are merged."""
+        return self._k("presence", "parts", batch_id)
+
+    @property
+    def presence_parts_index(self) -> str:
+        """The batches with parts not merged yet, score = the batch id."""
+        return self._k("presence", "parts")
+
+    def online_rows(self, batch_id: int, group: int) -> str:
+        """One group's share of a batch's accepted events, handed over by the job (decision 0020)."""
+        return self._k("online", "rows", batch_id, group)
+
+    @property
+    def online_batches(self) -> str:
+        """The batches handed over to the online view's groups, in order (``OnlineBatch``)."""
+        return self._k("online", "batches")
+
+    @property
+    def online_handoff(self) -> str:
+        """The handover's own guard, ``last_batch``."""
+        return self._k("online", "handoff")
 
     @property
     def presence_minutes(self) -> str:

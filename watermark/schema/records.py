@@ -215,6 +215,70 @@ class PresenceRecord(msgspec.Struct, frozen=True, kw_only=True):
         return decode_json(raw, cls, where)
 
 
+class OnlineBatch(msgspec.Struct, frozen=True, kw_only=True):
+    """One batch handed by the job to the online view's groups (``{ns}:online:batches``, decision 0020): what
+    their folds need besides the events (``{ns}:online:rows:{batch}:{group}``)."""
+
+    batch: int
+    groups: int
+    """How many groups the job split the batch's events among: a group process configured otherwise refuses."""
+    watermark_ms: int
+    batch_ts_ms: int
+    end_id: str
+    delay_ms: int
+    timeout_ms: int
+    next_watermark_ms: int | None = None
+    newest_arrival_ms: int | None = None
+    """The whole batch's newest arrival (None: it had no event)."""
+
+    def encode(self) -> bytes:
+        return _ENCODER.encode(self)
+
+    @classmethod
+    def decode(cls, raw: bytes | str, where: str) -> OnlineBatch:
+        return decode_json(raw, cls, where)
+
+
+class PresencePart(msgspec.Struct, frozen=True, kw_only=True):
+    """What one group of servers' fold did to one batch (``{ns}:presence:parts:{batch}``, a field per group), until
+    the last group's part is in and the parts are merged into the online view's record of the batch
+    (``watermark.store.presence_store``). Every group's part carries the batch's own figures (the same in each),
+    so whoever merges needs nothing else."""
+
+    group: int
+    batch: int
+    watermark_ms: int
+    """The pipeline's watermark in force for the batch."""
+    batch_ts_ms: int
+    end_id: str
+    delay_ms: int
+    timeout_ms: int
+    next_watermark_ms: int | None = None
+    """Per-server pipelines: Spark's combined watermark after the batch, from the sink's model."""
+    counts: dict[str, int]
+    """Players online after the batch, per server of the group."""
+    causes: dict[str, dict[str, int]] = {}
+    came_online: int = 0
+    went_offline: int = 0
+    ahead_ms: dict[str, int] = {}
+    """Per server of the group with events in the batch that ran ahead of their arrival: by how much (ms)."""
+    clocks: dict[str, ClockRecord] = {}
+    """Each server's clock after the batch."""
+    newest_event_us: int | None = None
+    """The newest event of the group's share of the batch (None: it had none)."""
+    lost: bool = False
+    """Redis came back empty while the group's fold still held its players: the group wrote them all again."""
+    rebuilt: bool = False
+    """Redis came back empty and the fold had no copy either: the group starts from the batch's events."""
+
+    def encode(self) -> bytes:
+        return _ENCODER.encode(self)
+
+    @classmethod
+    def decode(cls, raw: bytes | str, where: str) -> PresencePart:
+        return decode_json(raw, cls, where)
+
+
 ANNOTATION_KINDS = ("deploy", "maintenance", "incident", "note")
 
 

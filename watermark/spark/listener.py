@@ -59,7 +59,7 @@ def write_progress(client: redis.Redis, keys: KeySchema, p: Progress, ttl_s: int
         pipe.hset(bkey, "progress", json.dumps(asdict(p), separators=(",", ":")))
         pipe.expire(bkey, ttl_s)
         took_ms = p.durations_ms.get("triggerExecution")
-        if took_ms is not None:  # the /metrics histogram (watermark.apps.metrics)
+        if took_ms is not None:  # the /metrics histogram (watermark.apps.monitor.metrics)
             pipe.hincrby(keys.batch_seconds, bucket_field(took_ms / 1000), 1)
             pipe.hincrby(keys.batch_seconds, "count", 1)
             pipe.hincrbyfloat(keys.batch_seconds, "sum", took_ms / 1000)

@@ -15,38 +15,13 @@ from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 from watermark.schema.config import Config
 from watermark.schema.events import IDLE_KIND, Rules
 from watermark.schema.keys import KeySchema
-from watermark.schema.lanes import lane_config, lane_namespace
+from watermark.schema.lanes import lane_config
 from watermark.spark.checkpoint import job_secret
 from watermark.spark.cluster import is_local_master, ship_package
 from watermark.spark.partial import PACKED
 from watermark.spark.sink import LaneSink, RedisSink
 from watermark.spark.source import RedisStreamDataSource
-from watermark.store.commit import Params
-
-
-def params_of(cfg: Config) -> Params:
-    return Params(window_ms=cfg.window_ms, slide_ms=cfg.slide_ms, delay_ms=cfg.delay_ms,
-                  retention_ms=cfg.retention_ms, progress_history=cfg.progress_history,
-                  progress_bytes=cfg.progress_mb * 2**20,
-                  ttl_ms=cfg.key_ttl_ms, trigger_ms=cfg.trigger_ms, mode=cfg.watermark_mode,
-                  policy=cfg.watermark_policy,
-                  servers=tuple(sorted(cfg.known_servers or ())) if cfg.watermark_mode == "per-server" else (),
-                  idle_timeout_ms=cfg.idle_timeout_ms, trims=cfg.input_namespace is None,
-                  readers=readers_of(cfg), stream_keep_entries=cfg.stream_keep_entries,
-                  late_keep=cfg.late_events_keep, history_days=cfg.history_days, shards=cfg.stream_shards,
-                  players_lanes=None if cfg.input_namespace is not None else tuple(
-                      KeySchema(lane_namespace(cfg.namespace, lane)).state for lane in cfg.lanes))
-
-
-def readers_of(cfg: Config) -> tuple[str, ...]:
-    """The state hashes whose ``committed_id`` holds back the trim of the input: each lab lane's and the
-    online view's. They commit after the pipeline (in the job on a thread of their own, while the next batch
-    runs); a reader held back (a failing commit, a crash before it committed) keeps the entries it still
-    needs, which is what lets the next run catch it up (:meth:`RedisSink.catch_up`)."""
-    if cfg.input_namespace is not None:
-        return ()  # a lane trims nothing
-    keys = KeySchema(cfg.namespace)
-    return (*(KeySchema(lane_namespace(cfg.namespace, lane)).state for lane in cfg.lanes), keys.presence_state)
+from watermark.store.commit import params_of
 
 
 def watermarked(events: DataFrame, cfg: Config) -> DataFrame:
@@ -151,7 +126,7 @@ def pipeline_sink(cfg: Config, background: bool = False) -> RedisSink:
     :class:`RedisSink`)."""
     lanes = [LaneSink(KeySchema(c.namespace), params_of(c)) for c in (lane_config(cfg, lane) for lane in cfg.lanes)]
     return RedisSink(cfg.redis_url, KeySchema(cfg.namespace), params_of(cfg), cfg.checkpoint_dir, lanes=lanes,
-                     online_timeout_ms=cfg.online_timeout_ms, background=background,
+                     online_timeout_ms=cfg.online_timeout_ms, background=background, online_groups=cfg.online_groups,
                      source_options=source_options(cfg, pre_aggregate=True, spark=SparkSession.getActiveSession()))
 
 

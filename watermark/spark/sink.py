@@ -33,7 +33,7 @@ from watermark.rules.watermarks import ServerWatermarks
 from watermark.rules.windows import Histograms, event_ms, late_counts
 from watermark.schema.events import parse_entry_id
 from watermark.schema.keys import KeySchema, WindowKey
-from watermark.schema.records import LagRecord, ServerRecord, StateRecord
+from watermark.schema.records import LagRecord, OnlineBatch, ServerRecord, StateRecord
 from watermark.spark import local_agg
 from watermark.spark.checkpoint import OffsetEntry, read_offset_log
 from watermark.spark.handover import Handover
@@ -55,6 +55,7 @@ from watermark.store.commit import (
     commit_batch,
     free_committed_input,
 )
+from watermark.store.online.handoff import hand_off
 from watermark.store.presence_store import PresenceBatch, PresenceEvents, PresenceMirror, commit_presence
 from watermark.store.redis_conn import DriverClient, with_retry
 
@@ -299,7 +300,7 @@ class RedisSink(DriverClient):
     def __init__(self, redis_url: str, keys: KeySchema, params: Params, checkpoint_dir: str,
                  on_commit: Callable[[BatchSummary, bool], None] | None = None, lanes: Sequence[LaneSink] = (),
                  online_timeout_ms: int | None = None, background: bool = False,
-                 source_options: Mapping[str, str] | None = None) -> None:
+                 source_options: Mapping[str, str] | None = None, online_groups: int = 0) -> None:
         if background and source_options is None:
             raise ValueError("a sink whose followers commit in the background needs source_options to catch "
                              "them up after a crash")
@@ -310,6 +311,7 @@ class RedisSink(DriverClient):
         self.on_commit = on_commit
         self.lanes = tuple(lanes)
         self.online_timeout_ms = online_timeout_ms
+        self.online_groups = online_groups  # 0: the online view is folded here; N: handed over to N groups
         self.source_options = dict(source_options or {})
         self.mirror = PresenceMirror()
         self.handover = Handover(f"followers-{keys.namespace}") if background else None
@@ -395,18 +397,31 @@ class RedisSink(DriverClient):
                            refresh=self.refresh)
         if self.online_timeout_ms is not None:
             with phases("online"):
-                online = PresenceBatch(batch_id, entry.watermark_ms, entry.batch_ts_ms, summary.end_id,
-                                       presence_events(table), self.params.delay_ms, summary.next_watermark_ms)
-                timeout = self.online_timeout_ms
-                with_retry(lambda: commit_presence(self.client, self.keys, online, self.params, timeout,
-                                                   self.mirror), f"online players of batch {batch_id}",
-                           when_full=self.free_memory, refresh=self.refresh)
+                self.online(batch_id, entry, summary, presence_events(table), self.online_timeout_ms)
+
+    def online(self, batch_id: int, entry: OffsetEntry, summary: BatchSummary, events: PresenceEvents,
+               timeout_ms: int) -> None:
+        """The batch's accepted events to the online view: folded here, or handed over to its groups (decision
+        0020), once either way."""
+        if self.online_groups:
+            handed = OnlineBatch(batch=batch_id, groups=self.online_groups, watermark_ms=entry.watermark_ms,
+                                 batch_ts_ms=entry.batch_ts_ms, end_id=summary.end_id, delay_ms=self.params.delay_ms,
+                                 timeout_ms=timeout_ms, next_watermark_ms=summary.next_watermark_ms,
+                                 newest_arrival_ms=int(events.arrivals().max()) if len(events.event_us) else None)
+            with_retry(lambda: hand_off(self.client, self.keys, handed, events, self.params.ttl_s),
+                       f"the online view's share of batch {batch_id}", when_full=self.free_memory,
+                       refresh=self.refresh)
+            return
+        online = PresenceBatch(batch_id, entry.watermark_ms, entry.batch_ts_ms, summary.end_id, events,
+                               self.params.delay_ms, summary.next_watermark_ms)
+        with_retry(lambda: commit_presence(self.client, self.keys, online, self.params, timeout_ms, self.mirror),
+                   f"online players of batch {batch_id}", when_full=self.free_memory, refresh=self.refresh)
 
     def followers_last(self) -> list[int | None]:
         """Each follower's last committed batch (None: it has not committed one)."""
         guards = [lane.keys.state for lane in self.lanes]
         if self.online_timeout_ms is not None:
-            guards.append(self.keys.presence_state)
+            guards.append(self.keys.online_handoff if self.online_groups else self.keys.presence_state)
         pipe = self.client.pipeline(transaction=False)
         for guard in guards:
             pipe.hget(guard, "last_batch")

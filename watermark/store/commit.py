@@ -25,9 +25,10 @@ from watermark.rules.late import LateEvent
 from watermark.rules.tradeoff import GRID_FIELD, GRID_MS, bucket, hist_field
 from watermark.rules.watermarks import policy_max
 from watermark.rules.windows import event_ms
-from watermark.schema.config import DEFAULT_HISTORY_DAYS, DEFAULT_LATE_KEEP
+from watermark.schema.config import DEFAULT_HISTORY_DAYS, DEFAULT_LATE_KEEP, Config
 from watermark.schema.events import parse_entry_id
 from watermark.schema.keys import KeySchema, WindowKey, total_field
+from watermark.schema.lanes import lane_namespace
 from watermark.schema.records import BatchRecord, CommitEntry, DeadEntry, ServerRecord, StateParams, StateRecord
 from watermark.schema.shards import START, Position, input_shard_key, lowest, shard_key
 from watermark.store import redis_conn
@@ -148,6 +149,32 @@ def next_watermark(watermark_ms: int, running_max_us: int | None, delay_ms: int)
     if running_max_us is None:
         return watermark_ms
     return max(watermark_ms, event_ms(running_max_us) - delay_ms)
+
+
+def params_of(cfg: Config) -> Params:
+    return Params(window_ms=cfg.window_ms, slide_ms=cfg.slide_ms, delay_ms=cfg.delay_ms,
+                  retention_ms=cfg.retention_ms, progress_history=cfg.progress_history,
+                  progress_bytes=cfg.progress_mb * 2**20,
+                  ttl_ms=cfg.key_ttl_ms, trigger_ms=cfg.trigger_ms, mode=cfg.watermark_mode,
+                  policy=cfg.watermark_policy,
+                  servers=tuple(sorted(cfg.known_servers or ())) if cfg.watermark_mode == "per-server" else (),
+                  idle_timeout_ms=cfg.idle_timeout_ms, trims=cfg.input_namespace is None,
+                  readers=readers_of(cfg), stream_keep_entries=cfg.stream_keep_entries,
+                  late_keep=cfg.late_events_keep, history_days=cfg.history_days, shards=cfg.stream_shards,
+                  players_lanes=None if cfg.input_namespace is not None else tuple(
+                      KeySchema(lane_namespace(cfg.namespace, lane)).state for lane in cfg.lanes))
+
+
+def readers_of(cfg: Config) -> tuple[str, ...]:
+    """The state hashes whose ``committed_id`` holds back the trim of the input: each lab lane's and the
+    online view's. They commit after the pipeline (in the job on a thread of their own, while the next batch
+    runs); a reader held back (a failing commit, a crash before it committed) keeps the entries it still
+    needs, which is what lets the next run catch it up (:meth:`RedisSink.catch_up`)."""
+    if cfg.input_namespace is not None:
+        return ()  # a lane trims nothing
+    keys = KeySchema(cfg.namespace)
+    online = keys.online_handoff if cfg.online_groups else keys.presence_state  # the groups read no input
+    return (*(KeySchema(lane_namespace(cfg.namespace, lane)).state for lane in cfg.lanes), online)
 
 
 class ParamsMismatch(RuntimeError):

@@ -10,8 +10,9 @@ no-op, as :func:`watermark.store.commit.commit_batch` does for the windows. No p
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import numpy as np
 import pandas as pd
@@ -35,12 +36,14 @@ from watermark.rules.presence_rollup import (
     roll,
 )
 from watermark.schema.keys import KeySchema
-from watermark.schema.records import ClockRecord, CommitEntry, PresenceRecord, PresenceStateRecord
+from watermark.schema.records import ClockRecord, CommitEntry, PresencePart, PresenceRecord, PresenceStateRecord
+from watermark.schema.shards import shard_of
 from watermark.store import redis_conn
 from watermark.store.commit import Params, guarded, next_watermark, queue_packed, records_kept
 from watermark.store.history_store import queue_minute
 
 HOUR_MS = 3_600_000
+_V = TypeVar("_V")
 
 
 @dataclass(frozen=True)
@@ -91,6 +94,11 @@ class PresenceBatch:
     """The newest arrival of the whole batch, when ``events`` are a part of it (a group of servers folded apart):
     a server with no event in the batch runs its clock on to it (:mod:`watermark.rules.server_clock`), the one
     thing a server's fold takes from the others'. None: the newest of ``events``."""
+    missed: bool = False
+    """Batches before this one never reached the fold (a group down longer than the handover keeps them, or its
+    share gone): the view is partial from here, as after a loss."""
+    consumed: tuple[str, ...] = ()
+    """Keys the commit deletes in its transaction: the group's share of the batch, handed over by the job."""
 
 
 @dataclass(frozen=True)
@@ -425,11 +433,38 @@ class PresenceMirror:
         self.batch, self.valid = batch, True
 
 
+@dataclass(frozen=True)
+class Group:
+    """The servers one fold of the online view keeps (decision 0020): group ``index`` of ``of``, a server in group
+    ``shard_of(server, of)``, the CRC-32 of decision 0017, so that with ``of`` dividing the input's shards each
+    shard's servers are in one group. One group of one (:data:`ALL`): every server, the job's own fold."""
+
+    index: int = 0
+    of: int = 1
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.index < self.of:
+            raise ValueError(f"group {self.index} of {self.of}: a group is numbered from 0 to {self.of - 1}")
+
+    def owns(self, server: str) -> bool:
+        return group_of(server, self.of) == self.index
+
+
+def group_of(server: str, groups: int) -> int:
+    """The group of ``groups`` that folds ``server``'s players."""
+    return shard_of(server, groups)
+
+
+ALL = Group()
+
+
 def commit_presence(client: redis.Redis, keys: KeySchema, b: PresenceBatch, params: Params, timeout_ms: int,
                     mirror: PresenceMirror | None = None,
-                    now_ms: Callable[[], int] = lambda: int(time.time() * 1000)) -> bool:
-    """Apply one batch to the online view once (guarded by its own ``last_batch``). Returns False when it
-    was already committed.
+                    now_ms: Callable[[], int] = lambda: int(time.time() * 1000), group: Group = ALL) -> bool:
+    """Apply one batch to ``group``'s servers once (guarded by the group's own ``last_batch``), then merge into the
+    online view every batch all groups have committed (:func:`merge_ready`). Returns False when the group had
+    committed it already. ``b.events``: the group's share of the batch (with ``b.newest_arrival_ms`` the whole
+    batch's newest arrival when there are other groups).
 
     The batch's events are folded into the players' state (:func:`watermark.rules.presence_batch.fold`); every
     other online player whose time + timeout the next watermark reaches times out, and logouts it passes are
@@ -438,10 +473,12 @@ def commit_presence(client: redis.Redis, keys: KeySchema, b: PresenceBatch, para
     still holds the state, the whole view is written again and the loss is recorded (``lost_at_batch``)."""
     mirror = mirror if mirror is not None else PresenceMirror()
     try:
-        return _commit_presence(client, keys, b, params, timeout_ms, mirror, now_ms)
+        applied = _commit_group(client, keys, b, params, timeout_ms, mirror, group)
     except BaseException:
         mirror.valid = False  # it may be ahead of Redis now: load it again before the next batch
         raise
+    merge_ready(client, keys, group.of, params, now_ms)
+    return applied
 
 
 @dataclass
@@ -498,65 +535,186 @@ class _Rollups:
         pipe.expire(keys.presence_history, params.ttl_s)
 
 
-def _commit_presence(client: redis.Redis, keys: KeySchema, b: PresenceBatch, params: Params, timeout_ms: int,
-                     mirror: PresenceMirror, now_ms: Callable[[], int]) -> bool:
+_GROUP_FIELDS = ("last_batch", "clocks")
+
+
+def _commit_group(client: redis.Redis, keys: KeySchema, b: PresenceBatch, params: Params, timeout_ms: int,
+                  mirror: PresenceMirror, group: Group) -> bool:
+    """The group's fold of the batch: its players written, its own guard and clocks, and its part of the batch
+    (:class:`watermark.schema.records.PresencePart`) for the merge, in one transaction."""
     ev = b.events
-    with guarded(client, keys.presence_state, b.batch_id, keys.presence_counts) as pipe:
-        if pipe is None:
+    key, counts_key = keys.presence_group(group.index, group.of), keys.presence_group_counts(group.index, group.of)
+    with guarded(client, key, b.batch_id, counts_key) as pipe:
+        prior = _group_prior(pipe, keys, key, group) if pipe is not None else None
+        if pipe is None or prior is None or (prior.last_batch is not None and prior.last_batch >= b.batch_id):
             mirror.valid = False
             return False
-        names = ["last_batch", "max_event_us", "lost_at_batch", "minute", "partial_until_ms", "clocks"]
-        prior = PresenceStateRecord.from_hash(dict(zip(names, pipe.hmget(keys.presence_state, names), strict=True)),
-                                              keys.presence_state)
-        rollups = _Rollups.read(pipe, keys, arrival_ms(b.end_id, b.batch_ts_ms))
         committed = prior.last_batch
-        partial_until = prior.partial_until_ms
         lost = committed is None and mirror.batch is not None and mirror.valid
         # Redis has no view and the job no copy, yet batches ran before (a restart after Redis came back
         # empty): rebuilt from new events only, so partial until every online player has sent one more.
         rebuilt = committed is None and not lost and b.batch_id > 0
         if not lost and (not mirror.valid or mirror.batch != committed):
-            mirror.load(client, keys, [k.decode() for k in pipe.hkeys(keys.presence_counts)], committed)
-        known = [v for v in (prior.max_event_us, int(ev.event_us.max()) if len(ev.event_us) else None)
-                 if v is not None]
-        running = max(known) if known else None
-        next_wm = (b.next_watermark_ms if b.next_watermark_ms is not None
-                   else next_watermark(b.watermark_ms, running, b.delay_ms))
-        next_wm = max(b.watermark_ms, next_wm)
-        if rebuilt:
-            newest_ms = running // 1000 if running is not None else next_wm + b.delay_ms
-            partial_until = newest_ms + timeout_ms
+            names = pipe.hkeys(counts_key) or pipe.hkeys(keys.presence_counts)  # the view's: before groups
+            mirror.load(client, keys, [s for s in (n.decode() for n in names) if group.owns(s)], committed)
         mirror.valid = False  # until the transaction is in
         writes, clocks = _decide_servers(mirror, ev, mirror.clocks if lost else prior.clocks, b.delay_ms,
                                          timeout_ms, b.newest_arrival_ms)
-        batch_servers = set(ev.server.tolist())
         for w in writes.values():
             w.rewrite = lost
-        counts = {s: w.count for s, w in writes.items()}
-        causes = {s: w.causes for s, w in writes.items() if w.causes}
-        record = PresenceRecord(batch=b.batch_id, watermark_ms=next_wm, in_force_ms=b.watermark_ms,
-                                batch_ts_ms=b.batch_ts_ms, counts=counts,
-                                online=sum(w.came_online for w in writes.values()),
-                                offline=sum(w.went_offline for w in writes.values()), causes=causes,
-                                ahead_ms={s: c.ahead_ms for s, c in clocks.items()
-                                          if c.ahead_ms > 0 and s in batch_servers})
-        open_minute = rollups.add(prior.minute, counts, causes)
+        batch_servers = set(ev.server.tolist())
+        part = PresencePart(
+            group=group.index, batch=b.batch_id, watermark_ms=b.watermark_ms, batch_ts_ms=b.batch_ts_ms,
+            end_id=b.end_id, delay_ms=b.delay_ms, timeout_ms=timeout_ms, next_watermark_ms=b.next_watermark_ms,
+            counts={s: w.count for s, w in writes.items()}, causes={s: w.causes for s, w in writes.items() if w.causes},
+            came_online=sum(w.came_online for w in writes.values()),
+            went_offline=sum(w.went_offline for w in writes.values()),
+            ahead_ms={s: c.ahead_ms for s, c in clocks.items() if c.ahead_ms > 0 and s in batch_servers},
+            clocks=clocks, newest_event_us=int(ev.event_us.max()) if len(ev.event_us) else None, lost=lost,
+            rebuilt=rebuilt or b.missed)
         pipe.multi()
-        _apply(pipe, keys, writes, mirror, params.ttl_s)
-        rollups.queue(pipe, keys, params, record, now_ms())
-        pipe.hset(keys.presence_state, mapping=PresenceStateRecord(
-            last_batch=b.batch_id, watermark_ms=next_wm, in_force_ms=b.watermark_ms, batch_ts_ms=b.batch_ts_ms,
-            timeout_ms=timeout_ms, updated_ms=now_ms(), max_event_us=running, committed_id=b.end_id,
-            lost_at_batch=b.batch_id if lost or rebuilt else prior.lost_at_batch, minute=open_minute.to_json(),
-            partial_until_ms=partial_until, clocks=clocks).to_hash())
-        pipe.xadd(keys.presence_commits, CommitEntry(b.batch_id, b.end_id).fields(), maxlen=1000, approximate=True)
+        _apply(pipe, keys, writes, mirror, params.ttl_s, counts_key)
+        pipe.hset(key, mapping=PresenceStateRecord(last_batch=b.batch_id, clocks=clocks).to_hash(*_GROUP_FIELDS))
+        pipe.expire(key, params.ttl_s)
+        parts = keys.presence_parts(b.batch_id)
+        pipe.hset(parts, str(group.index), part.encode())
+        pipe.expire(parts, params.ttl_s)
+        pipe.zadd(keys.presence_parts_index, {str(b.batch_id): b.batch_id})
+        pipe.expire(keys.presence_parts_index, params.ttl_s)
+        if b.consumed:
+            pipe.delete(*b.consumed)
         redis_conn.execute(pipe)
     mirror.batch, mirror.valid, mirror.clocks = b.batch_id, True, clocks
     return True
 
 
+def last_committed(client: redis.Redis, keys: KeySchema, group: Group) -> int | None:
+    """The last batch ``group`` committed (the online view's, for a group without a record of its own)."""
+    last = client.hget(keys.presence_group(group.index, group.of), "last_batch")
+    if last is None:
+        last = client.hget(keys.presence_state, "last_batch")
+    return None if last in (None, b"") else int(last)
+
+
+def _group_prior(pipe: redis.client.Pipeline, keys: KeySchema, key: str, group: Group) -> PresenceStateRecord:
+    """The group's guard and its servers' clocks; a group without a record of its own starts where the online view
+    is (a view committed before groups, or by another number of them: its servers' clocks are in it)."""
+    raw = pipe.hmget(key, _GROUP_FIELDS)
+    if raw[0] is None:
+        key = keys.presence_state
+        raw = pipe.hmget(key, _GROUP_FIELDS)
+    rec = PresenceStateRecord.from_hash(dict(zip(_GROUP_FIELDS, raw, strict=True)), key)
+    return PresenceStateRecord(last_batch=rec.last_batch,
+                               clocks={s: c for s, c in rec.clocks.items() if group.owns(s)})
+
+
+def merge_ready(client: redis.Redis, keys: KeySchema, groups: int, params: Params,
+                now_ms: Callable[[], int] = lambda: int(time.time() * 1000)) -> list[int]:
+    """Merge into the online view, in batch order, every batch whose parts all ``groups`` have committed: its record,
+    its minute, its peaks, the counts of every server and the view's state, in one transaction guarded by the view's
+    own ``last_batch`` (so any group may merge, and a merge raced or repeated is applied once). Batch ``N`` is
+    merged only once every group has committed it, and so ``N - 1`` too: merges go in order. Returns the batches
+    merged."""
+    merged: list[int] = []
+    while (batch_id := _merge_next(client, keys, groups, params, now_ms)) is not None:
+        merged.append(batch_id)
+    return merged
+
+
+_VIEW_FIELDS = ("last_batch", "max_event_us", "lost_at_batch", "minute", "partial_until_ms")
+
+
+def _merge_next(client: redis.Redis, keys: KeySchema, groups: int, params: Params,
+                now_ms: Callable[[], int]) -> int | None:
+    """Merge the lowest batch with parts, if every group's is in; None when it is not (or there is none)."""
+    home = redis_conn.home(client, keys.presence_state)
+    while True:
+        lowest = home.zrange(keys.presence_parts_index, 0, 0, withscores=True)
+        if not lowest:
+            return None
+        member, batch_id = lowest[0][0], int(lowest[0][1])
+        parts_key = keys.presence_parts(batch_id)
+        try:
+            with home.pipeline(transaction=True) as pipe:
+                pipe.watch(keys.presence_state, parts_key)
+                # parts of groups past the number now: a number changed under a batch not merged (not counted)
+                raw = {k: v for k, v in pipe.hgetall(parts_key).items() if int(k) < groups}
+                prior = PresenceStateRecord.from_hash(
+                    dict(zip(_VIEW_FIELDS, pipe.hmget(keys.presence_state, _VIEW_FIELDS), strict=True)),
+                    keys.presence_state)
+                done = prior.last_batch is not None and prior.last_batch >= batch_id
+                merge = not done and len(raw) == groups
+                if not done and not merge and not _never_whole(pipe, keys, groups, raw, batch_id):
+                    pipe.unwatch()
+                    return None
+                if merge:
+                    parts = sorted((PresencePart.decode(v, f"{parts_key} {k.decode()}") for k, v in raw.items()),
+                                   key=lambda p: p.group)
+                    _merge(pipe, keys, parts, prior, params, now_ms)
+                else:  # merged already, or never whole: its parts go
+                    pipe.multi()
+                pipe.delete(parts_key)
+                pipe.zrem(keys.presence_parts_index, member)
+                redis_conn.execute(pipe)
+        except redis.WatchError:
+            continue  # another group merged it, or added its part: look again
+        if merge:
+            return batch_id
+
+
+def _never_whole(pipe: redis.client.Pipeline, keys: KeySchema, groups: int, raw: Mapping[bytes, bytes],
+                 batch_id: int) -> bool:
+    """A group without a part in the batch has committed a later one: its part can never come (Redis lost it with
+    the rest, the group went on). The batch is dropped; the groups' parts after a loss say so in the view."""
+    for g in range(groups):
+        if str(g).encode() not in raw:
+            last = pipe.hget(keys.presence_group(g, groups), "last_batch")
+            if last is not None and int(last) >= batch_id:
+                return True
+    return False
+
+
+def _merge(pipe: redis.client.Pipeline, keys: KeySchema, parts: Sequence[PresencePart], prior: PresenceStateRecord,
+           params: Params, now_ms: Callable[[], int]) -> None:
+    """Queue the merge of one batch's parts (the pipeline is in ``multi()`` after this call's reads)."""
+    first = parts[0]  # the batch's own figures are the same in every part
+    rollups = _Rollups.read(pipe, keys, arrival_ms(first.end_id, first.batch_ts_ms))
+    known = [v for v in (prior.max_event_us, *(p.newest_event_us for p in parts)) if v is not None]
+    running = max(known) if known else None
+    next_wm = (first.next_watermark_ms if first.next_watermark_ms is not None
+               else next_watermark(first.watermark_ms, running, first.delay_ms))
+    next_wm = max(first.watermark_ms, next_wm)
+    partial_until = prior.partial_until_ms
+    if any(p.rebuilt for p in parts):
+        newest_ms = running // 1000 if running is not None else next_wm + first.delay_ms
+        partial_until = newest_ms + first.timeout_ms
+    counts, causes = _by_server(p.counts for p in parts), _by_server(p.causes for p in parts)
+    record = PresenceRecord(batch=first.batch, watermark_ms=next_wm, in_force_ms=first.watermark_ms,
+                            batch_ts_ms=first.batch_ts_ms, counts=counts, online=sum(p.came_online for p in parts),
+                            offline=sum(p.went_offline for p in parts), causes=causes,
+                            ahead_ms=_by_server(p.ahead_ms for p in parts))
+    open_minute = rollups.add(prior.minute, counts, causes)
+    pipe.multi()
+    if counts:
+        pipe.hset(keys.presence_counts, mapping=counts)
+        pipe.expire(keys.presence_counts, params.ttl_s)
+    rollups.queue(pipe, keys, params, record, now_ms())
+    lost = any(p.lost or p.rebuilt for p in parts)
+    pipe.hset(keys.presence_state, mapping=PresenceStateRecord(
+        last_batch=first.batch, watermark_ms=next_wm, in_force_ms=first.watermark_ms, batch_ts_ms=first.batch_ts_ms,
+        timeout_ms=first.timeout_ms, updated_ms=now_ms(), max_event_us=running, committed_id=first.end_id,
+        lost_at_batch=first.batch if lost else prior.lost_at_batch, minute=open_minute.to_json(),
+        partial_until_ms=partial_until, clocks=_by_server(p.clocks for p in parts)).to_hash())
+    pipe.xadd(keys.presence_commits, CommitEntry(first.batch, first.end_id).fields(), maxlen=1000, approximate=True)
+
+
+def _by_server(maps: Iterable[Mapping[str, _V]]) -> dict[str, _V]:
+    """The groups' maps of their servers as one, in server order: the order one fold of every server writes."""
+    return dict(sorted((s, v) for m in maps for s, v in m.items()))
+
+
 def _apply(pipe: redis.client.Pipeline, keys: KeySchema, writes: dict[str, _ServerWrites], mirror: PresenceMirror,
-           ttl_s: int) -> None:
+           ttl_s: int, counts_key: str) -> None:
     expire = redis_conn.Bulk()  # a server's two EXPIREs as one script for all: 600 commands at 300 servers
     for server, w in writes.items():
         on_key, out_key = keys.online(server), keys.logged_out(server)
@@ -577,8 +735,8 @@ def _apply(pipe: redis.client.Pipeline, keys: KeySchema, writes: dict[str, _Serv
         expire.expire(out_key)
     expire.queue(pipe, ttl_s)
     if writes:
-        pipe.hset(keys.presence_counts, mapping={s: w.count for s, w in writes.items()})
-        pipe.expire(keys.presence_counts, ttl_s)
+        pipe.hset(counts_key, mapping={s: w.count for s, w in writes.items()})
+        pipe.expire(counts_key, ttl_s)
 
 
 @dataclass(frozen=True)

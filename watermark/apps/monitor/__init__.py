@@ -7,6 +7,9 @@ unreachable is itself an alert: it is decided in memory, sent, and written to th
 
     wm-monitor                       # METRICS_PORT (9108), ALERTS_CONFIG (ops/alerts.toml if present)
     wm-monitor --prometheus-rules    # the equivalent Prometheus alerting rules, for teams with their own stack
+
+The command is this package's module; its threads are modules of their own: ``/metrics`` (:mod:`.metrics`), the
+webhook's sender (:mod:`.notify`), the Alertmanager pusher (:mod:`.alertmanager`).
 """
 
 from __future__ import annotations
@@ -33,10 +36,10 @@ from watermark.alerting.health import Verdict, judge_all
 from watermark.alerting.lifecycle import AlertState, Decision, Notice, step_all
 from watermark.alerting.observation import Memory, Observation
 from watermark.alerting.promrules import prometheus_rules
-from watermark.apps.alertmanager import AlertmanagerPusher
 from watermark.apps.annotate import annotations_app, beside, serve
-from watermark.apps.metrics import StackCollector
-from watermark.apps.notify import Notifier, Outgoing
+from watermark.apps.monitor.alertmanager import AlertmanagerPusher
+from watermark.apps.monitor.metrics import StackCollector
+from watermark.apps.monitor.notify import Notifier, Outgoing
 from watermark.runtime.clock import wall_ms
 from watermark.runtime.signals import on_stop_signals
 from watermark.schema.config import DEFAULT_HISTORY_DAYS, Config, ConfigError, redact_url
@@ -298,6 +301,3 @@ def run(cfg: AlertConfig, env: Config, args: argparse.Namespace) -> int:
             thread.close()
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from watermark.alerting.alertmanager import postable_alerts
 from watermark.alerting.lifecycle import AlertState, Notice
 from watermark.alerting.webhook import backoff_ms
-from watermark.apps.notify import post
+from watermark.apps.monitor.notify import post
 from watermark.runtime.clock import wall_ms
 
 log = logging.getLogger(__name__)

@@ -1,0 +1,115 @@
+"""The job's side of the online view's groups (decision 0020): each batch's accepted events, split by group of
+servers and packed, and a record of the batch, handed over once; and a group's side: the batches in order, its
+share of each.
+
+- ``{ns}:online:rows:{batch}:{g}``: group ``g``'s share of the batch, Arrow IPC (server, player, event time,
+  arrival order, kind, arrival ms); the group's commit deletes it, the TTL is a backstop.
+- ``{ns}:online:batches``: one entry per batch handed over (:class:`watermark.schema.records.OnlineBatch`),
+  :data:`BATCHES_KEPT` at most: a group down for longer misses the oldest, and its view says it (``missed``).
+- ``{ns}:online:handoff``: the handover's guard ``last_batch``, so a batch replayed after a crash is handed over
+  once, as the commits are guarded.
+
+All in the namespace's slot, one transaction a batch. No fold here: :mod:`watermark.store.presence_store` folds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import redis
+
+from watermark.schema.keys import KeySchema
+from watermark.schema.records import OnlineBatch
+from watermark.store import redis_conn
+from watermark.store.commit import guarded
+from watermark.store.presence_store import PresenceEvents, group_of
+
+BATCHES_KEPT = 10_000
+"""Batches the stream of handed-over batches keeps: 83 minutes of 500 ms batches."""
+BATCH_FIELD = "b"
+
+_SCHEMA = pa.schema([("server", pa.dictionary(pa.int32(), pa.string())), ("player", pa.string()),
+                     ("event_us", pa.int64()), ("entry", pa.int64()), ("kind", pa.int8()), ("ingest_ms", pa.int64())])
+
+
+def pack(ev: PresenceEvents) -> bytes:
+    """The events as Arrow IPC: a few copies of their columns, no Python per event."""
+    table = pa.table([pc.dictionary_encode(pa.array(ev.server, pa.string())), pa.array(ev.player, pa.string()),
+                      pa.array(ev.event_us, pa.int64()), pa.array(ev.entry, pa.int64()), pa.array(ev.kind, pa.int8()),
+                      pa.array(ev.arrivals(), pa.int64())], schema=_SCHEMA)
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, _SCHEMA) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+def unpack(raw: bytes) -> PresenceEvents:
+    t = pa.ipc.open_stream(raw).read_all()
+    if not t.num_rows:
+        return PresenceEvents.empty()
+    return PresenceEvents(pc.cast(t.column("server"), pa.string()).to_numpy(zero_copy_only=False),
+                          t.column("player").to_numpy(zero_copy_only=False), t.column("event_us").to_numpy(),
+                          t.column("entry").to_numpy(), t.column("kind").to_numpy(), t.column("ingest_ms").to_numpy())
+
+
+def split(ev: PresenceEvents, groups: int) -> list[PresenceEvents]:
+    """Each group's share of the events, in their order: one look-up per server, not per event."""
+    if groups == 1:
+        return [ev]
+    by_server = ev.by_server()
+    shares: list[list[np.ndarray]] = [[] for _ in range(groups)]
+    for server, rows in by_server.items():
+        shares[group_of(server, groups)].append(rows)
+    return [_take(ev, np.sort(np.concatenate(rows)) if rows else np.zeros(0, np.int64)) for rows in shares]
+
+
+def _take(ev: PresenceEvents, rows: np.ndarray) -> PresenceEvents:
+    return PresenceEvents(ev.server[rows], ev.player[rows], ev.event_us[rows], ev.entry[rows], ev.kind[rows],
+                          ev.arrivals()[rows])
+
+
+def hand_off(client: redis.Redis, keys: KeySchema, batch: OnlineBatch, events: PresenceEvents, ttl_s: int) -> bool:
+    """Hand one batch over to the groups once: its events split by group and the batch's record, in one transaction
+    guarded by the handover's ``last_batch``. False when it was handed over already."""
+    shares = split(events, batch.groups)
+    with guarded(client, keys.online_handoff, batch.batch) as pipe:
+        if pipe is None:
+            return False
+        pipe.multi()
+        for g, share in enumerate(shares):
+            pipe.set(keys.online_rows(batch.batch, g), pack(share), ex=ttl_s)
+        pipe.xadd(keys.online_batches, {BATCH_FIELD: batch.encode()}, maxlen=BATCHES_KEPT, approximate=True)
+        pipe.expire(keys.online_batches, ttl_s)
+        # committed_id: where the handover is in the input, which the trim keeps until then (a reader's mark)
+        pipe.hset(keys.online_handoff, mapping={"last_batch": batch.batch, "committed_id": batch.end_id})
+        pipe.expire(keys.online_handoff, ttl_s)
+        redis_conn.execute(pipe)
+    return True
+
+
+def handed_over(client: redis.Redis, keys: KeySchema) -> int | None:
+    """The last batch handed over (None: none yet)."""
+    last = client.hget(keys.online_handoff, "last_batch")
+    return None if last is None else int(last)
+
+
+def batches_after(client: redis.Redis, keys: KeySchema, after_id: str, count: int = 100,
+                  block_ms: int | None = None) -> Sequence[tuple[str, OnlineBatch]]:
+    """The batches handed over after the stream entry ``after_id`` (``0-0``: from the oldest kept), in order, with
+    their entry IDs; waits up to ``block_ms`` for one when there is none."""
+    reply = client.xread({keys.online_batches: after_id}, count=count, block=block_ms)
+    if isinstance(reply, dict):  # RESP3: {stream: [entries]}
+        entries = next(iter(reply.values()))[0] if reply else []
+    else:  # RESP2: [[stream, entries]]
+        entries = reply[0][1] if reply else []
+    return [(entry_id.decode(), OnlineBatch.decode(fields[BATCH_FIELD.encode()], f"{keys.online_batches} {entry_id}"))
+            for entry_id, fields in entries]
+
+
+def rows_of(client: redis.Redis, keys: KeySchema, batch_id: int, group: int) -> PresenceEvents | None:
+    """Group ``group``'s share of a batch; None when it is gone (its TTL passed, or Redis lost it)."""
+    raw = client.get(keys.online_rows(batch_id, group))
+    return None if raw is None else unpack(raw)

@@ -1,0 +1,76 @@
+"""One group's fold of the online view, batch after batch (what ``wm-online`` runs, decision 0020)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+import redis
+
+from watermark.schema.config import ConfigError
+from watermark.schema.keys import KeySchema
+from watermark.schema.records import OnlineBatch
+from watermark.store.commit import Params
+from watermark.store.online.handoff import batches_after, rows_of
+from watermark.store.presence_store import (
+    Group,
+    PresenceBatch,
+    PresenceEvents,
+    PresenceMirror,
+    commit_presence,
+    last_committed,
+)
+from watermark.store.redis_conn import with_retry
+
+log = logging.getLogger("watermark.store.online")
+
+
+class GroupRunner:
+    """Folds ``group``'s share of every batch the job hands over, in order, once each: the batches of
+    ``{ns}:online:batches`` after the last the group committed, its share of each from ``{ns}:online:rows``. Keeps
+    its players between batches (:class:`PresenceMirror`), as the job's own fold does; a new runner (a restart)
+    loads them from Redis. Every step is idempotent (the commits are guarded), so Redis going away is waited
+    out and the step tried again."""
+
+    def __init__(self, client: redis.Redis, keys: KeySchema, group: Group, params: Params,
+                 now_ms: Callable[[], int] = lambda: int(time.time() * 1000)) -> None:
+        self.client, self.keys, self.group, self.params, self.now_ms = client, keys, group, params, now_ms
+        self.mirror = PresenceMirror()
+        self.cursor = "0-0"  # the last entry of the handed-over batches looked at
+
+    def step(self, block_ms: int | None = None) -> list[int]:
+        """Fold what was handed over since the last step, waiting up to ``block_ms`` when nothing was; returns
+        the batches this group committed."""
+        return with_retry(lambda: self._step(block_ms), f"the online view's group {self.group.index}")
+
+    def _step(self, block_ms: int | None) -> list[int]:
+        last = last_committed(self.client, self.keys, self.group)
+        done = []
+        for entry_id, b in batches_after(self.client, self.keys, self.cursor, block_ms=block_ms):
+            if b.groups != self.group.of:
+                raise ConfigError(f"ONLINE_GROUPS: the job splits the online view among {b.groups} groups (batch "
+                                  f"{b.batch}), this process is group {self.group.index} of {self.group.of}")
+            if last is None or b.batch > last:
+                self._fold(b, last)
+                last = b.batch
+                done.append(b.batch)
+            self.cursor = entry_id
+        return done
+
+    def _fold(self, b: OnlineBatch, last: int | None) -> None:
+        missed = last is not None and b.batch > last + 1
+        if missed:
+            log.warning("group %d: batches %d to %d were handed over and are no longer kept (the group was away "
+                        "longer than the handover keeps them): the online view is partial from batch %d",
+                        self.group.index, last + 1, b.batch - 1, b.batch)
+        rows = rows_of(self.client, self.keys, b.batch, self.group.index)
+        if rows is None:
+            log.error("group %d: its share of batch %d is gone from Redis (its TTL passed, or Redis lost it): "
+                      "the online view is partial from this batch", self.group.index, b.batch)
+            rows, missed = PresenceEvents.empty(), True
+        share = PresenceBatch(b.batch, b.watermark_ms, b.batch_ts_ms, b.end_id, rows, b.delay_ms,
+                              b.next_watermark_ms, b.newest_arrival_ms, missed,
+                              (self.keys.online_rows(b.batch, self.group.index),))
+        commit_presence(self.client, self.keys, share, self.params, b.timeout_ms, self.mirror, self.now_ms,
+                        self.group)
