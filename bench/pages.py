@@ -2,8 +2,9 @@
 
     python -m bench.pages [--rate 50000] [--servers 3,300] [--warmup 60] [--base REV] [--out FILE]
 
-For each server count: the ``Procfile``'s ``redis``, ``job``, ``monitor``, ``generator`` and ``dashboard`` lines
-as ``bench/stack.py`` starts them (``SCENARIO=steady``, ``SERVERS`` and ``REGIONS`` set), ``--warmup`` seconds of
+For each server count: the ``Procfile``'s ``redis``, ``job``, ``monitor``, ``online``, ``generator`` and
+``dashboard`` lines as ``bench/stack.py`` starts them (``SCENARIO=steady``, ``SERVERS`` and ``REGIONS`` set;
+``ONLINE_GROUPS`` as the environment says), ``--warmup`` seconds of
 input, then Debian's Chromium opens every page twice: **cold** (the first visit of a fresh dashboard process: its
 imports, the first reads) and **warm** (the same page again, as a wall screen or an operator switching pages sees
 it). Per visit, from ``goto``:
@@ -92,7 +93,7 @@ def measure(code_root: Path, servers: int, rate: int, warmup: float) -> tuple[li
             stack.start("redis")
             client = redis.Redis.from_url(stack.url, socket_timeout=60)
             _start_job(stack, client)
-            for name in ("monitor", "generator", "dashboard"):
+            for name in ("monitor", "online", "generator", "dashboard"):
                 stack.start(name)
             wait_for(lambda: "You can now view" in stack.log("dashboard"), 60, "the dashboard")
             time.sleep(warmup)  # input at rate: what the pages show is a running game's
