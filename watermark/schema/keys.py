@@ -120,7 +120,7 @@ key                                                type    contents
 ``{ns}:presence:parts``                            zset    the batches with parts not merged yet, score = id
 ``{ns}:online:rows:{batch}:{g}``                   string  one group's share of a batch's accepted events
                                                            (Arrow IPC), handed over by the job; the group's
-                                                           commit deletes it
+                                                           commit deletes it, or it expires after a minute
 ``{ns}:online:batches``                            stream  one entry per batch handed over (``OnlineBatch``)
 ``{ns}:online:handoff``                            hash    the handover's guard ``last_batch``
 ``{ns}:presence:history``                          zset    one JSON record per batch (online counts per

@@ -42,6 +42,18 @@ class RecordError(ValueError):
     """A record read back from Redis is not what its type says."""
 
 
+class _JsonRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """A record kept as one JSON value (a stream field, a sorted set's member, a hash field)."""
+
+    def encode(self) -> bytes:
+        return _ENCODER.encode(self)
+
+    @classmethod
+    def decode(cls, raw: bytes | str, where: str) -> Self:
+        """``raw`` as this record, or :class:`RecordError` naming ``where`` and what is wrong."""
+        return decode_json(raw, cls, where)
+
+
 class LagRecord(msgspec.Struct, frozen=True):
     """p50, p95 and max of a lag, milliseconds."""
 
@@ -109,7 +121,7 @@ class ServerRecord(msgspec.Struct, frozen=True, kw_only=True):
                    default=None)
 
 
-class BatchRecord(msgspec.Struct, frozen=True, kw_only=True):
+class BatchRecord(_JsonRecord, frozen=True, kw_only=True):
     """What one batch did, deterministic (a batch run again writes the same record)."""
 
     batch: int
@@ -134,13 +146,6 @@ class BatchRecord(msgspec.Struct, frozen=True, kw_only=True):
     servers: dict[str, ServerRecord] = {}
     bad: dict[str, int] = {}
     aggregation: str = "driver"
-
-    def encode(self) -> bytes:
-        return _ENCODER.encode(self)
-
-    @classmethod
-    def decode(cls, raw: bytes | str, where: str) -> BatchRecord:
-        return decode_json(raw, cls, where)
 
     @classmethod
     def from_dict(cls, doc: Mapping[str, object], where: str) -> BatchRecord:
@@ -190,7 +195,7 @@ class DeadEntry(msgspec.Struct, frozen=True):
                               f"{exc})") from None
 
 
-class PresenceRecord(msgspec.Struct, frozen=True, kw_only=True):
+class PresenceRecord(_JsonRecord, frozen=True, kw_only=True):
     """Players online per server after one batch, and the batch's transitions."""
 
     batch: int
@@ -207,15 +212,8 @@ class PresenceRecord(msgspec.Struct, frozen=True, kw_only=True):
     ahead_ms: dict[str, int] = {}
     """Per server whose events ran ahead of their arrival in the batch: by how much at most (ms)."""
 
-    def encode(self) -> bytes:
-        return _ENCODER.encode(self)
 
-    @classmethod
-    def decode(cls, raw: bytes | str, where: str) -> PresenceRecord:
-        return decode_json(raw, cls, where)
-
-
-class OnlineBatch(msgspec.Struct, frozen=True, kw_only=True):
+class OnlineBatch(_JsonRecord, frozen=True, kw_only=True):
     """One batch handed by the job to the online view's groups (``{ns}:online:batches``, decision 0020): what
     their folds need besides the events (``{ns}:online:rows:{batch}:{group}``)."""
 
@@ -231,15 +229,8 @@ class OnlineBatch(msgspec.Struct, frozen=True, kw_only=True):
     newest_arrival_ms: int | None = None
     """The whole batch's newest arrival (None: it had no event)."""
 
-    def encode(self) -> bytes:
-        return _ENCODER.encode(self)
 
-    @classmethod
-    def decode(cls, raw: bytes | str, where: str) -> OnlineBatch:
-        return decode_json(raw, cls, where)
-
-
-class PresencePart(msgspec.Struct, frozen=True, kw_only=True):
+class PresencePart(_JsonRecord, frozen=True, kw_only=True):
     """What one group of servers' fold did to one batch (``{ns}:presence:parts:{batch}``, a field per group), until
     the last group's part is in and the parts are merged into the online view's record of the batch
     (``watermark.store.presence_store``). Every group's part carries the batch's own figures (the same in each),
@@ -271,18 +262,11 @@ class PresencePart(msgspec.Struct, frozen=True, kw_only=True):
     rebuilt: bool = False
     """Redis came back empty and the fold had no copy either: the group starts from the batch's events."""
 
-    def encode(self) -> bytes:
-        return _ENCODER.encode(self)
-
-    @classmethod
-    def decode(cls, raw: bytes | str, where: str) -> PresencePart:
-        return decode_json(raw, cls, where)
-
 
 ANNOTATION_KINDS = ("deploy", "maintenance", "incident", "note")
 
 
-class Annotation(msgspec.Struct, frozen=True, kw_only=True):
+class Annotation(_JsonRecord, frozen=True, kw_only=True):
     """Something that happened to the game, marked by a person or a pipeline: a range (or a moment) of wall time,
     for every region or one."""
 
@@ -309,15 +293,8 @@ class Annotation(msgspec.Struct, frozen=True, kw_only=True):
     def until_ms(self) -> int:
         return self.start_ms if self.end_ms is None else self.end_ms
 
-    def encode(self) -> bytes:
-        return _ENCODER.encode(self)
 
-    @classmethod
-    def decode(cls, raw: bytes | str, where: str) -> Annotation:
-        return decode_json(raw, cls, where)
-
-
-class LaneRecord(msgspec.Struct, frozen=True, kw_only=True):
+class LaneRecord(_JsonRecord, frozen=True, kw_only=True):
     """A lab lane: its namespace and watermark strategy (``watermark.schema.lanes``)."""
 
     namespace: str
@@ -325,13 +302,6 @@ class LaneRecord(msgspec.Struct, frozen=True, kw_only=True):
     policy: str = "min"
     idle: bool = False
     description: str = ""
-
-    def encode(self) -> bytes:
-        return _ENCODER.encode(self)
-
-    @classmethod
-    def decode(cls, raw: bytes | str, where: str) -> LaneRecord:
-        return decode_json(raw, cls, where)
 
 
 class _HashRecord(msgspec.Struct, frozen=True, kw_only=True):

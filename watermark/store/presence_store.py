@@ -545,8 +545,8 @@ def _commit_group(client: redis.Redis, keys: KeySchema, b: PresenceBatch, params
     ev = b.events
     key, counts_key = keys.presence_group(group.index, group.of), keys.presence_group_counts(group.index, group.of)
     with guarded(client, key, b.batch_id, counts_key) as pipe:
-        prior = _group_prior(pipe, keys, key, group) if pipe is not None else None
-        if pipe is None or prior is None or (prior.last_batch is not None and prior.last_batch >= b.batch_id):
+        prior = _group_prior(pipe, keys, key, group) if pipe is not None else None  # None: committed, by the guard
+        if prior is None or (prior.last_batch is not None and prior.last_batch >= b.batch_id):
             mirror.valid = False
             return False
         committed = prior.last_batch

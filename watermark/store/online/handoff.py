@@ -3,7 +3,7 @@ servers and packed, and a record of the batch, handed over once; and a group's s
 share of each.
 
 - ``{ns}:online:rows:{batch}:{g}``: group ``g``'s share of the batch, Arrow IPC (server, player, event time,
-  arrival order, kind, arrival ms); the group's commit deletes it, the TTL is a backstop.
+  arrival order, kind, arrival ms); the group's commit deletes it, and it expires after :data:`ROWS_KEPT_S`.
 - ``{ns}:online:batches``: one entry per batch handed over (:class:`watermark.schema.records.OnlineBatch`),
   :data:`BATCHES_KEPT` at most: a group down for longer misses the oldest, and its view says it (``missed``).
 - ``{ns}:online:handoff``: the handover's guard ``last_batch``, so a batch replayed after a crash is handed over
@@ -29,6 +29,10 @@ from watermark.store.presence_store import PresenceEvents, group_of
 
 BATCHES_KEPT = 10_000
 """Batches the stream of handed-over batches keeps: 83 minutes of 500 ms batches."""
+ROWS_KEPT_S = 60
+"""How long a group's share waits for it: a group away longer (a restart takes seconds) goes on without it and the
+view says it is partial from there. It bounds Redis' memory for the shares at a minute of input, about 45 bytes an
+event (270 MB at 100,000 events/s), where the key TTL (a day by default) would let a group away fill Redis."""
 BATCH_FIELD = "b"
 
 _SCHEMA = pa.schema([("server", pa.dictionary(pa.int32(), pa.string())), ("player", pa.string()),
@@ -80,7 +84,7 @@ def hand_off(client: redis.Redis, keys: KeySchema, batch: OnlineBatch, events: P
             return False
         pipe.multi()
         for g, share in enumerate(shares):
-            pipe.set(keys.online_rows(batch.batch, g), pack(share), ex=ttl_s)
+            pipe.set(keys.online_rows(batch.batch, g), pack(share), ex=min(ttl_s, ROWS_KEPT_S))
         pipe.xadd(keys.online_batches, {BATCH_FIELD: batch.encode()}, maxlen=BATCHES_KEPT, approximate=True)
         pipe.expire(keys.online_batches, ttl_s)
         # committed_id: where the handover is in the input, which the trim keeps until then (a reader's mark)

@@ -12,7 +12,7 @@ from watermark.schema.config import ConfigError
 from watermark.schema.keys import KeySchema
 from watermark.schema.records import OnlineBatch
 from watermark.store.commit import Params
-from watermark.store.online.handoff import batches_after, rows_of
+from watermark.store.online.handoff import ROWS_KEPT_S, batches_after, rows_of
 from watermark.store.presence_store import (
     Group,
     PresenceBatch,
@@ -66,8 +66,8 @@ class GroupRunner:
                         self.group.index, last + 1, b.batch - 1, b.batch)
         rows = rows_of(self.client, self.keys, b.batch, self.group.index)
         if rows is None:
-            log.error("group %d: its share of batch %d is gone from Redis (its TTL passed, or Redis lost it): "
-                      "the online view is partial from this batch", self.group.index, b.batch)
+            log.error("group %d: its share of batch %d is gone from Redis (it waited longer than %d s, or Redis lost "
+                      "it): the online view is partial from this batch", self.group.index, b.batch, ROWS_KEPT_S)
             rows, missed = PresenceEvents.empty(), True
         share = PresenceBatch(b.batch, b.watermark_ms, b.batch_ts_ms, b.end_id, rows, b.delay_ms,
                               b.next_watermark_ms, b.newest_arrival_ms, missed,
