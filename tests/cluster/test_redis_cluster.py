@@ -12,6 +12,9 @@ import pytest
 import redis
 from redis.cluster import RedisCluster
 
+from tests.store.online.test_handoff import hand_over
+from tests.store.test_presence_groups import PARAMS as ONLINE
+from tests.store.test_presence_groups import dump, now, random_game, run
 from tests.writers import write_through_losses
 from watermark.apps.redis_server import LocalCluster
 from watermark.client.sharded import ShardedProducer
@@ -24,7 +27,9 @@ from watermark.schema.lanes import lane_namespace
 from watermark.schema.records import ServerRecord
 from watermark.schema.shards import shard_key, shard_of
 from watermark.store.commit import BatchSummary, Params, commit_batch
+from watermark.store.online.runner import GroupRunner
 from watermark.store.pipeline_status import read_pipeline
+from watermark.store.presence_store import Group
 from watermark.store.redis_conn import home, is_cluster, open_client, refresh, same_slot, with_retry
 from watermark.store.stream_writer import StreamWriter, WriteStats
 
@@ -220,3 +225,21 @@ def test_the_jobs_idle_markers_go_to_each_shards_node_with_their_decision(c: Red
         marker = parse_entry(fields, entry_id.decode(), Rules(idle_key=secret))
         assert isinstance(marker, Event) and marker.kind == IDLE_KIND and marker.server == server
         assert decisions[server] == entry_id
+
+
+def test_the_online_view_s_groups_fold_on_the_pipeline_s_node(c: RedisCluster, r: redis.Redis) -> None:
+    """Decision 0020 in a cluster: the job's handover and two groups' commits and merges, under a braced namespace,
+    leave the view the job's own fold leaves on one Redis, key for key; every key of it on the pipeline's node."""
+    batches = random_game(1)
+    whole = dump(r, run(r, batches, 1))
+    keys = KeySchema(f"{{grp-{uuid.uuid4().hex[:8]}}}")
+    groups = [GroupRunner(c, keys, Group(g, 2), ONLINE, now) for g in range(2)]
+    for i in range(len(batches)):
+        hand_over(c, keys, batches, i, 2)
+        for g in (i % 2, 1 - i % 2):  # now one group first, now the other
+            groups[g].step()
+    got = dump(c, keys)
+    assert {k for k in got if k.startswith("online:")} == {"online:batches", "online:handoff"}
+    assert {k: v for k, v in got.items() if not k.startswith("online:")} == whole
+    node = home(c, keys.presence_state)
+    assert all(node.exists(f"{keys.namespace}:{k}") for k in got)  # one slot: all on the pipeline's node
