@@ -16,7 +16,8 @@ import pytest
 import redis
 
 from tests.store.test_online import events
-from tests.store.test_server_clocks import DELAY, T0, TIMEOUT, Steps, at, game
+from tests.store.test_server_clocks import DELAY, T0, TIMEOUT, game
+from tests.store.test_server_clocks import random_game as clock_game
 from watermark.schema.keys import KeySchema
 from watermark.schema.records import PresenceRecord
 from watermark.store.commit import Params
@@ -102,21 +103,9 @@ def random_order(seed: int) -> Callable[[int, int], list[int]]:
 
 
 def random_game(seed: int) -> list[list[tuple]]:
-    """Clocks ahead and behind, lags, silences, glitches, logouts and late events, at random, on four servers."""
-    rng = random.Random(seed)
-    servers = {s: rng.randint(1, 6) for s in "ABCD"}
-    offset: dict[str, Steps] = {s: rng.choice([0, 0, 45_000, -40_000, [(rng.randint(10, 60), 50_000)],
-                                                [(rng.randint(10, 40), 40_000), (rng.randint(45, 80), 0)]])
-                                for s in servers}
-    lag: dict[str, Steps] = {s: rng.choice([0, 1_000, 4_000, [(rng.randint(10, 60), 45_000)]]) for s in servers}
-    silent = {s: (a, a + rng.randint(5, 70)) for s in servers if rng.random() < 0.6 for a in [rng.randint(5, 40)]}
-    extra: dict[int, list[tuple]] = {}
-    for _ in range(16):
-        sec, s = rng.randint(0, 89), rng.choice("ABCD")
-        t = T0 + sec * 1000 + at(offset[s], sec) + rng.choice([-50_000, -8_000, 0, 35_000, 120_000])
-        extra.setdefault(sec, []).append((s, f"{s}-{rng.randint(0, 6)}", t, rng.choice(["logout", "login", None]),
-                                          T0 + sec * 1000))
-    return game(90, servers, offset, lag, silent, extra)
+    """The clock tests' random games (clocks ahead, behind and set forward, lags, silences, logouts and late
+    events), on four servers."""
+    return clock_game(seed, "ABCD", glitches=16, silent_p=0.6)
 
 
 def test_the_games_split_servers_among_the_groups() -> None:

@@ -128,23 +128,27 @@ def test_a_clock_set_back_or_a_slower_link_keeps_its_players(r: redis.Redis) -> 
     assert all(c["A"] == 20 for c in got[5:]), got  # its players moved forward with its clock: nobody timed out
 
 
-@pytest.mark.parametrize("seed", range(6))
-def test_random_games_match_the_model(r: redis.Redis, seed: int) -> None:
-    """Clocks ahead and behind, lags, silences, glitches, logouts and late events, at random."""
+def random_game(seed: int, names: str = "ABC", glitches: int = 12, silent_p: float = 0.5) -> list[list[tuple]]:
+    """Clocks ahead and behind, lags, silences, glitches, logouts and late events, at random, on 90 s of batches."""
     rng = random.Random(seed)
-    servers = {s: rng.randint(1, 6) for s in "ABC"}
+    servers = {s: rng.randint(1, 6) for s in names}
     offset: dict[str, Steps] = {s: rng.choice([0, 0, 45_000, -40_000, [(rng.randint(10, 60), 50_000)],
                                                 [(rng.randint(10, 40), 40_000), (rng.randint(45, 80), 0)]])
                                 for s in servers}
     lag: dict[str, Steps] = {s: rng.choice([0, 1_000, 4_000, [(rng.randint(10, 60), 45_000)]]) for s in servers}
-    silent = {s: (a, a + rng.randint(5, 70)) for s in servers if rng.random() < 0.5 for a in [rng.randint(5, 40)]}
+    silent = {s: (a, a + rng.randint(5, 70)) for s in servers if rng.random() < silent_p for a in [rng.randint(5, 40)]}
     extra: dict[int, list[tuple]] = {}
-    for _ in range(12):
-        sec, s = rng.randint(0, 89), rng.choice("ABC")
+    for _ in range(glitches):
+        sec, s = rng.randint(0, 89), rng.choice(names)
         t = T0 + sec * 1000 + at(offset[s], sec) + rng.choice([-50_000, -8_000, 0, 35_000, 120_000])
         extra.setdefault(sec, []).append((s, f"{s}-{rng.randint(0, 6)}", t, rng.choice(["logout", "login", None]),
                                           T0 + sec * 1000))
-    batches = game(90, servers, offset, lag, silent, extra)
+    return game(90, servers, offset, lag, silent, extra)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_random_games_match_the_model(r: redis.Redis, seed: int) -> None:
+    batches = random_game(seed)
     assert commit_all(r, batches) == model(batches)
 
 

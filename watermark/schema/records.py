@@ -221,24 +221,6 @@ class OnlineBatch(_JsonRecord, frozen=True, kw_only=True):
     groups: int
     """How many groups the job split the batch's events among: a group process configured otherwise refuses."""
     watermark_ms: int
-    batch_ts_ms: int
-    end_id: str
-    delay_ms: int
-    timeout_ms: int
-    next_watermark_ms: int | None = None
-    newest_arrival_ms: int | None = None
-    """The whole batch's newest arrival (None: it had no event)."""
-
-
-class PresencePart(_JsonRecord, frozen=True, kw_only=True):
-    """What one group of servers' fold did to one batch (``{ns}:presence:parts:{batch}``, a field per group), until
-    the last group's part is in and the parts are merged into the online view's record of the batch
-    (``watermark.store.presence_store``). Every group's part carries the batch's own figures (the same in each),
-    so whoever merges needs nothing else."""
-
-    group: int
-    batch: int
-    watermark_ms: int
     """The pipeline's watermark in force for the batch."""
     batch_ts_ms: int
     end_id: str
@@ -246,6 +228,19 @@ class PresencePart(_JsonRecord, frozen=True, kw_only=True):
     timeout_ms: int
     next_watermark_ms: int | None = None
     """Per-server pipelines: Spark's combined watermark after the batch, from the sink's model."""
+    newest_arrival_ms: int | None = None
+    """The whole batch's newest arrival (None: it had no event)."""
+
+
+class PresencePart(_JsonRecord, frozen=True, kw_only=True):
+    """What one group of servers' fold did to one batch (``{ns}:presence:parts:{batch}``, a field per group), until
+    the last group's part is in and the parts are merged into the online view's record of the batch
+    (``watermark.store.presence_store``). Every group's part carries the batch's own record (the same in each), so
+    whoever merges needs nothing else."""
+
+    group: int
+    of: OnlineBatch
+    """The batch: its id, the pipeline's watermark in force and after it, its arrival, the fold's delay and timeout."""
     counts: dict[str, int]
     """Players online after the batch, per server of the group."""
     causes: dict[str, dict[str, int]] = {}

@@ -36,7 +36,14 @@ from watermark.rules.presence_rollup import (
     roll,
 )
 from watermark.schema.keys import KeySchema
-from watermark.schema.records import ClockRecord, CommitEntry, PresencePart, PresenceRecord, PresenceStateRecord
+from watermark.schema.records import (
+    ClockRecord,
+    CommitEntry,
+    OnlineBatch,
+    PresencePart,
+    PresenceRecord,
+    PresenceStateRecord,
+)
 from watermark.schema.shards import shard_of
 from watermark.store import redis_conn
 from watermark.store.commit import Params, guarded, next_watermark, queue_packed, records_kept
@@ -564,8 +571,10 @@ def _commit_group(client: redis.Redis, keys: KeySchema, b: PresenceBatch, params
             w.rewrite = lost
         batch_servers = set(ev.server.tolist())
         part = PresencePart(
-            group=group.index, batch=b.batch_id, watermark_ms=b.watermark_ms, batch_ts_ms=b.batch_ts_ms,
-            end_id=b.end_id, delay_ms=b.delay_ms, timeout_ms=timeout_ms, next_watermark_ms=b.next_watermark_ms,
+            group=group.index, of=OnlineBatch(
+                batch=b.batch_id, groups=group.of, watermark_ms=b.watermark_ms, batch_ts_ms=b.batch_ts_ms,
+                end_id=b.end_id, delay_ms=b.delay_ms, timeout_ms=timeout_ms, next_watermark_ms=b.next_watermark_ms,
+                newest_arrival_ms=b.newest_arrival_ms),
             counts={s: w.count for s, w in writes.items()}, causes={s: w.causes for s, w in writes.items() if w.causes},
             came_online=sum(w.came_online for w in writes.values()),
             went_offline=sum(w.went_offline for w in writes.values()),
@@ -677,7 +686,7 @@ def _never_whole(pipe: redis.client.Pipeline, keys: KeySchema, groups: int, raw:
 def _merge(pipe: redis.client.Pipeline, keys: KeySchema, parts: Sequence[PresencePart], prior: PresenceStateRecord,
            params: Params, now_ms: Callable[[], int]) -> None:
     """Queue the merge of one batch's parts (the pipeline is in ``multi()`` after this call's reads)."""
-    first = parts[0]  # the batch's own figures are the same in every part
+    first = parts[0].of  # the batch's own record is the same in every part
     rollups = _Rollups.read(pipe, keys, arrival_ms(first.end_id, first.batch_ts_ms))
     known = [v for v in (prior.max_event_us, *(p.newest_event_us for p in parts)) if v is not None]
     running = max(known) if known else None
