@@ -95,3 +95,18 @@ def test_a_share_gone_or_batches_no_longer_kept_say_the_view_is_partial(r: redis
     assert any("share of batch 30 is gone" in m for m in record), record
     assert any("batches 50 to 58" in m for m in record), record
     assert int(r.hget(keys.presence_state, "lost_at_batch")) == 59
+
+
+def test_the_number_of_groups_changes_once_every_batch_is_folded(r: redis.Redis) -> None:
+    """Two groups for 45 batches, then (every one folded) three: the new groups read the handover's record from its
+    start, pass over the batches folded under the old number, and go on from the view."""
+    batches = random_game(3)
+    whole = dump(r, run(r, batches, 1))
+    keys = KeySchema(f"ho-{uuid.uuid4().hex[:8]}")
+    for groups, span in ((2, range(0, 45)), (3, range(45, 90))):
+        rs = runners(r, keys, groups)
+        for i in span:
+            hand_over(r, keys, batches, i, groups)
+            for runner in rs:
+                runner.step()
+    assert {k: v for k, v in dump(r, keys).items() if not k.startswith("online:")} == whole

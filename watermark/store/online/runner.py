@@ -48,10 +48,11 @@ class GroupRunner:
         last = last_committed(self.client, self.keys, self.group)
         done = []
         for entry_id, b in batches_after(self.client, self.keys, self.cursor, block_ms=block_ms):
-            if b.groups != self.group.of:
-                raise ConfigError(f"ONLINE_GROUPS: the job splits the online view among {b.groups} groups (batch "
-                                  f"{b.batch}), this process is group {self.group.index} of {self.group.of}")
-            if last is None or b.batch > last:
+            if last is None or b.batch > last:  # (batches before: folded, perhaps by another number of groups)
+                if b.groups != self.group.of:
+                    raise ConfigError(f"ONLINE_GROUPS: the job splits the online view among {b.groups} groups "
+                                      f"(batch {b.batch}), this process is group {self.group.index} of "
+                                      f"{self.group.of}")
                 self._fold(b, last)
                 last = b.batch
                 done.append(b.batch)
