@@ -31,7 +31,6 @@ from watermark.rules.simulate import Simulator
 from watermark.schema.config import Config
 from watermark.schema.keys import KeySchema
 from watermark.schema.lanes import lane_config
-from watermark.schema.records import OnlineBatch
 from watermark.spark import local_agg
 from watermark.spark.checkpoint import OffsetEntry
 from watermark.spark.query import source_options
@@ -108,15 +107,13 @@ def measure(url: str, servers: int, rate: int, seconds: float, trigger_ms: int, 
             _timed(c, f"lane {lane.keys.namespace.rsplit('.', 1)[-1]}",
                    lambda lane=lane, batch=batch, summary=summary: lane.commit(client, batch, summary))
         events = presence_events(table)
+        online = PresenceBatch(batch_id, watermark_ms, hi_ms, hi, events, params.delay_ms, None)
         if groups:  # decision 0020: the driver hands over; each group folds its share in wm-online
-            handed = OnlineBatch(batch=batch_id, groups=groups, watermark_ms=watermark_ms, batch_ts_ms=hi_ms, end_id=hi,
-                                 delay_ms=params.delay_ms, timeout_ms=30_000,
-                                 newest_arrival_ms=int(events.arrivals().max()) if len(events.event_us) else None)
+            handed = online.record(groups, 30_000)
             _timed(c, "online: hand over", lambda h=handed, e=events: hand_off(client, keys, h, e, params.ttl_s))
             for g, runner in enumerate(runners):
                 _timed(c, f"{GROUP_STEP}{g}", runner.step)
         else:
-            online = PresenceBatch(batch_id, watermark_ms, hi_ms, hi, events, params.delay_ms, None)
             _timed(c, "online", lambda online=online: commit_presence(client, keys, online, params, 30_000, mirror))
         if c is not None:
             costs.events += sum(s.rows for s in summary.servers.values())

@@ -35,19 +35,18 @@ WINDOW_MS, SLIDE_MS, DELAY_MS = 60_000, 30_000, 10_000
 
 
 def start_job(redis_url: str, ns: str, checkpoint: Path, log: Path, shards: int = 1,
-              groups: int = 0) -> subprocess.Popen[bytes]:
-    env = job_env(redis_url, ns, checkpoint, shards, groups)
-    # Its own process group; kill() takes the JVM (in a session of its own) down with it: a real crash.
-    return subprocess.Popen([sys.executable, "-m", "watermark.apps.job"], env=env, cwd=ROOT, start_new_session=True,
-                            stdout=log.open("ab"), stderr=subprocess.STDOUT)
+              groups: int = 0, module: str = "watermark.apps.job") -> subprocess.Popen[bytes]:
+    """The job (or, with ``module="watermark.apps.online"``, ``wm-online`` with every group as a child, as
+    ``./run.sh`` starts it) in its own process group; kill() takes what it started (the JVM, in a session of its
+    own; the groups) down with it: a real crash."""
+    return subprocess.Popen([sys.executable, "-m", module], env=job_env(redis_url, ns, checkpoint, shards, groups),
+                            cwd=ROOT, start_new_session=True, stdout=log.open("ab"), stderr=subprocess.STDOUT)
 
 
 def start_online(redis_url: str, ns: str, checkpoint: Path, log: Path, shards: int,
-                 groups: int) -> subprocess.Popen[bytes]:
-    """``wm-online`` with every group as a child (as ``./run.sh`` starts it), killed with the job: a crash."""
-    return subprocess.Popen([sys.executable, "-m", "watermark.apps.online"],
-                            env=job_env(redis_url, ns, checkpoint, shards, groups), cwd=ROOT, start_new_session=True,
-                            stdout=log.open("ab"), stderr=subprocess.STDOUT)
+                 groups: int) -> subprocess.Popen[bytes] | None:
+    """``wm-online`` beside the job when the online view is folded by groups (None without them)."""
+    return start_job(redis_url, ns, checkpoint, log, shards, groups, "watermark.apps.online") if groups else None
 
 
 def job_env(redis_url: str, ns: str, checkpoint: Path, shards: int, groups: int) -> dict[str, str]:
@@ -196,8 +195,7 @@ def test_sigkill_at_random_moments_changes_nothing(redis_url: str, tmp_path: Pat
     seen, kills = "0-0", 0
     while kills < KILLS:
         proc = start_job(crashed_url, crashed.namespace, tmp_path / "ck-crashed", log, shards, groups)
-        online = start_online(crashed_url, crashed.namespace, tmp_path / "ck-crashed", log, shards, groups) \
-            if groups else None
+        online = start_online(crashed_url, crashed.namespace, tmp_path / "ck-crashed", log, shards, groups)
         seen = wait_for_commit(client, crashed, seen)
         try:  # a random moment after a commit: mid-batch, mid-commit, or between batches
             proc.wait(timeout=rng.uniform(0.0, 1.5))
@@ -216,8 +214,7 @@ def test_sigkill_at_random_moments_changes_nothing(redis_url: str, tmp_path: Pat
     assert client.hget(crashed.state, "committed_id") != last_id.encode(), "the kills came too late to matter"
 
     proc = start_job(crashed_url, crashed.namespace, tmp_path / "ck-crashed", log, shards, groups)
-    online = start_online(crashed_url, crashed.namespace, tmp_path / "ck-crashed", log, shards, groups) \
-        if groups else None
+    online = start_online(crashed_url, crashed.namespace, tmp_path / "ck-crashed", log, shards, groups)
     try:
         if client.hget(crashed.state, "committed_id") != last_id.encode():
             wait_for_commit(client, crashed, seen, until_id=last_id)

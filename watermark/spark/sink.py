@@ -33,7 +33,7 @@ from watermark.rules.watermarks import ServerWatermarks
 from watermark.rules.windows import Histograms, event_ms, late_counts
 from watermark.schema.events import parse_entry_id
 from watermark.schema.keys import KeySchema, WindowKey
-from watermark.schema.records import LagRecord, OnlineBatch, ServerRecord, StateRecord
+from watermark.schema.records import LagRecord, ServerRecord, StateRecord
 from watermark.spark import local_agg
 from watermark.spark.checkpoint import OffsetEntry, read_offset_log
 from watermark.spark.handover import Handover
@@ -54,6 +54,7 @@ from watermark.store.commit import (
     WindowAgg,
     commit_batch,
     free_committed_input,
+    online_reader,
 )
 from watermark.store.online.handoff import hand_off
 from watermark.store.presence_store import PresenceBatch, PresenceEvents, PresenceMirror, commit_presence
@@ -403,17 +404,14 @@ class RedisSink(DriverClient):
                timeout_ms: int) -> None:
         """The batch's accepted events to the online view: folded here, or handed over to its groups (decision
         0020), once either way."""
+        online = PresenceBatch(batch_id, entry.watermark_ms, entry.batch_ts_ms, summary.end_id, events,
+                               self.params.delay_ms, summary.next_watermark_ms)
         if self.online_groups:
-            handed = OnlineBatch(batch=batch_id, groups=self.online_groups, watermark_ms=entry.watermark_ms,
-                                 batch_ts_ms=entry.batch_ts_ms, end_id=summary.end_id, delay_ms=self.params.delay_ms,
-                                 timeout_ms=timeout_ms, next_watermark_ms=summary.next_watermark_ms,
-                                 newest_arrival_ms=int(events.arrivals().max()) if len(events.event_us) else None)
+            handed = online.record(self.online_groups, timeout_ms)
             with_retry(lambda: hand_off(self.client, self.keys, handed, events, self.params.ttl_s),
                        f"the online view's share of batch {batch_id}", when_full=self.free_memory,
                        refresh=self.refresh)
             return
-        online = PresenceBatch(batch_id, entry.watermark_ms, entry.batch_ts_ms, summary.end_id, events,
-                               self.params.delay_ms, summary.next_watermark_ms)
         with_retry(lambda: commit_presence(self.client, self.keys, online, self.params, timeout_ms, self.mirror),
                    f"online players of batch {batch_id}", when_full=self.free_memory, refresh=self.refresh)
 
@@ -421,7 +419,7 @@ class RedisSink(DriverClient):
         """Each follower's last committed batch (None: it has not committed one)."""
         guards = [lane.keys.state for lane in self.lanes]
         if self.online_timeout_ms is not None:
-            guards.append(self.keys.online_handoff if self.online_groups else self.keys.presence_state)
+            guards.append(online_reader(self.keys, self.online_groups))
         pipe = self.client.pipeline(transaction=False)
         for guard in guards:
             pipe.hget(guard, "last_batch")

@@ -167,14 +167,19 @@ def params_of(cfg: Config) -> Params:
 
 def readers_of(cfg: Config) -> tuple[str, ...]:
     """The state hashes whose ``committed_id`` holds back the trim of the input: each lab lane's and the
-    online view's. They commit after the pipeline (in the job on a thread of their own, while the next batch
-    runs); a reader held back (a failing commit, a crash before it committed) keeps the entries it still
-    needs, which is what lets the next run catch it up (:meth:`RedisSink.catch_up`)."""
+    online view's (:func:`online_reader`). They commit after the pipeline (in the job on a thread of their own,
+    while the next batch runs); a reader held back (a failing commit, a crash before it committed) keeps the
+    entries it still needs, which is what lets the next run catch it up (:meth:`RedisSink.catch_up`)."""
     if cfg.input_namespace is not None:
         return ()  # a lane trims nothing
-    keys = KeySchema(cfg.namespace)
-    online = keys.online_handoff if cfg.online_groups else keys.presence_state  # the groups read no input
-    return (*(KeySchema(lane_namespace(cfg.namespace, lane)).state for lane in cfg.lanes), online)
+    return (*(KeySchema(lane_namespace(cfg.namespace, lane)).state for lane in cfg.lanes),
+            online_reader(KeySchema(cfg.namespace), cfg.online_groups))
+
+
+def online_reader(keys: KeySchema, groups: int) -> str:
+    """The hash whose ``last_batch`` and ``committed_id`` say how far the online view has taken the input: its own
+    state, or with groups (decision 0020) its handover's (the groups read no input: the job hands it over)."""
+    return keys.online_handoff if groups else keys.presence_state
 
 
 class ParamsMismatch(RuntimeError):

@@ -87,6 +87,10 @@ class PresenceEvents:
     def arrivals(self) -> np.ndarray:
         return self.ingest_ms if self.ingest_ms is not None else np.zeros(len(self.event_us), np.int64)
 
+    def newest_arrival_ms(self) -> int | None:
+        """The newest arrival among the events (None: there is none)."""
+        return int(self.arrivals().max()) if len(self.event_us) else None
+
 
 @dataclass(frozen=True)
 class PresenceBatch:
@@ -106,6 +110,21 @@ class PresenceBatch:
     share gone): the view is partial from here, as after a loss."""
     consumed: tuple[str, ...] = ()
     """Keys the commit deletes in its transaction: the group's share of the batch, handed over by the job."""
+
+    def record(self, groups: int, timeout_ms: int) -> OnlineBatch:
+        """The batch's own record, as the job hands it over to ``groups`` groups and as each group's part carries it
+        (decision 0020)."""
+        newest = self.newest_arrival_ms if self.newest_arrival_ms is not None else self.events.newest_arrival_ms()
+        return OnlineBatch(batch=self.batch_id, groups=groups, watermark_ms=self.watermark_ms,
+                           batch_ts_ms=self.batch_ts_ms, end_id=self.end_id, delay_ms=self.delay_ms,
+                           timeout_ms=timeout_ms, next_watermark_ms=self.next_watermark_ms, newest_arrival_ms=newest)
+
+    @classmethod
+    def of(cls, record: OnlineBatch, events: PresenceEvents, missed: bool = False,
+           consumed: tuple[str, ...] = ()) -> PresenceBatch:
+        """A group's share of a batch handed over: the batch's record and the group's events."""
+        return cls(record.batch, record.watermark_ms, record.batch_ts_ms, record.end_id, events, record.delay_ms,
+                   record.next_watermark_ms, record.newest_arrival_ms, missed, consumed)
 
 
 @dataclass(frozen=True)
@@ -295,8 +314,8 @@ def _decide_servers(mirror: PresenceMirror, ev: PresenceEvents, before: Mapping[
     watermark, all in whole-table array operations; only the clocks (a few numbers a server) are decided one
     server at a time."""
     t = mirror.players
-    if now_ingest is None and len(ev.event_us):
-        now_ingest = int(ev.arrivals().max())
+    if now_ingest is None:
+        now_ingest = ev.newest_arrival_ms()
     shares, slots = _shares(t, ev)
     servers = sorted(set(t.servers) | set(before) | set(shares))
     for server in servers:
@@ -552,7 +571,7 @@ def _commit_group(client: redis.Redis, keys: KeySchema, b: PresenceBatch, params
     ev = b.events
     key, counts_key = keys.presence_group(group.index, group.of), keys.presence_group_counts(group.index, group.of)
     with guarded(client, key, b.batch_id, counts_key) as pipe:
-        prior = _group_prior(pipe, keys, key, group) if pipe is not None else None  # None: committed, by the guard
+        prior = _group_prior(pipe, keys, group) if pipe is not None else None  # None: committed, by the guard
         if prior is None or (prior.last_batch is not None and prior.last_batch >= b.batch_id):
             mirror.valid = False
             return False
@@ -571,10 +590,7 @@ def _commit_group(client: redis.Redis, keys: KeySchema, b: PresenceBatch, params
             w.rewrite = lost
         batch_servers = set(ev.server.tolist())
         part = PresencePart(
-            group=group.index, of=OnlineBatch(
-                batch=b.batch_id, groups=group.of, watermark_ms=b.watermark_ms, batch_ts_ms=b.batch_ts_ms,
-                end_id=b.end_id, delay_ms=b.delay_ms, timeout_ms=timeout_ms, next_watermark_ms=b.next_watermark_ms,
-                newest_arrival_ms=b.newest_arrival_ms),
+            group=group.index, of=b.record(group.of, timeout_ms),
             counts={s: w.count for s, w in writes.items()}, causes={s: w.causes for s, w in writes.items() if w.causes},
             came_online=sum(w.came_online for w in writes.values()),
             went_offline=sum(w.went_offline for w in writes.values()),
@@ -599,22 +615,26 @@ def _commit_group(client: redis.Redis, keys: KeySchema, b: PresenceBatch, params
 
 def last_committed(client: redis.Redis, keys: KeySchema, group: Group) -> int | None:
     """The last batch ``group`` committed (the online view's, for a group without a record of its own)."""
-    last = client.hget(keys.presence_group(group.index, group.of), "last_batch")
-    if last is None:
-        last = client.hget(keys.presence_state, "last_batch")
-    return None if last in (None, b"") else int(last)
+    return _group_record(client, keys, group, ("last_batch",)).last_batch
 
 
-def _group_prior(pipe: redis.client.Pipeline, keys: KeySchema, key: str, group: Group) -> PresenceStateRecord:
-    """The group's guard and its servers' clocks; a group without a record of its own starts where the online view
-    is (a view committed before groups, or by another number of them: its servers' clocks are in it)."""
-    raw = pipe.hmget(key, _GROUP_FIELDS)
-    if raw[0] is None:
-        key = keys.presence_state
-        raw = pipe.hmget(key, _GROUP_FIELDS)
-    rec = PresenceStateRecord.from_hash(dict(zip(_GROUP_FIELDS, raw, strict=True)), key)
+def _group_prior(pipe: redis.client.Pipeline, keys: KeySchema, group: Group) -> PresenceStateRecord:
+    """The group's guard and its servers' clocks (read under the commit's WATCH)."""
+    rec = _group_record(pipe, keys, group, _GROUP_FIELDS)
     return PresenceStateRecord(last_batch=rec.last_batch,
                                clocks={s: c for s, c in rec.clocks.items() if group.owns(s)})
+
+
+def _group_record(reader: redis.Redis | redis.client.Pipeline, keys: KeySchema, group: Group,
+                  fields: Sequence[str]) -> PresenceStateRecord:
+    """``fields`` (``last_batch`` first) of the group's record; a group without a record of its own starts where the
+    online view is (a view committed before groups, or by another number of them: its servers' clocks are in it)."""
+    key = keys.presence_group(group.index, group.of)
+    raw = reader.hmget(key, fields)
+    if raw[0] is None:
+        key = keys.presence_state
+        raw = reader.hmget(key, fields)
+    return PresenceStateRecord.from_hash(dict(zip(fields, raw, strict=True)), key)
 
 
 def merge_ready(client: redis.Redis, keys: KeySchema, groups: int, params: Params,

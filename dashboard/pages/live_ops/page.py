@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from typing import Any
 
 import streamlit as st
 
@@ -121,21 +122,10 @@ def online_now(snap: Snapshot, g: Grouping) -> None:
     counts = g.counts(v.counts)
     # The total on a row of its own: at a few hundred thousand players its six digits and the regions' five do not
     # fit in one row of seven at 1280 px (both were cut to "103,..." and "17,...").
-    for row in ([TOTAL], list(g.labels)) if g.labels else ([TOTAL],):
-        for col, label in zip(st.columns(len(row)) if len(row) > 1 else [st.container()], row, strict=True):
-            name = "All servers" if label == TOTAL else label
-            n = v.total if label == TOTAL else counts[label]
-            col.metric(f"{name} · online now" if not g.grouped else name, ui.fmt_int(n),
-                       help=HELP_ONLINE + ("" if not g.grouped or label == TOTAL else
-                                           f" The sum over {len(g.members[label]):,} servers: "
-                                           + ", ".join(g.members[label][:10])
-                                           + (" ..." if len(g.members[label]) > 10 else "")))
-            # a region's own peak (the highest sum of one batch); the busiest-servers grouping's "rest" has none
-            peak = v.peaks.get(region_key(label) if g.by == "region" and label != TOTAL else label)
-            if g.by == "top" and label != TOTAL and len(g.members[label]) > 1:
-                peak = None
-            if peak is not None:
-                col.caption(f"peak today {peak[0]:,} at {clock(peak[1])}")
+    _online_metric(st.container(), TOTAL, v, g, counts)
+    if g.labels:
+        for col, label in zip(st.columns(len(g.labels)), g.labels, strict=True):
+            _online_metric(col, label, v, g, counts)
     st.caption(f"As of batch {v.last_batch}: a player with no event for {human_ms(v.timeout_ms)} of their own "
                f"server's event time counts as offline (each server its own clock; the windows' watermark is "
                f"{clock(v.watermark_ms)}).")
@@ -158,6 +148,24 @@ def online_now(snap: Snapshot, g: Grouping) -> None:
 
 HISTORY_RANGES = {"1 h": 3_600_000, "6 h": 6 * 3_600_000, "24 h": DAY_MS, "7 d": 7 * DAY_MS}
 RANGE_KEY, WEEK_AGO_KEY = "ops_history_range", "ops_week_ago"
+
+
+def _online_metric(col: Any, label: str, v: OnlineView, g: Grouping,  # noqa: ANN401 - a column or a container
+                   counts: dict[str, int]) -> None:
+    """One series' players online now (the total, a server, a region or the rest), with its peak today."""
+    name = "All servers" if label == TOTAL else label
+    n = v.total if label == TOTAL else counts[label]
+    col.metric(f"{name} · online now" if not g.grouped else name, ui.fmt_int(n),
+               help=HELP_ONLINE + ("" if not g.grouped or label == TOTAL else
+                                   f" The sum over {len(g.members[label]):,} servers: "
+                                   + ", ".join(g.members[label][:10])
+                                   + (" ..." if len(g.members[label]) > 10 else "")))
+    # a region's own peak (the highest sum of one batch); the busiest-servers grouping's "rest" has none
+    peak = v.peaks.get(region_key(label) if g.by == "region" and label != TOTAL else label)
+    if g.by == "top" and label != TOTAL and len(g.members[label]) > 1:
+        peak = None
+    if peak is not None:
+        col.caption(f"peak today {peak[0]:,} at {clock(peak[1])}")
 
 
 def timeline(snap: Snapshot, g: Grouping, now_ms: int) -> Timeline | None:

@@ -70,8 +70,6 @@ class GroupRunner:
             log.error("group %d: its share of batch %d is gone from Redis (it waited longer than %d s, or Redis lost "
                       "it): the online view is partial from this batch", self.group.index, b.batch, ROWS_KEPT_S)
             rows, missed = PresenceEvents.empty(), True
-        share = PresenceBatch(b.batch, b.watermark_ms, b.batch_ts_ms, b.end_id, rows, b.delay_ms,
-                              b.next_watermark_ms, b.newest_arrival_ms, missed,
-                              (self.keys.online_rows(b.batch, self.group.index),))
+        share = PresenceBatch.of(b, rows, missed, (self.keys.online_rows(b.batch, self.group.index),))
         commit_presence(self.client, self.keys, share, self.params, b.timeout_ms, self.mirror, self.now_ms,
                         self.group)
