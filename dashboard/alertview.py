@@ -13,6 +13,7 @@ import plotly.graph_objects as go
 
 from dashboard.charts import HEIGHT, Mark, ts
 from dashboard.status import clock, human_ms
+from dashboard.text import md
 from watermark.alerting.conditions import RULES, SUBJECT_LABEL
 from watermark.alerting.health import Health
 from watermark.alerting.lifecycle import AlertState, Notice
@@ -62,7 +63,7 @@ def firing_text(alerts: Sequence[AlertState]) -> str | None:
     parts = []
     for name, group in by_name.items():
         label = SUBJECT_NAMES[SUBJECT_LABEL[group[0].rule]].lower()
-        subjects = [a.subject for a in group if a.subject]
+        subjects = [md(a.subject) for a in group if a.subject]
         named = ", ".join(subjects[:NAMED]) + (f" and {len(subjects) - NAMED} more" if len(subjects) > NAMED else "")
         parts.append(f"{name} ({label}{'s' if len(subjects) > 1 else ''} {named})" if subjects else name)
     return f"{len(firing)} alert{'s' if len(firing) > 1 else ''} firing: {', '.join(parts)}."

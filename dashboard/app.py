@@ -46,6 +46,7 @@ class PageSpec:
     url_path: str
 
 
+# Every page by its URL path, in the navigation's order; Live ops is the default.
 PAGES: dict[str, PageSpec] = {
     "ops": PageSpec(live_ops.main, "Live ops", ":material/sports_esports:", "ops"),
     "alerts": PageSpec(alerts.main, "Alerts", ":material/notifications_active:", "alerts"),
@@ -57,7 +58,6 @@ PAGES: dict[str, PageSpec] = {
     "delay": PageSpec(delay.main, "Choosing the delay", ":material/tune:", "delay"),
     "control": PageSpec(control.main, "Lab control", ":material/settings_remote:", "control"),
 }
-"""Every page by its URL path, in the navigation's order; Live ops is the default."""
 
 
 def page_config() -> None:

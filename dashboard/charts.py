@@ -155,7 +155,8 @@ def players_now(current: dict[str, WindowRow | None], servers: Sequence[str]) ->
             x=[s], y=[players], name=s, marker_color=colors[s], text=[f"{players:,}"], textposition="outside",
             marker_pattern_shape="" if final else PROVISIONAL_PATTERN, opacity=1.0 if final else 0.75,
             customdata=[_window_custom(w)] if w else None,
-            hovertemplate=_WINDOW_HOVER if w else f"<b>{s}</b>: no events in the current window<extra></extra>",
+            hovertemplate=_WINDOW_HOVER if w else
+            "<b>%{fullData.name}</b>: no events in the current window<extra></extra>",
             showlegend=False,
         ))
     return _layout(fig, "Current window's players (hatched: provisional)", "distinct players")
@@ -235,7 +236,7 @@ def online_over_batches(history: Sequence[OnlinePoint], servers: Sequence[str], 
         fig.add_trace(go.Scatter(
             x=x, y=y, name=s, mode="lines+markers", line={"color": colors[s], "shape": "hv"}, marker={"size": 5},
             customdata=custom,
-            hovertemplate=f"<b>{s}</b> batch %{{customdata[0]}}<br>online %{{y:,}}<br>watermark %{{x|%H:%M:%S}}"
+            hovertemplate="<b>%{fullData.name}</b> batch %{customdata[0]}<br>online %{y:,}<br>watermark %{x|%H:%M:%S}"
                           "<br>batch transitions: %{customdata[1]:,} on, %{customdata[2]:,} off<extra></extra>",
         ))
     return _time_axis(_layout(fig, f"Players online after each batch{what} (by watermark)", "players online"))
@@ -254,7 +255,7 @@ def online_per_minute(minutes: Sequence[Minute], servers: Sequence[str], what: s
         fig.add_trace(go.Scatter(
             x=x, y=y, name=s, mode="lines+markers", line={"color": colors[s]}, marker={"size": 5},
             customdata=custom,
-            hovertemplate=f"<b>{s}</b> %{{x|%H:%M}}<br>online at the minute's end %{{y:,}}"
+            hovertemplate="<b>%{fullData.name}</b> %{x|%H:%M}<br>online at the minute's end %{y:,}"
                           "<br>the minute's peak %{customdata[0]}<extra></extra>",
         ))
     return _time_axis(_layout(fig, f"Players online{what}, last hour (per minute)", "players online"))
@@ -284,7 +285,7 @@ def online_history(tl: Timeline, labels: Mapping[str, str], what: str = "") -> g
                 x=x, y=y, name=name, mode="lines", customdata=custom,
                 line={"color": WEEK_AGO if dash == "dot" else color, "dash": dash,
                       "width": 2 if series == TOTAL else 1.5},
-                hovertemplate=f"<b>{name}</b> %{{x|%a %d %b %H:%M}}<br>online %{{y:,}}<br>highest within it "
+                hovertemplate="<b>%{fullData.name}</b> %{x|%a %d %b %H:%M}<br>online %{y:,}<br>highest within it "
                               "%{customdata[0]}<extra></extra>"))
     span = tl.end_ms - tl.start_ms
     fig = _time_axis(_layout(fig, f"Players online{what}, last {_span_text(span)}", "players online"))
@@ -359,7 +360,7 @@ def transitions_per_minute(minutes: Sequence[Minute]) -> go.Figure:
     for name, causes, color in TRANSITIONS:
         counts = [sum(by.get(c, 0) for by in m.causes.values() for c in causes) for m in minutes]
         fig.add_trace(go.Bar(x=[ts(m.minute_ms) for m in minutes], y=counts, name=name, marker_color=color,
-                             hovertemplate=f"%{{x|%H:%M}}<br>{name}: %{{y:,}}<extra></extra>"))
+                             hovertemplate="%{x|%H:%M}<br>%{fullData.name}: %{y:,}<extra></extra>"))
     fig.update_layout(barmode="group")
     return _time_axis(_layout(fig, "Logins, logouts and timeouts per minute", "players per minute"), pad_ms=30_000)
 
@@ -443,7 +444,8 @@ def per_server_over_time(batches: Sequence[BatchPoint], servers: Sequence[str] |
         fig.add_trace(go.Bar(
             x=[ts(b.batch_ts_ms) for b, _ in rows], y=[n for _, n in rows], name=s,
             marker_color=colors[s], customdata=[[b.batch, ts(b.watermark_ms).strftime("%H:%M:%S")] for b, _ in rows],
-            hovertemplate=f"<b>{s}</b> batch %{{customdata[0]}}<br>{attr} %{{y:,}}<br>watermark in force "
+            hovertemplate=f"<b>%{{fullData.name}}</b> batch %{{customdata[0]}}<br>{attr} %{{y:,}}<br>watermark in "
+                          "force "
                           "%{customdata[1]}<extra></extra>",
         ))
     fig.update_layout(barmode="stack")
@@ -477,7 +479,8 @@ def lag_chart(batches: Sequence[BatchPoint], servers: Sequence[str], stat: str =
             fig.add_trace(go.Scatter(
                 x=x, y=y, name=s, legendgroup=s, showlegend=row == 1, mode="lines", line={"color": colors[s]},
                 customdata=custom,
-                hovertemplate=f"<b>{s}</b> {stat} %{{y:.2f}} s<br>batch %{{customdata[0]}}<extra></extra>",
+                hovertemplate=f"<b>%{{fullData.name}}</b> {stat} %{{y:.2f}} s<br>batch %{{customdata[0]}}"
+                              "<extra></extra>",
             ), row=row, col=1)
     fig.update_yaxes(title_text="seconds")
     fig = _layout(fig, f"Event-time lag per server: {LAG_STATS[stat]}", "seconds", height=560)

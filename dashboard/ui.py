@@ -20,6 +20,7 @@ import streamlit as st
 from dashboard.charts import Mark, mark
 from dashboard.loaders import load_alerts, load_lab, load_lanes, load_marks, load_snapshot, redis_client
 from dashboard.status import Level, Status, assess, clock, human_ms, unreachable
+from dashboard.text import md, safe_figure
 from watermark.schema.config import Config, ConfigError, redact_url
 from watermark.schema.keys import KeySchema
 from watermark.store.control_store import write_control
@@ -90,7 +91,7 @@ def retired_note(st: Any, snap: Snapshot, shown: int = 8) -> None:  # noqa: ANN4
     if not snap.retired:
         return
     items = sorted(snap.retired.items(), key=lambda kv: -kv[1])
-    names = ", ".join(f"{s} ({human_ms(snap.read_ms - t)})" for s, t in items[:shown])
+    names = ", ".join(f"{md(s)} ({human_ms(snap.read_ms - t)})" for s, t in items[:shown])
     more = f" and {len(items) - shown} more" if len(items) > shown else ""
     st.caption(f"Retired (no event for {human_ms(snap.retire_after_ms)} or longer, RETIRE_AFTER; not charted here, "
                "the totals keep them): "
@@ -238,9 +239,14 @@ def chart(where: Any, fig: Any, key: str, empty: str) -> None:
     from dashboard.charts import has_data
 
     if has_data(fig):
-        where.plotly_chart(marked(fig), key=key)
+        draw(where, marked(fig), key)
     else:
         where.info(empty)
+
+
+def draw(where: Any, fig: Any, key: str) -> None:  # noqa: ANN401 - st or a column; a plotly figure
+    """Every chart is drawn here: the names it carries as text (``dashboard.text.safe_figure``)."""
+    where.plotly_chart(safe_figure(fig), key=key)
 
 
 def fmt_int(n: int) -> str:

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from watermark.apps.replay import ReplayBatch, replay
@@ -47,17 +47,22 @@ class Seeded:
 
 def seed_pipeline(redis_url: str, tmp_path: Path, *, seed: int = 7, rate: float = 10, count: int = 4_000,
                   batch_arrival_ms: int = 40_000, delay_ms: int = 10_000, slide_ms: int = 60_000,
-                  minutes_ago: int = 15, scenario: str | Scenario = "late-burst") -> Seeded:
+                  minutes_ago: int = 15, scenario: str | Scenario = "late-burst",
+                  rename: Mapping[str, tuple[str, str | None]] | None = None) -> Seeded:
     """About 6.7 minutes of late-burst traffic, ending minutes before now, in batches of
     ``batch_arrival_ms`` of arrival time; entry IDs are the simulated arrival times. Windows are a
     minute long, sliding by ``slide_ms``. Starting under 10 minutes ago keeps the sink from trimming
-    any of the stream (it keeps 10 minutes)."""
+    any of the stream (it keeps 10 minutes). ``rename``: server -> (the name and region its events carry instead),
+    for names the simulator would refuse (a producer's markup)."""
     ns = f"dash-{uuid.uuid4().hex[:8]}"
     cfg = Config(redis_url=redis_url, embedded_redis=False, namespace=ns, window_ms=60_000, slide_ms=slide_ms,
                  delay_ms=delay_ms, trigger_ms=1_000, checkpoint_dir=str(tmp_path / ns), spark_master="local[2]",
                  retention_ms=100 * 365 * 86_400_000)
     t0_us = (int(time.time()) // 60 - minutes_ago) * 60_000_000  # a window boundary, minutes ago
     events = list(Simulator(scenario, seed=seed, start_us=t0_us, rate=rate, count=count))
+    if rename:
+        events = [(at, replace(ev, server=rename[ev.server][0], region=rename[ev.server][1]) if ev.server in rename
+                   else ev) for at, ev in events]
     groups: dict[int, list[bytes]] = {}
     ids: dict[int, list[str]] = {}
     lines: list[dict] = []

@@ -30,7 +30,7 @@ SECRET = b"the job's secret, 32 bytes long."
 RULES = Rules(max_future_skew_ms=60_000, servers=frozenset({"A", "B", "C"}), idle_key=SECRET)
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 REASONS = {"missing_payload", "malformed_json", "not_an_object", "missing_field", "bad_type", "bad_timestamp",
-           "bad_value", "future_timestamp", "unknown_server", "forged_idle_marker"}
+           "bad_value", "bad_name", "future_timestamp", "unknown_server", "forged_idle_marker"}
 
 
 def payload(**doc: object) -> dict[bytes, bytes]:
@@ -56,6 +56,38 @@ def test_future_skew_is_measured_against_ingest_time(ahead_ms: int, accepted: bo
     assert isinstance(out, Event) is accepted
     if not accepted:
         assert isinstance(out, BadEntry) and out.reason == "future_timestamp" and "ahead of its ingest" in out.detail
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "accepted", "why"),
+    [
+        ("server", "x" * 64, True, None),  # the longest a pod name (a DNS label, 63) needs, and one more
+        ("server", "x" * 65, False, "65 characters long, at most 64"),
+        ("server", "x" * 100_000, False, "100,000 characters long"),
+        ("server", "eu-1\n# heading", False, "U+000A at 4"),
+        ("server", "eu\x00", False, "U+0000"),
+        ("server", "eu\u202egnp.exe", False, "U+202E"),  # a bidirectional override: shows as another name
+        ("server", "eu-[login here](http://x.test)", True, None),  # markup is text: the pages escape it
+        ("server", "サーバー-1", True, None),  # any script is a name
+        ("region", "x" * 65, False, "region is 65 characters"),
+        ("region", "eu\tw", False, "U+0009"),
+        ("player_id", "p" * 128, True, None),
+        ("player_id", "p" * 129, False, "player_id is 129 characters"),
+        ("player_id", "p\u200b1", False, "U+200B"),  # zero width: two players that look alike
+        ("event_id", "e" * 129, False, "event_id is 129 characters"),
+        ("event_id", "e\r", False, "U+000D"),
+    ],
+)
+def test_names_too_long_or_with_control_characters_are_quarantined(field: str, value: str, accepted: bool,
+                                                                     why: str | None) -> None:
+    doc = {"server": "A", "player_id": "p1", "event_time": iso_from_us(INGEST_MS * 1000), field: value}
+    out = parse_entry(payload(**doc), f"{INGEST_MS}-0")
+    assert isinstance(out, Event) is accepted
+    if not accepted:
+        assert isinstance(out, BadEntry) and out.reason == "bad_name" and why in out.detail, out
+    # the source's fast path agrees, row for row
+    row = to_record_batch([(f"{INGEST_MS}-0".encode(), payload(**doc))]).to_pylist()[0]
+    assert row["error"] == (None if accepted else "bad_name")
 
 
 def test_unknown_servers_are_quarantined_only_when_servers_are_listed() -> None:

@@ -15,7 +15,8 @@ millisecond part is the ingest time. Anything that does not fit is not dropped:
 the sink counts and keeps in the dead-letter stream.
 
 Reason codes: ``missing_payload``, ``malformed_json``, ``not_an_object``,
-``missing_field``, ``bad_type``, ``bad_timestamp``, ``bad_value``, and under
+``missing_field``, ``bad_type``, ``bad_timestamp``, ``bad_value``, ``bad_name`` (a name too long or holding a
+control character: :data:`NAME_LIMITS`), and under
 :class:`Rules`: ``future_timestamp`` (event time more than the allowed skew
 ahead of ingest time: it would drag the watermark forward and make every later
 event late), ``unknown_server`` and ``forged_idle_marker`` (an idle marker the
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -34,6 +36,26 @@ import orjson
 from watermark.schema.timeutil import iso_from_us, parse_iso_us
 
 PAYLOAD_FIELD = "e"
+NAME_LIMITS = {"server": 64, "region": 64, "player_id": 128, "event_id": 128}
+"""The longest name each field may hold, in characters. A server or region name becomes a Redis key, a metric
+label and a column on the pages: Kubernetes pod and Agones game server names are DNS labels of at most 63
+characters, so 64 takes every real one and keeps a key, a label and a table cell readable. Player and event ids
+take 128: a UUID is 36, platform ids are shorter still. A longer name is quarantined (``bad_name``), not cut: a
+cut name would merge two servers."""
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]")
+"""Control characters, zero-width characters, line separators and bidirectional overrides: a name holding one
+could break a log line or a notice, or show as another name (``bad_name``)."""
+
+
+def bad_name(field: str, value: str) -> str | None:
+    """Why ``value`` cannot be the name in ``field`` (:data:`NAME_LIMITS`); None when it can."""
+    limit = NAME_LIMITS[field]
+    if len(value) > limit:
+        return f"{field} is {len(value):,} characters long, at most {limit} allowed (it begins {value[:20]!r})"
+    if (m := _CONTROL.search(value)) is not None:
+        return f"{field} holds the control character U+{ord(m.group()):04X} at {m.start()}"
+    return None
+
 KINDS = ("login", "heartbeat", "logout")
 IDLE_KIND = "idle"
 """An idle marker: the pipeline's declaration that a silent server has nothing older than its event time
@@ -163,6 +185,8 @@ def parse_payload(payload: bytes, entry_id: str, rules: Rules = NO_RULES) -> Eve
     server = doc["server"]
     if not isinstance(server, str) or not server:
         return bad("bad_type", f"server must be a non-empty string, got {server!r}")
+    if (why := bad_name("server", server)) is not None:
+        return bad("bad_name", why)
     if rules.servers is not None and server not in rules.servers:
         return bad("unknown_server", f"server {server!r} is not one of {', '.join(sorted(rules.servers))}")
     player = doc["player_id"]
@@ -193,6 +217,9 @@ def parse_payload(payload: bytes, entry_id: str, rules: Rules = NO_RULES) -> Eve
     region = doc.get("region")
     if region is not None and not isinstance(region, str):
         return bad("bad_type", f"region must be a string, got {region!r}")
+    names = {"player_id": str(player), "event_id": None if event_id is None else str(event_id), "region": region}
+    if (why := next((w for f, v in names.items() if v is not None and (w := bad_name(f, v))), None)) is not None:
+        return bad("bad_name", why)
     return Event(
         server=server,
         player_id=str(player),

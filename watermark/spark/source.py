@@ -46,7 +46,16 @@ from pyspark.sql.datasource import (
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 from pyspark.sql.types import StructType
 
-from watermark.schema.events import IDLE_KIND, KINDS, NO_RULES, PAYLOAD_FIELD, BadEntry, Rules, parse_entry
+from watermark.schema.events import (
+    IDLE_KIND,
+    KINDS,
+    NAME_LIMITS,
+    NO_RULES,
+    PAYLOAD_FIELD,
+    BadEntry,
+    Rules,
+    parse_entry,
+)
 from watermark.schema.events import parse_entry_id as parse_id
 from watermark.schema.keys import KeySchema
 from watermark.schema.shards import START, Position, input_shard_key, share
@@ -380,6 +389,11 @@ _WS = r"[ \t\n\r]*"
 _STR = r"[\x20\x21\x23-\x5b\x5d-\x7e]"
 
 
+def _upto(name: str) -> str:
+    """One to the name's limit of characters: a longer name takes the full parser, which says why (``bad_name``)."""
+    return "{1," + str(NAME_LIMITS[name]) + "}"
+
+
 def _key(name: str, value: str) -> str:
     return f'"{name}"{_WS}:{_WS}"(?P<{name}>{value})"'
 
@@ -388,12 +402,13 @@ _TIMESTAMP = (r"[1-9]\d{3}-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12]\d|3[01])T(?:[01]\d|2
               r"(?:\.\d{1,6})?Z")
 FAST_SHAPE = (
     f"^{_WS}\\{{{_WS}"
-    f"(?:{_key('event_id', _STR + '+')}{_WS},{_WS})?"
-    f"{_key('server', _STR + '+')}{_WS},{_WS}"
-    f"{_key('player_id', _STR + '+')}{_WS},{_WS}"
+    f"(?:{_key('event_id', _STR + _upto('event_id'))}{_WS},{_WS})?"
+    f"{_key('server', _STR + _upto('server'))}{_WS},{_WS}"
+    f"{_key('player_id', _STR + _upto('player_id'))}{_WS},{_WS}"
     f"(?:{_key('kind', '|'.join(KINDS))}{_WS},{_WS})?"  # idle markers: the full parser checks their signature
     f"{_key('event_time', _TIMESTAMP)}"
-    f"(?:{_WS},{_WS}{_key('region', _STR + '*')})?"  # where the producer library and the generator put it
+    # the region last, where the producer library and the generator put it
+    f"(?:{_WS},{_WS}{_key('region', _STR + '{0,' + str(NAME_LIMITS['region']) + '}')})?"
     f"{_WS}\\}}{_WS}$"
 )
 

@@ -12,6 +12,7 @@ import streamlit as st
 from dashboard import alertview, loaders, ui
 from dashboard.charts import has_data
 from dashboard.status import clock, human_ms, unreachable
+from dashboard.text import md
 from watermark.schema.config import Config, ConfigError, redact_url
 from watermark.store.alert_store import OUTBOX_KEEP, AlertView, WebhookStatus
 
@@ -65,11 +66,12 @@ def render(v: AlertView, now_ms: int) -> None:
     pending = [a for a in states if a.status == "pending"]
     if pending:
         st.caption("Pending (fire if they hold for their `for`): " + "; ".join(
-            f"{a.alertname} {alertview.subject_text(a.rule, a.subject)} since {clock(a.since_ms)}" for a in pending))
+            f"{a.alertname} {md(alertview.subject_text(a.rule, a.subject))} since {clock(a.since_ms)}"
+            for a in pending))
     st.subheader("The last day")
     fig = alertview.timeline(alertview.spans(v.history, firing, now_ms), now_ms)
     if has_data(fig):
-        st.plotly_chart(fig, key="alert_timeline")
+        ui.draw(st, fig, "alert_timeline")
         st.dataframe(alertview.history_rows(v.history), hide_index=True)
     else:
         st.info("No alert has fired in the last day.")

@@ -48,7 +48,7 @@ def tradeoff_chart(tradeoff: Tradeoff, current_delay_ms: int, recommended_ms: in
             x=xs, y=ys, name=name, mode="lines+markers",
             line={"color": color, "width": 3 if servers is None else 1.5},
             customdata=[[delay_text(c.delay_ms), c.dropped, c.pairs] for c in cands],
-            hovertemplate=f"<b>{name}</b> delay %{{customdata[0]}}<br>%{{y:.3g}}% dropped (%{{customdata[1]:,}} of "
+            hovertemplate="<b>%{fullData.name}</b> delay %{customdata[0]}<br>%{y:.3g}% dropped (%{customdata[1]:,} of "
                           "%{customdata[2]:,} pairs)<extra></extra>"))
     marks = [("current delay", current_delay_ms, WALL_CLOCK, "dash")]
     if recommended_ms is not None:
@@ -56,7 +56,7 @@ def tradeoff_chart(tradeoff: Tradeoff, current_delay_ms: int, recommended_ms: in
     for label, ms, color, dash in marks:  # vertical lines as traces: they sit right on a log axis
         fig.add_trace(go.Scatter(x=[x(ms), x(ms)], y=[0, top or 1], name=label, mode="lines",
                                  line={"color": color, "dash": dash},
-                                 hovertemplate=f"{label}: {delay_text(ms)}<extra></extra>"))
+                                 hovertemplate=f"%{{fullData.name}}: {delay_text(ms)}<extra></extra>"))
     ticks = [(x(d), delay_text(d)) for d in tradeoff.grid if d in TICK_DELAYS_MS]
     fig.update_xaxes(title="watermark delay", type="log", tickvals=[t for t, _ in ticks],
                      ticktext=[label for _, label in ticks])

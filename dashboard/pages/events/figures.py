@@ -13,6 +13,7 @@ from collections.abc import Sequence
 import plotly.graph_objects as go
 
 from dashboard.charts import WALL_CLOCK, WATERMARK, _layout, ts
+from dashboard.text import plot
 from watermark.rules.eventview import STATUS_LABELS, EventPoint, Status, Step, window_boundaries
 from watermark.rules.windows import Verdict
 
@@ -40,11 +41,11 @@ def hover_text(p: EventPoint) -> str:
     """The event, its window(s) with each one's verdict, the batch and the watermark it met."""
     ev_ms = p.event_time_us // 1000
     lines = [
-        f"<b>{STATUS_LABELS[p.status]}</b> · server {p.server} · player {p.player_id}"
-        + (f" · {p.kind}" if p.kind else ""),
+        f"<b>{STATUS_LABELS[p.status]}</b> · server {plot(p.server)} · player {plot(p.player_id)}"
+        + (f" · {plot(p.kind)}" if p.kind else ""),
         f"event time {clock_ms(ev_ms)} · arrived {clock_ms(p.arrival_ms)} ({(p.arrival_ms - ev_ms) / 1000:+.1f} s)",
         f"entry {p.entry_id}" + (f" of input shard {p.shard}" if p.shard else "")  # IDs repeat across shards
-        + (f" · event {p.event_id}" if p.event_id and p.event_id != p.entry_id else ""),
+        + (f" · event {plot(p.event_id)}" if p.event_id and p.event_id != p.entry_id else ""),
     ]
     if p.batch is None:
         lines.append("not processed yet" if p.status is Status.PENDING else "batch record no longer kept")

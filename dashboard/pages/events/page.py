@@ -11,6 +11,7 @@ import streamlit as st
 from dashboard import loaders, ui
 from dashboard.pages.events import figures, model
 from dashboard.status import clock, human_ms
+from dashboard.text import md
 from watermark.rules.eventview import STATUS_LABELS, Status
 from watermark.schema.config import Config
 from watermark.store.views.events import EventRange
@@ -89,8 +90,8 @@ def render(snap: Snapshot, now_ms: int) -> None:
     cols[-1].metric("Quarantined", ui.fmt_int(len(ev.quarantined)), help="Entries of any server in the range that "
                     "are not valid events; not in the other counts.")
 
-    st.plotly_chart(ui.marked(figures.events_figure(ev.points, ev.steps, ev.window_ms, ev.slide_ms,
-                                                         ev.shown_from_ms, ev.hi_ms)), key="events_scatter")
+    ui.draw(st, ui.marked(figures.events_figure(ev.points, ev.steps, ev.window_ms, ev.slide_ms, ev.shown_from_ms,
+                                                ev.hi_ms)), "events_scatter")
 
     dropped = [p for p in ev.points if p.status in (Status.DROPPED, Status.PARTLY_DROPPED)]
     if dropped:
@@ -151,7 +152,7 @@ def player_lookup(cfg: Config, namespace: str, input_namespace: str, now_ms: int
     if found.points:
         st.dataframe(model.point_rows(found.points), hide_index=True, key="lookup_table")
     else:
-        st.info(f"No event of player `{player}` arrived between {clock(lo)} and {clock(hi)}.")
+        st.info(f"No event of player “{md(player)}” arrived between {clock(lo)} and {clock(hi)}.")
     st.caption(model.lookup_coverage(found))
 
 

@@ -16,6 +16,7 @@ import plotly.graph_objects as go
 from dashboard.charts import PALETTE, WALL_CLOCK, _layout, _time_axis, server_colors, ts
 from dashboard.fleet import MAX_SERIES
 from dashboard.status import Level, Status, clock, human_ms, stall
+from dashboard.text import md
 from watermark.store.views.lanes import Lane
 from watermark.store.views.snapshot import Snapshot
 
@@ -94,7 +95,7 @@ def findings(lane: Lane, snap: Snapshot, seen_ms: Mapping[str, int], now_ms: int
             gap = f", {human_ms(max(others) - pick)} behind the fastest" if others else ""
             quiet = (f"; it has been silent for {human_ms(silent)}" if silent is not None and silent >= idle_after_ms
                      else "")
-            text = f"{lane.label}: **{holder}** holds the combined watermark at {clock(pick)}{gap}{quiet}."
+            text = f"{lane.label}: **{md(holder)}** holds the combined watermark at {clock(pick)}{gap}{quiet}."
             if run is not None:  # the problem: yellow, and called a stall (as the WatermarkFlat alert does)
                 text += (f" Stalled: windows stopped closing at {clock(run.since_ms)}, {human_ms(run.held_ms(now_ms))} "
                          f"ago, while {run.arrived:,} events arrived.")
@@ -108,12 +109,12 @@ def findings(lane: Lane, snap: Snapshot, seen_ms: Mapping[str, int], now_ms: int
         else:
             slow = min(marks, key=lambda s: marks[s])
             lost = {s: t.dropped for s, t in snap.totals.servers.items() if t.dropped}
-            text = (f"{lane.label}: the fastest server **{holder}** drives the watermark ({clock(pick)}); the slowest "
-                    f"now, **{slow}**, trails it by {human_ms(pick - marks[slow])}. Late (event, window) pairs "
-                    "dropped here: " + (", ".join(f"{s} {n:,}" for s, n in sorted(lost.items())) or "none"))
+            text = (f"{lane.label}: the fastest server **{md(holder)}** drives the watermark ({clock(pick)}); the "
+                    f"slowest now, **{md(slow)}**, trails it by {human_ms(pick - marks[slow])}. Late (event, window) "
+                    "pairs dropped here: " + (", ".join(f"{md(s)} {n:,}" for s, n in sorted(lost.items())) or "none"))
             if reference is not None:
                 ref = {s: t.dropped for s, t in reference.totals.servers.items() if t.dropped}
-                text += " (configured pipeline: " + (", ".join(f"{s} {n:,}" for s, n in sorted(ref.items()))
+                text += " (configured pipeline: " + (", ".join(f"{md(s)} {n:,}" for s, n in sorted(ref.items()))
                                                       or "none") + ")"
             out.append(Status(Level.WARNING if lost else Level.INFO, text + "."))
         ticks = sum(b.ticks for b in snap.batches)
@@ -186,7 +187,7 @@ def server_watermarks(lane: Lane, snap: Snapshot) -> go.Figure:
             y=[ts(v) if (v := (b.server_watermarks or {}).get(s)) else None for b in bs],
             name=f"{s}'s watermark", mode="lines", line={"shape": "hv", "color": colors[s], "dash": "dot",
                                                          "width": 2},
-            hovertemplate=f"<b>{s}</b> %{{y|%H:%M:%S.%L}}<extra></extra>"))
+            hovertemplate="<b>%{fullData.name}</b> %{y|%H:%M:%S.%L}<extra></extra>"))
     which = ("each server's watermark" if every <= MAX_SERIES else
              f"the {MAX_SERIES} {'lowest' if lane.policy == 'min' else 'highest'} of {every} servers' watermarks")
     fig = _layout(fig, f"{lane.label}: {which}", "event time (UTC)", counts=False)

@@ -69,12 +69,12 @@ def render(cfg: Config) -> None:
                      hide_index=True, key="lanes_table", width="stretch")
         st.caption("Accepted, dropped late and late accepted are totals since each pipeline started; final "
                    "windows and idle markers count the range shown.")
-        st.plotly_chart(ui.marked(model.lanes_watermarks(lanes, snaps, now)), key="lanes_watermarks")
+        ui.draw(st, ui.marked(model.lanes_watermarks(lanes, snaps, now)), "lanes_watermarks")
         per_server = [(lane, snap) for lane, snap in zip(lanes, snaps, strict=True) if lane.mode == "per-server"]
         for i in range(0, len(per_server), 2):
             cols = st.columns(2)
             for col, (lane, snap) in zip(cols, per_server[i:i + 2], strict=False):
-                col.plotly_chart(ui.marked(model.server_watermarks(lane, snap)), key=f"server_wm_{lane.name}")
+                ui.draw(col, ui.marked(model.server_watermarks(lane, snap)), f"server_wm_{lane.name}")
         if any(lane.idle for lane in lanes):
             idle_decisions(decisions, idle_after)
 

@@ -7,6 +7,7 @@ import streamlit as st
 from dashboard import charts, ui
 from dashboard.fleet import MAX_SERIES
 from dashboard.status import human_ms
+from dashboard.text import md
 from watermark.schema.records import ServerRecord
 from watermark.store.views.snapshot import BatchPoint, Snapshot
 
@@ -52,7 +53,7 @@ def render(snap: Snapshot, now_ms: int) -> None:
         for col, (server, (_, sb)) in zip(cols, [(s, latest[s]) for s in shown], strict=False):
             lag = sb.ingest_lag_ms
             assert lag is not None
-            label = server if len(latest) > MAX_SERIES else f"{server} · ingest lag p95"  # fits a narrow column
+            label = md(server) if len(latest) > MAX_SERIES else f"{md(server)} · ingest lag p95"  # fits a narrow column
             col.metric(label, f"{lag.p95 / 1000:.2f} s",
                        help="95th percentile of (ingest − event time) in the server's newest batch.")
             if server == worst and len(latest) > 1:

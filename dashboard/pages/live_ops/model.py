@@ -7,6 +7,7 @@ from collections.abc import Collection, Mapping
 from dashboard import charts
 from dashboard.fleet import NO_REGION, Grouping
 from dashboard.status import clock, human_ms
+from dashboard.text import md
 from watermark.rules.presence_rollup import TOTAL, region_key
 from watermark.rules.server_clock import NOTICEABLE_AHEAD_MS
 from watermark.store.presence_store import OnlineView
@@ -64,7 +65,7 @@ def clock_notes(v: OnlineView, shown: int = 8, retired: Collection[str] = ()) ->
     notes = []
     ahead = sorted(((c.ahead_ms, s) for s, c in v.clocks.items() if c.ahead_ms > NOTICEABLE_AHEAD_MS), reverse=True)
     if ahead:
-        names = ", ".join(f"{s} by {human_ms(ms)}" for ms, s in ahead[:shown])
+        names = ", ".join(f"{md(s)} by {human_ms(ms)}" for ms, s in ahead[:shown])
         more = f" and {len(ahead) - shown} more" if len(ahead) > shown else ""
         notes.append(f"Clock ahead: {names}{more} (events arrived before they happened by that server's clock). "
                      "Its players are judged by its own clock; no other server's are affected.")
@@ -72,7 +73,7 @@ def clock_notes(v: OnlineView, shown: int = 8, retired: Collection[str] = ()) ->
     silent = sorted((((c.clock_us - c.clock_at_heard_us) // 1000, s) for s, c in v.clocks.items()
                      if c.clock_us - c.clock_at_heard_us > v.timeout_ms * 1000 and s not in retired), reverse=True)
     if silent:
-        names = ", ".join(f"{s} ({human_ms(ms)})" for ms, s in silent[:shown])
+        names = ", ".join(f"{md(s)} ({human_ms(ms)})" for ms, s in silent[:shown])
         more = f" and {len(silent) - shown} more" if len(silent) > shown else ""
         notes.append(f"Silent: {names}{more} of arrival time without an event their clock could use (nothing "
                      "sent, or only late events); their clocks run on by arrival time, so their players time out, "

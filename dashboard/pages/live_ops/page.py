@@ -12,6 +12,7 @@ from dashboard import charts, loaders, ui
 from dashboard.fleet import Grouping, grouping
 from dashboard.pages.live_ops import model
 from dashboard.status import clock, human_ms
+from dashboard.text import md, md_list
 from watermark.rules.presence_rollup import DAY_MS, MINUTE_MS, TOTAL, region_key
 from watermark.schema.config import Config
 from watermark.store.history_store import Timeline
@@ -36,7 +37,7 @@ def distinct_players(snap: Snapshot, current: dict, last_final: dict, bounds: ob
         w = current.get(server)
         f = last_final.get(server)
         with col:
-            st.metric(server if g.grouped else f"{server} · distinct players, current window",
+            st.metric(md(server) if g.grouped else f"{md(server)} · distinct players, current window",
                       ui.fmt_int(w.players if w else 0),
                       help="From the windowed counts: distinct player ids with an accepted event in the window "
                            "holding the newest event time (a Redis set per window and server). Provisional until "
@@ -155,10 +156,10 @@ def _online_metric(col: Any, label: str, v: OnlineView, g: Grouping,  # noqa: AN
     """One series' players online now (the total, a server, a region or the rest), with its peak today."""
     name = "All servers" if label == TOTAL else label
     n = v.total if label == TOTAL else counts[label]
-    col.metric(f"{name} · online now" if not g.grouped else name, ui.fmt_int(n),
+    col.metric(f"{md(name)} · online now" if not g.grouped else md(name), ui.fmt_int(n),
                help=HELP_ONLINE + ("" if not g.grouped or label == TOTAL else
                                    f" The sum over {len(g.members[label]):,} servers: "
-                                   + ", ".join(g.members[label][:10])
+                                   + ", ".join(md_list(g.members[label][:10]))
                                    + (" ..." if len(g.members[label]) > 10 else "")))
     # a region's own peak (the highest sum of one batch); the busiest-servers grouping's "rest" has none
     peak = v.peaks.get(region_key(label) if g.by == "region" and label != TOTAL else label)
@@ -211,8 +212,8 @@ def server_table(snap: Snapshot, v: OnlineView) -> None:
     """Every server in one sortable table, the busiest and the emptiest named, and a box to find one."""
     servers = model.live_servers(snap)
     ranked = sorted(servers, key=lambda s: (-v.counts.get(s, 0), s))
-    st.caption("Most players: " + ", ".join(f"{s} ({v.counts.get(s, 0):,})" for s in ranked[:TOP_N])
-               + " · fewest: " + ", ".join(f"{s} ({v.counts.get(s, 0):,})" for s in reversed(ranked[-TOP_N:])))
+    st.caption("Most players: " + ", ".join(f"{md(s)} ({v.counts.get(s, 0):,})" for s in ranked[:TOP_N])
+               + " · fewest: " + ", ".join(f"{md(s)} ({v.counts.get(s, 0):,})" for s in reversed(ranked[-TOP_N:])))
     find = st.text_input("Find a server", key="ops_find_server", placeholder="a name, or part of one").strip()
     shown = [s for s in ranked if find.lower() in s.lower()] if find else ranked
     rows = [{"Server": s, "Region": snap.regions.get(s, ""), "Online now": v.counts.get(s, 0),
@@ -225,7 +226,7 @@ def server_table(snap: Snapshot, v: OnlineView) -> None:
                  column_config={"Trend (last hour)": st.column_config.LineChartColumn(
                      "Trend (last hour)", help="Players online at each minute's end")})
     if find and not shown:
-        st.caption(f"No server's name contains {find!r}.")
+        st.caption(f"No server's name contains “{md(find)}”.")
 
 
 def main() -> None:

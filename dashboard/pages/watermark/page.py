@@ -7,6 +7,7 @@ import streamlit as st
 from dashboard import charts, ui
 from dashboard.fleet import Grouping, grouping
 from dashboard.status import clock, human_ms
+from dashboard.text import md
 from watermark.store.views.snapshot import Snapshot
 
 
@@ -19,12 +20,12 @@ def server_drops(snap: Snapshot, g: Grouping) -> None:
     late = g.counts({s: x.late for s, x in t.servers.items()})
     cols = st.columns(len(g.labels))
     for col, label in zip(cols, g.labels, strict=True):
-        col.metric(f"{label} · dropped late", ui.fmt_int(dropped[label]),
+        col.metric(f"{md(label)} · dropped late", ui.fmt_int(dropped[label]),
                    help=None if not g.grouped else f"The sum over {len(g.members[label]):,} servers.")
         col.caption(f"late but accepted: {late[label]:,}")
     if g.grouped:
         worst = sorted(t.servers.items(), key=lambda kv: (-kv[1].dropped, kv[0]))[:5]
-        st.caption("Most dropped: " + ", ".join(f"{s} ({x.dropped:,})" for s, x in worst if x.dropped)
+        st.caption("Most dropped: " + ", ".join(f"{md(s)} ({x.dropped:,})" for s, x in worst if x.dropped)
                    if worst and worst[0][1].dropped else "No server has dropped an event.")
 
 
