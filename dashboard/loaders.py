@@ -18,7 +18,7 @@ import redis
 import streamlit as st
 
 from dashboard.charts import Mark, annotation_marks
-from watermark.rules.idleness import IdleDecision
+from watermark.rules.fleet import IdleDecision
 from watermark.rules.tradeoff import Tradeoff
 from watermark.schema.keys import KeySchema
 from watermark.schema.records import Control, GeneratorStatus

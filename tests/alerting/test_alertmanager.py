@@ -27,20 +27,20 @@ AM = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
 
 
 def silent(server: str, now: int = NOW) -> AlertState:
-    return AlertState(rule="server_silent", subject=server, status="firing", since_ms=now - 5_000,
+    return AlertState(rule="players_drop", subject=server, status="firing", since_ms=now - 5_000,
                       active_since_ms=now - 65_000, summary=f"no event from {server} for 1 min 5 s", value=65.0)
 
 
 def test_the_pushed_alerts_are_alertmanagers_v2_postable_alerts() -> None:
-    resolved = Notice(status="resolved", rule="server_silent", subject="eu-001", starts_at_ms=NOW - 60_000,
+    resolved = Notice(status="resolved", rule="players_drop", subject="eu-001", starts_at_ms=NOW - 60_000,
                       ends_at_ms=NOW - 1_000, at_ms=NOW - 1_000, summary="eu-001 is back")
     body = postable_alerts([silent("na-002")], [resolved], "wm", "http://wall:8501/", NOW, 60_000)
     assert body == [
-        {"labels": {"alertname": "ServerSilent", "severity": "warning", "namespace": "wm", "server": "na-002"},
+        {"labels": {"alertname": "PlayersDrop", "severity": "critical", "namespace": "wm", "server": "na-002"},
          "annotations": {"summary": "no event from na-002 for 1 min 5 s", "value": "65"},
          "startsAt": rfc3339(NOW - 5_000), "endsAt": rfc3339(NOW + VALID_FOR_RESENDS * 60_000),
          "generatorURL": "http://wall:8501/alerts"},
-        {"labels": {"alertname": "ServerSilent", "severity": "warning", "namespace": "wm", "server": "eu-001"},
+        {"labels": {"alertname": "PlayersDrop", "severity": "critical", "namespace": "wm", "server": "eu-001"},
          "annotations": {"summary": "eu-001 is back"}, "startsAt": rfc3339(NOW - 60_000),
          "endsAt": rfc3339(NOW - 1_000), "generatorURL": "http://wall:8501/alerts"}]
 
@@ -86,12 +86,12 @@ def test_an_outage_of_300_servers_is_one_notification_silences_hold_and_the_reso
                                   "startsAt": rfc3339(now - 60_000), "endsAt": rfc3339(now + 3_600_000),
                                   "createdBy": "test", "comment": "maintenance"})
     states = {s.key: s for s in (silent(s, now) for s in SERVERS)}
-    notices = [Notice(status="firing", rule="server_silent", subject=s, starts_at_ms=now - 5_000, at_ms=now)
+    notices = [Notice(status="firing", rule="players_drop", subject=s, starts_at_ms=now - 5_000, at_ms=now)
                for s in SERVERS]
     pusher.update(states, notices)
     pusher.push()
     (body,) = receiver.wait_for(lambda b: len(b) >= 1, 60, "the firing notification")
-    assert body["status"] == "firing" and body["groupLabels"] == {"alertname": "ServerSilent"}
+    assert body["status"] == "firing" and body["groupLabels"] == {"alertname": "PlayersDrop"}
     assert sorted(line[2] for line in alert_lines(body)) == sorted(set(SERVERS) - {"eu-007"})
     shown = api(url, "/api/v2/alerts?silenced=true&active=true")
     assert isinstance(shown, list) and len(shown) == 300
@@ -101,7 +101,7 @@ def test_an_outage_of_300_servers_is_one_notification_silences_hold_and_the_reso
     assert len(api(url, "/api/v2/alerts?active=true&silenced=false")) == 299  # type: ignore[arg-type]
     # The input back: every alert resolved, in one notification.
     clock[0] = back = wall_ms()
-    ended = [Notice(status="resolved", rule="server_silent", subject=s, starts_at_ms=now - 5_000,
+    ended = [Notice(status="resolved", rule="players_drop", subject=s, starts_at_ms=now - 5_000,
                     ends_at_ms=back, at_ms=back) for s in SERVERS]
     pusher.update({}, ended)
     pusher.push()
@@ -117,7 +117,7 @@ def test_a_push_that_fails_is_kept_until_alertmanager_takes_it() -> None:
     port = free_port()
     pusher = AlertmanagerPusher(f"http://127.0.0.1:{port}", "wm", external_url="", resend_ms=60_000, timeout_ms=2_000,
                                 clock=lambda: NOW)
-    ended = Notice(status="resolved", rule="server_silent", subject="eu-001", starts_at_ms=NOW - 5_000,
+    ended = Notice(status="resolved", rule="players_drop", subject="eu-001", starts_at_ms=NOW - 5_000,
                    ends_at_ms=NOW, at_ms=NOW)
     pusher.update({}, [ended])
     with pytest.raises(OSError):

@@ -93,13 +93,13 @@ def test_step_all_resolves_an_alert_whose_subject_is_gone_but_not_while_redis_is
 
 
 def test_notice_ids_are_stable_per_firing_and_differ_between_fire_and_resolve() -> None:
-    fire = Notice(status="firing", rule="server_silent", subject="B", starts_at_ms=5, at_ms=5)
-    again = Notice(status="firing", rule="server_silent", subject="B", starts_at_ms=5, at_ms=9)
-    resolve = Notice(status="resolved", rule="server_silent", subject="B", starts_at_ms=5, ends_at_ms=9, at_ms=9)
+    fire = Notice(status="firing", rule="clock_ahead", subject="B", starts_at_ms=5, at_ms=5)
+    again = Notice(status="firing", rule="clock_ahead", subject="B", starts_at_ms=5, at_ms=9)
+    resolve = Notice(status="resolved", rule="clock_ahead", subject="B", starts_at_ms=5, ends_at_ms=9, at_ms=9)
     assert fire.id == again.id != resolve.id
-    assert fire.fingerprint == fingerprint("server_silent", "B") != fingerprint("server_silent", "A")
+    assert fire.fingerprint == fingerprint("clock_ahead", "B") != fingerprint("clock_ahead", "A")
     assert Notice.decode(resolve.encode(), "t") == resolve
-    assert fire.labels("wm") == {"alertname": "ServerSilent", "severity": "warning", "namespace": "wm", "server": "B"}
+    assert fire.labels("wm") == {"alertname": "ClockAhead", "severity": "warning", "namespace": "wm", "server": "B"}
 
 
 def test_a_malformed_alert_state_says_what_it_is() -> None:

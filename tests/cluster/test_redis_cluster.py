@@ -207,7 +207,7 @@ def test_the_jobs_idle_markers_go_to_each_shards_node_with_their_decision(c: Red
     job's ``{ns}:idleness`` after it (two calls, decision 0018), naming the marker's ID; a server of shard 0 (the
     pipeline's slot) keeps the one script."""
     from watermark.apps.job import _IDLE_LUA, idle_ticker, tick_idle
-    from watermark.rules.idleness import IdleDecision
+    from watermark.rules.fleet import IdleDecision
     from watermark.schema.events import IDLE_KIND, Event, Rules
 
     secret = b"k" * 32

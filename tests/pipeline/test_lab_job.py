@@ -16,7 +16,7 @@ import redis
 
 from tests.procs import Proc
 from watermark.apps.redis_server import RedisServer, free_port
-from watermark.rules.idleness import IdleDecision
+from watermark.rules.fleet import IdleDecision
 from watermark.schema.events import IDLE_KIND, Event, Rules, parse_entry
 from watermark.schema.keys import KeySchema
 from watermark.schema.lanes import lane_namespace

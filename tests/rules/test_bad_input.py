@@ -18,7 +18,7 @@ import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from watermark.rules.idleness import IdleDecision
+from watermark.rules.fleet import IdleDecision
 from watermark.schema.config import Config, ConfigError
 from watermark.schema.events import NO_RULES, BadEntry, Event, Rules, parse_entry
 from watermark.schema.keys import KeySchema

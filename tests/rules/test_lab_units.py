@@ -10,7 +10,7 @@ import pytest
 from dashboard.pages.lab.model import findings
 from dashboard.status import Level, clock, stall
 from watermark.alerting.config import AlertConfig, WatermarkFlat
-from watermark.rules.idleness import IdleDecision, IdleTicker, summary
+from watermark.rules.fleet import IdleDecision, IdleTicker, summary
 from watermark.rules.tradeoff import GRID_MS, Tradeoff, bucket, hist_field, parse_hist_field
 from watermark.rules.watermarks import ServerWatermarks, policy_max
 from watermark.schema.config import Config, ConfigError
@@ -254,6 +254,6 @@ def test_the_idle_log_is_one_line_per_change_at_three_hundred_servers() -> None:
                                                   (400_000 - 600_000 + 1, False), (400_000 - 600_000, True),
                                                   (0 - 600_000, True)])
 def test_a_server_retires_when_silent_for_retire_after_or_longer(last_ms: int, retired: bool) -> None:
-    from watermark.rules.idleness import retired as retired_servers
+    from watermark.rules.fleet import retired as retired_servers
 
     assert retired_servers({"A": last_ms}, 400_000, 600_000) == ({"A": last_ms} if retired else {})

@@ -527,7 +527,7 @@ def test_the_jobs_idle_markers_go_in_signed_with_their_decision(r: redis.Redis) 
     """The job's other writer of the input: each marker and its decision in one script call, the script
     registered once a run, which keeps working after Redis lost its script cache (a restart)."""
     from watermark.apps.job import _IDLE_LUA, idle_ticker, tick_idle
-    from watermark.rules.idleness import IdleDecision
+    from watermark.rules.fleet import IdleDecision
     from watermark.schema.config import Config
     from watermark.schema.events import IDLE_KIND, Rules
     from watermark.schema.keys import KeySchema

@@ -20,6 +20,7 @@ from watermark.rules.presence_batch import KIND_CODES
 from watermark.schema.config import Config, ConfigError
 from watermark.schema.events import PAYLOAD_FIELD, Event
 from watermark.schema.keys import KeySchema
+from watermark.schema.records import PresenceStateRecord
 from watermark.spark.query import start_query
 from watermark.store.commit import Params
 from watermark.store.presence_store import (
@@ -468,3 +469,54 @@ def test_live_ops_says_what_a_loss_did_to_the_online_view(lost_at: int | None, u
                       partial_until_ms=None if until is None else T0_MS + until)
     note = online_loss_note(view)
     assert note == phrase if phrase is None else phrase in (note or "")
+
+
+def test_a_server_drains_and_is_forgotten_and_a_crash_does_not_drain(r: redis.Redis) -> None:
+    """``watermark.rules.fleet`` in the online view: A's players log out (drained at that arrival), C's time out
+    (not drained: they were there when it fell silent); once silent for RETIRE_AFTER with no player kept, both
+    are forgotten (no clock, no count: what a batch costs is the live fleet's); A speaking again starts afresh."""
+    keys = KeySchema(f"t-{uuid.uuid4().hex[:8]}")
+    params = Params(60_000, 60_000, DELAY, retire_after_ms=60_000)
+
+    def commit(i: int, *rows: tuple) -> dict:
+        view = read_online(r, keys)
+        wm = view.watermark_ms if view is not None else 0
+        assert commit_presence(r, keys, PresenceBatch(i, wm, rows[-1][4], f"{rows[-1][4]}-0", events(*rows), DELAY),
+                               params, TIMEOUT)
+        return {s: c.drained_ms for s, c in PresenceStateRecord.from_hash(r.hgetall(keys.presence_state),
+                                                                          "t").clocks.items()}
+
+    drained = commit(0, ("A", "p1", 100_000, "login", 100_000), ("A", "p2", 100_000, "login", 100_000),
+                     ("B", "p3", 100_000, "login", 100_000), ("C", "p4", 100_000, "login", 100_000))
+    assert drained == {"A": 0, "B": 0, "C": 0}
+    drained = commit(1, ("A", "p1", 103_000, "logout", 103_000), ("A", "p2", 104_000, "logout", 104_000),
+                     ("B", "p3", 104_000, "heartbeat", 104_000))
+    assert drained == {"A": 104_000, "B": 0, "C": 0}  # A drained at its last event's arrival
+    for i, t in enumerate(range(110_000, 164_000, 9_000), start=2):  # B goes on; C's p4 times out at 110 s
+        drained = commit(i, ("B", "p3", t, "heartbeat", t))
+    assert drained == {"A": 104_000, "B": 0, "C": 0} and members(r, keys.online("C")) == {}
+    assert read_online(r, keys).counts == {"A": 0, "B": 1, "C": 0}
+    drained = commit(9, ("B", "p3", 165_000, "heartbeat", 165_000))  # 61 s after A's last event, 65 s after C's
+    assert drained == {"B": 0}
+    assert read_online(r, keys).counts == {"B": 1}
+    drained = commit(10, ("A", "p9", 170_000, "login", 170_000))
+    assert drained == {"A": 0, "B": 0} and read_online(r, keys).counts == {"A": 1, "B": 1}
+
+
+def test_the_players_table_is_loaded_again_once_it_holds_far_more_than_the_view_keeps(r: redis.Redis) -> None:
+    """Every match a new server, every server new players: the job's copy is rebuilt from Redis once its slots or
+    server codes outgrow what the view keeps, so it is bounded by the live fleet, not by every name seen."""
+    keys = KeySchema(f"t-{uuid.uuid4().hex[:8]}")
+    params = Params(60_000, 60_000, DELAY, retire_after_ms=1_000)
+    mirror = PresenceMirror()
+    sizes = []
+    for i in range(4 * PlayerTable.SLACK // 50):  # 50 new players a batch: 16,384 in all
+        t = 100_000 + i * 2_000
+        rows = [(f"match-{i}", f"p{i}-{k}", t, "login", t) for k in range(50)]
+        rows += [(f"match-{i - 1}", f"p{i - 1}-{k}", t, "logout", t) for k in range(50) if i]
+        assert commit_presence(r, keys, PresenceBatch(i, 0, t, f"{t}-0", events(*rows), DELAY), params, TIMEOUT,
+                               mirror)
+        sizes.append((mirror.players.size, len(mirror.players.servers)))
+    assert max(size for size, _ in sizes) <= PlayerTable.SLACK + 1_000  # twice what it keeps, and the slack
+    assert any(b < a for (a, _), (b, _) in zip(sizes, sizes[1:], strict=False))  # it was loaded again
+    assert len(read_online(r, keys).counts) <= 5  # the match on now, those whose logouts are still kept

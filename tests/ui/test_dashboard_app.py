@@ -488,12 +488,12 @@ def test_live_ops_shows_what_the_monitor_has_firing(env: Seeded, direct: tuple[r
     client, keys = direct
     now = int(client.hget(keys.state, "updated_ms"))
     assert not run_page(now_ms=now).error
-    d = step_all({}, [Finding("server_silent", "B", True, 61.0, "no event from B for 1 min 1 s")], now,
-                 {"server_silent": Timing(0, 0)})
+    d = step_all({}, [Finding("players_drop", "B", True, 80.0, "B: 10 players online, down 80 % from 50")], now,
+                 {"players_drop": Timing(0, 0)})
     apply_decision(redis.Redis.from_url(env.cfg.redis_url), keys, d, now, outbox=False)
     try:
         at = run_page(now_ms=now + 60_000)  # the next tick: read afresh
-        assert [e.value for e in at.error] == ["1 alert firing: ServerSilent (server B)."]
+        assert [e.value for e in at.error] == ["1 alert firing: PlayersDrop (server B)."]
     finally:
         client.delete(keys.alerts, keys.alerts_history, keys.alerts_monitor)
 

@@ -18,7 +18,7 @@ from tests.oracle import T0_MS, oracle, to_iso
 from tests.pipeline.test_lab import to_batches
 from watermark.apps.job import register_lanes
 from watermark.apps.replay import replay
-from watermark.rules.idleness import IdleDecision
+from watermark.rules.fleet import IdleDecision
 from watermark.rules.tradeoff import GRID_MS
 from watermark.schema.config import Config
 from watermark.schema.keys import KeySchema

@@ -9,13 +9,14 @@ players-drop while a server's events are late says so instead of paging. What fi
 rule                condition                                                                held while
 ==================  ======================================================================  ===============
 players_drop        online fell by more than ``percent`` of its peak within ``within``        server quiet or
-                    (peak at least ``min_players``)                                          trailing, its clock
-                                                                                             stepped, pipeline
-                                                                                             behind, settling
+                    (peak at least ``min_players``), not counting logouts its region's       trailing, its clock
+                    live servers absorbed (players who moved); never for a drained server    stepped, pipeline
+                    (every player logged out: a match over, a pod drained)                   behind, settling
 region_players_drop the same, for the sum of a region's servers                             any of its servers
                                                                                              held
-server_silent       no event from the server for ``after`` or longer, until it retires         pipeline behind
-                    (RETIRE_AFTER)
+server_silent       per region, the servers silent (``watermark.rules.fleet``: no event for   pipeline behind
+                    ``after`` or longer with players online, not drained, not retired):
+                    one alert a region with the count, not one a server
 clock_ahead         the server's events arrived more than ``ahead`` before their own time    -
                     (its clock runs fast) in the online view's last batch with them
 late_drops          more than ``per_minute`` events dropped as late in the last minute         -
@@ -30,7 +31,7 @@ redis_full          Redis' used memory at ``percent`` of its ``maxmemory`` or ab
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from watermark.alerting.config import AlertConfig
 from watermark.alerting.health import redis_at_limit
@@ -43,6 +44,7 @@ from watermark.alerting.observation import (
     ServerObs,
 )
 from watermark.alerting.verdicts import behind_limit_ms, is_behind
+from watermark.rules.fleet import Life, life
 from watermark.schema.timeutil import clock, human_ms
 
 MINUTE_MS = 60_000
@@ -63,7 +65,7 @@ RULES: dict[str, tuple[str, str]] = {
 }
 """Rule -> (alert name, severity): the names Prometheus, Alertmanager and the Alerts page show."""
 
-SUBJECT_LABEL = {"players_drop": "server", "region_players_drop": "region", "server_silent": "server",
+SUBJECT_LABEL = {"players_drop": "server", "region_players_drop": "region", "server_silent": "region",
                  "clock_ahead": "server", "late_drops": "server", "freshness": "pipeline", "watermark_flat": "pipeline",
                  "watermark_jump": "pipeline", "redis_unreachable": "", "redis_full": ""}
 """What a rule's subject is: its label name in notifications and in Prometheus."""
@@ -79,8 +81,9 @@ def watching(cfg: AlertConfig) -> str:
     """The thresholds in force in one line, for the page: what the monitor is watching for."""
     pd = cfg.players_drop
     return " · ".join((
-        f"PlayersDrop: down over {pd.percent:g} % within {human_ms(pd.within_ms)} (RegionPlayersDrop: a region's sum)",
-        f"ServerSilent: {human_ms(cfg.server_silent.after_ms)}",
+        f"PlayersDrop: down over {pd.percent:g} % within {human_ms(pd.within_ms)}, not counting players who moved "
+        "to another server (RegionPlayersDrop: a region's sum)",
+        f"ServerSilent: {human_ms(cfg.server_silent.after_ms)} with players online, counted by region",
         f"ClockAhead: {human_ms(cfg.clock_ahead.ahead_ms)} ahead",
         f"LateDrops: over {cfg.late_drops.per_minute:,} a minute",
         f"PipelineBehind: trigger + {human_ms(cfg.freshness.above_trigger_ms)}",
@@ -109,16 +112,32 @@ def evaluate(obs: Observation, memory: Memory, cfg: AlertConfig) -> list[Finding
         return out
     online = _online_servers(memory)
     delays = note_delays(obs, memory, cfg, online)
+    out.extend(servers_silent(obs, cfg))
     for s in obs.servers:
-        out.append(server_silent(s, obs, cfg))
+        if s.retired:  # out of the live views and the alerts until its next event
+            continue
         out.append(clock_ahead(s, cfg))
         out.append(late_drops(s.name, memory, obs.at_ms, cfg))
     samples = [v for _, v in memory.online.since(obs.at_ms - cfg.players_drop.within_ms)]
     window = OnlineWindow.of(samples, online, memory.online_rows)  # type: ignore[arg-type]
-    out.extend(players_drop(server, window, cfg, delays.get(server)) for server in online)
-    for region, servers in _regions(obs).items():
+    lives = {s.name: server_life(s, obs.at_ms, cfg) for s in obs.servers}
+    regions = _regions(obs, lives)
+    fleets = {s.name: regions.get(s.region or "", []) for s in obs.servers}
+    # A drained server's players all logged out (a match over, a pod drained): no drop to page for.
+    drops = {server: players_drop(server, window, cfg, delays.get(server), moved_within=fleets.get(server, [server]))
+             for server in online if lives.get(server) is not Life.DRAINED}
+    for region, servers in regions.items():
+        if not region:
+            continue
         held = next((delays[s] for s in servers if s in delays), None)
-        out.append(players_drop(region, window, cfg, held, servers))
+        whole = players_drop(region, window, cfg, held, servers)
+        out.append(whole)
+        if whole.active and whole.held is None:  # one page for the region, not one per server in it
+            for server in servers:
+                if server in drops and drops[server].held is None:
+                    drops[server] = replace(drops[server], held=(f"its region {region} lost its players as a "
+                                                                 f"whole: RegionPlayersDrop {region} says it"))
+    out.extend(drops.values())
     main = obs.main
     if main is not None:
         out.append(freshness(main, cfg))
@@ -185,55 +204,98 @@ def _online_servers(memory: Memory) -> list[str]:
     return sorted(names)
 
 
-def _regions(obs: Observation) -> dict[str, list[str]]:
-    """Each region's servers, as their events carry it (servers without one belong to none)."""
+def _regions(obs: Observation, lives: dict[str, Life]) -> dict[str, list[str]]:
+    """Each region's servers that are not drained, as their events carry it; ``""``: the servers without one (no
+    RegionPlayersDrop for them, but it is where their players reconnect). A drained server's players are in
+    neither the region's peak nor its sum: they logged out, and the servers they moved to count them."""
     out: dict[str, list[str]] = {}
     for s in obs.servers:
-        if s.region is not None:
-            out.setdefault(s.region, []).append(s.name)
+        if lives.get(s.name) is not Life.DRAINED:
+            out.setdefault(s.region or "", []).append(s.name)
     return out
 
 
+def _fall(window: OnlineWindow, cols: list[int]) -> tuple[int, int, int, int, int]:
+    """The sum of ``cols`` within the window: its peak (the earliest of equal ones), now, how far it fell, and the
+    logouts and timeouts since the peak."""
+    counts = window.counts[:, cols].sum(axis=1)
+    peak_at = int(counts.argmax())
+    peak, current = int(counts[peak_at]), int(counts[-1])
+    logouts, timeouts = (int(a[peak_at, cols].sum()) for a in (window.logouts_after, window.timeouts_after))
+    return peak, current, max(0, peak - current), logouts, timeouts
+
+
 def players_drop(server: str, window: OnlineWindow, cfg: AlertConfig, held: str | None,
-                 region_of: list[str] | None = None) -> Finding:
+                 region_of: list[str] | None = None, moved_within: list[str] | None = None) -> Finding:
     """A server's players online against their peak within the window; with ``region_of``, the region ``server``'s
-    (the sum of those servers', exactly as the pages sum them), held when any of them is held."""
+    (the sum of those servers', exactly as the pages sum them), held when any of them is held. ``moved_within``:
+    the servers a server's players may reconnect to (its region's live servers): its logouts that their sum
+    absorbed (it did not fall by them) are players who moved, not a drop."""
     pd = cfg.players_drop
     rule = "players_drop" if region_of is None else "region_players_drop"
     if not len(window.counts):
         return Finding(rule, server, None, None, "no online view batch within the window yet", held)
-    cols = window.columns([server] if region_of is None else region_of)
-    counts = window.counts[:, cols].sum(axis=1)
-    peak_at = int(counts.argmax())  # the first of equal peaks: the earliest
-    peak, current = int(counts[peak_at]), int(counts[-1])
-    drop = 0.0 if peak == 0 else (peak - current) * 100.0 / peak
-    logouts, timeouts = (int(a[peak_at, cols].sum()) for a in (window.logouts_after, window.timeouts_after))
+    peak, current, fell, logouts, timeouts = _fall(window, window.columns([server] if region_of is None
+                                                                          else region_of))
+    moved = 0
+    if moved_within is not None and logouts:
+        moved = min(logouts, fell, max(0, logouts - _fall(window, window.columns(moved_within))[2]))
+    lost = fell - moved
+    drop = 0.0 if peak == 0 else lost * 100.0 / peak
     causes = f" ({logouts:,} logged out, {timeouts:,} timed out)" if logouts or timeouts else ""
+    where = "the others" if moved_within is None else "other servers"
     summary = (f"{server}: {current:,} players online, down {drop:.0f} % from {peak:,} within "
-               f"{human_ms(pd.within_ms)}{causes}")
+               f"{human_ms(pd.within_ms)}{causes}" + (f"; {moved:,} moved to {where}" if moved else ""))
     if peak < pd.min_players:
         return Finding(rule, server, False, drop, f"{summary} (a peak under {pd.min_players} is not judged)", held)
-    # (peak - current) / peak > percent / 100, without the division's rounding at the threshold
-    return Finding(rule, server, (peak - current) * 100 > pd.percent * peak, drop, summary, held)
+    # lost / peak > percent / 100, without the division's rounding at the threshold
+    return Finding(rule, server, lost * 100 > pd.percent * peak, drop, summary, held)
 
 
-def server_silent(s: ServerObs, obs: Observation, cfg: AlertConfig) -> Finding:
+def server_life(s: ServerObs, now_ms: int, cfg: AlertConfig) -> Life:
+    """Where the server is in its life (:mod:`watermark.rules.fleet`); retirement as the observation says."""
+    if s.retired:
+        return Life.RETIRED
+    return life(last_arrival_ms=s.last_arrival_ms, drained_ms=s.drained_ms, now_ms=now_ms,
+                silent_after_ms=cfg.server_silent.after_ms, retire_after_ms=None)
+
+
+SILENT_NAMED = 5
+"""Servers named in a region's ServerSilent summary; the rest counted."""
+
+
+def servers_silent(obs: Observation, cfg: AlertConfig) -> list[Finding]:
+    """One finding per region (``""``: the servers without one): how many of its servers are silent with players
+    online. A drained server (its players logged out) and a retired one are not silent. "38 servers silent in
+    eu" is one alert, not 38."""
     after = cfg.server_silent.after_ms
-    if s.last_arrival_ms is None:
-        return Finding("server_silent", s.name, None, None, f"no event from {s.name} committed yet")
-    age = max(0, obs.at_ms - s.last_arrival_ms)
-    if s.retired:  # a match over, a shard taken down: not an alert for ever; back with its next event
-        return Finding("server_silent", s.name, False, age / 1000,
-                       f"{s.name} retired: no event for {human_ms(age)} (last at {clock(s.last_arrival_ms)}); "
-                       "back with its next event")
     main = obs.main
-    held = None
-    if main is not None and main.behind_ms >= after:
-        held = (f"the pipeline is behind by {human_ms(main.behind_ms)}: newer events of {s.name} may be "
-                "waiting")
-    return Finding("server_silent", s.name, age >= after, age / 1000,
-                   f"no event from {s.name} for {human_ms(age)} (last at {clock(s.last_arrival_ms)})",
-                   held)
+    by_region: dict[str, list[ServerObs]] = {}
+    for s in obs.servers:
+        if s.retired:
+            continue
+        mine = by_region.setdefault(s.region or "", [])
+        if server_life(s, obs.at_ms, cfg) is Life.SILENT:
+            mine.append(s)
+    out = []
+    for region, silent in sorted(by_region.items()):
+        where = f" in {region}" if region else ""
+        held = None
+        if main is not None and main.behind_ms >= after:
+            held = f"the pipeline is behind by {human_ms(main.behind_ms)}: newer events may be waiting"
+        if not silent:
+            out.append(Finding("server_silent", region, False, 0.0, f"no server silent{where}", held))
+            continue
+        silent.sort(key=lambda s: (s.last_arrival_ms or 0, s.name))  # the longest silent first
+        ages = [obs.at_ms - (s.last_arrival_ms or obs.at_ms) for s in silent]
+        named = ", ".join(f"{s.name} ({human_ms(age)})"
+                          for s, age in list(zip(silent, ages, strict=True))[:SILENT_NAMED])
+        more = f" and {len(silent) - SILENT_NAMED:,} more" if len(silent) > SILENT_NAMED else ""
+        n = len(silent)
+        out.append(Finding("server_silent", region, True, float(n),
+                           f"{n:,} server{'s' if n > 1 else ''} silent{where} with players online (no event for "
+                           f"{human_ms(after)} or longer): {named}{more}", held))
+    return out
 
 
 def clock_ahead(s: ServerObs, cfg: AlertConfig) -> Finding:

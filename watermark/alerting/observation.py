@@ -63,9 +63,12 @@ class ServerObs:
     lag_p95_ms: float | None = None
     """p95 of arrival minus event time of the server's events in the pipeline's last batch."""
     retired: bool = False
-    """Silent for RETIRE_AFTER: out of the live views until its next event (``watermark.rules.idleness.retired``)."""
+    """Silent for RETIRE_AFTER: out of the live views until its next event (``watermark.rules.fleet.retired``)."""
     region: str | None = None
     """The region its events carry (``{ns}:regions``); None: they carry none."""
+    drained_ms: int = 0
+    """The online view's drained mark (``watermark.rules.fleet.drained_after``): its players all logged out before
+    it fell silent; 0: not drained."""
     clock_ahead_ms: int | None = None
     """How far the server's events ran ahead of their arrival in the online view's last batch with any of them
     (its clock running fast); None: the online view has not judged it."""

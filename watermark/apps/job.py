@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING
 import redis
 from redis.commands.core import Script
 
-from watermark.rules.idleness import IDLENESS_KEEP, IdleTicker
-from watermark.rules.idleness import summary as idle_summary
+from watermark.rules.fleet import IDLENESS_KEEP, IdleTicker
+from watermark.rules.fleet import summary as idle_summary
 from watermark.runtime.signals import on_stop_signals
 from watermark.schema.config import Config, ConfigError, redact_url
 from watermark.schema.events import PAYLOAD_FIELD

@@ -81,7 +81,7 @@ key                                                type    contents
 ``{ns}:seen``                                      hash    server -> ingest ms of its newest event
                                                            (what idleness is judged by)
 ``{ns}:regions``                                   hash    server -> region, as its events carry it
-``{ns}:idleness``                                  stream  the job's idle decisions (``watermark.rules.idleness``):
+``{ns}:idleness``                                  stream  the job's idle decisions (``watermark.rules.fleet``):
                                                            ``server``, ``at_ms``, ``last_heard_ms``,
                                                            ``heard``, ``marker_id``, ``reason``
 ``{ns}:tradeoff``                                  hash    ``{server}|{bucket}`` -> (event, window)

@@ -256,6 +256,9 @@ class PresencePart(_JsonRecord, frozen=True, kw_only=True):
     """Redis came back empty while the group's fold still held its players: the group wrote them all again."""
     rebuilt: bool = False
     """Redis came back empty and the fold had no copy either: the group starts from the batch's events."""
+    forgotten: tuple[str, ...] = ()
+    """Servers of the group the fold forgot with this batch (``watermark.rules.fleet.forgotten``): no player kept,
+    silent for RETIRE_AFTER. The view's counts drop them."""
 
 
 ANNOTATION_KINDS = ("deploy", "maintenance", "incident", "note")
@@ -425,6 +428,9 @@ class ClockRecord(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
     """How far its events ran ahead of their arrival in the last batch that had any (0: not ahead)."""
     behind_since_ms: int = 0
     """Arrival time since which every batch of its events has been far behind its clock (0: not behind)."""
+    drained_ms: int = 0
+    """The arrival of its newest event when that event's batch left it with no player online: its players all
+    logged out before it fell silent (``watermark.rules.fleet``); 0 while it has players, or lost them otherwise."""
 
 
 class PresenceStateRecord(_HashRecord, frozen=True, kw_only=True):

@@ -59,6 +59,7 @@ class Params:
     late_keep: int = DEFAULT_LATE_KEEP  # late events kept in ``{ns}:late`` (watermark.rules.late), all shards'
     shards: int = 1  # input streams (watermark.schema.shards): each has its own late and dead stream
     history_days: int = DEFAULT_HISTORY_DAYS  # whole days each minute of players online is kept after its own
+    retire_after_ms: int = Config.retire_after_ms  # a server silent this long with no player kept is forgotten
     players_lanes: tuple[str, ...] | None = ()
     """The windows' players' sets (decision 0019): a tuple when this namespace's partitions count them (the pipeline),
     holding the state hashes of the lanes that read the same counts: the slowest of them and the pipeline decides
@@ -161,6 +162,7 @@ def params_of(cfg: Config) -> Params:
                   idle_timeout_ms=cfg.idle_timeout_ms, trims=cfg.input_namespace is None,
                   readers=readers_of(cfg), stream_keep_entries=cfg.stream_keep_entries,
                   late_keep=cfg.late_events_keep, history_days=cfg.history_days, shards=cfg.stream_shards,
+                  retire_after_ms=cfg.retire_after_ms,
                   players_lanes=None if cfg.input_namespace is not None else tuple(
                       KeySchema(lane_namespace(cfg.namespace, lane)).state for lane in cfg.lanes))
 

@@ -13,11 +13,18 @@ from dataclasses import dataclass, field
 import redis
 
 from watermark.alerting.observation import MAIN, Observation, OnlineSample, PipelineObs, ServerObs
-from watermark.rules.idleness import retired
+from watermark.rules.fleet import retired
 from watermark.schema.config import Config
 from watermark.schema.events import parse_entry_id
 from watermark.schema.keys import KeySchema
-from watermark.schema.records import BatchRecord, LaneRecord, PresenceRecord, PresenceStateRecord, ServerRecord
+from watermark.schema.records import (
+    BatchRecord,
+    ClockRecord,
+    LaneRecord,
+    PresenceRecord,
+    PresenceStateRecord,
+    ServerRecord,
+)
 from watermark.store.pipeline_status import PipelineStatus, first_after, read_memory, read_pipeline
 
 
@@ -60,7 +67,7 @@ def read_stack(client: redis.Redis, keys: KeySchema, lanes: Mapping[str, KeySche
                retire_after_ms: int = Config.retire_after_ms) -> StackReading:
     """Raises ``redis.RedisError``. ``after_online_batch``: the online view batches already seen (None at start:
     the last ``online_reach`` are read; none with 0); ``retire_after_ms``: RETIRE_AFTER
-    (``watermark.rules.idleness.retired``)."""
+    (``watermark.rules.fleet.retired``)."""
     statuses = {MAIN: read_pipeline(client, keys)}
     statuses.update({name: read_pipeline(client, k, keys) for name, k in lanes.items()})
     pipe = client.pipeline(transaction=False)
@@ -80,7 +87,7 @@ def read_stack(client: redis.Redis, keys: KeySchema, lanes: Mapping[str, KeySche
     online_behind = _online_behind_ms(client, keys, online_committed, now_ms)
     main = statuses[MAIN]
     pipelines = tuple(pipeline_obs(n, s, now_ms) for n, s in statuses.items())
-    servers = _servers(main, _ints(counts), _last_batch(sink), _ahead(clocks),
+    servers = _servers(main, _ints(counts), _last_batch(sink), _clocks(clocks),
                        set(retired(main.seen, now_ms, retire_after_ms)))
     used, maxmemory = read_memory(client)
     obs = Observation(
@@ -113,18 +120,18 @@ def _last_batch(sink: bytes | None) -> dict[str, ServerRecord]:
     return {} if sink is None else BatchRecord.decode(sink, "the last batch's record").servers
 
 
-def _ahead(clocks: bytes | None) -> dict[str, int]:
-    """Per server, how far its events ran ahead of their arrival in the online view's last batch with any."""
+def _clocks(clocks: bytes | None) -> dict[str, ClockRecord]:
+    """Each server's clock in the online view: how far its events ran ahead of their arrival in its last batch with
+    any, and whether it drained."""
     if clocks is None:
         return {}
-    state = PresenceStateRecord.from_hash({"clocks": clocks}, "the online view's clocks")
-    return {s: c.ahead_ms for s, c in state.clocks.items()}
+    return dict(PresenceStateRecord.from_hash({"clocks": clocks}, "the online view's clocks").clocks)
 
 
 def _servers(main: PipelineStatus, counts: Mapping[str, int], last: Mapping[str, ServerRecord],
-             ahead: Mapping[str, int], gone: set[str]) -> tuple[ServerObs, ...]:
+             clocks: Mapping[str, ClockRecord], gone: set[str]) -> tuple[ServerObs, ...]:
     seen = main.seen
-    names = sorted({*main.servers, *main.totals.servers, *seen, *counts, *ahead})
+    names = sorted({*main.servers, *main.totals.servers, *seen, *counts, *clocks})
     out = []
     for s in names:
         t, b = main.totals.servers.get(s), last.get(s)
@@ -132,8 +139,10 @@ def _servers(main: PipelineStatus, counts: Mapping[str, int], last: Mapping[str,
         out.append(ServerObs(name=s, last_arrival_ms=seen.get(s), accepted=t.events if t else 0,
                              dropped=t.dropped if t else 0, late=t.late if t else 0, players=counts.get(s),
                              newest_event_ms=b.max_event_us // 1000 if b and b.max_event_us is not None else None,
-                             lag_p95_ms=lag.p95 if lag is not None else None, clock_ahead_ms=ahead.get(s),
-                             retired=s in gone, region=main.regions.get(s)))
+                             lag_p95_ms=lag.p95 if lag is not None else None,
+                             clock_ahead_ms=clocks[s].ahead_ms if s in clocks else None,
+                             retired=s in gone, region=main.regions.get(s),
+                             drained_ms=clocks[s].drained_ms if s in clocks else 0))
     return tuple(out)
 
 

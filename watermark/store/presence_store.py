@@ -19,8 +19,9 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 import redis
+from msgspec.structs import replace
 
-from watermark.rules import server_clock
+from watermark.rules import fleet, server_clock
 from watermark.rules.presence import TIMEOUT
 from watermark.rules.presence_batch import CAUSES, Fold, Prior, fold
 from watermark.rules.presence_rollup import (
@@ -35,6 +36,7 @@ from watermark.rules.presence_rollup import (
     raise_peaks,
     roll,
 )
+from watermark.schema.config import Config
 from watermark.schema.keys import KeySchema
 from watermark.schema.records import (
     ClockRecord,
@@ -178,6 +180,9 @@ class PlayerTable:
     operations, without a Python pass per server or per player (one per server cost about 2 ms a batch each at
     300 servers: ``bench/driver_costs.py``). A player keeps their slot for the life of the process."""
 
+    SLACK = 4_096
+    """Slots and codes past twice what the table keeps before :meth:`outgrown` says so."""
+
     def __init__(self) -> None:
         self.servers: list[str] = []
         self.code: dict[str, int] = {}
@@ -240,6 +245,12 @@ class PlayerTable:
     def count(self) -> int:
         return int((self.known & self.online).sum())
 
+    def outgrown(self, servers: int) -> bool:
+        """Whether the table holds far more than it keeps: slots of players long gone, codes of servers forgotten
+        (a player keeps their slot, a server its code, for the table's life). Loaded again from Redis then, it
+        holds only what the view keeps: its size is bounded by the live fleet and its players."""
+        return self.size > 2 * int(self.known.sum()) + self.SLACK or len(self.servers) > 2 * servers + self.SLACK
+
     def entries(self, server: str, online: bool) -> PlayerTimes:
         code = self.code.get(server)
         return self.times(np.flatnonzero(self.known & (self.online == online) & (self.server == code)))
@@ -273,6 +284,7 @@ class _ServerWrites:
     came_online: int
     went_offline: int
     rewrite: bool = False  # Redis lost the server's state: write the whole of it
+    forget: bool = False  # the server is forgotten (watermark.rules.fleet.forgotten): its count goes
 
 
 @dataclass(frozen=True)
@@ -306,20 +318,23 @@ def _distinct(values: np.ndarray) -> int:
 
 
 def _decide_servers(mirror: PresenceMirror, ev: PresenceEvents, before: Mapping[str, ClockRecord], delay_ms: int,
-                    timeout_ms: int, now_ingest: int | None = None) -> tuple[dict[str, _ServerWrites],
-                                                                             dict[str, ClockRecord]]:
+                    timeout_ms: int, now_ingest: int | None = None,
+                    retire_after_ms: int = Config.retire_after_ms) -> tuple[dict[str, _ServerWrites],
+                                                                            dict[str, ClockRecord]]:
     """Each server's players against its own clock (:mod:`watermark.rules.server_clock`), never another's: the
     batch is folded into the table once, each player against their own server's watermark in force, each
     server's clock moves with what its players did, and every server's players expire against its next
     watermark, all in whole-table array operations; only the clocks (a few numbers a server) are decided one
-    server at a time."""
+    server at a time. Only the servers the view still keeps are decided (a clock, a player, or events in the batch:
+    :mod:`watermark.rules.fleet`), so a batch costs what the live fleet costs, not every name ever seen."""
     t = mirror.players
     if now_ingest is None:
         now_ingest = ev.newest_arrival_ms()
     shares, slots = _shares(t, ev)
-    servers = sorted(set(t.servers) | set(before) | set(shares))
-    for server in servers:
+    for server in before:
         t.code_of(server)
+    with_players = np.bincount(t.server[t.known], minlength=len(t.servers))
+    servers = sorted({*before, *shares, *(t.servers[c] for c in np.flatnonzero(with_players).tolist())})
     clocks, in_force = _set_back(t, servers, before, shares, delay_ms, timeout_ms)
     # The batch folded in, each player against their server's watermark in force. Expiry is left to the whole
     # table below, once the clocks have moved: no accepted event expires at the watermark in force, so the fold's
@@ -335,7 +350,34 @@ def _decide_servers(mirror: PresenceMirror, ev: PresenceEvents, before: Mapping[
     timed_out = t.known & t.online & (t.last_us + timeout_ms * 1000 <= next_us)
     forgotten = t.known & ~t.online & (t.last_us <= next_us)
     t.known[timed_out | forgotten] = False
-    return _writes(t, servers, f, prior, shifted, timed_out), after
+    writes = _writes(t, servers, f, prior, shifted, timed_out)
+    _life(t, servers, writes, shares, before, after, timed_out, now_ingest, retire_after_ms)
+    return writes, after
+
+
+def _life(t: PlayerTable, servers: Sequence[str], writes: Mapping[str, _ServerWrites],
+          shares: Mapping[str, _BatchOf], before: Mapping[str, ClockRecord], after: dict[str, ClockRecord],
+          timed_out: np.ndarray, now_ingest: int | None, retire_after_ms: int) -> None:
+    """Each server's drained mark moved on (:func:`watermark.rules.fleet.drained_after`: its players counted as
+    the batch's events left them, before the expiry that follows), and the servers the view forgets dropped from
+    the clocks and marked in their writes (:func:`watermark.rules.fleet.forgotten`)."""
+    n = len(t.servers)
+    expired = np.bincount(t.server[timed_out], minlength=n)
+    kept = np.bincount(t.server[t.known], minlength=n)
+    for server in servers:
+        code, share, clock = t.code[server], shares.get(server), after.get(server)
+        if fleet.forgotten(had_events=share is not None, players_kept=int(kept[code]),
+                           heard_ms=clock.heard_ms if clock is not None else None, now_ms=now_ingest,
+                           retire_after_ms=retire_after_ms):
+            after.pop(server, None)
+            writes[server].forget = True
+            continue
+        prior = before.get(server)
+        drained = fleet.drained_after(prior.drained_ms if prior is not None else 0, had_events=share is not None,
+                                      online_after=writes[server].count + int(expired[code]),
+                                      newest_arrival_ms=share.now_ms if share is not None else 0)
+        if clock is not None and clock.drained_ms != drained:
+            after[server] = replace(clock, drained_ms=drained)
 
 
 def _set_back(t: PlayerTable, servers: Sequence[str], before: Mapping[str, ClockRecord], shares: Mapping[str, _BatchOf],
@@ -585,13 +627,15 @@ def _commit_group(client: redis.Redis, keys: KeySchema, b: PresenceBatch, params
             mirror.load(client, keys, [s for s in (n.decode() for n in names) if group.owns(s)], committed)
         mirror.valid = False  # until the transaction is in
         writes, clocks = _decide_servers(mirror, ev, mirror.clocks if lost else prior.clocks, b.delay_ms,
-                                         timeout_ms, b.newest_arrival_ms)
+                                         timeout_ms, b.newest_arrival_ms, params.retire_after_ms)
         for w in writes.values():
             w.rewrite = lost
         batch_servers = set(ev.server.tolist())
         part = PresencePart(
             group=group.index, of=b.record(group.of, timeout_ms),
-            counts={s: w.count for s, w in writes.items()}, causes={s: w.causes for s, w in writes.items() if w.causes},
+            counts={s: w.count for s, w in writes.items() if not w.forget},
+            forgotten=tuple(s for s, w in writes.items() if w.forget),
+            causes={s: w.causes for s, w in writes.items() if w.causes},
             came_online=sum(w.came_online for w in writes.values()),
             went_offline=sum(w.went_offline for w in writes.values()),
             ahead_ms={s: c.ahead_ms for s, c in clocks.items() if c.ahead_ms > 0 and s in batch_servers},
@@ -610,6 +654,7 @@ def _commit_group(client: redis.Redis, keys: KeySchema, b: PresenceBatch, params
             pipe.delete(*b.consumed)
         redis_conn.execute(pipe)
     mirror.batch, mirror.valid, mirror.clocks = b.batch_id, True, clocks
+    mirror.valid = not mirror.players.outgrown(len(clocks))
     return True
 
 
@@ -724,6 +769,8 @@ def _merge(pipe: redis.client.Pipeline, keys: KeySchema, parts: Sequence[Presenc
                             ahead_ms=_by_server(p.ahead_ms for p in parts))
     open_minute = rollups.add(prior.minute, counts, causes)
     pipe.multi()
+    if forgotten := [s for p in parts for s in p.forgotten]:
+        pipe.hdel(keys.presence_counts, *forgotten)
     if counts:
         pipe.hset(keys.presence_counts, mapping=counts)
         pipe.expire(keys.presence_counts, params.ttl_s)
@@ -745,7 +792,12 @@ def _by_server(maps: Iterable[Mapping[str, _V]]) -> dict[str, _V]:
 def _apply(pipe: redis.client.Pipeline, keys: KeySchema, writes: dict[str, _ServerWrites], mirror: PresenceMirror,
            ttl_s: int, counts_key: str) -> None:
     expire = redis_conn.Bulk()  # a server's two EXPIREs as one script for all: 600 commands at 300 servers
+    gone = [server for server, w in writes.items() if w.forget]
+    if gone:  # no player kept: its hashes are empty already; its count goes
+        pipe.hdel(counts_key, *gone)
     for server, w in writes.items():
+        if w.forget:
+            continue
         on_key, out_key = keys.online(server), keys.logged_out(server)
         if w.rewrite:
             pipe.delete(on_key, out_key)
@@ -763,8 +815,8 @@ def _apply(pipe: redis.client.Pipeline, keys: KeySchema, writes: dict[str, _Serv
         expire.expire(on_key)
         expire.expire(out_key)
     expire.queue(pipe, ttl_s)
-    if writes:
-        pipe.hset(counts_key, mapping={s: w.count for s, w in writes.items()})
+    if len(writes) > len(gone):
+        pipe.hset(counts_key, mapping={s: w.count for s, w in writes.items() if not w.forget})
         pipe.expire(counts_key, ttl_s)
 
 

@@ -13,7 +13,7 @@ import streamlit as st
 from dashboard import loaders, ui
 from dashboard.pages.lab import model
 from dashboard.status import assess, clock, human_ms, unreachable
-from watermark.rules.idleness import IdleDecision
+from watermark.rules.fleet import IdleDecision
 from watermark.schema.config import Config, redact_url
 from watermark.schema.lanes import DEFAULT_IDLE_TIMEOUT_MS
 

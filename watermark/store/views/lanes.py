@@ -10,7 +10,7 @@ from __future__ import annotations
 import msgspec
 import redis
 
-from watermark.rules.idleness import IdleDecision
+from watermark.rules.fleet import IdleDecision
 from watermark.rules.tradeoff import Tradeoff
 from watermark.schema.keys import KeySchema
 from watermark.schema.records import LaneRecord

@@ -18,7 +18,7 @@ import msgspec
 import redis
 
 from watermark.alerting.config import AlertConfig
-from watermark.rules.idleness import retired
+from watermark.rules.fleet import retired
 from watermark.schema.config import Config
 from watermark.schema.keys import KeySchema, WindowKey
 from watermark.schema.records import BatchRecord
@@ -99,7 +99,7 @@ class Snapshot:
     """The online view; None until it has committed a batch."""
     retired: Mapping[str, int] = field(default_factory=dict)
     """Servers out of the live views (no event for RETIRE_AFTER), with their last arrival (ms); ``servers``
-    leaves them out, the totals keep them (``watermark.rules.idleness.retired``)."""
+    leaves them out, the totals keep them (``watermark.rules.fleet.retired``)."""
     retire_after_ms: int = Config.retire_after_ms
     regions: Mapping[str, str] = field(default_factory=dict)
     """Each server's region, as its events carry it (``{ns}:regions``)."""

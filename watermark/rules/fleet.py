@@ -1,4 +1,34 @@
-"""Idleness, like Flink's ``withIdleness``: a silent server stops holding the per-server watermark back.
+"""A server's life, read from its events: game servers are cattle (pods replaced on every deploy, a server per
+match), so each one is judged by what it did last, and what a fleet pays for is bounded by the servers alive.
+
+The rule, in words:
+
+- **Live**: it sent an event within ``silent_after`` (the ServerSilent alert's ``after``) of arrival time.
+- **Drained**: the batch holding its newest event left it with no player online: every player logged out (or it
+  said it was going away by logging them out, docs/ingest.md) before it fell silent. A drained server leaves the
+  live views at once and is not silent: a rolling deploy or a match's end is not an incident.
+- **Silent**: no event for ``silent_after`` while players were still online on it: what ServerSilent is for (a
+  crash, a cut link). Its players time out by its own clock.
+- **Retired**: no event for ``retire_after`` (RETIRE_AFTER): out of the live views and the alerts until its next
+  event, drained or not.
+- **Forgotten**: retired and no player kept by the online view (none online, no logout the watermark has not
+  passed): the online view drops its clock, its count and every per-server write, so what a batch costs is
+  bounded by the servers alive, not by every name ever seen. A forgotten server that speaks again starts afresh.
+
+Any event brings a server back to live. Arrival time is Redis' clock (stream entry IDs), as for every other
+silence in the product; nothing here reads a wall clock.
+
+>>> life(last_arrival_ms=1_000, drained_ms=0, now_ms=30_000, silent_after_ms=60_000, retire_after_ms=600_000)
+<Life.LIVE: 'live'>
+>>> life(last_arrival_ms=1_000, drained_ms=0, now_ms=90_000, silent_after_ms=60_000, retire_after_ms=600_000)
+<Life.SILENT: 'silent'>
+>>> life(last_arrival_ms=1_000, drained_ms=1_000, now_ms=2_000, silent_after_ms=60_000, retire_after_ms=600_000)
+<Life.DRAINED: 'drained'>
+
+Idleness
+--------
+
+Idleness, like Flink's ``withIdleness``: a silent server stops holding the per-server watermark back.
 
 Spark has no notion of an idle input: under ``multipleWatermarkPolicy=min`` a
 server that sends nothing keeps the combined watermark where its last event
@@ -16,11 +46,55 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 import orjson
 
 from watermark.schema.events import IDLE_KIND, IDLE_PLAYER, sign
 from watermark.schema.timeutil import iso_from_us
+
+
+class Life(StrEnum):
+    LIVE = "live"
+    DRAINED = "drained"
+    SILENT = "silent"
+    RETIRED = "retired"
+
+
+def life(*, last_arrival_ms: int | None, drained_ms: int, now_ms: int, silent_after_ms: int,
+         retire_after_ms: int | None) -> Life:
+    """Where a server is in its life now. ``last_arrival_ms``: its newest event's arrival (None: none committed
+    yet, live until it has one); ``drained_ms``: the online view's mark (:func:`drained_after`), 0 for none;
+    ``retire_after_ms`` None: retirement is judged by the caller (:func:`retired`)."""
+    if last_arrival_ms is None:
+        return Life.LIVE
+    quiet = now_ms - last_arrival_ms
+    if retire_after_ms is not None and quiet >= retire_after_ms:
+        return Life.RETIRED
+    if drained_ms and drained_ms >= last_arrival_ms:
+        return Life.DRAINED
+    return Life.SILENT if quiet >= silent_after_ms else Life.LIVE
+
+
+def drained_after(prior_ms: int, *, had_events: bool, online_after: int, newest_arrival_ms: int) -> int:
+    """The drained mark after a batch: set to the arrival of the server's newest event when the batch had its
+    events and left nobody online on it; cleared when its events left someone online; kept as it was when the
+    batch had none of its events (players timing out on a silent server do not drain it: they were there)."""
+    if not had_events:
+        return prior_ms
+    return newest_arrival_ms if online_after == 0 else 0
+
+
+def forgotten(*, had_events: bool, players_kept: int, heard_ms: int | None, now_ms: int | None,
+              retire_after_ms: int) -> bool:
+    """Whether the online view forgets the server with this batch: none of its events in it, no player kept, and
+    its newest event ``retire_after_ms`` or more of arrival time ago (``heard_ms`` None: it never had a clock)."""
+    if had_events or players_kept:
+        return False
+    if heard_ms is None:
+        return True
+    return now_ms is not None and now_ms - heard_ms >= retire_after_ms
+
 
 IDLENESS_KEEP = 10_000
 """Decisions kept in ``{ns}:idleness`` (about: the stream is trimmed approximately)."""
