@@ -27,6 +27,8 @@ SUBJECT_PLURAL = "subjects"
 
 def subject_text(rule: str, subject: str) -> str:
     label = SUBJECT_LABEL[rule]
+    if label == "region" and not subject:  # ServerSilent for the servers whose events carry no region
+        return "servers without a region"
     return f"{SUBJECT_NAMES[label].lower()} {subject}" if label else "-"
 
 
@@ -62,6 +64,13 @@ def firing_text(alerts: Sequence[AlertState]) -> str | None:
         by_name.setdefault(a.alertname, []).append(a)
     parts = []
     for name, group in by_name.items():
+        if group[0].rule == "server_silent":  # one alert a region, its value the count of silent servers in it
+            counts = [(int(a.value or 0), a.subject) for a in group]
+            parts.append(f"{name} (" + ", ".join(f"{n:,} server{'s' if n != 1 else ''}"
+                                                 + (f" in {md(region)}" if region else "")
+                                                 for n, region in sorted(counts, reverse=True)[:NAMED])
+                         + (f" and {len(counts) - NAMED} more regions" if len(counts) > NAMED else "") + ")")
+            continue
         label = SUBJECT_NAMES[SUBJECT_LABEL[group[0].rule]].lower()
         subjects = [md(a.subject) for a in group if a.subject]
         named = ", ".join(subjects[:NAMED]) + (f" and {len(subjects) - NAMED} more" if len(subjects) > NAMED else "")

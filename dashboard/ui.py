@@ -87,15 +87,22 @@ def current_view() -> View:
 
 
 def retired_note(st: Any, snap: Snapshot, shown: int = 8) -> None:  # noqa: ANN401 - st or a column
-    """Servers out of the live views, named under the charts they left (never hidden without a word)."""
-    if not snap.retired:
-        return
-    items = sorted(snap.retired.items(), key=lambda kv: -kv[1])
-    names = ", ".join(f"{md(s)} ({human_ms(snap.read_ms - t)})" for s, t in items[:shown])
-    more = f" and {len(items) - shown} more" if len(items) > shown else ""
-    st.caption(f"Retired (no event for {human_ms(snap.retire_after_ms)} or longer, RETIRE_AFTER; not charted here, "
-               "the totals keep them): "
-               f"{names}{more} since their last event. A retired server is back with its next event.")
+    """Servers out of the live views, counted and named under the charts they left (never hidden without a word):
+    drained (every player logged out) and retired (silent for RETIRE_AFTER). At a fleet's scale the newest few are
+    named and the rest counted: a day of matches is thousands of names."""
+    parts = []
+    for gone, what in ((snap.drained, "drained (every player logged out: a match over, a pod drained)"),
+                       (snap.retired, f"retired (no event for {human_ms(snap.retire_after_ms)} or longer, "
+                                      "RETIRE_AFTER)")):
+        if not gone:
+            continue
+        items = sorted(gone.items(), key=lambda kv: (-kv[1], kv[0]))
+        names = ", ".join(f"{md(s)} ({human_ms(snap.read_ms - t)} ago)" for s, t in items[:shown])
+        more = f" and {len(items) - shown:,} more" if len(items) > shown else ""
+        parts.append(f"{len(items):,} {what}: {names}{more}")
+    if parts:
+        st.caption("Out of the live views, not charted here (the totals keep them; each is back with its next "
+                   "event): " + "; ".join(parts) + ".")
 
 
 def lane_snapshot(cfg: Config, lane: Lane, view: View, now: int) -> Snapshot:

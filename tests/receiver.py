@@ -54,7 +54,8 @@ def alert_line(body: dict) -> tuple[str, str, str]:
 
 def alert_lines(body: dict) -> list[tuple[str, str, str]]:
     """(status, alertname, subject) of each alert a webhook message lists."""
-    return [(a["status"], a["labels"]["alertname"], a["labels"].get("server") or a["labels"].get("pipeline") or "")
+    return [(a["status"], a["labels"]["alertname"],
+             a["labels"].get("server") or a["labels"].get("pipeline") or a["labels"].get("region") or "")
             for a in body["alerts"]]
 
 

@@ -18,28 +18,28 @@ from watermark.schema.keys import KeySchema
 from watermark.store.alert_store import acknowledge, apply_decision, record_failure
 
 T0 = 1_800_000_000_000
-TIMING = {r: Timing(0, 0) for r in ("server_silent", "players_drop", "late_drops")}
+TIMING = {r: Timing(0, 0) for r in ("server_silent", "players_drop", "late_drops", "clock_ahead")}
 
 
 def notice(status: str, subject: str, start: int, at: int) -> Notice:
-    return Notice(status=status, rule="server_silent", subject=subject, starts_at_ms=start, at_ms=at,  # type: ignore[arg-type]
+    return Notice(status=status, rule="clock_ahead", subject=subject, starts_at_ms=start, at_ms=at,  # type: ignore[arg-type]
                   ends_at_ms=at if status == "resolved" else None)
 
 
 @pytest.mark.parametrize(("history", "firing", "want"), [
     # a firing paired with its resolve by alert and start
     ([notice("firing", "B", T0, T0), notice("resolved", "B", T0, T0 + 9_000)], [],
-     [Span("ServerSilent · B", "warning", T0, T0 + 9_000, False)]),
+     [Span("ClockAhead · B", "warning", T0, T0 + 9_000, False)]),
     # still firing: reaches now
-    ([notice("firing", "B", T0, T0)], [], [Span("ServerSilent · B", "warning", T0, T0 + 60_000, True)]),
+    ([notice("firing", "B", T0, T0)], [], [Span("ClockAhead · B", "warning", T0, T0 + 60_000, True)]),
     # fired over a day ago, resolved since: starts a day ago
     ([notice("resolved", "B", T0 - 90_000_000, T0)], [],
-     [Span("ServerSilent · B", "warning", T0 + 60_000 - 86_400_000, T0, False)]),
+     [Span("ClockAhead · B", "warning", T0 + 60_000 - 86_400_000, T0, False)]),
     # two firings of one alert stay two spans
     ([notice("firing", "A", T0, T0), notice("resolved", "A", T0, T0 + 1_000), notice("firing", "A", T0 + 5_000,
                                                                                      T0 + 5_000)], [],
-     [Span("ServerSilent · A", "warning", T0, T0 + 1_000, False),
-      Span("ServerSilent · A", "warning", T0 + 5_000, T0 + 60_000, True)]),
+     [Span("ClockAhead · A", "warning", T0, T0 + 1_000, False),
+      Span("ClockAhead · A", "warning", T0 + 5_000, T0 + 60_000, True)]),
 ])
 def test_spans_pair_each_firing_with_its_resolve(history: list[Notice], firing: list[AlertState],
                                                  want: list[Span]) -> None:
@@ -53,10 +53,10 @@ def test_alerts_over_the_time_charts_are_one_range_per_alert_and_overlap() -> No
                 notice("resolved", "us-001", T0 + 3_600_000, T0 + 3_660_000)]
     marks = alert_marks(spans(history, [], T0 + 7_200_000, T0 - 86_400_000))
     assert [(m.start_ms, m.end_ms, m.label) for m in marks] == [
-        (T0, T0 + 600_000, "ServerSilent · 300 servers"),  # an outage of 300 servers: one range
-        (T0 + 3_600_000, T0 + 3_660_000, "ServerSilent · us-001")]  # a later firing: its own
+        (T0, T0 + 600_000, "ClockAhead · 300 servers"),  # an outage of 300 servers: one range
+        (T0 + 3_600_000, T0 + 3_660_000, "ClockAhead · us-001")]  # a later firing: its own
     # a week back: a firing resolved before the range is not drawn
-    assert alert_marks(spans(history, [], T0 + 7_200_000, T0 + 3_000_000))[0].label == "ServerSilent · us-001"
+    assert alert_marks(spans(history, [], T0 + 7_200_000, T0 + 3_000_000))[0].label == "ClockAhead · us-001"
 
 
 def test_the_timeline_draws_an_outage_of_300_servers_as_one_row() -> None:
@@ -67,7 +67,7 @@ def test_the_timeline_draws_an_outage_of_300_servers_as_one_row() -> None:
     history += [notice("firing", "us-001", T0 + 3_600_000, T0 + 3_600_000)]
     fig = timeline(spans(history, [], T0 + 7_200_000, T0 - 86_400_000), T0 + 7_200_000)
     rows = [y for t in fig.data for y in t.y]
-    assert rows == ["ServerSilent · 300 servers", "ServerSilent · us-001"]
+    assert rows == ["ClockAhead · 300 servers", "ClockAhead · us-001"]
     assert [c[1] for t in fig.data for c in t.customdata] == ["08:10:00 UTC", "still firing"]
 
 
@@ -121,8 +121,8 @@ def test_the_page_shows_firing_held_history_and_the_webhook(seeded_alerts: KeySc
     assert "Webhook http://hooks.example/alerts: 1 delivered, 2 waiting to be delivered, 1,200 never sent: the " \
            "receiver refused for longer than the outbox holds (10,000 notices; the history keeps them); last " \
            "attempt failed at 07:59:59 UTC: HTTP Error 503: Service Unavailable (retrying with backoff)." in captions
-    assert "Watching for PlayersDrop: down over 50 % within 5 min (RegionPlayersDrop: a region's sum) · " \
-           "ServerSilent: 1 min" in captions
+    assert "Watching for PlayersDrop: down over 50 % within 5 min, not counting players who moved to another " \
+           "server (RegionPlayersDrop: a region's sum) · ServerSilent: 1 min with players online" in captions
     for df in (firing, held, history):  # operator words, not field names
         assert not [c for c in df.columns if "_" in c], df.columns
 
@@ -145,20 +145,33 @@ def test_no_monitor_yet_and_nothing_fired_are_said_in_words(redis_url: str, monk
 def test_the_firing_line_groups_servers_under_their_alert() -> None:
     from dashboard.alertview import firing_text
 
-    d = step_all({}, [Finding("server_silent", s, True) for s in "CAB"]
-                 + [Finding("players_drop", "B", True), Finding("late_drops", "C", False)], T0, TIMING)
+    d = step_all({}, [Finding("players_drop", s, True) for s in "CAB"]
+                 + [Finding("clock_ahead", "B", True), Finding("late_drops", "C", False)], T0, TIMING)
     assert firing_text(list(d.states.values())) == (
-        "4 alerts firing: PlayersDrop (server B), ServerSilent (servers A, B, C).")
+        "4 alerts firing: PlayersDrop (servers A, B, C), ClockAhead (server B).")
     assert firing_text([]) is None
 
 
 def test_the_firing_line_names_eight_servers_of_an_outage_and_counts_the_rest() -> None:
     from dashboard.alertview import firing_text
 
-    d = step_all({}, [Finding("server_silent", f"eu-{i:03d}", True) for i in range(300)], T0, TIMING)
+    d = step_all({}, [Finding("players_drop", f"eu-{i:03d}", True) for i in range(300)], T0, TIMING)
     assert firing_text(list(d.states.values())) == (
-        "300 alerts firing: ServerSilent (servers eu-000, eu-001, eu-002, eu-003, eu-004, eu-005, eu-006, eu-007 "
+        "300 alerts firing: PlayersDrop (servers eu-000, eu-001, eu-002, eu-003, eu-004, eu-005, eu-006, eu-007 "
         "and 292 more).")
+
+
+def test_the_firing_line_counts_silent_servers_by_region() -> None:
+    """ServerSilent is one alert a region (watermark.alerting.conditions.servers_silent): the line gives the counts,
+    the largest first, never a list of thousands of servers."""
+    from dashboard.alertview import alert_rows, firing_text
+
+    d = step_all({}, [Finding("server_silent", "as", True, 38.0), Finding("server_silent", "eu", True, 1.0),
+                      Finding("server_silent", "", True, 2.0)], T0, TIMING)
+    firing = list(d.states.values())
+    assert firing_text(firing) == "3 alerts firing: ServerSilent (38 servers in as, 2 servers, 1 server in eu)."
+    assert sorted(r["About"] for r in alert_rows(firing, T0)) == ["region as", "region eu",
+                                                                   "servers without a region"]
 
 
 def test_a_regions_alert_is_named_by_its_region() -> None:

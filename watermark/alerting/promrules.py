@@ -60,8 +60,10 @@ def expressions(cfg: AlertConfig) -> dict[str, str]:
             f"({region_peak} >= {pd.min_players})\n"
             f"unless on(instance, job) max_over_time({pipeline_behind}[{_d(pd.settle_ms)}:1s])\n"
             f"unless on(instance, job) max_over_time({online_behind}[{_d(pd.settle_ms)}:1s])"),
-        "server_silent": (f"{silence} >= {silent}\n"
-                          f"unless on(server, instance, job) wm_server_retired == 1\n"
+        # per region, the count of its servers silent with players online (drained and retired servers have no
+        # series: watermark.rules.fleet); the servers without a region under region=""
+        "server_silent": (f"count by (region, instance, job) (({silence} >= {silent}) * on(server, instance, job) "
+                          f"group_left(region) wm_server_info)\n"
                           f"unless on(instance, job) (wm_behind_seconds{MAIN_SEL} >= {silent})"),
         "clock_ahead": f"wm_server_clock_ahead_seconds > {_s(cfg.clock_ahead.ahead_ms)}",
         "late_drops": f"increase(wm_events_dropped_late_total{MAIN_SEL}[1m]) > {cfg.late_drops.per_minute}",
@@ -82,7 +84,7 @@ def expressions(cfg: AlertConfig) -> dict[str, str]:
 SUMMARIES = {
     "players_drop": "Players online on {{ $labels.server }} fell by more than the threshold",
     "region_players_drop": "Players online in region {{ $labels.region }} fell by more than the threshold",
-    "server_silent": "No event from {{ $labels.server }} for {{ $value | humanizeDuration }}",
+    "server_silent": "{{ $value }} servers silent in {{ $labels.region }} with players online",
     "clock_ahead": "The clock of {{ $labels.server }} runs {{ $value | humanizeDuration }} ahead",
     "late_drops": "{{ $value | printf \"%.0f\" }} events of {{ $labels.server }} dropped as late in a minute",
     "freshness": "The pipeline is behind: the oldest waiting entry is {{ $value | humanizeDuration }} over the trigger",

@@ -71,9 +71,15 @@ def life(*, last_arrival_ms: int | None, drained_ms: int, now_ms: int, silent_af
     quiet = now_ms - last_arrival_ms
     if retire_after_ms is not None and quiet >= retire_after_ms:
         return Life.RETIRED
-    if drained_ms and drained_ms >= last_arrival_ms:
+    if drained(last_arrival_ms, drained_ms):
         return Life.DRAINED
     return Life.SILENT if quiet >= silent_after_ms else Life.LIVE
+
+
+def drained(last_arrival_ms: int | None, drained_ms: int) -> bool:
+    """Whether the online view's drained mark stands for the server's newest event (a later event that the online
+    view has not folded yet, or that left players on it, does not drain it)."""
+    return bool(drained_ms) and last_arrival_ms is not None and drained_ms >= last_arrival_ms
 
 
 def drained_after(prior_ms: int, *, had_events: bool, online_after: int, newest_arrival_ms: int) -> int:

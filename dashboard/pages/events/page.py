@@ -21,6 +21,9 @@ TABLE_ROWS = 1_000
 METRIC_LABELS: dict[Status, str] = {s: label[0].upper() + label[1:] for s, label in STATUS_LABELS.items()}
 
 
+GONE_OPTIONS = 500
+"""Drained and retired servers offered in the server picker, the most recently gone first."""
+
 def notes(ev: EventRange, namespace: str, input_namespace: str) -> None:
     """Everything that makes the counts cover less than the range asked for, said out loud."""
     if ev.reaches_below_stream and ev.trimmed != 0:
@@ -61,7 +64,9 @@ def render(snap: Snapshot, now_ms: int) -> None:
     state = snap.state
     assert state is not None
     st.caption(ui.params_caption(snap))
-    options = [*snap.servers, *snap.retired, model.ALL]  # a retired server's events can still be looked up
+    # a drained or retired server's events can still be looked up: the newest few hundred of them
+    gone = sorted({**snap.retired, **snap.drained}.items(), key=lambda kv: (-kv[1], kv[0]))[:GONE_OPTIONS]
+    options = [*snap.servers, *(s for s, _ in gone), model.ALL]
     # Opens on the server with the most late events (dropped or late accepted): the ones people ask about.
     if st.session_state.get("events_server") not in options:  # once: then the user's choice stays
         st.session_state["events_server"] = model.latest_server(snap)

@@ -29,9 +29,11 @@ def window_status(w: WindowRow | None, bounds: tuple[int, int] | None, watermark
 
 
 def live_servers(snap: Snapshot) -> list[str]:
-    """The servers the live views show: every server not retired, and any retired one with players still."""
+    """The servers the live views show: every server neither retired nor drained, and any retired one with players
+    still."""
     counts = snap.online.counts if snap.online else {}
-    return sorted({*snap.servers, *(s for s, n in counts.items() if n or s not in snap.retired)})
+    return sorted({*snap.servers, *(s for s, n in counts.items()
+                                    if n or (s not in snap.retired and s not in snap.drained))})
 
 
 def series_labels(g: Grouping) -> dict[str, str]:

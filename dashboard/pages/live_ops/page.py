@@ -206,6 +206,8 @@ def online_over_time(v: OnlineView, g: Grouping, tl: Timeline, marks: Sequence[c
 
 
 TOP_N = 5
+MAX_FOUND = 200
+"""Drained and retired servers a search lists at most: a day of matches is thousands of names."""
 
 
 def server_table(snap: Snapshot, v: OnlineView) -> None:
@@ -214,9 +216,14 @@ def server_table(snap: Snapshot, v: OnlineView) -> None:
     ranked = sorted(servers, key=lambda s: (-v.counts.get(s, 0), s))
     st.caption("Most players: " + ", ".join(f"{md(s)} ({v.counts.get(s, 0):,})" for s in ranked[:TOP_N])
                + " · fewest: " + ", ".join(f"{md(s)} ({v.counts.get(s, 0):,})" for s in reversed(ranked[-TOP_N:])))
-    find = st.text_input("Find a server", key="ops_find_server", placeholder="a name, or part of one").strip()
+    find = st.text_input("Find a server", key="ops_find_server",
+                         placeholder="a name, or part of one (drained and retired ones too)").strip()
     shown = [s for s in ranked if find.lower() in s.lower()] if find else ranked
-    rows = [{"Server": s, "Region": snap.regions.get(s, ""), "Online now": v.counts.get(s, 0),
+    gone = {**{s: "drained" for s in snap.drained}, **{s: "retired" for s in snap.retired}}
+    if find:  # out of the live views, but found by name
+        shown += sorted(s for s in gone if find.lower() in s.lower() and s not in servers)[:MAX_FOUND]
+    rows = [{"Server": s, "State": gone.get(s, "live"), "Region": snap.regions.get(s, ""),
+             "Online now": v.counts.get(s, 0),
              "Peak today": v.peaks[s][0] if s in v.peaks else None,
              "Peak at (UTC)": clock(v.peaks[s][1]) if s in v.peaks else "",
              "Highest ever": v.peaks_ever[s][0] if s in v.peaks_ever else None,

@@ -16,6 +16,8 @@ from prometheus_client.registry import Collector
 from watermark.alerting.conditions import subject_labels
 from watermark.alerting.health import Health, Verdict
 from watermark.alerting.lifecycle import AlertState
+from watermark.alerting.observation import ServerObs
+from watermark.rules.fleet import drained
 from watermark.schema.keys import parse_buckets
 from watermark.store.observe import StackReading
 
@@ -43,8 +45,10 @@ METRICS: dict[str, str] = {
     "wm_server_ingest_lag_p95_seconds": "p95 of arrival minus event time of each server's events in the last batch",
     "wm_server_clock_ahead_seconds": "How far each server's events ran ahead of their arrival (its clock fast), "
                                      "in the online view's last batch with them",
-    "wm_server_retired": "1 for a server silent for RETIRE_AFTER: out of the live views, its silence no longer "
-                         "alerts; gone with its next event",
+    "wm_server_info": "1 per server in the live views, with its region (drained and retired servers have no "
+                      "series: the live fleet bounds them)",
+    "wm_servers": "Servers by their life (watermark.rules.fleet): in the live views, drained (every player logged "
+                  "out), retired (silent for RETIRE_AFTER)",
     "wm_alerts": "The product's alerts: 1 per alert pending, firing or held",
     "wm_pipeline_health": "1 for the state each pipeline is in (live, idle, behind, stalled, stopped, down, starting, "
                           "empty, redis_full, redis_unreachable), 0 for the others: the dashboard's status line "
@@ -77,7 +81,24 @@ def families(r: StackReading) -> Iterator[Metric]:
                                 value=r.obs.redis_maxmemory_bytes)
 
 
+def in_view(s: ServerObs) -> bool:
+    """Whether a server's series are served: not drained, not retired (``watermark.rules.fleet``). A deploy that
+    replaces every pod leaves no series behind: their number is bounded by the live fleet."""
+    return not s.retired and not drained(s.last_arrival_ms, s.drained_ms)
+
+
 def _server_families(r: StackReading) -> Iterator[Metric]:
+    shown = [s for s in r.obs.servers if in_view(s)]
+    states = GaugeMetricFamily("wm_servers", METRICS["wm_servers"], labels=["state"])
+    retired_n = sum(s.retired for s in r.obs.servers)
+    for state, n in (("live", len(shown)), ("drained", len(r.obs.servers) - len(shown) - retired_n),
+                     ("retired", retired_n)):
+        states.add_metric([state], n)
+    yield states
+    info = GaugeMetricFamily("wm_server_info", METRICS["wm_server_info"], labels=["server", "region"])
+    for s in shown:
+        info.add_metric([s.name, s.region or ""], 1)
+    yield info
     players = GaugeMetricFamily("wm_players_online", METRICS["wm_players_online"], labels=["server"])
     seen = GaugeMetricFamily("wm_server_last_event_timestamp_seconds",
                              METRICS["wm_server_last_event_timestamp_seconds"], labels=["server"])
@@ -87,7 +108,6 @@ def _server_families(r: StackReading) -> Iterator[Metric]:
                             labels=["server"])
     ahead = GaugeMetricFamily("wm_server_clock_ahead_seconds", METRICS["wm_server_clock_ahead_seconds"],
                               labels=["server"])
-    retired = GaugeMetricFamily("wm_server_retired", METRICS["wm_server_retired"], labels=["server"])
     regions = GaugeMetricFamily("wm_region_players_online", METRICS["wm_region_players_online"], labels=["region"])
     per_region: dict[str, int] = {}
     for s in r.obs.servers:
@@ -95,9 +115,7 @@ def _server_families(r: StackReading) -> Iterator[Metric]:
             per_region[s.region] = per_region.get(s.region, 0) + s.players
     for region, n in sorted(per_region.items()):
         regions.add_metric([region], n)
-    for s in r.obs.servers:
-        if s.retired:
-            retired.add_metric([s.name], 1)
+    for s in shown:
         if s.clock_ahead_ms is not None:
             ahead.add_metric([s.name], s.clock_ahead_ms / 1000)
         if s.lag_p95_ms is not None:
@@ -114,15 +132,17 @@ def _server_families(r: StackReading) -> Iterator[Metric]:
     yield newest
     yield lag
     yield ahead
-    yield retired
 
 
 def _pipeline_families(r: StackReading) -> Iterator[Metric]:
     names = ("wm_events_accepted_total", "wm_events_dropped_late_total", "wm_events_accepted_late_total")
     counters = {name: CounterMetricFamily(name.removesuffix("_total"), METRICS[name], labels=["pipeline", "server"])
                 for name in names}
+    shown = {s.name for s in r.obs.servers if in_view(s)}
     for pipeline, servers in r.server_totals.items():
         for server, (events, dropped, late) in sorted(servers.items()):
+            if server not in shown:  # its counters end with it (rate() and increase() take a series ending)
+                continue
             counters["wm_events_accepted_total"].add_metric([pipeline, server], events)
             counters["wm_events_dropped_late_total"].add_metric([pipeline, server], dropped)
             counters["wm_events_accepted_late_total"].add_metric([pipeline, server], late)

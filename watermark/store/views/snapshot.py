@@ -18,7 +18,7 @@ import msgspec
 import redis
 
 from watermark.alerting.config import AlertConfig
-from watermark.rules.fleet import retired
+from watermark.rules.fleet import drained, retired
 from watermark.schema.config import Config
 from watermark.schema.keys import KeySchema, WindowKey
 from watermark.schema.records import BatchRecord
@@ -101,6 +101,9 @@ class Snapshot:
     """Servers out of the live views (no event for RETIRE_AFTER), with their last arrival (ms); ``servers``
     leaves them out, the totals keep them (``watermark.rules.fleet.retired``)."""
     retire_after_ms: int = Config.retire_after_ms
+    drained: Mapping[str, int] = field(default_factory=dict)
+    """Servers out of the live views because every player logged out before they fell silent (a match over, a pod
+    drained), with when (ms); ``servers`` leaves them out too (``watermark.rules.fleet``)."""
     regions: Mapping[str, str] = field(default_factory=dict)
     """Each server's region, as its events carry it (``{ns}:regions``)."""
     redis_memory: tuple[int | None, int] = (None, 0)
@@ -188,10 +191,14 @@ def read_snapshot(client: redis.Redis, keys: KeySchema, *, range_ms: int, now_ms
     batches = batch_points(details[len(members):], range_ms)
     status = fixed.status(oldest_of(replies[3:]) if state is not None else None)
     gone = retired(status.seen, now_ms, retire_after_ms)
+    online = online_view(*fixed.more)
+    emptied = {s: c.drained_ms for s, c in (online.clocks if online is not None else {}).items()
+               if s not in gone and drained(status.seen.get(s), c.drained_ms)}
     return Snapshot(
         namespace=keys.namespace, read_ms=now_ms, range_ms=range_ms, state=state, totals=status.totals,
-        servers=tuple(s for s in status.servers if s not in gone), windows=tuple(windows), batches=tuple(batches),
-        stream=status.stream, online=online_view(*fixed.more), retired=gone, retire_after_ms=retire_after_ms,
+        servers=tuple(s for s in status.servers if s not in gone and s not in emptied), windows=tuple(windows),
+        batches=tuple(batches), stream=status.stream, online=online, retired=gone, drained=emptied,
+        retire_after_ms=retire_after_ms,
         regions=status.regions, redis_memory=read_memory(client), thresholds=thresholds_from(replies[2]),
     )
 
