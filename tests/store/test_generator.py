@@ -3,6 +3,7 @@ other writer, the job's idle markers."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -182,7 +183,7 @@ def test_outages_and_clock_skew_for_later_scenarios() -> None:
 
 def test_scenario_registry() -> None:
     assert list(SCENARIOS) == ["steady", "overseas-lag", "late-burst", "idle-server", "clock-skew",
-                               "outage-and-backfill", "players-leave"]
+                               "outage-and-backfill", "players-leave", "rolling-deploy", "matches"]
     for name, scen in SCENARIOS.items():
         assert scen.name == name and scen.description
         assert [s.name for s in scen.servers] == ["A", "B", "C"]
@@ -703,3 +704,53 @@ def test_players_online_carry_over_into_a_following_simulation() -> None:
     assert {e.player_id for e in events if e.kind == "heartbeat"} <= carried
     assert "nobody-here" not in {e.player_id for e in events}
     assert Simulator("steady", seed=1, start_us=START, rate=200).online_now() == {}  # nothing generated yet
+
+
+@pytest.mark.parametrize(("scenario", "servers"), [("rolling-deploy", None), ("matches", None), ("matches", 12)])
+def test_a_fleet_that_is_replaced_as_it_plays_drains_each_server_and_keeps_its_players(
+        r: redis.Redis, scenario: str, servers: int | None) -> None:
+    """Rolling deploys and a server per match (``watermark.rules.scenarios.Churn``) through the online view's own
+    fold: every replaced server ends drained (its players logged out there and in on its successor), none times a
+    player out, and the players online in all never dip while servers come and go."""
+    from watermark.rules.fleet import drained
+    from watermark.rules.scenarios import game
+    from watermark.schema.keys import KeySchema
+    from watermark.schema.records import PresenceStateRecord
+    from watermark.store.commit import Params
+    from watermark.store.presence_store import PresenceBatch, PresenceEvents, PresenceMirror, commit_presence
+
+    start_us = 1_800_000_000_000_000
+    sim = Simulator(game(scenario, servers).scaled(0.1), seed=3, start_us=start_us, rate=300, count=30_000)
+    keys, mirror = KeySchema(f"churn-{uuid.uuid4().hex[:8]}"), PresenceMirror()
+    params = Params(60_000, 60_000, 2_000, retire_after_ms=3_600_000)
+    batches: dict[int, list[tuple[int, Event]]] = defaultdict(list)
+    for arrival, ev in sim:
+        batches[arrival // 1_000_000].append((arrival, ev))
+    totals, causes, wm = [], Counter(), 0
+    for i, second in enumerate(sorted(batches)):
+        rows = batches[second]
+        from tests.store.test_online import events as presence_events  # (server, player, ms, kind, arrival ms)
+
+        ev: PresenceEvents = presence_events(*[(e.server, e.player_id, e.event_time_us // 1000, e.kind,
+                                                a // 1000) for a, e in rows])
+        assert commit_presence(r, keys, PresenceBatch(i, wm, second * 1000, f"{second * 1000}-0", ev, 2_000),
+                               params, 30_000, mirror)
+        state = PresenceStateRecord.from_hash(r.hgetall(keys.presence_state), "t")
+        wm = state.watermark_ms
+        last = json.loads(r.zrange(keys.presence_history, -1, -1)[0])
+        totals.append(sum(last["counts"].values()))
+        for c in last["causes"].values():
+            causes.update(c)
+    clocks = PresenceStateRecord.from_hash(r.hgetall(keys.presence_state), "t").clocks
+    slots = {p.name for p in sim.scenario.servers}
+    newest = {slot: max((s for s in clocks if s.rsplit("-", 1)[0] == slot), key=lambda s: clocks[s].heard_ms)
+              for slot in slots}
+    end_ms = max(c.heard_ms for c in clocks.values())
+    # replaced, and drained since: its players move with their next event, within a heartbeat (5 s)
+    replaced = [s for s in clocks if s not in newest.values() and clocks[s].heard_ms < end_ms - 10_000]
+    assert len(replaced) >= len(slots)  # every slot was replaced at least once
+    assert all(drained(clocks[s].heard_ms, clocks[s].drained_ms) for s in replaced), {s: v for s, v in {
+        s: (clocks[s].drained_ms, clocks[s].heard_ms) for s in replaced}.items() if v[0] < v[1]}
+    assert causes["timeout"] == 0, causes  # nobody vanished: each moved by a logout and a login
+    steady = totals[len(totals) // 4:]  # once the game has filled up
+    assert min(steady) >= 0.8 * max(steady), (min(steady), max(steady))

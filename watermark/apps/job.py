@@ -309,7 +309,8 @@ def register_lanes(client: redis.Redis, keys: KeySchema, cfg: Config) -> None:
 
 def idle_ticker(client: redis.Redis, watcher: Config) -> IdleTicker:
     return IdleTicker(tuple(sorted(watcher.known_servers or ())), watcher.idle_timeout_ms or 0,
-                      max(1_000, watcher.trigger_ms), started_ms=redis_now_ms(client))
+                      max(1_000, watcher.trigger_ms), started_ms=redis_now_ms(client),
+                      retire_after_ms=watcher.retire_after_ms)
 
 
 # The marker and its decision record in one step: a reader who sees the marker finds why it was written.

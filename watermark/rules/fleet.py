@@ -116,6 +116,9 @@ class IdleTicker:
     last_marker_ms: dict[str, int] = field(default_factory=dict)
     idle: frozenset[str] = frozenset()
     """The servers silent for ``timeout_ms`` at the last :meth:`due`."""
+    retire_after_ms: int | None = None
+    """With no fixed ``servers``: a server silent this long is retired (:func:`life`) and gets no more markers (a
+    lane following the fleet retires it too, ``rules.watermarks``): markers are bounded by the live fleet."""
 
     def __post_init__(self) -> None:
         if self.timeout_ms <= 0 or self.interval_ms <= 0:
@@ -126,7 +129,11 @@ class IdleTicker:
         ``servers`` (no KNOWN_SERVERS), every server heard from (``seen_ms``) is watched."""
         out = []
         idle = set()
-        for s in self.servers or sorted(seen_ms):
+        watched = self.servers or sorted(s for s, t in seen_ms.items()
+                                         if self.retire_after_ms is None or now_ms - t < self.retire_after_ms)
+        for s in [s for s in self.last_marker_ms if s not in watched]:  # retired: forgotten here too
+            del self.last_marker_ms[s]
+        for s in watched:
             seen = seen_ms.get(s)
             heard = max(seen if seen is not None else self.started_ms, self.started_ms)
             last = self.last_marker_ms.get(s)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import re
+import zlib
 from dataclasses import dataclass, replace
 from statistics import NormalDist
 from typing import TypeVar
@@ -225,10 +226,58 @@ class ServerProfile:
 
 
 @dataclass(frozen=True)
+class Churn:
+    """Servers as cattle: each of the scenario's servers is a *slot* played by one server at a time, named like a
+    pod (``eu-017-3fa2c``), replaced by a new one at each generation. A player online on the old one logs out there
+    at the replacement's moment and logs in on the new one with their next event, as a reconnect does; the old one
+    falls silent with nobody online (drained).
+
+    ``deploy``: a rolling deploy every ``period_ms``, the slots replaced in ``waves`` waves ``wave_ms`` apart
+    (Kubernetes' maxUnavailable). ``match``: a server per match of ``period_ms`` (Agones), the slots' matches
+    staggered over the period, so some match ends at any moment."""
+
+    kind: str
+    period_ms: int
+    waves: int = 4
+    wave_ms: int = 10_000
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("deploy", "match"):
+            raise ConfigError(f"churn kind must be deploy or match, got {self.kind!r}")
+        if self.period_ms <= 0 or self.waves <= 0 or self.wave_ms < 0:
+            raise ConfigError(f"churn needs a positive period and waves, got {self.period_ms} and {self.waves}")
+
+    def generation(self, slot: int, slots: int, at_ms: int) -> int:
+        """Which server plays ``slot`` (of ``slots``) at ``at_ms`` after the simulation's start."""
+        if self.kind == "deploy":
+            return max(0, (at_ms - (slot % self.waves) * self.wave_ms) // self.period_ms)
+        return (at_ms + slot * self.period_ms // slots) // self.period_ms
+
+    def starts_ms(self, slot: int, slots: int, generation: int) -> int:
+        """When ``generation`` took ``slot`` over, after the simulation's start (its first: 0)."""
+        if generation == 0:
+            return 0
+        if self.kind == "deploy":
+            return generation * self.period_ms + (slot % self.waves) * self.wave_ms
+        return generation * self.period_ms - slot * self.period_ms // slots
+
+    @staticmethod
+    def name(slot: str, generation: int) -> str:
+        """A pod's name: the slot and a hash of its generation (deterministic, never reused)."""
+        return f"{slot}-{zlib.crc32(f'{slot}:{generation}'.encode()) & 0xFFFFF:05x}"
+
+    def scaled(self, factor: float) -> Churn:
+        return replace(self, period_ms=max(1, round(self.period_ms * factor)),
+                       wave_ms=round(self.wave_ms * factor))
+
+
+@dataclass(frozen=True)
 class Scenario:
     name: str
     description: str
     servers: tuple[ServerProfile, ...]
+    churn: Churn | None = None
+    """Servers replaced as they play (:class:`Churn`); None: the same servers all along."""
 
     def __post_init__(self) -> None:
         if not self.servers:
@@ -269,7 +318,8 @@ class Scenario:
                                p.burst, period_ms=ms(p.burst.period_ms), duration_ms=ms(p.burst.duration_ms),
                                offset_ms=ms(p.burst.offset_ms), lateness_min_ms=ms(p.burst.lateness_min_ms),
                                lateness_max_ms=ms(p.burst.lateness_max_ms)))
-        return replace(self, servers=tuple(server(p) for p in self.servers))
+        return replace(self, servers=tuple(server(p) for p in self.servers),
+                       churn=None if self.churn is None else self.churn.scaled(factor))
 
     def replace_server(self, server: str, **changes: object) -> Scenario:
         """A copy with one server's parameters changed; how derived scenarios are built."""
@@ -327,8 +377,21 @@ _PLAYERS_LEAVE = replace(
                 "keeps sending, its players really leave",
 )
 
+ROLLING_DEPLOY = Churn("deploy", period_ms=120_000, waves=3, wave_ms=10_000)
+MATCHES = Churn("match", period_ms=180_000)
+_ROLLING_DEPLOY = replace(
+    _STEADY, name="rolling-deploy", churn=ROLLING_DEPLOY,
+    description="steady on pods: every 2 min a rolling deploy replaces each server by a new one (a wave every "
+                "10 s); its players log out and log in on the new one, the old one falls silent, drained")
+_MATCHES = replace(
+    _STEADY, name="matches", churn=MATCHES,
+    description="a server per match of 3 min (Agones): when a match ends its players log out and the next "
+                "match's server takes them; the matches end at staggered times")
+CHURNS = {_ROLLING_DEPLOY.name: ROLLING_DEPLOY, _MATCHES.name: MATCHES}
+"""The scenarios whose servers are replaced as they play, playable on a fleet too (``--servers``)."""
 SCENARIOS: dict[str, Scenario] = {s.name: s for s in (_STEADY, _OVERSEAS_LAG, _LATE_BURST, _IDLE_SERVER,
-                                                       _CLOCK_SKEW, _OUTAGE_AND_BACKFILL, _PLAYERS_LEAVE)}
+                                                       _CLOCK_SKEW, _OUTAGE_AND_BACKFILL, _PLAYERS_LEAVE,
+                                                       _ROLLING_DEPLOY, _MATCHES)}
 
 
 
@@ -376,9 +439,11 @@ def game(name: str, servers: int | None = None, regions: int | None = None, dail
         if regions is not None:
             raise ConfigError("--regions needs --servers")
         return get_scenario(name)
-    if name != "steady":
-        raise ConfigError(f"--servers plays the steady game on many servers; scenario {name!r} has its own three")
-    return fleet(servers, regions or min(servers, 6), daily)
+    if name != "steady" and name not in CHURNS:
+        raise ConfigError(f"--servers plays the steady game on many servers, as they are or replaced as they play "
+                          f"({', '.join(CHURNS)}); scenario {name!r} has its own three")
+    many = fleet(servers, regions or min(servers, 6), daily)
+    return many if name == "steady" else replace(many, name=f"{name}-{many.name}", churn=CHURNS[name])
 
 
 def scenarios_help() -> str:

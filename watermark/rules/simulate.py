@@ -19,6 +19,7 @@ from watermark.rules.scenarios import (
     _DELAY_BITS,
     MAX_PLAYERS,
     MIN_PLAYERS,
+    Churn,
     Scenario,
     ServerProfile,
     get_scenario,
@@ -239,6 +240,40 @@ class Simulator:
     def records(self) -> Iterator[Record]:
         """The same sequence as iterating, as plain tuples: what the writer consumes,
         because building a frozen dataclass per event costs more than generating it."""
+        churn = self.scenario.churn
+        return self._records() if churn is None else self._churned(self._records(), churn)
+
+    def _churned(self, records: Iterator[Record], churn: Churn) -> Iterator[Record]:
+        """The records with each slot's server named by its generation (:class:`Churn`): a player online on a
+        replaced server logs out there at the replacement's moment and logs in on the new one, with their next
+        event; each new name's region is its slot's (:attr:`regions`)."""
+        slots = {p.name: i for i, p in enumerate(self.scenario.servers)}
+        n, start_ms = len(slots), self.start_us // 1000
+        regions = self.regions
+        slot_region = dict(regions)
+        names: dict[tuple[str, int], str] = {}
+        players: dict[tuple[str, str], tuple[int, bool]] = {}  # (slot, player) -> (generation, online there)
+        for rec in records:
+            arrival, seq, slot, player, event_us, kind, event_id, iso = rec
+            k = slots[slot]
+            g = churn.generation(k, n, event_us // 1000 - start_ms)
+            name = names.get((slot, g))
+            if name is None:
+                name = names[(slot, g)] = Churn.name(slot, g)
+                names.pop((slot, g - 2), None)  # bounded: the generations still playing
+                if slot in slot_region:
+                    regions[name] = slot_region[slot]
+            before = players.get((slot, player))
+            if before is not None and before[0] < g and before[1]:  # moved: out of the old one, into the new
+                at_ms = start_ms + churn.starts_ms(k, n, g)
+                old = names.get((slot, before[0])) or Churn.name(slot, before[0])
+                yield (arrival, seq, old, player, at_ms * 1000, "logout", f"{event_id}-out", _iso_ms(at_ms))
+                if kind != "login":
+                    yield (arrival, seq, name, player, event_us, "login", f"{event_id}-in", iso)
+            players[(slot, player)] = (g, kind != "logout")
+            yield (arrival, seq, name, player, event_us, kind, event_id, iso)
+
+    def _records(self) -> Iterator[Record]:
         states = self._running = self._states()
         pick = _pick_table(self._shares, [s.hot() for s in states])
         choose = random.Random(f"{self.seed}:schedule").getrandbits

@@ -22,20 +22,32 @@ POLICIES = {"min": min, "max": max}
 
 @dataclass
 class ServerWatermarks:
+    """Spark's per-input watermark map. With no fixed ``servers`` (a lab lane following the fleet), an input is a
+    server from its first event until it retires: no real event for ``retire_after_ms`` of trigger time
+    (``heard``, idle markers not counted: the job stops marking a retired server, ``watermark.rules.fleet``). A
+    retired server holds nothing back and leaves the map, so the map is bounded by the live fleet; it is an input
+    again from its next event."""
+
     servers: tuple[str, ...]
     delay_ms: int
     policy: str = "min"
     values: dict[str, int] = field(default_factory=dict)
+    retire_after_ms: int | None = None
+    heard: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
             raise ValueError(f"policy must be one of {', '.join(POLICIES)}, got {self.policy!r}")
 
-    def update(self, max_event_ms: Mapping[str, int]) -> dict[str, int]:
-        """Apply one batch: ``max_event_ms`` has the servers whose input had rows, with their max event time.
+    def update(self, max_event_ms: Mapping[str, int], spoke: Iterable[str] = (), now_ms: int | None = None,
+               ) -> dict[str, int]:
+        """Apply one batch: ``max_event_ms`` has the servers whose input had rows, with their max event time;
+        ``spoke``: those with a real event in it, at the batch's trigger time ``now_ms``.
 
         With no fixed ``servers`` (a lab lane without KNOWN_SERVERS) every server is an input from its first
         event on: one that has not been heard from holds nothing back, as it is not there yet."""
+        if not self.servers and self.retire_after_ms is not None and now_ms is not None:
+            self._retire(spoke, now_ms)
         for s in self.servers or sorted(set(self.values) | set(max_event_ms)):
             if s in max_event_ms:
                 new = max_event_ms[s] - self.delay_ms
@@ -44,6 +56,16 @@ class ServerWatermarks:
             else:
                 self.values.setdefault(s, 0)
         return dict(self.values)
+
+    def _retire(self, spoke: Iterable[str], now_ms: int) -> None:
+        for s in spoke:
+            self.heard[s] = now_ms
+        for s in list(self.values):
+            self.heard.setdefault(s, now_ms)  # kept before servers retired: its time starts now
+        assert self.retire_after_ms is not None
+        for s in [s for s, t in self.heard.items() if now_ms - t >= self.retire_after_ms and s not in spoke]:
+            self.values.pop(s, None)
+            del self.heard[s]
 
     def combined(self, in_force_ms: int) -> int:
         """The global watermark for the next batch, given the one in force for this one."""

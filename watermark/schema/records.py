@@ -366,6 +366,9 @@ class StateRecord(_HashRecord, frozen=True, kw_only=True):
     """Per-server mode: each server's input max so far, fields ``max_event_us|S``."""
     server_watermarks: dict[str, int] | None = None
     """Per-server mode: Spark's per-input watermark map after ``last_batch`` (JSON; not written otherwise)."""
+    server_heard_ms: dict[str, int] | None = None
+    """A lane following the fleet (no KNOWN_SERVERS): when each server in ``server_watermarks`` last sent a real
+    event, by its batch's trigger time (JSON); a server retired by it leaves the map (``rules.watermarks``)."""
     delay_ms: int | None = None
     """The delay ``last_batch`` ran with."""
     committed_id: str = "0-0"
@@ -388,7 +391,7 @@ class StateRecord(_HashRecord, frozen=True, kw_only=True):
             value = getattr(self, f)
             if f == "server_max_event_us":
                 out.update({total_field(_SERVER_MAX, s): str(v) for s, v in value.items()})
-            elif f == "server_watermarks":
+            elif f in ("server_watermarks", "server_heard_ms"):
                 if value is not None:  # a global pipeline has never written the field
                     out[f] = json.dumps(value, sort_keys=True)
             elif f == "params":
@@ -406,7 +409,7 @@ class StateRecord(_HashRecord, frozen=True, kw_only=True):
             if server is not None:
                 if metric == _SERVER_MAX:
                     per_server[server] = v
-            elif f in ("params", "server_watermarks"):
+            elif f in ("params", "server_watermarks", "server_heard_ms"):
                 doc[f] = _json_field(v, f, cls.__name__, where)
             elif f in cls.__struct_fields__ and f != "server_max_event_us":
                 doc[f] = v

@@ -460,14 +460,18 @@ class RedisSink(DriverClient):
 
 def per_server(summary: BatchSummary, model: ServerWatermarks, idle: bool) -> None:
     """Advance the per-input watermarks with what each server's input saw (idle markers too, where idleness
-    is on: they are in that input), as Spark does after running the batch."""
+    is on: they are in that input), as Spark does after running the batch; a lane following the fleet retires the
+    servers silent for RETIRE_AFTER (:class:`ServerWatermarks`)."""
     seen: dict[str, int] = {}
     for server, st in summary.servers.items():
         top = st.input_max_us(idle)
         if top is not None:
             seen[server] = event_ms(top)
-    summary.server_watermarks = model.update(seen)
+    spoke = [s for s, st in summary.servers.items() if st.max_ingest_us is not None]
+    summary.server_watermarks = model.update(seen, spoke, summary.batch_ts_ms)
     summary.next_watermark_ms = model.combined(summary.watermark_ms)
+    if model.retire_after_ms is not None and not model.servers:
+        summary.server_heard_ms = dict(model.heard)
 
 
 @dataclass(frozen=True)
@@ -482,7 +486,7 @@ class LaneSink:
     params: Params
 
     def commit(self, client: redis.Redis, batch: BatchTable, main: BatchSummary) -> bool:
-        names = ["last_batch", "next_watermark_ms", "server_watermarks"]
+        names = ["last_batch", "next_watermark_ms", "server_watermarks", "server_heard_ms"]
         state = StateRecord.from_hash(dict(zip(names, client.hmget(self.keys.state, names), strict=True)),
                                       self.keys.state)
         if state.last_batch is not None and state.last_batch >= main.batch_id:
@@ -491,6 +495,7 @@ class LaneSink:
                                 main.end_id, self.params)
         if self.params.per_server:
             model = ServerWatermarks(self.params.servers, self.params.delay_ms, self.params.policy,
-                                     dict(state.server_watermarks or {}))
+                                     dict(state.server_watermarks or {}), self.params.retire_after_ms,
+                                     dict(state.server_heard_ms or {}))
             per_server(summary, model, self.params.idle_timeout_ms is not None)
         return commit_batch(client, self.keys, summary, self.params)

@@ -120,6 +120,7 @@ class BatchSummary:
     servers: dict[str, ServerRecord]
     bad: list[BadRow]
     server_watermarks: dict[str, int] | None = None  # per-server mode: Spark's per-input map after the batch
+    server_heard_ms: dict[str, int] | None = None  # a lane following the fleet: when each of those last spoke
     next_watermark_ms: int | None = None  # per-server mode: the combined watermark for the next batch
     aggregation: str = "driver"  # where the batch was counted (the driver, since the source packs its rows)
     late_events: list[LateEvent] = field(default_factory=list)  # behind the watermark: kept in {ns}:late
@@ -457,7 +458,8 @@ def plan_commit(s: BatchSummary, params: Params, prior: Prior, now_ms: int) -> B
     closed = prior.sets_closed_below_ms if players is None else players.closed_ms
     state = StateRecord(
         last_batch=s.batch_id, watermark_ms=s.watermark_ms, next_watermark_ms=next_wm, max_event_us=running_max,
-        server_max_event_us=server_max, server_watermarks=s.server_watermarks, delay_ms=params.delay_ms,
+        server_max_event_us=server_max, server_watermarks=s.server_watermarks, server_heard_ms=s.server_heard_ms,
+        delay_ms=params.delay_ms,
         committed_id=s.end_id, lost_at_batch=prior.lost_at,
         stopped_ms=None,  # running again
         sets_closed_below_ms=closed, params=params.semantic(),
