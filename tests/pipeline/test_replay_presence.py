@@ -89,3 +89,40 @@ def test_replay_refuses_a_bad_timeout(tmp_path: Path) -> None:
                            "--online-timeout", "0s"], capture_output=True, text=True, timeout=60,
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert proc.returncode == 2 and "--online-timeout must be positive" in proc.stderr
+
+
+def test_a_replay_takes_arrival_times_from_the_file_as_the_live_job_does(redis_url: str, tmp_path: Path) -> None:
+    """One event 90 s ahead of its arrival (A's p1: its own clock runs fast). With the file's ``arrival`` times the
+    replay judges A's clock as the live job does: one player's jump does not move it, and p2 stays online. Without
+    them a batch arrives at the newest event time so far (docs/ingest.md), so the 90 s pass for every server."""
+    lines = [(0, "p1", 0, "login", 0), (0, "p2", 0, "login", 0), (0, "p3", 0, "login", 0),
+             (1, "p1", 90_000, "heartbeat", 5_000), (1, "p2", 5_000, "heartbeat", 5_000),
+             (2, "p2", 10_000, "heartbeat", 10_000), (2, "p3", 10_000, "heartbeat", 10_000)]
+
+    def run(with_arrival: bool) -> dict:
+        path = tmp_path / f"events-{with_arrival}.jsonl"
+        with path.open("w") as fh:
+            for label, p, ms, k, arrival in lines:
+                doc = {"server": "A", "player_id": p, "event_time": to_iso(T0_MS + ms), "kind": k, "batch": label}
+                if with_arrival:  # half as ISO times, half as a recorded stream's entry IDs
+                    doc["arrival"] = to_iso(T0_MS + arrival) if p == "p2" else f"{T0_MS + arrival}-0"
+                fh.write(json.dumps(doc) + "\n")
+        out = tmp_path / f"out-{with_arrival}.json"
+        proc = subprocess.run([sys.executable, "-m", "watermark.apps.replay", str(path), "--window", "1m", "--delay",
+                               "5s", "--online-timeout", "30s", "--out", str(out)],
+                              env={**os.environ, "REDIS_URL": redis_url, "PYTHONPATH": str(ROOT)},
+                              capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        return {item["batch"]: item["online"] for item in json.loads(out.read_text())["online"]}
+
+    assert run(True)[2] == {"A": 3}  # p1's fast clock judged as one player's; p2 and p3 on by A's own clock
+    assert run(False)[2] == {"A": 1}  # arrival taken from event time: 90 s passed, p2 and p3 timed out
+
+
+def test_an_arrival_that_is_neither_a_time_nor_an_entry_id_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "events.jsonl"
+    path.write_text('{"server": "A", "player_id": "p", "event_time": "2026-01-01T00:00:00Z", "batch": 0, '
+                    '"arrival": "soon"}\n')
+    proc = subprocess.run([sys.executable, "-m", "watermark.apps.replay", str(path), "--window", "1m", "--delay", "5s"],
+                          capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 2 and "'arrival' must be an ISO-8601 time or a stream entry ID" in proc.stderr

@@ -4,8 +4,9 @@
 [--out OUT.json]``
 
 Each line is a JSON object with ``server``, ``player_id``, ``event_time``
-(ISO-8601 UTC), optionally ``kind`` (login, heartbeat, logout) and ``batch``
-(an integer). Lines with the same ``batch`` are
+(ISO-8601 UTC), optionally ``kind`` (login, heartbeat, logout), ``arrival``
+(when it reached Redis: ISO-8601 UTC, or a recorded stream's entry ID
+``ms-seq``) and ``batch`` (an integer). Lines with the same ``batch`` are
 written to the stream in one transaction and processed as one micro-batch,
 in increasing batch order, by the same source, query and sink as the live job,
 in a fresh namespace of the configured Redis (an embedded one is started for
@@ -63,11 +64,15 @@ def load_batches(path: str) -> list[ReplayBatch]:
     input error (reported with its line number). Everything else about the event is left to the
     pipeline, which quarantines what it cannot use.
 
-    Each batch arrives (its stream entry IDs) at the newest event time of the set so far, 1 ms after the
-    batch before at the least: arrival time passes as the events' time does, whatever the replay's own
-    speed, so the online view (which runs a silent server's clock on arrival time) gives the same answer
-    on every run."""
+    A line's ``arrival`` is its stream entry ID's time, as the live job's ingest time: the online view judges
+    each server's clock by arrival (``watermark.rules.server_clock``), so an event 90 s ahead of its arrival
+    is a clock running fast there, not 90 s passing. A line without one arrives with its batch: at the newest
+    event time of the set so far (the assumption when the file recorded no arrivals: arrival time passes as
+    the events' time does, so one event far ahead moves every silent server's clock with it). Entry IDs are
+    kept increasing, 1 ms after the one before at the least, whatever the replay's own speed: every run gives
+    the same answer."""
     groups: dict[int, list[bytes]] = defaultdict(list)
+    arrivals: dict[int, list[int | None]] = defaultdict(list)
     newest: dict[int, int] = {}
     with open(path, "rb") as fh:
         for n, line in enumerate(fh, 1):
@@ -83,13 +88,33 @@ def load_batches(path: str) -> list[ReplayBatch]:
             if isinstance(label, bool) or not isinstance(label, int):
                 raise ReplayInputError(f"{path}:{n}: 'batch' must be an integer, got {label!r}")
             doc.setdefault("event_id", f"line-{n}")
+            arrivals[label].append(_arrival_ms(doc.pop("arrival", None), f"{path}:{n}"))
             groups[label].append(orjson.dumps(doc))
             newest[label] = max(newest.get(label, 0), _event_ms(doc.get("event_time")))
-    out, arrival = [], 0
+    out, last = [], (0, 0)
     for label in sorted(groups):
-        arrival = max(arrival + 1, max(newest[b] for b in newest if b <= label))
-        out.append(ReplayBatch(label, groups[label], [f"{arrival}-{i + 1}" for i in range(len(groups[label]))]))
+        default = max(last[0] + 1, max(newest[b] for b in newest if b <= label))
+        ids = []
+        for at in arrivals[label]:
+            ms = max(at if at is not None else default, last[0])
+            last = (ms, last[1] + 1 if ms == last[0] else 0)
+            ids.append(f"{last[0]}-{last[1] + 1}")
+        out.append(ReplayBatch(label, groups[label], ids))
     return out
+
+
+def _arrival_ms(value: object, where: str) -> int | None:
+    """A line's ``arrival``: ISO-8601, or a stream entry ID (``1764000000000-3``); None when it has none."""
+    if value is None:
+        return None
+    if isinstance(value, str) and value.partition("-")[0].isdigit() and value.count("-") == 1:
+        return int(value.partition("-")[0])
+    try:
+        if isinstance(value, str):
+            return parse_iso_us(value) // 1000
+    except (ValueError, OverflowError):
+        pass
+    raise ReplayInputError(f"{where}: 'arrival' must be an ISO-8601 time or a stream entry ID, got {value!r}")
 
 
 def _event_ms(value: object) -> int:
