@@ -1,6 +1,14 @@
 """The whole stack for a long time at one rate: does anything grow? Sampled every few seconds, written and drawn.
 
     python -m bench.soak --rate 50000 --minutes 60 [--every 5] [--warmup-minutes 5] [--out bench/soak-out]
+    python -m bench.soak --rate 10000 --minutes 20 --churn matches --servers 300 --timeline-scale 0.1 --pages 60
+
+``--churn matches`` (or ``rolling-deploy``) plays a fleet whose servers are replaced as they play
+(``watermark.rules.scenarios.Churn``) on ``--servers`` slots: with ``--timeline-scale 0.1`` a match lasts 18 s,
+so 300 slots name about 20,000 servers in 20 minutes, an Agones day compressed; RETIRE_AFTER is scaled the same
+way (``--retire-after``, default 10 min times the scale). It also samples what a fleet must not grow: the names the
+pipeline has seen, the servers in the live views, ``/metrics``' series and scrape time, idle markers a minute,
+and with ``--pages N`` the time Live ops takes to draw its first chart in Chromium, every N seconds.
 
 Starts the ``Procfile``'s ``redis``, ``job``, ``generator`` and ``monitor`` lines as ``bench/stack.py`` does (scratch
 directory, ``SCENARIO=steady``, the default lanes, a full house all day), but with the stream's default bound
@@ -51,6 +59,7 @@ from bench.stack import (
     _committed_keys,
     _start_job,
     export,
+    free_port,
     namespaces,
     redis_ms,
     tree_cpu_s,
@@ -59,7 +68,8 @@ from bench.stack import (
 
 SERIES = ("redis_used_mb", "redis_rss_mb", "keys", "stream_entries", "stream_span_s", "redis_dir_mb",
           "aof_rewrites", "checkpoint_mb", "job_rss_mb", "job_cores", "redis_cores", "generator_cores",
-          "monitor_cores", "online_age_ms")
+          "monitor_cores", "online_age_ms", "names_seen", "servers_in_view", "metrics_series", "scrape_ms",
+          "idle_markers_per_min", "monitor_rss_mb", "live_ops_first_chart_s")
 """Every sampled series but freshness (one column per query: ``fresh_p95_ms:{ns}``)."""
 
 
@@ -146,6 +156,8 @@ class Soak:
         self.ages: list[int] = []
         self.pending: list[int] = []
         self.done = threading.Event()
+        self.markers: int | None = None
+        self.pages_every_s, self.pages_at, self.dashboard_url = 0.0, 0.0, ""
 
     def _ages(self) -> None:
         """Twice a second, as bench/stack.py: now minus the newest online batch's trigger time (Redis' clock)."""
@@ -180,6 +192,11 @@ class Soak:
             s.values["job_rss_mb"] = tree_rss_mb(self.pids["job"])
             recent, self.ages = self.ages, []
             s.values["online_age_ms"] = float(np.percentile(recent, 95)) if recent else float("nan")
+            s.values.update(self._fleet(dt))
+            s.values["monitor_rss_mb"] = tree_rss_mb(self.pids["monitor"])
+            if self.pages_every_s and now - self.pages_at >= self.pages_every_s:
+                self.pages_at = now
+                s.values["live_ops_first_chart_s"] = live_ops_first_chart_s(self.dashboard_url)
             self.samples.append(s)
             pending = self._freshness([*pending, len(self.samples) - 1])
             print(self._line(s), flush=True)
@@ -206,6 +223,24 @@ class Soak:
             if any(f"fresh_p95_ms:{ns}" not in s.values for ns in self.queries):
                 left.append(i)
         return left
+
+    def _fleet(self, dt: float) -> dict[str, float]:
+        """What grows with every name a fleet ever used unless it is bounded by the live one."""
+        import urllib.request
+
+        c = self.client
+        t0 = time.perf_counter()
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.stack.metrics_port}/metrics", timeout=30) as resp:
+            text = resp.read().decode()
+        scrape_ms = (time.perf_counter() - t0) * 1000
+        series = sum(1 for line in text.splitlines() if line and not line.startswith("#"))
+        in_view = next((float(line.split()[-1]) for line in text.splitlines()
+                        if line.startswith('wm_servers{state="live"}')), float("nan"))
+        markers = int(c.xinfo_stream("wm:idleness")["entries-added"]) if c.exists("wm:idleness") else 0
+        per_min = (markers - self.markers) * 60 / dt if self.markers is not None else float("nan")
+        self.markers = markers
+        return {"names_seen": float(c.hlen("wm:seen")), "servers_in_view": in_view, "metrics_series": float(series),
+                "scrape_ms": scrape_ms, "idle_markers_per_min": per_min}
 
     def _redis(self) -> dict[str, float]:
         c = self.client
@@ -305,8 +340,12 @@ def _draw(out: Path, soak: Soak, summary: dict) -> None:
               ("Job tree memory (MB)", ["job_rss_mb"]),
               ("CPU (cores)", ["job_cores", "redis_cores", "generator_cores", "monitor_cores"]),
               ("Freshness p95 (ms)", [c for c in soak.columns() if c.startswith("fresh_p95_ms:")]),
-              ("Online view age p95 (ms)", ["online_age_ms"])]
-    fig = make_subplots(rows=5, cols=2, subplot_titles=[t for t, _ in panels], vertical_spacing=0.06)
+              ("Online view age p95 (ms)", ["online_age_ms"]),
+              ("Server names seen, servers in the live views", ["names_seen", "servers_in_view"]),
+              ("/metrics series", ["metrics_series"]), ("/metrics scrape (ms)", ["scrape_ms"]),
+              ("Idle markers a minute", ["idle_markers_per_min"]), ("Monitor memory (MB)", ["monitor_rss_mb"]),
+              ("Live ops: first chart (s)", ["live_ops_first_chart_s"])]
+    fig = make_subplots(rows=8, cols=2, subplot_titles=[t for t, _ in panels], vertical_spacing=0.04)
     minutes = [s.t_s / 60 for s in soak.samples]
     for i, (_, cols) in enumerate(panels):
         row, col = i // 2 + 1, i % 2 + 1
@@ -316,15 +355,35 @@ def _draw(out: Path, soak: Soak, summary: dict) -> None:
             if (target := soak.target_ms(c)) is not None and c == cols[0]:
                 fig.add_hline(y=target, line_dash="dot", line_color="red", row=row, col=col)
         fig.update_xaxes(title_text="minutes", row=row, col=col)
-    fig.update_layout(height=1650, width=1200, margin={"b": 170}, legend={"orientation": "h", "y": -0.04},
+    fig.update_layout(height=2600, width=1200, margin={"b": 170}, legend={"orientation": "h", "y": -0.04},
                       title=f"Soak: {summary['code']}, {summary['rate']:,} events/s, {summary['date']}")
     html = out / "soak.html"
     fig.write_html(html, include_plotlyjs=True)
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     if chromium:
         subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-                        f"--screenshot={out / 'soak.png'}", "--window-size=1200,1650", "--virtual-time-budget=5000",
+                        f"--screenshot={out / 'soak.png'}", "--window-size=1200,2600", "--virtual-time-budget=5000",
                         html.as_uri()], capture_output=True, timeout=120, check=False)
+
+
+def live_ops_first_chart_s(url: str) -> float:
+    """Seconds from asking for Live ops in a fresh Chromium page to its first chart drawn (NaN: none in 60 s)."""
+    from playwright.sync_api import sync_playwright
+
+    from tests.ui.test_dashboard_browser import CHROMIUM, CHROMIUM_ARGS
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 800})
+            t0 = time.perf_counter()
+            page.goto(url + "/ops")
+            page.wait_for_selector(".js-plotly-plot .main-svg", timeout=60_000)
+            return round(time.perf_counter() - t0, 2)
+        except Exception:  # noqa: BLE001 - a page that never draws is the figure, not a crash
+            return float("nan")
+        finally:
+            browser.close()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -336,6 +395,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=HERE / "bench" / "soak-out")
     p.add_argument("--base", default="HEAD", help="the git revision measured, exported (default HEAD): an hour's "
                    "run must not pick up files edited meanwhile (Spark's workers import as they start)")
+    p.add_argument("--churn", choices=("rolling-deploy", "matches"), default=None,
+                   help="a fleet replaced as it plays (default: the steady game on A, B, C)")
+    p.add_argument("--servers", type=int, default=300, help="with --churn: the fleet's slots (default 300)")
+    p.add_argument("--regions", type=int, default=6, help="with --churn: its regions (default 6)")
+    p.add_argument("--timeline-scale", type=float, default=1.0, help="with --churn: how fast the matches pass")
+    p.add_argument("--retire-after", type=float, default=None,
+                   help="RETIRE_AFTER in seconds (default 600 times the timeline scale)")
+    p.add_argument("--pages", type=float, default=0.0, help="time Live ops in Chromium every N seconds (0: never)")
     args = p.parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stopped: the stack is stopped with it (finally)
     label = subprocess.run(["git", "rev-parse", "--short", args.base], cwd=HERE, capture_output=True, text=True,
@@ -345,14 +412,23 @@ def main(argv: list[str] | None = None) -> int:
         stack = Stack(export(args.base, Path(code)), Path(tmpdir), args.rate)
         for name in ("STREAM_KEEP_ENTRIES", "STREAM_MAX_ENTRIES"):  # the default bounds, as ./run.sh runs
             stack.env.pop(name)
+        if args.churn:
+            stack.env.update({"SCENARIO": args.churn, "SERVERS": str(args.servers), "REGIONS": str(args.regions),
+                              "TIMELINE_SCALE": str(args.timeline_scale),
+                              "RETIRE_AFTER": f"{args.retire_after or 600 * args.timeline_scale:g}s"})
+        dash_port = free_port()
         try:
             stack.start("redis")
             client = redis.Redis.from_url(stack.url, socket_timeout=60)
             job = _start_job(stack, client)
             monitor = stack.start("monitor")
+            if args.pages:
+                stack.env["DASHBOARD_PORT"] = str(dash_port)
+                stack.start("dashboard")
             gen = stack.start("generator")
             pids = {"job": job.pid, "redis": stack.procs["redis"].pid, "generator": gen.pid, "monitor": monitor.pid}
             soak = Soak(stack, client, pids, args.every)
+            soak.pages_every_s, soak.dashboard_url = args.pages, f"http://127.0.0.1:{dash_port}"
             soak.run(args.minutes * 60)
             stack.stop("generator")
             drain_s = drained(client, 600)
