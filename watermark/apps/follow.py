@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import redis
 
-from watermark.rules.scenarios import game
+from watermark.rules.scenarios import CHURNS, game
 from watermark.rules.simulate import Record, Simulator
 from watermark.schema.clock import Clock
 from watermark.schema.config import ConfigError
@@ -141,7 +141,8 @@ class Follower:
                 log.info("rev %d: stopped; no events until started again", ctl.rev)
                 self.run, self.since_ms = None, now_us // 1000
         elif run is None or (run.scenario, run.rate) != (ctl.scenario, ctl.rate):
-            many = self.servers if ctl.scenario == "steady" else None  # the others have their three servers
+            # the steady game and the churning ones play on a fleet; the others have their three servers
+            many = self.servers if ctl.scenario == "steady" or ctl.scenario in CHURNS else None
             sim = Simulator(game(ctl.scenario, many, self.regions if many else None, self.daily).scaled(
                                 self.timeline_scale),
                             seed=self.next_seed, start_us=now_us, rate=ctl.rate,
