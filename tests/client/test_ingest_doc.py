@@ -44,13 +44,26 @@ def events_in(client: redis.Redis) -> list[Event]:
 
 def test_the_python_example_runs_as_written(fresh: RedisServer, monkeypatch: pytest.MonkeyPatch,
                                            capsys: pytest.CaptureFixture[str]) -> None:
-    (code,) = examples("python")
+    code, _stop = examples("python")
     monkeypatch.setenv("REDIS_URL", fresh.url)
     monkeypatch.delenv("PIPELINE_NAMESPACE", raising=False)
     exec(compile(code, str(DOC), "exec"), {"__name__": "ingest_example"})  # noqa: S102 - the doc's own code
     assert capsys.readouterr().out.strip() == "invalid event: player_id is missing"
     got = events_in(redis.Redis.from_url(fresh.url))
     assert [(e.event_id, e.kind, e.region) for e in got] == [("A-1", "login", None), ("A-2", "heartbeat", "eu-west")]
+
+
+def test_the_stop_example_runs_as_written_and_drains_the_server(fresh: RedisServer, monkeypatch: pytest.MonkeyPatch,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """A server going away logs its players out (``Producer.stop_server``): a logout each, one moment, its region."""
+    _send, code = examples("python")
+    monkeypatch.setenv("REDIS_URL", fresh.url)
+    exec(compile(code, str(DOC), "exec"), {"__name__": "ingest_example"})  # noqa: S102 - the doc's own code
+    assert capsys.readouterr().out.strip() == "2 players logged out"
+    got = events_in(redis.Redis.from_url(fresh.url))
+    assert [(e.server, e.player_id, e.kind, e.region) for e in got] == [
+        ("match-7f3a2", "p0001", "logout", "eu-west"), ("match-7f3a2", "p0002", "logout", "eu-west")]
+    assert len({e.event_time_us for e in got}) == 1
 
 
 def test_the_redis_cli_example_runs_as_written(fresh: RedisServer) -> None:

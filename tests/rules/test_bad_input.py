@@ -69,6 +69,8 @@ def test_future_skew_is_measured_against_ingest_time(ahead_ms: int, accepted: bo
         ("server", "eu\u202egnp.exe", False, "U+202E"),  # a bidirectional override: shows as another name
         ("server", "eu-[login here](http://x.test)", True, None),  # markup is text: the pages escape it
         ("server", "サーバー-1", True, None),  # any script is a name
+        ("server", "*", False, "reserved name"),  # the online view's total
+        ("server", "region|eu", False, "reserved name"),
         ("region", "x" * 65, False, "region is 65 characters"),
         ("region", "eu\tw", False, "U+0009"),
         ("player_id", "p" * 128, True, None),

@@ -213,3 +213,22 @@ def test_a_weeks_chart_is_5_minute_buckets_of_last_and_highest() -> None:
 ])
 def test_how_long_a_day_is_kept(now: int, keep: int, floor: int, expected_s: int) -> None:
     assert expire_in_s(T0, keep, now, floor) == expected_s
+
+
+def test_a_minute_keeps_the_total_every_region_and_only_the_busiest_servers() -> None:
+    """A fleet of matches names thousands of servers a day: a day record each would grow with every name, so a
+    minute is kept for the total, each region and the SERVER_SERIES busiest servers only."""
+    from watermark.rules.presence_rollup import SERVER_SERIES, kept_series, minute_slots
+
+    last = {f"m-{i:04d}": i % 50 for i in range(1_000)}
+    regions = {s: ("eu" if i % 2 else "na") for i, s in enumerate(last)}
+    m = Minute(0, last=last, peak={})
+    kept = kept_series(m, regions)
+    servers = [k for k in kept if k != TOTAL and not k.startswith("region|")]
+    assert len(servers) == SERVER_SERIES and all(last[s] == 49 for s in servers)
+    assert servers == sorted(s for s in last if last[s] == 49)[:SERVER_SERIES]  # equals by name
+    assert kept[TOTAL] == sum(last.values())
+    assert kept["region|eu"] + kept["region|na"] == kept[TOTAL]
+    assert set(minute_slots(m, regions)) == set(kept)
+    small = Minute(0, last={"A": 3, "B": 0, "C": 7}, peak={})
+    assert set(kept_series(small)) == {"A", "B", "C", TOTAL}  # a few servers: every one of them

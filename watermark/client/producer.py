@@ -25,9 +25,9 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import UTC, datetime
 from types import TracebackType
 from typing import Any
 
@@ -203,6 +203,21 @@ class Producer:
             self.stats.accepted += 1
             if len(queue) == 1 or len(queue) == self.batch_size:
                 self._work.notify()
+
+    def stop_server(self, server: str, players: Iterable[str], *, event_time: datetime | str | None = None,
+                    region: str | None = None, timeout: float | None = None) -> int:
+        """Say that ``server`` is going away (Agones' Shutdown, a pod's preStop): a ``logout`` for each of its
+        ``players`` still connected, at ``event_time`` (default now), then :meth:`flush`. Its players are offline at
+        once, as logged out (they log in wherever they reconnect), and the server is drained: out of the live views,
+        no ``ServerSilent`` (``watermark.rules.fleet``). Returns how many logouts it sent."""
+        at = event_time if event_time is not None else datetime.now(UTC)
+        n = 0
+        for player in dict.fromkeys(players):
+            self.send({"event_id": f"{server}-stop-{player}", "server": server, "player_id": player, "kind": "logout",
+                       "event_time": at, **({"region": region} if region is not None else {})}, timeout)
+            n += 1
+        self.flush(timeout)
+        return n
 
     def flush(self, timeout: float | None = None) -> None:
         """Return once Redis has every event accepted so far; :class:`ProducerTimeout` after ``timeout``

@@ -34,8 +34,8 @@ from watermark.schema.shards import Position
 MINUTE_MS = 60_000
 DAY_MS = 86_400_000
 TOTAL = "*"
-"""The key of all servers together, in peaks and in a minute's peak (no server is named ``*``: names are
-``[A-Za-z0-9_]``)."""
+"""The key of all servers together, in peaks and in a minute's peak (no server is named ``*``: the name is reserved,
+``watermark.schema.events.bad_name``)."""
 REGION = "region|"
 """The prefix of a region's key in peaks and in a minute's peak (:func:`region_key`): a region and a server may
 share a name."""
@@ -178,16 +178,30 @@ def slot_offset(minute_ms: int) -> int:
     return (minute_ms % DAY_MS) // MINUTE_MS * SLOT_BYTES
 
 
+SERVER_SERIES = 16
+"""Servers with a week of history of their own: the busiest at each minute. The pages draw a server's own line only
+for a fleet of a few servers without regions, or its busiest few (``dashboard.fleet``); a fleet of matches names
+20,000 servers a day, and a day record each (11.5 KB) would be 230 MB a day. The total and every region have theirs
+always."""
+
+
+def kept_series(m: Minute, regions: Mapping[str, str] | None = None) -> dict[str, int]:
+    """The series a closed minute is kept for: the total, every region, and the :data:`SERVER_SERIES` servers with
+    the most players online at its end (the first by name among equals)."""
+    counts = series_counts(m.last, regions)
+    busiest = set(sorted(m.last, key=lambda s: (-m.last[s], s))[:SERVER_SERIES])
+    return {k: n for k, n in counts.items() if k == TOTAL or k.startswith(REGION) or k in busiest}
+
+
 def minute_slots(m: Minute, regions: Mapping[str, str] | None = None) -> dict[str, bytes]:
-    """A closed minute's slot for every series: the servers' counts at its end summed per region and in total
-    (by ``regions``, the servers' regions when it closed); each series' own peak within the minute."""
-    return {key: encode_slot(n, max(n, m.peak.get(key, n))) for key, n in series_counts(m.last, regions).items()}
+    """A closed minute's slot for every series kept (:func:`kept_series`): the servers' counts at its end summed per
+    region and in total (by ``regions``, the servers' regions when it closed); each series' own peak within it."""
+    return {key: encode_slot(n, max(n, m.peak.get(key, n))) for key, n in kept_series(m, regions).items()}
 
 
 def minute_points(m: Minute, regions: Mapping[str, str] | None = None) -> dict[str, Point]:
     """The same as :func:`minute_slots`, decoded: the open minute, read from the online view's state."""
-    return {key: Point(m.minute_ms, n, max(n, m.peak.get(key, n)))
-            for key, n in series_counts(m.last, regions).items()}
+    return {key: Point(m.minute_ms, n, max(n, m.peak.get(key, n))) for key, n in kept_series(m, regions).items()}
 
 
 def days(start_ms: int, end_ms: int) -> list[int]:

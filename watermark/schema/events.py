@@ -54,6 +54,8 @@ def bad_name(field: str, value: str) -> str | None:
         return f"{field} is {len(value):,} characters long, at most {limit} allowed (it begins {value[:20]!r})"
     if (m := _CONTROL.search(value)) is not None:
         return f"{field} holds the control character U+{ord(m.group()):04X} at {m.start()}"
+    if field == "server" and (value == "*" or value.startswith("region|")):
+        return f"server {value!r} is a reserved name: it stands for all servers or a region in the online view"
     return None
 
 KINDS = ("login", "heartbeat", "logout")

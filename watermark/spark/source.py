@@ -444,6 +444,8 @@ def to_record_batch(entries: Sequence[RawEntry] | Sequence[tuple[bytes, Mapping[
         ahead = pc.subtract(pc.cast(event_time, pa.int64()), ingest_us)
         fast = pc.and_(fast, pc.fill_null(pc.less_equal(ahead, rules.max_future_skew_ms * 1000), False))
     server = shape.field("server")
+    reserved = pc.or_(pc.equal(server, "*"), pc.starts_with(server, "region|"))  # bad_name: the full parser says why
+    fast = pc.and_(fast, pc.invert(pc.fill_null(reserved, False)))
     if rules.servers is not None:
         fast = pc.and_(fast, pc.is_in(server, value_set=pa.array(sorted(rules.servers), pa.string())))
     # Absent optional groups come back as "", which the shape never allows for a present value.
