@@ -406,6 +406,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--retire-after", type=float, default=None,
                    help="RETIRE_AFTER in seconds (default 600 times the timeline scale)")
     p.add_argument("--pages", type=float, default=0.0, help="time Live ops in Chromium every N seconds (0: never)")
+    p.add_argument("--retention", type=float, default=None,
+                   help="RETENTION in seconds (windows kept; default the product's day): a compressed day keeps a "
+                        "compressed retention, so the windows' plateau shows within the run")
     args = p.parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stopped: the stack is stopped with it (finally)
     label = subprocess.run(["git", "rev-parse", "--short", args.base], cwd=HERE, capture_output=True, text=True,
@@ -419,6 +422,8 @@ def main(argv: list[str] | None = None) -> int:
             stack.env.update({"SCENARIO": args.churn, "SERVERS": str(args.servers), "REGIONS": str(args.regions),
                               "TIMELINE_SCALE": str(args.timeline_scale),
                               "RETIRE_AFTER": f"{args.retire_after or 600 * args.timeline_scale:g}s"})
+        if args.retention:
+            stack.env["RETENTION"] = f"{args.retention:g}s"
         dash_port = free_port()
         try:
             stack.start("redis")
