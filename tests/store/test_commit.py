@@ -424,3 +424,34 @@ def test_a_batch_record_past_the_history_leaves_redis_not_only_the_index(r: redi
     assert commit_batch(r, keys, summary(30, 0, T0 + 420_000), small)
     assert [int(m) for m in r.zrange(keys.batches, 0, -1)] == list(range(21, 31))
     assert len(list(r.scan_iter(f"{keys.namespace}:batch:*"))) == 10
+
+
+def test_retired_servers_per_server_fields_are_forgotten_and_a_server_that_spoke_again_is_kept(
+        r: redis.Redis) -> None:
+    """``forget_servers``: a fleet's per-server fields (seen, region, the servers set, per-server totals) stay
+    bounded by the servers heard within RETIRE_AFTER; the overall totals keep every event; a server whose newest
+    arrival moved after it was read is left as it is."""
+    from watermark.store.commit import SERVER_METRICS, forget_servers
+
+    keys = KeySchema(f"t-{uuid.uuid4().hex[:8]}")
+    r.hset(keys.seen, mapping={"old": 1_000, "back": 1_000, "live": 600_000})
+    r.hset(keys.regions, mapping={"old": "eu", "back": "eu", "live": "na"})
+    r.sadd(keys.servers, "old", "back", "live")
+    r.hset(keys.totals, mapping={"events": 30, **{f"{m}|{s}": 10 for m in SERVER_METRICS
+                                                  for s in ("old", "back", "live")}})
+    real_hgetall = r.hgetall
+
+    def speaks_meanwhile(key: str) -> dict:  # "back" sends an event between the read and the script
+        out = real_hgetall(key)
+        r.hset(keys.seen, "back", 650_000)
+        return out
+
+    r.hgetall = speaks_meanwhile  # type: ignore[method-assign]
+    assert forget_servers(r, keys, now_ms=700_000, retire_after_ms=600_000) == 1
+    r.hgetall = real_hgetall  # type: ignore[method-assign]
+    assert sorted(r.hkeys(keys.seen)) == [b"back", b"live"] and sorted(r.hkeys(keys.regions)) == [b"back", b"live"]
+    assert sorted(r.smembers(keys.servers)) == [b"back", b"live"]
+    totals = {k.decode() for k in r.hkeys(keys.totals)}
+    assert "events" in totals and not [f for f in totals if f.endswith("|old")]
+    assert {f"{m}|back" for m in SERVER_METRICS} <= totals
+    assert forget_servers(r, keys, now_ms=700_000, retire_after_ms=600_000) == 0

@@ -30,7 +30,7 @@ from watermark.schema.records import LaneRecord, StateRecord
 from watermark.schema.shards import input_shard_key, shard_of
 from watermark.schema.timeutil import format_duration_ms
 from watermark.spark.checkpoint import job_secret
-from watermark.store.commit import ParamsMismatch, check_params
+from watermark.store.commit import ParamsMismatch, check_params, forget_servers
 from watermark.store.control_store import read_control
 from watermark.store.redis_conn import connect, home, is_cluster, same_slot
 
@@ -130,7 +130,7 @@ def supervise(client: redis.Redis, cfg: Config, own: Config, lanes: list[Config]
     idle_script = client.register_script(_IDLE_LUA)
     secret = job_secret(own.checkpoint_dir, spark)  # the one query's checkpoint: its source checks markers
     stopping = on_signals()
-    next_control = 0.0
+    next_control = next_forget = 0.0
     try:
         while True:
             now = time.monotonic()
@@ -150,6 +150,9 @@ def supervise(client: redis.Redis, cfg: Config, own: Config, lanes: list[Config]
                 follow_delay(client, keys, pipelines)
             if ticker is not None and watcher is not None:
                 tick_idle(client, ticker, watcher, secret, keys, idle_script)
+            if time.monotonic() >= next_forget:
+                next_forget = time.monotonic() + FORGET_EVERY_S
+                forget_retired(client, [KeySchema(c.namespace) for c in (own, *lanes)], cfg.retire_after_ms)
     finally:
         writer.close()
 
@@ -352,6 +355,22 @@ def tick_idle(client: redis.Redis, ticker: IdleTicker, watcher: Config, key: byt
             log.info("%s", line)
     except redis.RedisError as exc:  # markers are best effort: the next tick tries again
         log.warning("idle markers: %s", exc)
+
+
+FORGET_EVERY_S = 60.0
+"""How often the job forgets the per-server fields of retired servers: bounded work, a minute's churn at a time."""
+
+
+def forget_retired(client: redis.Redis, namespaces: list[KeySchema], retire_after_ms: int) -> None:
+    """The pipeline's and each lane's per-server fields of the servers retired (:func:`forget_servers`), so they
+    are bounded by the live fleet and its churn within RETIRE_AFTER, not by every name ever seen."""
+    try:
+        now = redis_now_ms(client)
+        gone = sum(forget_servers(client, k, now, retire_after_ms) for k in namespaces)
+        if gone:
+            log.info("forgot the per-server fields of %d retired server(s)", gone)
+    except redis.RedisError as exc:  # best effort: the next minute tries again
+        log.warning("forgetting retired servers: %s", exc)
 
 
 def redis_now_ms(client: redis.Redis) -> int:

@@ -200,6 +200,41 @@ committed is exactly how many wait, without walking the stream (Redis 6 has no `
 call, and at two trims a second the stream outgrew its bound above about 20,000 events/s."""
 
 
+_FORGET_SERVERS_LUA = """
+local n = tonumber(ARGV[1])
+local gone = 0
+for i = n + 2, #ARGV, 2 do
+  local s, v = ARGV[i], ARGV[i + 1]
+  if redis.call('HGET', KEYS[1], s) == v then
+    redis.call('HDEL', KEYS[1], s)
+    redis.call('HDEL', KEYS[2], s)
+    redis.call('SREM', KEYS[3], s)
+    for m = 2, n + 1 do redis.call('HDEL', KEYS[4], ARGV[m] .. '|' .. s) end
+    gone = gone + 1
+  end
+end
+return gone
+"""
+"""Forget servers whose newest arrival is still the one read: one that spoke again since is kept."""
+SERVER_METRICS = ("events", "dropped", "late", "rows", "ticks")
+"""The per-server fields of ``{ns}:totals`` (:func:`_totals`)."""
+FORGET_CHUNK = 500
+
+
+def forget_servers(client: redis.Redis, keys: KeySchema, now_ms: int, retire_after_ms: int) -> int:
+    """Drop the per-server fields of every server silent for ``retire_after_ms`` (``watermark.rules.fleet``: retired)
+    from the namespace's ``seen``, ``regions``, ``servers`` and per-server totals; the overall totals keep every
+    event. A server that speaks again starts its own counts afresh. Returns how many went."""
+    seen = {k.decode(): v.decode() for k, v in client.hgetall(keys.seen).items()}
+    old = [(s, v) for s, v in sorted(seen.items()) if now_ms - int(v) >= retire_after_ms]
+    gone = 0
+    for i in range(0, len(old), FORGET_CHUNK):
+        chunk = old[i:i + FORGET_CHUNK]
+        gone += int(client.eval(_FORGET_SERVERS_LUA, 4, keys.seen, keys.regions, keys.servers, keys.totals,
+                                len(SERVER_METRICS), *SERVER_METRICS, *(x for pair in chunk for x in pair)))
+    return gone
+
+
 def trim_counted(client: redis.Redis, keys: KeySchema, min_id: str, approximate: bool = True, shard: int = 0) -> None:
     """Trim input shard ``shard`` below ``min_id`` and add what went to its trimmed count (``{ns}:trimmed`` for
     shard 0; queued when ``client`` is a pipeline). The stream and its count share a slot (decision 0018), so this
@@ -482,7 +517,7 @@ def _totals(s: BatchSummary, record: BatchRecord) -> dict[str, int]:
                               "events": record.events, "dropped": record.dropped, "late": record.late,
                               "ticks": s.ticks}
     for name, st in s.servers.items():
-        for metric in ("events", "dropped", "late", "rows", "ticks"):
+        for metric in SERVER_METRICS:
             totals[total_field(metric, name)] = getattr(st, metric)
     for reason, n in record.bad.items():
         totals[total_field("bad", reason)] = n
