@@ -453,7 +453,7 @@ def main(argv: list[str] | None = None) -> int:
             stack.stop_all()
     summary = {**summarize(soak, args.warmup_minutes * 60, args.rate, label, families), "drain_s": drain_s,
                "accounting": counts}
-    write(args.out, soak, summary)
+    write(args.out.resolve(), soak, summary)
     print(f"drained in {drain_s} s; entries added {counts['entries_added']:,}, counted {counts['input_counted']}: "
           f"{'exact' if counts['exact'] else 'NOT EXACT'}")
     for col, s in summary["series"].items():

@@ -99,3 +99,26 @@ def test_the_environment_names_the_webhook(monkeypatch) -> None:  # noqa: ANN001
 def test_a_missing_file_says_so() -> None:
     with pytest.raises(ConfigError, match="alerts configuration /nonexistent.toml: No such file"):
         read_config("/nonexistent.toml")
+
+
+def test_a_server_the_job_forgot_but_the_online_view_keeps_is_judged_by_its_clock(redis_url: str) -> None:
+    """The job forgets a retired server's fields (``forget_servers``) while the online view may still keep a logout of
+    it: its last arrival is then its clock's, so it is retired, not a server in the live views that never spoke."""
+    import uuid
+
+    from watermark.apps.monitor.metrics import in_view
+    from watermark.schema.records import ClockRecord, PresenceStateRecord
+    from watermark.store.observe import read_stack
+
+    client = redis.Redis.from_url(redis_url)
+    keys = KeySchema(f"t-{uuid.uuid4().hex[:8]}")
+    now = 10_000_000
+    clock = ClockRecord(watermark_ms=0, clock_us=0, heard_ms=now - 700_000, clock_at_heard_us=0)
+    client.hset(keys.presence_state, mapping=PresenceStateRecord(last_batch=3, clocks={"gone": clock,
+                                                                                       "here": clock}).to_hash())
+    client.hset(keys.presence_counts, mapping={"gone": 0, "here": 1})
+    client.hset(keys.seen, "here", now - 1_000)
+    servers = {s.name: s for s in read_stack(client, keys, {}, now, None, 0, retire_after_ms=600_000).obs.servers}
+    assert servers["gone"].retired and servers["gone"].last_arrival_ms == now - 700_000
+    assert not servers["here"].retired and servers["here"].last_arrival_ms == now - 1_000
+    assert [s for s in servers.values() if in_view(s)] == [servers["here"]]

@@ -76,6 +76,12 @@ def life(*, last_arrival_ms: int | None, drained_ms: int, now_ms: int, silent_af
     return Life.SILENT if quiet >= silent_after_ms else Life.LIVE
 
 
+def heard(seen: Mapping[str, int], clock_heard: Mapping[str, int]) -> dict[str, int]:
+    """Each server's newest arrival: the pipeline's (``{ns}:seen``), else the online view's clock's (a server the job
+    has forgotten while the online view still keeps a logout of it must not look as if it had never spoken)."""
+    return {**clock_heard, **seen}
+
+
 def drained(last_arrival_ms: int | None, drained_ms: int) -> bool:
     """Whether the online view's drained mark stands for the server's newest event (a later event that the online
     view has not folded yet, or that left players on it, does not drain it)."""

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import redis
 
 from watermark.alerting.observation import MAIN, Observation, OnlineSample, PipelineObs, ServerObs
-from watermark.rules.fleet import retired
+from watermark.rules.fleet import heard, retired
 from watermark.schema.config import Config
 from watermark.schema.events import parse_entry_id
 from watermark.schema.keys import KeySchema
@@ -87,8 +87,10 @@ def read_stack(client: redis.Redis, keys: KeySchema, lanes: Mapping[str, KeySche
     online_behind = _online_behind_ms(client, keys, online_committed, now_ms)
     main = statuses[MAIN]
     pipelines = tuple(pipeline_obs(n, s, now_ms) for n, s in statuses.items())
-    servers = _servers(main, _ints(counts), _last_batch(sink), _clocks(clocks),
-                       set(retired(main.seen, now_ms, retire_after_ms)))
+    on_clock = _clocks(clocks)
+    seen = heard(main.seen, {s: c.heard_ms for s, c in on_clock.items()})
+    servers = _servers(main, _ints(counts), _last_batch(sink), on_clock, seen, set(retired(seen, now_ms,
+                                                                                            retire_after_ms)))
     used, maxmemory = read_memory(client)
     obs = Observation(
         at_ms=now_ms, pipelines=pipelines, servers=servers,
@@ -129,8 +131,7 @@ def _clocks(clocks: bytes | None) -> dict[str, ClockRecord]:
 
 
 def _servers(main: PipelineStatus, counts: Mapping[str, int], last: Mapping[str, ServerRecord],
-             clocks: Mapping[str, ClockRecord], gone: set[str]) -> tuple[ServerObs, ...]:
-    seen = main.seen
+             clocks: Mapping[str, ClockRecord], seen: Mapping[str, int], gone: set[str]) -> tuple[ServerObs, ...]:
     names = sorted({*main.servers, *main.totals.servers, *seen, *counts, *clocks})
     out = []
     for s in names:

@@ -18,7 +18,7 @@ import msgspec
 import redis
 
 from watermark.alerting.config import AlertConfig
-from watermark.rules.fleet import drained, retired
+from watermark.rules.fleet import drained, heard, retired
 from watermark.schema.config import Config
 from watermark.schema.keys import KeySchema, WindowKey
 from watermark.schema.records import BatchRecord
@@ -190,10 +190,11 @@ def read_snapshot(client: redis.Redis, keys: KeySchema, *, range_ms: int, now_ms
 
     batches = batch_points(details[len(members):], range_ms)
     status = fixed.status(oldest_of(replies[3:]) if state is not None else None)
-    gone = retired(status.seen, now_ms, retire_after_ms)
     online = online_view(*fixed.more)
-    emptied = {s: c.drained_ms for s, c in (online.clocks if online is not None else {}).items()
-               if s not in gone and drained(status.seen.get(s), c.drained_ms)}
+    clocks = online.clocks if online is not None else {}
+    seen = heard(status.seen, {s: c.heard_ms for s, c in clocks.items()})
+    gone = retired(seen, now_ms, retire_after_ms)
+    emptied = {s: c.drained_ms for s, c in clocks.items() if s not in gone and drained(seen.get(s), c.drained_ms)}
     return Snapshot(
         namespace=keys.namespace, read_ms=now_ms, range_ms=range_ms, state=state, totals=status.totals,
         servers=tuple(s for s in status.servers if s not in gone and s not in emptied), windows=tuple(windows),
