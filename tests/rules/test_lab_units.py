@@ -247,23 +247,26 @@ def test_the_idle_ticker_marks_no_retired_server_and_forgets_it() -> None:
     assert [d.server for d in ticker.due(700_000, seen)] == ["A"]  # the pods are retired; B is not silent
     seen["A"], seen["B"] = 90_000, 701_900  # as if A had been silent for RETIRE_AFTER too; B spoke again
     assert ticker.due(702_000, seen) == [] and ticker.last_marker_ms == {}
+    # a recorded stream of another day: nobody is judged retired by today's clock
+    old = IdleTicker((), timeout_ms=1_000, interval_ms=1_000, started_ms=0, retire_after_ms=600_000)
+    assert [d.server for d in old.due(90_000_000, {"A": 1_000, "B": 2_000})] == ["A", "B"]
 
 
 def test_a_lane_following_the_fleet_retires_a_server_silent_for_retire_after() -> None:
     """Markers keep a silent server's watermark moving until it retires; then it holds nothing back and leaves
     the map (bounded by the live fleet); its next event makes it an input again."""
     model = ServerWatermarks((), delay_ms=10, policy="min", retire_after_ms=600_000)
-    model.update({"A": 1_000, "B": 1_000}, ["A", "B"], now_ms=0)
-    model.update({"A": 300_000, "B": 300_000}, ["A"], now_ms=300_000)  # B: a marker, not an event
+    model.update({"A": 1_000, "B": 1_000}, {"A": 0, "B": 0}, now_ms=0)
+    model.update({"A": 300_000, "B": 300_000}, {"A": 300_000}, now_ms=300_000)  # B: a marker, not an event
     assert model.combined(0) == 300_000 - 10 and set(model.heard) == {"A", "B"}
-    model.update({"A": 599_000}, ["A"], now_ms=599_999)
+    model.update({"A": 599_000}, {"A": 599_999}, now_ms=599_999)
     assert "B" in model.values and model.combined(0) == 300_000 - 10  # B holds min back: not retired yet
-    model.update({"A": 600_000}, ["A"], now_ms=600_000)
+    model.update({"A": 600_000}, {"A": 600_000}, now_ms=600_000)
     assert set(model.values) == {"A"} == set(model.heard) and model.combined(0) == 600_000 - 10
-    model.update({"B": 601_000}, ["B"], now_ms=601_000)  # back
+    model.update({"B": 601_000}, {"B": 601_000}, now_ms=601_000)  # back
     assert model.values == {"A": 600_000 - 10, "B": 601_000 - 10}
     fixed = ServerWatermarks(("A", "B"), delay_ms=10, retire_after_ms=1)  # Spark's inputs: never retired
-    fixed.update({"A": 5}, ["A"], now_ms=10_000)
+    fixed.update({"A": 5}, {"A": 10_000}, now_ms=10_000)
     assert set(fixed.values) == {"A", "B"}
 
 

@@ -23,7 +23,7 @@ from watermark.rules.fleet import IDLENESS_KEEP, IdleTicker
 from watermark.rules.fleet import summary as idle_summary
 from watermark.runtime.signals import on_stop_signals
 from watermark.schema.config import Config, ConfigError, redact_url
-from watermark.schema.events import PAYLOAD_FIELD
+from watermark.schema.events import PAYLOAD_FIELD, parse_entry_id
 from watermark.schema.keys import KeySchema
 from watermark.schema.lanes import LANES, lane_config, lane_namespace
 from watermark.schema.records import LaneRecord, StateRecord
@@ -363,9 +363,15 @@ FORGET_EVERY_S = 60.0
 
 def forget_retired(client: redis.Redis, namespaces: list[KeySchema], retire_after_ms: int) -> None:
     """The pipeline's and each lane's per-server fields of the servers retired (:func:`forget_servers`), so they
-    are bounded by the live fleet and its churn within RETIRE_AFTER, not by every name ever seen."""
+    are bounded by the live fleet and its churn within RETIRE_AFTER, not by every name ever seen. Only while the
+    input is live (its newest committed arrival within RETIRE_AFTER of Redis' clock): a job reading a recorded
+    stream of another day judges nobody retired by today's clock."""
     try:
         now = redis_now_ms(client)
+        committed = client.hget(namespaces[0].state, "committed_id")
+        newest = max((parse_entry_id(i)[0] for i in committed.decode().split(",")), default=0) if committed else 0
+        if now - newest >= retire_after_ms:
+            return
         gone = sum(forget_servers(client, k, now, retire_after_ms) for k in namespaces)
         if gone:
             log.info("forgot the per-server fields of %d retired server(s)", gone)

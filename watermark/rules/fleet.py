@@ -124,7 +124,8 @@ class IdleTicker:
     """The servers silent for ``timeout_ms`` at the last :meth:`due`."""
     retire_after_ms: int | None = None
     """With no fixed ``servers``: a server silent this long is retired (:func:`life`) and gets no more markers (a
-    lane following the fleet retires it too, ``rules.watermarks``): markers are bounded by the live fleet."""
+    lane following the fleet retires it too, ``rules.watermarks``): markers are bounded by the live fleet. Judged
+    only while the input is live (its newest arrival within this of now)."""
 
     def __post_init__(self) -> None:
         if self.timeout_ms <= 0 or self.interval_ms <= 0:
@@ -135,8 +136,12 @@ class IdleTicker:
         ``servers`` (no KNOWN_SERVERS), every server heard from (``seen_ms``) is watched."""
         out = []
         idle = set()
+        # Retirement is judged while the input is live: a recorded stream of another day (every server "silent"
+        # since) is marked as before.
+        live = self.retire_after_ms is not None and bool(seen_ms) and \
+            now_ms - max(seen_ms.values()) < self.retire_after_ms
         watched = self.servers or sorted(s for s, t in seen_ms.items()
-                                         if self.retire_after_ms is None or now_ms - t < self.retire_after_ms)
+                                         if not live or now_ms - t < self.retire_after_ms)  # type: ignore[operator]
         for s in [s for s in self.last_marker_ms if s not in watched]:  # retired: forgotten here too
             del self.last_marker_ms[s]
         for s in watched:

@@ -23,10 +23,10 @@ POLICIES = {"min": min, "max": max}
 @dataclass
 class ServerWatermarks:
     """Spark's per-input watermark map. With no fixed ``servers`` (a lab lane following the fleet), an input is a
-    server from its first event until it retires: no real event for ``retire_after_ms`` of trigger time
-    (``heard``, idle markers not counted: the job stops marking a retired server, ``watermark.rules.fleet``). A
-    retired server holds nothing back and leaves the map, so the map is bounded by the live fleet; it is an input
-    again from its next event."""
+    server from its first event until it retires: no real event for ``retire_after_ms`` of arrival time
+    (``heard``: the stream entry IDs, so a batch run again decides the same; idle markers not counted: the job
+    stops marking a retired server, ``watermark.rules.fleet``). A retired server holds nothing back and leaves the
+    map, so the map is bounded by the live fleet; it is an input again from its next event."""
 
     servers: tuple[str, ...]
     delay_ms: int
@@ -39,15 +39,15 @@ class ServerWatermarks:
         if self.policy not in POLICIES:
             raise ValueError(f"policy must be one of {', '.join(POLICIES)}, got {self.policy!r}")
 
-    def update(self, max_event_ms: Mapping[str, int], spoke: Iterable[str] = (), now_ms: int | None = None,
-               ) -> dict[str, int]:
+    def update(self, max_event_ms: Mapping[str, int], spoke: Mapping[str, int] | None = None,
+               now_ms: int | None = None) -> dict[str, int]:
         """Apply one batch: ``max_event_ms`` has the servers whose input had rows, with their max event time;
-        ``spoke``: those with a real event in it, at the batch's trigger time ``now_ms``.
+        ``spoke``: those with a real event in it, with its newest arrival; ``now_ms``: the batch's newest arrival.
 
         With no fixed ``servers`` (a lab lane without KNOWN_SERVERS) every server is an input from its first
         event on: one that has not been heard from holds nothing back, as it is not there yet."""
         if not self.servers and self.retire_after_ms is not None and now_ms is not None:
-            self._retire(spoke, now_ms)
+            self._retire(spoke or {}, now_ms)
         for s in self.servers or sorted(set(self.values) | set(max_event_ms)):
             if s in max_event_ms:
                 new = max_event_ms[s] - self.delay_ms
@@ -57,9 +57,9 @@ class ServerWatermarks:
                 self.values.setdefault(s, 0)
         return dict(self.values)
 
-    def _retire(self, spoke: Iterable[str], now_ms: int) -> None:
-        for s in spoke:
-            self.heard[s] = now_ms
+    def _retire(self, spoke: Mapping[str, int], now_ms: int) -> None:
+        for s, t in spoke.items():
+            self.heard[s] = max(t, self.heard.get(s, t))
         for s in list(self.values):
             self.heard.setdefault(s, now_ms)  # kept before servers retired: its time starts now
         assert self.retire_after_ms is not None

@@ -467,8 +467,9 @@ def per_server(summary: BatchSummary, model: ServerWatermarks, idle: bool) -> No
         top = st.input_max_us(idle)
         if top is not None:
             seen[server] = event_ms(top)
-    spoke = [s for s, st in summary.servers.items() if st.max_ingest_us is not None]
-    summary.server_watermarks = model.update(seen, spoke, summary.batch_ts_ms)
+    spoke = {s: st.max_ingest_us // 1000 for s, st in summary.servers.items() if st.max_ingest_us is not None}
+    newest = max(spoke.values(), default=None)  # arrival time, from the entry IDs: a replayed batch decides the same
+    summary.server_watermarks = model.update(seen, spoke, newest)
     summary.next_watermark_ms = model.combined(summary.watermark_ms)
     if model.retire_after_ms is not None and not model.servers:
         summary.server_heard_ms = dict(model.heard)
