@@ -23,16 +23,28 @@ def series_of(counts: Mapping[str, int], regions: Mapping[str, str]) -> dict[str
     return out
 
 
+SERVER_SERIES = 16
+"""A minute is kept for the total, each region and this many servers: those with the most players online at its
+end (the first by name among equals)."""
+
+
 def minutes(batches: Sequence[tuple[int, Mapping[str, int]]],
             regions: Mapping[str, str]) -> dict[str, dict[int, tuple[int, int]]]:
     """series -> minute start -> (last, peak)."""
     out: dict[str, dict[int, tuple[int, int]]] = {}
+    last: dict[int, Mapping[str, int]] = {}
     for at, counts in batches:
         minute = at // MINUTE * MINUTE
+        last[minute] = counts
         for key, n in series_of(counts, regions).items():
             prior = out.setdefault(key, {}).get(minute)
             out[key][minute] = (n, n if prior is None else max(prior[1], n))
-    return out
+    for minute, counts in last.items():  # a server's minute only where it was among the busiest at the end
+        busiest = sorted(counts, key=lambda s: (-counts[s], s))[:SERVER_SERIES]
+        for server in counts:
+            if server not in busiest:
+                out[server].pop(minute, None)
+    return {k: v for k, v in out.items() if v}
 
 
 def peaks(batches: Sequence[tuple[int, Mapping[str, int]]], regions: Mapping[str, str],
