@@ -374,10 +374,9 @@ def live_ops_first_chart_s(url: str) -> float:
     has opened it before (its scripts cached, as an operator's is); a session of its own each time."""
     from playwright.sync_api import sync_playwright
 
-    from tests.ui.test_dashboard_browser import CHROMIUM, CHROMIUM_ARGS
-
     with sync_playwright() as pw:
-        context = pw.chromium.launch_persistent_context(str(CACHE), executable_path=CHROMIUM, args=CHROMIUM_ARGS,
+        context = pw.chromium.launch_persistent_context(str(CACHE), executable_path=shutil.which("chromium"),
+                                                        args=["--no-sandbox", "--disable-gpu"],
                                                         viewport={"width": 1280, "height": 800})
         try:
             page = context.new_page()
@@ -395,7 +394,7 @@ CACHE = Path(tempfile.gettempdir()) / "soak-browser-profile"
 """The browser's profile between samples: its cache of the dashboard's scripts."""
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rate", type=int, default=50_000)
     p.add_argument("--minutes", type=float, default=60.0)
@@ -415,7 +414,23 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--retention", type=float, default=None,
                    help="RETENTION in seconds (windows kept; default the product's day): a compressed day keeps a "
                         "compressed retention, so the windows' plateau shows within the run")
-    args = p.parse_args(argv)
+    return p.parse_args(argv)
+
+
+def churn_env(args: argparse.Namespace) -> dict[str, str]:
+    """The stack's environment for a fleet that churns, its compressed RETIRE_AFTER and RETENTION."""
+    env = {}
+    if args.churn:
+        env.update({"SCENARIO": args.churn, "SERVERS": str(args.servers), "REGIONS": str(args.regions),
+                    "TIMELINE_SCALE": str(args.timeline_scale),
+                    "RETIRE_AFTER": f"{args.retire_after or 600 * args.timeline_scale:g}s"})
+    if args.retention:
+        env["RETENTION"] = f"{args.retention:g}s"
+    return env
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stopped: the stack is stopped with it (finally)
     label = subprocess.run(["git", "rev-parse", "--short", args.base], cwd=HERE, capture_output=True, text=True,
                            check=True).stdout.strip()
@@ -424,12 +439,7 @@ def main(argv: list[str] | None = None) -> int:
         stack = Stack(export(args.base, Path(code)), Path(tmpdir), args.rate)
         for name in ("STREAM_KEEP_ENTRIES", "STREAM_MAX_ENTRIES"):  # the default bounds, as ./run.sh runs
             stack.env.pop(name)
-        if args.churn:
-            stack.env.update({"SCENARIO": args.churn, "SERVERS": str(args.servers), "REGIONS": str(args.regions),
-                              "TIMELINE_SCALE": str(args.timeline_scale),
-                              "RETIRE_AFTER": f"{args.retire_after or 600 * args.timeline_scale:g}s"})
-        if args.retention:
-            stack.env["RETENTION"] = f"{args.retention:g}s"
+        stack.env.update(churn_env(args))
         dash_port = free_port()
         try:
             stack.start("redis")

@@ -55,7 +55,8 @@ def week(spark: SparkSession, redis_url: str, tmp_path_factory: pytest.TempPathF
     ns = f"week-{uuid.uuid4().hex[:8]}"
     cfg = Config(redis_url=redis_url, embedded_redis=False, namespace=ns, window_ms=3_600_000, slide_ms=3_600_000,
                  delay_ms=1_800_000, trigger_ms=1_000, checkpoint_dir=str(tmp_path_factory.mktemp("week") / ns),
-                 spark_master="local[2]", retention_ms=100 * 365 * DAY_MS, online_timeout_ms=3 * DAY_MS)
+                 spark_master="local[2]", retention_ms=100 * 365 * DAY_MS, online_timeout_ms=3 * DAY_MS,
+                 retire_after_ms=9 * DAY_MS)  # every server kept all week: the model writes each one's minutes
     groups: dict[int, list[int]] = {}
     for i, (arrival_us, _) in enumerate(events):
         groups.setdefault((arrival_us // 1000 - T0) // BATCH_MS, []).append(i)

@@ -68,7 +68,7 @@ def model_counts(batches: list[tuple[int, list[tuple[str, str, str]]]]) -> list[
 
 
 def commit_all(r: redis.Redis, keys: KeySchema, batches: list[tuple[int, list[tuple[str, str, str]]]]) -> None:
-    params, mirror = Params(60_000, 60_000, 5_000, history_days=8), PresenceMirror()
+    params, mirror = Params(60_000, 60_000, 5_000, history_days=8, retire_after_ms=9 * DAY_MS), PresenceMirror()
     r.hset(keys.regions, mapping=REGIONS)  # as the pipeline's own commit writes it from the events
     for i, (at, evs) in enumerate(batches):
         ev = PresenceEvents(np.array([e[0] for e in evs], object), np.array([e[1] for e in evs], object),

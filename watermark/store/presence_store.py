@@ -769,9 +769,8 @@ def _merge(pipe: redis.client.Pipeline, keys: KeySchema, parts: Sequence[Presenc
                             ahead_ms=_by_server(p.ahead_ms for p in parts))
     open_minute = rollups.add(prior.minute, counts, causes)
     pipe.multi()
-    if forgotten := [s for p in parts for s in p.forgotten]:  # the highest ever of a server forgotten goes too
-        pipe.hdel(keys.presence_counts, *forgotten)
-        pipe.hdel(keys.presence_peak_ever, *forgotten)
+    if forgotten := [s for p in parts for s in p.forgotten]:  # its highest ever stays: a long-lived server empty
+        pipe.hdel(keys.presence_counts, *forgotten)  # at night is forgotten too, and keeps its record
     if counts:
         pipe.hset(keys.presence_counts, mapping=counts)
         pipe.expire(keys.presence_counts, params.ttl_s)

@@ -60,17 +60,21 @@ def notes(ev: EventRange, namespace: str, input_namespace: str) -> None:
                 "shard N when the input is sharded; see Pipeline health).")
 
 
+def pick_server(snap: Snapshot) -> str:
+    """The server picker: the live ones, then the newest few hundred drained or retired (their events can still be
+    looked up), then every server; it opens on the server with the most late events, the one people ask about."""
+    gone = sorted({**snap.retired, **snap.drained}.items(), key=lambda kv: (-kv[1], kv[0]))[:GONE_OPTIONS]
+    options = [*snap.servers, *(s for s, _ in gone), model.ALL]
+    if st.session_state.get("events_server") not in options:  # once: then the user's choice stays
+        st.session_state["events_server"] = model.latest_server(snap)
+    return st.selectbox("Server", options, key="events_server")
+
+
 def render(snap: Snapshot, now_ms: int) -> None:
     state = snap.state
     assert state is not None
     st.caption(ui.params_caption(snap))
-    # a drained or retired server's events can still be looked up: the newest few hundred of them
-    gone = sorted({**snap.retired, **snap.drained}.items(), key=lambda kv: (-kv[1], kv[0]))[:GONE_OPTIONS]
-    options = [*snap.servers, *(s for s, _ in gone), model.ALL]
-    # Opens on the server with the most late events (dropped or late accepted): the ones people ask about.
-    if st.session_state.get("events_server") not in options:  # once: then the user's choice stays
-        st.session_state["events_server"] = model.latest_server(snap)
-    choice = st.selectbox("Server", options, key="events_server")
+    choice = pick_server(snap)
     view = ui.current_view()
     cfg = Config.from_env(os.environ)
     lane = ui.selected_lane(cfg)
