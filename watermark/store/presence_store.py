@@ -653,8 +653,8 @@ def _commit_group(client: redis.Redis, keys: KeySchema, b: PresenceBatch, params
         if b.consumed:
             pipe.delete(*b.consumed)
         redis_conn.execute(pipe)
-    mirror.batch, mirror.valid, mirror.clocks = b.batch_id, True, clocks
-    mirror.valid = not mirror.players.outgrown(len(clocks))
+    # valid unless it outgrew what the view keeps: then loaded again from Redis before the next batch
+    mirror.batch, mirror.valid, mirror.clocks = b.batch_id, not mirror.players.outgrown(len(clocks)), clocks
     return True
 
 

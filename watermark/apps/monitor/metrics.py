@@ -62,8 +62,9 @@ METRICS: dict[str, str] = {
 
 
 def families(r: StackReading) -> Iterator[Metric]:
-    yield from _server_families(r)
-    yield from _pipeline_families(r)
+    shown = [s for s in r.obs.servers if in_view(s)]
+    yield from _server_families(r, shown)
+    yield from _pipeline_families(r, {s.name for s in shown})
     yield CounterMetricFamily("wm_input_entries", METRICS["wm_input_entries_total"], value=r.input_entries)
     q = CounterMetricFamily("wm_quarantined_entries", METRICS["wm_quarantined_entries_total"], labels=["reason"])
     for reason, n in sorted(r.quarantined.items()):
@@ -87,8 +88,7 @@ def in_view(s: ServerObs) -> bool:
     return not s.retired and not drained(s.last_arrival_ms, s.drained_ms)
 
 
-def _server_families(r: StackReading) -> Iterator[Metric]:
-    shown = [s for s in r.obs.servers if in_view(s)]
+def _server_families(r: StackReading, shown: list[ServerObs]) -> Iterator[Metric]:
     states = GaugeMetricFamily("wm_servers", METRICS["wm_servers"], labels=["state"])
     retired_n = sum(s.retired for s in r.obs.servers)
     for state, n in (("live", len(shown)), ("drained", len(r.obs.servers) - len(shown) - retired_n),
@@ -134,11 +134,10 @@ def _server_families(r: StackReading) -> Iterator[Metric]:
     yield ahead
 
 
-def _pipeline_families(r: StackReading) -> Iterator[Metric]:
+def _pipeline_families(r: StackReading, shown: set[str]) -> Iterator[Metric]:
     names = ("wm_events_accepted_total", "wm_events_dropped_late_total", "wm_events_accepted_late_total")
     counters = {name: CounterMetricFamily(name.removesuffix("_total"), METRICS[name], labels=["pipeline", "server"])
                 for name in names}
-    shown = {s.name for s in r.obs.servers if in_view(s)}
     for pipeline, servers in r.server_totals.items():
         for server, (events, dropped, late) in sorted(servers.items()):
             if server not in shown:  # its counters end with it (rate() and increase() take a series ending)
