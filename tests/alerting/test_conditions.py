@@ -10,6 +10,7 @@ import pytest
 from watermark.alerting.conditions import Finding, evaluate, note_delays, players_drop
 from watermark.alerting.config import AlertConfig
 from watermark.alerting.observation import MAIN, Memory, Observation, OnlineSample, OnlineWindow, PipelineObs, ServerObs
+from watermark.schema.records import NameGuardRecord
 
 CFG = AlertConfig()
 T0 = 1_800_000_000_000
@@ -17,9 +18,10 @@ T0 = 1_800_000_000_000
 
 def pipeline(name: str = MAIN, *, watermark: int | None = T0 - 30_000, accepted: int = 0, dropped: int = 0,
              behind: int = 0,
-             waiting: int = 0, delay: int = 30_000, trigger: int = 1_000) -> PipelineObs:
+             waiting: int = 0, delay: int = 30_000, trigger: int = 1_000,
+             name_guard: NameGuardRecord | None = None) -> PipelineObs:
     return PipelineObs(name=name, watermark_ms=watermark, max_event_ms=None, delay_ms=delay, trigger_ms=trigger,
-                       accepted=accepted, waiting=waiting, behind_ms=behind, dropped=dropped)
+                       accepted=accepted, waiting=waiting, behind_ms=behind, dropped=dropped, name_guard=name_guard)
 
 
 def obs(at: int, *, servers: tuple[ServerObs, ...] = (), pipelines: tuple[PipelineObs, ...] | None = None,
@@ -239,7 +241,8 @@ def test_the_page_says_what_is_watched_in_one_line() -> None:
 
     assert watching(CFG) == ("PlayersDrop: down over 50 % within 5 min, not counting players who moved to "
                              "another server (RegionPlayersDrop: a region's sum) · ServerSilent: 1 min with players "
-                             "online, counted by region · ClockAhead: 2.0 s "
+                             "online, counted by region · NameFlood: new server names over the job's limit a minute · "
+                             "ClockAhead: 2.0 s "
                              "ahead · LateDrops: over 100 a minute · PipelineBehind: trigger + 5.0 s · WatermarkFlat: "
                              "1 min · WatermarkJump: 30.0 s ahead · RedisUnreachable · "
                                  "RedisFull: 95 % of maxmemory")

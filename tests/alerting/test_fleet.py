@@ -8,9 +8,11 @@ from dataclasses import dataclass
 
 import pytest
 
-from tests.alerting.test_conditions import T0, findings, obs
+from tests.alerting.test_conditions import T0, findings, obs, pipeline
 from watermark.alerting.observation import Observation, OnlineSample, ServerObs
-from watermark.rules.fleet import Life, drained_after, forgotten, life
+from watermark.rules.fleet import Life, admit, drained_after, forgotten, life
+from watermark.schema.config import Config
+from watermark.schema.records import NameGuardRecord
 
 MIN = 60_000
 LIFE = {"silent_after_ms": MIN, "retire_after_ms": 10 * MIN}
@@ -239,3 +241,62 @@ def test_players_moving_off_a_server_that_stays_up_page_nobody() -> None:
     f.step(at, {"eu-001": {"logout": 40}, "eu-002": {"login": 20}, "eu-003": {"login": 20}})
     f.live(at + MIN)
     assert f.firing() == set()
+
+
+# ------------------------------------------------------------------------------------------- the flood guard
+
+GUARD = NameGuardRecord()
+
+
+@pytest.mark.parametrize(("new", "prior", "now", "limit", "refused", "admitted"), [
+    ({"a": 5, "b": 1}, GUARD, T0, 0, set(), 0),  # no guard
+    ({"a": 5, "b": 1}, GUARD, T0, 2, set(), 2),  # within the limit
+    ({"a": 5, "b": 1, "c": 1}, GUARD, T0, 2, {"c"}, 2),  # the busiest first, then by name: b before c
+    ({"z": 50, "a": 1}, GUARD, T0, 1, {"a"}, 1),  # a server with players outsends a one-off name
+    ({"d": 1}, NameGuardRecord(minute_ms=T0 - T0 % MIN, admitted=2), T0, 2, {"d"}, 2),  # the minute is full
+    ({"d": 1}, NameGuardRecord(minute_ms=T0 - T0 % MIN - MIN, admitted=2), T0, 2, set(), 1),  # a new minute
+    ({}, GUARD, T0, 2, set(), 0),
+])
+def test_the_flood_guard_admits_a_minutes_share(new: dict[str, int], prior: NameGuardRecord, now: int, limit: int,
+                                                 refused: set[str], admitted: int) -> None:
+    got, after = admit(new, prior, now, limit)
+    assert got == refused
+    assert after.admitted == admitted
+    assert (after.burst_names, after.burst_events) == ((len(refused), sum(new[n] for n in refused)) if refused
+                                                       else (prior.burst_names, prior.burst_events))
+
+
+def test_a_burst_over_several_batches_of_one_minute_is_one_burst() -> None:
+    first, after = admit({f"x{i:04}": 1 for i in range(1_500)}, GUARD, T0, 1_000)
+    second, after = admit({f"y{i:04}": 1 for i in range(1_500)}, after, T0 + 1_000, 1_000)
+    assert len(first) == 500 and len(second) == 1_500  # a buggy producer's 3,000 one-off names
+    assert (after.burst_names, after.burst_events, after.limit) == (2_000, 2_000, 1_000)
+    assert after.burst_sample == ("x1000", "x1001", "x1002", "x1003", "x1004")
+
+
+def test_a_rolling_deploy_never_reaches_the_default_limit() -> None:
+    """200 servers, 50 replaced every 10 s: 300 new names a minute against NEW_SERVERS_PER_MINUTE's 1,000."""
+    after, refused = GUARD, 0
+    for step in range(60):  # ten minutes of deploys, a batch a second
+        now = T0 + step * 1_000
+        names = {f"pod-{step // 10}-{i}": 50 for i in range(50)} if step % 10 == 0 else {}
+        got, after = admit(names, after, now, Config().new_servers_per_minute)
+        refused += len(got)
+    assert refused == 0
+
+
+@pytest.mark.parametrize(("burst_at", "now", "active"), [
+    (None, T0, False),
+    (T0 - T0 % MIN, T0, True),
+    (T0 - T0 % MIN - MIN, T0, True),  # the minute before
+    (T0 - T0 % MIN - 2 * MIN, T0, False),
+])
+def test_name_flood_is_one_alert_naming_the_burst(burst_at: int | None, now: int, active: bool) -> None:
+    guard = NameGuardRecord(burst_minute_ms=burst_at, burst_names=2_000, burst_events=2_000, limit=1_000,
+                            burst_sample=("x1000", "[a](http://x)"))
+    f = findings([obs(now, pipelines=(pipeline(name_guard=guard),))])
+    hits = [x for (rule, _), x in f.items() if rule == "name_flood"]
+    assert [x.active for x in hits] == [active]
+    if active:
+        assert hits[0].summary.startswith("2,000 new server names refused in the minute from")
+        assert "x1000, [a](http://x)" in hits[0].summary and "limit of 1,000" in hits[0].summary

@@ -326,3 +326,57 @@ def test_replay_rejects_a_line_without_batch(tmp_path: Path) -> None:
                            "--delay", "5m"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2
     assert "bad.jsonl:1: 'batch' must be an integer" in proc.stderr
+
+
+def test_a_flood_of_new_names_is_quarantined_past_the_minutes_limit(spark: SparkSession, redis_url: str,
+                                                                    tmp_path: Path) -> None:
+    """Three servers with players and ten one-off names in one batch, against a limit of five new names a minute:
+    the busiest five are admitted, the other eight names' events are quarantined as ``name_flood`` under their
+    entry IDs, nothing of theirs reaches a window, the seen servers or the online view, and one NameFlood alert
+    names the burst. The refused events still moved Spark's watermark, and so the sink's."""
+    from watermark.alerting.conditions import evaluate
+    from watermark.alerting.config import AlertConfig
+    from watermark.alerting.observation import Memory
+    from watermark.store.commit import read_guard
+    from watermark.store.observe import read_stack
+
+    cfg = cfg_for(redis_url, tmp_path, 60_000, 60_000, 10_000, new_servers_per_minute=5)
+    keys = KeySchema(cfg.namespace)
+    client = redis.Redis.from_url(redis_url)
+    t0 = to_ms("2026-01-01T00:00:00.000Z") * 1000
+    pipe = client.pipeline()
+    for server in "ABC":
+        for p in range(4):
+            pipe.xadd(keys.events, Event(server, f"{server}{p}", t0 + p * 1_000_000, kind="login").fields())
+    for i in range(10):  # f09 is the batch's newest event
+        pipe.xadd(keys.events, Event(f"f{i:02}", "x", t0 + (50 + i) * 1_000_000).fields())
+    pipe.execute()
+    flood_ids = [e[0] for e in client.xrange(keys.events)][12 + 2:]
+    query = start_query(spark, cfg, trigger_ms=0)
+    try:
+        query.processAllAvailable()
+        client.xadd(keys.events, Event("A", "A9", t0 + 61_000_000).fields())
+        query.processAllAvailable()
+    finally:
+        query.stop()
+    totals = {k.decode(): int(v) for k, v in client.hgetall(keys.totals).items()}
+    assert (totals["input"], totals["parsed"], totals["bad|name_flood"]) == (23, 15, 8)
+    dead = client.xrange(keys.dead)
+    assert [d[0] for d in dead] == flood_ids and {d[1][b"reason"] for d in dead} == {b"name_flood"}
+    assert json.loads(dead[-1][1][b"raw"])["server"] == "f09"
+    known = {k.decode() for k in client.hkeys(keys.seen)}
+    assert known == {"A", "B", "C", "f00", "f01"}
+    assert {w["server"] for w in build_document(client, keys)["windows"]} == known
+    assert {k.decode() for k in client.hkeys(keys.presence_counts)} <= known
+    first, second = (json.loads(client.hget(keys.batch(b), "sink")) for b in (0, 1))
+    assert first["refused"] == [f"f{i:02}" for i in range(2, 10)] and second["refused"] == []
+    assert second["watermark_ms"] == first["next_watermark_ms"] == t0 // 1000 + 59_000 - 10_000
+    # read again for a follower, batch 0 refuses what it refused then
+    assert read_guard(client, keys, 0, {"f05": 1}).committed_refusal == tuple(first["refused"])
+    reading = read_stack(client, keys, {}, now_ms=first["batch_ts_ms"] + 1_000, after_online_batch=None,
+                         online_reach=0)
+    memory = Memory(started_ms=0, reach_ms=60_000)
+    memory.remember(reading.obs)
+    flood = [f for f in evaluate(reading.obs, memory, AlertConfig()) if f.rule == "name_flood"]
+    assert [f.active for f in flood] == [True] and flood[0].value == 8
+    assert "f02, f03, f04, f05, f06" in flood[0].summary

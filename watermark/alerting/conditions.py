@@ -14,6 +14,8 @@ players_drop        online fell by more than ``percent`` of its peak within ``wi
                     (every player logged out: a match over, a pod drained)                   behind, settling
 region_players_drop the same, for the sum of a region's servers                             any of its servers
                                                                                              held
+name_flood          the job's flood guard refused new server names (NEW_SERVERS_PER_MINUTE)   -
+                    in this minute or the one before: one alert for the burst, with a count
 server_silent       per region, the servers silent (``watermark.rules.fleet``: no event for   pipeline behind
                     ``after`` or longer with players online, not drained, not retired):
                     one alert a region with the count, not one a server
@@ -55,6 +57,7 @@ RULES: dict[str, tuple[str, str]] = {
     "players_drop": ("PlayersDrop", "critical"),
     "region_players_drop": ("RegionPlayersDrop", "critical"),
     "server_silent": ("ServerSilent", "warning"),
+    "name_flood": ("NameFlood", "warning"),
     "clock_ahead": ("ClockAhead", "warning"),
     "late_drops": ("LateDrops", "warning"),
     "freshness": ("PipelineBehind", "warning"),
@@ -66,6 +69,7 @@ RULES: dict[str, tuple[str, str]] = {
 """Rule -> (alert name, severity): the names Prometheus, Alertmanager and the Alerts page show."""
 
 SUBJECT_LABEL = {"players_drop": "server", "region_players_drop": "region", "server_silent": "region",
+                 "name_flood": "pipeline",
                  "clock_ahead": "server", "late_drops": "server", "freshness": "pipeline", "watermark_flat": "pipeline",
                  "watermark_jump": "pipeline", "redis_unreachable": "", "redis_full": ""}
 """What a rule's subject is: its label name in notifications and in Prometheus."""
@@ -84,6 +88,7 @@ def watching(cfg: AlertConfig) -> str:
         f"PlayersDrop: down over {pd.percent:g} % within {human_ms(pd.within_ms)}, not counting players who moved "
         "to another server (RegionPlayersDrop: a region's sum)",
         f"ServerSilent: {human_ms(cfg.server_silent.after_ms)} with players online, counted by region",
+        "NameFlood: new server names over the job's limit a minute",
         f"ClockAhead: {human_ms(cfg.clock_ahead.ahead_ms)} ahead",
         f"LateDrops: over {cfg.late_drops.per_minute:,} a minute",
         f"PipelineBehind: trigger + {human_ms(cfg.freshness.above_trigger_ms)}",
@@ -141,6 +146,7 @@ def evaluate(obs: Observation, memory: Memory, cfg: AlertConfig) -> list[Finding
     main = obs.main
     if main is not None:
         out.append(freshness(main, cfg))
+        out.append(name_flood(main, obs.at_ms))
     for p in obs.pipelines:
         out.append(watermark_flat(p, memory, obs.at_ms, cfg))
         out.append(watermark_jump(p, obs.at_ms, cfg))
@@ -323,6 +329,18 @@ def late_drops(server: str, memory: Memory, now_ms: int, cfg: AlertConfig) -> Fi
         return Finding("late_drops", server, None, None, "the totals started again")
     return Finding("late_drops", server, n > cfg.late_drops.per_minute, float(n),
                    f"{server}: {n:,} events dropped as late in the last minute")
+
+
+def name_flood(p: PipelineObs, now_ms: int) -> Finding:
+    """The flood guard's last burst, while its minute is this one or the one before."""
+    g = p.name_guard
+    if g is None or g.burst_minute_ms is None or now_ms - g.burst_minute_ms >= 2 * MINUTE_MS:
+        return Finding("name_flood", p.name, False, 0.0, "no new server name refused in the last two minutes")
+    more = f", such as {', '.join(g.burst_sample)}" if g.burst_sample else ""
+    return Finding("name_flood", p.name, True, float(g.burst_names),
+                   f"{g.burst_names:,} new server names refused in the minute from {clock(g.burst_minute_ms)}: over "
+                   f"the limit of {g.limit:,} a minute (NEW_SERVERS_PER_MINUTE); their {g.burst_events:,} events "
+                   f"are quarantined as name_flood{more}")
 
 
 def freshness(p: PipelineObs, cfg: AlertConfig) -> Finding:

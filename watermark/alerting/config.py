@@ -58,6 +58,14 @@ class ServerSilent:
 
 
 @dataclass(frozen=True)
+class NameFlood:
+    """Fires when the flood guard refused new server names (NEW_SERVERS_PER_MINUTE, ``watermark.rules.fleet.admit``)
+    in this minute or the one before: one alert for the burst, with its count and a few of its names."""
+
+    timing: Timing = Timing(for_ms=0, clear_ms=60_000)
+
+
+@dataclass(frozen=True)
 class ClockAhead:
     ahead_ms: int = NOTICEABLE_AHEAD_MS
     """Fires when a server's events arrived further than this ahead of their own time in the online view's last
@@ -147,6 +155,7 @@ class Alertmanager:
 class AlertConfig:
     players_drop: PlayersDrop = field(default_factory=PlayersDrop)
     server_silent: ServerSilent = field(default_factory=ServerSilent)
+    name_flood: NameFlood = field(default_factory=NameFlood)
     clock_ahead: ClockAhead = field(default_factory=ClockAhead)
     late_drops: LateDrops = field(default_factory=LateDrops)
     freshness: Freshness = field(default_factory=Freshness)

@@ -17,6 +17,7 @@ from typing import cast
 import numpy as np
 
 from watermark.alerting.verdicts import Flat, WatermarkPoint, flat_run
+from watermark.schema.records import NameGuardRecord
 
 MAIN = "main"
 """The pipeline's name in labels and subjects; lab lanes go by their own names."""
@@ -43,6 +44,8 @@ class PipelineObs:
     """The job was stopped on request at this time (cleared by its next commit)."""
     lost_at_batch: int | None = None
     """Redis came back empty before this batch (:class:`.health.Verdict`)."""
+    name_guard: NameGuardRecord | None = None
+    """The flood guard's minute and last burst (the pipeline's only)."""
 
     @property
     def arrived(self) -> int:

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 
 from watermark.alerting.conditions import RULES
 from watermark.alerting.config import AlertConfig, Timing
+from watermark.rules.fleet import FLOOD_REASON
 from watermark.schema.timeutil import format_duration_ms
 
 GROUP = "watermark"
@@ -65,6 +66,7 @@ def expressions(cfg: AlertConfig) -> dict[str, str]:
         "server_silent": (f"count by (region, instance, job) (({silence} >= {silent}) * on(server, instance, job) "
                           f"group_left(region) wm_server_info)\n"
                           f"unless on(instance, job) (wm_behind_seconds{MAIN_SEL} >= {silent})"),
+        "name_flood": f'increase(wm_quarantined_entries_total{{reason="{FLOOD_REASON}"}}[2m]) > 0',
         "clock_ahead": f"wm_server_clock_ahead_seconds > {_s(cfg.clock_ahead.ahead_ms)}",
         "late_drops": f"increase(wm_events_dropped_late_total{MAIN_SEL}[1m]) > {cfg.late_drops.per_minute}",
         "freshness": pipeline_behind,
@@ -85,6 +87,7 @@ SUMMARIES = {
     "players_drop": "Players online on {{ $labels.server }} fell by more than the threshold",
     "region_players_drop": "Players online in region {{ $labels.region }} fell by more than the threshold",
     "server_silent": "{{ $value }} servers silent in {{ $labels.region }} with players online",
+    "name_flood": "{{ $value | printf \"%.0f\" }} events of new server names refused by the flood guard",
     "clock_ahead": "The clock of {{ $labels.server }} runs {{ $value | humanizeDuration }} ahead",
     "late_drops": "{{ $value | printf \"%.0f\" }} events of {{ $labels.server }} dropped as late in a minute",
     "freshness": "The pipeline is behind: the oldest waiting entry is {{ $value | humanizeDuration }} over the trigger",

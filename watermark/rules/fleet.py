@@ -49,8 +49,10 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 import orjson
+from msgspec.structs import replace as renew
 
 from watermark.schema.events import IDLE_KIND, IDLE_PLAYER, sign
+from watermark.schema.records import NameGuardRecord
 from watermark.schema.timeutil import iso_from_us
 
 
@@ -216,3 +218,46 @@ def retired(seen: Mapping[str, int], now_ms: int, after_ms: int) -> dict[str, in
     charts and columns (the pages name them) and silence alerts, and are back with their next event. Totals
     keep counting them."""
     return {s: t for s, t in sorted(seen.items()) if now_ms - t >= after_ms}
+
+
+FLOOD_REASON = "name_flood"
+BURST_SAMPLE = 5
+MINUTE_MS = 60_000
+
+
+def admit(new: Mapping[str, int], prior: NameGuardRecord, now_ms: int, limit: int
+          ) -> tuple[frozenset[str], NameGuardRecord]:
+    """The flood guard: which of a batch's new server names are refused, and the guard's minute after it.
+
+    The rule, in words: a server name the job does not know (never heard, or forgotten once retired) is *new*.
+    Each minute of the job's clock (the batch's trigger time) admits at most ``limit`` new names; the rest of
+    that minute's new names are refused, their events quarantined as ``name_flood``, and they stay unknown (a
+    refused name that keeps sending is new again next minute). Within a batch the busiest names come first
+    (``new``: each name's events in the batch), then by name: a real server with players outsends a one-off
+    name. ``limit`` 0: no guard. Deterministic: a batch run again from the same prior record decides the same.
+
+    >>> refused, after = admit({"a": 9, "b": 1, "c": 1}, NameGuardRecord(), now_ms=61_000, limit=2)
+    >>> sorted(refused), after.admitted, after.refused, after.burst_sample
+    (['c'], 2, 1, ('c',))
+    >>> admit({"d": 1}, after, now_ms=119_999, limit=2)[0]
+    frozenset({'d'})
+    >>> admit({"d": 1}, after, now_ms=120_000, limit=2)[0]
+    frozenset()
+    """
+    minute = now_ms - now_ms % MINUTE_MS
+    if limit <= 0 or not new:
+        return frozenset(), prior
+    if prior.minute_ms != minute:
+        prior = renew(prior, minute_ms=minute, admitted=0, refused=0)
+    ranked = sorted(new, key=lambda name: (-new[name], name))
+    room = max(0, limit - prior.admitted)
+    admitted, refused = ranked[:room], ranked[room:]
+    after = renew(prior, admitted=prior.admitted + len(admitted), refused=prior.refused + len(refused))
+    if refused:
+        same = after.burst_minute_ms == minute
+        after = renew(
+            after, burst_minute_ms=minute, limit=limit,
+            burst_names=(after.burst_names if same else 0) + len(refused),
+            burst_events=(after.burst_events if same else 0) + sum(new[n] for n in refused),
+            burst_sample=((after.burst_sample if same else ()) + tuple(refused))[:BURST_SAMPLE])
+    return frozenset(refused), after

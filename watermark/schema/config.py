@@ -91,6 +91,7 @@ class Config:
     online_groups: int = 0  # 0: the job folds the online view; N: wm-online processes, one per group (decision 0020)
     history_days: int = DEFAULT_HISTORY_DAYS  # days of per-minute players online kept (watermark.rules.presence_rollup)
     retire_after_ms: int = 600_000  # a server silent this long (arrival time) leaves the live views until it speaks
+    new_servers_per_minute: int = 1_000  # the flood guard: new server names a minute admits (0: no guard)
     demo: bool = True  # DEMO: the demo's event generator runs (./run.sh); off: your own producers write the events
     lab_control: bool = True  # LAB_CONTROL: the dashboard offers the Lab control page (default: as DEMO)
 
@@ -150,6 +151,8 @@ class Config:
         _check(self.retire_after_ms > 0, "RETIRE_AFTER",
                f"({format_duration_ms(max(0, self.retire_after_ms))}) must be positive: a server silent this long "
                "leaves the live views until its next event")
+        _check(self.new_servers_per_minute >= 0, "NEW_SERVERS_PER_MINUTE",
+               f"({self.new_servers_per_minute}) must be 0 (no guard) or more: new server names a minute admits")
 
     def _check_bounds(self) -> None:
         """What Redis may hold: each bound checked."""
@@ -213,10 +216,38 @@ class Config:
             online_timeout_ms=_duration(env, "ONLINE_TIMEOUT", cls.online_timeout_ms),
             online_groups=_int(env, "ONLINE_GROUPS", cls.online_groups),
             retire_after_ms=_duration(env, "RETIRE_AFTER", cls.retire_after_ms),
+            new_servers_per_minute=_int(env, "NEW_SERVERS_PER_MINUTE", cls.new_servers_per_minute),
             history_days=_int(env, "HISTORY_DAYS", cls.history_days),
             demo=demo,
             lab_control=_switch(env, "LAB_CONTROL", demo),
         )
+
+
+_TOKEN = re.compile(r"^[\x21-\x7e]+$")
+"""A bearer token as a header carries it: printable ASCII without spaces."""
+
+
+def annotations_token(env: Mapping[str, str]) -> str | None:
+    """The token ``POST /annotations`` asks for: ``ANNOTATIONS_TOKEN``, or the content of the file
+    ``ANNOTATIONS_TOKEN_FILE`` names (a Kubernetes secret mounted as a file); None when neither is set. Not a
+    field of :class:`Config`: only ``wm-monitor`` and ``wm-annotate`` read it, so no other process reads the file
+    or holds the secret."""
+    given = (env.get("ANNOTATIONS_TOKEN") or "").strip()
+    path = (env.get("ANNOTATIONS_TOKEN_FILE") or "").strip()
+    _check(not (given and path), "ANNOTATIONS_TOKEN_FILE", "and ANNOTATIONS_TOKEN are both set; set one")
+    var, token = "ANNOTATIONS_TOKEN", given
+    if path:
+        var = "ANNOTATIONS_TOKEN_FILE"
+        try:
+            with open(path, encoding="utf-8") as f:
+                token = f.read().strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"{var}={path!r} cannot be read: {getattr(exc, 'strerror', None) or exc}") from None
+        _check(bool(token), var, f"{path!r} is empty")
+    if not token:
+        return None
+    _check(bool(_TOKEN.match(token)), var, "must be printable ASCII without spaces (an HTTP header carries it)")
+    return token
 
 
 def redact_url(url: str) -> str:

@@ -121,6 +121,24 @@ class ServerRecord(msgspec.Struct, frozen=True, kw_only=True):
                    default=None)
 
 
+class NameGuardRecord(_JsonRecord, frozen=True, kw_only=True):
+    """The flood guard's minute (``watermark.rules.fleet.admit``), in the pipeline's ``{ns}:state`` field
+    ``name_guard``: how many new server names the job's current minute admitted and refused, and its last burst."""
+
+    minute_ms: int = 0
+    """The minute of the job's clock (batch trigger time) the counts are for."""
+    admitted: int = 0
+    refused: int = 0
+    burst_minute_ms: int | None = None
+    """The last minute that refused a name (None: none ever)."""
+    burst_names: int = 0
+    burst_events: int = 0
+    burst_sample: tuple[str, ...] = ()
+    """A few of that minute's refused names, the busiest first."""
+    limit: int = 0
+    """NEW_SERVERS_PER_MINUTE when the burst was judged."""
+
+
 class BatchRecord(_JsonRecord, frozen=True, kw_only=True):
     """What one batch did, deterministic (a batch run again writes the same record)."""
 
@@ -146,6 +164,9 @@ class BatchRecord(_JsonRecord, frozen=True, kw_only=True):
     servers: dict[str, ServerRecord] = {}
     bad: dict[str, int] = {}
     aggregation: str = "driver"
+    refused: tuple[str, ...] = ()
+    """New server names the flood guard refused in this batch (their events are in ``bad`` as ``name_flood``):
+    a batch read again for a follower refuses the same names."""
 
     @classmethod
     def from_dict(cls, doc: Mapping[str, object], where: str) -> BatchRecord:
@@ -384,6 +405,8 @@ class StateRecord(_HashRecord, frozen=True, kw_only=True):
     trigger_ms: int = 1_000
     updated_ms: int = 0
     """When ``last_batch`` was committed."""
+    name_guard: NameGuardRecord | None = None
+    """The flood guard's minute (JSON; None when writing: the field is left as it was)."""
 
     def _fields(self) -> dict[str, str]:
         out: dict[str, str] = {}
@@ -396,6 +419,9 @@ class StateRecord(_HashRecord, frozen=True, kw_only=True):
                     out[f] = json.dumps(value, sort_keys=True)
             elif f == "params":
                 out[f] = "" if value is None else value.to_json()
+            elif f == "name_guard":
+                if value is not None:
+                    out[f] = value.encode().decode()
             else:
                 out[f] = _text(value)
         return out
@@ -409,7 +435,7 @@ class StateRecord(_HashRecord, frozen=True, kw_only=True):
             if server is not None:
                 if metric == _SERVER_MAX:
                     per_server[server] = v
-            elif f in ("params", "server_watermarks", "server_heard_ms"):
+            elif f in ("params", "server_watermarks", "server_heard_ms", "name_guard"):
                 doc[f] = _json_field(v, f, cls.__name__, where)
             elif f in cls.__struct_fields__ and f != "server_max_event_us":
                 doc[f] = v

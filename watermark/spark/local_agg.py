@@ -28,6 +28,7 @@ import pyarrow.compute as pc
 
 from watermark.rules.presence_batch import KIND_CODES
 from watermark.schema.events import IDLE_KIND
+from watermark.schema.timeutil import iso_from_us
 from watermark.spark import partial
 
 # Tags of the items (column ``tag``), shared with watermark.spark.sink.
@@ -121,3 +122,36 @@ def _presence_items(rows: pa.Table) -> pa.Table:
                rows.column("entry_id"))
     t = t.append_column("shard", rows.column("shard"))
     return t.rename_columns(NAMES).cast(pa.schema(list(zip(NAMES, TYPES, strict=True))))
+
+
+def events_per_server(t: pa.Table) -> dict[str, int]:
+    """Each server's accepted events in the aggregate (its INGEST_LAG items' counts)."""
+    rows = t.filter(pc.equal(t.column("tag"), INGEST_LAG))
+    if not rows.num_rows:
+        return {}
+    sums = rows.group_by("server", use_threads=False).aggregate([("n", "sum")])
+    return dict(zip(sums.column("server").to_pylist(), sums.column("n_sum").to_pylist(), strict=True))
+
+
+def refuse(t: pa.Table, servers: frozenset[str], reason: str, detail: str) -> tuple[pa.Table, int | None]:
+    """The aggregate with ``servers``' accepted events quarantined: each of their PRESENCE items (one an event)
+    becomes a BAD item with ``reason`` and ``detail``, and their window and lag items go; idle markers stay.
+    Also returns their newest event time (None: they had none)."""
+    if not servers:
+        return t, None
+    mine = pc.fill_null(pc.is_in(t.column("server"), pa.array(sorted(servers), pa.string())), False)
+    tags = t.column("tag")
+    lags = t.filter(pc.and_(mine, pc.equal(tags, INGEST_LAG)))
+    newest = pc.max(lags.column("max_ev")).as_py() if lags.num_rows else None
+    events = t.filter(pc.and_(mine, pc.equal(tags, PRESENCE)))
+    codes = {code: name for name, code in KIND_CODES.items()}
+    docs = [json.dumps({"entry_id": entry, "error": reason, "error_detail": detail, "shard": shard or 0,
+                        "raw": json.dumps({"server": server, "player_id": player, "kind": codes.get(code),
+                                           "event_time": iso_from_us(event_us)})})
+            for server, player, entry, code, event_us, shard in zip(
+                *(events.column(c).to_pylist() for c in ("server", "b", "c", "min_ev", "a", "shard")), strict=True)]
+    bad = _items(BAD, events.column("server"), pa.array(np.zeros(events.num_rows, np.int64)),
+                 pa.array(docs, pa.string()), None, None, None)
+    bad = bad.append_column("shard", pa.nulls(bad.num_rows, pa.int32()))
+    kept = t.filter(pc.or_(pc.invert(mine), pc.equal(tags, TICK)))
+    return pa.concat_tables([kept, bad.rename_columns(NAMES).cast(kept.schema)]), newest

@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from dataclasses import replace as replace_table
 
 import numpy as np
 import pyarrow as pa
@@ -27,13 +28,15 @@ import redis
 from msgspec.structs import replace
 from pyspark.sql import DataFrame
 
+from watermark.rules.fleet import FLOOD_REASON, MINUTE_MS, admit
 from watermark.rules.late import LateEvent
 from watermark.rules.presence_batch import KIND_CODES
 from watermark.rules.watermarks import ServerWatermarks
 from watermark.rules.windows import Histograms, event_ms, late_counts
 from watermark.schema.events import parse_entry_id
 from watermark.schema.keys import KeySchema, WindowKey
-from watermark.schema.records import LagRecord, ServerRecord, StateRecord
+from watermark.schema.records import LagRecord, NameGuardRecord, ServerRecord, StateRecord
+from watermark.schema.timeutil import clock
 from watermark.spark import local_agg
 from watermark.spark.checkpoint import OffsetEntry, read_offset_log
 from watermark.spark.handover import Handover
@@ -55,6 +58,7 @@ from watermark.store.commit import (
     commit_batch,
     free_committed_input,
     online_reader,
+    read_guard,
 )
 from watermark.store.online.handoff import hand_off
 from watermark.store.presence_store import PresenceBatch, PresenceEvents, PresenceMirror, commit_presence
@@ -147,6 +151,9 @@ class BatchTable:
     bad: list[BadRow]
     regions: dict[str, str] = field(default_factory=dict)
     """Each server's region as its events carry it (none when they carry none)."""
+    refused_max_us: int | None = None
+    """The newest event time of the names the flood guard refused (their events are in ``bad``): Spark's watermark
+    read it before the guard judged, so every watermark here does too."""
     hists: Histograms | None = None
     """``event_hist`` keyed together, so a judgement counts every server's late events in one pass (None: judged
     server by server)."""
@@ -233,7 +240,7 @@ class BatchTable:
         return BatchSummary(
             batch_id=batch_id, watermark_ms=watermark_ms, batch_ts_ms=batch_ts_ms, start_id=start_id,
             end_id=end_id, windows=sorted(windows, key=lambda w: (w.start_ms, w.server, w.end_ms)),
-            servers=servers, bad=list(self.bad), regions=dict(self.regions),
+            servers=servers, bad=list(self.bad), regions=dict(self.regions), refused_max_event_us=self.refused_max_us,
         )
 
 
@@ -279,6 +286,19 @@ class Phases:
 
     def to_json(self) -> str:
         return json.dumps(self.ms, separators=(",", ":"))
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """What the flood guard refused in a batch: the names, their newest event time, and the guard's minute after
+    the batch (None: unchanged, or already committed)."""
+
+    names: tuple[str, ...] = ()
+    max_event_us: int | None = None
+    record: NameGuardRecord | None = None
+
+
+NO_REFUSAL = Refusal()
 
 
 class RedisSink(DriverClient):
@@ -332,8 +352,9 @@ class RedisSink(DriverClient):
         with phases("read"):  # Spark's job: the source partitions read, parse and pre-aggregate
             table = aggregate(df)
         with phases("sum"):
+            table, refusal = self.guard(table, batch_id, entry.batch_ts_ms)
             batch, summary = self.judge(table, batch_id, entry, start_id, end_id, self.watermarks,
-                                        self.players_added(start_id, end_id))
+                                        self.players_added(start_id, end_id), refusal)
         with phases("commit"):  # guarded by the batch id, so retrying after a lost reply cannot count twice
             applied = with_retry(lambda: commit_batch(self.client, self.keys, summary, self.params),
                                  f"commit of batch {batch_id}", when_full=self.free_memory, refresh=self.refresh)
@@ -378,10 +399,39 @@ class RedisSink(DriverClient):
         return with_retry(lambda: read_added(self.client, self.keys, end_id), f"players added up to {end_id}",
                           refresh=self.refresh)
 
+    def guard(self, table: pa.Table, batch_id: int, batch_ts_ms: int) -> tuple[pa.Table, Refusal]:
+        """The flood guard (:func:`watermark.rules.fleet.admit`): the batch's new server names over the minute's
+        limit have their events quarantined. Judged against what the pipeline committed before the batch; a batch
+        it has committed already (read again for a follower, or replayed) refuses what it refused then."""
+        limit = self.params.new_servers_per_minute
+        events = local_agg.events_per_server(table) if limit > 0 else {}
+        if not events:
+            return table, NO_REFUSAL
+        prior = with_retry(lambda: read_guard(self.client, self.keys, batch_id, events),
+                           f"the flood guard's names of batch {batch_id}", refresh=self.refresh)
+        if prior.committed_refusal is not None:
+            refused, record = frozenset(prior.committed_refusal), None
+        else:
+            refused, after = admit(prior.new, prior.record, batch_ts_ms, limit)
+            record = None if after == prior.record else after
+        if not refused:
+            return table, Refusal(record=record)
+        minute = batch_ts_ms - batch_ts_ms % MINUTE_MS
+        detail = (f"a new server name over the flood guard: more than {limit:,} new names in the minute from "
+                  f"{clock(minute)} (NEW_SERVERS_PER_MINUTE)")
+        table, newest = local_agg.refuse(table, refused, FLOOD_REASON, detail)
+        log.warning("batch %d: %d new server name(s) refused by the flood guard (%s)", batch_id, len(refused),
+                    detail)
+        return table, Refusal(tuple(sorted(refused)), newest, record)
+
     def judge(self, table: pa.Table, batch_id: int, entry: OffsetEntry, start_id: str, end_id: str,
-              watermarks: ServerWatermarks | None, added: Added) -> tuple[BatchTable, BatchSummary]:
-        batch = BatchTable.read(table, entry.batch_ts_ms, self.params.window_ms, added)
+              watermarks: ServerWatermarks | None, added: Added,
+              refusal: Refusal | None = None) -> tuple[BatchTable, BatchSummary]:
+        refusal = refusal or NO_REFUSAL
+        batch = replace_table(BatchTable.read(table, entry.batch_ts_ms, self.params.window_ms, added),
+                              refused_max_us=refusal.max_event_us)
         summary = batch.summary(batch_id, entry.watermark_ms, entry.batch_ts_ms, start_id, end_id, self.params)
+        summary.refused, summary.name_guard = refusal.names, refusal.record
         summary.late_events = late_events(table, batch_id, entry.watermark_ms)
         if watermarks is not None:
             per_server(summary, watermarks, self.params.idle_timeout_ms is not None)
@@ -440,7 +490,8 @@ class RedisSink(DriverClient):
             # The batch's counts of players added are kept while a lane still needs them (the online view does not).
             lane_behind = any(last is not None and last < k for last in lanes_last)
             added = self.players_added(start_id, end_id) if lane_behind else no_players()
-            batch, summary = self.judge(table, k, entry, start_id, end_id, None, added)
+            table, refusal = self.guard(table, k, entry.batch_ts_ms)
+            batch, summary = self.judge(table, k, entry, start_id, end_id, None, added, refusal)
             if self.params.per_server:  # the watermark Spark went on with: this run's model starts afresh
                 summary.next_watermark_ms = read_offset_log(self.checkpoint_dir, k + 1, spark).watermark_ms
             log.info("batch %d: committing it to the lanes and the online view, which the last run stopped "

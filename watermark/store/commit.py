@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,7 +29,15 @@ from watermark.schema.config import DEFAULT_HISTORY_DAYS, DEFAULT_LATE_KEEP, Con
 from watermark.schema.events import parse_entry_id
 from watermark.schema.keys import KeySchema, WindowKey, total_field
 from watermark.schema.lanes import lane_namespace
-from watermark.schema.records import BatchRecord, CommitEntry, DeadEntry, ServerRecord, StateParams, StateRecord
+from watermark.schema.records import (
+    BatchRecord,
+    CommitEntry,
+    DeadEntry,
+    NameGuardRecord,
+    ServerRecord,
+    StateParams,
+    StateRecord,
+)
 from watermark.schema.shards import START, Position, input_shard_key, lowest, shard_key
 from watermark.store import redis_conn
 
@@ -60,6 +68,8 @@ class Params:
     shards: int = 1  # input streams (watermark.schema.shards): each has its own late and dead stream
     history_days: int = DEFAULT_HISTORY_DAYS  # whole days each minute of players online is kept after its own
     retire_after_ms: int = Config.retire_after_ms  # a server silent this long with no player kept is forgotten
+    new_servers_per_minute: int = 0  # the flood guard (watermark.rules.fleet.admit): the pipeline's; a lane
+    # reads the batch the pipeline's guard left
     players_lanes: tuple[str, ...] | None = ()
     """The windows' players' sets (decision 0019): a tuple when this namespace's partitions count them (the pipeline),
     holding the state hashes of the lanes that read the same counts: the slowest of them and the pipeline decides
@@ -125,6 +135,9 @@ class BatchSummary:
     aggregation: str = "driver"  # where the batch was counted (the driver, since the source packs its rows)
     late_events: list[LateEvent] = field(default_factory=list)  # behind the watermark: kept in {ns}:late
     regions: dict[str, str] = field(default_factory=dict)  # each server's region, as its events carry it
+    refused: tuple[str, ...] = ()  # new names the flood guard refused: their events are in `bad`
+    refused_max_event_us: int | None = None  # ... whose times Spark's watermark saw all the same
+    name_guard: NameGuardRecord | None = None  # the guard's minute after the batch (None: unchanged)
 
     @property
     def parsed(self) -> int:
@@ -140,7 +153,11 @@ class BatchSummary:
 
     @property
     def max_event_us(self) -> int | None:
-        return max((s.max_event_us for s in self.servers.values() if s.max_event_us is not None), default=None)
+        """The batch's newest event time, refused names' included: Spark's watermark had read them before the
+        guard judged (``watermark.rules.fleet.admit``)."""
+        times = [s.max_event_us for s in self.servers.values() if s.max_event_us is not None]
+        return max([*times, self.refused_max_event_us] if self.refused_max_event_us is not None else times,
+                   default=None)
 
     @property
     def min_event_us(self) -> int | None:
@@ -164,6 +181,7 @@ def params_of(cfg: Config) -> Params:
                   readers=readers_of(cfg), stream_keep_entries=cfg.stream_keep_entries,
                   late_keep=cfg.late_events_keep, history_days=cfg.history_days, shards=cfg.stream_shards,
                   retire_after_ms=cfg.retire_after_ms,
+                  new_servers_per_minute=cfg.new_servers_per_minute if cfg.input_namespace is None else 0,
                   players_lanes=None if cfg.input_namespace is not None else tuple(
                       KeySchema(lane_namespace(cfg.namespace, lane)).state for lane in cfg.lanes))
 
@@ -315,7 +333,7 @@ def batch_record(s: BatchSummary, next_wm_ms: int, running_max_us: int | None, d
         late=sum(w.late for w in s.windows), min_event_us=s.min_event_us, max_event_us=s.max_event_us,
         running_max_event_us=running_max_us,
         servers=dict(sorted(s.servers.items())),
-        bad=_count_reasons(s.bad), aggregation=s.aggregation)
+        bad=_count_reasons(s.bad), aggregation=s.aggregation, refused=s.refused)
 
 
 def _tradeoff_counts(windows: Sequence[WindowAgg], driver_ms: int | None) -> dict[str, int]:
@@ -498,7 +516,7 @@ def plan_commit(s: BatchSummary, params: Params, prior: Prior, now_ms: int) -> B
         committed_id=s.end_id, lost_at_batch=prior.lost_at,
         stopped_ms=None,  # running again
         sets_closed_below_ms=closed, params=params.semantic(),
-        trigger_ms=params.trigger_ms, updated_ms=now_ms)
+        trigger_ms=params.trigger_ms, updated_ms=now_ms, name_guard=s.name_guard)
     return BatchWrites(
         batch_id=s.batch_id, end_id=s.end_id, totals=_totals(s, record), servers=tuple(s.servers),
         seen={srv: st.max_ingest_us // 1000 for srv, st in s.servers.items() if st.max_ingest_us is not None},
@@ -621,6 +639,34 @@ def _queue_kept(pipe: redis.client.Pipeline, keys: KeySchema, w: BatchWrites, pa
                   id=b.entry_id, maxlen=DEAD_KEEP, approximate=True)
     for k in sorted({b.shard for b in w.bad}):
         pipe.expire(shard_key(keys.dead, k), params.ttl_s)
+
+
+@dataclass(frozen=True)
+class GuardPrior:
+    """What the flood guard judges a batch against (``watermark.rules.fleet.admit``): the names the pipeline
+    does not know, its guard's minute, and, for a batch the pipeline has already committed, the names it refused."""
+
+    new: dict[str, int]
+    record: NameGuardRecord
+    committed_refusal: tuple[str, ...] | None = None
+
+
+def read_guard(client: redis.Redis, keys: KeySchema, batch_id: int, events: Mapping[str, int]) -> GuardPrior:
+    """``events``: each of the batch's servers' accepted events. A server is known while ``{ns}:seen`` holds it
+    (the job forgets it once retired: ``forget_servers``)."""
+    names = sorted(events)
+    pipe = redis_conn.home(client, keys.state).pipeline(transaction=False)
+    pipe.hmget(keys.state, ["last_batch", "name_guard"])
+    pipe.hmget(keys.seen, names)
+    (last, guard), seen = pipe.execute()
+    record = (NameGuardRecord() if guard is None
+              else NameGuardRecord.decode(guard, f"{keys.state} field name_guard"))
+    new = {n: events[n] for n, at in zip(names, seen, strict=True) if at is None}
+    if last is None or int(last) < batch_id:
+        return GuardPrior(new, record)
+    raw = client.hget(keys.batch(batch_id), "sink")  # committed: what it refused, not what today would
+    refused = () if raw is None else BatchRecord.decode(raw, keys.batch(batch_id)).refused
+    return GuardPrior(new, record, tuple(refused))
 
 
 def commit_batch(client: redis.Redis, keys: KeySchema, s: BatchSummary, params: Params,

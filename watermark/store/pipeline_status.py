@@ -19,7 +19,7 @@ import redis
 
 from watermark.schema.events import parse_entry_id
 from watermark.schema.keys import KeySchema, parse_total_field
-from watermark.schema.records import StateParams, StateRecord
+from watermark.schema.records import NameGuardRecord, StateParams, StateRecord
 from watermark.schema.shards import Position, input_shard_key
 from watermark.store import redis_conn
 
@@ -42,6 +42,7 @@ class PipelineState:
     """Redis came back empty before this batch: totals and windows open then cover only what came after."""
     stopped_ms: int | None = None
     """The job was stopped on request at this time, after ``last_batch`` (cleared by its next commit)."""
+    name_guard: NameGuardRecord | None = None
 
     @classmethod
     def from_hash(cls, h: Mapping, where: str = "the pipeline's state") -> PipelineState | None:
@@ -56,6 +57,7 @@ class PipelineState:
             max_event_us=r.max_event_us, committed_id=r.committed_id, window_ms=p.window_ms or 0,
             slide_ms=p.slide_ms or 0, delay_ms=p.delay_ms or 0, trigger_ms=r.trigger_ms, updated_ms=r.updated_ms,
             mode=p.mode, policy=p.policy, lost_at_batch=r.lost_at_batch, stopped_ms=r.stopped_ms,
+            name_guard=r.name_guard,
         )
 
     @property
