@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import math
 import re
 import shutil
 import signal
@@ -65,6 +66,7 @@ from bench.stack import (
     tree_cpu_s,
     tree_rss_mb,
 )
+from watermark.schema.config import Config
 
 SERIES = ("redis_used_mb", "redis_rss_mb", "keys", "stream_entries", "stream_span_s", "redis_dir_mb",
           "aof_rewrites", "checkpoint_mb", "job_rss_mb", "job_cores", "redis_cores", "generator_cores",
@@ -423,7 +425,9 @@ def churn_env(args: argparse.Namespace) -> dict[str, str]:
     if args.churn:
         env.update({"SCENARIO": args.churn, "SERVERS": str(args.servers), "REGIONS": str(args.regions),
                     "TIMELINE_SCALE": str(args.timeline_scale),
-                    "RETIRE_AFTER": f"{args.retire_after or 600 * args.timeline_scale:g}s"})
+                    "RETIRE_AFTER": f"{args.retire_after or 600 * args.timeline_scale:g}s",
+                    # names come 1/scale times as fast as in the day compressed: the flood guard's limit too
+                    "NEW_SERVERS_PER_MINUTE": str(math.ceil(Config.new_servers_per_minute / args.timeline_scale))})
     if args.retention:
         env["RETENTION"] = f"{args.retention:g}s"
     return env
