@@ -6,27 +6,37 @@ adds one (``--at``: now when left out; no ``--until``/``--for``: a moment) and p
 (``METRICS_PORT``, beside ``/metrics``): ``POST /annotations`` with a JSON body ``{"text": ..., "kind": ...,
 "region": ..., "start": ISO or ms, "end": ISO or ms}`` adds one (201 and the annotation; 400 and why), ``GET
 /annotations?since=7d`` lists them. Stored by :mod:`watermark.store.annotation_store`.
+
+``POST`` asks for ``Authorization: Bearer <token>`` when a token is configured (``ANNOTATIONS_TOKEN`` or
+``ANNOTATIONS_TOKEN_FILE``), and is refused when the port listens beyond loopback without one: anyone who can
+reach the port could otherwise write to Redis. ``GET`` stays open, as ``/metrics`` is. The command writes to
+Redis itself, or with ``--url`` (``ANNOTATIONS_URL``) goes through a monitor's endpoint with the same token.
 """
 
 from __future__ import annotations
 
 import argparse
+import hmac
+import http.client
+import ipaddress
 import json
 import os
 import socketserver
 import sys
 import threading
 import time
+import urllib.error
+import urllib.request
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
-from urllib.parse import parse_qs
+from urllib.parse import parse_qs, urlencode
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 import msgspec
 import redis
 
-from watermark.schema.config import Config, ConfigError
+from watermark.schema.config import Config, ConfigError, annotations_token
 from watermark.schema.keys import KeySchema
 from watermark.schema.records import ANNOTATION_KINDS, Annotation
 from watermark.schema.timeutil import parse_duration_ms, parse_iso_us
@@ -68,14 +78,50 @@ def _doc(a: Annotation) -> dict[str, Any]:
     return doc
 
 
-def annotations_app(client: redis.Redis, keys: KeySchema, keep_days: int,
-                    now_ms: Callable[[], int] = lambda: int(time.time() * 1000)) -> WsgiApp:
-    """``POST /annotations`` and ``GET /annotations?since=7d`` as a WSGI application."""
+def is_loopback(address: str) -> bool:
+    """Whether only this machine can connect to a server bound to ``address``: 127.0.0.0/8, ``::1`` or
+    ``localhost``. Any other name, and the empty address (every interface), is taken as beyond loopback."""
+    host = address.strip().strip("[]").lower()
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
-    def reply(start: StartResponse, status: str, body: object) -> list[bytes]:
+
+REFUSED_WITHOUT_TOKEN = ("POST /annotations is refused: the monitor listens beyond loopback and has no token; set "
+                         "ANNOTATIONS_TOKEN (or ANNOTATIONS_TOKEN_FILE) on the monitor and send it as "
+                         "'Authorization: Bearer <token>'")
+
+
+def annotations_app(client: redis.Redis, keys: KeySchema, keep_days: int,
+                    now_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+                    token: str | None = None, loopback: bool = True) -> WsgiApp:
+    """``POST /annotations`` and ``GET /annotations?since=7d`` as a WSGI application. ``POST`` needs ``token`` as
+    a bearer token when one is given; without one it is open on ``loopback`` and refused beyond it."""
+
+    def reply(start: StartResponse, status: str, body: object,
+              headers: tuple[tuple[str, str], ...] = ()) -> list[bytes]:
         data = json.dumps(body).encode()
-        start(status, [("Content-Type", "application/json"), ("Content-Length", str(len(data)))])
+        start(status, [("Content-Type", "application/json"), ("Content-Length", str(len(data))), *headers])
         return [data]
+
+    def denied(environ: dict[str, Any], start: StartResponse) -> list[bytes] | None:
+        """The refusal of a ``POST`` without the right token, or None to go on."""
+        if token is None:
+            return None if loopback else reply(start, "403 Forbidden", {"error": REFUSED_WITHOUT_TOKEN})
+        scheme, _, given = environ.get("HTTP_AUTHORIZATION", "").partition(" ")
+        # WSGI hands headers over as latin-1 text: back to the bytes sent, compared in constant time.
+        if scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode("latin-1", "replace"),
+                                                              token.encode()):
+            return None
+        if not given.strip():
+            return reply(start, "401 Unauthorized", {"error": "POST /annotations needs the monitor's token: "
+                                                              "'Authorization: Bearer <token>'"},
+                         (("WWW-Authenticate", 'Bearer realm="annotations"'),))
+        return reply(start, "401 Unauthorized", {"error": "the token is not the monitor's"},
+                     (("WWW-Authenticate", 'Bearer realm="annotations", error="invalid_token"'),))
 
     def app(environ: dict[str, Any], start: StartResponse) -> list[bytes]:
         method, now = environ["REQUEST_METHOD"], now_ms()
@@ -84,7 +130,10 @@ def annotations_app(client: redis.Redis, keys: KeySchema, keep_days: int,
                 size = int(environ.get("CONTENT_LENGTH") or 0)
                 if size > MAX_BODY:
                     return reply(start, "413 Payload Too Large", {"error": f"at most {MAX_BODY} bytes"})
-                doc = json.loads(environ["wsgi.input"].read(size) or b"{}")
+                body = environ["wsgi.input"].read(size)  # even when refused: unread bytes would reset the reply
+                if (refusal := denied(environ, start)) is not None:
+                    return refusal
+                doc = json.loads(body or b"{}")
                 if not isinstance(doc, dict):
                     raise ValueError("the body must be a JSON object")
                 a = annotation_from(doc, now)
@@ -139,16 +188,63 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     span.add_argument("--for", dest="duration", help="how long it lasted, e.g. 30m")
     p.add_argument("--list", action="store_true", help="print the annotations of the last --since instead")
     p.add_argument("--since", default="7d", help="with --list: how far back (default 7d)")
+    p.add_argument("--url", default=os.environ.get("ANNOTATIONS_URL") or None,
+                   help="a monitor (http://host:9108): add and list through its /annotations, sending "
+                        "ANNOTATIONS_TOKEN (ANNOTATIONS_URL; default: straight to Redis)")
     args = p.parse_args(argv)
     if not args.list and not args.text:
         p.error("give the annotation's text, or --list")
     return args
 
 
+def _endpoint(url: str) -> str:
+    base = url.strip().rstrip("/")
+    if not base.startswith(("http://", "https://")):
+        raise ValueError(f"--url (ANNOTATIONS_URL) {url!r} must start with http:// or https://")
+    return base if base.endswith("/annotations") else f"{base}/annotations"
+
+
+def _said(exc: urllib.error.HTTPError) -> str:
+    """What the monitor said, from its JSON body, else the status' reason."""
+    try:
+        return str(json.loads(exc.read())["error"])
+    except (ValueError, KeyError, TypeError, OSError, http.client.HTTPException):
+        return str(exc.reason)
+
+
+def over_http(args: argparse.Namespace, token: str | None) -> int:
+    """Adds or lists through a monitor's ``/annotations``: where only its port is reachable, not Redis."""
+    url = _endpoint(args.url)
+    headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {token}"} if token else {})}
+    if args.list:
+        req = urllib.request.Request(f"{url}?{urlencode({'since': args.since})}", headers=headers)
+    else:
+        body = {"text": args.text, "kind": args.kind, "region": args.region, "start": args.at, "end": args.until,
+                "for": args.duration}
+        req = urllib.request.Request(url, data=json.dumps(body).encode(), headers=headers, method="POST")
+    try:
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            doc = json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        hint = ""
+        if exc.code == 401:
+            hint = ("; ANNOTATIONS_TOKEN (or ANNOTATIONS_TOKEN_FILE) is not the monitor's token" if token else
+                    "; set ANNOTATIONS_TOKEN (or ANNOTATIONS_TOKEN_FILE) to the monitor's token")
+        print(f"annotate: error: {url} refused it ({exc.code}): {_said(exc)}{hint}", file=sys.stderr)
+        return 2 if exc.code == 400 else 1
+    except (OSError, ValueError, http.client.HTTPException) as exc:  # URLError is an OSError
+        print(f"annotate: error: {url}: {getattr(exc, 'reason', None) or exc}", file=sys.stderr)
+        return 1
+    print(json.dumps(doc, indent=2))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     now = int(time.time() * 1000)
     try:
+        if args.url:
+            return over_http(args, annotations_token(os.environ))
         cfg = Config.from_env(os.environ)
         keys = KeySchema(cfg.namespace)
         client = open_client(cfg.redis_url, socket_connect_timeout=2.0, socket_timeout=5.0)

@@ -36,13 +36,13 @@ from watermark.alerting.health import Verdict, judge_all
 from watermark.alerting.lifecycle import AlertState, Decision, Notice, step_all
 from watermark.alerting.observation import Memory, Observation
 from watermark.alerting.promrules import prometheus_rules
-from watermark.apps.annotate import annotations_app, beside, serve
+from watermark.apps.annotate import REFUSED_WITHOUT_TOKEN, annotations_app, beside, is_loopback, serve
 from watermark.apps.monitor.alertmanager import AlertmanagerPusher
 from watermark.apps.monitor.metrics import StackCollector
 from watermark.apps.monitor.notify import Notifier, Outgoing
 from watermark.runtime.clock import wall_ms
 from watermark.runtime.signals import on_stop_signals
-from watermark.schema.config import DEFAULT_HISTORY_DAYS, Config, ConfigError, redact_url
+from watermark.schema.config import DEFAULT_HISTORY_DAYS, Config, ConfigError, annotations_token, redact_url
 from watermark.schema.keys import KeySchema
 from watermark.store.alert_store import apply_decision, publish_thresholds, read_alerts, read_outbox
 from watermark.store.observe import StackReading, lane_keys, read_stack
@@ -232,22 +232,24 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cfg = load_config(args.config)
         env = Config.from_env(os.environ)
+        token = annotations_token(os.environ)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     if args.prometheus_rules:
         sys.stdout.write(prometheus_rules(cfg))
         return 0
-    return run(cfg, env, args)
+    return run(cfg, env, args, token)
 
 
 def serve_metrics(address: str, port: int, url: str, keys: KeySchema, monitor: Monitor,
-                  history_days: int = DEFAULT_HISTORY_DAYS) -> str | None:
+                  history_days: int = DEFAULT_HISTORY_DAYS, token: str | None = None) -> str | None:
     """``/metrics`` and ``/annotations`` (:mod:`watermark.apps.annotate`) on one port, on their own thread; an error
-    message when it cannot listen."""
+    message when it cannot listen. ``/metrics`` is open, as exporters are; ``POST /annotations`` writes to Redis,
+    so it needs ``token``, and without one is refused beyond loopback."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(scrape_reader(url, keys, monitor))
-    notes = annotations_app(monitor_client(url), keys, history_days)
+    notes = annotations_app(monitor_client(url), keys, history_days, token=token, loopback=is_loopback(address))
     try:
         serve(address, port, beside(make_wsgi_app(registry), notes))
     except OSError as exc:
@@ -266,7 +268,14 @@ def wait_for_redis(client: redis.Redis, stop: threading.Event, limit_s: float = 
             stop.wait(0.25)
 
 
-def run(cfg: AlertConfig, env: Config, args: argparse.Namespace) -> int:
+def posting(address: str, token: str | None) -> str:
+    """Who may ``POST /annotations``, for the line the monitor prints at start."""
+    if token is not None:
+        return "with the token"
+    return "open (loopback, no token)" if is_loopback(address) else "refused (beyond loopback, no token)"
+
+
+def run(cfg: AlertConfig, env: Config, args: argparse.Namespace, token: str | None = None) -> int:
     keys = KeySchema(env.namespace)
     client = monitor_client(env.redis_url)
     notifier = None
@@ -282,13 +291,16 @@ def run(cfg: AlertConfig, env: Config, args: argparse.Namespace) -> int:
     monitor = Monitor(client, keys, cfg, wall_ms(), notifier, pusher, int(args.interval * 1000), env.retire_after_ms)
     stop = on_stop_signals().event
     if args.port and (error := serve_metrics(args.address, args.port, env.redis_url, keys, monitor,
-                                             env.history_days)):
+                                             env.history_days, token)):
         print(f"error: {error}", file=sys.stderr)
         return 2
     where = f"http://{args.address}:{args.port}/metrics" if args.port else "none (port 0)"
-    print(f"monitor: /metrics on {where}; Redis {redact_url(env.redis_url)}, namespace {env.namespace}; "
+    notes = f"; POST /annotations {posting(args.address, token)}" if args.port else ""
+    print(f"monitor: /metrics on {where}{notes}; Redis {redact_url(env.redis_url)}, namespace {env.namespace}; "
           f"webhook {shown_url(cfg.webhook.url) or 'none'}; alertmanager {shown_url(cfg.alertmanager.url) or 'none'}",
           flush=True)
+    if args.port and token is None and not is_loopback(args.address):
+        log.warning("%s (it listens on %s)", REFUSED_WITHOUT_TOKEN, args.address)
     wait_for_redis(client, stop)
     for thread in (notifier, pusher):
         if thread is not None:
