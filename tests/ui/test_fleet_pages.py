@@ -18,9 +18,10 @@ from tests.paths import APP
 from tests.seed import Seeded, seed_pipeline
 from watermark.rules.presence_rollup import day_of, parse_peaks
 from watermark.rules.scenarios import fleet
-from watermark.schema.keys import KeySchema
+from watermark.schema.keys import KeySchema, WindowKey
 from watermark.schema.records import PresenceStateRecord
 from watermark.schema.timeutil import clock
+from watermark.store.views.snapshot import read_snapshot
 
 pytestmark = pytest.mark.spark
 
@@ -79,6 +80,20 @@ def test_live_ops_at_300_servers_reads_by_region(seeded: Seeded, monkeypatch: py
     at.text_input(key="ops_find_server").input("as-01").run()
     (found,) = [df.value for df in at.dataframe if "Trend (last hour)" in df.value.columns]
     assert sorted(found["Server"]) == [f"as-{k:03d}" for k in range(10, 20)]
+
+
+def test_a_snapshot_reads_the_windows_of_the_servers_in_view_only(seeded: Seeded) -> None:
+    """What a page reads is bounded by the live fleet: a drained server's windows stay in Redis (its totals and
+    the Events page have them) but no snapshot reads them."""
+    client = redis.Redis.from_url(seeded.cfg.redis_url)
+    keys = KeySchema(seeded.cfg.namespace)
+    last = int(client.hget(keys.presence_state, "committed_id").split(b"-")[0])
+    snap = read_snapshot(client, keys, range_ms=3_600_000, now_ms=last + 1_000)
+    index = {WindowKey.parse(m) for m in client.zrange(keys.windows, 0, -1)}
+    head = snap.state.head_ms if snap.state else 0
+    in_range = {w for w in index if w.end_ms > head - 3_600_000}
+    assert snap.drained and {w.server for w in in_range} & set(snap.drained)  # there is something to leave out
+    assert {w.key for w in snap.windows} == {w for w in in_range if w.server not in snap.drained}
 
 
 @pytest.mark.parametrize("page", ["lab", "watermark", "lag", "events",

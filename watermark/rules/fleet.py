@@ -78,6 +78,13 @@ def life(*, last_arrival_ms: int | None, drained_ms: int, now_ms: int, silent_af
     return Life.SILENT if quiet >= silent_after_ms else Life.LIVE
 
 
+def in_view(*, retired: bool, drained: bool, players: int) -> bool:
+    """Whether a server is in the live views (the pages' per-server rows, windows and charts, ``/metrics``' per-server
+    series): neither drained nor retired, or players still online on it. So what they cost is bounded by the live
+    fleet, not by the names seen."""
+    return players > 0 or not (retired or drained)
+
+
 def heard(seen: Mapping[str, int], clock_heard: Mapping[str, int]) -> dict[str, int]:
     """Each server's newest arrival: the pipeline's (``{ns}:seen``), else the online view's clock's (a server the job
     has forgotten while the online view still keeps a logout of it must not look as if it had never spoken)."""

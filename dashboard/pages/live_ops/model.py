@@ -8,6 +8,7 @@ from dashboard import charts
 from dashboard.fleet import NO_REGION, Grouping
 from dashboard.status import clock, human_ms
 from dashboard.text import md
+from watermark.rules.fleet import in_view
 from watermark.rules.presence_rollup import TOTAL, region_key
 from watermark.rules.server_clock import NOTICEABLE_AHEAD_MS
 from watermark.store.presence_store import OnlineView
@@ -33,7 +34,7 @@ def live_servers(snap: Snapshot) -> list[str]:
     still."""
     counts = snap.online.counts if snap.online else {}
     return sorted({*snap.servers, *(s for s, n in counts.items()
-                                    if n or (s not in snap.retired and s not in snap.drained))})
+                                    if in_view(retired=s in snap.retired, drained=s in snap.drained, players=n))})
 
 
 def series_labels(g: Grouping) -> dict[str, str]:
@@ -98,10 +99,12 @@ def online_loss_note(v: OnlineView) -> str | None:
     return None
 
 
-def window_table(windows: tuple[WindowRow, ...]) -> list[dict[str, object]]:
+def window_table(windows: tuple[WindowRow, ...], limit: int | None = None) -> list[dict[str, object]]:
+    """The windows as rows, the newest first; ``limit``: at most that many."""
+    newest = windows[::-1] if limit is None else windows[:-limit - 1:-1]
     return [
         {"Server": w.server, "Start (UTC)": f"{charts.ts(w.start_ms):%H:%M:%S}",
          "End (UTC)": f"{charts.ts(w.end_ms):%H:%M:%S}", "Players": f"{w.players:,}", "Events": f"{w.events:,}",
          "Late accepted": f"{w.late:,}", "Dropped": f"{w.dropped:,}", "Status": "final" if w.final else "provisional"}
-        for w in reversed(windows)
+        for w in newest
     ]

@@ -96,12 +96,18 @@ def render(snap: Snapshot, now_ms: int) -> None:
     ui.chart(st, charts.events_per_window(windows, g.labels), "events_per_window",
              "No windows in this range yet: each window's accepted events appear once it has events.")
 
-    with st.expander(f"Windows in range ({len(snap.windows)})"):
-        st.dataframe(model.window_table(snap.windows), hide_index=True, width="stretch")
+    with st.expander(f"Windows in range ({len(snap.windows):,})"):
+        if len(snap.windows) > MAX_WINDOW_ROWS:
+            st.caption(f"The newest {MAX_WINDOW_ROWS:,} of {len(snap.windows):,}: pick a server on the Events page "
+                       "for all of its windows.")
+        st.dataframe(model.window_table(snap.windows, MAX_WINDOW_ROWS), hide_index=True, width="stretch")
     if state.head_ms is not None:
         st.caption(f"Newest event time {clock(state.head_ms)}; the page shows windows ending within "
                    f"{human_ms(snap.range_ms)} of it.")
 
+
+MAX_WINDOW_ROWS = 500
+"""Rows of the windows table at most: 300 servers over 15 minutes are thousands of windows."""
 
 HELP_ONLINE = ("From the online view: players whose latest event is a login or heartbeat and who have been silent "
                "for less than the timeout in event time, as of the watermark below (every batch folds its events "

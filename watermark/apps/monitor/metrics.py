@@ -18,6 +18,7 @@ from watermark.alerting.health import Health, Verdict
 from watermark.alerting.lifecycle import AlertState
 from watermark.alerting.observation import ServerObs
 from watermark.rules.fleet import drained
+from watermark.rules.fleet import in_view as fleet_in_view
 from watermark.schema.keys import parse_buckets
 from watermark.store.observe import StackReading
 
@@ -85,7 +86,7 @@ def families(r: StackReading) -> Iterator[Metric]:
 def in_view(s: ServerObs) -> bool:
     """Whether a server's series are served: not drained, not retired (``watermark.rules.fleet``). A deploy that
     replaces every pod leaves no series behind: their number is bounded by the live fleet."""
-    return not s.retired and not drained(s.last_arrival_ms, s.drained_ms)
+    return fleet_in_view(retired=s.retired, drained=drained(s.last_arrival_ms, s.drained_ms), players=s.players or 0)
 
 
 def _server_families(r: StackReading, shown: list[ServerObs]) -> Iterator[Metric]:

@@ -18,7 +18,7 @@ import msgspec
 import redis
 
 from watermark.alerting.config import AlertConfig
-from watermark.rules.fleet import drained, heard, retired
+from watermark.rules.fleet import drained, heard, in_view, retired
 from watermark.schema.config import Config
 from watermark.schema.keys import KeySchema, WindowKey
 from watermark.schema.records import BatchRecord
@@ -174,9 +174,15 @@ def read_snapshot(client: redis.Redis, keys: KeySchema, *, range_ms: int, now_ms
     if state is not None:
         queue_first_after(pipe, events, state.committed_id)
     replies = pipe.execute()
-    members = [WindowKey.parse(m) for m in replies[0]]
-    if head is not None:
-        members = [m for m in members if m.end_ms > head - range_ms]
+    online = online_view(*fixed.more)
+    clocks = online.clocks if online is not None else {}
+    seen = heard(fixed.seen, {s: c.heard_ms for s, c in clocks.items()})
+    gone = retired(seen, now_ms, retire_after_ms)
+    emptied = {s: c.drained_ms for s, c in clocks.items() if s not in gone and drained(seen.get(s), c.drained_ms)}
+    counts = online.counts if online is not None else {}
+    # the windows of the servers in the live views: what a page reads is bounded by the live fleet
+    members = [m for m in map(WindowKey.parse, replies[0]) if (head is None or m.end_ms > head - range_ms)
+               and in_view(retired=m.server in gone, drained=m.server in emptied, players=counts.get(m.server, 0))]
     batch_ids = [int(b) for b in replies[1]]
 
     # Round trip 3: the hashes behind the indexes.
@@ -190,11 +196,6 @@ def read_snapshot(client: redis.Redis, keys: KeySchema, *, range_ms: int, now_ms
 
     batches = batch_points(details[len(members):], range_ms)
     status = fixed.status(oldest_of(replies[3:]) if state is not None else None)
-    online = online_view(*fixed.more)
-    clocks = online.clocks if online is not None else {}
-    seen = heard(status.seen, {s: c.heard_ms for s, c in clocks.items()})
-    gone = retired(seen, now_ms, retire_after_ms)
-    emptied = {s: c.drained_ms for s, c in clocks.items() if s not in gone and drained(seen.get(s), c.drained_ms)}
     return Snapshot(
         namespace=keys.namespace, read_ms=now_ms, range_ms=range_ms, state=state, totals=status.totals,
         servers=tuple(s for s in status.servers if s not in gone and s not in emptied), windows=tuple(windows),
