@@ -455,3 +455,26 @@ def test_retired_servers_per_server_fields_are_forgotten_and_a_server_that_spoke
     assert "events" in totals and not [f for f in totals if f.endswith("|old")]
     assert {f"{m}|back" for m in SERVER_METRICS} <= totals
     assert forget_servers(r, keys, now_ms=700_000, retire_after_ms=600_000) == 0
+
+
+@pytest.mark.parametrize("follows_fleet", [True, False])
+def test_a_forgotten_servers_delay_buckets_join_the_retired_ones_and_the_advice_holds(
+        r: redis.Redis, follows_fleet: bool) -> None:
+    """The delay trade-off's per-server buckets of a forgotten server are added to the retired servers' histogram:
+    the hash stays bounded by the live fleet, and the advice over every server is the same as before. A namespace
+    following the fleet forgets the server's running max too; one with fixed servers keeps it."""
+    from watermark.rules.tradeoff import RETIRED_SERVERS, Tradeoff
+    from watermark.store.commit import forget_servers
+
+    keys = KeySchema(f"t-{uuid.uuid4().hex[:8]}")
+    r.hset(keys.seen, mapping={"m1": 1_000, "m2": 2_000, "live": 650_000})
+    r.hset(keys.tradeoff, mapping={"m1|0": 5, "m1|3": 2, "m2|3": 4, "m2|17": 1, "live|0": 7, "*|3": 1})
+    r.hset(keys.state, mapping={"max_event_us|m1": 9, "max_event_us|live": 10, "last_batch": 3})
+    before = Tradeoff.from_hash(r.hgetall(keys.tradeoff))
+    assert forget_servers(r, keys, now_ms=700_000, retire_after_ms=600_000, follows_fleet=follows_fleet) == 2
+    after = Tradeoff.from_hash(r.hgetall(keys.tradeoff))
+    assert after.servers == sorted(["live", RETIRED_SERVERS])
+    assert after.hist[RETIRED_SERVERS] == {0: 5, 3: 7, 17: 1}
+    assert after.candidates() == before.candidates() and after.recommend(0.9) == before.recommend(0.9)
+    state = {k.decode() for k in r.hkeys(keys.state)}
+    assert ("max_event_us|m1" in state) is not follows_fleet and "max_event_us|live" in state

@@ -152,7 +152,9 @@ def supervise(client: redis.Redis, cfg: Config, own: Config, lanes: list[Config]
                 tick_idle(client, ticker, watcher, secret, keys, idle_script)
             if time.monotonic() >= next_forget:
                 next_forget = time.monotonic() + FORGET_EVERY_S
-                forget_retired(client, [KeySchema(c.namespace) for c in (own, *lanes)], cfg.retire_after_ms)
+                fleets = [(KeySchema(c.namespace), c.watermark_mode == "per-server" and not c.known_servers)
+                          for c in (own, *lanes)]
+                forget_retired(client, fleets, cfg.retire_after_ms)
     finally:
         writer.close()
 
@@ -361,18 +363,18 @@ FORGET_EVERY_S = 60.0
 """How often the job forgets the per-server fields of retired servers: bounded work, a minute's churn at a time."""
 
 
-def forget_retired(client: redis.Redis, namespaces: list[KeySchema], retire_after_ms: int) -> None:
+def forget_retired(client: redis.Redis, namespaces: list[tuple[KeySchema, bool]], retire_after_ms: int) -> None:
     """The pipeline's and each lane's per-server fields of the servers retired (:func:`forget_servers`), so they
     are bounded by the live fleet and its churn within RETIRE_AFTER, not by every name ever seen. Only while the
     input is live (its newest committed arrival within RETIRE_AFTER of Redis' clock): a job reading a recorded
     stream of another day judges nobody retired by today's clock."""
     try:
         now = redis_now_ms(client)
-        committed = client.hget(namespaces[0].state, "committed_id")
+        committed = client.hget(namespaces[0][0].state, "committed_id")
         newest = max((parse_entry_id(i)[0] for i in committed.decode().split(",")), default=0) if committed else 0
         if now - newest >= retire_after_ms:
             return
-        gone = sum(forget_servers(client, k, now, retire_after_ms) for k in namespaces)
+        gone = sum(forget_servers(client, k, now, retire_after_ms, follows_fleet) for k, follows_fleet in namespaces)
         if gone:
             log.info("forgot the per-server fields of %d retired server(s)", gone)
     except redis.RedisError as exc:  # best effort: the next minute tries again

@@ -31,6 +31,9 @@ GRID_MS: tuple[int, ...] = (
     300_000, 600_000, 900_000, 1_800_000, 3_600_000,
 )
 GRID_FIELD = "grid"
+RETIRED_SERVERS = "*"
+"""The histogram the buckets of retired servers are added to when they are forgotten (``*`` is never a server's
+name: ``watermark.schema.events.bad_name``), so a day of match servers is a bounded hash."""
 
 
 def bucket(slack_ms: int | None, grid: tuple[int, ...] = GRID_MS) -> int:

@@ -22,7 +22,7 @@ import pyarrow.compute as pc
 import redis
 
 from watermark.rules.late import LateEvent
-from watermark.rules.tradeoff import GRID_FIELD, GRID_MS, bucket, hist_field
+from watermark.rules.tradeoff import GRID_FIELD, GRID_MS, RETIRED_SERVERS, bucket, hist_field
 from watermark.rules.watermarks import policy_max
 from watermark.rules.windows import event_ms
 from watermark.schema.config import DEFAULT_HISTORY_DAYS, DEFAULT_LATE_KEEP, Config
@@ -220,26 +220,40 @@ call, and at two trims a second the stream outgrew its bound above about 20,000 
 
 _FORGET_SERVERS_LUA = """
 local n = tonumber(ARGV[1])
+local buckets, fleet = tonumber(ARGV[n + 2]), ARGV[n + 3] == '1'
 local gone = 0
-for i = n + 2, #ARGV, 2 do
+for i = n + 4, #ARGV, 2 do
   local s, v = ARGV[i], ARGV[i + 1]
   if redis.call('HGET', KEYS[1], s) == v then
     redis.call('HDEL', KEYS[1], s)
     redis.call('HDEL', KEYS[2], s)
     redis.call('SREM', KEYS[3], s)
     for m = 2, n + 1 do redis.call('HDEL', KEYS[4], ARGV[m] .. '|' .. s) end
+    for b = 0, buckets - 1 do
+      local f = s .. '|' .. b
+      local pairs = redis.call('HGET', KEYS[5], f)
+      if pairs then
+        redis.call('HINCRBY', KEYS[5], 'RETIRED|' .. b, pairs)
+        redis.call('HDEL', KEYS[5], f)
+      end
+    end
+    if fleet then redis.call('HDEL', KEYS[6], 'max_event_us|' .. s) end
     gone = gone + 1
   end
 end
 return gone
-"""
-"""Forget servers whose newest arrival is still the one read: one that spoke again since is kept."""
+""".replace("RETIRED", RETIRED_SERVERS)
+"""Forget servers whose newest arrival is still the one read: one that spoke again since is kept. Its delay
+trade-off buckets are added to the retired servers' (:data:`RETIRED_SERVERS`): the advice over every server stays
+exact. In a namespace following the fleet, its running max goes too, as its watermark did
+(``rules.watermarks``)."""
 SERVER_METRICS = ("events", "dropped", "late", "rows", "ticks")
 """The per-server fields of ``{ns}:totals`` (:func:`_totals`)."""
 FORGET_CHUNK = 500
 
 
-def forget_servers(client: redis.Redis, keys: KeySchema, now_ms: int, retire_after_ms: int) -> int:
+def forget_servers(client: redis.Redis, keys: KeySchema, now_ms: int, retire_after_ms: int,
+                   follows_fleet: bool = False) -> int:
     """Drop the per-server fields of every server silent for ``retire_after_ms`` (``watermark.rules.fleet``: retired)
     from the namespace's ``seen``, ``regions``, ``servers`` and per-server totals; the overall totals keep every
     event. A server that speaks again starts its own counts afresh. Returns how many went."""
@@ -248,8 +262,9 @@ def forget_servers(client: redis.Redis, keys: KeySchema, now_ms: int, retire_aft
     gone = 0
     for i in range(0, len(old), FORGET_CHUNK):
         chunk = old[i:i + FORGET_CHUNK]
-        gone += int(client.eval(_FORGET_SERVERS_LUA, 4, keys.seen, keys.regions, keys.servers, keys.totals,
-                                len(SERVER_METRICS), *SERVER_METRICS, *(x for pair in chunk for x in pair)))
+        gone += int(client.eval(_FORGET_SERVERS_LUA, 6, keys.seen, keys.regions, keys.servers, keys.totals,
+                                keys.tradeoff, keys.state, len(SERVER_METRICS), *SERVER_METRICS, len(GRID_MS) + 1,
+                                "1" if follows_fleet else "0", *(x for pair in chunk for x in pair)))
     return gone
 
 

@@ -17,9 +17,11 @@ import streamlit as st
 from dashboard import loaders, ui
 from dashboard.pages.delay import model
 from dashboard.status import assess, human_ms, unreachable
-from watermark.rules.tradeoff import Tradeoff
+from watermark.rules.tradeoff import RETIRED_SERVERS, Tradeoff
 from watermark.schema.config import Config, redact_url
 
+RETIRED_LABEL = "(retired servers, summed)"
+"""The row of the servers forgotten once retired: their pairs still count in the advice."""
 TARGETS = {"99%": 0.99, "99.9%": 0.999, "99.99%": 0.9999}
 
 
@@ -31,7 +33,8 @@ def tables(tradeoff: Tradeoff, target: float, behind: float, current: int, best:
     for server in tradeoff.servers:
         rec = tradeoff.recommend(target, [server])
         pairs = tradeoff.candidates([server])[0].pairs
-        rows.append({"Server": server, "Pairs": f"{pairs:,}", "Recommended delay": model.delay_text(rec),
+        name = RETIRED_LABEL if server == RETIRED_SERVERS else server
+        rows.append({"Server": name, "Pairs": f"{pairs:,}", "Recommended delay": model.delay_text(rec),
                      "Window closes after (wall clock)": "-" if rec is None else human_ms(rec + behind)})
     st.dataframe(rows, hide_index=True, key="per_server_delay")
     ui.draw(st, model.tradeoff_chart(tradeoff, current, best, regions), "tradeoff_chart")
