@@ -82,6 +82,32 @@ def test_a_watched_key_that_changed_refuses_the_whole_transaction(client: redis.
     assert client.ping()  # the connection is still good for the next command
 
 
+def test_a_guarded_commit_whose_record_changed_is_decided_again_and_lands_once(client: redis.Redis) -> None:
+    """The job forgets a retired server's running max in a lane's record while the lane commits (``forget_servers``):
+    the commit's transaction is refused (``WatchError``), and ``with_retry`` reads and decides again."""
+    from watermark.store.redis_conn import with_retry
+
+    state, total = _k(), _k()
+    client.hset(state, mapping={"last_batch": 4, "max_event_us|gone": 9, "max_event_us|live": 7})
+    calls = []
+
+    def commit() -> int:
+        calls.append(1)
+        with client.pipeline() as pipe:
+            pipe.watch(state)
+            fields = pipe.hgetall(state)
+            if len(calls) == 1:  # the sweep runs between the read and the transaction
+                client.hdel(state, "max_event_us|gone")
+            pipe.multi()
+            pipe.hset(state, "last_batch", 5)
+            pipe.incrby(total, sum(int(v) for k, v in fields.items() if k.startswith(b"max_event_us|")))
+            pipe.execute()
+        return len(calls)
+
+    assert with_retry(commit, "a commit", sleep=lambda _: None) == 2
+    assert client.get(total) == b"7" and client.hget(state, "last_batch") == b"5"
+
+
 def test_a_command_refused_when_run_raises_naming_it(client: redis.Redis, execute: Callable) -> None:
     guard, text = _k(), _k()
     client.set(text, "x")

@@ -206,6 +206,8 @@ def with_retry(fn: Callable[[], T], what: str, *, attempts: int | None = None, g
     ``CLUSTERDOWN``: a failover, a resharding) is retried as Redis being away is, ``refresh()`` called before each
     retry so that ``fn`` finds the slot's new node.
 
+    A guarded commit whose watched record changed (``WatchError``) wrote nothing and is decided again at once.
+
     Only for idempotent work: a read, or a commit guarded by the batch id, so a
     retry after an ambiguous failure (sent, reply lost) changes nothing.
     """
@@ -228,6 +230,11 @@ def with_retry(fn: Callable[[], T], what: str, *, attempts: int | None = None, g
             if refresh is not None:
                 refresh()
             delay = min(max_delay_s, delay * 2)
+            continue
+        except redis.WatchError:
+            # a watched key changed under a guarded commit (the job forgetting a retired server's fields): nothing
+            # was written; read again and decide again
+            log.info("%s: its record changed meanwhile; deciding again", what)
             continue
         except redis.ResponseError as exc:
             if not is_full(exc):
