@@ -2,8 +2,9 @@
 
 Draws the shared controls, then the chosen page. Each page is a folder under ``pages/`` whose ``page.main`` draws
 it; the navigation below names them. Lab control, the one page that writes, is in the navigation only when
-``LAB_CONTROL`` is on (by default in the demo, off in production mode: ``DEMO=off``). ``dashboard.testing`` runs
-one page as this script would, for tests.
+``LAB_CONTROL`` is on (by default in the demo, off in production mode: ``DEMO=off``). With sign-in configured
+(``wm-dashboard``, decision 0022) a signed-out browser gets the sign-in page alone, whatever its URL path; a viewer
+sees Lab control read-only. ``dashboard.testing`` runs one page as this script would, for tests.
 """
 
 from __future__ import annotations
@@ -72,14 +73,38 @@ def shown_pages() -> list[str]:
     return [name for name in PAGES if name != "control" or lab_control()]
 
 
+def sign_in_page() -> None:
+    st.title("Watermark dashboard")
+    st.write("Sign in to see the dashboard.")
+    st.button("Sign in", key="sign_in", type="primary", icon=":material/login:", on_click=st.login)
+
+
+def gate(acc: ui.Access) -> bool:
+    """Before sign-in (or when sign-in is asked for but missing), one page whatever the URL path, and no other:
+    the sign-in page, or why nothing is shown. True when it drew that page."""
+    if acc.shut:
+        st.navigation([st.Page(lambda: st.error(acc.shut), title="Watermark dashboard", url_path="closed",
+                               default=True)], position="hidden").run()
+        return True
+    if acc.signed_out:
+        st.navigation([st.Page(sign_in_page, title="Sign in", url_path="sign-in", default=True)],
+                      position="hidden").run()
+        return True
+    return False
+
+
 def main() -> None:
     page_config()
+    acc = ui.current_access()
+    if gate(acc):
+        return
     shown = shown_pages()
     pages = {name: st.Page(PAGES[name].main, title=PAGES[name].title, icon=PAGES[name].icon,
                            url_path=PAGES[name].url_path, default=name == "ops") for name in shown}
     st.session_state[ui.ALERTS_PAGE] = pages["alerts"]  # the Live ops banner links to it
     page = st.navigation(list(pages.values()))
     ui.sidebar(active=page.url_path != "control")  # Lab control reads none of them
+    ui.access_note(acc)
     page.run()
 
 
@@ -87,6 +112,7 @@ def run_one(name: str) -> None:
     """One page as :func:`main` draws it when it is chosen, without the navigation (``dashboard.testing``)."""
     page_config()
     ui.sidebar(active=name != "control")
+    ui.access_note(ui.current_access())
     PAGES[name].main()
 
 

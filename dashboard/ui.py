@@ -1,8 +1,9 @@
 """The shell every page shares: the sidebar's controls, the refresh skeleton (:func:`live`: one read per tick, one
-error policy, the status line first), the marks over every time chart, the Lab control's one write.
+error policy, the status line first), the marks over every time chart, the Lab control's one write, and who is
+looking (:func:`current_access`: signed in or open, viewer or operator; decision 0022).
 
 Reads go through :mod:`dashboard.loaders` (cached per refresh tick, shared by every session). Nothing here writes to
-Redis but :func:`submit_control`, on a button press of the Lab control page.
+Redis but :func:`submit_control`, on a button press of the Lab control page by an operator.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 import redis
 import streamlit as st
 
+from dashboard import access
 from dashboard.charts import Mark, mark
 from dashboard.loaders import load_alerts, load_lab, load_lanes, load_marks, load_snapshot, redis_client
 from dashboard.status import Level, Status, assess, clock, human_ms, unreachable
@@ -33,6 +35,8 @@ RANGES: dict[str, int] = {"5 min": 300_000, "15 min": 900_000, "60 min": 3_600_0
 REFRESH: dict[str, int] = {"1 s": 1, "2 s": 2, "5 s": 5, "10 s": 10}
 CONTROL_RESULT = "lab_result"
 """Session-state key holding what the last control button press did, shown under the buttons."""
+OPERATOR_NEEDED = ("changing the Lab control settings needs the operator role (docs/operations.md, Sign-in and "
+                   "roles).")
 ALERTS_PAGE = "_alerts_page"
 """Session-state key under which the entry script leaves the Alerts page's ``st.Page``, for links to it."""
 NOW_OVERRIDE = "now_ms"
@@ -76,6 +80,67 @@ def sidebar(active: bool = True) -> None:
                                   "to the newest batch.")
         st.selectbox("Refresh every", list(REFRESH), index=1, key="refresh", disabled=off)
         st.toggle("Pause", key="paused", disabled=off, help="Stop refreshing; the page keeps what it shows.")
+
+
+@dataclass(frozen=True)
+class Access:
+    """Who is looking (decision 0022): whether sign-in is on, the signed-in user's claims, their role."""
+
+    sign_in: bool  # Streamlit has [auth] secrets: nothing is shown before sign-in
+    claims: dict[str, object] | None  # the ID token's claims once signed in
+    role: str  # access.OPERATOR or access.VIEWER
+    problem: str | None = None  # an invalid operator rule: everyone is a viewer, and every page says why
+    shut: str | None = None  # why nothing is shown to anyone: sign-in asked for, but Streamlit was not given it
+
+    @property
+    def signed_out(self) -> bool:
+        return self.sign_in and self.claims is None
+
+    @property
+    def operator(self) -> bool:
+        return self.role == access.OPERATOR and self.problem is None and self.shut is None
+
+    @property
+    def who(self) -> str:
+        claims = self.claims or {}
+        return str(claims.get("email") or claims.get("name") or claims.get("sub") or "someone")
+
+
+def current_access() -> Access:
+    """This session's access: ``[auth]`` in Streamlit's secrets turns sign-in on (``wm-dashboard`` writes it from
+    ``DASHBOARD_OIDC_*``); the operator rule is ``DASHBOARD_OPERATORS_*``. Fails closed: sign-in asked for in the
+    environment but absent from Streamlit shuts the dashboard, an invalid rule leaves nobody an operator."""
+    try:
+        sign_in = "auth" in st.secrets
+    except FileNotFoundError:  # no secrets file at all (StreamlitSecretNotFoundError is one)
+        sign_in = False
+    user = st.user.to_dict() if sign_in else {}
+    claims = {k: v for k, v in user.items() if k not in ("is_logged_in", "tokens")} if user.get("is_logged_in") \
+        else None
+    shut = problem = None
+    if not sign_in and any((os.environ.get(v) or "").strip() for v in access.REQUIRED):
+        shut = ("Sign-in is configured (`DASHBOARD_OIDC_*`) but this dashboard was started without it, so it shows "
+                "nothing: start it with `wm-dashboard` (the Procfile does), which hands Streamlit the `[auth]` "
+                "secrets.")
+    try:
+        operators = access.Operators.from_env(os.environ)
+    except access.AccessError as exc:
+        operators, problem = access.Operators(), f"Nobody is an operator: {exc}."
+    return Access(sign_in, claims, access.role(claims, operators, sign_in), problem, shut)
+
+
+def access_note(acc: Access) -> None:
+    """Under the sidebar's controls: who is signed in and as what, with a way out; or that the dashboard is open."""
+    with st.sidebar:
+        if acc.problem:
+            st.warning(acc.problem)
+        if not acc.sign_in:
+            also = "and change what it offers to change" if acc.operator else "(changes need an operator: sign-in)"
+            st.caption(f":material/lock_open: **Open to anyone who reaches this address**: no sign-in is configured, "
+                       f"so anyone can see every page {also}. Docs: operations, *Sign-in and roles*.")
+            return
+        st.caption(f":material/account_circle: Signed in as {md(acc.who)} · **{acc.role}**")
+        st.button("Sign out", key="sign_out", icon=":material/logout:", on_click=st.logout)
 
 
 def current_view() -> View:
@@ -130,8 +195,12 @@ def selected_lane(cfg: Config) -> Lane:
 
 
 def submit_control(cfg: Config, changes: Callable[[], dict[str, object]]) -> None:
-    """A button's callback: runs before the page is drawn again, so the page shows the new request."""
+    """A button's callback: runs before the page is drawn again, so the page shows the new request. The role is
+    asked again here: a viewer's page offers no button, and a press that reaches the server anyway saves nothing."""
     keys = KeySchema(cfg.namespace)
+    if not current_access().operator:
+        st.session_state[CONTROL_RESULT] = Status(Level.WARNING, f"Not saved: {OPERATOR_NEEDED}")
+        return
     try:
         ctl = write_control(redis_client(cfg.redis_url), keys, now_ms=now_ms(), **changes())  # type: ignore[arg-type]
     except redis.exceptions.NoPermissionError as exc:

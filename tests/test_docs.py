@@ -8,11 +8,18 @@ from pathlib import Path
 
 import pytest
 
+from dashboard import access
 from watermark.schema.config import Config, ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
 ROW = re.compile(r"^\| `([A-Z_]+)` \|(.*)\|$")
 EXAMPLE = re.compile(r"`([A-Z_]+)=([^`]*)`: (.*)$")
+ACCESS_VARS = {v for v in vars(access).values() if isinstance(v, str) and v.startswith("DASHBOARD_")}
+"""The dashboard's sign-in and roles, read by ``wm-dashboard`` (``dashboard/access.py``), not by ``Config``."""
+SIGNED_IN = {access.METADATA_URL: "https://id.example.com/.well-known/openid-configuration",
+             access.CLIENT_ID: "wm-dashboard", access.CLIENT_SECRET: "s", access.COOKIE_SECRET: "c" * 32,
+             access.REDIRECT_URI: "https://wm.example.com/oauth2callback"}
+"""A valid sign-in, beside which each documented mistake is made."""
 
 
 def config_rows() -> dict[str, list[str]]:
@@ -31,8 +38,14 @@ def test_each_documented_error_is_the_one_config_raises(var: str, cells: list[st
         return
     m = EXAMPLE.match(invalid)
     assert m is not None and m.group(1) == var, invalid
-    with pytest.raises(ConfigError) as err:
-        Config.from_env({var: m.group(2)})
+    if var in ACCESS_VARS:
+        env = {**SIGNED_IN, var: m.group(2)}
+        with pytest.raises(access.AccessError) as err:
+            access.SignIn.from_env(env)
+            access.Operators.from_env(env)
+    else:
+        with pytest.raises(ConfigError) as err:
+            Config.from_env({var: m.group(2)})
     assert str(err.value) == m.group(3).replace("\\|", "|")
 
 
@@ -41,6 +54,7 @@ def test_every_variable_config_reads_is_documented() -> None:
     read = set(re.findall(r'env(?:\.get)?\(?\s*\[?"([A-Z_]+)"', source)) | set(
         re.findall(r'_(?:int|duration|optional_duration|switch)\(env, "([A-Z_]+)"', source))
     assert read and read <= set(config_rows()), sorted(read - set(config_rows()))
+    assert ACCESS_VARS <= set(config_rows()), sorted(ACCESS_VARS - set(config_rows()))
 
 
 def test_the_readme_is_short_and_every_relative_link_resolves() -> None:

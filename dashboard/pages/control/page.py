@@ -7,9 +7,16 @@ page still shows everything and says why it cannot change anything.
 
 In production mode (``DEMO=off``: no generator) the page is in the navigation only with ``LAB_CONTROL=on``,
 and then offers only the delay, which the job applies by itself.
+
+With sign-in (decision 0022) only an operator changes anything: a viewer sees the same page with every input
+disabled, no button wired to a write, and a note saying the operator role is needed (``ui.submit_control`` asks
+again, for a press that reaches the server anyway).
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
 
 import redis
 import streamlit as st
@@ -58,48 +65,58 @@ def render(cfg: Config) -> None:
         control = None
     control = control or Control()
     _status(cfg)
+    operator = ui.current_access().operator
+    if not operator:
+        st.info(f"Read-only: {ui.OPERATOR_NEEDED}", icon=":material/lock:")
     if cfg.demo:
-        generator(cfg, control)
-    delay_form(cfg, control)
+        generator(cfg, control, operator)
+    delay_form(cfg, control, operator)
     result = st.session_state.pop(ui.CONTROL_RESULT, None)
     if result is not None:
         ui.show_status([result])
 
 
-def generator(cfg: Config, control: Control) -> None:
-    """The demo's generator: its scenario, its rate, start and stop."""
+def generator(cfg: Config, control: Control, operator: bool = True) -> None:
+    """The demo's generator: its scenario, its rate, start and stop (for a viewer, shown but disabled)."""
+    off = not operator
     st.subheader("Generator")
     names = list(SCENARIOS)
     current = control.scenario if control.scenario in SCENARIOS else names[0]
     st.selectbox("Scenario", names, index=names.index(current), key="lab_scenario",
-                 format_func=lambda n: f"{n} — {SCENARIOS[n].description}",
+                 format_func=lambda n: f"{n} — {SCENARIOS[n].description}", disabled=off,
                  help="Switching restarts the simulation from now; events still in flight are abandoned.")
     st.number_input("Rate (events/s across all servers; 0 = as fast as possible)", min_value=0.0, step=100.0,
-                    value=control.rate if control.rate is not None else DEFAULT_RATE, key="lab_rate")
+                    value=control.rate if control.rate is not None else DEFAULT_RATE, key="lab_rate", disabled=off)
     requested = "nothing yet" if control.running is None else "running" if control.running else "stopped"
     rate = "-" if control.rate is None else rate_text(control.rate)
     st.caption(f"Requested now: `{control.scenario or '-'}` at {rate}, {requested} (rev {control.rev}).")
     cols = st.columns(3)
-    cols[0].button("Apply scenario and rate", key="lab_apply", type="primary", on_click=ui.submit_control,
-                   args=(cfg, lambda: {"scenario": st.session_state["lab_scenario"],
-                                       "rate": float(st.session_state["lab_rate"])}))
-    cols[1].button("Start", key="lab_start", icon=":material/play_arrow:", on_click=ui.submit_control,
-                   args=(cfg, lambda: {"running": True}))
-    cols[2].button("Stop", key="lab_stop", icon=":material/stop:", on_click=ui.submit_control,
-                   args=(cfg, lambda: {"running": False}))
+    cols[0].button("Apply scenario and rate", key="lab_apply", type="primary", **_write(cfg, operator, lambda: {
+        "scenario": st.session_state["lab_scenario"], "rate": float(st.session_state["lab_rate"])}))
+    cols[1].button("Start", key="lab_start", icon=":material/play_arrow:",
+                   **_write(cfg, operator, lambda: {"running": True}))
+    cols[2].button("Stop", key="lab_stop", icon=":material/stop:", **_write(cfg, operator, lambda: {"running": False}))
 
 
-def delay_form(cfg: Config, control: Control) -> None:
+def delay_form(cfg: Config, control: Control, operator: bool = True) -> None:
     """Another watermark delay: the job applies it (restarting its query), with or without a generator."""
     st.subheader("Watermark delay")
     delay = control.delay_ms if control.delay_ms is not None else cfg.delay_ms
-    st.text_input("Delay (e.g. 20s, 2m)", value=format_duration_ms(delay), key="lab_delay",
+    st.text_input("Delay (e.g. 20s, 2m)", value=format_duration_ms(delay), key="lab_delay", disabled=not operator,
                   help="How far behind the newest event time the watermark trails.")
-    st.button("Apply delay (restarts the query, history kept)", key="lab_apply_delay", on_click=ui.submit_control,
-              args=(cfg, lambda: {"delay_ms": parse_duration_ms(st.session_state["lab_delay"])}))
+    st.button("Apply delay (restarts the query, history kept)", key="lab_apply_delay", **_write(
+        cfg, operator, lambda: {"delay_ms": parse_duration_ms(st.session_state["lab_delay"])}))
     st.caption("Requested: " + ("none, so the job uses WATERMARK_DELAY "
                                 f"({format_duration_ms(cfg.delay_ms)})" if control.delay_ms is None
                                 else format_duration_ms(control.delay_ms)))
+
+
+def _write(cfg: Config, operator: bool, changes: Callable[[], dict[str, object]]) -> dict[str, Any]:
+    """A write button's arguments: wired to ``ui.submit_control`` for an operator; disabled, wired to nothing,
+    for a viewer."""
+    if operator:
+        return {"on_click": ui.submit_control, "args": (cfg, changes)}
+    return {"disabled": True}
 
 
 def main() -> None:
