@@ -15,6 +15,11 @@ it). Per visit, from ``goto``:
 - **charts**: how many plotly charts the page shows then.
 
 The dashboard process's CPU seconds over the visits are reported too (its share of two cores).
+
+    python -m bench.pages --servers 300 --rate 10000 --viewers 1,5,10 [--path /wall]
+
+measures instead what viewers cost: the dashboard's cores while 1, 5 and 10 sessions (each a browser context of
+its own) keep one page open, refreshing by itself; one stack, the counts in turn.
 """
 
 from __future__ import annotations
@@ -116,6 +121,49 @@ def measure(code_root: Path, servers: int, rate: int, warmup: float) -> tuple[li
             stack.stop_all()
 
 
+VIEWER_SETTLE_S = 20.0
+VIEWER_WINDOW_S = 60.0
+
+
+def viewers_cost(code_root: Path, servers: int, rate: int, warmup: float, counts: list[int],
+                 path: str = "/") -> dict[int, float]:
+    """The dashboard's cores while ``n`` viewers keep ``path`` open (each its own browser context: a session of its
+    own, refreshing by itself), for each ``n`` in turn on one stack: ``VIEWER_SETTLE_S`` for the sessions to start,
+    then ``VIEWER_WINDOW_S`` measured."""
+    from playwright.sync_api import sync_playwright
+
+    with tempfile.TemporaryDirectory(prefix="viewers-bench-") as tmp:
+        stack = Stack(code_root, Path(tmp), rate)
+        stack.env.update({"SERVERS": str(servers), "REGIONS": str(min(6, servers)),
+                          "DASHBOARD_PORT": str(port := free_port())})
+        try:
+            stack.start("redis")
+            client = redis.Redis.from_url(stack.url, socket_timeout=60)
+            _start_job(stack, client)
+            for name in ("monitor", "online", "generator", "dashboard"):
+                stack.start(name)
+            wait_for(lambda: "You can now view" in stack.log("dashboard"), 60, "the dashboard")
+            time.sleep(warmup)
+            out = {}
+            with sync_playwright() as pw:
+                browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
+                for n in counts:
+                    contexts = [browser.new_context(viewport=VIEWPORT) for _ in range(n)]
+                    for ctx in contexts:
+                        ctx.new_page().goto(f"http://127.0.0.1:{port}{path}")
+                    time.sleep(VIEWER_SETTLE_S)
+                    cpu0, t0 = tree_cpu_s(stack.procs["dashboard"].pid), time.monotonic()
+                    time.sleep(VIEWER_WINDOW_S)
+                    out[n] = round((tree_cpu_s(stack.procs["dashboard"].pid) - cpu0) / (time.monotonic() - t0), 3)
+                    print(f"{servers} servers, {n:>2} viewers of {path}: dashboard {out[n]} cores", flush=True)
+                    for ctx in contexts:
+                        ctx.close()
+                browser.close()
+            return out
+        finally:
+            stack.stop_all()
+
+
 def _s(x: float | None) -> str:
     return "    -  " if x is None else f"{x:5.1f} s"
 
@@ -142,10 +190,23 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--warmup", type=float, default=60.0, help="seconds of input before the first visit")
     p.add_argument("--base", default=None, help="measure the tree at this git revision")
     p.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
+    p.add_argument("--viewers", default=None,
+                   help="viewer counts, comma-separated (e.g. 1,5,10): the dashboard's cores with that many sessions "
+                        "on --path, at the first of --servers, instead of the page visits")
+    p.add_argument("--path", default="/", help="with --viewers: the page each viewer keeps open (default Live ops)")
     args = p.parse_args(argv)
     counts = [int(x) for x in args.servers.split(",")]
     with tempfile.TemporaryDirectory(prefix="pages-code-") as codedir:
         root, label = (export(args.base, Path(codedir)), args.base) if args.base else (HERE, _describe(HERE))
+        if args.viewers:
+            cost = viewers_cost(root, counts[0], args.rate, args.warmup, [int(x) for x in args.viewers.split(",")],
+                                args.path)
+            if args.out:
+                args.out.write_text(json.dumps({
+                    "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "code": label, "rate": args.rate,
+                    "servers": counts[0], "path": args.path, "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+                    "dashboard_cores_by_viewers": cost}, indent=1))
+            return 0
         visits, cpu = [], {}
         for n in counts:
             got, cpu[n] = measure(root, n, args.rate, args.warmup)
