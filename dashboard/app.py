@@ -25,6 +25,7 @@ from dashboard.pages.health import page as health
 from dashboard.pages.lab import page as lab
 from dashboard.pages.lag import page as lag
 from dashboard.pages.live_ops import page as live_ops
+from dashboard.pages.wall import page as wall
 from dashboard.pages.watermark import page as watermark
 from watermark.schema.config import Config, ConfigError
 
@@ -58,6 +59,7 @@ PAGES: dict[str, PageSpec] = {
     "lab": PageSpec(lab.main, "Watermark lab", ":material/science:", "lab"),
     "delay": PageSpec(delay.main, "Choosing the delay", ":material/tune:", "delay"),
     "control": PageSpec(control.main, "Lab control", ":material/settings_remote:", "control"),
+    "wall": PageSpec(wall.main, "Wall screen", ":material/tv:", "wall"),
 }
 
 

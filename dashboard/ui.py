@@ -3,7 +3,7 @@ error policy, the status line first), the marks over every time chart, the Lab c
 looking (:func:`current_access`: signed in or open, viewer or operator; decision 0022).
 
 Reads go through :mod:`dashboard.loaders` (cached per refresh tick, shared by every session). Nothing here writes to
-Redis but :func:`submit_control`, on a button press of the Lab control page by an operator.
+Redis but :func:`submit_control` and :func:`submit_annotation`, on an operator's press.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from dashboard.status import Level, Status, assess, clock, human_ms, unreachable
 from dashboard.text import md, safe_figure
 from watermark.schema.config import Config, ConfigError, redact_url
 from watermark.schema.keys import KeySchema
+from watermark.store.annotation_store import add_annotation, annotation_from
 from watermark.store.control_store import write_control
 from watermark.store.views.lanes import Lane
 from watermark.store.views.snapshot import Snapshot
@@ -217,6 +218,27 @@ def submit_control(cfg: Config, changes: Callable[[], dict[str, object]]) -> Non
     st.session_state[CONTROL_RESULT] = result
 
 
+ANNOTATION_OPERATOR_NEEDED = ("adding an annotation needs the operator role (docs/operations.md, Sign-in and "
+                              "roles); `wm-annotate` and `POST /annotations` with the monitor's token add them too")
+
+
+def submit_annotation(cfg: Config, doc: dict[str, object]) -> Status:
+    """The Alerts page's form: an annotation (``annotation_from``'s fields) added for every time chart to draw. The
+    role is asked again here: a viewer's page has no form, and a submit that reaches the server saves nothing."""
+    if not current_access().operator:
+        return Status(Level.WARNING, f"Not saved: {ANNOTATION_OPERATOR_NEEDED}")
+    now = now_ms()
+    try:
+        a = annotation_from(doc, now)
+        add_annotation(redis_client(cfg.redis_url), KeySchema(cfg.namespace), a, cfg.history_days, now)
+    except ValueError as exc:
+        return Status(Level.ERROR, f"Not saved: {exc}")
+    except redis.RedisError as exc:
+        return unreachable(redact_url(cfg.redis_url), exc)
+    load_marks.clear()
+    return Status(Level.OK, f"Added: {a.kind} “{md(a.text)}” from {clock(a.start_ms)}; every time chart draws it.")
+
+
 def page_marks(now: int | None = None) -> list[Mark]:
     """What every time chart draws over its data (the configured pipeline's: annotations concern the game, and
     the monitor watches that pipeline); none when they cannot be read (the status line speaks for Redis)."""
@@ -256,8 +278,9 @@ def show_status(statuses: list[Status]) -> None:
         {Level.OK: st.success, Level.INFO: st.info, Level.WARNING: st.warning, Level.ERROR: st.error}[s.level](s.text)
 
 
-def live(render: Callable[[Snapshot, int], None]) -> None:
-    """Run ``render(snapshot, now_ms)`` now and, unless paused, every refresh interval."""
+def live(render: Callable[[Snapshot, int], None], status: bool = True) -> None:
+    """Run ``render(snapshot, now_ms)`` now and, unless paused, every refresh interval; ``status`` False: the page
+    says the pipeline's health itself (the wall), and only a Redis that cannot be read is said here."""
     view = current_view()
 
     @st.fragment(run_every=None if view.paused else view.refresh_s)
@@ -274,7 +297,8 @@ def live(render: Callable[[Snapshot, int], None]) -> None:
         except redis.RedisError as exc:
             show_status([unreachable(redact_url(cfg.redis_url), exc)])
             return
-        show_status(assess(snap, now, demo=cfg.demo))
+        if status or snap.state is None:
+            show_status(assess(snap, now, demo=cfg.demo))
         if view.paused:
             st.caption(f"Paused: showing data read at {clock(snap.read_ms)}.")
         if snap.state is None:

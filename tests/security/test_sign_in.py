@@ -27,6 +27,7 @@ from tests.procs import Proc
 from tests.ui.test_dashboard_browser import CHROMIUM, CHROMIUM_ARGS
 from watermark.apps.redis_server import free_port
 from watermark.schema.keys import KeySchema
+from watermark.store.annotation_store import read_annotations
 from watermark.store.control_store import read_control
 
 CLIENT_SECRET = "client-" + uuid.uuid4().hex
@@ -155,6 +156,9 @@ def test_a_viewer_sees_every_page_and_lab_control_read_only(served: dict, browse
     for path, heading in (("/alerts", "Alerts"), ("/health", "Pipeline health"), ("/control", "Lab control")):
         page.goto(served["url"] + path)
         page.get_by_role("heading", name=heading).wait_for(timeout=60_000)
+        if path == "/alerts":  # no form to mark what happened: an operator's
+            page.get_by_text("Read-only: adding an annotation needs the operator role").wait_for(timeout=60_000)
+            assert page.get_by_role("button", name="Add annotation").count() == 0
     page.get_by_text(READ_ONLY).wait_for(timeout=60_000)
     settled(page)
     for name in BUTTONS:
@@ -191,6 +195,14 @@ def test_an_operator_changes_the_delay_and_signs_out(served: dict, browser: obje
     control = read_control(client, served["keys"])
     client.close()
     assert control is not None and control.delay_ms == delay_ms
+    page.goto(served["url"] + "/alerts")  # and marks what happened, for every time chart
+    page.get_by_role("textbox", name="What happened").fill(f"deploy by {sub}")
+    page.get_by_role("button", name="Add annotation").click()
+    page.get_by_text(f"Added: deploy “deploy by {sub}”").wait_for(timeout=60_000)
+    client = redis.Redis.from_url(served["redis_url"])
+    notes = read_annotations(client, served["keys"], 0, 2**62)
+    client.close()
+    assert f"deploy by {sub}" in [a.text for a in notes]
     page.get_by_role("button", name="Sign out").click()
     page.get_by_role("button", name="End session").click()  # the provider's own sign-out (RP-initiated), then back
     page.get_by_role("button", name="Sign in").wait_for(timeout=60_000)

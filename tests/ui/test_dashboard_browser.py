@@ -158,6 +158,7 @@ def test_dashboard_in_a_real_browser_follows_the_live_pipeline(stack: dict) -> N
         page.screenshot(path=str(shots / "dashboard-delay.png"), full_page=True)
 
         problems = audit_pages(page, stack["url"], shots)
+        problems += check_wall(page, stack["url"], client, keys, shots / "page-wall.png")
         browser.close()
     client.close()
     assert problems == [], "\n".join(problems)
@@ -217,6 +218,8 @@ def test_every_page_at_300_servers_in_a_real_browser(redis_url: str, tmp_path: P
             browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
             page = browser.new_page()
             problems = audit_pages(page, f"http://127.0.0.1:{port}", shots, prefix="page-300-")
+            problems += check_wall(page, f"http://127.0.0.1:{port}", redis.Redis.from_url(redis_url),
+                                   KeySchema(seeded.cfg.namespace), shots / "page-300-wall.png")
             browser.close()
     finally:
         for p in procs:
@@ -251,4 +254,38 @@ def audit_pages(page, url: str, shots: Path, prefix: str = "page-") -> list[str]
         page.wait_for_selector('[data-test-script-state="notRunning"]', timeout=60_000)
         page.screenshot(path=str(shots / f"{prefix}{name}.png"))
         page.set_viewport_size({"width": 1280, "height": 800})
+    return problems
+
+
+WALL = {"width": 1920, "height": 1080}
+
+
+def check_wall(page, url: str, client: redis.Redis, keys: KeySchema, shot: Path) -> list[str]:  # noqa: ANN001
+    """The wall screen on a TV: everything on one 1920x1080 screen without scrolling, the players online in total and
+    per region equal to Redis' per-server counts summed, what fires and the pipeline's health shown; a screenshot."""
+    page.set_viewport_size(WALL)
+    page.goto(url + "/wall")
+    page.get_by_role("heading", name="Players online").first.wait_for(timeout=60_000)
+    page.wait_for_selector('[data-test-script-state="notRunning"]', timeout=60_000)
+    page.wait_for_selector(".js-plotly-plot .main-svg", timeout=60_000)
+    problems = []
+    height = page.evaluate("() => document.querySelector('[data-testid=\"stMain\"]').scrollHeight")
+    if height > WALL["height"]:
+        problems.append(f"wall: {height} px tall, more than the screen's {WALL['height']}")
+    counts = {k.decode(): int(v) for k, v in client.hgetall(keys.presence_counts).items()}
+    regions = {k.decode(): v.decode() for k, v in client.hgetall(keys.regions).items()}
+    want = {"All servers": f"{sum(counts.values()):,}"}
+    if len(set(regions.values())) > 1:
+        for server, n in counts.items():
+            want[regions[server]] = want.get(regions[server], 0) + n  # type: ignore[operator]
+        want = {k: v if isinstance(v, str) else f"{v:,}" for k, v in want.items()}
+    got = {label: page.evaluate(METRIC_JS, [label]) for label in want}
+    if got != want:
+        problems.append(f"wall: players online {got}, Redis says {want}")
+    if not page.get_by_text("Pipeline: ").count():
+        problems.append("wall: no pipeline health")
+    if not (page.get_by_text("Nothing firing").count() or page.get_by_text(" firing").count()):
+        problems.append("wall: nothing says what fires")
+    page.screenshot(path=str(shot))
+    page.set_viewport_size({"width": 1280, "height": 800})
     return problems

@@ -531,3 +531,34 @@ def test_the_lab_table_names_the_servers_that_dropped_most(dropped: dict[str, in
     from dashboard.pages.lab.model import dropped_by_server
 
     assert dropped_by_server(dropped) == said
+
+
+# ------------------------------------------------------------------------------------------- the wall
+
+def _alert(rule: str, subject: str, since: int = 0, value: float | None = None, status: str = "firing"):  # noqa: ANN202
+    from watermark.alerting.lifecycle import AlertState
+
+    return AlertState(rule=rule, subject=subject, status=status, since_ms=since, active_since_ms=since, value=value)
+
+
+def test_the_wall_counts_what_fires_by_alert_and_region() -> None:
+    """300 servers silent in three regions and a handful of drops are five lines, critical first, not 300."""
+    from dashboard.pages.wall.model import firing_lines
+
+    regions = {f"eu-{i}": "eu" for i in range(5)} | {"as-1": "as"}
+    alerts = [_alert("server_silent", "eu", 10, 200), _alert("server_silent", "na", 20, 90),
+              _alert("server_silent", "", 30, 10), *(_alert("players_drop", f"eu-{i}", 40 + i) for i in range(5)),
+              _alert("players_drop", "as-1", 5), _alert("players_drop", "ghost", 6),
+              _alert("freshness", "main", 50), _alert("clock_ahead", "as-1", 1, status="pending")]
+    lines = [(x.alert, x.where, x.count, x.since_ms) for x in firing_lines(alerts, regions)]
+    assert lines == [("PlayersDrop", "eu", 5, 40), ("PlayersDrop", "as-1 in as", 0, 5), ("PlayersDrop", "ghost", 0, 6),
+                     ("ServerSilent", "eu", 200, 10), ("ServerSilent", "na", 90, 20),
+                     ("ServerSilent", "no region", 10, 30), ("PipelineBehind", "main", 1, 50)]
+
+
+def test_the_wall_ranks_regions_by_players_with_their_change() -> None:
+    from dashboard.pages.wall.model import region_rows
+
+    assert region_rows({"eu": 5, "na": 9, "as": 5}, {"na": 10, "as": 1}) == [("na", 9, -1), ("as", 5, 4),
+                                                                             ("eu", 5, None)]
+    assert region_rows({}, {}) == []

@@ -27,8 +27,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from typing import Any
 from urllib.parse import parse_qs, urlencode
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
@@ -39,38 +38,13 @@ import redis
 from watermark.schema.config import Config, ConfigError, annotations_token
 from watermark.schema.keys import KeySchema
 from watermark.schema.records import ANNOTATION_KINDS, Annotation
-from watermark.schema.timeutil import parse_duration_ms, parse_iso_us
-from watermark.store.annotation_store import add_annotation, read_annotations
+from watermark.schema.timeutil import parse_duration_ms
+from watermark.store.annotation_store import add_annotation, annotation_from, read_annotations
 from watermark.store.redis_conn import open_client
 
 MAX_BODY = 16_384
 StartResponse = Callable[..., Any]
 WsgiApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
-
-
-def _time_ms(value: object, name: str) -> int:
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value
-    if isinstance(value, str):
-        try:
-            return parse_iso_us(value) // 1000
-        except (ValueError, OverflowError):
-            pass
-    raise ValueError(f"{name} must be an ISO-8601 time (2026-11-26T21:40:00Z) or Unix milliseconds, got {value!r}")
-
-
-def annotation_from(doc: Mapping[str, Any], now_ms: int) -> Annotation:
-    """An annotation from what a person gave (the command's options or the HTTP body), or ValueError saying why."""
-    start = _time_ms(doc["start"], "start") if doc.get("start") is not None else now_ms
-    end = _time_ms(doc["end"], "end") if doc.get("end") is not None else None
-    if doc.get("for") is not None:
-        end = start + parse_duration_ms(str(doc["for"]))
-    try:
-        return Annotation(id=uuid.uuid4().hex[:12], text=str(doc.get("text") or ""),
-                          kind=str(doc.get("kind") or "note"), start_ms=start, end_ms=end,
-                          region=str(doc["region"]) if doc.get("region") else None, created_ms=now_ms)
-    except msgspec.ValidationError as exc:
-        raise ValueError(str(exc)) from None
 
 
 def _doc(a: Annotation) -> dict[str, Any]:

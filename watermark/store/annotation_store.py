@@ -9,14 +9,19 @@ command whatever the range.
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
+import msgspec
 import redis
 
 from watermark.alerting.lifecycle import Notice
 from watermark.rules.presence_rollup import DAY_MS
 from watermark.schema.keys import KeySchema
 from watermark.schema.records import Annotation, RecordError
+from watermark.schema.timeutil import parse_duration_ms, parse_iso_us
 from watermark.store.alert_store import notices_since
 from watermark.store.redis_conn import home
 
@@ -24,6 +29,31 @@ ANNOTATIONS_KEEP = 10_000
 READ_LIMIT = 500
 ALERTS_READ = 5_000
 """Notices a time chart reads back (the newest): a week of alerts unless they flap by the thousand."""
+
+
+def _time_ms(value: object, name: str) -> int:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        try:
+            return parse_iso_us(value) // 1000
+        except (ValueError, OverflowError):
+            pass
+    raise ValueError(f"{name} must be an ISO-8601 time (2026-11-26T21:40:00Z) or Unix milliseconds, got {value!r}")
+
+
+def annotation_from(doc: Mapping[str, Any], now_ms: int) -> Annotation:
+    """An annotation from what a person gave (the command's options or the HTTP body), or ValueError saying why."""
+    start = _time_ms(doc["start"], "start") if doc.get("start") is not None else now_ms
+    end = _time_ms(doc["end"], "end") if doc.get("end") is not None else None
+    if doc.get("for") is not None:
+        end = start + parse_duration_ms(str(doc["for"]))
+    try:
+        return Annotation(id=uuid.uuid4().hex[:12], text=str(doc.get("text") or ""),
+                          kind=str(doc.get("kind") or "note"), start_ms=start, end_ms=end,
+                          region=str(doc["region"]) if doc.get("region") else None, created_ms=now_ms)
+    except msgspec.ValidationError as exc:
+        raise ValueError(str(exc)) from None
 
 
 def add_annotation(client: redis.Redis, keys: KeySchema, a: Annotation, keep_days: int, now_ms: int) -> None:

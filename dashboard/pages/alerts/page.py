@@ -14,6 +14,7 @@ from dashboard.charts import has_data
 from dashboard.status import clock, human_ms, unreachable
 from dashboard.text import md
 from watermark.schema.config import Config, ConfigError, redact_url
+from watermark.schema.records import ANNOTATION_KINDS
 from watermark.store.alert_store import OUTBOX_KEEP, AlertView, WebhookStatus
 
 STALE_ROUNDS = 5  # the monitor counts as stopped when it has not evaluated for this many rounds
@@ -76,8 +77,33 @@ def render(v: AlertView, now_ms: int) -> None:
     else:
         st.info("No alert has fired in the last day.")
     st.caption(webhook_line(v.webhook))
+    annotate()
     if v.watching:
         st.caption(f"Watching for {v.watching} (ops/alerts.toml; each explained in docs/alerts.md).")
+
+
+ANNOTATED = "annotation_result"
+
+
+def annotate() -> None:
+    """An operator marks what happened (a deploy, maintenance, an incident) for every time chart; a viewer is told
+    who may."""
+    st.subheader("Mark what happened")
+    if not ui.current_access().operator:
+        st.caption(f"Read-only: {ui.ANNOTATION_OPERATOR_NEEDED}.")
+        return
+    with st.form("annotate", clear_on_submit=True, border=False):
+        text = st.text_input("What happened", max_chars=200, placeholder="deploy 1.42 to eu")
+        left, mid, right = st.columns(3)
+        kind = left.selectbox("Kind", ANNOTATION_KINDS)
+        region = mid.text_input("Region (empty: every region)")
+        lasting = right.text_input("For (empty: a moment; e.g. 30m)")
+        if st.form_submit_button("Add annotation"):
+            cfg = Config.from_env(os.environ)
+            st.session_state[ANNOTATED] = ui.submit_annotation(
+                cfg, {"text": text, "kind": kind, "region": region.strip() or None, "for": lasting.strip() or None})
+    if (result := st.session_state.get(ANNOTATED)) is not None:
+        ui.show_status([result])
 
 
 def main() -> None:
