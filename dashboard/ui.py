@@ -20,7 +20,15 @@ import streamlit as st
 
 from dashboard import access
 from dashboard.charts import Mark, mark
-from dashboard.loaders import load_alerts, load_lab, load_lanes, load_marks, load_snapshot, redis_client
+from dashboard.loaders import (
+    TICK_TTL_S,
+    load_alerts,
+    load_lab,
+    load_lanes,
+    load_marks,
+    load_snapshot,
+    redis_client,
+)
 from dashboard.status import Level, Status, assess, clock, human_ms, unreachable
 from dashboard.text import md, safe_figure
 from watermark.schema.config import Config, ConfigError, redact_url
@@ -333,15 +341,29 @@ def params_caption(snap: Snapshot) -> str:
             f"{human_ms(s.delay_ms)}{mode} · trigger {human_ms(s.trigger_ms)} · times in UTC")
 
 
-def chart(where: Any, fig: Any, key: str, empty: str) -> None:
+def chart(where: Any, fig: Any, key: str, empty: str, *, shared: tuple | None = None) -> None:  # noqa: ANN401
     """Draw ``fig`` in ``where`` (``st`` or a column), or, when it has nothing to show, say so in words:
-    ``empty`` says what would appear and when."""
+    ``empty`` says what would appear and when. With ``shared``, ``fig`` is a function building the figure, and
+    ``shared`` names everything it is built from (the snapshot read, the view's settings): every session drawing
+    the same key within a refresh tick draws the one figure built for the first (marks and escaping included)."""
+    ready = (_shared_chart((key, *shared, current_view().tick(now_ms())), fig) if shared is not None
+             else _ready(fig))
+    if ready is None:
+        where.info(empty)
+    else:
+        where.plotly_chart(ready, key=key)
+
+
+def _ready(fig: Any) -> Any:  # noqa: ANN401 - a plotly figure
+    """The figure as drawn: its marks over it, its names as text; None when it has nothing to show."""
     from dashboard.charts import has_data
 
-    if has_data(fig):
-        draw(where, marked(fig), key)
-    else:
-        where.info(empty)
+    return safe_figure(marked(fig)) if has_data(fig) else None
+
+
+@st.cache_resource(show_spinner=False, ttl=TICK_TTL_S, max_entries=512)
+def _shared_chart(key: tuple, _build: Callable[[], Any]) -> Any:  # noqa: ANN401 - a plotly figure, or None
+    return _ready(_build())
 
 
 def draw(where: Any, fig: Any, key: str) -> None:  # noqa: ANN401 - st or a column; a plotly figure

@@ -129,3 +129,30 @@ def test_a_week_at_300_servers_reads_a_command_per_region_and_day(seeded: Seeded
     assert calls == (6 + 1) * days
     (chart,) = [json.loads(c.proto.spec) for c in at.get("plotly_chart") if "last 7 days" in c.proto.spec]
     assert sorted(t["name"] for t in chart["data"]) == sorted(["All servers", "af", "as", "eu", "na", "oc", "sa"])
+
+
+def test_sessions_viewing_the_same_tick_share_each_chart(seeded: Seeded, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Many viewers cost one: a chart of Live ops is built once for every session drawing the same view in a
+    refresh tick, and again for a view that differs (another range)."""
+    from dashboard import charts, loaders
+
+    monkeypatch.setenv("REDIS_URL", seeded.cfg.redis_url)
+    monkeypatch.setenv("PIPELINE_NAMESPACE", seeded.cfg.namespace)
+    built: list[str] = []
+    real = charts.transitions_per_minute
+
+    def counted(*args: object, **kw: object) -> object:
+        built.append("transitions")
+        return real(*args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(charts, "transitions_per_minute", counted)
+    loaders.forget()
+    now = int(time.time() * 1000)
+    specs = []
+    for state in ({}, {}, {}, {"range": "60 min"}):
+        at = page_test("ops", now_ms=now, timeout=90, **state)
+        assert not at.exception, [e.value for e in at.exception]
+        specs.append(next(c.proto.spec for c in at.get("plotly_chart")
+                          if "Logins, logouts and timeouts per minute" in c.proto.spec))
+    assert built == ["transitions", "transitions"]  # three sessions, one build; the 60-minute view its own
+    assert specs[0] == specs[1] == specs[2]

@@ -65,7 +65,7 @@ def render(snap: Snapshot, now_ms: int) -> None:
     online_now(snap, g)
     if tl is not None and snap.online is not None:
         online_over_time(snap.online, g, tl, [m for m in ui.page_marks(now_ms) if (m.end_ms or m.start_ms)
-                                              >= tl.start_ms])
+                                              >= tl.start_ms], shared(snap))
 
     distinct_players(snap, current, last_final, bounds, g)
 
@@ -89,12 +89,14 @@ def render(snap: Snapshot, now_ms: int) -> None:
 
     left, right = st.columns(2)
     windows = g.windows(snap.windows)
-    ui.chart(left, charts.players_now(g.current(current), g.labels), "players_now",
-             "No events in the current window yet: its distinct players per server appear with the first one.")
-    ui.chart(right, charts.players_over_time(windows, g.labels), "players_over_time",
-             "No windows in this range yet: each window's distinct players appear once it has events.")
-    ui.chart(st, charts.events_per_window(windows, g.labels), "events_per_window",
-             "No windows in this range yet: each window's accepted events appear once it has events.")
+    read = shared(snap)
+    ui.chart(left, lambda: charts.players_now(g.current(current), g.labels), "players_now",
+             "No events in the current window yet: its distinct players per server appear with the first one.",
+             shared=read)
+    ui.chart(right, lambda: charts.players_over_time(windows, g.labels), "players_over_time",
+             "No windows in this range yet: each window's distinct players appear once it has events.", shared=read)
+    ui.chart(st, lambda: charts.events_per_window(windows, g.labels), "events_per_window",
+             "No windows in this range yet: each window's accepted events appear once it has events.", shared=read)
 
     with st.expander(f"Windows in range ({len(snap.windows):,})"):
         if len(snap.windows) > MAX_WINDOW_ROWS:
@@ -108,6 +110,11 @@ def render(snap: Snapshot, now_ms: int) -> None:
 
 MAX_WINDOW_ROWS = 500
 """Rows of the windows table at most: 300 servers over 15 minutes are thousands of windows."""
+
+def shared(snap: Snapshot) -> tuple:
+    """What a chart drawn from the snapshot alone is made of: the one read every session of this view shares."""
+    return snap.namespace, snap.read_ms, snap.range_ms
+
 
 HELP_ONLINE = ("From the online view: players whose latest event is a login or heartbeat and who have been silent "
                "for less than the timeout in event time, as of the watermark below (every batch folds its events "
@@ -144,13 +151,13 @@ def online_now(snap: Snapshot, g: Grouping) -> None:
     what = {"region": " per region", "top": " (the busiest servers, the rest summed)"}.get(g.by, "")
     if v.minutes:
         left, right = st.columns(2)
-        ui.chart(left, charts.online_per_minute(g.minutes(v.minutes), g.labels, what), "online_per_minute",
-                 "No player has been online in the last hour.")
-        ui.chart(right, charts.transitions_per_minute(v.minutes), "transitions_per_minute",
-                 "No logins, logouts or timeouts in the last hour.")
+        ui.chart(left, lambda: charts.online_per_minute(g.minutes(v.minutes), g.labels, what), "online_per_minute",
+                 "No player has been online in the last hour.", shared=shared(snap))
+        ui.chart(right, lambda: charts.transitions_per_minute(v.minutes), "transitions_per_minute",
+                 "No logins, logouts or timeouts in the last hour.", shared=shared(snap))
     if v.history:
-        ui.chart(st, charts.online_over_batches(g.history(v.history), g.labels, what), "online_over_batches",
-                 "No player online after any batch in this range.")
+        ui.chart(st, lambda: charts.online_over_batches(g.history(v.history), g.labels, what), "online_over_batches",
+                 "No player online after any batch in this range.", shared=shared(snap))
 
 
 HISTORY_RANGES = {"1 h": 3_600_000, "6 h": 6 * 3_600_000, "24 h": DAY_MS, "7 d": 7 * DAY_MS}
@@ -190,7 +197,7 @@ def timeline(snap: Snapshot, g: Grouping, now_ms: int) -> Timeline | None:
     return tl.with_open_minute(v.minutes[-1] if v.minutes else None, snap.regions)
 
 
-def online_over_time(v: OnlineView, g: Grouping, tl: Timeline, marks: Sequence[charts.Mark]) -> None:
+def online_over_time(v: OnlineView, g: Grouping, tl: Timeline, marks: Sequence[charts.Mark], read: tuple) -> None:
     """Up to a week of players online per region (or server) and in total, today against a week ago, the peaks
     with when, and what happened (annotations, fired alerts) drawn over the chart and listed."""
     st.subheader("Players online over time")
@@ -200,8 +207,9 @@ def online_over_time(v: OnlineView, g: Grouping, tl: Timeline, marks: Sequence[c
                  help="The same hours seven days before, dotted: is tonight normal for this day of the week?")
     what = {"region": " per region", "top": " (the busiest servers)"}.get(g.by, "")
     labels = model.series_labels(g)
-    ui.chart(st, charts.online_history(tl, labels, what), "online_history",
-             "No minute of players online in this range yet: each minute appears once it has closed.")
+    ui.chart(st, lambda: charts.online_history(tl, labels, what), "online_history",
+             "No minute of players online in this range yet: each minute appears once it has closed.",
+             shared=(*read, tl.start_ms, tl.end_ms, bool(tl.week_ago), *labels.items()))
     st.dataframe(model.peak_rows(v, g, labels), hide_index=True, width="stretch")
     if marks:
         st.caption("Drawn over every time chart: annotations (`wm-annotate`, `POST /annotations`) and fired "

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import os
 
+import plotly.graph_objects as go
 import streamlit as st
 
 from dashboard import charts, loaders, ui
 from dashboard.fleet import grouping
 from dashboard.pages.live_ops import model as ops
+from dashboard.pages.live_ops.page import shared as ops_shared
 from dashboard.pages.wall import model
 from dashboard.status import clock, human_ms, verdict
 from dashboard.text import md
@@ -49,6 +51,14 @@ def trend(tl: Timeline, series: str, now_ms: int) -> int | None:
     return then[-1] if then else None
 
 
+def tv_figure(tl: Timeline, labels: dict[str, str], what: str) -> go.Figure:
+    """Live ops' players-online chart, in type for a TV."""
+    fig = charts.online_history(tl, labels, what)
+    fig.update_layout(height=CHART_HEIGHT, font={"size": 18}, title_font_size=22, legend_font_size=18)
+    fig.update_xaxes(tickfont_size=18)
+    return fig.update_yaxes(tickfont_size=18, title_font_size=18)
+
+
 def render(snap: Snapshot, now_ms: int) -> None:
     v = snap.online
     left, right = st.columns([5, 2])
@@ -74,11 +84,9 @@ def render(snap: Snapshot, now_ms: int) -> None:
     for col, (label, n, change) in zip(cols[1:], model.region_rows(counts, before_each), strict=False):
         col.metric(md(label), ui.fmt_int(n), delta=None if change is None else f"{change:+,} in 1 h")
     chart, side = st.columns([5, 2])
-    fig = charts.online_history(tl, labels, " per region" if g.by == "region" else "")
-    fig.update_layout(height=CHART_HEIGHT, font={"size": 18}, title_font_size=22, legend_font_size=18)
-    fig.update_xaxes(tickfont_size=18)
-    fig.update_yaxes(tickfont_size=18, title_font_size=18)
-    ui.draw(chart, fig, "wall_online")
+    ui.chart(chart, lambda: tv_figure(tl, labels, " per region" if g.by == "region" else ""), "wall_online",
+             "No minute of players online in the last six hours yet.",
+             shared=(*ops_shared(snap), tl.start_ms, *labels.items()))
     with side:
         firing(snap, now_ms)
         health(st, snap, now_ms)
