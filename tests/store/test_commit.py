@@ -478,3 +478,19 @@ def test_a_forgotten_servers_delay_buckets_join_the_retired_ones_and_the_advice_
     assert after.candidates() == before.candidates() and after.recommend(0.9) == before.recommend(0.9)
     state = {k.decode() for k in r.hkeys(keys.state)}
     assert ("max_event_us|m1" in state) is not follows_fleet and "max_event_us|live" in state
+
+
+def test_a_server_with_fields_but_no_arrival_is_forgotten_too(r: redis.Redis) -> None:
+    """Idle markers the job queued before it forgot a server are committed after: they write the server's fields
+    (the servers set, ``ticks|S``) again but no arrival. The next sweep forgets it, or it would count as a live
+    server for ever; one that sends a real event meanwhile is kept."""
+    from watermark.store.commit import forget_servers
+
+    keys = KeySchema(f"t-{uuid.uuid4().hex[:8]}")
+    r.hset(keys.seen, mapping={"live": 650_000})
+    r.sadd(keys.servers, "ghost", "live")
+    r.hset(keys.totals, mapping={"ticks": 3, "ticks|ghost": 3, "ticks|live": 0})
+    assert forget_servers(r, keys, now_ms=700_000, retire_after_ms=600_000) == 1
+    assert r.smembers(keys.servers) == {b"live"} and r.hkeys(keys.totals) != [] and not r.hexists(keys.totals,
+                                                                                                  "ticks|ghost")
+    assert r.hget(keys.totals, "ticks") == b"3"

@@ -224,7 +224,8 @@ local buckets, fleet = tonumber(ARGV[n + 2]), ARGV[n + 3] == '1'
 local gone = 0
 for i = n + 4, #ARGV, 2 do
   local s, v = ARGV[i], ARGV[i + 1]
-  if redis.call('HGET', KEYS[1], s) == v then
+  local now = redis.call('HGET', KEYS[1], s)
+  if now == v or (v == '' and not now) then
     redis.call('HDEL', KEYS[1], s)
     redis.call('HDEL', KEYS[2], s)
     redis.call('SREM', KEYS[3], s)
@@ -243,7 +244,8 @@ for i = n + 4, #ARGV, 2 do
 end
 return gone
 """.replace("RETIRED", RETIRED_SERVERS)
-"""Forget servers whose newest arrival is still the one read: one that spoke again since is kept. Its delay
+"""Forget servers whose newest arrival is still the one read (``''``: a server with no arrival, still none): one
+that spoke again since is kept. Its delay
 trade-off buckets are added to the retired servers' (:data:`RETIRED_SERVERS`): the advice over every server stays
 exact. In a namespace following the fleet, its running max goes too, as its watermark did
 (``rules.watermarks``)."""
@@ -254,11 +256,15 @@ FORGET_CHUNK = 500
 
 def forget_servers(client: redis.Redis, keys: KeySchema, now_ms: int, retire_after_ms: int,
                    follows_fleet: bool = False) -> int:
-    """Drop the per-server fields of every server silent for ``retire_after_ms`` (``watermark.rules.fleet``: retired)
-    from the namespace's ``seen``, ``regions``, ``servers`` and per-server totals; the overall totals keep every
-    event. A server that speaks again starts its own counts afresh. Returns how many went."""
+    """Drop the per-server fields of every server silent for ``retire_after_ms`` (``watermark.rules.fleet``: retired),
+    and of every server with fields but no arrival, from the namespace's ``seen``, ``regions``, ``servers`` and
+    per-server totals; the overall totals keep every event. A server that speaks again starts its own counts
+    afresh. Returns how many went."""
     seen = {k.decode(): v.decode() for k, v in client.hgetall(keys.seen).items()}
     old = [(s, v) for s, v in sorted(seen.items()) if now_ms - int(v) >= retire_after_ms]
+    # Servers with fields but no arrival: idle markers committed after the server was forgotten (the job had queued
+    # them before) write its per-server fields again without an arrival; nothing would ever retire them.
+    old += [(s, "") for s in sorted(m.decode() for m in client.smembers(keys.servers)) if s not in seen]
     gone = 0
     for i in range(0, len(old), FORGET_CHUNK):
         chunk = old[i:i + FORGET_CHUNK]
