@@ -10,9 +10,10 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from watermark.schema.lanes import LANES
+from watermark.schema.sentinel import is_sentinel, parse_sentinel_url, sentinel_url
 from watermark.schema.timeutil import format_duration_ms, parse_duration_ms
 
 DEFAULT_LATE_KEEP = 200_000
@@ -28,6 +29,9 @@ DEFAULT_HISTORY_DAYS = 8
 today, and the week-ago overlay. About 32 MB of Redis at 300 servers (docs/operations.md)."""
 
 DEFAULT_EMBEDDED_PORT = 6379
+MAX_WAIT_TIMEOUT_MS = 30_000
+"""``REDIS_WAIT_TIMEOUT`` at most: well within the job's read timeout on Redis (60 s), so a WAIT that times out is
+answered, never taken for Redis gone."""
 WATERMARK_MODES = ("global", "per-server")
 WATERMARK_POLICIES = ("min", "max")
 _NAMESPACE = re.compile(r"^(?=.{1,64}$)(\{[A-Za-z0-9_.-]+\})?[A-Za-z0-9_.-]*$")
@@ -63,6 +67,8 @@ class Config:
     embedded_redis: bool = True
     redis_data_dir: str = "data/redis"
     redis_maxmemory_mb: int = 0  # the embedded Redis' maxmemory (noeviction: at it, writes wait); 0: none
+    wait_replicas: int = 0  # REDIS_WAIT_REPLICAS: a commit is done once this many replicas have it (WAIT); 0: off
+    wait_timeout_ms: int = 1_000  # REDIS_WAIT_TIMEOUT: how long a commit waits for them before it fails
     namespace: str = "wm"
     window_ms: int = 60_000
     slide_ms: int = 60_000
@@ -115,9 +121,7 @@ class Config:
         _check(bool(_NAMESPACE.match(self.namespace)), "PIPELINE_NAMESPACE",
                f"{self.namespace!r} must be 1-64 characters of letters, digits, '_', '-', '.', "
                "optionally in braces at its start ('{wm}', for a Redis Cluster)")
-        scheme = urlsplit(self.redis_url).scheme
-        _check(scheme in ("redis", "rediss", "unix"), "REDIS_URL",
-               f"{redact_url(self.redis_url)!r} must start with redis://, rediss:// or unix://")
+        self._check_redis()
         _check(bool(self.spark_master), "SPARK_MASTER", "must not be empty")
         _check(self.max_future_skew_ms is None or self.max_future_skew_ms >= 0, "MAX_FUTURE_SKEW",
                "must not be negative")
@@ -154,6 +158,21 @@ class Config:
         _check(self.new_servers_per_minute >= 0, "NEW_SERVERS_PER_MINUTE",
                f"({self.new_servers_per_minute}) must be 0 (no guard) or more: new server names a minute admits")
 
+    def _check_redis(self) -> None:
+        """Where Redis is, and how long a commit waits for its replicas."""
+        scheme = urlsplit(self.redis_url).scheme
+        _check(scheme in ("redis", "rediss", "unix") or is_sentinel(self.redis_url), "REDIS_URL",
+               f"{redact_url(self.redis_url)!r} must start with redis://, rediss://, unix:// or redis+sentinel://")
+        if is_sentinel(self.redis_url):
+            try:
+                parse_sentinel_url(self.redis_url)
+            except ValueError as exc:
+                raise ConfigError(f"REDIS_URL {redact_url(self.redis_url)!r} {exc}") from None
+        _check(self.wait_replicas >= 0, "REDIS_WAIT_REPLICAS", "must be 0 (off) or more")
+        _check(0 < self.wait_timeout_ms <= MAX_WAIT_TIMEOUT_MS, "REDIS_WAIT_TIMEOUT",
+               f"({format_duration_ms(max(0, self.wait_timeout_ms))}) must be positive and at most "
+               f"{format_duration_ms(MAX_WAIT_TIMEOUT_MS)}")
+
     def _check_bounds(self) -> None:
         """What Redis may hold: each bound checked."""
         _check(self.retention_ms >= self.window_ms, "RETENTION", "must be at least one WINDOW")
@@ -184,13 +203,15 @@ class Config:
         ns = env.get("PIPELINE_NAMESPACE", cls.namespace)
         demo = _switch(env, "DEMO", cls.demo)
         window = _duration(env, "WINDOW", cls.window_ms)
-        url = env.get("REDIS_URL", "").strip()
+        url = _redis_url(env)
         port = _int(env, "REDIS_PORT", DEFAULT_EMBEDDED_PORT)
         return cls(
             redis_url=url or f"redis://127.0.0.1:{port}/0",
             embedded_redis=not url,
             redis_data_dir=env.get("REDIS_DATA_DIR", cls.redis_data_dir),
             redis_maxmemory_mb=_int(env, "REDIS_MAXMEMORY_MB", cls.redis_maxmemory_mb),
+            wait_replicas=_int(env, "REDIS_WAIT_REPLICAS", cls.wait_replicas),
+            wait_timeout_ms=_duration(env, "REDIS_WAIT_TIMEOUT", cls.wait_timeout_ms),
             namespace=ns,
             window_ms=window,
             slide_ms=_duration(env, "SLIDE", window),
@@ -250,13 +271,45 @@ def annotations_token(env: Mapping[str, str]) -> str | None:
     return token
 
 
-def redact_url(url: str) -> str:
-    """The URL with any password replaced, safe for logs and the dashboard."""
-    parts = urlsplit(url)
-    if parts.password is None:
+def _redis_url(env: Mapping[str, str]) -> str:
+    """``REDIS_URL``; with ``REDIS_SENTINELS`` and ``REDIS_SENTINEL_MASTER`` the ``redis+sentinel://`` URL they name
+    (:mod:`watermark.schema.sentinel`), ``REDIS_URL`` then giving only its credentials, database, TLS and options.
+    Empty: neither is set (the embedded Redis)."""
+    url = env.get("REDIS_URL", "").strip()
+    sentinels = env.get("REDIS_SENTINELS", "").strip()
+    master = env.get("REDIS_SENTINEL_MASTER", "").strip()
+    if not sentinels:
+        _check(not master, "REDIS_SENTINEL_MASTER", "is set without REDIS_SENTINELS (the Sentinels to ask for it)")
         return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
-    return parts._replace(netloc=netloc).geturl()
+    _check(bool(master), "REDIS_SENTINEL_MASTER",
+           "must be set with REDIS_SENTINELS: the name the Sentinels monitor the primary under")
+    _check(not is_sentinel(url), "REDIS_SENTINELS",
+           "and a redis+sentinel:// REDIS_URL are both set; set one")
+    try:
+        return sentinel_url(sentinels, master, url or None)
+    except ValueError as exc:
+        if url and str(exc).startswith("must be"):
+            raise ConfigError(f"REDIS_URL {redact_url(url)!r} {exc}") from None
+        raise ConfigError(f"REDIS_SENTINELS={sentinels!r}: {exc}") from None
+
+
+SECRET_OPTIONS = ("password", "sentinel_password")
+"""URL options that hold a password (``redis://h?password=...``, :mod:`watermark.schema.sentinel`)."""
+
+
+def redact_url(url: str) -> str:
+    """The URL with any password replaced (the user's, and any in its options), safe for logs and the dashboard.
+    Takes every form ``REDIS_URL`` does, a ``redis+sentinel://`` URL's list of Sentinels included."""
+    parts = urlsplit(url)
+    userinfo, at, hosts = parts.netloc.rpartition("@")
+    secret_user = bool(at) and ":" in userinfo
+    options = parse_qsl(parts.query, keep_blank_values=True)
+    if not secret_user and not any(k in SECRET_OPTIONS for k, _ in options):
+        return url
+    if secret_user:
+        parts = parts._replace(netloc=f"{userinfo.partition(':')[0]}:***@{hosts}")
+    query = [(k, "***" if k in SECRET_OPTIONS else v) for k, v in options]
+    return parts._replace(query=urlencode(query, safe="*")).geturl()
 
 
 def _check(ok: bool, var: str, message: str) -> None:

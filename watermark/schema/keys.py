@@ -45,7 +45,10 @@ key                                                type    contents
                                                            time), ``lost_at_batch`` (Redis came back
                                                            empty before it), ``stopped_ms`` (the job
                                                            was stopped on request then; cleared by
-                                                           the next commit)
+                                                           the next commit), ``wait_batch`` (the
+                                                           batch whose commit it last waited for
+                                                           replicas to have: the write ``WAIT`` waits
+                                                           on, ``REDIS_WAIT_REPLICAS``)
 ``{ns}:totals``                                    hash    ``input``, ``parsed``, ``events``,
                                                            ``dropped``, ``late``, ``quarantined``, and
                                                            per server ``events|S``, ``dropped|S``,

@@ -70,6 +70,12 @@ class Params:
     retire_after_ms: int = Config.retire_after_ms  # a server silent this long with no player kept is forgotten
     new_servers_per_minute: int = 0  # the flood guard (watermark.rules.fleet.admit): the pipeline's; a lane
     # reads the batch the pipeline's guard left
+    wait_replicas: int = 0
+    """A commit is done once this many replicas have acknowledged it (``WAIT``, ``REDIS_WAIT_REPLICAS``; decision
+    0023); 0: at once."""
+    wait_timeout_ms: int = 1_000
+    """How long a commit waits for them (``REDIS_WAIT_TIMEOUT``) before it fails
+    (:class:`redis_conn.ReplicasBehind`)."""
     players_lanes: tuple[str, ...] | None = ()
     """The windows' players' sets (decision 0019): a tuple when this namespace's partitions count them (the pipeline),
     holding the state hashes of the lanes that read the same counts: the slowest of them and the pipeline decides
@@ -182,6 +188,7 @@ def params_of(cfg: Config) -> Params:
                   late_keep=cfg.late_events_keep, history_days=cfg.history_days, shards=cfg.stream_shards,
                   retire_after_ms=cfg.retire_after_ms,
                   new_servers_per_minute=cfg.new_servers_per_minute if cfg.input_namespace is None else 0,
+                  wait_replicas=cfg.wait_replicas, wait_timeout_ms=cfg.wait_timeout_ms,
                   players_lanes=None if cfg.input_namespace is not None else tuple(
                       KeySchema(lane_namespace(cfg.namespace, lane)).state for lane in cfg.lanes))
 
@@ -690,11 +697,36 @@ def read_guard(client: redis.Redis, keys: KeySchema, batch_id: int, events: Mapp
     return GuardPrior(new, record, tuple(refused))
 
 
+WAITED_FIELD = "wait_batch"
+"""The field of ``{ns}:state`` a commit writes before it waits for replicas (:func:`redis_conn.wait_replicas`): the
+batch whose commit it waited for."""
+
+
 def commit_batch(client: redis.Redis, keys: KeySchema, s: BatchSummary, params: Params,
                  now_ms: Callable[[], int] = lambda: int(time.time() * 1000)) -> bool:
     """Apply the batch once: read what it depends on, decide its writes, apply them in one transaction
-    guarded by the batch id. Returns False when it was already committed."""
+    guarded by the batch id. Returns False when it was already committed.
+
+    With ``params.wait_replicas``, done only once that many replicas have the commit, whether it was applied now or
+    found already there (a batch run again after its wait failed waits again): else it raises
+    :class:`redis_conn.ReplicasBehind` and the batch is not done (decision 0023)."""
     node = redis_conn.home(client, keys.state)  # in a Redis Cluster: the node of the pipeline's slot (0018)
+    applied = _commit_once(client, node, keys, s, params, now_ms)
+    replicated(client, keys.state, s.batch_id, params, f"the commit of batch {s.batch_id} to {keys.namespace}")
+    return applied
+
+
+def replicated(client: redis.Redis, guard_key: str, batch_id: int, params: Params, what: str) -> None:
+    """Return once ``params.wait_replicas`` replicas have the commit of ``batch_id`` guarded by ``guard_key`` (at
+    once when 0), else raise :class:`redis_conn.ReplicasBehind`: applied now or found already applied, the same
+    (:func:`redis_conn.wait_replicas`, on the guard's node)."""
+    if params.wait_replicas:
+        redis_conn.wait_replicas(redis_conn.home(client, guard_key), guard_key, WAITED_FIELD, batch_id,
+                                 params.wait_replicas, params.wait_timeout_ms, what)
+
+
+def _commit_once(client: redis.Redis, node: redis.Redis, keys: KeySchema, s: BatchSummary, params: Params,
+                 now_ms: Callable[[], int]) -> bool:
     with guarded(node, keys.state, s.batch_id) as pipe:
         if pipe is None:
             return False

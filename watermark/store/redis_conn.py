@@ -16,17 +16,25 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import redis
+from redis.backoff import NoBackoff
 from redis.cluster import RedisCluster
+from redis.connection import parse_url
 from redis.crc import key_slot
+from redis.retry import Retry
+from redis.sentinel import Sentinel
 
 from watermark.schema.config import redact_url
+from watermark.schema.sentinel import is_sentinel, parse_sentinel_url
 
 log = logging.getLogger(__name__)
 
 
 T = TypeVar("T")
-TRANSIENT = (redis.ConnectionError, redis.TimeoutError)
-"""Errors a Redis restart or failover causes (``BusyLoadingError`` while it reloads the AOF is one)."""
+TRANSIENT = (redis.ConnectionError, redis.TimeoutError, redis.exceptions.ReadOnlyError)
+"""Errors a Redis restart or failover causes: ``BusyLoadingError`` while it reloads the AOF; through Sentinel
+``MasterNotFoundError`` while no primary is elected, and a write refused by a primary demoted to a replica
+(``ReadOnlyError``; redis-py's Sentinel connections say it as a ``ConnectionError``, :func:`execute` as this), after
+which the connection is closed so that the next one asks the Sentinels for the new primary."""
 
 
 class DriverClient:
@@ -55,7 +63,14 @@ def open_client(url: str, **kwargs: Any) -> redis.Redis:
     before: processes that start before their Redis (the monitor, the dashboard) still start; on a cluster such a
     client is refused ``MOVED`` for keys of other nodes (said, never silent) until the process starts again. A
     cluster client routes each command by its key's slot; what must stay on one node (a guarded commit, a raw-RESP
-    writer) takes :func:`home` (decision 0018)."""
+    writer) takes :func:`home` (decision 0018).
+
+    A ``redis+sentinel://`` URL (:mod:`watermark.schema.sentinel`) gives the primary the Sentinels name, through
+    redis-py's Sentinel pool: each connection asks them for the primary when it connects, so after a failover the
+    next connection (a retry of :func:`with_retry`) is made to the new one, with the same client (decision 0023).
+    Never a cluster."""
+    if is_sentinel(url):
+        return sentinel_client(url, **kwargs)
     cluster = _CLUSTER.get(url)
     if cluster is None:
         probe = redis.Redis.from_url(url, **kwargs)
@@ -73,6 +88,30 @@ def open_client(url: str, **kwargs: Any) -> redis.Redis:
 
 _CLUSTER: dict[str, bool] = {}
 """Per URL: whether the server there is a Redis Cluster node (:func:`open_client`)."""
+
+SENTINEL_TIMEOUT_S = 2.0
+"""How long a question to one Sentinel may take (connecting, and its answer) before the next is asked."""
+
+
+def sentinel_client(url: str, **kwargs: Any) -> redis.Redis:
+    """The primary named by a ``redis+sentinel://`` URL (:func:`open_client`): its credentials, database, TLS and
+    options as a ``redis://`` URL gives them (redis-py parses them), ``kwargs`` over them; the Sentinels asked with
+    their own credentials, the same TLS and a short timeout."""
+    addr = parse_sentinel_url(url)
+    options = parse_url(addr.node_url())
+    for name in ("host", "port", "connection_class"):
+        options.pop(name, None)
+    options.update(kwargs)
+    # a Sentinel that does not answer is not asked again: the next one is (redis-py's own retries would try it ten
+    # times over some seconds, on every connection to the primary)
+    asking: dict[str, Any] = {"socket_timeout": SENTINEL_TIMEOUT_S, "socket_connect_timeout": SENTINEL_TIMEOUT_S,
+                              "retry": Retry(NoBackoff(), 0)}
+    if addr.sentinel_password is not None:
+        asking.update(username=addr.sentinel_username, password=addr.sentinel_password)
+    if addr.tls:
+        asking.update({k: v for k, v in options.items() if k.startswith("ssl_")}, ssl=True)
+    sentinel = Sentinel(list(addr.sentinels), sentinel_kwargs=asking)
+    return sentinel.master_for(addr.master, ssl=addr.tls, **options)
 
 
 def is_cluster(client: object) -> bool:
@@ -134,6 +173,40 @@ def connect(url: str, *, attempts: int = 30, base_delay_s: float = 0.1, max_dela
                           base_delay_s=base_delay_s, max_delay_s=max_delay_s, sleep=sleep)
     except TRANSIENT as exc:
         raise ConnectionError(f"Redis at {redact_url(url)} unreachable after {attempts} attempts: {exc}") from None
+
+
+class ReplicasBehind(redis.TimeoutError):
+    """Fewer replicas than asked acknowledged a write within the wait (:func:`wait_replicas`). A Redis
+    ``TimeoutError``: :func:`with_retry` runs the guarded commit again, which finds itself applied and waits again;
+    once it gives up, the batch fails and Spark runs it again. Never done with its writes on the primary alone."""
+
+
+def wait_replicas(client: redis.Redis, key: str, field: str, value: object, replicas: int, timeout_ms: int,
+                  what: str) -> int:
+    """Return once ``replicas`` replicas have everything ``client``'s primary wrote up to now (``WAIT``), or
+    raise :class:`ReplicasBehind` after ``timeout_ms``. Returns how many acknowledged.
+
+    ``WAIT`` waits for the last write of the connection it is sent on; a connection of the pool may have written
+    nothing, and a commit found already applied wrote nothing. So ``field`` of hash ``key`` is set to ``value``
+    first, on the same connection, in the same round trip: replicas apply the primary's writes in order, so one that
+    has this write has every write before it, the commit included. On one Redis a plain client's pool; in a cluster
+    ``client`` is the node's (:func:`home`)."""
+    pool = client.connection_pool
+    conn = pool.get_connection()
+    try:
+        conn.send_packed_command(conn.pack_commands([("HSET", key, field, str(value)),
+                                                     ("WAIT", replicas, timeout_ms)]))
+        conn.read_response()
+        got = int(conn.read_response())
+    except BaseException:
+        conn.disconnect()  # its replies are unknown
+        raise
+    finally:
+        pool.release(conn)
+    if got < replicas:
+        raise ReplicasBehind(f"{what}: {got} of {replicas} replica(s) acknowledged it within {timeout_ms} ms "
+                             "(REDIS_WAIT_REPLICAS, REDIS_WAIT_TIMEOUT); not done until they have it")
+    return got
 
 
 FULL = "command not allowed when used memory"
@@ -251,6 +324,8 @@ try:
 except ImportError:  # pragma: no cover - redis-py works without it, only slower
     hiredis = None
 
+READONLY = "READONLY"
+"""The error code of a write sent to a replica: raw replies keep it (redis-py's parser makes it ``ReadOnlyError``)."""
 MULTI = b"*1\r\n$5\r\nMULTI\r\n"
 EXEC = b"*1\r\n$4\r\nEXEC\r\n"
 
@@ -324,6 +399,12 @@ def execute(pipe: redis.client.Pipeline) -> list[Any]:
     result = replies[-1]
     if result is None:
         raise redis.WatchError("Watched variable changed.")
+    ran = result if isinstance(result, list) else [result]
+    demoted = next((r for r in [*replies[:-1], *ran] if isinstance(r, Exception) and str(r).startswith(READONLY)),
+                   None)
+    if demoted is not None:  # a replica now (a failover): nothing ran; the next connection asks for the primary
+        conn.disconnect()
+        raise redis.exceptions.ReadOnlyError(str(demoted).removeprefix(READONLY).strip())
     queued = [(i, r) for i, r in enumerate(replies[1:-1]) if isinstance(r, Exception)]
     if isinstance(result, Exception):  # EXECABORT: a command was refused when queued
         i, first = queued[0] if queued else (-1, result)
