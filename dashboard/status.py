@@ -60,6 +60,8 @@ def assess(snap: Snapshot, now_ms: int, demo: bool = True) -> list[Status]:
         out.append(Status(Level.WARNING, f"History lost at batch {lost}: Redis came back empty, so the totals "
                                          "and the windows open then count only what came after it; windows "
                                          "that opened later are whole."))
+    if v.commits_lost is not None and snap.batches and snap.batches[0].batch <= v.commits_lost[1] + 1:
+        out.append(Status(Level.WARNING, commits_lost_text(*v.commits_lost)))
     if v.health is Health.LIVE and snap.state is not None and (slow := slow_batches(snap, snap.state.trigger_ms)):
         n, of, worst = slow
         out.append(Status(Level.INFO, f"Slow batches: {n} of the last {of} took longer than the "
@@ -118,6 +120,15 @@ def _say(snap: Snapshot, v: Verdict, now_ms: int, demo: bool) -> str:  # noqa: P
     since_loss = "" if lost is None else f" · totals from batch {lost} (Redis came back empty then)"
     return (f"Live: batch #{state.last_batch} committed {human_ms(quiet)} ago · watermark {clock(wm)} (lag "
             f"{human_ms(now_ms - wm)}) · {waiting_line(waiting, behind)}{since_loss}")
+
+
+def commits_lost_text(first: int, last: int) -> str:
+    """Redis lost the commits of batches ``first`` to ``last`` and kept older ones (decision 0023)."""
+    which = f"batch {first}" if first == last else f"batches {first} to {last}"
+    return (f"Commits lost: Redis lost the commit of {which} and kept the batches before (a failover to a replica "
+            f"that did not have it yet, or Redis restored from an older copy), and the input was no longer there to "
+            f"count it again. The totals, the windows and the online players are missing its events; the job went "
+            f"on from batch {last + 1}. REDIS_WAIT_REPLICAS makes each commit wait for a replica (docs/operations.md).")
 
 
 def full_text(used: int | None, limit: int) -> str:

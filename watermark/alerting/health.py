@@ -73,6 +73,9 @@ class Verdict:
     """The watermark's unmoved run, when it is the stall (``stalled``)."""
     history_lost_at: int | None = None
     """Redis came back empty before this batch: totals and the windows open then count only what came after."""
+    commits_lost: tuple[int, int] | None = None
+    """The first and last batch whose commits Redis lost while keeping older ones (a failover to a replica that
+    did not have them): their events are missing from the totals and the windows."""
 
     @property
     def severity(self) -> Severity:
@@ -91,9 +94,9 @@ def judge(p: PipelineObs | None, now_ms: int, cfg: AlertConfig, *, run: Flat | N
     ``redis_full``: Redis' used memory at or above its ``maxmemory``."""
     if redis_error is not None or p is None:
         return Verdict(Health.REDIS_UNREACHABLE)
-    lost = p.lost_at_batch
+    lost, gap = p.lost_at_batch, p.lost_batches
     if redis_full:
-        return Verdict(Health.REDIS_FULL, _quiet(p, now_ms), history_lost_at=lost)
+        return Verdict(Health.REDIS_FULL, _quiet(p, now_ms), history_lost_at=lost, commits_lost=gap)
     limit = quiet_limit_ms(p.trigger_ms, cfg)
     if p.last_batch is None:
         if p.waiting <= 0:
@@ -101,14 +104,14 @@ def judge(p: PipelineObs | None, now_ms: int, cfg: AlertConfig, *, run: Flat | N
         return Verdict(Health.DOWN if p.behind_ms > max(limit, cfg.job_quiet.first_batch_ms) else Health.STARTING)
     quiet = _quiet(p, now_ms)
     if p.stopped_ms is not None:
-        return Verdict(Health.STOPPED, quiet, history_lost_at=lost)
+        return Verdict(Health.STOPPED, quiet, history_lost_at=lost, commits_lost=gap)
     if quiet is not None and quiet > limit:
-        return Verdict(Health.DOWN if p.waiting > 0 else Health.IDLE, quiet, history_lost_at=lost)
+        return Verdict(Health.DOWN if p.waiting > 0 else Health.IDLE, quiet, history_lost_at=lost, commits_lost=gap)
     if run is not None and run.stalled(now_ms, cfg):
-        return Verdict(Health.STALLED, quiet, run, lost)
+        return Verdict(Health.STALLED, quiet, run, lost, gap)
     if is_behind(p.behind_ms, p.trigger_ms, cfg):
-        return Verdict(Health.BEHIND, quiet, history_lost_at=lost)
-    return Verdict(Health.LIVE, quiet, history_lost_at=lost)
+        return Verdict(Health.BEHIND, quiet, history_lost_at=lost, commits_lost=gap)
+    return Verdict(Health.LIVE, quiet, history_lost_at=lost, commits_lost=gap)
 
 
 def redis_at_limit(used_bytes: int | None, maxmemory_bytes: int) -> bool:

@@ -44,6 +44,8 @@ class PipelineObs:
     """The job was stopped on request at this time (cleared by its next commit)."""
     lost_at_batch: int | None = None
     """Redis came back empty before this batch (:class:`.health.Verdict`)."""
+    lost_batches: tuple[int, int] | None = None
+    """The first and last batch whose commits Redis lost (:class:`.health.Verdict`)."""
     name_guard: NameGuardRecord | None = None
     """The flood guard's minute and last burst (the pipeline's only)."""
 

@@ -48,7 +48,11 @@ key                                                type    contents
                                                            the next commit), ``wait_batch`` (the
                                                            batch whose commit it last waited for
                                                            replicas to have: the write ``WAIT`` waits
-                                                           on, ``REDIS_WAIT_REPLICAS``)
+                                                           on, ``REDIS_WAIT_REPLICAS``),
+                                                           ``lost_from_batch``, ``lost_to_batch`` (the
+                                                           latest run of batches whose commits Redis
+                                                           lost while keeping older ones, and that
+                                                           could not be committed again; decision 0023)
 ``{ns}:totals``                                    hash    ``input``, ``parsed``, ``events``,
                                                            ``dropped``, ``late``, ``quarantined``, and
                                                            per server ``events|S``, ``dropped|S``,

@@ -396,6 +396,12 @@ class StateRecord(_HashRecord, frozen=True, kw_only=True):
     """The last input entry committed."""
     lost_at_batch: int | None = None
     """Redis came back empty before this batch: totals and windows open then are partial."""
+    lost_from_batch: int | None = None
+    """The first of the batches whose commits Redis lost while keeping older ones (a failover to a replica that did
+    not have them; decision 0023), found when a later batch was committed and not rebuilt: their events are missing.
+    The latest such run is kept."""
+    lost_to_batch: int | None = None
+    """... and the last of them (the batch after it committed on top)."""
     stopped_ms: int | None = None
     """The job was stopped on request then, after ``last_batch``; the next commit clears it."""
     sets_closed_below_ms: int = NONE_CLOSED_MS
@@ -417,6 +423,9 @@ class StateRecord(_HashRecord, frozen=True, kw_only=True):
             elif f in ("server_watermarks", "server_heard_ms"):
                 if value is not None:  # a global pipeline has never written the field
                     out[f] = json.dumps(value, sort_keys=True)
+            elif f in ("lost_from_batch", "lost_to_batch"):
+                if value is not None:  # written once commits were lost, and kept: never written otherwise
+                    out[f] = str(value)
             elif f == "params":
                 out[f] = "" if value is None else value.to_json()
             elif f == "name_guard":

@@ -36,6 +36,7 @@ from watermark.rules.windows import Histograms, event_ms, late_counts
 from watermark.schema.events import parse_entry_id
 from watermark.schema.keys import KeySchema, WindowKey
 from watermark.schema.records import LagRecord, NameGuardRecord, ServerRecord, StateRecord
+from watermark.schema.shards import START, Position
 from watermark.schema.timeutil import clock
 from watermark.spark import local_agg
 from watermark.spark.checkpoint import OffsetEntry, read_offset_log
@@ -59,6 +60,7 @@ from watermark.store.commit import (
     free_committed_input,
     online_reader,
     read_guard,
+    replicated,
 )
 from watermark.store.online.handoff import hand_off
 from watermark.store.presence_store import PresenceBatch, PresenceEvents, PresenceMirror, commit_presence
@@ -98,13 +100,15 @@ def aggregate_arrow(rows: pa.Table) -> pa.Table:
     return t.replace_schema_metadata({REGIONS_META: json.dumps(regions).encode()}) if regions else t
 
 
-def reread(source_options: Mapping[str, str], start_id: str, end_id: str) -> pa.Table:
+def reread(source_options: Mapping[str, str], start_id: str, end_id: str, players: bool = False) -> pa.Table:
     """The aggregate of the entries ``(start_id, end_id]`` (positions: with shards, each shard's range) read
     again on the driver with the source's own partition read (one partition a shard: a sum does not depend on the
-    split), for a batch Spark has already committed."""
+    split), for a batch Spark has already committed. With ``players``, its windows' players are added to their sets
+    and counted under the batch again, as its partitions did (:mod:`watermark.spark.window_players`: a player the
+    set has already counts 0, so a count that survived is not counted twice)."""
     opts = _Options(source_options)
-    rows = pa.Table.from_batches([b for r in ranges(start_id, end_id, opts.shards) for b in _read(opts, r)],
-                                 schema=ARROW_SCHEMA)
+    parts = ranges(start_id, end_id, opts.shards, batch_end=end_id if players else "")
+    rows = pa.Table.from_batches([b for r in parts for b in _read(opts, r)], schema=ARROW_SCHEMA)
     return aggregate_arrow(rows.select([*local_agg.COLUMNS, "blob"]))
 
 
@@ -288,6 +292,10 @@ class Phases:
         return json.dumps(self.ms, separators=(",", ":"))
 
 
+class FollowerBehind(RuntimeError):
+    """A follower's commits are behind the batch by more than one (:meth:`RedisSink.followers_in_step`)."""
+
+
 @dataclass(frozen=True)
 class Refusal:
     """What the flood guard refused in a batch: the names, their newest event time, and the guard's minute after
@@ -343,6 +351,7 @@ class RedisSink(DriverClient):
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
         spark = df.sparkSession
+        self.mend(batch_id, spark)  # before the batch's partitions run: its players are counted after theirs
         fresh = False
         if not self._caught_up:
             fresh = self.catch_up(batch_id, spark)
@@ -439,8 +448,10 @@ class RedisSink(DriverClient):
 
     def follow(self, table: pa.Table, batch: BatchTable, summary: BatchSummary, entry: OffsetEntry,
                phases: Phases) -> None:
-        """Commit the batch to every follower that does not have it yet: each lane, then the online view."""
+        """Commit the batch to every follower that does not have it yet: each lane, then the online view. A follower
+        behind the batch by more than one is not built on (:meth:`followers_in_step`)."""
         batch_id = summary.batch_id
+        self.followers_in_step(batch_id)
         with phases("lanes"):
             for lane in self.lanes:
                 with_retry(lambda lane=lane: lane.commit(self.client, batch, summary),
@@ -458,12 +469,15 @@ class RedisSink(DriverClient):
                                self.params.delay_ms, summary.next_watermark_ms)
         if self.online_groups:
             handed = online.record(self.online_groups, timeout_ms)
-            with_retry(lambda: hand_off(self.client, self.keys, handed, events, self.params.ttl_s),
-                       f"the online view's share of batch {batch_id}", when_full=self.free_memory,
-                       refresh=self.refresh)
+            what = f"the online view's share of batch {batch_id}"
+            with_retry(lambda: (hand_off(self.client, self.keys, handed, events, self.params.ttl_s),
+                                replicated(self.client, self.keys.online_handoff, batch_id, self.params, what)),
+                       what, when_full=self.free_memory, refresh=self.refresh)
             return
-        with_retry(lambda: commit_presence(self.client, self.keys, online, self.params, timeout_ms, self.mirror),
-                   f"online players of batch {batch_id}", when_full=self.free_memory, refresh=self.refresh)
+        what = f"online players of batch {batch_id}"
+        with_retry(lambda: (commit_presence(self.client, self.keys, online, self.params, timeout_ms, self.mirror),
+                            replicated(self.client, self.keys.presence_state, batch_id, self.params, what)),
+                   what, when_full=self.free_memory, refresh=self.refresh)
 
     def followers_last(self) -> list[int | None]:
         """Each follower's last committed batch (None: it has not committed one)."""
@@ -474,6 +488,24 @@ class RedisSink(DriverClient):
         for guard in guards:
             pipe.hget(guard, "last_batch")
         return [None if v is None else int(v) for v in with_retry(pipe.execute, "the followers' last batches")]
+
+    def followers_in_step(self, batch_id: int) -> None:
+        """Raise :class:`FollowerBehind` when a follower's last batch is behind ``batch_id`` by more than one. In a
+        run they commit batch after batch (the first batch of a run catches them up, a failed commit fails the job),
+        so that is Redis having lost their commits and kept older ones (a failover without ``REDIS_WAIT_REPLICAS``:
+        decision 0023). The batch fails; the job starts the query again and :meth:`catch_up` commits the missing
+        batches to them from the input, in order."""
+        behind = [(last, name) for last, name in zip(self.followers_last(), self.follower_names(), strict=True)
+                  if last is not None and last < batch_id - 1]
+        if behind:
+            said = ", ".join(f"{name} at batch {last}" for last, name in behind)
+            raise FollowerBehind(f"batch {batch_id}: {said}: Redis lost their later commits (a failover?); the job "
+                                 "starts again and commits the missing batches to them from the input")
+
+    def follower_names(self) -> list[str]:
+        """The followers as :meth:`followers_last` reads them."""
+        names = [f"lane {lane.keys.namespace}" for lane in self.lanes]
+        return names + (["the online view"] if self.online_timeout_ms is not None else [])
 
     def catch_up(self, batch_id: int, spark: object) -> bool:
         """Commit to the followers the batches before ``batch_id`` that Spark has committed and they have not
@@ -498,6 +530,62 @@ class RedisSink(DriverClient):
                      "before", k)
             self.follow(table, batch, summary, entry, Phases())
         return None in lasts
+
+    def mend(self, batch_id: int, spark: object) -> list[int]:
+        """Commit again the batches before ``batch_id`` whose commits Redis lost while it kept an older one (a
+        failover to a replica that did not have them yet, Redis restored from an older copy: decision 0023), in
+        order, then their followers: each read again from the input with its players, judged against the watermark
+        Spark's offset log kept for it, as :meth:`catch_up` does for the followers. Sound while their input is
+        there: every trim Redis kept was made by a commit it kept, at or before the first lost batch's start, which
+        is checked. Where it cannot be done (the offset log or the input gone, or no ``source_options``) the
+        commit of ``batch_id`` records the run as lost and the status line says so
+        (:func:`watermark.store.commit.read_prior`). Returns the batches committed again."""
+        if not self.params.trims or not self.source_options or batch_id < 2:
+            return []
+        raw = with_retry(lambda: self.client.hget(self.keys.state, "last_batch"), "the pipeline's last batch",
+                         refresh=self.refresh)
+        if raw is None or int(raw) >= batch_id - 1:
+            return []  # none committed (Redis came back empty: the commit says so), or nothing missing
+        lost = range(int(raw) + 1, batch_id)
+        try:
+            bounds = [self.bounds(k, spark) for k in lost]
+        except (OSError, ValueError) as exc:
+            log.error("batches %d to %d: Redis lost their commits, and they cannot be read again (%s): they stay "
+                      "lost, and the status line says so", lost[0], lost[-1], exc)
+            return []
+        if not with_retry(lambda: self.input_kept(bounds[0][1]), "the input of the lost batches"):
+            log.error("batches %d to %d: Redis lost their commits, and their input has been trimmed: they stay "
+                      "lost, and the status line says so", lost[0], lost[-1])
+            return []
+        if self.handover is not None:
+            self.handover.wait()  # the followers of the batch before: theirs are committed first
+        log.warning("batches %d to %d: Redis lost their commits and kept batch %d's (a failover?); committing them "
+                    "again from the input", lost[0], lost[-1], lost[0] - 1)
+        for k, (entry, start_id, end_id) in zip(lost, bounds, strict=True):
+            self.commit_again(k, entry, start_id, end_id, spark)
+        return list(lost)
+
+    def commit_again(self, k: int, entry: OffsetEntry, start_id: str, end_id: str, spark: object) -> None:
+        """Batch ``k`` read again from the input, committed to the pipeline and then to its followers (:meth:`mend`)."""
+        table = with_retry(lambda: reread(self.source_options, start_id, end_id, players=True),
+                           f"read of batch {k} again")
+        table, refusal = self.guard(table, k, entry.batch_ts_ms)
+        batch, summary = self.judge(table, k, entry, start_id, end_id, None, self.players_added(start_id, end_id),
+                                    refusal)
+        if self.params.per_server:  # the watermark Spark went on with
+            summary.next_watermark_ms = read_offset_log(self.checkpoint_dir, k + 1, spark).watermark_ms
+        with_retry(lambda: commit_batch(self.client, self.keys, summary, self.params), f"commit of batch {k} again",
+                   when_full=self.free_memory, refresh=self.refresh)
+        self.follow(table, batch, summary, entry, Phases())
+
+    def input_kept(self, start_id: str) -> bool:
+        """Whether the input still holds every entry after position ``start_id``: trims go from the front and keep
+        the entry a kept commit's batch started at, so that entry still being there says none after it went."""
+        for shard, entry_id in enumerate(Position.of(start_id).ids):
+            if entry_id != START and not self.client.xrange(self.keys.input_shard(shard), entry_id, entry_id,
+                                                             count=1):
+                return False
+        return True
 
     def close(self) -> None:
         """Wait for the followers' pending commit; a failure is logged (the next run catches them up)."""

@@ -189,11 +189,12 @@ def split_range(lo: str, hi: str, parts: int, lo_inclusive: bool = False, shard:
     ]
 
 
-def ranges(start: str, end: str, shards: int) -> list[StreamRange]:
+def ranges(start: str, end: str, shards: int, batch_end: str = "") -> list[StreamRange]:
     """The entries after position ``start`` up to position ``end``: one range per shard that has any (what a
-    batch read, read again in one piece per shard)."""
+    batch read, read again in one piece per shard); ``batch_end``: as :class:`StreamRange`'s (the batch's windows'
+    players counted again under it)."""
     lo, hi = Position.parse(start, shards), Position.parse(end, shards)
-    return [StreamRange(a, b, shard=k) for k, (a, b) in enumerate(zip(lo.ids, hi.ids, strict=True))
+    return [StreamRange(a, b, shard=k, batch_end=batch_end) for k, (a, b) in enumerate(zip(lo.ids, hi.ids, strict=True))
             if parse_id(b) > parse_id(a)]
 
 

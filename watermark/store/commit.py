@@ -446,6 +446,9 @@ class Prior:
     """The pipeline's: each lane's watermark for its next batch (None: no commit yet)."""
     lanes_last: tuple[int | None, ...] = ()
     """The pipeline's: each lane's last committed batch (None: none)."""
+    lost_commits: tuple[int, int] | None = None
+    """The first and last batch whose commits Redis lost while keeping an older one (kept, or found now), else
+    None."""
 
 
 @dataclass(frozen=True)
@@ -484,17 +487,23 @@ class BatchWrites:
 
 
 def read_prior(pipe: redis.client.Pipeline, keys: KeySchema, s: BatchSummary, params: Params) -> Prior:
-    names = ["last_batch", "lost_at_batch", "max_event_us", "sets_closed_below_ms",
+    names = ["last_batch", "lost_at_batch", "lost_from_batch", "lost_to_batch", "max_event_us", "sets_closed_below_ms",
              *(total_field("max_event_us", srv) for srv in params.servers if params.per_server)]
     if params.per_server and not params.servers:  # servers come and go: every server's field there is
         state = StateRecord.from_hash(pipe.hgetall(keys.state), keys.state)
     else:
         state = StateRecord.from_hash(dict(zip(names, pipe.hmget(keys.state, names), strict=True)), keys.state)
     lost_at = state.lost_at_batch
+    gap = None if state.lost_from_batch is None else (state.lost_from_batch, state.lost_to_batch or 0)
     # No commit record, yet Spark ran batches before this one: Redis came back empty (a lane starts its
     # record with its first batch, whenever it was added, so only the pipeline judges this).
     if state.last_batch is None and s.batch_id > 0 and params.trims:
         lost_at = s.batch_id
+    # A record behind this batch by more than one, though every batch Spark runs commits (an empty one too): Redis
+    # lost the commits between and kept an older one (a failover to a replica that did not have them yet: decision
+    # 0023). The sink commits them again from the input first where it can (RedisSink.mend); here they are said.
+    elif state.last_batch is not None and s.batch_id > state.last_batch + 1 and params.trims:
+        gap = (state.last_batch + 1, s.batch_id - 1)
     late_shards = sorted({e.shard for e in s.late_events})
     tops = [pipe.xrevrange(shard_key(keys.late, k), count=1) for k in late_shards]
     # A reader's committed ID only grows: reading it before the transaction is safe.
@@ -502,7 +511,8 @@ def read_prior(pipe: redis.client.Pipeline, keys: KeySchema, s: BatchSummary, pa
     # A lane's watermark and last batch only grow: read before the transaction, they can only hold a removal back.
     lanes = [pipe.hmget(lane, ["next_watermark_ms", "last_batch"]) for lane in params.players_lanes or ()]
     return Prior(
-        lost_at=lost_at, max_event_us=state.max_event_us, sets_closed_below_ms=state.sets_closed_below_ms,
+        lost_at=lost_at, lost_commits=gap, max_event_us=state.max_event_us,
+        sets_closed_below_ms=state.sets_closed_below_ms,
         server_max=dict(state.server_max_event_us),
         late_top={k: parse_entry_id(top[0][0]) if top else (0, 0) for k, top in zip(late_shards, tops, strict=True)},
         readers_done=tuple((d.decode() if isinstance(d, bytes) else d) if d else START for d in done),
@@ -542,6 +552,8 @@ def plan_commit(s: BatchSummary, params: Params, prior: Prior, now_ms: int) -> B
         server_max_event_us=server_max, server_watermarks=s.server_watermarks, server_heard_ms=s.server_heard_ms,
         delay_ms=params.delay_ms,
         committed_id=s.end_id, lost_at_batch=prior.lost_at,
+        lost_from_batch=prior.lost_commits[0] if prior.lost_commits else None,
+        lost_to_batch=prior.lost_commits[1] if prior.lost_commits else None,
         stopped_ms=None,  # running again
         sets_closed_below_ms=closed, params=params.semantic(),
         trigger_ms=params.trigger_ms, updated_ms=now_ms, name_guard=s.name_guard)

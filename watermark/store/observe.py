@@ -59,7 +59,8 @@ def pipeline_obs(name: str, status: PipelineStatus, now_ms: int) -> PipelineObs:
         accepted=status.totals.events, waiting=status.stream.waiting, behind_ms=status.stream.behind_ms(now_ms),
         last_batch=st.last_batch if st else None, dropped=status.totals.dropped,
         committed_ms=st.updated_ms if st else None, stopped_ms=st.stopped_ms if st else None,
-        lost_at_batch=st.lost_at_batch if st else None, name_guard=st.name_guard if st else None)
+        lost_at_batch=st.lost_at_batch if st else None, name_guard=st.name_guard if st else None,
+        lost_batches=st.lost_batches if st else None)
 
 
 def read_stack(client: redis.Redis, keys: KeySchema, lanes: Mapping[str, KeySchema], now_ms: int,

@@ -40,6 +40,8 @@ class PipelineState:
     policy: str = "min"
     lost_at_batch: int | None = None
     """Redis came back empty before this batch: totals and windows open then cover only what came after."""
+    lost_batches: tuple[int, int] | None = None
+    """The first and last batch whose commits Redis lost while keeping older ones (decision 0023)."""
     stopped_ms: int | None = None
     """The job was stopped on request at this time, after ``last_batch`` (cleared by its next commit)."""
     name_guard: NameGuardRecord | None = None
@@ -57,13 +59,20 @@ class PipelineState:
             max_event_us=r.max_event_us, committed_id=r.committed_id, window_ms=p.window_ms or 0,
             slide_ms=p.slide_ms or 0, delay_ms=p.delay_ms or 0, trigger_ms=r.trigger_ms, updated_ms=r.updated_ms,
             mode=p.mode, policy=p.policy, lost_at_batch=r.lost_at_batch, stopped_ms=r.stopped_ms,
-            name_guard=r.name_guard,
+            name_guard=r.name_guard, lost_batches=lost_run(r),
         )
 
     @property
     def head_ms(self) -> int | None:
         """The running max event time, in ms: where "now" is in event time."""
         return None if self.max_event_us is None else self.max_event_us // 1000
+
+
+def lost_run(r: StateRecord) -> tuple[int, int] | None:
+    """The batches whose commits Redis lost (:attr:`StateRecord.lost_from_batch`), first and last; None: none."""
+    if r.lost_from_batch is None:
+        return None
+    return r.lost_from_batch, r.lost_to_batch if r.lost_to_batch is not None else r.lost_from_batch
 
 
 @dataclass(frozen=True)

@@ -56,6 +56,9 @@ METRICS: dict[str, str] = {
                           "names the same",
     "wm_history_lost_at_batch": "The batch before which Redis came back empty (totals count from it); absent if "
                                 "never",
+    "wm_commits_lost_from_batch": "The first batch whose commit Redis lost while keeping older ones (a failover to a "
+                                  "replica that did not have it): its events are missing; absent if never",
+    "wm_commits_lost_to_batch": "The last batch of that run of lost commits; absent if never",
     "wm_redis_used_memory_bytes": "Redis' used_memory (absent when INFO is refused)",
     "wm_redis_maxmemory_bytes": "Redis' maxmemory (0: none set); at it, Redis refuses writes",
 }
@@ -181,13 +184,19 @@ def health_families(verdicts: Mapping[str, Verdict]) -> Iterator[Metric]:
     1`` selects the state, and a state no pipeline is in reads 0 rather than vanishing."""
     g = GaugeMetricFamily("wm_pipeline_health", METRICS["wm_pipeline_health"], labels=["pipeline", "state"])
     lost = GaugeMetricFamily("wm_history_lost_at_batch", METRICS["wm_history_lost_at_batch"], labels=["pipeline"])
+    gap = [GaugeMetricFamily(m, METRICS[m], labels=["pipeline"])
+           for m in ("wm_commits_lost_from_batch", "wm_commits_lost_to_batch")]
     for name, v in sorted(verdicts.items()):
         for state in Health:
             g.add_metric([name, state.value], 1 if v.health is state else 0)
         if v.history_lost_at is not None:
             lost.add_metric([name], v.history_lost_at)
+        if v.commits_lost is not None:
+            for family, batch in zip(gap, v.commits_lost, strict=True):
+                family.add_metric([name], batch)
     yield g
     yield lost
+    yield from gap
 
 
 class StackCollector(Collector):
