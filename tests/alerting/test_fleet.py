@@ -300,3 +300,22 @@ def test_name_flood_is_one_alert_naming_the_burst(burst_at: int | None, now: int
     if active:
         assert hits[0].summary.startswith("2,000 new server names refused in the minute from")
         assert "x1000, [a](http://x)" in hits[0].summary and "limit of 1,000" in hits[0].summary
+
+
+def test_a_drop_is_judged_only_for_servers_still_in_the_readings() -> None:
+    """The monitor's work is bounded by the live fleet: a server of the online history that is retired, or that no
+    reading names any more (forgotten), is not judged; one still named is."""
+    from tests.alerting.test_conditions import drop_seq
+
+    seq = drop_seq(100, 0)
+    assert ("players_drop", "B") in findings(seq)
+    retired = [*seq[:-1], replace_obs(seq[-1], servers=(ServerObs(name="B", last_arrival_ms=T0, retired=True),))]
+    assert ("players_drop", "B") not in findings(retired)
+    forgotten = [*seq[:-1], replace_obs(seq[-1], servers=(ServerObs(name="other", last_arrival_ms=T0),))]
+    assert ("players_drop", "B") not in findings(forgotten)
+
+
+def replace_obs(o: Observation, **changes: object) -> Observation:
+    from dataclasses import replace
+
+    return replace(o, **changes)

@@ -115,7 +115,7 @@ def evaluate(obs: Observation, memory: Memory, cfg: AlertConfig) -> list[Finding
     out = [Finding("redis_unreachable", "", False, None, "Redis answers"), redis_full(obs, cfg)]
     if obs.data_error is not None:
         return out
-    online = _online_servers(memory)
+    online = _judged(_online_servers(memory), obs)
     delays = note_delays(obs, memory, cfg, online)
     out.extend(servers_silent(obs, cfg))
     for s in obs.servers:
@@ -200,6 +200,16 @@ def _clock_step_ms(memory: Memory, server: str) -> int:
     """How far the server's clock stepped since the previous observation (0: not observed to step)."""
     before, now = memory.clock_ahead.get(server, (0, 0))
     return abs(now - before)
+
+
+def _judged(online: list[str], obs: Observation) -> list[str]:
+    """The servers of the online history a drop is judged for: not those retired, nor those no reading names any
+    more (forgotten once retired), so the work is bounded by the live fleet, not by every name in the window. An
+    observation naming no server at all judges them all."""
+    if not obs.servers:
+        return online
+    live = {s.name for s in obs.servers if not s.retired}
+    return [s for s in online if s in live]
 
 
 def _online_servers(memory: Memory) -> list[str]:
