@@ -92,8 +92,8 @@ def load(client: redis.Redis, keys: KeySchema, entries: list[tuple[str, bytes]],
 
 def snapshot(client: redis.Redis, keys: KeySchema) -> dict:
     """Everything the sink wrote except wall-clock facts (batch trigger time, processing lag, progress and the
-    batch durations' histogram, the sink's phase timings, when the job was stopped, how much input the trim
-    took by time, and the online view's minutes and day's peaks, which are kept by batch time): the windows,
+    batch durations' histogram, the sink's phase timings, when the job was stopped, the flood guard's minute, how
+    much input the trim took by time, and the online view's minutes and day's peaks, which are kept by batch time): the windows,
     and the online view's players, counts and per-batch history."""
     out: dict = {}
     skip = {*(keys.input_shard(k) for k in range(256)), *(keys.trimmed_of(k) for k in range(256)), keys.commits,
@@ -108,7 +108,9 @@ def snapshot(client: redis.Redis, keys: KeySchema) -> dict:
         kind = client.type(raw)
         if kind == b"hash":
             h = {f.decode(): v.decode() for f, v in client.hgetall(raw).items()}
-            for wall_clock in ("updated_ms", "progress", "phases", "batch_ts_ms", "minute", "stopped_ms"):
+            # the flood guard's minute counts new names by batch time: a run across a minute counts them in two
+            for wall_clock in ("updated_ms", "progress", "phases", "batch_ts_ms", "minute", "stopped_ms",
+                               "name_guard"):
                 h.pop(wall_clock, None)
             if "sink" in h:
                 rec = json.loads(h["sink"])
