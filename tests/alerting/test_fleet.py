@@ -319,3 +319,18 @@ def replace_obs(o: Observation, **changes: object) -> Observation:
     from dataclasses import replace
 
     return replace(o, **changes)
+
+
+def test_the_monitors_memory_keeps_the_servers_still_read_only() -> None:
+    """A day of match servers must not grow the monitor: what it remembers per server goes once no reading names
+    the server (forgotten once retired)."""
+    from watermark.alerting.observation import Memory
+
+    memory = Memory(started_ms=0, reach_ms=60_000)
+    named = (ServerObs(name="m1", last_arrival_ms=T0, dropped=1, newest_event_ms=T0, clock_ahead_ms=5),
+             ServerObs(name="m2", last_arrival_ms=T0, dropped=0, newest_event_ms=T0 - 9, clock_ahead_ms=0))
+    memory.remember(obs(T0, servers=named))
+    assert memory.trail_ms("m2") == 9
+    memory.remember(obs(T0 + 1_000, servers=named[1:]))
+    assert set(memory.dropped) == set(memory.newest_event) == set(memory.clock_ahead) == {"m2"}
+    assert memory.trail_ms("m2") == 0

@@ -93,8 +93,8 @@ def load(client: redis.Redis, keys: KeySchema, entries: list[tuple[str, bytes]],
 def snapshot(client: redis.Redis, keys: KeySchema) -> dict:
     """Everything the sink wrote except wall-clock facts (batch trigger time, processing lag, progress and the
     batch durations' histogram, the sink's phase timings, when the job was stopped, the flood guard's minute, how
-    much input the trim took by time, and the online view's minutes and day's peaks, which are kept by batch time): the windows,
-    and the online view's players, counts and per-batch history."""
+    much input the trim took by time, and the online view's minutes and day's peaks, which are kept by batch
+    time): the windows, and the online view's players, counts and per-batch history."""
     out: dict = {}
     skip = {*(keys.input_shard(k) for k in range(256)), *(keys.trimmed_of(k) for k in range(256)), keys.commits,
             keys.presence_commits,

@@ -162,6 +162,8 @@ class Memory:
     online_rows: dict[int, SampleRows] = field(default_factory=dict)
     """The players-drop rule's rows of each online sample, by batch (``conditions.OnlineWindow``): built once, not
     every round."""
+    _newest: int | None = field(default=None, repr=False)
+    """The newest event time of all servers, found once a round (``trail_ms`` asks it per server)."""
     _runs: dict[str, Flat | None] = field(default_factory=dict, repr=False)
     """Each pipeline's watermark run since the last sample: found once a round, read by the alert and the verdict."""
 
@@ -183,6 +185,12 @@ class Memory:
         for p in obs.pipelines:
             self.watermarks.setdefault(p.name, Series(self.reach_ms)).add(obs.at_ms, (p.watermark_ms, p.arrived))
         self._runs.clear()
+        if obs.servers:  # a server no reading names any more (forgotten once retired) is forgotten here too
+            named = {s.name for s in obs.servers}
+            for per_server in (self.dropped, self.clock_ahead, self.newest_event, self.delayed_at):
+                for gone in [k for k in per_server if k not in named]:
+                    del per_server[gone]
+        self._newest = max(self.newest_event.values(), default=None)
 
     def remember_online(self, samples: Iterable[OnlineSample]) -> None:
         last = self.online.last
@@ -205,7 +213,7 @@ class Memory:
     def trail_ms(self, server: str) -> int | None:
         """How far the server's newest event time trails the newest of all servers; None if never seen."""
         mine = self.newest_event.get(server)
-        return None if mine is None else max(self.newest_event.values()) - mine
+        return None if mine is None or self._newest is None else self._newest - mine
 
     def mark_delayed(self, server: str, at_ms: int, why: str) -> None:
         self.delayed_at[server] = (at_ms, why)
