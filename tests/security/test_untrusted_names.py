@@ -26,7 +26,7 @@ from watermark.store.views.snapshot import read_snapshot
 
 pytestmark = [pytest.mark.spark, pytest.mark.browser]
 
-PAGES = ("/", "/alerts", "/watermark", "/lag", "/events", "/health", "/lab", "/delay")
+PAGES = ("/", "/alerts", "/watermark", "/lag", "/events", "/health", "/lab", "/delay", "/wall")
 
 
 class Trap:
@@ -169,6 +169,9 @@ def test_every_page_shows_hostile_names_as_text_and_requests_nothing_they_carry(
     # the firing line counts silent servers by region: the regions' markup is text there too
     assert any("ServerSilent" in t and f"in [na]({trap.base}/region)" in t and "<b>na</b>" in t
                for t in seen["/alerts"]["text"].splitlines()), seen["/alerts"]["text"]
+    # and on the wall screen's lines of what fires, by region
+    assert any("ServerSilent" in t and f"[na]({trap.base}/region) · 1 server" in t
+               for t in seen["/wall"]["text"].splitlines()), seen["/wall"]["text"]
     snap = read_snapshot(redis.Redis.from_url(seeded.cfg.redis_url), KeySchema(seeded.cfg.namespace),
                          range_ms=3_600_000, now_ms=int(time.time() * 1000))
     assert snap.totals.bad.get("bad_name", 0) > 0, snap.totals.bad  # the name with a line break, with its reason

@@ -553,7 +553,9 @@ def test_the_wall_counts_what_fires_by_alert_and_region() -> None:
     lines = [(x.alert, x.where, x.count, x.since_ms) for x in firing_lines(alerts, regions)]
     assert lines == [("PlayersDrop", "eu", 5, 40), ("PlayersDrop", "as-1 in as", 0, 5), ("PlayersDrop", "ghost", 0, 6),
                      ("ServerSilent", "eu", 200, 10), ("ServerSilent", "na", 90, 20),
-                     ("ServerSilent", "no region", 10, 30), ("PipelineBehind", "main", 1, 50)]
+                     ("ServerSilent", "no region", 10, 30), ("PipelineBehind", "main", 0, 50)]
+    one = firing_lines([_alert("server_silent", "eu", 1, 1)], {})
+    assert [x.text() for x in one] == ["ServerSilent · eu · 1 server"]
 
 
 def test_the_wall_ranks_regions_by_players_with_their_change() -> None:

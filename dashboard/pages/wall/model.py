@@ -21,13 +21,13 @@ class FiringLine:
     alert: str
     where: str
     count: int
-    """Servers: ServerSilent's count, or a server's rule's servers in the region; 0: one server, named in ``where``;
-    1 for a pipeline's or Redis' rule."""
+    """Servers: ServerSilent's count, or a server's rule's servers in the region; 0: one server, named in ``where``,
+    or a pipeline's or Redis' rule."""
     since_ms: int
     critical: bool
 
     def text(self) -> str:
-        what = f"{self.count:,} server{'s' if self.count != 1 else ''}" if self.count > 1 else ""
+        what = f"{self.count:,} server{'s' if self.count != 1 else ''}" if self.count else ""
         return " · ".join(p for p in (self.alert, self.where, what) if p)
 
 
@@ -52,8 +52,8 @@ def firing_lines(alerts: Sequence[AlertState], regions: Mapping[str, str]) -> li
         elif label == "server":
             where, n = regions.get(a.subject) or "no region", 1
             single.setdefault((RULES[a.rule][0], where), []).append(a.subject)
-        else:
-            where, n = a.subject, 1
+        else:  # a pipeline's or Redis' own
+            where, n = a.subject, 0
         name, severity = RULES[a.rule]
         prior = lines.get((name, where))
         lines[(name, where)] = FiringLine(name, where, n + (prior.count if prior else 0),

@@ -33,7 +33,7 @@ CHART_HEIGHT = 760
 STYLE = """<style>
 section[data-testid="stSidebar"], header[data-testid="stHeader"], div[data-testid="stToolbar"] {display: none;}
 .block-container {padding-top: 1rem; padding-bottom: 0; max-width: 100%;}
-div[data-testid="stMetricValue"] {font-size: 3.4rem; line-height: 1.1;}
+div[data-testid="stMetricValue"] {font-size: clamp(1.8rem, 2.6vw, 3.4rem); line-height: 1.1;}
 [data-testid="stMetricLabel"] * {font-size: 1.6rem !important;}
 [data-testid="stAlertContainer"] p {font-size: 1.8rem !important; font-weight: 600;}
 div[data-testid="stMetricDelta"] {font-size: 1.2rem;}
@@ -62,7 +62,7 @@ def tv_figure(tl: Timeline, labels: dict[str, str], what: str) -> go.Figure:
 def render(snap: Snapshot, now_ms: int) -> None:
     v = snap.online
     left, right = st.columns([5, 2])
-    left.markdown(f"## Players online · {clock(now_ms)}")
+    left.title(f"Players online · {clock(now_ms)}")
     if v is None:
         st.info("The online view has not committed a batch yet.")
         health(right, snap, now_ms)
