@@ -186,7 +186,7 @@ def test_beyond_loopback_without_a_token_posts_are_refused_and_the_monitor_says_
             (base, client, keys):
         for authorization in (None, f"Bearer {TOKEN}"):  # no token is the right one
             status, error, _ = post(f"{base}/annotations", {"text": "x"}, authorization)
-            assert status == 403 and "set ANNOTATIONS_TOKEN" in error["error"], (status, error)
+            assert status == 401 and "set ANNOTATIONS_TOKEN" in error["error"], (status, error)
         assert read_annotations(client, keys, 0, 2**53) == []
         assert metrics_open(base)
 

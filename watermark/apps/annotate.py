@@ -84,7 +84,9 @@ def annotations_app(client: redis.Redis, keys: KeySchema, keep_days: int,
     def denied(environ: dict[str, Any], start: StartResponse) -> list[bytes] | None:
         """The refusal of a ``POST`` without the right token, or None to go on."""
         if token is None:
-            return None if loopback else reply(start, "403 Forbidden", {"error": REFUSED_WITHOUT_TOKEN})
+            # beyond loopback a token is needed and none is configured: 401, as for a missing one (no token could pass)
+            return None if loopback else reply(start, "401 Unauthorized", {"error": REFUSED_WITHOUT_TOKEN},
+                                               (("WWW-Authenticate", 'Bearer realm="annotations"'),))
         scheme, _, given = environ.get("HTTP_AUTHORIZATION", "").partition(" ")
         # WSGI hands headers over as latin-1 text: back to the bytes sent, compared in constant time.
         if scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode("latin-1", "replace"),
