@@ -32,6 +32,8 @@ import signal
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -90,6 +92,28 @@ def visit(page, url: str, title: str, servers: int, which: str) -> Visit:  # noq
 def measure(code_root: Path, servers: int, rate: int, warmup: float) -> tuple[list[Visit], float]:
     from playwright.sync_api import sync_playwright
 
+    with running_stack(code_root, servers, rate, warmup) as (stack, port):
+        dash = psutil.Process(stack.procs["dashboard"].pid)
+        cpu0, t0 = tree_cpu_s(dash.pid), time.monotonic()
+        visits = []
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+            page = browser.new_page(viewport=VIEWPORT)
+            for which in ("cold", "warm"):
+                for path, title in PAGES:
+                    v = visit(page, f"http://127.0.0.1:{port}{path}", title, servers, which)
+                    print(f"{servers:>4} servers {which} {title:<20} status {v.status_s:5.1f} s  chart "
+                          f"{_s(v.chart_s)}  done {_s(v.done_s)}  charts {v.charts}", flush=True)
+                    visits.append(v)
+            browser.close()
+        cpu = (tree_cpu_s(dash.pid) - cpu0) / (time.monotonic() - t0)
+        return visits, round(cpu, 2)
+
+
+@contextmanager
+def running_stack(code_root: Path, servers: int, rate: int, warmup: float) -> Iterator[tuple[Stack, int]]:
+    """The stack with its dashboard, ``warmup`` seconds of input at ``rate`` past (what the pages show is a running
+    game's); yields it and the dashboard's port, and stops it all after."""
     with tempfile.TemporaryDirectory(prefix="pages-bench-") as tmp:
         stack = Stack(code_root, Path(tmp), rate)
         stack.env.update({"SERVERS": str(servers), "REGIONS": str(min(6, servers)),
@@ -101,22 +125,8 @@ def measure(code_root: Path, servers: int, rate: int, warmup: float) -> tuple[li
             for name in ("monitor", "online", "generator", "dashboard"):
                 stack.start(name)
             wait_for(lambda: "You can now view" in stack.log("dashboard"), 60, "the dashboard")
-            time.sleep(warmup)  # input at rate: what the pages show is a running game's
-            dash = psutil.Process(stack.procs["dashboard"].pid)
-            cpu0, t0 = tree_cpu_s(dash.pid), time.monotonic()
-            visits = []
-            with sync_playwright() as pw:
-                browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-                page = browser.new_page(viewport=VIEWPORT)
-                for which in ("cold", "warm"):
-                    for path, title in PAGES:
-                        v = visit(page, f"http://127.0.0.1:{port}{path}", title, servers, which)
-                        print(f"{servers:>4} servers {which} {title:<20} status {v.status_s:5.1f} s  chart "
-                              f"{_s(v.chart_s)}  done {_s(v.done_s)}  charts {v.charts}", flush=True)
-                        visits.append(v)
-                browser.close()
-            cpu = (tree_cpu_s(dash.pid) - cpu0) / (time.monotonic() - t0)
-            return visits, round(cpu, 2)
+            time.sleep(warmup)
+            yield stack, port
         finally:
             stack.stop_all()
 
@@ -132,36 +142,23 @@ def viewers_cost(code_root: Path, servers: int, rate: int, warmup: float, counts
     then ``VIEWER_WINDOW_S`` measured."""
     from playwright.sync_api import sync_playwright
 
-    with tempfile.TemporaryDirectory(prefix="viewers-bench-") as tmp:
-        stack = Stack(code_root, Path(tmp), rate)
-        stack.env.update({"SERVERS": str(servers), "REGIONS": str(min(6, servers)),
-                          "DASHBOARD_PORT": str(port := free_port())})
-        try:
-            stack.start("redis")
-            client = redis.Redis.from_url(stack.url, socket_timeout=60)
-            _start_job(stack, client)
-            for name in ("monitor", "online", "generator", "dashboard"):
-                stack.start(name)
-            wait_for(lambda: "You can now view" in stack.log("dashboard"), 60, "the dashboard")
-            time.sleep(warmup)
-            out = {}
-            with sync_playwright() as pw:
-                browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
-                for n in counts:
-                    contexts = [browser.new_context(viewport=VIEWPORT) for _ in range(n)]
-                    for ctx in contexts:
-                        ctx.new_page().goto(f"http://127.0.0.1:{port}{path}")
-                    time.sleep(VIEWER_SETTLE_S)
-                    cpu0, t0 = tree_cpu_s(stack.procs["dashboard"].pid), time.monotonic()
-                    time.sleep(VIEWER_WINDOW_S)
-                    out[n] = round((tree_cpu_s(stack.procs["dashboard"].pid) - cpu0) / (time.monotonic() - t0), 3)
-                    print(f"{servers} servers, {n:>2} viewers of {path}: dashboard {out[n]} cores", flush=True)
-                    for ctx in contexts:
-                        ctx.close()
-                browser.close()
-            return out
-        finally:
-            stack.stop_all()
+    with running_stack(code_root, servers, rate, warmup) as (stack, port):
+        out = {}
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
+            for n in counts:
+                contexts = [browser.new_context(viewport=VIEWPORT) for _ in range(n)]
+                for ctx in contexts:
+                    ctx.new_page().goto(f"http://127.0.0.1:{port}{path}")
+                time.sleep(VIEWER_SETTLE_S)
+                cpu0, t0 = tree_cpu_s(stack.procs["dashboard"].pid), time.monotonic()
+                time.sleep(VIEWER_WINDOW_S)
+                out[n] = round((tree_cpu_s(stack.procs["dashboard"].pid) - cpu0) / (time.monotonic() - t0), 3)
+                print(f"{servers} servers, {n:>2} viewers of {path}: dashboard {out[n]} cores", flush=True)
+                for ctx in contexts:
+                    ctx.close()
+            browser.close()
+        return out
 
 
 def _s(x: float | None) -> str:
