@@ -51,6 +51,7 @@ from enum import StrEnum
 import orjson
 from msgspec.structs import replace as renew
 
+from watermark.rules.presence_rollup import MINUTE_MS
 from watermark.schema.events import IDLE_KIND, IDLE_PLAYER, sign
 from watermark.schema.records import NameGuardRecord
 from watermark.schema.timeutil import iso_from_us
@@ -229,7 +230,6 @@ def retired(seen: Mapping[str, int], now_ms: int, after_ms: int) -> dict[str, in
 
 FLOOD_REASON = "name_flood"
 BURST_SAMPLE = 5
-MINUTE_MS = 60_000
 
 
 def admit(new: Mapping[str, int], prior: NameGuardRecord, now_ms: int, limit: int

@@ -28,9 +28,10 @@ import redis
 from msgspec.structs import replace
 from pyspark.sql import DataFrame
 
-from watermark.rules.fleet import FLOOD_REASON, MINUTE_MS, admit
+from watermark.rules.fleet import FLOOD_REASON, admit
 from watermark.rules.late import LateEvent
 from watermark.rules.presence_batch import KIND_CODES
+from watermark.rules.presence_rollup import MINUTE_MS
 from watermark.rules.watermarks import ServerWatermarks
 from watermark.rules.windows import Histograms, event_ms, late_counts
 from watermark.schema.events import parse_entry_id
