@@ -160,6 +160,7 @@ class Soak:
         self.done = threading.Event()
         self.markers: int | None = None
         self.pages_every_s, self.pages_at, self.dashboard_url = 0.0, 0.0, ""
+        self.t0: float | None = None  # the first run's start: a second run's samples go on from there
 
     def _ages(self) -> None:
         """Twice a second, as bench/stack.py: now minus the newest online batch's trigger time (Redis' clock)."""
@@ -173,17 +174,19 @@ class Soak:
                 self.ages.append(now - int(ts))
 
     def run(self, seconds: float) -> None:
+        self.done.clear()
         ages = threading.Thread(target=self._ages, daemon=True)
         ages.start()
-        start = time.monotonic()
+        until = time.monotonic() + seconds
+        start = self.t0 = self.t0 if self.t0 is not None else time.monotonic()
         cpu = {k: tree_cpu_s(p) for k, p in self.pids.items()}
-        pending: list[int] = []  # samples whose intervals are not all committed yet
+        pending = self.pending  # samples whose intervals are not all committed yet
         lo_ms = redis_ms(self.client)
-        while time.monotonic() - start < seconds:
+        while time.monotonic() < until:
             time.sleep(self.every_s)
             now = time.monotonic()
             cpu_now = {k: tree_cpu_s(p) for k, p in self.pids.items()}
-            dt = self.every_s if not self.samples else now - start - self.samples[-1].t_s
+            dt = now - start - self.samples[-1].t_s if self.samples else self.every_s
             hi_ms = redis_ms(self.client)
             s = Sample(round(now - start, 1), lo_ms, hi_ms)
             lo_ms = hi_ms
@@ -304,10 +307,12 @@ def accounting(client: redis.Redis) -> dict:
     return {"entries_added": added, "input_counted": counted, "exact": all(v == added for v in counted.values())}
 
 
-def summarize(soak: Soak, warmup_s: float, rate: int, label: str, families: dict[str, int]) -> dict:
+def summarize(soak: Soak, warmup_s: float, rate: int, label: str, families: dict[str, int],
+              until_s: float = math.inf) -> dict:
+    """Each series' figures over the samples from ``warmup_s`` to ``until_s``."""
     cols = soak.columns()
     ts = np.array([s.t_s for s in soak.samples])
-    after = ts >= warmup_s
+    after = (ts >= warmup_s) & (ts < until_s)
     out: dict = {"code": label, "rate": rate, "samples": len(ts), "warmup_s": warmup_s,
                  "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "series": {}, "key_families": families}
     for col in cols:
@@ -412,6 +417,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--timeline-scale", type=float, default=1.0, help="with --churn: how fast the matches pass")
     p.add_argument("--retire-after", type=float, default=None,
                    help="RETIRE_AFTER in seconds (default 600 times the timeline scale)")
+    p.add_argument("--then-minutes", type=float, default=0.0,
+                   help="with --churn: then as many minutes with the matches at --then-scale (the day's names seen)")
+    p.add_argument("--then-scale", type=float, default=7.2,
+                   help="the timeline scale after the compressed day (default 7.2: matches of 21.6 minutes, an "
+                        "Agones day's pace at 300 servers)")
     p.add_argument("--pages", type=float, default=0.0, help="time Live ops in Chromium every N seconds (0: never)")
     p.add_argument("--retention", type=float, default=None,
                    help="RETENTION in seconds (windows kept; default the product's day): a compressed day keeps a "
@@ -458,6 +468,11 @@ def main(argv: list[str] | None = None) -> int:
             soak = Soak(stack, client, pids, args.every)
             soak.pages_every_s, soak.dashboard_url = args.pages, f"http://127.0.0.1:{dash_port}"
             soak.run(args.minutes * 60)
+            if args.then_minutes:  # the day's names seen, the fleet goes on at its real pace
+                stack.stop("generator")
+                stack.env["TIMELINE_SCALE"] = f"{args.then_scale:g}"
+                soak.pids["generator"] = stack.start("generator").pid
+                soak.run(args.then_minutes * 60)
             stack.stop("generator")
             drain_s = drained(client, 600)
             soak.finish()
@@ -465,8 +480,13 @@ def main(argv: list[str] | None = None) -> int:
             counts = accounting(client)
         finally:
             stack.stop_all()
-    summary = {**summarize(soak, args.warmup_minutes * 60, args.rate, label, families), "drain_s": drain_s,
-               "accounting": counts}
+    day_s = args.minutes * 60
+    summary = {**summarize(soak, args.warmup_minutes * 60, args.rate, label, families, until_s=day_s),
+               "drain_s": drain_s, "accounting": counts}
+    if args.then_minutes:  # after RETIRE_AFTER twice over: the day's drained servers retired and forgotten
+        settle_s = 2 * float(churn_env(args)["RETIRE_AFTER"].rstrip("s"))
+        summary["then"] = {**summarize(soak, day_s + settle_s, args.rate, label, families),
+                           "timeline_scale": args.then_scale, "from_s": day_s + settle_s}
     write(args.out.resolve(), soak, summary)
     print(f"drained in {drain_s} s; entries added {counts['entries_added']:,}, counted {counts['input_counted']}: "
           f"{'exact' if counts['exact'] else 'NOT EXACT'}")
@@ -475,6 +495,8 @@ def main(argv: list[str] | None = None) -> int:
         within = f", {s['intervals_within_target']} of {s['intervals']} within {s['target_ms']:.0f}" \
             if "target_ms" in s else ""
         print(f"{col}: {s['min']} .. {s['max']} slope {slope}{within}")
+    for col, s in summary.get("then", {}).get("series", {}).items():
+        print(f"then, {col}: {s['min']} .. {s['max']} mean {s['mean']}")
     print(f"written to {args.out}")
     return 0
 
