@@ -91,7 +91,7 @@ def test_a_commit_is_done_only_once_its_replica_has_it(group: SentinelGroup) -> 
 
 def test_what_waiting_for_the_replica_costs_a_commit(group: SentinelGroup) -> None:
     """Medians of 300 small commits through the Sentinel client, without and with the wait, taken in turn (printed
-    with -s; the bound only catches a wait that never returns early)."""
+    with -s: speed is bench/s to judge, this proves both run)."""
     client = open_client(group.url)
     runs = {n: (KeySchema(f"cost-{n}-{uuid.uuid4().hex[:8]}"), replace(PARAMS, wait_replicas=n)) for n in (0, 1)}
     took: dict[int, list[float]] = {0: [], 1: []}
@@ -102,7 +102,6 @@ def test_what_waiting_for_the_replica_costs_a_commit(group: SentinelGroup) -> No
             took[n].append(time.perf_counter() - started)
     median = {n: statistics.median(t[20:]) * 1000 for n, t in took.items()}
     print(f"a commit: {median[0]:.2f} ms alone, {median[1]:.2f} ms waiting for the replica")  # noqa: T201
-    assert median[1] < 100
 
 
 def test_a_commit_a_real_failover_lost_is_seen(group: SentinelGroup) -> None:

@@ -114,6 +114,9 @@ class ProducerStats:
     """Batches in flight at a lost connection that Redis turned out to have (not sent again)."""
     refused_full: int = 0
     """Batches Redis refused while full (``maxmemory``), each sent again after a pause: none of them was lost."""
+    short_waits: int = 0
+    """With ``wait_replicas``: WAITs that counted fewer replicas than asked within their timeout (the batches stayed
+    unconfirmed until a later WAIT counted enough)."""
     last_error: str = ""
     """The last connection error, if any."""
 
@@ -131,13 +134,21 @@ class Producer:
     readers are behind) no batch goes out (:class:`~watermark.store.batch_channel.BacklogGate`), nor while Redis
     refuses writes because it is full: the events wait, and ``send`` then blocks, rather than anything being
     dropped. ``max_stream_entries`` None: no bound.
+
+    ``wait_replicas`` (0: off) makes an event *delivered* only once that many replicas have it: each batch is
+    followed by ``WAIT wait_replicas wait_timeout_s``, a batch WAIT finds short of replicas stays unconfirmed
+    (``flush`` waits for it, ``pending`` counts it) and is asked about again, and after a lost connection or a
+    failover the producer's marker on the new primary settles it, written once. So a failover loses no event the
+    producer counted as delivered; the price is a round trip to a replica per batch, and while no replica answers,
+    a timeout per batch (docs/ingest.md).
     """
 
     def __init__(self, redis_url: str | redis.Redis = "redis://127.0.0.1:6379/0", *, namespace: str = "wm",
                  stream_key: str | None = None, producer_id: str | None = None, batch_size: int = 1_000,
                  max_pending: int = 100_000, linger_s: float = 0.002, send_timeout_s: float = 30.0,
                  socket_timeout_s: float = 10.0, max_backoff_s: float = 2.0, marker_ttl_s: int = MARKER_TTL_S,
-                 idempotent: bool = True, max_stream_entries: int | None = DEFAULT_STREAM_MAX_ENTRIES) -> None:
+                 idempotent: bool = True, max_stream_entries: int | None = DEFAULT_STREAM_MAX_ENTRIES,
+                 wait_replicas: int = 0, wait_timeout_s: float = 1.0) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, got {batch_size}")
         if max_pending < 1:
@@ -159,7 +170,9 @@ class Producer:
         self.max_backoff_s = max_backoff_s
         self.stats = ProducerStats()
         self._head = xadd_head(self.stream_key).encode("latin-1")
-        self._channel = BatchChannel(self.stream_key, self.marker_key, idempotent=idempotent, ttl_s=marker_ttl_s)
+        self._channel = BatchChannel(self.stream_key, self.marker_key, idempotent=idempotent, ttl_s=marker_ttl_s,
+                                     wait_replicas=wait_replicas, wait_timeout_ms=round(wait_timeout_s * 1000))
+        self._unreplicated: list[Batch] = []  # written, confirmed, but WAIT counted too few replicas: not delivered
         self._gate = BacklogGate(self.client, self.stream_key, max_stream_entries, logger=log)
         lock = threading.Lock()
         self._work = threading.Condition(lock)  # the sending thread waits here for events
@@ -301,6 +314,22 @@ class Producer:
             self.stats.batches += len(batches)
             self._room.notify_all()
 
+    def _settle(self, batches: list[Batch]) -> None:
+        """Count confirmed batches as delivered; with ``wait_replicas``, only up to the newest one enough replicas
+        have (a WAIT covers everything its connection wrote before it)."""
+        need = self._channel.wait_replicas
+        if not need:
+            self._acked(batches)
+            return
+        for b in batches:
+            self._unreplicated.append(b)
+            if b.replicas is not None and b.replicas >= need:
+                self._acked(self._unreplicated)
+                self._unreplicated = []
+            else:
+                self.stats.short_waits += 1
+                self.stats.last_error = f"WAIT counted {b.replicas} replica(s) of {need}: batches held unconfirmed"
+
     def _send_next(self) -> bool | None:
         """Send the next batch: one Redis refused while full first, else the queue's (waiting for events, and a
         moment for a batch to fill). False: nothing sent (batches in flight to confirm); None: closed, all done."""
@@ -312,13 +341,13 @@ class Producer:
         if not self._gate.admit(self._abort.wait):  # the readers are behind: hold the events (backpressure)
             return None
         with work:
-            while not queue and not inflight and not self._closing:
+            while not queue and not inflight and not self._closing and not self._unreplicated:
                 work.wait()
             if (queue and not inflight and len(queue) < self.batch_size and self.linger_s and not self._closing
                     and not self._flushing):
                 work.wait(self.linger_s)  # let the batch fill; woken early once it is full
             frames = [queue.popleft() for _ in range(min(len(queue), self.batch_size))]
-            if not frames and not inflight and self._closing:
+            if not frames and not inflight and self._closing and not self._unreplicated:
                 return None
         if frames:
             self._channel.send(b"".join(frames), len(frames))
@@ -335,12 +364,16 @@ class Producer:
                     settled = channel.attach(self.client)
                     attached, delay = True, 0.05
                     self.stats.resent_batches, self.stats.recovered_batches = channel.resent, channel.recovered
-                    self._acked(settled)
+                    self._settle(settled)
+                if self._unreplicated and not inflight and not self._queue:  # ask again: nothing else will
+                    b = self._unreplicated.pop()
+                    b.replicas = channel.wait_again()
+                    self._settle([b])
                 sent = self._send_next()
                 if sent is None:
                     break
                 while len(inflight) > (1 if sent else 0):  # one batch in flight while the next fills
-                    self._acked([channel.confirm()])
+                    self._settle([channel.confirm()])
                     full.taken("the producer")
             except RedisFull as exc:  # nothing of the batch was written: hold it, pause, send it again
                 self._refused.append(exc.batch)
@@ -351,6 +384,10 @@ class Producer:
             except LOST_REDIS as exc:
                 attached = False
                 channel.detach(broken=True)
+                for b in self._unreplicated:  # the marker on the (perhaps new) primary settles them
+                    b.replicas = None
+                inflight.extendleft(reversed(self._unreplicated))
+                self._unreplicated = []
                 self.stats.reconnects += 1
                 self.stats.last_error = f"{type(exc).__name__}: {exc}"
                 log.warning("lost Redis (%s); reconnecting in %.2f s, %d events waiting", exc, delay, self._unacked)

@@ -18,6 +18,11 @@ buffers cannot run after the resend.
 
 Up to ``depth`` batches are in flight on the connection (sent, not yet confirmed), so Redis works on one while the
 caller builds the next. Replies are read straight off the socket with a hiredis ``Reader`` (:class:`Replies`).
+
+With ``wait_replicas`` each transaction is followed by ``WAIT {replicas} {timeout}`` on the same connection, and
+:attr:`Batch.replicas` says how many replicas had it (and everything before it: replication is one ordered stream)
+when WAIT returned. The caller decides what too few means (:class:`~watermark.client.Producer` keeps such a batch
+unconfirmed); :meth:`BatchChannel.wait_again` asks again.
 """
 
 from __future__ import annotations
@@ -108,6 +113,11 @@ class BacklogGate:
             pause = min(1.0, pause * 2)
 
 
+def _command(*args: bytes) -> bytes:
+    """One command packed as RESP."""
+    return b"*%d\r\n" % len(args) + b"".join(b"$%d\r\n%s\r\n" % (len(a), a) for a in args)
+
+
 def xadd_head(stream_key: str) -> str:
     """The start of ``XADD {stream_key} * e`` (append ``${len}\\r\\n{payload}\\r\\n``): latin-1 text."""
     return f"*5\r\n$4\r\nXADD\r\n${len(stream_key.encode())}\r\n{stream_key.encode().decode('latin-1')}\r\n" \
@@ -124,6 +134,8 @@ class Batch:
     info: Any = None
     last_id: str | None = None
     """The last XADD's entry ID, once confirmed (None when the marker confirmed it after a lost connection)."""
+    replicas: int | None = None
+    """With ``wait_replicas``: the replicas WAIT counted once it was confirmed (None: not asked)."""
 
 
 class BatchChannel:
@@ -134,9 +146,17 @@ class BatchChannel:
     """
 
     def __init__(self, stream_key: str, marker_key: str, *, idempotent: bool = True,
-                 ttl_s: int = MARKER_TTL_S) -> None:
+                 ttl_s: int = MARKER_TTL_S, wait_replicas: int = 0, wait_timeout_ms: int = 1_000) -> None:
         if ttl_s < 1:
             raise ValueError(f"ttl_s must be at least 1, got {ttl_s}")
+        if wait_replicas < 0 or (wait_replicas and wait_timeout_ms < 1):
+            # WAIT with a timeout of 0 blocks for ever: a replica that never comes must not hang the writer
+            raise ValueError(f"wait_replicas must not be negative and wait_timeout_ms at least 1, got "
+                             f"{wait_replicas} and {wait_timeout_ms}")
+        if wait_replicas and not idempotent:
+            raise ValueError("wait_replicas needs idempotent batches (the marker settles them after a failover)")
+        self.wait_replicas = wait_replicas
+        self._wait = _command(b"WAIT", b"%d" % wait_replicas, b"%d" % wait_timeout_ms) if wait_replicas else b""
         self.stream_key = stream_key
         self.marker_key = marker_key
         self.idempotent = idempotent
@@ -191,10 +211,33 @@ class BatchChannel:
                 log.info("after a lost connection: %d batch(es) in flight were committed (marker %s at %d)",
                          found, self.marker_key, have)
             self._resend()
+            if self.wait_replicas:
+                self._replicated(have)
             return self._take_settled()
         except BaseException:
             self.detach(broken=True)
             raise
+
+    def _replicated(self, have: int) -> None:
+        """How many replicas have the batches the marker confirmed: the old connection wrote them, so WAIT after a
+        write of this one covers them (replication is one ordered stream): a batch sent again, else the marker
+        written again as it is."""
+        unknown = [b for b in self._settled if b.replicas is None]
+        if not unknown or self.conn is None or self._replies is None:
+            return
+        resent = [b.replicas for b in self._settled if b.replicas is not None]
+        if resent:
+            n = resent[-1]
+        else:
+            value = b"%d" % have
+            self.conn.send_packed_command([self._set_head + b"$%d\r\n%s\r\n" % (len(value), value) + self._ex +
+                                           self._wait], check_health=False)
+            written, waited = self._replies.read(2)
+            if isinstance(written, Exception):
+                raise WriteError(f"rewriting the marker {self.marker_key!r} failed: {written}")
+            n = self._replicas(waited)
+        for b in unknown:
+            b.replicas = n
 
     def _identify(self, conn: redis.connection.Connection) -> tuple[str, int] | None:
         if not self.idempotent:
@@ -279,7 +322,20 @@ class BatchChannel:
             return
         seq = b"%d" % batch.seq
         conn.send_packed_command([b"".join((MULTI, batch.frames, self._set_head, b"$%d\r\n%s\r\n" % (len(seq), seq),
-                                            self._ex, EXEC))], check_health=False)
+                                            self._ex, EXEC, self._wait))], check_health=False)
+
+    def wait_again(self) -> int:
+        """With ``wait_replicas``, nothing in flight: WAIT again on the connection (it covers every batch it sent)
+        and return how many replicas have them all."""
+        if self.conn is None or self._replies is None or self.inflight:
+            raise redis.ConnectionError("wait_again needs an attached connection with nothing in flight")
+        self.conn.send_packed_command([self._wait], check_health=False)
+        return self._replicas(self._replies.read(1)[0])
+
+    def _replicas(self, reply: Any) -> int:  # noqa: ANN401 - a raw reply
+        if not isinstance(reply, int):  # e.g. WAIT sent to a replica: the writer is not on a primary
+            raise WriteError(f"WAIT for {self.wait_replicas} replica(s) failed: {reply}")
+        return reply
 
     def confirm(self) -> Batch:
         """Read the oldest batch's replies (all of them, so the connection stays usable); raises
@@ -289,7 +345,9 @@ class BatchChannel:
             raise redis.ConnectionError("no connection: attach first")
         n = batch.n
         if self.idempotent:
-            replies = self._replies.read(n + 3)  # MULTI's OK, n + 1 QUEUED, EXEC's array
+            replies = self._replies.read(n + 3 + bool(self.wait_replicas))  # OK, n + 1 QUEUED, EXEC's array, WAIT's
+            if self.wait_replicas:
+                *replies, waited = replies
             queued, results = replies[:-1], replies[-1]
             if isinstance(results, Exception):  # EXECABORT (a command did not queue) or a refused EXEC: nothing ran
                 refused = [r for r in queued if isinstance(r, Exception)]
@@ -303,6 +361,8 @@ class BatchChannel:
         else:
             xadds = self._replies.read(n)
         self.inflight.popleft()
+        if self.wait_replicas:
+            batch.replicas = self._replicas(waited)
         errors = [r for r in xadds if type(r) is not bytes]
         if errors:
             raise WriteError(f"{len(errors)} of {n} XADDs to {self.stream_key!r} failed: {errors[0]}")
