@@ -28,6 +28,7 @@ import redis
 from bench.run import scratch_redis
 from watermark.rules.scenarios import game
 from watermark.rules.simulate import Simulator
+from watermark.rules.windows import next_watermark
 from watermark.schema.config import Config
 from watermark.schema.keys import KeySchema
 from watermark.schema.lanes import lane_config
@@ -37,7 +38,7 @@ from watermark.spark.query import source_options
 from watermark.spark.sink import BatchTable, LaneSink, aggregate_arrow, late_events, presence_events
 from watermark.spark.source import ARROW_SCHEMA, StreamRange, _Options, _read
 from watermark.spark.window_players import read_added
-from watermark.store.commit import commit_batch, next_watermark, params_of
+from watermark.store.commit import commit_batch, params_of
 from watermark.store.online.handoff import hand_off
 from watermark.store.online.runner import GroupRunner
 from watermark.store.presence_store import Group, PresenceBatch, PresenceMirror, commit_presence

@@ -36,12 +36,10 @@ A server's first batch has nothing to predict from: its newest event sets its cl
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 import numpy as np
 from msgspec.structs import replace
 
-from watermark.rules.windows import event_ms
+from watermark.rules.windows import event_ms, next_watermark
 from watermark.schema.records import ClockRecord
 
 
@@ -115,15 +113,9 @@ def step_back(prior: ClockRecord, event_us: np.ndarray, players: int, now_ms: in
 def _set(prior: ClockRecord | None, clock_us: int, heard_ms: int, at_heard_us: int, delay_ms: int,
          ahead: int) -> ClockRecord:
     in_force = prior.watermark_ms if prior is not None else 0
-    return ClockRecord(watermark_ms=max(in_force, event_ms(clock_us) - delay_ms), clock_us=clock_us,
+    return ClockRecord(watermark_ms=next_watermark(in_force, clock_us, delay_ms), clock_us=clock_us,
                        heard_ms=heard_ms, clock_at_heard_us=at_heard_us, ahead_ms=ahead,
                        behind_since_ms=prior.behind_since_ms if prior is not None else 0)
-
-
-def watermark_of(clocks: Mapping[str, ClockRecord], server: str) -> int:
-    """The server's watermark in force (0 for a server never heard from: nothing of it is late)."""
-    c = clocks.get(server)
-    return c.watermark_ms if c is not None else 0
 
 
 NOTICEABLE_AHEAD_MS = 2_000

@@ -71,12 +71,22 @@ def classify(event_us: int, window: Window, watermark_ms: int) -> Verdict:
     return Verdict.ON_TIME
 
 
+def next_watermark(in_force_ms: int, newest_us: int | None, delay_ms: int) -> int:
+    """The watermark's rule, the one place it is written: the watermark in force for the next batch is the larger
+    of the one in force and the newest event time seen minus the delay; it never goes back, and a batch with no
+    event leaves it as it was.
+
+    >>> next_watermark(60_000, 200_000_000, 30_000), next_watermark(60_000, 50_000_000, 30_000)
+    (170000, 60000)
+    """
+    if newest_us is None:
+        return in_force_ms
+    return max(in_force_ms, event_ms(newest_us) - delay_ms)
+
+
 def advance_watermark(watermark_ms: int, event_times_us: Iterable[int], delay_ms: int) -> int:
-    """The watermark in force for the next batch, given this batch's event times."""
-    batch_max = max((event_ms(t) for t in event_times_us), default=None)
-    if batch_max is None:
-        return watermark_ms
-    return max(watermark_ms, batch_max - delay_ms)
+    """The watermark in force for the next batch, given this batch's event times (:func:`next_watermark`)."""
+    return next_watermark(watermark_ms, max(event_times_us, default=None), delay_ms)
 
 
 def late_counts(starts_ms: np.ndarray, ends_ms: np.ndarray, event_us: np.ndarray, counts: np.ndarray,

@@ -24,7 +24,7 @@ import redis
 from watermark.rules.late import LateEvent
 from watermark.rules.tradeoff import GRID_FIELD, GRID_MS, RETIRED_SERVERS, bucket, hist_field
 from watermark.rules.watermarks import policy_max
-from watermark.rules.windows import event_ms
+from watermark.rules.windows import event_ms, next_watermark
 from watermark.schema.config import DEFAULT_HISTORY_DAYS, DEFAULT_LATE_KEEP, Config
 from watermark.schema.events import parse_entry_id
 from watermark.schema.keys import KeySchema, WindowKey, total_field
@@ -168,12 +168,6 @@ class BatchSummary:
     @property
     def min_event_us(self) -> int | None:
         return min((s.min_event_us for s in self.servers.values() if s.min_event_us is not None), default=None)
-
-
-def next_watermark(watermark_ms: int, running_max_us: int | None, delay_ms: int) -> int:
-    if running_max_us is None:
-        return watermark_ms
-    return max(watermark_ms, event_ms(running_max_us) - delay_ms)
 
 
 def params_of(cfg: Config) -> Params:

@@ -36,6 +36,7 @@ from watermark.rules.presence_rollup import (
     raise_peaks,
     roll,
 )
+from watermark.rules.windows import next_watermark
 from watermark.schema.config import Config
 from watermark.schema.keys import KeySchema
 from watermark.schema.records import (
@@ -48,7 +49,7 @@ from watermark.schema.records import (
 )
 from watermark.schema.shards import shard_of
 from watermark.store import redis_conn
-from watermark.store.commit import Params, guarded, next_watermark, queue_packed, records_kept
+from watermark.store.commit import Params, guarded, queue_packed, records_kept
 from watermark.store.history_store import queue_minute
 
 HOUR_MS = 3_600_000
