@@ -8,6 +8,7 @@ from dataclasses import replace
 import pytest
 
 from watermark.rules.late import LateEvent
+from watermark.schema.config import Config
 from watermark.schema.records import ServerRecord
 from watermark.store.commit import (
     BatchSummary,
@@ -106,7 +107,7 @@ def test_the_state_hash_is_the_fields_the_commit_always_wrote() -> None:
         "server_watermarks": f'{{"A": {T0 + 20_000}}}', "delay_ms": "10000", "committed_id": f"{T0 + 1_000_000}-0",
         "lost_at_batch": "", "stopped_ms": "", "sets_closed_below_ms": str(T0 + 20_000),  # no lane: its own next
         "params": '{"delay_ms": 10000, "mode": "per-server", "policy": "min", "slide_ms": 60000, "window_ms": 60000}',
-        "trigger_ms": "1000", "updated_ms": "42"}
+        "trigger_ms": str(Config.trigger_ms), "updated_ms": "42"}
 
 
 @pytest.mark.parametrize(("lanes_next", "closed_before", "closed"), [

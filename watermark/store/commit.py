@@ -25,7 +25,7 @@ from watermark.rules.late import LateEvent
 from watermark.rules.tradeoff import GRID_FIELD, GRID_MS, RETIRED_SERVERS, bucket, hist_field
 from watermark.rules.watermarks import policy_max
 from watermark.rules.windows import event_ms, next_watermark
-from watermark.schema.config import DEFAULT_HISTORY_DAYS, DEFAULT_LATE_KEEP, Config
+from watermark.schema.config import Config
 from watermark.schema.events import parse_entry_id
 from watermark.schema.keys import KeySchema, WindowKey, total_field
 from watermark.schema.lanes import lane_namespace
@@ -41,6 +41,9 @@ from watermark.schema.records import (
 from watermark.schema.shards import START, Position, input_shard_key, lowest, shard_key
 from watermark.store import redis_conn
 
+STREAM_KEEP_MS = 600_000
+"""Committed input the trim keeps to look back at, in arrival time (within ``stream_keep_entries``)."""
+
 
 @dataclass(frozen=True)
 class Params:
@@ -50,30 +53,31 @@ class Params:
     window_ms: int
     slide_ms: int
     delay_ms: int
-    retention_ms: int = 86_400_000
-    progress_history: int = 5_000
-    progress_bytes: int = 128 * 2**20  # ... and at most about this many bytes of them (300 servers: ~100 KB each)
-    stream_keep_ms: int = 600_000
-    stream_keep_entries: int = 1_000_000  # ... and about this many entries at most (at the batch's own rate)
-    ttl_ms: int | None = None  # key TTL; defaults to retention_ms
-    trigger_ms: int = 1_000  # not semantic: the dashboard judges batch health against it
-    mode: str = "global"  # or "per-server": one watermarked input per server in `servers`
-    policy: str = "min"  # per-server: Spark's multipleWatermarkPolicy
+    # Every default below is the configuration's (Config): one place says what a setting is when unset.
+    retention_ms: int = Config.retention_ms
+    progress_history: int = Config.progress_history
+    progress_bytes: int = Config.progress_mb * 2**20  # ... and at most about this many bytes of them
+    stream_keep_ms: int = STREAM_KEEP_MS
+    stream_keep_entries: int = Config.stream_keep_entries  # ... and about this many entries at most
+    ttl_ms: int | None = Config.key_ttl_ms  # key TTL; None: retention_ms
+    trigger_ms: int = Config.trigger_ms  # not semantic: the dashboard judges batch health against it
+    mode: str = Config.watermark_mode  # or "per-server": one watermarked input per server in `servers`
+    policy: str = Config.watermark_policy  # per-server: Spark's multipleWatermarkPolicy
     servers: tuple[str, ...] = ()
-    idle_timeout_ms: int | None = None  # per-server: idle markers move a silent server's watermark
+    idle_timeout_ms: int | None = Config.idle_timeout_ms  # per-server: idle markers move a silent server's watermark
     trims: bool = True  # a lab lane reads its parent's input and leaves trimming to it
     readers: tuple[str, ...] = ()  # state hashes of everything else that commits from our input (lanes, online
     # view): their ``committed_id`` holds the trim back, so nothing one of them still needs is trimmed
-    late_keep: int = DEFAULT_LATE_KEEP  # late events kept in ``{ns}:late`` (watermark.rules.late), all shards'
-    shards: int = 1  # input streams (watermark.schema.shards): each has its own late and dead stream
-    history_days: int = DEFAULT_HISTORY_DAYS  # whole days each minute of players online is kept after its own
+    late_keep: int = Config.late_events_keep  # late events kept in ``{ns}:late`` (watermark.rules.late), all shards'
+    shards: int = Config.stream_shards  # input streams (watermark.schema.shards): each has its own late and dead stream
+    history_days: int = Config.history_days  # whole days each minute of players online is kept after its own
     retire_after_ms: int = Config.retire_after_ms  # a server silent this long with no player kept is forgotten
-    new_servers_per_minute: int = 0  # the flood guard (watermark.rules.fleet.admit): the pipeline's; a lane
-    # reads the batch the pipeline's guard left
-    wait_replicas: int = 0
+    new_servers_per_minute: int = 0  # the flood guard (watermark.rules.fleet.admit), off unless given: the
+    # pipeline's is the configuration's (params_of); a lane reads the batch the pipeline's guard left
+    wait_replicas: int = Config.wait_replicas
     """A commit is done once this many replicas have acknowledged it (``WAIT``, ``REDIS_WAIT_REPLICAS``; decision
     0023); 0: at once."""
-    wait_timeout_ms: int = 1_000
+    wait_timeout_ms: int = Config.wait_timeout_ms
     """How long a commit waits for them (``REDIS_WAIT_TIMEOUT``) before it fails
     (:class:`redis_conn.ReplicasBehind`)."""
     players_lanes: tuple[str, ...] | None = ()
