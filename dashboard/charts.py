@@ -43,6 +43,16 @@ MAX_TRACES = 10
 each other: past :data:`dashboard.fleet.MAX_SERIES` servers a chart draws regions, or the few that matter."""
 
 
+MARKERS_UP_TO = 60
+"""Points a line shows a marker on each of, at most: past that a line alone (a browser draws each marker as an
+element of its own, and Live ops' lines of 600 batches each took it seconds to draw before its first chart)."""
+
+
+def line_mode(points: int) -> str:
+    """``lines+markers`` for a short line, ``lines`` for a long one (:data:`MARKERS_UP_TO`)."""
+    return "lines+markers" if points <= MARKERS_UP_TO else "lines"
+
+
 def ts(ms: int | float) -> datetime:
     return datetime.fromtimestamp(ms / 1000, tz=UTC)
 
@@ -214,7 +224,7 @@ def _per_window_lines(windows: Sequence[WindowRow], servers: Sequence[str], attr
             x, y = gaps([w.start_ms for w in part], [getattr(w, attr) for w in part], limit)
             _, custom = gaps([w.start_ms for w in part], [_window_custom(w) for w in part], limit)
             fig.add_trace(go.Scatter(  # the dotted part in the legend only when the series has no solid one
-                x=x, y=y, name=s + suffix, legendgroup=s, showlegend=not suffix or not final, mode="lines+markers",
+                x=x, y=y, name=s + suffix, legendgroup=s, showlegend=not suffix or not final, mode=line_mode(len(x)),
                 line={"color": colors[s], "dash": dash}, marker={"symbol": symbol, "size": 7}, customdata=custom,
                 hovertemplate=_WINDOW_HOVER,
             ))
@@ -234,7 +244,7 @@ def online_over_batches(history: Sequence[OnlinePoint], servers: Sequence[str], 
     for s in servers:
         x, y = gaps(marks, [p.counts.get(s, 0) for p in history], limit)
         fig.add_trace(go.Scatter(
-            x=x, y=y, name=s, mode="lines+markers", line={"color": colors[s], "shape": "hv"}, marker={"size": 5},
+            x=x, y=y, name=s, mode=line_mode(len(x)), line={"color": colors[s], "shape": "hv"}, marker={"size": 5},
             customdata=custom,
             hovertemplate="<b>%{fullData.name}</b> batch %{customdata[0]}<br>online %{y:,}<br>watermark %{x|%H:%M:%S}"
                           "<br>batch transitions: %{customdata[1]:,} on, %{customdata[2]:,} off<extra></extra>",
@@ -253,7 +263,7 @@ def online_per_minute(minutes: Sequence[Minute], servers: Sequence[str], what: s
         _, custom = gaps(marks, [[f"{m.peak.get(s, 0):,}" if not what else "not kept per group"] for m in minutes],
                          90_000)
         fig.add_trace(go.Scatter(
-            x=x, y=y, name=s, mode="lines+markers", line={"color": colors[s]}, marker={"size": 5},
+            x=x, y=y, name=s, mode=line_mode(len(x)), line={"color": colors[s]}, marker={"size": 5},
             customdata=custom,
             hovertemplate="<b>%{fullData.name}</b> %{x|%H:%M}<br>online at the minute's end %{y:,}"
                           "<br>the minute's peak %{customdata[0]}<extra></extra>",
@@ -399,7 +409,7 @@ def watermark_vs_time(batches: Sequence[BatchPoint], now_ms: int) -> go.Figure:
         ):
             x, y = gaps([b.batch_ts_ms for b in part], [value(b) for b in part], limit)
             _, custom = gaps([b.batch_ts_ms for b in part], [_batch_custom(b) for b in part], limit)
-            fig.add_trace(go.Scatter(x=x, y=y, name=name, mode="lines+markers", line=line, marker={"size": 5},
+            fig.add_trace(go.Scatter(x=x, y=y, name=name, mode=line_mode(len(x)), line=line, marker={"size": 5},
                                      customdata=custom, hovertemplate=hover))
     fig = _layout(fig, "Event time against processing time", "event time (UTC)", height=420, counts=False)
     fig.update_xaxes(title="processing time (UTC)")

@@ -29,7 +29,7 @@ from watermark.store.history_store import Timeline, read_timeline
 from watermark.store.redis_conn import open_client
 from watermark.store.views.events import EventRange, PlayerEvents, find_player, read_events
 from watermark.store.views.lanes import Lane, read_idleness, read_lanes, read_seen, read_tradeoff
-from watermark.store.views.snapshot import Snapshot, read_snapshot
+from watermark.store.views.snapshot import BatchPoints, Snapshot, read_snapshot
 
 TICK_TTL_S = 120
 """Reads keyed by the refresh tick: evicted two minutes on (a tick is 1-10 s, so never read again by then)."""
@@ -49,12 +49,19 @@ def redis_client(url: str) -> redis.Redis:
     return open_client(url, socket_connect_timeout=1.0, socket_timeout=3.0, health_check_interval=5)
 
 
+@st.cache_resource(show_spinner=False, max_entries=64)
+def batch_points(url: str, namespace: str, range_ms: int) -> BatchPoints:
+    """The batch records read so far, per (namespace, range), for every session: a tick decodes only the new ones."""
+    return BatchPoints()
+
+
 @st.cache_resource(show_spinner=False, ttl=TICK_TTL_S, max_entries=256)
 def load_snapshot(url: str, namespace: str, range_ms: int, refresh_s: int, tick: int, _now_ms: int,
                   input_namespace: str, retire_after_ms: int) -> Snapshot:
     """One read per (namespace, range, tick) for all sessions; ``_now_ms`` is not part of the key."""
     return read_snapshot(redis_client(url), KeySchema(namespace), range_ms=range_ms, now_ms=_now_ms,
-                         input_keys=KeySchema(input_namespace), retire_after_ms=retire_after_ms)
+                         input_keys=KeySchema(input_namespace), retire_after_ms=retire_after_ms,
+                         points=batch_points(url, namespace, range_ms))
 
 
 @st.cache_data(show_spinner=False, ttl=LANES_TTL_S, max_entries=16)

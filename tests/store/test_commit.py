@@ -494,3 +494,32 @@ def test_a_server_with_fields_but_no_arrival_is_forgotten_too(r: redis.Redis) ->
     assert r.smembers(keys.servers) == {b"live"} and r.hkeys(keys.totals) != [] and not r.hexists(keys.totals,
                                                                                                   "ticks|ghost")
     assert r.hget(keys.totals, "ticks") == b"3"
+
+
+def test_a_reader_that_reads_again_decodes_only_the_batches_it_has_not_seen(r: redis.Redis, keys: KeySchema,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """``BatchPoints`` keeps the records it decoded: each read decodes the new ones only, ends equal to a fresh read,
+    reads a record written again (its ``progress`` changed) again, and leaves out one that is gone."""
+    from watermark.store.views import snapshot
+
+    decoded: list[bytes] = []
+    real = snapshot.batch_point
+    monkeypatch.setattr(snapshot, "batch_point", lambda sink, progress: decoded.append(sink) or real(sink, progress))
+    points = snapshot.BatchPoints()
+
+    def read() -> snapshot.Snapshot:
+        return snapshot.read_snapshot(r, keys, range_ms=3_600_000, now_ms=T0, points=points)
+
+    for b in range(3):
+        assert commit_batch(r, keys, summary(b, T0, T0 + 1000 * b), PARAMS)
+    assert [p.batch for p in read().batches] == [0, 1, 2] and len(decoded) == 3
+    assert commit_batch(r, keys, summary(3, T0, T0 + 3000), PARAMS)
+    assert [p.batch for p in read().batches] == [0, 1, 2, 3] and len(decoded) == 4  # batch 3 only
+    again = read()
+    assert len(decoded) == 4
+    fresh = snapshot.read_snapshot(r, keys, range_ms=3_600_000, now_ms=T0)
+    assert again.batches == fresh.batches
+    other = r.hget(keys.batch(3), "sink")
+    r.hset(keys.batch(1), mapping={"sink": other, "progress": b'{"again": 1}'})  # a pipeline started afresh
+    r.delete(keys.batch(2))
+    assert [p.batch for p in read().batches] == [0, 3, 3]  # batch 1's record is now the one written again
