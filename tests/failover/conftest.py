@@ -1,4 +1,4 @@
-"""A primary, a replica and three Sentinels for each test that asks (:mod:`tests.failover.sentinels`)."""
+"""A primary, a replica and three Sentinels for each test that asks (:mod:`bench.failover.sentinels`)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.failover.sentinels import SentinelGroup
+from bench.failover.sentinels import SentinelGroup
 
 
 @pytest.fixture()

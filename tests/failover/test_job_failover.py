@@ -15,7 +15,7 @@ import pytest
 import redis
 from pyspark.sql import SparkSession
 
-from tests.failover.sentinels import SentinelGroup, until
+from bench.failover.sentinels import SentinelGroup, until
 from tests.pipeline.test_exactly_once import seeded_entries
 from tests.pipeline.test_faults import chunks
 from tests.pipeline.test_followers import _cfg, _clean_run, _everything, _rename

@@ -1,5 +1,5 @@
 """A producer that waits for a replica (``wait_replicas``): an event it counts as delivered survives a failover,
-and one it does not is written once on the primary that takes over. Real processes (:mod:`tests.failover.sentinels`).
+and one it does not is written once on the primary that takes over. Real processes (:mod:`bench.failover.sentinels`).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from collections import Counter
 import pytest
 import redis
 
-from tests.failover.sentinels import SentinelGroup, until
+from bench.failover.sentinels import SentinelGroup, until
 from watermark.client import Producer
 from watermark.client.producer import ProducerTimeout
 from watermark.schema.keys import KeySchema

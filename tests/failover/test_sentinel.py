@@ -12,7 +12,7 @@ from dataclasses import replace
 import pytest
 import redis
 
-from tests.failover.sentinels import MASTER, SentinelGroup, until
+from bench.failover.sentinels import MASTER, SentinelGroup, until
 from watermark.schema.config import Config
 from watermark.schema.keys import KeySchema
 from watermark.schema.records import ServerRecord

@@ -1,0 +1,1 @@
+"""Redis failing over under the whole stack (``python -m bench.failover``: its ``__main__``)."""
