@@ -49,7 +49,7 @@ from watermark.schema.records import (
 )
 from watermark.schema.shards import shard_of
 from watermark.store import redis_conn
-from watermark.store.commit import Params, guarded, queue_packed, records_kept
+from watermark.store.commit import Params, guarded, queue_packed, records_kept, replicated
 from watermark.store.history_store import queue_minute
 
 HOUR_MS = 3_600_000
@@ -539,7 +539,9 @@ def commit_presence(client: redis.Redis, keys: KeySchema, b: PresenceBatch, para
     other online player whose time + timeout the next watermark reaches times out, and logouts it passes are
     forgotten. The next watermark is the pipeline's: ``max(in force, running max event - delay)`` from the
     running maximum kept here, or the per-server one handed over. When Redis came back empty while ``mirror``
-    still holds the state, the whole view is written again and the loss is recorded (``lost_at_batch``)."""
+    still holds the state, the whole view is written again and the loss is recorded (``lost_at_batch``). With
+    ``params.wait_replicas`` it is done only once that many replicas have it (:func:`watermark.store.commit.replicated`:
+    :class:`redis_conn.ReplicasBehind` otherwise, and run again it finds itself applied and waits again)."""
     mirror = mirror if mirror is not None else PresenceMirror()
     try:
         applied = _commit_group(client, keys, b, params, timeout_ms, mirror, group)
@@ -547,6 +549,10 @@ def commit_presence(client: redis.Redis, keys: KeySchema, b: PresenceBatch, para
         mirror.valid = False  # it may be ahead of Redis now: load it again before the next batch
         raise
     merge_ready(client, keys, group.of, params, now_ms)
+    # As the pipeline's commit (decision 0023): done once ``params.wait_replicas`` replicas have the group's commit
+    # and the merge after it, applied now or found applied; else ReplicasBehind and the batch is not done.
+    replicated(client, keys.presence_group(group.index, group.of), b.batch_id, params,
+               f"the online view's commit of batch {b.batch_id} (group {group.index + 1} of {group.of})")
     return applied
 
 
