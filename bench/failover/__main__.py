@@ -2,6 +2,7 @@
 
     python -m bench.failover [--rate 10000] [--seconds 150] [--kills 3] [--lag-s 0] [--seed 7] [--out FILE]
     python -m bench.failover --replicas 0 ...   (one Redis, no Sentinel: what the wait costs, side by side)
+    python -m bench.failover --generator --kills 0 --rate 50000 [--replicas 0]   (the Procfile's generator writes)
 
 A primary, two replicas and three Sentinels on the loopback (``bench/failover/sentinels.py``); the ``Procfile``'s
 ``job`` and ``monitor`` as ``bench/stack.py`` starts them, given the Sentinels (``REDIS_URL=redis+sentinel://``) and
@@ -43,7 +44,7 @@ import orjson
 import redis
 
 from bench.failover.sentinels import SentinelGroup, until
-from bench.soak import Commits, drained
+from bench.soak import Commits, accounting, drained
 from bench.stack import HERE, Stack, _start_job, redis_ms
 from watermark.apps.redis_server import RedisServer
 from watermark.client import Producer
@@ -180,8 +181,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--lag-s", type=float, default=0.0, help="stop every replica this long before each kill")
     p.add_argument("--replicas", type=int, default=2, help="0: one Redis, no Sentinel, no wait (the baseline)")
     p.add_argument("--seed", type=int, default=7)
+    p.add_argument("--generator", action="store_true",
+                   help="write with the Procfile's generator instead (the commits' wait alone, no kill)")
     p.add_argument("--out", type=Path, default=None)
     args = p.parse_args(argv)
+    if args.generator and args.kills:
+        p.error("--generator measures the commits' wait alone: give --kills 0 (the generator does not wait)")
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     with tempfile.TemporaryDirectory(prefix="failover-") as tmpdir:
         result = run(args, Path(tmpdir))
@@ -205,6 +210,8 @@ def run(args: argparse.Namespace, tmp: Path) -> dict:
         client = open_client(stack.url, socket_timeout=60)
         _start_job(stack, client)
         stack.start("monitor")
+        if args.generator:
+            return generator_run(args, stack, client)
         feed = Feed(stack.url, args.rate, args.seconds, args.seed, 1 if group is not None else 0)
         lo_ms, t0 = redis_ms(client), time.monotonic()
         feed.start()
@@ -228,6 +235,28 @@ def run(args: argparse.Namespace, tmp: Path) -> dict:
         stack.stop_all()
         if group is not None:
             group.stop()
+
+
+def generator_run(args: argparse.Namespace, stack: Stack, client: redis.Redis) -> dict:
+    """The cost of the commits' wait alone, at a rate one Python producer does not reach: the Procfile's generator
+    (300 servers, 6 regions) for ``--seconds``, no kill; every entry counted once, the main query's freshness."""
+    stack.env.update({"RATE": str(args.rate), "SERVERS": str(SERVERS), "REGIONS": str(REGIONS)})
+    lo_ms = redis_ms(client)
+    stack.start("generator")
+    time.sleep(args.seconds)  # the run's length
+    stack.stop("generator")
+    last = client.xinfo_stream(KEYS.events)["last-generated-id"]
+    hi_ms = int((last.decode() if isinstance(last, bytes) else last).split("-")[0])
+    drain_s = drained(client, 600)
+    for name in ("monitor", "job"):
+        stack.stop(name, grace_s=60)
+    commits = Commits("wm")
+    commits.read(client)
+    counts = accounting(client)
+    fresh = commits.freshness_p95(lo_ms + 10_000, hi_ms)
+    return {"rate": args.rate, "achieved_rate": round(counts["entries_added"] / args.seconds), "generator": True,
+            "seconds": args.seconds, "replicas": args.replicas, "exact": counts["exact"], "accounting": counts,
+            "drain_s": drain_s, "main_fresh_p95_s": fresh and round(fresh / 1000, 2)}
 
 
 def judge(args: argparse.Namespace, client: redis.Redis, feed: Feed, kills: list[dict], drain_s: float,
