@@ -223,18 +223,26 @@ def run(args: argparse.Namespace, tmp: Path) -> dict:
         feed.join()
         if feed.error is not None:
             raise SystemExit(f"the producer failed: {feed.error!r}")
-        last = client.xinfo_stream(KEYS.events)["last-generated-id"]
-        hi_ms = int((last.decode() if isinstance(last, bytes) else last).split("-")[0])  # the last entry's arrival
-        drain_s = drained(client, 600)
-        for name in ("monitor", "job"):  # what is judged stays as it is (the job's idle markers go on)
-            stack.stop(name, grace_s=60)
-        commits = Commits("wm")
-        commits.read(client)
-        return judge(args, client, feed, kills, drain_s, commits.freshness_p95(lo_ms + 10_000, hi_ms), tmp)
+        drain_s, fresh_ms = wind_down(stack, client, lo_ms)
+        return judge(args, client, feed, kills, drain_s, fresh_ms, tmp)
     finally:
         stack.stop_all()
         if group is not None:
             group.stop()
+
+
+def wind_down(stack: Stack, client: redis.Redis, lo_ms: int) -> tuple[float, float | None]:
+    """Once the input has stopped: seconds until every query committed its last entry, then the job and the monitor
+    stopped (what is judged stays as it is: the job's idle markers go on), and the main query's freshness p95 (ms)
+    over the arrivals from 10 s after ``lo_ms`` to the last entry."""
+    last = client.xinfo_stream(KEYS.events)["last-generated-id"]
+    hi_ms = int((last.decode() if isinstance(last, bytes) else last).split("-")[0])  # the last entry's arrival
+    drain_s = drained(client, 600)
+    for name in ("monitor", "job"):
+        stack.stop(name, grace_s=60)
+    commits = Commits("wm")
+    commits.read(client)
+    return drain_s, commits.freshness_p95(lo_ms + 10_000, hi_ms)
 
 
 def generator_run(args: argparse.Namespace, stack: Stack, client: redis.Redis) -> dict:
@@ -245,15 +253,8 @@ def generator_run(args: argparse.Namespace, stack: Stack, client: redis.Redis) -
     stack.start("generator")
     time.sleep(args.seconds)  # the run's length
     stack.stop("generator")
-    last = client.xinfo_stream(KEYS.events)["last-generated-id"]
-    hi_ms = int((last.decode() if isinstance(last, bytes) else last).split("-")[0])
-    drain_s = drained(client, 600)
-    for name in ("monitor", "job"):
-        stack.stop(name, grace_s=60)
-    commits = Commits("wm")
-    commits.read(client)
+    drain_s, fresh = wind_down(stack, client, lo_ms)
     counts = accounting(client)
-    fresh = commits.freshness_p95(lo_ms + 10_000, hi_ms)
     return {"rate": args.rate, "achieved_rate": round(counts["entries_added"] / args.seconds), "generator": True,
             "seconds": args.seconds, "replicas": args.replicas, "exact": counts["exact"], "accounting": counts,
             "drain_s": drain_s, "main_fresh_p95_s": fresh and round(fresh / 1000, 2)}

@@ -229,9 +229,7 @@ class BatchChannel:
         if resent:
             n = resent[-1]
         else:
-            value = b"%d" % have
-            self.conn.send_packed_command([self._set_head + b"$%d\r\n%s\r\n" % (len(value), value) + self._ex +
-                                           self._wait], check_health=False)
+            self.conn.send_packed_command([self._marker(have) + self._wait], check_health=False)
             written, waited = self._replies.read(2)
             if isinstance(written, Exception):
                 raise WriteError(f"rewriting the marker {self.marker_key!r} failed: {written}")
@@ -320,9 +318,13 @@ class BatchChannel:
         if not self.idempotent:
             conn.send_packed_command([batch.frames], check_health=False)
             return
-        seq = b"%d" % batch.seq
-        conn.send_packed_command([b"".join((MULTI, batch.frames, self._set_head, b"$%d\r\n%s\r\n" % (len(seq), seq),
-                                            self._ex, EXEC, self._wait))], check_health=False)
+        conn.send_packed_command([b"".join((MULTI, batch.frames, self._marker(batch.seq), EXEC, self._wait))],
+                                 check_health=False)
+
+    def _marker(self, seq: int) -> bytes:
+        """``SET {marker} {seq} EX {ttl}``, packed."""
+        value = b"%d" % seq
+        return b"".join((self._set_head, b"$%d\r\n%s\r\n" % (len(value), value), self._ex))
 
     def wait_again(self) -> int:
         """With ``wait_replicas``, nothing in flight: WAIT again on the connection (it covers every batch it sent)

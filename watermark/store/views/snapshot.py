@@ -162,16 +162,22 @@ class BatchPoints:
         self._lock = threading.Lock()
 
     def read(self, client: redis.Redis, keys: KeySchema, batch_ids: Sequence[int]) -> list[BatchPoint]:
-        """The points of ``batch_ids`` (those whose record is gone left out), in order."""
-        pipe = client.pipeline(transaction=False)
-        for b in batch_ids:
-            pipe.hstrlen(keys.batch(b), "sink")
-            pipe.hget(keys.batch(b), "progress")
-        replies = pipe.execute() if batch_ids else []
-        marks = dict(zip(batch_ids, zip(replies[::2], replies[1::2], strict=True), strict=True))
+        """The points of ``batch_ids`` (those whose record is gone left out), in order. With nothing kept yet (the
+        first read, a reader that does not read again) the records are read at once, without the marks."""
         with self._lock:
-            known = {b: k for b in batch_ids if (k := self._known.get(b)) is not None and k[0] == marks[b]}
-        todo = [b for b in batch_ids if b not in known and marks[b][0]]
+            kept = dict(self._known)
+        known: dict[int, tuple[tuple[int, bytes | None], BatchPoint]] = {}
+        if kept and batch_ids:
+            pipe = client.pipeline(transaction=False)
+            for b in batch_ids:
+                pipe.hstrlen(keys.batch(b), "sink")
+                pipe.hget(keys.batch(b), "progress")
+            replies = pipe.execute()
+            marks = dict(zip(batch_ids, zip(replies[::2], replies[1::2], strict=True), strict=True))
+            known = {b: k for b in batch_ids if (k := kept.get(b)) is not None and k[0] == marks[b]}
+            todo = [b for b in batch_ids if b not in known and marks[b][0]]
+        else:
+            todo = list(batch_ids)
         pipe = client.pipeline(transaction=False)
         for b in todo:
             pipe.hmget(keys.batch(b), ["sink", "progress"])
