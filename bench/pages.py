@@ -10,9 +10,9 @@ imports, the first reads) and **warm** (the same page again, as a wall screen or
 it). Per visit, from ``goto``:
 
 - **status**: the status line (the first message box) is drawn;
-- **chart**: the first plotly chart has drawn its SVG (``-``: none, 3 s after the run finished);
+- **chart**: the first chart is drawn, plotly's or Vega-Lite's (``-``: none, 3 s after the run finished);
 - **done**: the page's script has finished its run (Streamlit's ``notRunning``; ``-``: not within 60 s);
-- **charts**: how many plotly charts the page shows then.
+- **charts**: how many charts the page shows then.
 
 The dashboard process's CPU seconds over the visits are reported too (its share of two cores).
 
@@ -62,7 +62,8 @@ class Visit:
     charts: int
 
 
-_PROBE = """() => [document.querySelectorAll('.js-plotly-plot .main-svg').length,
+_PROBE = """() => [document.querySelectorAll('.js-plotly-plot .main-svg, [data-testid="stVegaLiteChart"] .marks')
+                      .length,
                     !!document.querySelector('[data-test-script-state="notRunning"]')]"""
 
 
@@ -84,7 +85,7 @@ def visit(page, url: str, title: str, servers: int, which: str) -> Visit:  # noq
         if done is not None and (chart is not None or now - done > CHART_AFTER_DONE_S):
             break
         time.sleep(0.05)
-    charts = page.locator(".js-plotly-plot").count()
+    charts = page.locator('.js-plotly-plot, [data-testid="stVegaLiteChart"]').count()
     return Visit(servers, title, which, round(status, 2), None if chart is None else round(chart, 2),
                  None if done is None else round(done, 2), charts)
 

@@ -47,6 +47,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import redis
@@ -159,7 +160,7 @@ class Soak:
         self.pending: list[int] = []
         self.done = threading.Event()
         self.markers: int | None = None
-        self.pages_every_s, self.pages_at, self.dashboard_url = 0.0, 0.0, ""
+        self.pages_every_s, self.pages_at, self.timer = 0.0, 0.0, LiveOpsTimer("")
         self.t0: float | None = None  # the first run's start: a second run's samples go on from there
 
     def _ages(self) -> None:
@@ -201,7 +202,7 @@ class Soak:
             s.values["monitor_rss_mb"] = tree_rss_mb(self.pids["monitor"])
             if self.pages_every_s and now - self.pages_at >= self.pages_every_s:
                 self.pages_at = now
-                s.values["live_ops_first_chart_s"] = live_ops_first_chart_s(self.dashboard_url)
+                s.values["live_ops_first_chart_s"] = self.timer.first_chart_s()
             self.samples.append(s)
             pending = self._freshness([*pending, len(self.samples) - 1])
             print(self._line(s), flush=True)
@@ -376,27 +377,43 @@ def _draw(out: Path, soak: Soak, summary: dict) -> None:
                         html.as_uri()], capture_output=True, timeout=120, check=False)
 
 
-def live_ops_first_chart_s(url: str) -> float:
-    """Seconds from opening Live ops in a new tab to its first chart drawn (NaN: none in 60 s), in a browser that
-    has opened it before (its scripts cached, as an operator's is); a session of its own each time."""
-    from playwright.sync_api import sync_playwright
+class LiveOpsTimer:
+    """Live ops opened in a new tab of one running browser, timed to its first chart drawn: as an operator's browser
+    is, started once and its scripts cached; a session of its own each time."""
 
-    with sync_playwright() as pw:
-        context = pw.chromium.launch_persistent_context(str(CACHE), executable_path=shutil.which("chromium"),
-                                                        args=["--no-sandbox", "--disable-gpu"],
-                                                        viewport={"width": 1280, "height": 800})
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self._pw: Any = None
+        self._context: Any = None
+
+    def first_chart_s(self) -> float:
+        """Seconds from opening the tab to the first chart drawn (NaN: none in 60 s)."""
+        if self._context is None:
+            from playwright.sync_api import sync_playwright
+
+            self._pw = sync_playwright().start()
+            self._context = self._pw.chromium.launch_persistent_context(
+                str(CACHE), executable_path=shutil.which("chromium"), args=["--no-sandbox", "--disable-gpu"],
+                viewport={"width": 1280, "height": 800})
+        page = self._context.new_page()
         try:
-            page = context.new_page()
             t0 = time.perf_counter()
-            page.goto(url + "/ops")
-            page.wait_for_selector(".js-plotly-plot .main-svg", timeout=60_000)
+            page.goto(self.url + "/ops")
+            page.wait_for_selector(FIRST_CHART, timeout=60_000)
             return round(time.perf_counter() - t0, 2)
         except Exception:  # noqa: BLE001 - a page that never draws is the figure, not a crash
             return float("nan")
         finally:
-            context.close()
+            page.close()
+
+    def close(self) -> None:
+        if self._context is not None:
+            self._context.close()
+            self._pw.stop()
 
 
+FIRST_CHART = '.js-plotly-plot .main-svg, [data-testid="stVegaLiteChart"] .marks'
+"""A chart drawn: plotly's SVG, or Vega-Lite's marks (Live ops' first tab)."""
 CACHE = Path(tempfile.gettempdir()) / "soak-browser-profile"
 """The browser's profile between samples: its cache of the dashboard's scripts."""
 
@@ -466,7 +483,7 @@ def main(argv: list[str] | None = None) -> int:
             gen = stack.start("generator")
             pids = {"job": job.pid, "redis": stack.procs["redis"].pid, "generator": gen.pid, "monitor": monitor.pid}
             soak = Soak(stack, client, pids, args.every)
-            soak.pages_every_s, soak.dashboard_url = args.pages, f"http://127.0.0.1:{dash_port}"
+            soak.pages_every_s, soak.timer = args.pages, LiveOpsTimer(f"http://127.0.0.1:{dash_port}")
             soak.run(args.minutes * 60)
             if args.then_minutes:  # the day's names seen, the fleet goes on at its real pace
                 stack.stop("generator")
@@ -475,6 +492,7 @@ def main(argv: list[str] | None = None) -> int:
                 soak.run(args.then_minutes * 60)
             stack.stop("generator")
             drain_s = drained(client, 600)
+            soak.timer.close()
             soak.finish()
             families = key_families(client)
             counts = accounting(client)

@@ -21,7 +21,7 @@ from datetime import UTC, datetime, timedelta
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from watermark.rules.presence_rollup import TOTAL, Minute
+from watermark.rules.presence_rollup import TOTAL
 from watermark.schema.records import Annotation, LagRecord
 from watermark.store.history_store import Timeline
 from watermark.store.presence_store import OnlinePoint
@@ -252,25 +252,6 @@ def online_over_batches(history: Sequence[OnlinePoint], servers: Sequence[str], 
     return _time_axis(_layout(fig, f"Players online after each batch{what} (by watermark)", "players online"))
 
 
-def online_per_minute(minutes: Sequence[Minute], servers: Sequence[str], what: str = "") -> go.Figure:
-    """Players online per server (or group, ``what`` saying which) at the end of each minute of arrival time (the
-    open minute last), with the minute's peak in the hover (kept per server, not per group)."""
-    colors = server_colors(servers)
-    fig = go.Figure()
-    marks = [m.minute_ms for m in minutes]
-    for s in servers:
-        x, y = gaps(marks, [m.last.get(s, 0) for m in minutes], 90_000)  # a minute without batches: a gap
-        _, custom = gaps(marks, [[f"{m.peak.get(s, 0):,}" if not what else "not kept per group"] for m in minutes],
-                         90_000)
-        fig.add_trace(go.Scatter(
-            x=x, y=y, name=s, mode=line_mode(len(x)), line={"color": colors[s]}, marker={"size": 5},
-            customdata=custom,
-            hovertemplate="<b>%{fullData.name}</b> %{x|%H:%M}<br>online at the minute's end %{y:,}"
-                          "<br>the minute's peak %{customdata[0]}<extra></extra>",
-        ))
-    return _time_axis(_layout(fig, f"Players online{what}, last hour (per minute)", "players online"))
-
-
 HISTORY_TOTAL = "#222222"
 WEEK_AGO = "#9e9e9e"
 
@@ -356,23 +337,6 @@ def _ms(x: object) -> int:
     if when.tzinfo is None:
         when = when.replace(tzinfo=UTC)
     return int(when.timestamp() * 1000)
-
-
-TRANSITIONS = (("came online", ("login", "heartbeat", "event"), ON_TIME), ("logged out", ("logout",), MAX_EVENT),
-               ("timed out", ("timeout",), BEHIND))
-"""How the causes of transitions are grouped for ops: a logout is a player leaving, a timeout a player gone
-silent (a crash, a network cut), and those are different news."""
-
-
-def transitions_per_minute(minutes: Sequence[Minute]) -> go.Figure:
-    """Logins (anyone coming online), logouts and timeouts per minute, all servers together."""
-    fig = go.Figure()
-    for name, causes, color in TRANSITIONS:
-        counts = [sum(by.get(c, 0) for by in m.causes.values() for c in causes) for m in minutes]
-        fig.add_trace(go.Bar(x=[ts(m.minute_ms) for m in minutes], y=counts, name=name, marker_color=color,
-                             hovertemplate="%{x|%H:%M}<br>%{fullData.name}: %{y:,}<extra></extra>"))
-    fig.update_layout(barmode="group")
-    return _time_axis(_layout(fig, "Logins, logouts and timeouts per minute", "players per minute"), pad_ms=30_000)
 
 
 # --------------------------------------------------------------------------- watermark

@@ -354,6 +354,23 @@ def chart(where: Any, fig: Any, key: str, empty: str, *, shared: tuple | None = 
         where.plotly_chart(ready, key=key)
 
 
+def vega_chart(where: Any, build: Callable[[], dict | None], key: str, empty: str, *,  # noqa: ANN401
+               shared: tuple) -> None:
+    """Draw the Vega-Lite spec ``build`` returns in ``where``, or say ``empty`` in words when it returns None;
+    built once per ``shared`` (what it is built from) and refresh tick for every session, as :func:`chart`."""
+    spec = _shared_spec((key, *shared, current_view().tick(now_ms())), build)
+    if spec is None:
+        where.info(empty)
+    else:
+        where.vega_lite_chart(spec, key=key, width="stretch")
+
+
+@st.cache_data(show_spinner=False, ttl=TICK_TTL_S, max_entries=512)
+def _shared_spec(key: tuple, _build: Callable[[], dict | None]) -> dict | None:
+    # st.cache_data: each session gets its own copy of the spec, which Streamlit may change as it draws it.
+    return _build()
+
+
 def _ready(fig: Any) -> Any:  # noqa: ANN401 - a plotly figure
     """The figure as drawn: its marks over it, its names as text; None when it has nothing to show."""
     from dashboard.charts import has_data

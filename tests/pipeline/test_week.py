@@ -119,6 +119,7 @@ def test_live_ops_draws_the_week_its_peaks_and_an_annotation(week: Week, monkeyp
     at = AppTest.from_file(APP, default_timeout=120)
     at.session_state["now_ms"] = end
     at.session_state["ops_history_range"] = "7 d"
+    at.session_state["ops_tab"] = "Over time"
     at.run()
     assert not at.exception, [e.value for e in at.exception]
     (chart,) = [c for c in at.get("plotly_chart") if "online_history" in c.proto.id or

@@ -126,6 +126,12 @@ SEEN_JS = """
 """
 
 
+def _seen(page) -> dict:  # noqa: ANN001 - playwright's Page
+    shown = page.evaluate(SEEN_JS)
+    shown["text"] = shown["text"].replace(JOINER, "")  # what a reader sees: it is invisible
+    return shown
+
+
 @pytest.fixture(scope="module")
 def visited(served: str) -> dict:
     """Every page as Chromium shows it at 1280 px wide, and every URL it requested."""
@@ -142,10 +148,17 @@ def visited(served: str) -> dict:
             page.goto(served + path)
             page.wait_for_selector('[data-testid="stAlert"]', timeout=60_000)
             page.wait_for_selector('[data-test-script-state="notRunning"]', timeout=60_000)
-            if path not in ("/alerts", "/health"):
+            if path == "/":  # Live ops' first tab: Vega-Lite, its names drawn as text, never markup
+                page.wait_for_selector('[data-testid="stVegaLiteChart"] .marks', timeout=60_000)
+            elif path not in ("/alerts", "/health"):
                 page.wait_for_selector(".js-plotly-plot .main-svg", timeout=60_000)
-            seen[path] = page.evaluate(SEEN_JS)
-            seen[path]["text"] = seen[path]["text"].replace(JOINER, "")  # what a reader sees: it is invisible
+            seen[path] = _seen(page)
+            if path == "/":  # and every other tab of it, as it runs when opened
+                for tab in ("Over time", "Windows"):
+                    page.get_by_role("tab", name=tab).click()
+                    page.wait_for_selector(".js-plotly-plot .main-svg", timeout=60_000)
+                    page.wait_for_selector('[data-test-script-state="notRunning"]', timeout=60_000)
+                    seen[f"/ {tab}"] = _seen(page)
         browser.close()
     return {"seen": seen, "requested": requested}
 
@@ -162,7 +175,7 @@ def test_every_page_shows_hostile_names_as_text_and_requests_nothing_they_carry(
         assert shown["latex"] == 0, path
         assert "na" not in shown["bold"], path  # a region's <b> stays text
     # shown, as written: not dropped, not rewritten
-    ops = seen["/"]["text"]
+    ops = "\n".join(seen[p]["text"] for p in ("/", "/ Over time", "/ Windows"))  # Live ops, every tab
     for name in (f"eu-[login here]({trap.base}/link)", f"![p]({trap.base}/image)", f'<img src="{trap.base}/raw-html">',
                  f"$\\href{{{trap.base}/latex}}{{x}}$"):
         assert name in ops, name
@@ -179,7 +192,7 @@ def test_every_page_shows_hostile_names_as_text_and_requests_nothing_they_carry(
     # in the charts, as text too (plotly's labels take <a> and <b>: escaped as entities, shown as written)
     escaped = f'&lt;a href="{trap.base}/plotly"&gt;x&lt;/a&gt;'
     drawn = [path for path, shown in seen.items() if escaped in shown["traces"]]
-    assert {"/", "/lag"} <= set(drawn), {path: shown["traces"][:40] for path, shown in seen.items()}
+    assert {"/ Windows", "/lag"} <= set(drawn), {path: shown["traces"][:40] for path, shown in seen.items()}
 
 
 def test_nothing_stands_above_a_page_title_and_no_number_is_cut_short(visited: dict) -> None:

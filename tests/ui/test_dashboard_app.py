@@ -152,6 +152,37 @@ def test_live_ops_shows_players_now_and_totals_as_in_redis(env: Seeded,
                                                            direct: tuple[redis.Redis, KeySchema]) -> None:
     client, keys = direct
     at = run_page()
+    # the online view is folded by the same sink: its counts are on the page, equal to Redis
+    shown = metrics(at)
+    online = {k: int(v) for k, v in client.hgetall(keys.presence_counts).items()}
+    view = read_online(redis.Redis.from_url(env.cfg.redis_url), keys)  # bytes replies, as the store reads them
+    assert view is not None and max(sum(p.counts.values()) for p in view.history) > 0  # players came and went
+    if not sum(online.values()):  # the seed ends with C's late burst: A and B silent for minutes of arrival time
+        silent = [i.value for i in at.info if i.value.startswith("Silent: ")]
+        assert silent and "A (" in silent[0] and "B (" in silent[0], [i.value for i in at.info]
+    assert {s: n(shown[f"{s} · online now"]) for s in online} == online
+    assert {s: client.hlen(keys.online(s)) for s in online} == online
+    assert n(shown["All servers · online now"]) == sum(online.values())
+    # the first tab, drawn on arrival: online per minute and transitions per minute (Vega-Lite, light to draw),
+    # nothing heavier; with nobody online in the last hour the first is its empty state in words
+    assert at.session_state["ops_tab"] == "Now" and not at.get("plotly_chart")
+    charts = [json.loads(c.proto.spec)["title"]["text"] for c in at.get("vega_lite_chart")]
+    assert "Logins, logouts and timeouts per minute" in charts
+    assert ("Players online, last hour (per minute)" in charts) == any(any(m.last.values()) for m in view.minutes)
+    assert "Events accepted" not in shown  # the windows' tab is not run until it is opened
+
+    # over time: a day by default, and online after each batch; the day's and the highest peaks, with when
+    at = run_page(ops_tab="Over time")
+    assert [c.key for c in at.get("plotly_chart")] == ["online_history", "online_over_batches"]
+    (peaks,) = [df.value for df in at.dataframe if "Highest ever" in df.value.columns and "" in df.value.columns]
+    rows = peaks.set_index("")
+    # (none today when the UTC day turned after the seed's batches: the day's peaks start with its first batch)
+    assert {s: _count_or_none(rows.loc[s, "Peak today"]) for s in online} == {
+        s: view.peaks[s][0] if s in view.peaks else None for s in online}
+    assert int(rows.loc["All servers", "Highest ever"]) == view.peaks_ever["*"][0] >= view.peaks["*"][0]
+
+    # the windows: distinct players per window and server, the totals, players now, over time and events
+    at = run_page(ops_tab="Windows")
     shown = metrics(at)
     head_ms = int(client.hget(keys.state, "max_event_us")) // 1000
     start = head_ms // 60_000 * 60_000
@@ -165,32 +196,7 @@ def test_live_ops_shows_players_now_and_totals_as_in_redis(env: Seeded,
     assert n(shown["Late but accepted"]) == int(totals["late"])
     assert n(shown["Quarantined"]) == int(totals["quarantined"]) == env.bad
     assert n(shown["Entries read"]) == int(totals["input"])
-    # the online view is folded by the same sink: its counts are on the page, equal to Redis
-    online = {k: int(v) for k, v in client.hgetall(keys.presence_counts).items()}
-    view = read_online(redis.Redis.from_url(env.cfg.redis_url), keys)  # bytes replies, as the store reads them
-    assert view is not None and max(sum(p.counts.values()) for p in view.history) > 0  # players came and went
-    if not sum(online.values()):  # the seed ends with C's late burst: A and B silent for minutes of arrival time
-        silent = [i.value for i in at.info if i.value.startswith("Silent: ")]
-        assert silent and "A (" in silent[0] and "B (" in silent[0], [i.value for i in at.info]
-    assert {s: n(shown[f"{s} · online now"]) for s in online} == online
-    assert {s: client.hlen(keys.online(s)) for s in online} == online
-    assert n(shown["All servers · online now"]) == sum(online.values())
-    # online per minute, transitions per minute, online after each batch, online over time (a day by default),
-    # players now, over time, events; with nobody online now the first is its empty state in words
-    charts = [c.key for c in at.get("plotly_chart")]
-    assert "online_history" in charts
-    if sum(online.values()):
-        assert len(charts) == 7
-    else:
-        assert "online_per_minute" not in charts and len(charts) == 6
-        assert "No player has been online in the last hour." in [i.value for i in at.info]
-    # the day's and the highest peaks, with when, as the online view keeps them
-    (peaks,) = [df.value for df in at.dataframe if "Highest ever" in df.value.columns and "" in df.value.columns]
-    rows = peaks.set_index("")
-    # (none today when the UTC day turned after the seed's batches: the day's peaks start with its first batch)
-    assert {s: _count_or_none(rows.loc[s, "Peak today"]) for s in online} == {
-        s: view.peaks[s][0] if s in view.peaks else None for s in online}
-    assert int(rows.loc["All servers", "Highest ever"]) == view.peaks_ever["*"][0] >= view.peaks["*"][0]
+    assert [c.key for c in at.get("plotly_chart")] == ["players_now", "players_over_time", "events_per_window"]
     # the current window is provisional (its end is above the watermark) and the page says so
     assert any("provisional" in c.value for c in at.caption)
     (table,) = [df.value for df in at.dataframe if "Start (UTC)" in df.value.columns]
@@ -214,16 +220,17 @@ def test_servers_silent_for_retire_after_leave_the_live_views_named_and_the_tota
     online = {k: int(v) for k, v in client.hgetall(keys.presence_counts).items()}
     columns = {label.split(" · ")[0] for label in shown if label.endswith("· online now")}
     assert columns == {live, "All servers"} | {s for s in gone if online.get(s)}
-    assert {label.split(" · ")[0] for label in shown if "distinct players" in label} == {live}
     (note,) = [c.value for c in at.caption if c.value.startswith("Out of the live views")]
     assert f"{len(gone)} retired (no event for" in note
     assert all(f"{s} (" in note for s in gone) and f"{live} (" not in note
+    shown = metrics(run_page(now_ms=now, ops_tab="Windows"))
+    assert {label.split(" · ")[0] for label in shown if "distinct players" in label} == {live}
     assert n(shown["Events accepted"]) == int(client.hget(keys.totals, "events"))  # the totals keep them
     lag = run_page("lag", now_ms=now)
     assert [m.label.split(" · ")[0] for m in lag.metric if "ingest lag" in m.label] == [live]
     assert any(c.value.startswith("Out of the live views") for c in lag.caption)
     monkeypatch.setenv("RETIRE_AFTER", f"{now - seen[order[0]] + 1}ms")  # the oldest 1 ms short of it: all back
-    back = metrics(run_page(now_ms=now))
+    back = metrics(run_page(now_ms=now, ops_tab="Windows"))
     assert {label.split(" · ")[0] for label in back if "distinct players" in label} == set(seen)
 
 
@@ -367,7 +374,7 @@ def test_time_range_and_pause_controls(env: Seeded, direct: tuple[redis.Redis, K
     client, keys = direct
     head_ms = int(client.hget(keys.state, "max_event_us")) // 1000
     members = client.zrange(keys.windows, 0, -1)
-    at = run_page()
+    at = run_page(ops_tab="Windows")
     at.segmented_control(key="range").set_value("5 min").run()
     assert not at.exception
     expected = [m for m in members if int(m.split(":")[1]) > head_ms - 300_000]
@@ -423,7 +430,7 @@ def test_the_pages_mark_where_redis_came_back_empty(env: Seeded, direct: tuple[r
         assert any(f"History lost at batch {lost}" in s for s in statuses(at))
         traces = [t for c in at.get("plotly_chart") for t in json.loads(c.proto.spec)["data"]]
         assert sum(t.get("name") == f"history lost (batch {lost})" for t in traces) == 2  # watermark, dropped
-        at = run_page(now_ms=now)
+        at = run_page(now_ms=now, ops_tab="Windows")
         assert any(f"Counted from batch {lost}" in c.value for c in at.caption)
     finally:
         client.hdel(keys.state, "lost_at_batch")

@@ -43,6 +43,8 @@ METRIC_JS = """
   return null;
 }
 """
+VEGA_DRAWN = '[data-testid="stVegaLiteChart"] .marks'
+"""A Vega-Lite chart drawn (Live ops' first tab): Vega's element of marks, an SVG or a canvas."""
 POINTS_JS = """
 ([trace]) => {
   for (const p of document.querySelectorAll('.js-plotly-plot')) {
@@ -121,9 +123,10 @@ def test_dashboard_in_a_real_browser_follows_the_live_pipeline(stack: dict) -> N
         assert page.evaluate(METRIC_JS, ["Dropped late (total)"]) is not None
 
         page.goto(stack["url"] + "/")
-        page.wait_for_selector(".js-plotly-plot .main-svg", timeout=60_000)
-        page.wait_for_function(f"() => ({POINTS_JS})(['A']) > 0", timeout=60_000)
+        page.wait_for_selector(VEGA_DRAWN, timeout=60_000)  # the first tab's charts, drawn on arrival
         page.screenshot(path=str(shots / "dashboard-live-ops.png"), full_page=True)
+        page.get_by_role("tab", name="Windows").click()  # the others run when opened
+        page.wait_for_function(f"() => ({POINTS_JS})(['A']) > 0", timeout=60_000)
 
         assert gen.popen.wait(timeout=180) == 0, gen.tail()
         last_id = client.xinfo_stream(keys.events)["last-generated-id"].decode()
@@ -164,10 +167,12 @@ def test_dashboard_in_a_real_browser_follows_the_live_pipeline(stack: dict) -> N
     assert problems == [], "\n".join(problems)
 
 
-PAGES = (("/", "Live ops", "ops"), ("/alerts", "Alerts", "alerts"), ("/watermark", "Watermark", "watermark"),
-         ("/lag", "Event-time lag", "lag"),
+PAGES = (("/", "Live ops", "ops"), ("/", "Live ops", "ops-over-time"), ("/", "Live ops", "ops-windows"),
+         ("/alerts", "Alerts", "alerts"), ("/watermark", "Watermark", "watermark"), ("/lag", "Event-time lag", "lag"),
          ("/events", "Events", "events"), ("/health", "Pipeline health", "health"), ("/lab", "Watermark lab", "lab"),
          ("/delay", "Choosing the delay", "delay"), ("/control", "Lab control", "control"))
+TABS = {"ops-over-time": "Over time", "ops-windows": "Windows"}
+"""Live ops' tabs after the first: each runs when opened, and is audited as a page of its own."""
 FIGURES_JS = """
 () => Array.from(document.querySelectorAll('.js-plotly-plot')).filter(p => p._fullLayout).map(p => {
   const box = p.getBoundingClientRect();
@@ -240,6 +245,10 @@ def audit_pages(page, url: str, shots: Path, prefix: str = "page-") -> list[str]
         page.get_by_role("heading", name=title).first.wait_for(timeout=60_000)
         page.wait_for_selector('[data-testid="stAlert"]', timeout=60_000)  # the status line, or its message
         page.wait_for_selector('[data-test-script-state="notRunning"]', timeout=60_000)
+        if name in TABS:
+            page.get_by_role("tab", name=TABS[name]).click()
+            page.wait_for_selector(".js-plotly-plot .main-svg", timeout=60_000)
+            page.wait_for_selector('[data-test-script-state="notRunning"]', timeout=60_000)
         for fig in page.evaluate(FIGURES_JS):
             label = f"{name}: {fig['layout']['title']['text'] or 'untitled chart'}"
             # Titles are measured here rather than counted: the page's own boxes say whether they fit.

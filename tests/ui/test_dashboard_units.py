@@ -326,18 +326,41 @@ def test_redis_failures_say_what_went_wrong(error: Exception, phrase: str) -> No
 
 
 def test_online_per_minute_and_transitions_per_minute() -> None:
+    from dashboard.pages.live_ops import figures
     from watermark.rules.presence_rollup import TOTAL, Minute
 
     minutes = [Minute(60_000, {"A": 3, "B": 1}, {"A": 4, "B": 1, TOTAL: 5},
                       {"A": {"login": 3, "heartbeat": 1, "logout": 1}, "B": {"event": 1, "timeout": 2}}),
-               Minute(120_000, {"A": 2}, {"A": 3, TOTAL: 3}, {"A": {"timeout": 1}})]
-    fig = charts.online_per_minute(minutes, ["A", "B"])
-    assert [(t.name, list(t.y)) for t in fig.data] == [("A", [3, 2]), ("B", [1, 0])]  # B absent later: 0
-    assert [c[0] for c in fig.data[0].customdata] == ["4", "3"]  # each minute's peak, in the hover
-    fig = charts.transitions_per_minute(minutes)
+               Minute(120_000, {"A": 2}, {"A": 3, TOTAL: 3}, {"A": {"timeout": 1}}),
+               Minute(300_000, {"A": 1}, {"A": 1, TOTAL: 1})]  # the job was down for two minutes before
+    marks = [charts.Mark(100_000, None, "deploy: patch 1.4.2", "#2ca02c"),
+             charts.Mark(200_000, 400_000, "maintenance", "#7f7f7f"),  # cut to the chart's span
+             charts.Mark(900_000, None, "later", "#7f7f7f")]  # outside it
+    spec = figures.online_per_minute(minutes, ["A", "B"], marks=marks)
+    assert spec is not None
+    line, ranges, moments = spec["layer"]
+    rows = [(r["minute"], r["series"], r["online"], r.get("peak")) for r in line["data"]["values"]]
+    # B absent later: 0; a row without a count before the minute after the gap breaks each line there
+    assert rows == [(60_000, "A", 3, "4"), (60_000, "B", 1, "1"), (120_000, "A", 2, "3"), (120_000, "B", 0, "0"),
+                    (299_999, "A", None, None), (300_000, "A", 1, "1"), (299_999, "B", None, None),
+                    (300_000, "B", 0, "0")]
+    assert line["mark"]["invalid"] == "break-paths-show-domains"
+    assert [(m["start"], m["end"], m["label"]) for m in ranges["data"]["values"]] == [(200_000, 300_000,
+                                                                                       "maintenance")]
+    assert [(m["start"], m["label"]) for m in moments["data"]["values"]] == [(100_000, "deploy: patch 1.4.2")]
+    # per group the peak is not kept, and the tooltip says so; nobody online at all is no chart
+    grouped = figures.online_per_minute(minutes, ["A"], " per region")
+    assert grouped is not None and {r.get("peak") for r in grouped["layer"][0]["data"]["values"]
+                                    if r["online"] is not None} == {"not kept per group"}
+    assert figures.online_per_minute(minutes, ["C"]) is None
+    spec = figures.transitions_per_minute(minutes)
+    assert spec is not None
     # a heartbeat or a kind-less event that brings a player online counts as coming online
-    assert [(t.name, list(t.y)) for t in fig.data] == [("came online", [5, 0]), ("logged out", [1, 0]),
-                                                       ("timed out", [2, 1])]
+    got = {(r["minute"], r["what"]): r["players"] for r in spec["layer"][0]["data"]["values"]}
+    assert got == {(60_000, "came online"): 5, (60_000, "logged out"): 1, (60_000, "timed out"): 2,
+                   (120_000, "came online"): 0, (120_000, "logged out"): 0, (120_000, "timed out"): 1,
+                   (300_000, "came online"): 0, (300_000, "logged out"): 0, (300_000, "timed out"): 0}
+    assert figures.transitions_per_minute(minutes[2:]) is None
 
 
 def test_a_weeks_chart_draws_each_series_the_week_ago_dotted_and_the_marks_in_its_range() -> None:

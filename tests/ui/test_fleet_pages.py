@@ -121,6 +121,7 @@ def test_a_week_at_300_servers_reads_a_command_per_region_and_day(seeded: Seeded
     at = AppTest.from_file(APP, default_timeout=90)
     at.session_state["now_ms"] = now
     at.session_state["ops_history_range"] = "7 d"
+    at.session_state["ops_tab"] = "Over time"
     client = redis.Redis.from_url(seeded.cfg.redis_url)
     client.config_resetstat()
     at.run()
@@ -134,25 +135,26 @@ def test_a_week_at_300_servers_reads_a_command_per_region_and_day(seeded: Seeded
 def test_sessions_viewing_the_same_tick_share_each_chart(seeded: Seeded, monkeypatch: pytest.MonkeyPatch) -> None:
     """Many viewers cost one: a chart of Live ops is built once for every session drawing the same view in a
     refresh tick, and again for a view that differs (another range)."""
-    from dashboard import charts, loaders
+    from dashboard import loaders
+    from dashboard.pages.live_ops import figures
 
     monkeypatch.setenv("REDIS_URL", seeded.cfg.redis_url)
     monkeypatch.setenv("PIPELINE_NAMESPACE", seeded.cfg.namespace)
     built: list[str] = []
-    real = charts.transitions_per_minute
+    real = figures.transitions_per_minute
 
     def counted(*args: object, **kw: object) -> object:
         built.append("transitions")
         return real(*args, **kw)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(charts, "transitions_per_minute", counted)
+    monkeypatch.setattr(figures, "transitions_per_minute", counted)
     loaders.forget()
     now = int(time.time() * 1000)
     specs = []
     for state in ({}, {}, {}, {"range": "60 min"}):
         at = page_test("ops", now_ms=now, timeout=90, **state)
         assert not at.exception, [e.value for e in at.exception]
-        specs.append(next(c.proto.spec for c in at.get("plotly_chart")
+        specs.append(next(c.proto.spec for c in at.get("vega_lite_chart")
                           if "Logins, logouts and timeouts per minute" in c.proto.spec))
     assert built == ["transitions", "transitions"]  # three sessions, one build; the 60-minute view its own
     assert specs[0] == specs[1] == specs[2]

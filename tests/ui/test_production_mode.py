@@ -260,9 +260,16 @@ def test_demo_off_run_sh_runs_on_external_events_without_a_generator(production:
             page.goto(production["url"] + path)
             page.wait_for_selector('[data-testid="stAlert"]', timeout=60_000)
             page.wait_for_selector('[data-test-script-state="notRunning"]', timeout=60_000)
-            if path not in ("/alerts", "/health"):
+            if path == "/":  # Live ops' first tab: Vega-Lite
+                page.wait_for_selector('[data-testid="stVegaLiteChart"] .marks', timeout=60_000)
+            elif path not in ("/alerts", "/health"):
                 page.wait_for_selector(".js-plotly-plot .main-svg", timeout=60_000)
             seen[path] = page.evaluate(PAGE_JS)
+            for tab in ("Over time", "Windows") if path == "/" else ():  # each runs when opened
+                page.get_by_role("tab", name=tab).click()
+                page.wait_for_selector(".js-plotly-plot .main-svg", timeout=60_000)
+                page.wait_for_selector('[data-test-script-state="notRunning"]', timeout=60_000)
+                seen[f"/ {tab}"] = page.evaluate(PAGE_JS)
         page.goto(production["url"] + "/control")
         page.wait_for_selector('[data-test-script-state="notRunning"]', timeout=60_000)
         control_heading = page.get_by_role("heading", name="Lab control").count()
@@ -278,6 +285,6 @@ def test_demo_off_run_sh_runs_on_external_events_without_a_generator(production:
     def shows(path: str, server: str) -> bool:
         return server in seen[path]["traces"] or server in seen[path]["text"]
 
-    for path in ("/", "/watermark", "/lag"):
+    for path in ("/", "/ Windows", "/watermark", "/lag"):
         assert all(shows(path, server) for server in SERVERS), (path, seen[path]["traces"])
     assert any(shows("/events", server) for server in SERVERS), seen["/events"]["text"]  # it opens on one

@@ -10,7 +10,7 @@ import streamlit as st
 
 from dashboard import charts, loaders, ui
 from dashboard.fleet import Grouping, grouping
-from dashboard.pages.live_ops import model
+from dashboard.pages.live_ops import figures, model
 from dashboard.status import clock, human_ms
 from dashboard.text import md, md_list
 from watermark.rules.presence_rollup import DAY_MS, MINUTE_MS, TOTAL, region_key
@@ -56,19 +56,35 @@ def render(snap: Snapshot, now_ms: int) -> None:
     assert state is not None
     ui.firing_banner(now_ms)
     st.caption(ui.params_caption(snap))
-    current = snap.current_windows()
-    last_final = snap.last_final_windows()
-    bounds = snap.current_window_bounds()
     g = grouping(model.live_servers(snap), snap.regions, snap.online.counts if snap.online else {})
-    tl = timeline(snap, g, now_ms)
-
     online_now(snap, g)
-    if tl is not None and snap.online is not None:
-        online_over_time(snap.online, g, tl, [m for m in ui.page_marks(now_ms) if (m.end_ms or m.start_ms)
-                                              >= tl.start_ms], shared(snap))
+    # Only the open tab runs and is sent: a browser draws two charts on arrival, not nine (at 300 servers the nine
+    # took a shared core 12 s to draw, and kept 0.7 of it busy redrawing every tick).
+    now, over_time, windows = st.tabs(TABS, key=TAB_KEY, on_change="rerun")
+    if now.open:
+        with now:
+            online_details(snap, g)
+    if over_time.open and snap.online is not None:
+        with over_time:
+            tl = timeline(snap, g, now_ms)
+            assert tl is not None
+            online_over_time(snap.online, g, tl, [m for m in ui.page_marks(now_ms) if (m.end_ms or m.start_ms)
+                                                  >= tl.start_ms], shared(snap))
+    if windows.open:
+        with windows:
+            windows_and_totals(snap, g)
 
-    distinct_players(snap, current, last_final, bounds, g)
 
+TABS = ("Now", "Over time", "Windows")
+TAB_KEY = "ops_tab"
+
+
+def windows_and_totals(snap: Snapshot, g: Grouping) -> None:
+    """The streaming side: each window's distinct players, the totals of accepted, late and dropped, the windows."""
+    state = snap.state
+    assert state is not None
+    current = snap.current_windows()
+    distinct_players(snap, current, snap.last_final_windows(), snap.current_window_bounds(), g)
     st.subheader("Totals")
     if state.lost_at_batch is not None:
         st.caption(f"Counted from batch {state.lost_at_batch}: Redis came back empty before it, and what it held "
@@ -143,21 +159,25 @@ def online_now(snap: Snapshot, g: Grouping) -> None:
     st.caption(f"As of batch {v.last_batch}: a player with no event for {human_ms(v.timeout_ms)} of their own "
                f"server's event time counts as offline (each server its own clock; the windows' watermark is "
                f"{clock(v.watermark_ms)}).")
+
+
+def online_details(snap: Snapshot, g: Grouping) -> None:
+    """The last hour per minute and who logged in or out, every server in a table, and what to know about clocks."""
+    v = snap.online
+    if v is None:
+        return
+    what = {"region": " per region", "top": " (the busiest servers, the rest summed)"}.get(g.by, "")
+    left, right = st.columns(2)
+    marks = ui.page_marks()
+    ui.vega_chart(left, lambda: figures.online_per_minute(g.minutes(v.minutes), g.labels, what, marks),
+                  "online_per_minute", "No player has been online in the last hour.", shared=shared(snap))
+    ui.vega_chart(right, lambda: figures.transitions_per_minute(v.minutes), "transitions_per_minute",
+                  "No logins, logouts or timeouts in the last hour.", shared=shared(snap))
     if g.grouped:
         server_table(snap, v)
     for text in model.clock_notes(v, retired=snap.retired):
         st.info(text)
     ui.retired_note(st, snap)
-    what = {"region": " per region", "top": " (the busiest servers, the rest summed)"}.get(g.by, "")
-    if v.minutes:
-        left, right = st.columns(2)
-        ui.chart(left, lambda: charts.online_per_minute(g.minutes(v.minutes), g.labels, what), "online_per_minute",
-                 "No player has been online in the last hour.", shared=shared(snap))
-        ui.chart(right, lambda: charts.transitions_per_minute(v.minutes), "transitions_per_minute",
-                 "No logins, logouts or timeouts in the last hour.", shared=shared(snap))
-    if v.history:
-        ui.chart(st, lambda: charts.online_over_batches(g.history(v.history), g.labels, what), "online_over_batches",
-                 "No player online after any batch in this range.", shared=shared(snap))
 
 
 HISTORY_RANGES = {"1 h": 3_600_000, "6 h": 6 * 3_600_000, "24 h": DAY_MS, "7 d": 7 * DAY_MS}
@@ -217,6 +237,10 @@ def online_over_time(v: OnlineView, g: Grouping, tl: Timeline, marks: Sequence[c
         st.dataframe([{"From (UTC)": f"{charts.ts(m.start_ms):%a %d %b %H:%M}",
                        "To (UTC)": "" if m.end_ms is None else f"{charts.ts(m.end_ms):%a %d %b %H:%M}",
                        "What": m.label} for m in marks], hide_index=True, width="stretch")
+    if v.history:
+        summed = {"region": " per region", "top": " (the busiest servers, the rest summed)"}.get(g.by, "")
+        ui.chart(st, lambda: charts.online_over_batches(g.history(v.history), g.labels, summed),
+                 "online_over_batches", "No player online after any batch in this range.", shared=read)
 
 
 TOP_N = 5

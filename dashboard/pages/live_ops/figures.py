@@ -1,0 +1,118 @@
+"""Live ops' first charts, as Vega-Lite specs: the last hour per minute, online and who came and went.
+
+The page's first screen draws these two and nothing heavier. A browser draws a Vega-Lite chart about a second and a
+half sooner than a plotly one (plotly's script alone takes that long to start), and Live ops' first chart is the
+number an operator waits for (docs/benchmarks.md). The other charts stay plotly, in tabs drawn when opened.
+
+A name is a value in the data, never markup: Vega-Lite draws labels and legends as text, and its tooltips escape
+what they show.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from dashboard.charts import BEHIND, HEIGHT, MAX_EVENT, ON_TIME, Mark, server_colors
+from watermark.rules.presence_rollup import MINUTE_MS, Minute
+
+GAP_MS = 90_000
+"""Two minutes further apart than this have a gap between them: the job stopped, and a line across would invent."""
+
+Spec = dict[str, Any]
+
+TRANSITIONS = (("came online", ("login", "heartbeat", "event"), ON_TIME), ("logged out", ("logout",), MAX_EVENT),
+               ("timed out", ("timeout",), BEHIND))
+"""How the causes of transitions are grouped for ops: a logout is a player leaving, a timeout a player gone
+silent (a crash, a network cut), and those are different news."""
+
+
+def online_per_minute(minutes: Sequence[Minute], labels: Sequence[str], what: str = "",
+                      marks: Sequence[Mark] = ()) -> Spec | None:
+    """Players online per label (a server, a region, or the rest) at the end of each minute of arrival time, the
+    open minute last, with the minute's peak in the tooltip (kept per server, not per group: ``what`` says which).
+    None when nobody was online in any of them."""
+    if not any(m.last.get(label) for m in minutes for label in labels):
+        return None
+    rows: list[dict[str, object]] = []
+    for i, m in enumerate(minutes):
+        gap = i and m.minute_ms - minutes[i - 1].minute_ms > GAP_MS
+        for label in labels:
+            if gap:  # a row without a count breaks the line
+                rows.append({"minute": m.minute_ms - 1, "series": label, "online": None})
+            rows.append({"minute": m.minute_ms, "series": label, "online": m.last.get(label, 0),
+                         "peak": "not kept per group" if what else f"{m.peak.get(label, 0):,}"})
+    colors = server_colors(labels)
+    line = {"mark": {"type": "line", "point": len(minutes) <= POINTS_UP_TO, "invalid": "break-paths-show-domains"},
+            "data": {"values": rows},
+            "encoding": {
+                "x": _time_x(minutes),
+                "y": {"field": "online", "type": "quantitative", "title": "players online"},
+                "color": {"field": "series", "type": "nominal", "title": None, "sort": list(labels),
+                          "scale": {"domain": list(labels), "range": [colors[lb] for lb in labels]},
+                          "legend": {"orient": "bottom", "labelLimit": 160}},
+                "tooltip": [{"field": "series", "title": "of"}, _time_tooltip(),
+                            {"field": "online", "title": "online at the minute's end", "format": ","},
+                            {"field": "peak", "title": "the minute's peak"}]}}
+    return _chart(f"Players online{what}, last hour (per minute)", [line, *_marks(marks, minutes)])
+
+
+def transitions_per_minute(minutes: Sequence[Minute]) -> Spec | None:
+    """Players who came online, logged out and timed out per minute, all servers together. None when none did."""
+    rows = [{"minute": m.minute_ms, "what": name,
+             "players": sum(by.get(c, 0) for by in m.causes.values() for c in causes)}
+            for m in minutes for name, causes, _ in TRANSITIONS]
+    if not any(r["players"] for r in rows):
+        return None
+    names = [name for name, _, _ in TRANSITIONS]
+    bars = {"mark": {"type": "bar"}, "data": {"values": rows},
+            "encoding": {
+                "x": _time_x(minutes, timeUnit="utchoursminutes"),  # a bar a minute wide, the three stacked
+                "y": {"field": "players", "type": "quantitative", "title": "players per minute"},
+                "color": {"field": "what", "type": "nominal", "title": None, "sort": names,
+                          "scale": {"domain": names, "range": [color for _, _, color in TRANSITIONS]},
+                          "legend": {"orient": "bottom"}},
+                "tooltip": [_time_tooltip(), {"field": "what", "title": "players who"},
+                            {"field": "players", "title": "players", "format": ","}]}}
+    return _chart("Logins, logouts and timeouts per minute", [bars])
+
+
+POINTS_UP_TO = 60
+"""A point on each minute up to this many minutes (an hour and its open minute), a line alone past it."""
+
+
+def _time_x(minutes: Sequence[Minute], **more: object) -> dict[str, object]:
+    # As many ticks as minutes, a dozen at most: left to itself Vega-Lite ticks a two-minute span every 10 s, and
+    # labels each of them with the same minute.
+    span = (minutes[-1].minute_ms - minutes[0].minute_ms) // MINUTE_MS
+    return {"field": "minute", "type": "temporal", "title": None, "scale": {"type": "utc"},
+            "axis": {"labelExpr": "utcFormat(datum.value, '%H:%M')", "tickCount": max(1, min(12, span))}, **more}
+
+
+def _time_tooltip() -> dict[str, object]:
+    return {"field": "minute", "type": "temporal", "title": "minute (UTC)", "scale": {"type": "utc"},
+            "timeUnit": "utchoursminutes", "format": "%H:%M"}
+
+
+def _marks(marks: Sequence[Mark], minutes: Sequence[Minute]) -> list[Spec]:
+    """Annotations and fired alerts within the chart's span: a moment as a dotted rule, a range shaded."""
+    lo, hi = minutes[0].minute_ms, minutes[-1].minute_ms
+    shown = [{"start": max(m.start_ms, lo), "end": min(m.end_ms if m.end_ms is not None else m.start_ms, hi),
+              "label": m.label, "color": m.color}
+             for m in marks if m.start_ms <= hi and (m.end_ms or m.start_ms) >= lo]
+    if not shown:
+        return []
+    return [{"mark": {"type": "rect", "opacity": 0.12}, "data": {"values": [m for m in shown if m["end"] > m["start"]]},
+             "encoding": {"x": {"field": "start", "type": "temporal", "scale": {"type": "utc"}},
+                          "x2": {"field": "end"}, "color": {"field": "color", "type": "nominal", "scale": None},
+                          "tooltip": [{"field": "label", "title": "what"}]}},
+            {"mark": {"type": "rule", "strokeDash": [3, 3]}, "data": {"values": [m for m in shown
+                                                                                   if m["end"] <= m["start"]]},
+             "encoding": {"x": {"field": "start", "type": "temporal", "scale": {"type": "utc"}},
+                          "color": {"field": "color", "type": "nominal", "scale": None},
+                          "tooltip": [{"field": "label", "title": "what"}]}}]
+
+
+def _chart(title: str, layers: list[Spec]) -> Spec:
+    return {"title": {"text": title, "anchor": "start"}, "height": HEIGHT - 80, "layer": layers,
+            "resolve": {"scale": {"color": "independent"}}}
