@@ -26,6 +26,8 @@ import pyarrow as pa
 import redis
 
 from bench.run import scratch_redis
+from watermark.rules.online.groups import Group
+from watermark.rules.online.table import PresenceBatch
 from watermark.rules.scenarios import game
 from watermark.rules.simulate import Simulator
 from watermark.rules.windows import next_watermark
@@ -39,9 +41,9 @@ from watermark.spark.sink import BatchTable, LaneSink, aggregate_arrow, late_eve
 from watermark.spark.source import ARROW_SCHEMA, StreamRange, _Options, _read
 from watermark.spark.window_players import read_added
 from watermark.store.commit import commit_batch, params_of
+from watermark.store.online.commit import PresenceMirror, commit_presence
 from watermark.store.online.handoff import hand_off
 from watermark.store.online.runner import GroupRunner
-from watermark.store.presence_store import Group, PresenceBatch, PresenceMirror, commit_presence
 from watermark.store.stream_writer import write
 
 LANES = ("per-server-min", "per-server-min-idle")

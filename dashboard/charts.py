@@ -24,7 +24,7 @@ from plotly.subplots import make_subplots
 from watermark.rules.presence_rollup import TOTAL
 from watermark.schema.records import Annotation, LagRecord
 from watermark.store.history_store import Timeline
-from watermark.store.presence_store import OnlinePoint
+from watermark.store.views.online import OnlinePoint
 from watermark.store.views.snapshot import BatchPoint, WindowRow
 
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",

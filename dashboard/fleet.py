@@ -14,8 +14,8 @@ from dataclasses import dataclass, replace
 
 from watermark.rules.presence_rollup import Minute
 from watermark.schema.keys import WindowKey
-from watermark.store.presence_store import OnlinePoint
 from watermark.store.report import WindowRow
+from watermark.store.views.online import OnlinePoint
 
 MAX_SERIES = 8
 """The most lines or bar groups a chart draws; past it, servers are grouped."""

@@ -8,7 +8,7 @@ players applied to its copy), for one shard's batch of ``--events`` heartbeats a
 Spark's local scheduler gives a shard's task to whichever Python worker is free: in a 200-batch run with two
 shards on ``local[2]``, a shard's batch went to the worker that read its previous batch 218 times in 404, as by
 chance. A copy of the state in the worker is therefore stale about half the time. Each step runs the real code
-(``watermark.store.presence_store``) on a scratch Redis, one process, no Spark.
+(``watermark.rules.online``, ``watermark.store.online.commit``) on a scratch Redis, one process, no Spark.
 """
 
 from __future__ import annotations
@@ -21,11 +21,12 @@ import numpy as np
 import redis
 
 from bench.run import scratch_redis
+from watermark.rules.online.table import PlayerTable, PresenceBatch, PresenceEvents
 from watermark.rules.presence_batch import Prior, fold
 from watermark.schema.config import Config
 from watermark.schema.keys import KeySchema
 from watermark.store.commit import params_of, queue_packed
-from watermark.store.presence_store import PlayerTable, PresenceBatch, PresenceEvents, PresenceMirror, commit_presence
+from watermark.store.online.commit import PresenceMirror, commit_presence
 
 TIMEOUT_MS = 30_000
 START_US = 1_767_225_600_000_000

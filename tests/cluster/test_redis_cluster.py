@@ -18,6 +18,7 @@ from tests.store.test_presence_groups import dump, now, random_game, run
 from tests.writers import write_through_losses
 from watermark.apps.redis_server import LocalCluster
 from watermark.client.sharded import ShardedProducer
+from watermark.rules.online.groups import Group
 from watermark.rules.scenarios import fleet
 from watermark.rules.simulate import generate
 from watermark.schema.config import Config
@@ -29,7 +30,6 @@ from watermark.schema.shards import shard_key, shard_of
 from watermark.store.commit import BatchSummary, Params, commit_batch
 from watermark.store.online.runner import GroupRunner
 from watermark.store.pipeline_status import read_pipeline
-from watermark.store.presence_store import Group
 from watermark.store.redis_conn import home, is_cluster, open_client, refresh, same_slot, with_retry
 from watermark.store.stream_writer import StreamWriter, WriteStats
 

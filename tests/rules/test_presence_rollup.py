@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import redis
 
+from watermark.rules.online.table import PresenceBatch, PresenceEvents
 from watermark.rules.presence_batch import KIND_CODES
 from watermark.rules.presence_rollup import (
     DAY_BYTES,
@@ -39,7 +40,8 @@ from watermark.rules.presence_rollup import (
 )
 from watermark.schema.keys import KeySchema
 from watermark.store.commit import Params
-from watermark.store.presence_store import PresenceBatch, PresenceEvents, PresenceMirror, commit_presence, read_online
+from watermark.store.online.commit import PresenceMirror, commit_presence
+from watermark.store.views.online import read_online
 
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z, a minute and a day boundary
 

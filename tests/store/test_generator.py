@@ -713,11 +713,12 @@ def test_a_fleet_that_is_replaced_as_it_plays_drains_each_server_and_keeps_its_p
     fold: every replaced server ends drained (its players logged out there and in on its successor), none times a
     player out, and the players online in all never dip while servers come and go."""
     from watermark.rules.fleet import drained
+    from watermark.rules.online.table import PresenceBatch, PresenceEvents
     from watermark.rules.scenarios import game
     from watermark.schema.keys import KeySchema
     from watermark.schema.records import PresenceStateRecord
     from watermark.store.commit import Params
-    from watermark.store.presence_store import PresenceBatch, PresenceEvents, PresenceMirror, commit_presence
+    from watermark.store.online.commit import PresenceMirror, commit_presence
 
     start_us = 1_800_000_000_000_000
     sim = Simulator(game(scenario, servers).scaled(0.1), seed=3, start_us=start_us, rate=300, count=30_000)

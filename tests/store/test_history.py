@@ -12,12 +12,14 @@ import numpy as np
 import redis
 
 from tests import history_model
+from watermark.rules.online.table import PresenceBatch, PresenceEvents
 from watermark.rules.presence_batch import KIND_CODES
 from watermark.rules.presence_rollup import DAY_MS, MINUTE_MS, TOTAL, WEEK_MS, Point, parse_peaks, shifted
 from watermark.schema.keys import KeySchema
 from watermark.store.commit import Params
 from watermark.store.history_store import HistoryRead, read_history
-from watermark.store.presence_store import PresenceBatch, PresenceEvents, PresenceMirror, commit_presence, read_online
+from watermark.store.online.commit import PresenceMirror, commit_presence
+from watermark.store.views.online import read_online
 
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 REGIONS = {"eu-001": "eu", "eu-002": "eu", "eu-003": "eu", "us-001": "us", "us-002": "us"}

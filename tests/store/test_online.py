@@ -15,6 +15,7 @@ from streamlit.testing.v1 import AppTest
 
 from dashboard.charts import online_over_batches
 from tests.oracle import T0_MS, online_oracle, random_presence_batches
+from watermark.rules.online.table import PlayerTable, PresenceBatch, PresenceEvents
 from watermark.rules.presence import PlayerState, Seen, Transition, apply_events, expiry_ms, on_timer
 from watermark.rules.presence_batch import KIND_CODES
 from watermark.schema.config import Config, ConfigError
@@ -23,16 +24,8 @@ from watermark.schema.keys import KeySchema
 from watermark.schema.records import PresenceStateRecord
 from watermark.spark.query import start_query
 from watermark.store.commit import Params
-from watermark.store.presence_store import (
-    OnlinePoint,
-    OnlineView,
-    PlayerTable,
-    PresenceBatch,
-    PresenceEvents,
-    PresenceMirror,
-    commit_presence,
-    read_online,
-)
+from watermark.store.online.commit import PresenceMirror, commit_presence
+from watermark.store.views.online import OnlinePoint, OnlineView, read_online
 
 TIMEOUT = 10_000  # ms
 DELAY = 5_000

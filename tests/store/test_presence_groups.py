@@ -18,10 +18,12 @@ import redis
 from tests.store.test_online import events
 from tests.store.test_server_clocks import DELAY, T0, TIMEOUT, game
 from tests.store.test_server_clocks import random_game as clock_game
+from watermark.rules.online.groups import Group
+from watermark.rules.online.table import PresenceBatch
 from watermark.schema.keys import KeySchema
 from watermark.schema.records import PresenceRecord
 from watermark.store.commit import Params
-from watermark.store.presence_store import Group, PresenceBatch, PresenceMirror, commit_presence
+from watermark.store.online.commit import PresenceMirror, commit_presence
 
 PARAMS = Params(60_000, 60_000, DELAY)
 NOW_MS = T0 + 7 * 86_400_000  # one wall clock for every run: the records' updated_ms and expiries alike

@@ -16,11 +16,13 @@ from tests.store.test_online import events
 from watermark.alerting.conditions import evaluate
 from watermark.alerting.config import AlertConfig
 from watermark.alerting.observation import Memory
+from watermark.rules.online.table import PresenceBatch
 from watermark.schema.keys import KeySchema
 from watermark.schema.records import PresenceRecord, PresenceStateRecord
 from watermark.store.commit import Params
 from watermark.store.observe import read_stack
-from watermark.store.presence_store import PresenceBatch, PresenceMirror, commit_presence, read_online
+from watermark.store.online.commit import PresenceMirror, commit_presence
+from watermark.store.views.online import read_online
 
 DELAY, TIMEOUT = 5_000, 30_000
 T0 = 1_700_000_000_000

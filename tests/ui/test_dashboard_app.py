@@ -26,8 +26,8 @@ from watermark.apps.redis_server import free_port
 from watermark.schema.events import parse_entry_id
 from watermark.schema.keys import KeySchema, WindowKey
 from watermark.store.alert_store import THRESHOLDS_FIELD, publish_thresholds
-from watermark.store.presence_store import read_online
 from watermark.store.report import read_batches
+from watermark.store.views.online import read_online
 from watermark.store.views.snapshot import read_snapshot
 
 pytestmark = pytest.mark.spark

@@ -392,7 +392,7 @@ def test_a_weeks_chart_draws_each_series_the_week_ago_dotted_and_the_marks_in_it
 
 def test_the_online_chart_leaves_out_a_batch_before_any_event() -> None:
     """Its watermark is the epoch: drawn, it would stretch the time axis to 1970."""
-    from watermark.store.presence_store import OnlinePoint
+    from watermark.store.views.online import OnlinePoint
 
     history = [OnlinePoint(0, 0, 1, {}, 0, 0), OnlinePoint(1, 1_767_225_600_000, 2, {"A": 1}, 1, 0)]
     fig = charts.online_over_batches(history, ["A"])

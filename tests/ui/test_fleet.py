@@ -9,8 +9,8 @@ from collections import defaultdict
 from dashboard.fleet import MAX_SERIES, NO_REGION, grouping
 from watermark.rules.presence_rollup import Minute
 from watermark.schema.keys import WindowKey
-from watermark.store.presence_store import OnlinePoint
 from watermark.store.report import WindowRow
+from watermark.store.views.online import OnlinePoint
 
 SERVERS = [f"{r}-{k:03d}" for k in range(1, 51) for r in ("eu", "na", "sa", "as", "oc", "af")]
 REGIONS = {s: s.split("-")[0] for s in SERVERS}

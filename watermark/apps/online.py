@@ -60,10 +60,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _fold(cfg: Config, index: int, stop: threading.Event) -> int:
     # Imported here: the process that only waits (ONLINE_GROUPS=0) or only watches its children holds no pandas
     # or Arrow (about 80 MB of memory each).
+    from watermark.rules.online.groups import Group
     from watermark.schema.keys import KeySchema
     from watermark.store.commit import params_of
     from watermark.store.online.runner import GroupRunner
-    from watermark.store.presence_store import Group
     from watermark.store.redis_conn import connect
 
     try:

@@ -16,7 +16,7 @@ So a batch is folded with array operations over all its events sorted by (player
   times out, a logged-out one is forgotten once it is at or below their logout.
 
 Players of the batch only: those the batch does not touch expire by the same comparison wherever their
-state lives (:mod:`watermark.store.presence_store`). No Spark, no Redis.
+state lives (:mod:`watermark.rules.online.decide`). No Spark, no Redis.
 """
 
 from __future__ import annotations

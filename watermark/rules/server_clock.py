@@ -31,7 +31,7 @@ and judges each server's players by it alone. The rule, applied after every batc
   is at or below the server's next watermark times out; a logout the watermark passes is forgotten.
 
 A server's first batch has nothing to predict from: its newest event sets its clock. No wall clock is read
-(a replay gives the same answer), no Spark, no Redis: :mod:`watermark.store.presence_store` applies it.
+(a replay gives the same answer), no Spark, no Redis: :mod:`watermark.rules.online.decide` applies it.
 """
 
 from __future__ import annotations

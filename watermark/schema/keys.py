@@ -105,7 +105,7 @@ key                                                type    contents
                                                            ``written``, ``since_ms``, ``updated_ms``,
                                                            ``error``
 ``{ns}:present:{server}``                          hash    players online now -> event time (us) of
-                                                           their latest event (``watermark.store.presence_store``)
+                                                           their latest event (``watermark.store.online.commit``)
 ``{ns}:loggedout:{server}``                        hash    players who logged out -> the logout's event
                                                            time (us), kept until the watermark passes it
 ``{ns}:presence:counts``                           hash    per server: how many players are online

@@ -256,7 +256,7 @@ class OnlineBatch(_JsonRecord, frozen=True, kw_only=True):
 class PresencePart(_JsonRecord, frozen=True, kw_only=True):
     """What one group of servers' fold did to one batch (``{ns}:presence:parts:{batch}``, a field per group), until
     the last group's part is in and the parts are merged into the online view's record of the batch
-    (``watermark.store.presence_store``). Every group's part carries the batch's own record (the same in each), so
+    (``watermark.store.online.merge``). Every group's part carries the batch's own record (the same in each), so
     whoever merges needs nothing else."""
 
     group: int

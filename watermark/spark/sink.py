@@ -30,6 +30,7 @@ from pyspark.sql import DataFrame
 
 from watermark.rules.fleet import FLOOD_REASON, admit
 from watermark.rules.late import LateEvent
+from watermark.rules.online.table import PresenceBatch, PresenceEvents
 from watermark.rules.presence_batch import KIND_CODES
 from watermark.rules.presence_rollup import MINUTE_MS
 from watermark.rules.watermarks import ServerWatermarks
@@ -63,8 +64,8 @@ from watermark.store.commit import (
     read_guard,
     replicated,
 )
+from watermark.store.online.commit import PresenceMirror, commit_presence
 from watermark.store.online.handoff import hand_off
-from watermark.store.presence_store import PresenceBatch, PresenceEvents, PresenceMirror, commit_presence
 from watermark.store.redis_conn import DriverClient, with_retry
 
 log = logging.getLogger(__name__)

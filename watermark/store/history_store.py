@@ -1,6 +1,6 @@
 """A week of players online in Redis: each series' day record written as its minutes close, read back for a range.
 
-The online view's commit (:mod:`watermark.store.presence_store`) queues :func:`queue_minute` in its own guarded
+The online view's merge (:mod:`watermark.store.online.merge`) queues :func:`queue_minute` in its own guarded
 transaction when a minute closes, so a batch run again writes nothing twice (and a slot written twice would hold
 the same bytes). A reader asks for some series over a range with :class:`HistoryRead`: one GETRANGE per series
 and day, so a week of the total and six regions is 8 x 7 commands whatever the number of servers or players, and

@@ -16,7 +16,7 @@ from dashboard.text import md, md_list
 from watermark.rules.presence_rollup import DAY_MS, MINUTE_MS, TOTAL, region_key
 from watermark.schema.config import Config
 from watermark.store.history_store import Timeline
-from watermark.store.presence_store import OnlineView
+from watermark.store.views.online import OnlineView
 from watermark.store.views.snapshot import Snapshot, open_at_loss
 
 

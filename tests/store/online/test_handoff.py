@@ -15,12 +15,12 @@ import redis
 from tests.store.test_online import events
 from tests.store.test_presence_groups import PARAMS, dump, now, random_game, run
 from tests.store.test_server_clocks import DELAY, T0, TIMEOUT
+from watermark.rules.online.groups import Group
 from watermark.schema.config import ConfigError
 from watermark.schema.keys import KeySchema
 from watermark.schema.records import OnlineBatch
 from watermark.store.online.handoff import hand_off, handed_over
 from watermark.store.online.runner import GroupRunner
-from watermark.store.presence_store import Group
 
 TTL_S = 3_600
 

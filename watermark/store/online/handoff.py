@@ -9,7 +9,7 @@ share of each.
 - ``{ns}:online:handoff``: the handover's guard ``last_batch``, so a batch replayed after a crash is handed over
   once, as the commits are guarded.
 
-All in the namespace's slot, one transaction a batch. No fold here: :mod:`watermark.store.presence_store` folds.
+All in the namespace's slot, one transaction a batch. No fold here: :mod:`watermark.store.online.commit` folds.
 """
 
 from __future__ import annotations
@@ -21,11 +21,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import redis
 
+from watermark.rules.online.groups import group_of
+from watermark.rules.online.table import PresenceEvents
 from watermark.schema.keys import KeySchema
 from watermark.schema.records import OnlineBatch
 from watermark.store import redis_conn
 from watermark.store.commit import guarded
-from watermark.store.presence_store import PresenceEvents, group_of
 
 BATCHES_KEPT = 10_000
 """Batches the stream of handed-over batches keeps: 83 minutes of 500 ms batches."""

@@ -8,19 +8,14 @@ from collections.abc import Callable
 
 import redis
 
+from watermark.rules.online.groups import Group
+from watermark.rules.online.table import PresenceBatch, PresenceEvents
 from watermark.schema.config import ConfigError
 from watermark.schema.keys import KeySchema
 from watermark.schema.records import OnlineBatch
 from watermark.store.commit import Params
+from watermark.store.online.commit import PresenceMirror, commit_presence, last_committed
 from watermark.store.online.handoff import ROWS_KEPT_S, batches_after, rows_of
-from watermark.store.presence_store import (
-    Group,
-    PresenceBatch,
-    PresenceEvents,
-    PresenceMirror,
-    commit_presence,
-    last_committed,
-)
 from watermark.store.redis_conn import with_retry
 
 log = logging.getLogger("watermark.store.online")

@@ -35,8 +35,8 @@ from watermark.store.pipeline_status import (
     read_memory,
     waiting_entries,
 )
-from watermark.store.presence_store import OnlineView, online_view, queue_online_reads
 from watermark.store.report import WindowRow, queue_window_reads, window_rows
+from watermark.store.views.online import OnlineView, online_view, queue_online_reads
 
 __all__ = [  # the pages read everything through this module, the store's types too
     "MAX_BATCHES", "ONLINE_HISTORY", "BatchPoint", "BatchPoints", "PipelineState", "ServerTotals", "Snapshot",

@@ -1,0 +1,104 @@
+"""The online view as the dashboard reads it: counts, history, the last hour's minutes and the peaks.
+
+:func:`queue_online_reads` queues a fixed number of reads on a caller's pipeline, so a snapshot shares one round
+trip. :func:`online_view` parses the replies into an :class:`OnlineView`. Nothing here writes:
+:mod:`watermark.store.online.commit` and :mod:`watermark.store.online.merge` write what this reads.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import redis
+
+from watermark.rules.presence_rollup import MINUTE_MS, Minute, day_of, parse_peaks
+from watermark.schema.keys import KeySchema
+from watermark.schema.records import ClockRecord, PresenceRecord, PresenceStateRecord
+
+HOUR_MS = 3_600_000
+
+
+@dataclass(frozen=True)
+class OnlinePoint:
+    """Online counts per server after one batch."""
+
+    batch: int
+    watermark_ms: int
+    batch_ts_ms: int
+    counts: dict[str, int]
+    online: int  # transitions to online in the batch
+    offline: int
+
+    @classmethod
+    def from_json(cls, raw: str | bytes) -> OnlinePoint:
+        r = PresenceRecord.decode(raw, "a member of the online view's history")
+        return cls(batch=r.batch, watermark_ms=r.watermark_ms, batch_ts_ms=r.batch_ts_ms, counts=dict(r.counts),
+                   online=r.online, offline=r.offline)
+
+
+@dataclass(frozen=True)
+class OnlineView:
+    last_batch: int
+    watermark_ms: int
+    timeout_ms: int
+    updated_ms: int
+    batch_ts_ms: int
+    counts: dict[str, int]
+    history: tuple[OnlinePoint, ...]
+    minutes: tuple[Minute, ...] = ()  # the last hour's minutes of arrival time, the open one last
+    peaks: dict[str, tuple[int, int]] = field(default_factory=dict)  # today's: server, region or TOTAL -> (count, at)
+    peaks_ever: dict[str, tuple[int, int]] = field(default_factory=dict)  # the highest ever, the same keys
+    lost_at_batch: int | None = None  # Redis came back empty before this batch: history before it is gone
+    partial_until_ms: int | None = None  # rebuilt from new events after a loss: whole once the watermark is here
+    clocks: dict[str, ClockRecord] = field(default_factory=dict)  # each server's own clock (rules.server_clock)
+
+    @property
+    def partial(self) -> bool:
+        """Rebuilt after Redis and the job lost the state together; players who have not sent an event since
+        are missing until the watermark passes :attr:`partial_until_ms` (then they would have timed out)."""
+        return self.partial_until_ms is not None and self.watermark_ms < self.partial_until_ms
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+
+def queue_online_reads(pipe: redis.client.Pipeline, keys: KeySchema, last: int, now_ms: int) -> None:
+    """Six replies, parsed by :func:`online_view`; lets a caller share one round trip. A fixed number of
+    commands, whatever the number of players."""
+    pipe.hgetall(keys.presence_state)
+    pipe.hgetall(keys.presence_counts)
+    pipe.zrange(keys.presence_history, -last, -1)
+    pipe.zrangebyscore(keys.presence_minutes, now_ms - now_ms % MINUTE_MS - HOUR_MS, "+inf")
+    pipe.hgetall(keys.presence_peak(day_of(now_ms)))
+    pipe.hgetall(keys.presence_peak_ever)
+
+
+def online_view(state: Mapping[bytes, bytes], counts: Mapping[bytes, bytes], history: Sequence[bytes],
+                minutes: Sequence[bytes] = (), peaks: Mapping[bytes, bytes] | None = None,
+                peaks_ever: Mapping[bytes, bytes] | None = None) -> OnlineView | None:
+    """None until the online view has committed a batch."""
+    rec = PresenceStateRecord.from_hash(state, "the online view's state")
+    if rec.last_batch is None:
+        return None
+    closed = [Minute.from_json(m) for m in minutes]
+    open_minute = [Minute.from_json(rec.minute)] if rec.minute else []
+    return OnlineView(
+        last_batch=rec.last_batch, watermark_ms=rec.watermark_ms, timeout_ms=rec.timeout_ms,
+        updated_ms=rec.updated_ms, batch_ts_ms=rec.batch_ts_ms,
+        counts={k.decode(): int(v) for k, v in sorted(counts.items())},
+        history=tuple(OnlinePoint.from_json(m) for m in history),
+        minutes=tuple([*closed, *(m for m in open_minute if not closed or m.minute_ms > closed[-1].minute_ms)]),
+        peaks=parse_peaks(peaks or {}), peaks_ever=parse_peaks(peaks_ever or {}), lost_at_batch=rec.lost_at_batch,
+        partial_until_ms=rec.partial_until_ms,
+        clocks=dict(rec.clocks),
+    )
+
+
+def read_online(client: redis.Redis, keys: KeySchema, last: int = 1_000,
+                now_ms: int | None = None) -> OnlineView | None:
+    pipe = client.pipeline(transaction=False)
+    queue_online_reads(pipe, keys, last, int(time.time() * 1000) if now_ms is None else now_ms)
+    return online_view(*pipe.execute())
