@@ -37,8 +37,9 @@ from watermark.schema.lanes import lane_config
 from watermark.spark import local_agg
 from watermark.spark.checkpoint import OffsetEntry
 from watermark.spark.query import source_options
+from watermark.spark.rows import ARROW_SCHEMA
 from watermark.spark.sink import BatchTable, LaneSink, aggregate_arrow, late_events, presence_events
-from watermark.spark.source import ARROW_SCHEMA, StreamRange, _Options, _read
+from watermark.spark.source import SourceOptions, StreamRange, read_partition
 from watermark.spark.window_players import read_added
 from watermark.store.commit import commit_batch, params_of
 from watermark.store.online.commit import PresenceMirror, commit_presence
@@ -81,7 +82,7 @@ def measure(url: str, servers: int, rate: int, seconds: float, trigger_ms: int, 
     sim = Simulator(scenario, seed=1, start_us=start_ms * 1000, rate=rate, count=int(rate * seconds))
     write(client, keys.events, sim, explicit_ids=True)
     params = params_of(cfg)
-    opts = _Options(source_options(cfg, pre_aggregate=True))
+    opts = SourceOptions(source_options(cfg, pre_aggregate=True))
     lanes = [LaneSink(KeySchema(c.namespace), params_of(c)) for c in (lane_config(cfg, lane) for lane in LANES)]
     mirror = PresenceMirror()
     runners = [GroupRunner(client, keys, Group(g, groups), params) for g in range(groups)]
@@ -93,7 +94,7 @@ def measure(url: str, servers: int, rate: int, seconds: float, trigger_ms: int, 
         hi = f"{hi_ms}-999999"
         c = costs if hi_ms - first >= WARMUP_S * 1000 else None
         rows = _timed(c, "read (executors)", lambda lo=lo, hi=hi: pa.Table.from_batches(
-            list(_read(opts, StreamRange(lo, hi, batch_end=hi))), schema=ARROW_SCHEMA).select(
+            list(read_partition(opts, StreamRange(lo, hi, batch_end=hi))), schema=ARROW_SCHEMA).select(
                 [*local_agg.COLUMNS, "blob"]))
         table = _timed(c, "sum", lambda rows=rows: aggregate_arrow(rows))
         entry = OffsetEntry(batch_id, watermark_ms, hi_ms, ({"id": hi},))

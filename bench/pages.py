@@ -40,7 +40,7 @@ from pathlib import Path
 import psutil
 import redis
 
-from bench.stack import HERE, Stack, _describe, _start_job, export, free_port, tree_cpu_s, wait_for
+from bench.stack import HERE, Stack, describe, export, free_port, start_job, tree_cpu_s, wait_for
 
 CHROMIUM = "/usr/bin/chromium"
 VIEWPORT = {"width": 1280, "height": 800}
@@ -122,7 +122,7 @@ def running_stack(code_root: Path, servers: int, rate: int, warmup: float) -> It
         try:
             stack.start("redis")
             client = redis.Redis.from_url(stack.url, socket_timeout=60)
-            _start_job(stack, client)
+            start_job(stack, client)
             for name in ("monitor", "online", "generator", "dashboard"):
                 stack.start(name)
             wait_for(lambda: "You can now view" in stack.log("dashboard"), 60, "the dashboard")
@@ -195,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     counts = [int(x) for x in args.servers.split(",")]
     with tempfile.TemporaryDirectory(prefix="pages-code-") as codedir:
-        root, label = (export(args.base, Path(codedir)), args.base) if args.base else (HERE, _describe(HERE))
+        root, label = (export(args.base, Path(codedir)), args.base) if args.base else (HERE, describe(HERE))
         if args.viewers:
             cost = viewers_cost(root, counts[0], args.rate, args.warmup, [int(x) for x in args.viewers.split(",")],
                                 args.path)

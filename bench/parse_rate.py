@@ -18,7 +18,7 @@ import pyarrow as pa  # noqa: E402
 from watermark.rules.simulate import generate  # noqa: E402
 from watermark.schema.events import BadEntry, parse_entry  # noqa: E402
 from watermark.spark.partial import PARTIAL_TYPE  # noqa: E402
-from watermark.spark.source import _TS, ARROW_SCHEMA, to_record_batch  # noqa: E402
+from watermark.spark.rows import ARROW_SCHEMA, TS, to_record_batch  # noqa: E402
 
 
 def baseline(entries: list[list]) -> pa.RecordBatch:
@@ -36,7 +36,7 @@ def baseline(entries: list[list]) -> pa.RecordBatch:
         for name, attr in (("error", "reason"), ("error_detail", "detail"), ("raw", "raw")):
             cols[name].append(getattr(parsed, attr) if bad else None)
     cols["partial"] = [None] * len(entries)  # only partitions read with preAggregate end with partial rows
-    types = {"ingest_time": _TS, "event_time": _TS, "partial": PARTIAL_TYPE}
+    types = {"ingest_time": TS, "event_time": TS, "partial": PARTIAL_TYPE}
     return pa.RecordBatch.from_arrays([pa.array(cols[n], types.get(n, pa.string())) for n in ARROW_SCHEMA.names],
                                       schema=ARROW_SCHEMA)
 

@@ -6,7 +6,7 @@ Pre-loads events and reads them as one source partition does (XRANGE in
 chunks of ``READ_CHUNK``, each chunk parsed into an Arrow record batch),
 timing the XRANGE replies and the parsing apart. The XRANGE is timed twice
 per round, alternating: with the cyclic garbage collector running (how
-redis-py is normally called) and paused (``watermark.spark.source._xrange``), so the
+redis-py is normally called) and paused (``watermark.spark.source.xrange_entries``), so the
 ratio between them is measured on the same machine in the same minute.
 """
 
@@ -23,7 +23,8 @@ import redis  # noqa: E402
 
 from bench.run import preload, scratch_redis  # noqa: E402
 from watermark.schema.keys import KeySchema  # noqa: E402
-from watermark.spark.source import READ_CHUNK, _client, _xrange, to_record_batch  # noqa: E402
+from watermark.spark.rows import to_record_batch  # noqa: E402
+from watermark.spark.source import READ_CHUNK, stream_client, xrange_entries  # noqa: E402
 
 
 def read_all(client: redis.Redis, stream: str, paused: bool) -> tuple[float, float, int]:
@@ -32,7 +33,7 @@ def read_all(client: redis.Redis, stream: str, paused: bool) -> tuple[float, flo
     while True:
         t = time.perf_counter()
         if paused:
-            entries = _xrange(client, stream, lo, "+", READ_CHUNK)
+            entries = xrange_entries(client, stream, lo, "+", READ_CHUNK)
         else:
             entries = client.xrange(stream, lo, "+", count=READ_CHUNK)
         in_xrange += time.perf_counter() - t
@@ -54,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     with scratch_redis() as (_, server):
         keys = KeySchema(f"read-{uuid.uuid4().hex[:6]}")
         preload(redis.Redis.from_url(server.url), keys, args.events)
-        client = _client(server.url)
+        client = stream_client(server.url, keys.events)
         read_all(client, keys.events, paused=True)  # warm-up: imports, connection, caches
         runs: dict[bool, list[tuple[float, float, int]]] = {False: [], True: []}
         for _ in range(args.rounds):

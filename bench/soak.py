@@ -58,12 +58,12 @@ from bench.stack import (
     TARGET_MAIN_P95_MS,
     TARGET_ONLINE_AGE_P95_MS,
     Stack,
-    _committed_keys,
-    _start_job,
+    committed_keys,
     export,
     free_port,
     namespaces,
     redis_ms,
+    start_job,
     tree_cpu_s,
     tree_rss_mb,
 )
@@ -291,7 +291,7 @@ def drained(client: redis.Redis, timeout_s: float) -> float:
     end = ms * (1 << 20) + min(seq, (1 << 20) - 1)
     t0 = time.monotonic()
     while time.monotonic() - t0 < timeout_s:
-        if all(_committed_keys(client, ns, 1)[0] >= end for ns, _ in namespaces(client)):  # one stream: wm:events
+        if all(committed_keys(client, ns, 1)[0] >= end for ns, _ in namespaces(client)):  # one stream: wm:events
             return round(time.monotonic() - t0, 1)
         time.sleep(0.5)
     return -1.0
@@ -475,7 +475,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             stack.start("redis")
             client = redis.Redis.from_url(stack.url, socket_timeout=60)
-            job = _start_job(stack, client)
+            job = start_job(stack, client)
             monitor = stack.start("monitor")
             if args.pages:
                 stack.env["DASHBOARD_PORT"] = str(dash_port)

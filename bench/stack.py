@@ -445,7 +445,7 @@ def run(code_root: Path, rate: int, seconds: float, warmup: float, drain: float,
             stack.stop_all()
 
 
-def _start_job(stack: Stack, client: redis.Redis) -> subprocess.Popen:
+def start_job(stack: Stack, client: redis.Redis) -> subprocess.Popen:
     """Redis, then the job, until its queries have all started."""
     def redis_up() -> bool:
         try:
@@ -484,7 +484,7 @@ def _start_the_rest(stack: Stack, job: subprocess.Popen) -> dict[str, int]:
 def _measure(stack: Stack, rate: int, seconds: float, warmup: float, drain: float, label: str) -> Result:
     stack.start("redis")
     client = open_client(stack.url, socket_timeout=60)
-    job = _start_job(stack, client)
+    job = start_job(stack, client)
     pids = _start_the_rest(stack, job)
     time.sleep(warmup)
     sampler = Sampler(stack.url, job.pid, stack.ns)
@@ -517,7 +517,7 @@ def _measure(stack: Stack, rate: int, seconds: float, warmup: float, drain: floa
     newest = [int(ids[shard_of_entry == k].max()) if (shard_of_entry == k).any() else 0 for k in range(stack.shards)]
 
     def all_committed() -> bool:
-        return all(_committed_keys(client, ns, stack.shards) >= newest for ns, _ in lanes)
+        return all(committed_keys(client, ns, stack.shards) >= newest for ns, _ in lanes)
 
     deadline = time.monotonic() + drain
     while not all_committed() and time.monotonic() < deadline:
@@ -573,7 +573,7 @@ def batch_phases(client: redis.Redis, ns: str, window: tuple[int, int]) -> dict[
     return {k: (float(np.percentile(v, 50)), float(np.percentile(v, 95))) for k, v in samples.items()}
 
 
-def _committed_keys(client: redis.Redis, ns: str, shards: int) -> list[int]:
+def committed_keys(client: redis.Redis, ns: str, shards: int) -> list[int]:
     """How far ``ns`` has committed each shard (sortable keys; -1 before its first commit)."""
     raw = client.hget(f"{ns}:state", "committed_id")
     if not raw:
@@ -697,7 +697,7 @@ def main(argv: list[str] | None = None) -> int:
             root, label = export(args.base, Path(codedir)), args.base
         else:
             root = (args.code_root or HERE).resolve()
-            label = _describe(root)
+            label = describe(root)
         if args.search:
             best, results = search(root, args.low, args.high, args.seconds, args.warmup, args.drain, label,
                                    args.workers, args.worker_cores, args.redis_nodes)
@@ -722,7 +722,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _describe(root: Path) -> str:
+def describe(root: Path) -> str:
     proc = subprocess.run(["git", "describe", "--always", "--dirty"], cwd=root, capture_output=True, text=True)
     return proc.stdout.strip() or str(root)
 

@@ -62,7 +62,7 @@ def server_colors(servers: Iterable[str]) -> dict[str, str]:
     return {s: PALETTE[i % len(PALETTE)] for i, s in enumerate(sorted(servers))}
 
 
-def _layout(fig: go.Figure, title: str, y_title: str, height: int = HEIGHT, counts: bool = True) -> go.Figure:
+def layout(fig: go.Figure, title: str, y_title: str, height: int = HEIGHT, counts: bool = True) -> go.Figure:
     fig.update_layout(
         title={"text": title, "x": 0, "xanchor": "left"}, height=height, margin={"l": 10, "r": 10, "t": 50, "b": 10},
         legend={"orientation": "h", "y": -0.14, "yanchor": "top", "traceorder": "normal"}, hovermode="closest",
@@ -73,7 +73,7 @@ def _layout(fig: go.Figure, title: str, y_title: str, height: int = HEIGHT, coun
     return fig
 
 
-def _time_axis(fig: go.Figure, *, pad_ms: int = 0, **where: object) -> go.Figure:
+def time_axis(fig: go.Figure, *, pad_ms: int = 0, **where: object) -> go.Figure:
     """The x axis (or the one ``where`` selects) spans exactly the times in the data, padded by ``pad_ms`` (half
     a bar's width), with one-line tick labels (no date line for the legend to sit on)."""
     xs = [x for t in fig.data for x in (t.x or ()) if isinstance(x, datetime)]
@@ -169,7 +169,7 @@ def players_now(current: dict[str, WindowRow | None], servers: Sequence[str]) ->
             "<b>%{fullData.name}</b>: no events in the current window<extra></extra>",
             showlegend=False,
         ))
-    return _layout(fig, "Current window's players (hatched: provisional)", "distinct players")
+    return layout(fig, "Current window's players (hatched: provisional)", "distinct players")
 
 
 def players_over_time(windows: Sequence[WindowRow], servers: Sequence[str]) -> go.Figure:
@@ -196,7 +196,7 @@ def _per_window_bars(windows: Sequence[WindowRow], servers: Sequence[str], attr:
             customdata=[_window_custom(w) for w in ws], hovertemplate=_WINDOW_HOVER,
         ))
     fig.update_layout(barmode="group")
-    return _time_axis(_layout(fig, title, y_title), pad_ms=_window_step_ms(windows) // 2)
+    return time_axis(layout(fig, title, y_title), pad_ms=_window_step_ms(windows) // 2)
 
 
 def _window_step_ms(windows: Sequence[WindowRow]) -> int:
@@ -228,7 +228,7 @@ def _per_window_lines(windows: Sequence[WindowRow], servers: Sequence[str], attr
                 line={"color": colors[s], "dash": dash}, marker={"symbol": symbol, "size": 7}, customdata=custom,
                 hovertemplate=_WINDOW_HOVER,
             ))
-    return _time_axis(_layout(fig, title + " (dotted: provisional)", y_title))
+    return time_axis(layout(fig, title + " (dotted: provisional)", y_title))
 
 
 def online_over_batches(history: Sequence[OnlinePoint], servers: Sequence[str], what: str = "") -> go.Figure:
@@ -249,7 +249,7 @@ def online_over_batches(history: Sequence[OnlinePoint], servers: Sequence[str], 
             hovertemplate="<b>%{fullData.name}</b> batch %{customdata[0]}<br>online %{y:,}<br>watermark %{x|%H:%M:%S}"
                           "<br>batch transitions: %{customdata[1]:,} on, %{customdata[2]:,} off<extra></extra>",
         ))
-    return _time_axis(_layout(fig, f"Players online after each batch{what} (by watermark)", "players online"))
+    return time_axis(layout(fig, f"Players online after each batch{what} (by watermark)", "players online"))
 
 
 HISTORY_TOTAL = "#222222"
@@ -279,7 +279,7 @@ def online_history(tl: Timeline, labels: Mapping[str, str], what: str = "") -> g
                 hovertemplate="<b>%{fullData.name}</b> %{x|%a %d %b %H:%M}<br>online %{y:,}<br>highest within it "
                               "%{customdata[0]}<extra></extra>"))
     span = tl.end_ms - tl.start_ms
-    fig = _time_axis(_layout(fig, f"Players online{what}, last {_span_text(span)}", "players online"))
+    fig = time_axis(layout(fig, f"Players online{what}, last {_span_text(span)}", "players online"))
     return fig.update_xaxes(tickformat="%a %d %H:%M" if span > 86_400_000 else "%H:%M", hoverformat="%a %H:%M")
 
 
@@ -375,10 +375,10 @@ def watermark_vs_time(batches: Sequence[BatchPoint], now_ms: int) -> go.Figure:
             _, custom = gaps([b.batch_ts_ms for b in part], [_batch_custom(b) for b in part], limit)
             fig.add_trace(go.Scatter(x=x, y=y, name=name, mode=line_mode(len(x)), line=line, marker={"size": 5},
                                      customdata=custom, hovertemplate=hover))
-    fig = _layout(fig, "Event time against processing time", "event time (UTC)", height=420, counts=False)
+    fig = layout(fig, "Event time against processing time", "event time (UTC)", height=420, counts=False)
     fig.update_xaxes(title="processing time (UTC)")
     fig.update_yaxes(tickformat="%H:%M:%S", hoverformat="%H:%M:%S")
-    return _time_axis(fig)
+    return time_axis(fig)
 
 
 def watermark_lag(batches: Sequence[BatchPoint], delay_ms: int) -> go.Figure:
@@ -402,7 +402,7 @@ def watermark_lag(batches: Sequence[BatchPoint], delay_ms: int) -> go.Figure:
         fig.add_trace(go.Scatter(x=[ts(marked[0].batch_ts_ms), ts(marked[-1].batch_ts_ms)],
                                  y=[delay_ms / 1000] * 2, name=f"the delay ({delay_ms / 1000:g} s)", mode="lines",
                                  line={"color": WALL_CLOCK, "dash": "dot"}, hoverinfo="skip"))
-    return _time_axis(_layout(fig, "Watermark lag", "seconds"))
+    return time_axis(layout(fig, "Watermark lag", "seconds"))
 
 
 def per_server_over_time(batches: Sequence[BatchPoint], servers: Sequence[str] | Mapping[str, Sequence[str]],
@@ -423,7 +423,7 @@ def per_server_over_time(batches: Sequence[BatchPoint], servers: Sequence[str] |
                           "%{customdata[1]}<extra></extra>",
         ))
     fig.update_layout(barmode="stack")
-    return _time_axis(_layout(fig, title, "events"), pad_ms=batch_gap_ms(batches) // 10)
+    return time_axis(layout(fig, title, "events"), pad_ms=batch_gap_ms(batches) // 10)
 
 
 def dropped_per_window(windows: Sequence[WindowRow], servers: Sequence[str]) -> go.Figure:
@@ -457,8 +457,8 @@ def lag_chart(batches: Sequence[BatchPoint], servers: Sequence[str], stat: str =
                               "<extra></extra>",
             ), row=row, col=1)
     fig.update_yaxes(title_text="seconds")
-    fig = _layout(fig, f"Event-time lag per server: {LAG_STATS[stat]}", "seconds", height=560)
-    return _time_axis(fig)
+    fig = layout(fig, f"Event-time lag per server: {LAG_STATS[stat]}", "seconds", height=560)
+    return time_axis(fig)
 
 
 # --------------------------------------------------------------------------- health
@@ -482,8 +482,8 @@ def batch_durations(batches: Sequence[BatchPoint], trigger_ms: int) -> go.Figure
                                  line={"color": WALL_CLOCK, "dash": "dash"}, hoverinfo="skip"))
         top = max(trigger_ms, *(b.duration_ms for b in timed)) / 1000  # type: ignore[type-var]
         fig.update_yaxes(range=[0, top * 1.1])  # the tallest bar whole
-    fig = _layout(fig, "Batch duration (red: longer than the trigger)", "seconds")
-    return _time_axis(fig, pad_ms=batch_gap_ms(batches) // 10)
+    fig = layout(fig, "Batch duration (red: longer than the trigger)", "seconds")
+    return time_axis(fig, pad_ms=batch_gap_ms(batches) // 10)
 
 
 RATE_SPAN = 10
@@ -514,7 +514,7 @@ def rates(batches: Sequence[BatchPoint]) -> go.Figure:
             x=x, y=y, name=name, mode="lines", line={"color": color}, customdata=custom,
             hovertemplate=f"batch %{{customdata[0]}}<br>{name} %{{y:,.0f}} entries/s<extra></extra>",
         ))
-    return _time_axis(_layout(fig, "Entries arriving and committed per second", "entries/s"))
+    return time_axis(layout(fig, "Entries arriving and committed per second", "entries/s"))
 
 
 def input_per_batch(batches: Sequence[BatchPoint]) -> go.Figure:
@@ -528,4 +528,4 @@ def input_per_batch(batches: Sequence[BatchPoint]) -> go.Figure:
         fig.add_trace(go.Bar(x=x, y=values, name=name, marker_color=color, customdata=[[b.batch] for b in batches],
                              hovertemplate=f"batch %{{customdata[0]}}<br>{name} %{{y:,}}<extra></extra>"))
     fig.update_layout(barmode="stack")
-    return _time_axis(_layout(fig, "Entries per batch", "entries"), pad_ms=batch_gap_ms(batches) // 10)
+    return time_axis(layout(fig, "Entries per batch", "entries"), pad_ms=batch_gap_ms(batches) // 10)

@@ -69,6 +69,18 @@ def test_no_folder_holds_more_than_twelve_modules() -> None:
     assert not crowded, crowded
 
 
+def test_no_module_imports_anothers_private_names() -> None:
+    """A name with a leading underscore is its module's own: another module that needs it gets a public name. The
+    libraries' too: only their public API (issue 45)."""
+    reached = []
+    for path in [*modules().values(), *(ROOT / "tests").rglob("*.py"), *(ROOT / "scripts").rglob("*.py")]:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and not node.level:
+                reached += [f"{path.relative_to(ROOT)}: {node.module}.{a.name}" for a in node.names
+                            if a.name.startswith("_") and not a.name.startswith("__")]
+    assert not reached, reached
+
+
 def test_no_code_edits_sys_path() -> None:
     edits = [str(p.relative_to(ROOT)) for p in modules().values() if "sys.path." in p.read_text()]
     assert not edits, edits

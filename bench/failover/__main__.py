@@ -45,7 +45,7 @@ import redis
 
 from bench.failover.sentinels import SentinelGroup, until
 from bench.soak import Commits, accounting, drained
-from bench.stack import HERE, Stack, _start_job, redis_ms
+from bench.stack import HERE, Stack, redis_ms, start_job
 from watermark.apps.redis_server import RedisServer
 from watermark.client import Producer
 from watermark.rules.scenarios import game
@@ -208,7 +208,7 @@ def run(args: argparse.Namespace, tmp: Path) -> dict:
             stack.env.update({"REDIS_URL": group.url, "REDIS_WAIT_REPLICAS": "1"})
         stack.start("redis")  # the embedded Redis, or (given REDIS_URL) a line that only waits
         client = open_client(stack.url, socket_timeout=60)
-        _start_job(stack, client)
+        start_job(stack, client)
         stack.start("monitor")
         if args.generator:
             return generator_run(args, stack, client)

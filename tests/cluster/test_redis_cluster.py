@@ -206,7 +206,7 @@ def test_the_jobs_idle_markers_go_to_each_shards_node_with_their_decision(c: Red
     """On a cluster a marker for a server whose shard has a slot of its own is written there, its decision in the
     job's ``{ns}:idleness`` after it (two calls, decision 0018), naming the marker's ID; a server of shard 0 (the
     pipeline's slot) keeps the one script."""
-    from watermark.apps.job import _IDLE_LUA, idle_ticker, tick_idle
+    from watermark.apps.job import IDLE_LUA, idle_ticker, tick_idle
     from watermark.rules.fleet import IdleDecision
     from watermark.schema.events import IDLE_KIND, Event, Rules
 
@@ -217,7 +217,7 @@ def test_the_jobs_idle_markers_go_to_each_shards_node_with_their_decision(c: Red
                      idle_timeout_ms=1_000, trigger_ms=1_000, stream_shards=4)
     ticker = idle_ticker(c, watcher)
     ticker.started_ms -= 5_000  # every server silent since the job started, five seconds ago
-    tick_idle(c, ticker, watcher, secret, keys, c.register_script(_IDLE_LUA))
+    tick_idle(c, ticker, watcher, secret, keys, c.register_script(IDLE_LUA))
     decisions = {IdleDecision.from_record(f).server: f[b"marker_id"] for _, f in c.xrange(keys.idleness)}
     assert set(decisions) == set(servers)
     for server in servers:

@@ -11,7 +11,7 @@ from pyspark.sql import SparkSession
 
 from tests.pipeline.test_exactly_once import seeded_entries
 from tests.pipeline.test_faults import chunks
-from tests.pipeline.test_followers import _cfg, _clean_run, _everything, _rename
+from tests.pipeline.test_followers import clean_run, everything, follower_cfg, renamed
 from watermark.schema.events import PAYLOAD_FIELD
 from watermark.schema.keys import KeySchema
 from watermark.spark.query import pipeline_sink, start_query
@@ -56,9 +56,9 @@ def restored_run(spark: SparkSession, redis_url: str, tmp_path: Path) -> tuple[o
     client = redis.Redis.from_url(redis_url)
     run = uuid.uuid4().hex[:6]
     parts = chunks(seeded_entries(seed=23, count=600), 4)
-    expected = _clean_run(spark, client, _cfg(redis_url, tmp_path, f"clean-{run}", "global"), parts)
+    expected = clean_run(spark, client, follower_cfg(redis_url, tmp_path, f"clean-{run}", "global"), parts)
 
-    cfg = _cfg(redis_url, tmp_path, f"lost-{run}", "global")
+    cfg = follower_cfg(redis_url, tmp_path, f"lost-{run}", "global")
     keys = KeySchema(cfg.namespace)
     sink = pipeline_sink(cfg, background=True)
     assert sink.handover is not None
@@ -79,4 +79,4 @@ def restored_run(spark: SparkSession, redis_url: str, tmp_path: Path) -> tuple[o
     finally:
         query.stop()
         sink.close()
-    return _rename(expected, f"clean-{run}", f"lost-{run}"), _everything(client, cfg), keys, client
+    return renamed(expected, f"clean-{run}", f"lost-{run}"), everything(client, cfg), keys, client

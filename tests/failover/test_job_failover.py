@@ -18,7 +18,7 @@ from pyspark.sql import SparkSession
 from bench.failover.sentinels import SentinelGroup, until
 from tests.pipeline.test_exactly_once import seeded_entries
 from tests.pipeline.test_faults import chunks
-from tests.pipeline.test_followers import _cfg, _clean_run, _everything, _rename
+from tests.pipeline.test_followers import clean_run, everything, follower_cfg, renamed
 from watermark.schema.events import PAYLOAD_FIELD
 from watermark.schema.keys import KeySchema
 from watermark.spark.query import pipeline_sink, start_query
@@ -49,10 +49,10 @@ def test_the_job_goes_on_through_a_failover_and_loses_nothing(spark: SparkSessio
     group = group2
     run = uuid.uuid4().hex[:6]
     parts = chunks(seeded_entries(seed=24, count=600), 4)
-    expected = _clean_run(spark, redis.Redis.from_url(redis_url), _cfg(redis_url, tmp_path, f"one-{run}", "global"),
-                          parts)
+    cfg = follower_cfg(redis_url, tmp_path, f"one-{run}", "global")
+    expected = clean_run(spark, redis.Redis.from_url(redis_url), cfg, parts)
 
-    cfg = _cfg(group.url, tmp_path, f"fo-{run}", "global").with_(wait_replicas=1, wait_timeout_ms=1_000)
+    cfg = follower_cfg(group.url, tmp_path, f"fo-{run}", "global").with_(wait_replicas=1, wait_timeout_ms=1_000)
     keys = KeySchema(cfg.namespace)
     client = open_client(group.url)
     sink = pipeline_sink(cfg, background=True)
@@ -77,7 +77,7 @@ def test_the_job_goes_on_through_a_failover_and_loses_nothing(spark: SparkSessio
         sink.close()
     print(f"promoted {promoted - killed:.1f} s after the kill; batch 2 committed {committed - promoted:.1f} s after "
           "the promotion")  # noqa: T201
-    assert differences(_everything(client, cfg), _rename(expected, f"one-{run}", f"fo-{run}")) == []
+    assert differences(everything(client, cfg), renamed(expected, f"one-{run}", f"fo-{run}")) == []
 
 
 def differences(got: dict, expected: object) -> list[str]:

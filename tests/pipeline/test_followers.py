@@ -85,27 +85,27 @@ class StopsBeforeFollowers(RedisSink):
             super().follow(table, batch, summary, entry, phases)
 
 
-def _cfg(redis_url: str, tmp_path: Path, ns: str, mode: str) -> Config:
+def follower_cfg(redis_url: str, tmp_path: Path, ns: str, mode: str) -> Config:
     return Config(redis_url=redis_url, embedded_redis=False, namespace=ns, window_ms=60_000, slide_ms=30_000,
                   delay_ms=10_000, checkpoint_dir=str(tmp_path / ns), spark_master="local[2]",
                   retention_ms=100 * 365 * 86_400_000, max_future_skew_ms=None,
                   known_servers=frozenset({"A", "B", "C"}), lanes=LANES, watermark_mode=mode)
 
 
-def _everything(client: redis.Redis, cfg: Config) -> dict:
+def everything(client: redis.Redis, cfg: Config) -> dict:
     """The pipeline's, every lane's and the online view's keys, without wall-clock facts."""
     spaces = [cfg.namespace, *(lane_namespace(cfg.namespace, lane) for lane in LANES)]
     return {ns.split(".", 1)[-1] if "." in ns else "main": snapshot(client, KeySchema(ns)) for ns in spaces}
 
 
-def _clean_run(spark: SparkSession, client: redis.Redis, cfg: Config, parts: list) -> dict:
+def clean_run(spark: SparkSession, client: redis.Redis, cfg: Config, parts: list) -> dict:
     """The same entries through a sink that commits its followers in the batch."""
     query = start_query(spark, cfg, trigger_ms=0)
     for part in parts:
         xadd_all(client, KeySchema(cfg.namespace), part)
         query.processAllAvailable()
     query.stop()
-    return _everything(client, cfg)
+    return everything(client, cfg)
 
 
 @pytest.mark.spark
@@ -114,9 +114,9 @@ def test_background_followers_commit_what_synchronous_ones_do(spark: SparkSessio
     client = redis.Redis.from_url(redis_url)
     run = uuid.uuid4().hex[:6]
     parts = chunks(seeded_entries(seed=21, count=600), 4)
-    expected = _clean_run(spark, client, _cfg(redis_url, tmp_path, f"sync-{run}", "global"), parts)
+    expected = clean_run(spark, client, follower_cfg(redis_url, tmp_path, f"sync-{run}", "global"), parts)
 
-    cfg = _cfg(redis_url, tmp_path, f"bg-{run}", "global")
+    cfg = follower_cfg(redis_url, tmp_path, f"bg-{run}", "global")
     sink = pipeline_sink(cfg, background=True)
     query = start_query(spark, cfg, sink=sink, trigger_ms=0)
     for part in parts:
@@ -125,7 +125,7 @@ def test_background_followers_commit_what_synchronous_ones_do(spark: SparkSessio
     query.stop()
     sink.close()
 
-    assert _everything(client, cfg) == _rename(expected, f"sync-{run}", f"bg-{run}")
+    assert everything(client, cfg) == renamed(expected, f"sync-{run}", f"bg-{run}")
     assert int(client.hget(KeySchema(cfg.namespace).presence_state, "last_batch")) >= 3
 
 
@@ -136,9 +136,9 @@ def test_followers_a_crash_left_behind_are_caught_up_from_the_stream(spark: Spar
     client = redis.Redis.from_url(redis_url)
     run = uuid.uuid4().hex[:6]
     parts = chunks(seeded_entries(seed=22, count=600), 4)
-    expected = _clean_run(spark, client, _cfg(redis_url, tmp_path, f"clean-{run}", mode), parts)
+    expected = clean_run(spark, client, follower_cfg(redis_url, tmp_path, f"clean-{run}", mode), parts)
 
-    cfg = _cfg(redis_url, tmp_path, f"crash-{run}", mode)
+    cfg = follower_cfg(redis_url, tmp_path, f"crash-{run}", mode)
     keys = KeySchema(cfg.namespace)
     base = pipeline_sink(cfg, background=True)
     sink = StopsBeforeFollowers(cfg.redis_url, keys, base.params, cfg.checkpoint_dir, lanes=base.lanes,
@@ -162,15 +162,15 @@ def test_followers_a_crash_left_behind_are_caught_up_from_the_stream(spark: Spar
     query.stop()
     sink.close()
 
-    assert _everything(client, cfg) == _rename(expected, f"clean-{run}", f"crash-{run}")
+    assert everything(client, cfg) == renamed(expected, f"clean-{run}", f"crash-{run}")
 
 
-def _rename(doc: object, old: str, new: str) -> object:
+def renamed(doc: object, old: str, new: str) -> object:
     """A snapshot of one namespace with its name changed (keys and values that carry it)."""
     if isinstance(doc, dict):
-        return {_rename(k, old, new): _rename(v, old, new) for k, v in doc.items()}
+        return {renamed(k, old, new): renamed(v, old, new) for k, v in doc.items()}
     if isinstance(doc, list):
-        return [_rename(v, old, new) for v in doc]
+        return [renamed(v, old, new) for v in doc]
     if isinstance(doc, str):
         return doc.replace(old, new)
     return doc

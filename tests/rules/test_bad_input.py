@@ -23,7 +23,7 @@ from watermark.schema.config import Config, ConfigError
 from watermark.schema.events import NO_RULES, BadEntry, Event, Rules, parse_entry
 from watermark.schema.keys import KeySchema
 from watermark.schema.timeutil import iso_from_us
-from watermark.spark.source import to_record_batch
+from watermark.spark.rows import to_record_batch
 
 INGEST_MS = 1_795_000_000_000
 SECRET = b"the job's secret, 32 bytes long."
@@ -275,7 +275,7 @@ def test_well_formed_events_take_the_fast_path_with_the_same_result(fleet: bool,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     from watermark.rules.scenarios import fleet as make_fleet
     from watermark.rules.simulate import Simulator, generate
-    from watermark.spark import source
+    from watermark.spark import rows
 
     start_us = (INGEST_MS - 60_000) * 1000
     if fleet:  # events carrying their region
@@ -289,7 +289,7 @@ def test_well_formed_events_take_the_fast_path_with_the_same_result(fleet: bool,
 
     def slow(*_: object) -> None:
         raise AssertionError("a well-formed event took the slow path")
-    monkeypatch.setattr(source, "_parse_slow", slow)
+    monkeypatch.setattr(rows, "_parse_slow", slow)
     test_every_entry_becomes_exactly_the_row_the_parser_says.hypothesis.inner_test(batch, rules)  # type: ignore[attr-defined]
 
 

@@ -22,7 +22,8 @@ from watermark.spark.partial import (
     WINDOW,
     PartitionPartials,
 )
-from watermark.spark.source import READ_CHUNK, StreamRange, _Options, read_range, unpack
+from watermark.spark.rows import unpack
+from watermark.spark.source import READ_CHUNK, SourceOptions, StreamRange, read_range
 
 S = 1_000_000
 
@@ -108,7 +109,7 @@ def test_bad_parameters_are_refused(window_ms: int, slide_ms: int, fold_at: int,
 ])
 def test_the_source_options_are_checked(options: dict[str, str], message: str) -> None:
     with pytest.raises(ValueError, match=message):
-        _Options({"url": "redis://127.0.0.1:1", "stream": "s", **options})
+        SourceOptions({"url": "redis://127.0.0.1:1", "stream": "s", **options})
 
 
 def test_a_partition_returns_its_partials(r: redis.Redis, redis_url: str) -> None:

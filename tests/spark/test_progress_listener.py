@@ -14,7 +14,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from tests.spark.test_source_shards import write
 from watermark.schema.keys import KeySchema
-from watermark.spark.listener import ProgressListener, ProgressWriter, _JsonListener
+from watermark.spark.listener import JsonListener, ProgressListener, ProgressWriter
 
 pytestmark = pytest.mark.spark
 
@@ -73,5 +73,5 @@ def test_the_jvm_side_forwards_the_reports_json() -> None:
         def on_progress_json(self, text: str) -> None:
             got.append(text)
 
-    _JsonListener(Listener(writer=None, query_name="q")).onQueryProgress(Event())  # type: ignore[arg-type]
+    JsonListener(Listener(writer=None, query_name="q")).onQueryProgress(Event())  # type: ignore[arg-type]
     assert got == ['{"name": "q", "batchId": 4}']

@@ -17,8 +17,9 @@ from watermark.schema.events import Event, parse_entry_id
 from watermark.schema.keys import KeySchema
 from watermark.schema.shards import Position, shard_key, shard_of
 from watermark.spark import local_agg
+from watermark.spark.rows import ARROW_SCHEMA
 from watermark.spark.sink import aggregate_arrow, reread
-from watermark.spark.source import _COUNT_AFTER_LUA, ARROW_SCHEMA, RedisStreamBatchReader, RedisStreamReader
+from watermark.spark.source import COUNT_AFTER_LUA, RedisStreamBatchReader, RedisStreamReader
 
 SHARDS = 4
 T0 = 1_767_225_600_000
@@ -134,7 +135,7 @@ def test_a_following_reader_counts_backlogs_without_walking_and_ends_where_a_wal
     real_eval = follower.redis.eval
 
     def spy(script: str, *args: object) -> object:
-        walks.append(script == _COUNT_AFTER_LUA)
+        walks.append(script == COUNT_AFTER_LUA)
         return real_eval(script, *args)
 
     follower.redis.eval = spy  # type: ignore[method-assign]

@@ -527,7 +527,7 @@ def test_cli_stops_cleanly_on_sigterm(r: redis.Redis, redis_url: str) -> None:
 def test_the_jobs_idle_markers_go_in_signed_with_their_decision(r: redis.Redis) -> None:
     """The job's other writer of the input: each marker and its decision in one script call, the script
     registered once a run, which keeps working after Redis lost its script cache (a restart)."""
-    from watermark.apps.job import _IDLE_LUA, idle_ticker, tick_idle
+    from watermark.apps.job import IDLE_LUA, idle_ticker, tick_idle
     from watermark.rules.fleet import IdleDecision
     from watermark.schema.config import Config
     from watermark.schema.events import IDLE_KIND, Rules
@@ -539,7 +539,7 @@ def test_the_jobs_idle_markers_go_in_signed_with_their_decision(r: redis.Redis) 
                      trigger_ms=1_000)
     ticker = idle_ticker(r, watcher)
     ticker.started_ms -= 5_000  # both servers silent since the job started, five seconds ago
-    script = r.register_script(_IDLE_LUA)
+    script = r.register_script(IDLE_LUA)
     tick_idle(r, ticker, watcher, secret, keys, script)
     r.script_flush()
     ticker.last_marker_ms.clear()

@@ -302,6 +302,6 @@ def test_the_page_finds_a_player_by_id_and_time(env: World, client: redis.Redis)
 ])
 def test_the_late_events_kept_are_read_below_what_each_shard_shows_and_within_the_range(
         cut: tuple | None, firsts: list, below: list) -> None:
-    from watermark.store.views.events import _below_shown
+    from watermark.store.views.events import below_shown
 
-    assert _below_shown(cut, firsts, 3, 40) == below
+    assert below_shown(cut, firsts, 3, 40) == below

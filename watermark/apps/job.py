@@ -127,7 +127,7 @@ def supervise(client: redis.Redis, cfg: Config, own: Config, lanes: list[Config]
     ticker = None if watcher is None else idle_ticker(client, watcher)
     # Once a run, not per marker: the script object keeps its hash and loads the script again when Redis has
     # lost it (a restart).
-    idle_script = client.register_script(_IDLE_LUA)
+    idle_script = client.register_script(IDLE_LUA)
     secret = job_secret(own.checkpoint_dir, spark)  # the one query's checkpoint: its source checks markers
     stopping = on_signals()
     next_control = next_forget = 0.0
@@ -319,7 +319,7 @@ def idle_ticker(client: redis.Redis, watcher: Config) -> IdleTicker:
 
 
 # The marker and its decision record in one step: a reader who sees the marker finds why it was written.
-_IDLE_LUA = """
+IDLE_LUA = """
 local id = redis.call('XADD', KEYS[1], '*', ARGV[1], ARGV[2])
 local record = {}
 for i = 4, #ARGV, 2 do
@@ -334,7 +334,7 @@ return id
 def tick_idle(client: redis.Redis, ticker: IdleTicker, watcher: Config, key: bytes, keys: KeySchema,
               script: Script) -> None:
     """Append signed idle markers for servers silent too long (judged on Redis' clock, the ingest clock), each
-    with its decision and reason in the job's ``{ns}:idleness``, by ``script`` (:data:`_IDLE_LUA` registered).
+    with its decision and reason in the job's ``{ns}:idleness``, by ``script`` (:data:`IDLE_LUA` registered).
     Each marker goes to its server's input shard (``shard_of``), as a producer sends the server's events."""
     try:
         seen = {k.decode(): int(v) for k, v in client.hgetall(KeySchema(watcher.namespace).seen).items()}

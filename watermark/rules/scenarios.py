@@ -23,8 +23,8 @@ MAX_PLAYERS = 1_000_000
 game scale: at 50,000 events/s and a heartbeat every 5 s, about 250,000 players are online."""
 
 _RING_MS = 1 << 15  # ~33 s: normal delays stay in the ring, late bursts go beyond
-_DELAY_BITS = 12
-_DELAY_TABLE_SIZE = 1 << _DELAY_BITS
+DELAY_BITS = 12
+_DELAY_TABLE_SIZE = 1 << DELAY_BITS
 _SERVER_NAME = re.compile(r"^[A-Za-z0-9_-]{1,32}$")
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from watermark.rules.scenarios import (
-    _DELAY_BITS,
+    DELAY_BITS,
     MAX_PLAYERS,
     MIN_PLAYERS,
     Churn,
@@ -377,7 +377,7 @@ class Simulator:
                 online.append(player)
                 kind = "heartbeat"
 
-            delay = delays[bits(_DELAY_BITS)]
+            delay = delays[bits(DELAY_BITS)]
             arrival = t + delay
             if burst is not None and t >= burst[0]:
                 window, phase = divmod(t - burst[0], burst[1])

@@ -103,7 +103,7 @@ class ProgressListener(StreamingQueryListener):
     PySpark hands a Python listener each event converted field by field over py4j (``QueryProgressEvent.fromJObject``:
     a round trip to the JVM for every key of every map in the report). Profiled on the driver at 68,750 events/s
     that conversion was a sixth of the driver's Python samples, under the interpreter lock the sink's threads need
-    (docs/scaling.md). So the JVM is given :class:`_JsonListener`, which asks only for the report as JSON (two
+    (docs/scaling.md). So the JVM is given :class:`JsonListener`, which asks only for the report as JSON (two
     round trips, as ``StreamingQuery.lastProgress`` does); should PySpark stop building its wrapper through
     ``_jlistener``, PySpark's own conversion runs and :meth:`onQueryProgress` reads what it built."""
 
@@ -119,7 +119,7 @@ class ProgressListener(StreamingQueryListener):
         if made is None:
             jvm = SparkContext._jvm
             assert jvm is not None, "a listener is registered on a running SparkSession"
-            made = self._jlistenerobj = jvm.PythonStreamingQueryListenerWrapper(_JsonListener(self))
+            made = self._jlistenerobj = jvm.PythonStreamingQueryListenerWrapper(JsonListener(self))
         return made
 
     def onQueryStarted(self, event: object) -> None:
@@ -141,7 +141,7 @@ class ProgressListener(StreamingQueryListener):
         pass
 
 
-class _JsonListener:
+class JsonListener:
     """The JVM's side of :class:`ProgressListener` (py4j implements the Java interface with it): a progress report
     goes over as its JSON; the other events are not read."""
 

@@ -62,10 +62,10 @@ def worker_python() -> str:
     so workers import pyspark with its compiled bytecode rather than from Spark's zip (0.5 s less per
     query start and per worker daemon here; bench/run.py's throughput includes a query start)."""
     import pyspark
-    from pyspark.find_spark_home import _find_spark_home
 
-    home = Path(os.environ.get("SPARK_HOME") or _find_spark_home()).resolve()
-    if Path(pyspark.__file__).resolve().parent != home or not os.access(WORKER_PYTHON, os.X_OK):
+    package = Path(pyspark.__file__).resolve().parent  # Spark's home when installed by pip, as pyspark finds it
+    home = Path(os.environ["SPARK_HOME"]).resolve() if os.environ.get("SPARK_HOME") else package
+    if package != home or not os.access(WORKER_PYTHON, os.X_OK):
         return sys.executable
     os.environ["PIPELINE_WORKER_PYTHON"] = sys.executable
     return str(WORKER_PYTHON)

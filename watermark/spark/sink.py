@@ -51,7 +51,8 @@ from watermark.spark.local_agg import (  # the items' tags, one set for both pat
     TICK,
     WINDOW,
 )
-from watermark.spark.source import ARROW_SCHEMA, _Options, _read, packed_regions, ranges, unpack
+from watermark.spark.rows import ARROW_SCHEMA, packed_regions, unpack
+from watermark.spark.source import SourceOptions, ranges, read_partition
 from watermark.spark.window_players import Added, drop_replayed, no_players, read_added
 from watermark.store.commit import (
     BadRow,
@@ -78,7 +79,7 @@ def aggregate(df: DataFrame) -> pa.Table:
     (:mod:`watermark.spark.partial`: per window, and the two lag histograms, exact integers) and presence rows
     (the online view's input), counted each window's players in Redis (:mod:`watermark.spark.window_players`), and
     packed them
-    (:func:`watermark.spark.source.pack`); quarantined entries and idle markers come one row each. The driver
+    (:func:`watermark.spark.rows.pack`); quarantined entries and idle markers come one row each. The driver
     collects them as Arrow, unpacks them and sums the items with Arrow (:func:`watermark.spark.local_agg.aggregate`):
     the batch costs one Spark job and nothing is cached. The
     DataFrame must come from the source with ``preAggregate=true`` (:func:`watermark.spark.query.read_events`); a
@@ -108,9 +109,9 @@ def reread(source_options: Mapping[str, str], start_id: str, end_id: str, player
     split), for a batch Spark has already committed. With ``players``, its windows' players are added to their sets
     and counted under the batch again, as its partitions did (:mod:`watermark.spark.window_players`: a player the
     set has already counts 0, so a count that survived is not counted twice)."""
-    opts = _Options(source_options)
+    opts = SourceOptions(source_options)
     parts = ranges(start_id, end_id, opts.shards, batch_end=end_id if players else "")
-    rows = pa.Table.from_batches([b for r in parts for b in _read(opts, r)], schema=ARROW_SCHEMA)
+    rows = pa.Table.from_batches([b for r in parts for b in read_partition(opts, r)], schema=ARROW_SCHEMA)
     return aggregate_arrow(rows.select([*local_agg.COLUMNS, "blob"]))
 
 

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 
 import plotly.graph_objects as go
 
-from dashboard.charts import WALL_CLOCK, _layout, server_colors
+from dashboard.charts import WALL_CLOCK, layout, server_colors
 from dashboard.fleet import grouping
 from dashboard.status import human_ms
 from watermark.rules.tradeoff import Tradeoff
@@ -61,6 +61,6 @@ def tradeoff_chart(tradeoff: Tradeoff, current_delay_ms: int, recommended_ms: in
     fig.update_xaxes(title="watermark delay", type="log", tickvals=[t for t, _ in ticks],
                      ticktext=[label for _, label in ticks])
     fig.update_yaxes(ticksuffix="%")
-    fig = _layout(fig, "Dropped if the delay had been…", "dropped (share of event-window pairs)", height=400)
+    fig = layout(fig, "Dropped if the delay had been…", "dropped (share of event-window pairs)", height=400)
     fig.update_layout(legend={"y": -0.25})  # below the axis title
     return fig

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import plotly.graph_objects as go
 
-from dashboard.charts import WALL_CLOCK, WATERMARK, _layout, ts
+from dashboard.charts import WALL_CLOCK, WATERMARK, layout, ts
 from dashboard.text import plot
 from watermark.rules.eventview import STATUS_LABELS, EventPoint, Status, Step, window_boundaries
 from watermark.rules.windows import Verdict
@@ -97,6 +97,6 @@ def events_figure(points: Sequence[EventPoint], steps: Sequence[Step], window_ms
         ))
     fig.update_xaxes(title_text="event time (UTC)", tickformat="%H:%M:%S")
     fig.update_yaxes(tickformat="%H:%M:%S")  # one-line labels: the date is in the caption above
-    fig = _layout(fig, title, "arrival time (UTC)", height=560, counts=False)
+    fig = layout(fig, title, "arrival time (UTC)", height=560, counts=False)
     fig.update_layout(legend={"y": -0.16})  # below the x-axis title
     return fig

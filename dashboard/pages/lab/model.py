@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import plotly.graph_objects as go
 
-from dashboard.charts import PALETTE, WALL_CLOCK, _layout, _time_axis, server_colors, ts
+from dashboard.charts import PALETTE, WALL_CLOCK, layout, server_colors, time_axis, ts
 from dashboard.fleet import MAX_SERIES
 from dashboard.status import Level, Status, clock, human_ms, stall
 from dashboard.text import md
@@ -156,11 +156,11 @@ def lanes_watermarks(lanes: Sequence[Lane], snaps: Sequence[Snapshot], now_ms: i
             customdata=[[b.batch, clock(b.next_watermark_ms)] for b in bs],
             hovertemplate=f"<b>{lane.label}</b> batch %{{customdata[0]}}<br>watermark %{{customdata[1]}}"
                           "<extra></extra>"))
-    fig = _layout(fig, "Watermark of each pipeline (same events)", "event time (UTC)", counts=False)
+    fig = layout(fig, "Watermark of each pipeline (same events)", "event time (UTC)", counts=False)
     fig.update_layout(legend={"y": -0.3})
     fig.update_xaxes(title="processing time (UTC)")
     fig.update_yaxes(tickformat="%H:%M:%S")
-    return _time_axis(fig)
+    return time_axis(fig)
 
 
 def server_watermarks(lane: Lane, snap: Snapshot) -> go.Figure:
@@ -190,8 +190,8 @@ def server_watermarks(lane: Lane, snap: Snapshot) -> go.Figure:
             hovertemplate="<b>%{fullData.name}</b> %{y|%H:%M:%S.%L}<extra></extra>"))
     which = ("each server's watermark" if every <= MAX_SERIES else
              f"the {MAX_SERIES} {'lowest' if lane.policy == 'min' else 'highest'} of {every} servers' watermarks")
-    fig = _layout(fig, f"{lane.label}: {which}", "event time (UTC)", counts=False)
+    fig = layout(fig, f"{lane.label}: {which}", "event time (UTC)", counts=False)
     fig.update_layout(legend={"y": -0.3})  # below the axis title
     fig.update_xaxes(title="processing time (UTC)")
     fig.update_yaxes(tickformat="%H:%M:%S")
-    return _time_axis(fig)
+    return time_axis(fig)

@@ -127,7 +127,7 @@ def read_events(client: redis.Redis, keys: KeySchema, *, server: str | None, ran
     # Round trip 4, where the stream no longer covers the whole range: the late events kept below it, shard by
     # shard (below the cap's cut, else below the shard's oldest entry, all of the range for an emptied shard).
     kept: list[EventPoint] = []
-    below = _below_shown(merged[cap - 1][:2] if capped else None, firsts, lo, hi)
+    below = below_shown(merged[cap - 1][:2] if capped else None, firsts, lo, hi)
     if any(b is not None for b in below):
         kept = [e.point(window_ms, slide_ms) for e in read_kept(client, keys, lo, below, cap)
                 if server is None or e.server == server]
@@ -219,7 +219,7 @@ def _sort_entries(raw: list, deads: list[list], server: str | None,
     return events, quarantined
 
 
-def _below_shown(cut: tuple[tuple[int, int], int] | None, firsts: list[tuple[int, int] | None],
+def below_shown(cut: tuple[tuple[int, int], int] | None, firsts: list[tuple[int, int] | None],
                  lo_ms: int, hi_ms: int) -> list[str | None]:
     """Per shard, the end (Redis range syntax) of the arrivals in ``[lo_ms, hi_ms]`` not shown from its stream:
     below the oldest entry shown when the cap cut the range (``cut``: its ID and shard, as the merge orders
