@@ -7,7 +7,7 @@ events/s with explicit entry IDs (arrival = the simulated time) into a scratch R
 ``--trigger-ms`` of arrival and put through the sink's own steps, one after the other, as the job's driver does: the
 partition read (what Spark's executors do: read, parse, pre-aggregate, count the windows' players into Redis and
 pack, here in this process), the driver's sum, the pipeline's judgement and commit, the two default lanes
-(``per-server-min``, ``per-server-min-idle``) and the online view (with ``--groups N``: the job's handover, then each
+(``per-server-min``, ``per-server-min-idle``) and the online view (with ``--groups N``: the job's hand-off, then each
 group's fold as ``wm-online`` does it, decision 0020; ``all`` sums the driver's steps only). Each step's median and
 p95 over the batches after the first 10 s (the players all online by then) is printed side by side. It measures CPU
 work in one process: on the job's two shared cores the same steps take longer (docs/benchmarks.md).
@@ -112,9 +112,9 @@ def measure(url: str, servers: int, rate: int, seconds: float, trigger_ms: int, 
                    lambda lane=lane, batch=batch, summary=summary: lane.commit(client, batch, summary))
         events = presence_events(table)
         online = PresenceBatch(batch_id, watermark_ms, hi_ms, hi, events, params.delay_ms, None)
-        if groups:  # decision 0020: the driver hands over; each group folds its share in wm-online
+        if groups:  # decision 0020: the driver hands off; each group folds its share in wm-online
             handed = online.record(groups, 30_000)
-            _timed(c, "online: hand over", lambda h=handed, e=events: hand_off(client, keys, h, e, params.ttl_s))
+            _timed(c, "online: hand off", lambda h=handed, e=events: hand_off(client, keys, h, e, params.ttl_s))
             for g, runner in enumerate(runners):
                 _timed(c, f"{GROUP_STEP}{g}", runner.step)
         else:

@@ -81,6 +81,19 @@ def test_no_module_imports_anothers_private_names() -> None:
     assert not reached, reached
 
 
+def test_the_two_hand_overs_keep_their_names() -> None:
+    """Two different things were both a "hand-over" (issue 45): the sink's followers run on a follower thread
+    (``spark/followers.py``), and the job's events go to the ``wm-online`` groups by a hand-off
+    (``store/online/handoff.py``). The old word, which meant either, does not come back."""
+    import re
+
+    old = re.compile(r"hand[-_ ]?over|hand(s|ed|ing) over", re.IGNORECASE)
+    texts = [*modules().values(), *(ROOT / "tests").rglob("*.py"), *(ROOT / "docs").rglob("*.md"), ROOT / "README.md"]
+    found = [f"{p.relative_to(ROOT)}:{i}" for p in texts for i, line in enumerate(p.read_text().splitlines(), 1)
+             if old.search(line) and p.name != "test_layout.py"]
+    assert not found, found
+
+
 def test_no_code_edits_sys_path() -> None:
     edits = [str(p.relative_to(ROOT)) for p in modules().values() if "sys.path." in p.read_text()]
     assert not edits, edits

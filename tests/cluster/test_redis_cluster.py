@@ -12,7 +12,7 @@ import pytest
 import redis
 from redis.cluster import RedisCluster
 
-from tests.store.online.test_handoff import hand_over
+from tests.store.online.test_handoff import hand_off_twice
 from tests.store.test_presence_groups import PARAMS as ONLINE
 from tests.store.test_presence_groups import dump, now, random_game, run
 from tests.writers import write_through_losses
@@ -228,14 +228,14 @@ def test_the_jobs_idle_markers_go_to_each_shards_node_with_their_decision(c: Red
 
 
 def test_the_online_view_s_groups_fold_on_the_pipeline_s_node(c: RedisCluster, r: redis.Redis) -> None:
-    """Decision 0020 in a cluster: the job's handover and two groups' commits and merges, under a braced namespace,
+    """Decision 0020 in a cluster: the job's hand-off and two groups' commits and merges, under a braced namespace,
     leave the view the job's own fold leaves on one Redis, key for key; every key of it on the pipeline's node."""
     batches = random_game(1)
     whole = dump(r, run(r, batches, 1))
     keys = KeySchema(f"{{grp-{uuid.uuid4().hex[:8]}}}")
     groups = [GroupRunner(c, keys, Group(g, 2), ONLINE, now) for g in range(2)]
     for i in range(len(batches)):
-        hand_over(c, keys, batches, i, 2)
+        hand_off_twice(c, keys, batches, i, 2)
         for g in (i % 2, 1 - i % 2):  # now one group first, now the other
             groups[g].step()
     got = dump(c, keys)

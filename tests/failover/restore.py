@@ -61,16 +61,16 @@ def restored_run(spark: SparkSession, redis_url: str, tmp_path: Path) -> tuple[o
     cfg = follower_cfg(redis_url, tmp_path, f"lost-{run}", "global")
     keys = KeySchema(cfg.namespace)
     sink = pipeline_sink(cfg, background=True)
-    assert sink.handover is not None
+    assert sink.followers is not None
     query = start_query(spark, cfg, sink=sink, trigger_ms=0)
     try:
         for part in parts[:2]:
             add_and_save(client, cfg.namespace, keys.events, part)
             query.processAllAvailable()
-        sink.handover.wait()  # batch 1 whole, its followers too
+        sink.followers.wait()  # batch 1 whole, its followers too
         saved = add_and_save(client, cfg.namespace, keys.events, parts[2])
         query.processAllAvailable()
-        sink.handover.wait()
+        sink.followers.wait()
         assert int(client.hget(keys.state, "last_batch")) == 2
         go_back(client, cfg.namespace, saved)  # the failover: batch 2's commits are gone, its input is there
         assert int(client.hget(keys.state, "last_batch")) == 1

@@ -103,7 +103,7 @@ def snapshot(client: redis.Redis, keys: KeySchema) -> dict:
         key = raw.decode()
         if key in skip or key.startswith(tuple(keys.namespace + k for k in (":presence:peak:", ":presence:group:",
                                                                              ":online:"))):
-            continue  # (the groups' guards and the handover are how the view was folded, not what it says)
+            continue  # (the groups' guards and the hand-off are how the view was folded, not what it says)
         name = key[len(keys.namespace):]
         kind = client.type(raw)
         if kind == b"hash":
@@ -204,7 +204,7 @@ def test_sigkill_at_random_moments_changes_nothing(redis_url: str, tmp_path: Pat
         except subprocess.TimeoutExpired:
             pass
         kill(proc)
-        if online is not None:  # the groups a moment later (they fold what was handed over meanwhile)
+        if online is not None:  # the groups a moment later (they fold what was handed off meanwhile)
             try:
                 online.wait(timeout=rng.uniform(0.0, 0.5))
             except subprocess.TimeoutExpired:

@@ -21,7 +21,7 @@ from tests.pipeline.test_faults import chunks, xadd_all
 from watermark.schema.config import Config
 from watermark.schema.keys import KeySchema
 from watermark.schema.lanes import lane_namespace
-from watermark.spark.handover import Handover
+from watermark.spark.followers import FollowerThread
 from watermark.spark.query import pipeline_sink, start_query
 from watermark.spark.sink import RedisSink
 from watermark.store.commit import params_of
@@ -29,8 +29,8 @@ from watermark.store.commit import params_of
 LANES = ("per-server-min", "per-server-max")
 
 
-def test_handover_runs_work_in_order_one_at_a_time() -> None:
-    h = Handover("t")
+def test_the_follower_thread_runs_work_in_order_one_at_a_time() -> None:
+    h = FollowerThread("t")
     done: list[int] = []
     release = threading.Event()
 
@@ -38,32 +38,32 @@ def test_handover_runs_work_in_order_one_at_a_time() -> None:
         release.wait(timeout=30)
         done.append(1)
 
-    h.hand_over(first)
+    h.submit(first)
     assert h.busy
     release.set()
-    h.hand_over(lambda: done.append(2))  # waits for the first
+    h.submit(lambda: done.append(2))  # waits for the first
     h.close()
     assert done == [1, 2]
     assert not h.busy
 
 
-def test_handover_raises_a_failure_at_the_next_hand_over_and_skips_that_work() -> None:
-    h = Handover("t")
+def test_the_follower_thread_raises_a_failure_at_the_next_submit_and_skips_that_work() -> None:
+    h = FollowerThread("t")
     ran: list[str] = []
 
     def fail() -> None:
         raise RuntimeError("follower failed")
 
-    h.hand_over(fail)
+    h.submit(fail)
     with pytest.raises(RuntimeError, match="follower failed"):
-        h.hand_over(lambda: ran.append("next"))
+        h.submit(lambda: ran.append("next"))
     h.close()
     assert ran == []
 
 
-def test_handover_close_raises_the_pending_failure() -> None:
-    h = Handover("t")
-    h.hand_over(lambda: 1 / 0)
+def test_the_follower_thread_close_raises_the_pending_failure() -> None:
+    h = FollowerThread("t")
+    h.submit(lambda: 1 / 0)
     with pytest.raises(ZeroDivisionError):
         h.close()
 

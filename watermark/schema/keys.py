@@ -126,10 +126,10 @@ key                                                type    contents
                                                            the batch, until every group's is in and merged
 ``{ns}:presence:parts``                            zset    the batches with parts not merged yet, score = id
 ``{ns}:online:rows:{batch}:{g}``                   string  one group's share of a batch's accepted events
-                                                           (Arrow IPC), handed over by the job; the group's
+                                                           (Arrow IPC), handed off by the job; the group's
                                                            commit deletes it, or it expires after a minute
-``{ns}:online:batches``                            stream  one entry per batch handed over (``OnlineBatch``)
-``{ns}:online:handoff``                            hash    the handover's guard ``last_batch``
+``{ns}:online:batches``                            stream  one entry per batch handed off (``OnlineBatch``)
+``{ns}:online:handoff``                            hash    the hand-off's guard ``last_batch``
 ``{ns}:presence:history``                          zset    one JSON record per batch (online counts per
                                                            server after it, transitions per server and
                                                            cause), score = its batch id
@@ -354,17 +354,17 @@ class KeySchema:
         return self._k("presence", "parts")
 
     def online_rows(self, batch_id: int, group: int) -> str:
-        """One group's share of a batch's accepted events, handed over by the job (decision 0020)."""
+        """One group's share of a batch's accepted events, handed off by the job (decision 0020)."""
         return self._k("online", "rows", batch_id, group)
 
     @property
     def online_batches(self) -> str:
-        """The batches handed over to the online view's groups, in order (``OnlineBatch``)."""
+        """The batches handed off to the online view's groups, in order (``OnlineBatch``)."""
         return self._k("online", "batches")
 
     @property
     def online_handoff(self) -> str:
-        """The handover's own guard, ``last_batch``."""
+        """The hand-off's own guard, ``last_batch``."""
         return self._k("online", "handoff")
 
     @property

@@ -42,7 +42,7 @@ from watermark.schema.shards import START, Position
 from watermark.schema.timeutil import clock
 from watermark.spark import local_agg
 from watermark.spark.checkpoint import OffsetEntry, read_offset_log
-from watermark.spark.handover import Handover
+from watermark.spark.followers import FollowerThread
 from watermark.spark.local_agg import (  # the items' tags, one set for both paths
     BAD,
     INGEST_LAG,
@@ -322,9 +322,9 @@ class RedisSink(DriverClient):
     only what is missing, with the same numbers: a lane's watermark and the players' state are read back from
     what the previous batch committed.
 
-    The lanes and the online view are the pipeline's *followers*. With ``background`` they commit a batch on
-    a thread of their own (:class:`watermark.spark.handover.Handover`) once the pipeline's commit is in, while Spark
-    already plans and reads the next batch: the batch's path to its first commit stays as short as the
+    The lanes and the online view are the pipeline's *followers*. With ``background`` they commit a batch on a
+    thread of their own (:class:`watermark.spark.followers.FollowerThread`) once the pipeline's commit is in, while
+    Spark already plans and reads the next batch: the batch's path to its first commit stays as short as the
     pipeline alone. Spark marks a batch done when this call returns, so a job killed before its followers
     committed leaves them behind the pipeline; the first batch of every run therefore catches them up
     (:meth:`catch_up`, reading the missing batches again from ``source_options``)."""
@@ -343,10 +343,10 @@ class RedisSink(DriverClient):
         self.on_commit = on_commit
         self.lanes = tuple(lanes)
         self.online_timeout_ms = online_timeout_ms
-        self.online_groups = online_groups  # 0: the online view is folded here; N: handed over to N groups
+        self.online_groups = online_groups  # 0: the online view is folded here; N: handed off to N groups
         self.source_options = dict(source_options or {})
         self.mirror = PresenceMirror()
-        self.handover = Handover(f"followers-{keys.namespace}") if background else None
+        self.followers = FollowerThread(f"followers-{keys.namespace}") if background else None
         self._caught_up = False
         # One sink per query run, like Spark's per-input watermark map, which is not checkpointed.
         self.watermarks = (ServerWatermarks(params.servers, params.delay_ms, params.policy)
@@ -383,10 +383,10 @@ class RedisSink(DriverClient):
                            f"phases of batch {batch_id}", when_full=self.free_memory, refresh=self.refresh)
 
         # A follower's first batch commits before Spark's does: nothing could catch it up otherwise.
-        if self.handover is None or fresh:
+        if self.followers is None or fresh:
             follow()
         else:
-            self.handover.hand_over(follow)
+            self.followers.submit(follow)
         if self.on_commit is not None:
             self.on_commit(summary, applied)
 
@@ -466,7 +466,7 @@ class RedisSink(DriverClient):
 
     def online(self, batch_id: int, entry: OffsetEntry, summary: BatchSummary, events: PresenceEvents,
                timeout_ms: int) -> None:
-        """The batch's accepted events to the online view: folded here, or handed over to its groups (decision
+        """The batch's accepted events to the online view: folded here, or handed off to its groups (decision
         0020), once either way."""
         online = PresenceBatch(batch_id, entry.watermark_ms, entry.batch_ts_ms, summary.end_id, events,
                                self.params.delay_ms, summary.next_watermark_ms)
@@ -560,8 +560,8 @@ class RedisSink(DriverClient):
             log.error("batches %d to %d: Redis lost their commits, and their input has been trimmed: they stay "
                       "lost, and the status line says so", lost[0], lost[-1])
             return []
-        if self.handover is not None:
-            self.handover.wait()  # the followers of the batch before: theirs are committed first
+        if self.followers is not None:
+            self.followers.wait()  # the followers of the batch before: theirs are committed first
         log.warning("batches %d to %d: Redis lost their commits and kept batch %d's (a failover?); committing them "
                     "again from the input", lost[0], lost[-1], lost[0] - 1)
         for k, (entry, start_id, end_id) in zip(lost, bounds, strict=True):
@@ -592,10 +592,10 @@ class RedisSink(DriverClient):
 
     def close(self) -> None:
         """Wait for the followers' pending commit; a failure is logged (the next run catches them up)."""
-        if self.handover is None:
+        if self.followers is None:
             return
         try:
-            self.handover.close()
+            self.followers.close()
         except Exception as exc:  # noqa: BLE001 - stopping: said, and mended by the next run's catch_up
             log.warning("the followers' last commit failed: %s", exc)
 

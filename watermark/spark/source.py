@@ -233,7 +233,7 @@ def read_range(url: str, stream: str, part: StreamRange, chunk: int = READ_CHUNK
     (the latest its events in the partition carry) rides in its packed row's ``player_id``. With
     ``count_players`` (the pipeline's keys and the sets' TTL) and a range of a streaming batch, its windows' players
     are added to the pipeline's sets and counted under the batch's end (:mod:`watermark.spark.window_players`)
-    before the partial rows are handed over."""
+    before the partial rows are passed on."""
     lo = part.lo if part.lo_inclusive else "(" + part.lo
     regions: dict[str, str] = {}
     players = (PartitionPlayers(partials.window_ms, partials.slide_ms)

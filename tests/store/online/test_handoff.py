@@ -1,7 +1,7 @@
-"""The online view folded by ``wm-online``'s groups from what the job hands over (decision 0020): each batch's
-events split by group and its record, handed over once; each group's runner folds its share of every batch in
+"""The online view folded by ``wm-online``'s groups from what the job hands off (decision 0020): each batch's
+events split by group and its record, handed off once; each group's runner folds its share of every batch in
 order, once, whatever the order the groups run in, their restarts and the job's replays; what the view keeps is
-what the job's own fold keeps. A share gone, or batches the handover no longer keeps, say the view is partial
+what the job's own fold keeps. A share gone, or batches the hand-off no longer keeps, say the view is partial
 from there; a group configured for another number of groups refuses. Real redis-server, no Spark."""
 
 from __future__ import annotations
@@ -19,20 +19,20 @@ from watermark.rules.online.groups import Group
 from watermark.schema.config import ConfigError
 from watermark.schema.keys import KeySchema
 from watermark.schema.records import OnlineBatch
-from watermark.store.online.handoff import hand_off, handed_over
+from watermark.store.online.handoff import hand_off, handed_off
 from watermark.store.online.runner import GroupRunner
 
 TTL_S = 3_600
 
 
-def hand_over(r: redis.Redis, keys: KeySchema, batches: list[list[tuple]], i: int, groups: int) -> None:
-    """The job's side of batch ``i``, then the same again (a batch replayed after a crash): handed over once."""
+def hand_off_twice(r: redis.Redis, keys: KeySchema, batches: list[list[tuple]], i: int, groups: int) -> None:
+    """The job's side of batch ``i``, then the same again (a batch replayed after a crash): handed off once."""
     b = OnlineBatch(batch=i, groups=groups, watermark_ms=0, batch_ts_ms=T0 + i * 1000, end_id=f"{T0 + i * 1000}-0",
                     delay_ms=DELAY, timeout_ms=TIMEOUT,
                     newest_arrival_ms=max((row[4] for row in batches[i]), default=None))
     assert hand_off(r, keys, b, events(*batches[i]), TTL_S)
     assert not hand_off(r, keys, b, events(*batches[i]), TTL_S)
-    assert handed_over(r, keys) == i
+    assert handed_off(r, keys) == i
 
 
 def runners(r: redis.Redis, keys: KeySchema, groups: int) -> list[GroupRunner]:
@@ -40,8 +40,8 @@ def runners(r: redis.Redis, keys: KeySchema, groups: int) -> list[GroupRunner]:
 
 
 @pytest.mark.parametrize(("seed", "groups"), [(0, 1), (1, 2), (2, 4)])
-def test_groups_fold_what_is_handed_over_as_the_job_would(r: redis.Redis, seed: int, groups: int) -> None:
-    """Batches handed over while the groups run at their own pace, each restarted now and then (a new runner loads
+def test_groups_fold_what_is_handed_off_as_the_job_would(r: redis.Redis, seed: int, groups: int) -> None:
+    """Batches handed off while the groups run at their own pace, each restarted now and then (a new runner loads
     its players from Redis)."""
     batches = random_game(seed)
     whole = dump(r, run(r, batches, 1))
@@ -50,7 +50,7 @@ def test_groups_fold_what_is_handed_over_as_the_job_would(r: redis.Redis, seed: 
     rs = runners(r, keys, groups)
     folded = [[] for _ in range(groups)]
     for i in range(len(batches)):
-        hand_over(r, keys, batches, i, groups)
+        hand_off_twice(r, keys, batches, i, groups)
         for g in rng.sample(range(groups), rng.randint(0, groups)):
             if rng.random() < 0.1:
                 rs[g] = GroupRunner(r, keys, Group(g, groups), PARAMS, now)
@@ -59,15 +59,15 @@ def test_groups_fold_what_is_handed_over_as_the_job_would(r: redis.Redis, seed: 
         folded[g] += rs[g].step()
         assert folded[g] == list(range(len(batches)))  # each batch once, in order
     got = dump(r, keys)
-    handover = {k for k in got if k.startswith("online:")}
-    assert handover == {"online:batches", "online:handoff"}  # every share left with its group's commit
-    assert {k: v for k, v in got.items() if k not in handover} == whole
+    handed = {k for k in got if k.startswith("online:")}
+    assert handed == {"online:batches", "online:handoff"}  # every share left with its group's commit
+    assert {k: v for k, v in got.items() if k not in handed} == whole
     assert not r.zcard(keys.presence_parts_index)
 
 
 def test_a_group_configured_for_another_number_refuses(r: redis.Redis) -> None:
     keys = KeySchema(f"ho-{uuid.uuid4().hex[:8]}")
-    hand_over(r, keys, random_game(0), 0, 2)
+    hand_off_twice(r, keys, random_game(0), 0, 2)
     with pytest.raises(ConfigError, match="ONLINE_GROUPS: the job splits the online view among 2 groups"):
         GroupRunner(r, keys, Group(0, 3), PARAMS, now).step()
 
@@ -75,13 +75,13 @@ def test_a_group_configured_for_another_number_refuses(r: redis.Redis) -> None:
 def test_a_share_gone_or_batches_no_longer_kept_say_the_view_is_partial(r: redis.Redis,
                                                                         caplog: pytest.LogCaptureFixture) -> None:
     """Group 1's share of batch 30 expires before it runs: its part of batch 30 says so, the view is partial from
-    batch 30 and goes on. Later group 1 is away while the handover's stream drops batches 50 to 59: it goes on from
+    batch 30 and goes on. Later group 1 is away while the hand-off's stream drops batches 50 to 59: it goes on from
     batch 60 and the view is partial from there."""
     batches = random_game(1)
     keys = KeySchema(f"ho-{uuid.uuid4().hex[:8]}")
     rs = runners(r, keys, 2)
     for i in range(len(batches)):
-        hand_over(r, keys, batches, i, 2)
+        hand_off_twice(r, keys, batches, i, 2)
         if i == 30:
             r.delete(keys.online_rows(30, 1))
         if i == 59:
@@ -98,7 +98,7 @@ def test_a_share_gone_or_batches_no_longer_kept_say_the_view_is_partial(r: redis
 
 
 def test_the_number_of_groups_changes_once_every_batch_is_folded(r: redis.Redis) -> None:
-    """Two groups for 45 batches, then (every one folded) three: the new groups read the handover's record from its
+    """Two groups for 45 batches, then (every one folded) three: the new groups read the hand-off's record from its
     start, pass over the batches folded under the old number, and go on from the view."""
     batches = random_game(3)
     whole = dump(r, run(r, batches, 1))
@@ -106,7 +106,7 @@ def test_the_number_of_groups_changes_once_every_batch_is_folded(r: redis.Redis)
     for groups, span in ((2, range(0, 45)), (3, range(45, 90))):
         rs = runners(r, keys, groups)
         for i in span:
-            hand_over(r, keys, batches, i, groups)
+            hand_off_twice(r, keys, batches, i, groups)
             for runner in rs:
                 runner.step()
     assert {k: v for k, v in dump(r, keys).items() if not k.startswith("online:")} == whole

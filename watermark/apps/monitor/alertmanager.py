@@ -1,6 +1,6 @@
 """The Alertmanager pusher: a thread that keeps a Prometheus Alertmanager told what fires (decision 0013).
 
-The monitor's round only hands over what stands (:meth:`AlertmanagerPusher.update`); the thread pushes it to
+The monitor's round only passes on what stands (:meth:`AlertmanagerPusher.update`); the thread pushes it to
 ``POST /api/v2/alerts`` at once when an alert fired or resolved, and every ``resend`` otherwise, as Prometheus
 does. Nothing queues up: a push that fails is tried again, with backoff, with whatever stands by then, and a
 resolved alert is pushed until Alertmanager has taken it once. An alert is known to Alertmanager by its labels,

@@ -69,10 +69,10 @@ class PresenceBatch:
     a server with no event in the batch runs its clock on to it (:mod:`watermark.rules.server_clock`), the one
     thing a server's fold takes from the others'. None: the newest of ``events``."""
     missed: bool = False
-    """Batches before this one never reached the fold (a group down longer than the handover keeps them, or its
+    """Batches before this one never reached the fold (a group down longer than the hand-off keeps them, or its
     share gone): the view is partial from here, as after a loss."""
     consumed: tuple[str, ...] = ()
-    """Keys the commit deletes in its transaction: the group's share of the batch, handed over by the job."""
+    """Keys the commit deletes in its transaction: the group's share of the batch, handed off by the job."""
 
     def record(self, groups: int, timeout_ms: int) -> OnlineBatch:
         """The batch's own record, as the job hands it over to ``groups`` groups and as each group's part carries it
@@ -85,7 +85,7 @@ class PresenceBatch:
     @classmethod
     def of(cls, record: OnlineBatch, events: PresenceEvents, missed: bool = False,
            consumed: tuple[str, ...] = ()) -> PresenceBatch:
-        """A group's share of a batch handed over: the batch's record and the group's events."""
+        """A group's share of a batch handed off: the batch's record and the group's events."""
         return cls(record.batch, record.watermark_ms, record.batch_ts_ms, record.end_id, events, record.delay_ms,
                    record.next_watermark_ms, record.newest_arrival_ms, missed, consumed)
 

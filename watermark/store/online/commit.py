@@ -62,7 +62,7 @@ def commit_presence(client: redis.Redis, keys: KeySchema, b: PresenceBatch, para
     The batch's events are folded into the players' state (:func:`watermark.rules.presence_batch.fold`); every
     other online player whose time + timeout the next watermark reaches times out, and logouts it passes are
     forgotten. The next watermark is the pipeline's: ``max(in force, running max event - delay)`` from the
-    running maximum kept here, or the per-server one handed over. When Redis came back empty while ``mirror``
+    running maximum kept here, or the per-server one handed off. When Redis came back empty while ``mirror``
     still holds the state, the whole view is written again and the loss is recorded (``lost_at_batch``). With
     ``params.wait_replicas`` it is done only once that many replicas have it (:func:`watermark.store.commit.replicated`:
     :class:`redis_conn.ReplicasBehind` otherwise, and run again it finds itself applied and waits again)."""

@@ -1,12 +1,12 @@
 """The job's side of the online view's groups (decision 0020): each batch's accepted events, split by group of
-servers and packed, and a record of the batch, handed over once; and a group's side: the batches in order, its
+servers and packed, and a record of the batch, handed off once; and a group's side: the batches in order, its
 share of each.
 
 - ``{ns}:online:rows:{batch}:{g}``: group ``g``'s share of the batch, Arrow IPC (server, player, event time,
   arrival order, kind, arrival ms); the group's commit deletes it, and it expires after :data:`ROWS_KEPT_S`.
-- ``{ns}:online:batches``: one entry per batch handed over (:class:`watermark.schema.records.OnlineBatch`),
+- ``{ns}:online:batches``: one entry per batch handed off (:class:`watermark.schema.records.OnlineBatch`),
   :data:`BATCHES_KEPT` at most: a group down for longer misses the oldest, and its view says it (``missed``).
-- ``{ns}:online:handoff``: the handover's guard ``last_batch``, so a batch replayed after a crash is handed over
+- ``{ns}:online:handoff``: the hand-off's guard ``last_batch``, so a batch replayed after a crash is handed off
   once, as the commits are guarded.
 
 All in the namespace's slot, one transaction a batch. No fold here: :mod:`watermark.store.online.commit` folds.
@@ -78,7 +78,7 @@ def _take(ev: PresenceEvents, rows: np.ndarray) -> PresenceEvents:
 
 def hand_off(client: redis.Redis, keys: KeySchema, batch: OnlineBatch, events: PresenceEvents, ttl_s: int) -> bool:
     """Hand one batch over to the groups once: its events split by group and the batch's record, in one transaction
-    guarded by the handover's ``last_batch``. False when it was handed over already."""
+    guarded by the hand-off's ``last_batch``. False when it was handed off already."""
     shares = split(events, batch.groups)
     with guarded(client, keys.online_handoff, batch.batch) as pipe:
         if pipe is None:
@@ -88,22 +88,22 @@ def hand_off(client: redis.Redis, keys: KeySchema, batch: OnlineBatch, events: P
             pipe.set(keys.online_rows(batch.batch, g), pack(share), ex=min(ttl_s, ROWS_KEPT_S))
         pipe.xadd(keys.online_batches, {BATCH_FIELD: batch.encode()}, maxlen=BATCHES_KEPT, approximate=True)
         pipe.expire(keys.online_batches, ttl_s)
-        # committed_id: where the handover is in the input, which the trim keeps until then (a reader's mark)
+        # committed_id: where the hand-off is in the input, which the trim keeps until then (a reader's mark)
         pipe.hset(keys.online_handoff, mapping={"last_batch": batch.batch, "committed_id": batch.end_id})
         pipe.expire(keys.online_handoff, ttl_s)
         redis_conn.execute(pipe)
     return True
 
 
-def handed_over(client: redis.Redis, keys: KeySchema) -> int | None:
-    """The last batch handed over (None: none yet)."""
+def handed_off(client: redis.Redis, keys: KeySchema) -> int | None:
+    """The last batch handed off (None: none yet)."""
     last = client.hget(keys.online_handoff, "last_batch")
     return None if last is None else int(last)
 
 
 def batches_after(client: redis.Redis, keys: KeySchema, after_id: str, count: int = 100,
                   block_ms: int | None = None) -> Sequence[tuple[str, OnlineBatch]]:
-    """The batches handed over after the stream entry ``after_id`` (``0-0``: from the oldest kept), in order, with
+    """The batches handed off after the stream entry ``after_id`` (``0-0``: from the oldest kept), in order, with
     their entry IDs; waits up to ``block_ms`` for one when there is none."""
     reply = client.xread({keys.online_batches: after_id}, count=count, block=block_ms)
     if isinstance(reply, dict):  # RESP3: {stream: [entries]}

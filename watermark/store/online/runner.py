@@ -22,7 +22,7 @@ log = logging.getLogger("watermark.store.online")
 
 
 class GroupRunner:
-    """Folds ``group``'s share of every batch the job hands over, in order, once each: the batches of
+    """Folds ``group``'s share of every batch the job hands off, in order, once each: the batches of
     ``{ns}:online:batches`` after the last the group committed, its share of each from ``{ns}:online:rows``. Keeps
     its players between batches (:class:`PresenceMirror`), as the job's own fold does; a new runner (a restart)
     loads them from Redis. Every step is idempotent (the commits are guarded), so Redis going away is waited
@@ -35,7 +35,7 @@ class GroupRunner:
         self.cursor = "0-0"  # the last entry of the handed-over batches looked at
 
     def step(self, block_ms: int | None = None) -> list[int]:
-        """Fold what was handed over since the last step, waiting up to ``block_ms`` when nothing was; returns
+        """Fold what was handed off since the last step, waiting up to ``block_ms`` when nothing was; returns
         the batches this group committed."""
         return with_retry(lambda: self._step(block_ms), f"the online view's group {self.group.index}")
 
@@ -57,8 +57,8 @@ class GroupRunner:
     def _fold(self, b: OnlineBatch, last: int | None) -> None:
         missed = last is not None and b.batch > last + 1
         if missed:
-            log.warning("group %d: batches %d to %d were handed over and are no longer kept (the group was away "
-                        "longer than the handover keeps them): the online view is partial from batch %d",
+            log.warning("group %d: batches %d to %d were handed off and are no longer kept (the group was away "
+                        "longer than the hand-off keeps them): the online view is partial from batch %d",
                         self.group.index, last + 1, b.batch - 1, b.batch)
         rows = rows_of(self.client, self.keys, b.batch, self.group.index)
         if rows is None:
