@@ -120,7 +120,7 @@ def write(client: redis.Redis, keys: KeySchema, end_position: str, players: Part
             size = 0
         calls[-1].append((wk, members))
         size += len(members) + 3
-    with redis_conn.home(client, added).pipeline(transaction=True) as pipe:
+    with redis_conn.Transaction(redis_conn.home(client, added)) as pipe:
         pipe.multi()
         for call in calls:
             sets = [keys.players(wk) for wk, _ in call]

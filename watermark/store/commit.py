@@ -409,14 +409,14 @@ def _count_reasons(bad: list[BadRow]) -> dict[str, int]:
 
 @contextmanager
 def guarded(client: redis.Redis, guard_key: str, batch_id: int,
-            *also_watch: str) -> Iterator[redis.client.Pipeline | None]:
+            *also_watch: str) -> Iterator[redis_conn.Transaction | None]:
     """The frame of an exactly-once commit: yields None when ``batch_id`` is at or below the
-    ``last_batch`` field of ``guard_key`` (already in Redis), else the pipeline, watching the
+    ``last_batch`` field of ``guard_key`` (already in Redis), else the transaction, watching the
     guard (and ``also_watch``) and still in immediate mode for reads. The caller then calls
     ``multi()``, queues every write including the new ``last_batch``, and ``execute()``s. In a Redis Cluster the
     transaction runs on the node of ``guard_key``'s slot (:func:`redis_conn.home`): every key it names must share
     that slot, as a braced namespace makes them (decision 0018)."""
-    with redis_conn.home(client, guard_key).pipeline(transaction=True) as pipe:
+    with redis_conn.Transaction(redis_conn.home(client, guard_key)) as pipe:
         pipe.watch(guard_key, *also_watch)
         last = pipe.hget(guard_key, "last_batch")
         if last is not None and int(last) >= batch_id:
@@ -759,17 +759,18 @@ hiredis packing a few hundred arguments (at 300 servers most commands are small:
 the commits 1.6 times as long, ``bench/driver_costs.py --servers 300``)."""
 
 
-def queue_packed(pipe: redis.client.Pipeline, command: str, key: str, *columns: Any, head: Sequence[Any] = ()) -> None:
+def queue_packed(pipe: redis_conn.Transaction | redis.client.Pipeline, command: str, key: str, *columns: Any,
+                 head: Sequence[Any] = ()) -> None:
     """``pipe.execute_command(command, key, *arguments)``, the arguments the columns' elements taken in turn (one
     column: SADD's members; two: HSET's fields and values), in a transaction begun with ``multi()``, packed for
     Redis in a few Arrow operations rather than a Python call per argument. A column is an Arrow array, a numpy
     array or a list, of str or integers. The big commands of a commit are a value per event: the online view's
     HSET of every player a batch heard from and each window's SADD of its players, in three namespaces (the
     pipeline and two lanes); at 100,000 events/s, 50,000 players a batch, packing them one by one was most of the
-    lanes' commits (``bench/driver_costs.py``). The same bytes as ``hiredis.pack_command``. A short column
-    (:data:`PACK_BULK`) is queued as a plain command. ``head``: arguments between the key and the columns' (a
-    script's keys and first arguments, with ``EVAL`` and the script as the key)."""
-    if not getattr(pipe, "explicit_transaction", False) or len(columns[0]) < PACK_BULK:
+    lanes' commits (``bench/driver_costs.py``). The same bytes as the connection packs. A short column
+    (:data:`PACK_BULK`), or a pipe not in a transaction of ours, gets a plain command. ``head``: arguments between
+    the key and the columns' (a script's keys and first arguments, with ``EVAL`` and the script as the key)."""
+    if not isinstance(pipe, redis_conn.Transaction) or pipe.queued is None or len(columns[0]) < PACK_BULK:
         pipe.execute_command(command, key, *head, *_interleaved(columns))
         return
     cols = [_strings(c) for c in columns]
@@ -782,12 +783,7 @@ def queue_packed(pipe: redis.client.Pipeline, command: str, key: str, *columns: 
     words = [str(a).encode() if not isinstance(a, bytes) else a for a in (command, key, *head)]
     packed_head = b"*%d\r\n" % (len(words) + len(cols) * len(body)) + b"".join(
         b"$%d\r\n%s\r\n" % (len(w), w) for w in words)
-
-    def unpacked() -> tuple[Any, ...]:
-        return (command, key, *head, *_interleaved(columns))
-
-    packed = packed_head + memoryview(body.buffers()[2])[start:end].tobytes()
-    pipe.command_stack.append(((command, key), {redis_conn.PACKED: packed, redis_conn.UNPACKED: unpacked}))
+    pipe.queue(command, packed_head + memoryview(body.buffers()[2])[start:end].tobytes())
 
 
 def _strings(column: Any) -> pa.Array:

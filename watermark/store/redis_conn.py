@@ -1,12 +1,12 @@
-"""Redis connections with retry, shared by the generator, the job and tools; and raw RESP on a redis-py connection:
-pipelined replies read straight off the socket, and a transaction of many writes sent and read at a fraction of
-redis-py's cost per command.
+"""Redis connections with retry, shared by the generator, the job and tools; pipelined replies read straight off the
+socket for the generator's writer; and a commit's transaction on a connection of its own (:class:`Transaction`).
 
 redis-py packs each command and parses each reply in Python, about 20 us a command. That is more than Redis
 takes for a write, and a batch's commits queue many: at 300 servers about 1,800 commands for the pipeline's
-windows and 1,000 for the online view, each batch (``bench/driver_costs.py``). The generator's writer
-(decision 0008) and the commits (:func:`execute`) pack with hiredis and read with a hiredis ``Reader``: the same
-commands and the same transaction, only the client's cost changes."""
+windows and 1,000 for the online view, each batch (``bench/driver_costs.py``). The generator's writer (decision
+0008) packs with hiredis and reads with a hiredis ``Reader``; a commit packs its big columns with Arrow and sends
+MULTI, its commands and EXEC in one write, replies read raw (no response callbacks), through redis-py's public
+API: the same commands and the same transaction, only the client's cost changes."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 import redis
 from redis.backoff import NoBackoff
 from redis.cluster import RedisCluster
+from redis.commands import CoreCommands
 from redis.connection import parse_url
 from redis.crc import key_slot
 from redis.retry import Retry
@@ -283,6 +284,10 @@ def with_retry(fn: Callable[[], T], what: str, *, attempts: int | None = None, g
 
     Only for idempotent work: a read, or a commit guarded by the batch id, so a
     retry after an ambiguous failure (sent, reply lost) changes nothing.
+
+    Not redis-py's ``Retry``: that counts every failure against one budget and sleeps by itself, where a full Redis
+    and a changed record are waited out without limit, a cluster's map is read again between tries, and the tests
+    pass their own clock. ``Retry`` is used where it fits: a Sentinel that does not answer is not asked again.
     """
     deadline = None if give_up_after_s is None else clock() + give_up_after_s
     delay = base_delay_s
@@ -369,72 +374,128 @@ class Replies:
         return out
 
 
-def execute(pipe: redis.client.Pipeline) -> list[Any]:
-    """``pipe.execute()`` of a transaction begun with ``multi()`` (after a WATCH,
-    :func:`watermark.store.commit.guarded`, or without one): the same MULTI, commands and EXEC in one buffer, their
-    replies raw
-    (no response callbacks: the commits read none). Raises :class:`redis.WatchError` when a watched key
-    changed and :class:`redis.ResponseError` for the first command Redis refused, as redis-py does; on any
-    other failure the connection is closed (its replies are unknown). Falls back to ``pipe.execute()`` where
-    the fast path does not apply (no hiredis, scripts to load, no transaction). RESP2 or RESP3 alike: hiredis reads
-    both, and a commit's replies (integers, simple strings, a null EXEC) are the same in both."""
-    conn = getattr(pipe, "connection", None)  # a cluster's pipeline has none: :func:`home` gives a plain one
-    if conn is None and isinstance(pipe, redis.client.Pipeline) and pipe.explicit_transaction and hiredis is not None:
-        # no WATCH held one: taken as a WATCH does, and given back by the pipeline's reset
-        conn = pipe.connection = pipe.connection_pool.get_connection()
-    if (hiredis is None or conn is None or getattr(conn, "_sock", None) is None or pipe.scripts
-            or not pipe.explicit_transaction):
-        pipe.command_stack = [_unpacked(args, o) for args, o in pipe.command_stack]
-        return pipe.execute()
-    stack = pipe.command_stack
-    pack = hiredis.pack_command
-    try:
-        conn.send_packed_command([b"".join([MULTI, *(o[PACKED] if PACKED in o else pack(args) for args, o in stack),
-                                            EXEC])], check_health=False)
-        replies = Replies(conn).read(len(stack) + 2)
-    except BaseException:
-        conn.disconnect()
-        raise
-    pipe.watching = False  # EXEC (or its refusal) ends the WATCH
-    result = replies[-1]
-    if result is None:
-        raise redis.WatchError("Watched variable changed.")
-    ran = result if isinstance(result, list) else [result]
-    demoted = next((r for r in [*replies[:-1], *ran] if isinstance(r, Exception) and str(r).startswith(READONLY)),
-                   None)
-    if demoted is not None:  # a replica now (a failover): nothing ran; the next connection asks for the primary
-        conn.disconnect()
-        raise redis.exceptions.ReadOnlyError(str(demoted).removeprefix(READONLY).strip())
-    queued = [(i, r) for i, r in enumerate(replies[1:-1]) if isinstance(r, Exception)]
-    if isinstance(result, Exception):  # EXECABORT: a command was refused when queued
-        i, first = queued[0] if queued else (-1, result)
-        raise redis.ResponseError(_where(first, i, stack))
-    for i, r in enumerate(result):
-        if isinstance(r, Exception):
-            raise redis.ResponseError(_where(r, i, stack))
-    return list(result)
+class Transaction(CoreCommands):
+    """One commit's transaction on a connection of its own, through redis-py's public API only.
+
+    Reads run at once (after :meth:`watch`, as a redis-py pipeline's do before ``multi()``); after :meth:`multi`
+    every command is packed and queued, and :meth:`execute` sends MULTI, the commands and EXEC in one write and
+    reads the replies raw (no response callbacks: the commits read none). Big columns are queued packed with Arrow
+    (:func:`watermark.store.commit.queue_packed`: the same bytes as the connection packs). Every command method of
+    redis-py's clients works here (``CoreCommands``), each going through :meth:`execute_command`.
+
+    No retry inside: a connection lost while watching ends the transaction with a ``ConnectionError`` (a redis-py
+    client would reconnect and read on without the WATCH), and the caller's :func:`with_retry` starts again on a
+    new one. The connection goes back to the client's pool on :meth:`close` (``with``), unwatched."""
+
+    def __init__(self, client: redis.Redis) -> None:
+        self.client = client
+        self.pool = client.connection_pool
+        self.conn: Any = self.pool.get_connection()
+        self.queued: list[bytes] | None = None  # None: immediate mode
+        self.names: list[str] = []
+        self.watching = False
+
+    def __enter__(self) -> Transaction:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        conn, self.conn = self.conn, None
+        if conn is None:
+            return
+        try:
+            if self.watching:
+                conn.send_command("UNWATCH")
+                conn.read_response()
+        except Exception:  # noqa: BLE001 - a connection that cannot unwatch is not handed to anyone else
+            conn.disconnect()
+        finally:
+            self.watching = False
+            self.pool.release(conn)
+
+    def execute_command(self, *args: Any, **options: Any) -> Any:  # noqa: ANN401 - a reply, or self when queued
+        if self.queued is not None:
+            self.queue(str(args[0]), b"".join(self.conn.pack_command(*args)))
+            return self
+        try:
+            self.conn.send_command(*args)
+            return self.client.parse_response(self.conn, args[0], **options)
+        except (redis.ConnectionError, redis.TimeoutError):
+            self.conn.disconnect()
+            raise
+
+    def watch(self, *keys: str) -> None:
+        self.execute_command("WATCH", *keys)
+        self.watching = True
+
+    def unwatch(self) -> None:
+        self.execute_command("UNWATCH")
+        self.watching = False
+
+    def multi(self) -> None:
+        """From here every command is queued, until :meth:`execute`."""
+        self.queued, self.names = [], []
+
+    def queue(self, name: str, packed: bytes) -> None:
+        """Queue a command packed already (RESP): ``name`` says it in an error."""
+        assert self.queued is not None, "multi() first"
+        self.queued.append(packed)
+        self.names.append(name)
+
+    def execute(self) -> list[Any]:
+        """Send the transaction and return its replies raw. Raises :class:`redis.WatchError` when a watched key
+        changed, :class:`redis.ResponseError` for the first command Redis refused (naming it), and
+        :class:`redis.exceptions.ReadOnlyError` when the node is a replica now (nothing ran); on any other failure
+        the connection is closed (its replies are unknown). RESP2 or RESP3 alike: a commit's replies (integers,
+        simple strings, a null EXEC) are the same in both."""
+        assert self.queued is not None, "multi() first"
+        conn, queued = self.conn, self.queued
+        self.queued = None
+        try:
+            conn.send_packed_command([MULTI, *queued, EXEC], check_health=False)
+            replies: list[Any] = []
+            for _ in range(len(queued) + 2):
+                try:
+                    replies.append(conn.read_response(disable_decoding=True))
+                except redis.ResponseError as exc:  # a reply, not a failure of the connection
+                    replies.append(exc)
+        except BaseException:
+            conn.disconnect()
+            raise
+        finally:
+            self.watching = False  # EXEC (or its refusal, or a closed connection) ends the WATCH
+        return self._outcome(replies)
+
+    def _outcome(self, replies: list[Any]) -> list[Any]:
+        result = replies[-1]
+        if result is None:
+            raise redis.WatchError("Watched variable changed.")
+        ran = result if isinstance(result, list) else [result]
+        demoted = next((r for r in [*replies[:-1], *ran] if isinstance(r, Exception)
+                        and (isinstance(r, redis.exceptions.ReadOnlyError) or str(r).startswith(READONLY))), None)
+        if demoted is not None:  # a replica now (a failover): nothing ran; the next connection asks for the primary
+            self.conn.disconnect()
+            raise redis.exceptions.ReadOnlyError(str(demoted).removeprefix(READONLY).strip())
+        queued = [(i, r) for i, r in enumerate(replies[1:-1]) if isinstance(r, Exception)]
+        if isinstance(result, Exception):  # EXECABORT: a command was refused when queued
+            i, first = queued[0] if queued else (-1, result)
+            raise redis.ResponseError(self._where(first, i))
+        for i, r in enumerate(result):
+            if isinstance(r, Exception):
+                raise redis.ResponseError(self._where(r, i))
+        return list(result)
+
+    def _where(self, error: Exception, i: int) -> str:
+        if i < 0:
+            return str(error)
+        return f"Command # {i + 1} ({self.names[i]}) of pipeline caused error: {error}"
 
 
-PACKED, UNPACKED = "_wm_packed", "_wm_unpacked"
-"""A queued command's options keys (:func:`watermark.store.commit.queue_packed`, there so that what imports this
-module alone, the producer library and the generator, loads no Arrow): its RESP bytes, and its arguments for
-redis-py's own ``execute`` (the one path that does not send the bytes)."""
-
-
-def _unpacked(args: tuple[Any, ...], options: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    """A queued command as redis-py's ``execute`` takes it: a packed one's arguments made
-    (:func:`watermark.store.commit.queue_packed`)."""
-    if PACKED not in options:
-        return args, options
-    rest = {k: v for k, v in options.items() if k not in (PACKED, UNPACKED)}
-    return options[UNPACKED](), rest
-
-
-def _where(error: Exception, i: int, stack: list) -> str:
-    if i < 0:
-        return str(error)
-    name = stack[i][0][0]
-    return f"Command # {i + 1} ({name if isinstance(name, str) else name.decode()}) of pipeline caused error: {error}"
+def execute(pipe: Transaction) -> list[Any]:
+    """``pipe.execute()``: the transaction sent, its replies raw (:meth:`Transaction.execute`)."""
+    return pipe.execute()
 
 
 _BULK_LUA = """

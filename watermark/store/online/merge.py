@@ -117,7 +117,7 @@ def _merge_next(client: redis.Redis, keys: KeySchema, groups: int, params: Param
         member, batch_id = lowest[0][0], int(lowest[0][1])
         parts_key = keys.presence_parts(batch_id)
         try:
-            with home.pipeline(transaction=True) as pipe:
+            with redis_conn.Transaction(home) as pipe:
                 pipe.watch(keys.presence_state, parts_key)
                 # parts of groups past the number now: a number changed under a batch not merged (not counted)
                 raw = {k: v for k, v in pipe.hgetall(parts_key).items() if int(k) < groups}
