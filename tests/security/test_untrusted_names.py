@@ -17,7 +17,7 @@ from pyspark.sql import SparkSession
 from dashboard.text import JOINER
 from tests.procs import ROOT, Proc, until
 from tests.seed import Seeded, seed_pipeline
-from tests.ui.test_dashboard_browser import CHROMIUM, CHROMIUM_ARGS
+from tests.ui.test_dashboard_browser import CHROMIUM, CHROMIUM_ARGS, TAB_DRAWN
 from watermark.apps.redis_server import free_port
 from watermark.rules.scenarios import fleet
 from watermark.schema.keys import KeySchema
@@ -154,9 +154,9 @@ def visited(served: str) -> dict:
                 page.wait_for_selector(".js-plotly-plot .main-svg", timeout=60_000)
             seen[path] = _seen(page)
             if path == "/":  # and every other tab of it, as it runs when opened
-                for tab in ("Over time", "Windows"):
+                for tab in ("Servers", "Over time", "Windows"):
                     page.get_by_role("tab", name=tab).click()
-                    page.wait_for_selector(".js-plotly-plot .main-svg", timeout=60_000)
+                    page.wait_for_selector(TAB_DRAWN[tab], timeout=60_000)
                     page.wait_for_selector('[data-test-script-state="notRunning"]', timeout=60_000)
                     seen[f"/ {tab}"] = _seen(page)
         browser.close()

@@ -64,6 +64,9 @@ def test_live_ops_at_300_servers_reads_by_region(seeded: Seeded, monkeypatch: py
         day_of(int(client.hget(keys.presence_state, "committed_id").split("-")[0])))))  # the last batch's arrival
     want = {f"peak today {peaks[k][0]:,} at {clock(peaks[k][1])}" for k in ["*", *(f"region|{r}" for r in model)]}
     assert {c.value for c in at.caption if c.value.startswith("peak today")} == want and len(want) == 7
+    assert not [df for df in at.dataframe if "Trend (last hour)" in df.value.columns]  # a tab of its own
+    at.session_state["ops_tab"] = "Servers"
+    at.run()
     (table,) = [df.value for df in at.dataframe if "Trend (last hour)" in df.value.columns]
     # every server but those drained (their players all logged out at night: out of the live views, rules.fleet)
     seen, servers = {s: int(t) for s, t in client.hgetall(keys.seen).items()}, client.smembers(keys.servers)

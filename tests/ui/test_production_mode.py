@@ -230,7 +230,7 @@ def production(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict
 def test_demo_off_run_sh_runs_on_external_events_without_a_generator(production: dict) -> None:
     from playwright.sync_api import sync_playwright
 
-    from tests.ui.test_dashboard_browser import CHROMIUM_ARGS
+    from tests.ui.test_dashboard_browser import CHROMIUM_ARGS, TAB_DRAWN
 
     assert Path(CHROMIUM).exists(), f"{CHROMIUM} is missing: `apt-get install chromium` (.ci/run does)"
     run: Proc = production["run"]
@@ -265,9 +265,9 @@ def test_demo_off_run_sh_runs_on_external_events_without_a_generator(production:
             elif path not in ("/alerts", "/health"):
                 page.wait_for_selector(".js-plotly-plot .main-svg", timeout=60_000)
             seen[path] = page.evaluate(PAGE_JS)
-            for tab in ("Over time", "Windows") if path == "/" else ():  # each runs when opened
+            for tab in ("Servers", "Over time", "Windows") if path == "/" else ():  # each runs when opened
                 page.get_by_role("tab", name=tab).click()
-                page.wait_for_selector(".js-plotly-plot .main-svg", timeout=60_000)
+                page.wait_for_selector(TAB_DRAWN[tab], timeout=60_000)
                 page.wait_for_selector('[data-test-script-state="notRunning"]', timeout=60_000)
                 seen[f"/ {tab}"] = page.evaluate(PAGE_JS)
         page.goto(production["url"] + "/control")

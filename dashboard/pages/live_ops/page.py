@@ -59,11 +59,15 @@ def render(snap: Snapshot, now_ms: int) -> None:
     g = grouping(model.live_servers(snap), snap.regions, snap.online.counts if snap.online else {})
     online_now(snap, g)
     # Only the open tab runs and is sent: a browser draws two charts on arrival, not nine (at 300 servers the nine
-    # took a shared core 12 s to draw, and kept 0.7 of it busy redrawing every tick).
-    now, over_time, windows = st.tabs(TABS, key=TAB_KEY, on_change="rerun")
+    # took a shared core 12 s to draw, and kept 0.7 of it busy redrawing every tick); the table of every server,
+    # hundreds of rows with a trend each, is a tab of its own.
+    now, servers, over_time, windows = st.tabs(TABS, key=TAB_KEY, on_change="rerun")
     if now.open:
         with now:
             online_details(snap, g)
+    if servers.open and snap.online is not None:
+        with servers:
+            server_table(snap, snap.online)
     if over_time.open and snap.online is not None:
         with over_time:
             tl = timeline(snap, g, now_ms)
@@ -75,7 +79,7 @@ def render(snap: Snapshot, now_ms: int) -> None:
             windows_and_totals(snap, g)
 
 
-TABS = ("Now", "Over time", "Windows")
+TABS = ("Now", "Servers", "Over time", "Windows")
 TAB_KEY = "ops_tab"
 
 
@@ -162,7 +166,7 @@ def online_now(snap: Snapshot, g: Grouping) -> None:
 
 
 def online_details(snap: Snapshot, g: Grouping) -> None:
-    """The last hour per minute and who logged in or out, every server in a table, and what to know about clocks."""
+    """The last hour per minute and who logged in or out, and what to know about silent servers' clocks."""
     v = snap.online
     if v is None:
         return
@@ -173,8 +177,6 @@ def online_details(snap: Snapshot, g: Grouping) -> None:
                   "online_per_minute", "No player has been online in the last hour.", shared=shared(snap))
     ui.vega_chart(right, lambda: figures.transitions_per_minute(v.minutes), "transitions_per_minute",
                   "No logins, logouts or timeouts in the last hour.", shared=shared(snap))
-    if g.grouped:
-        server_table(snap, v)
     for text in model.clock_notes(v, retired=snap.retired):
         st.info(text)
     ui.retired_note(st, snap)
