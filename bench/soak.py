@@ -360,8 +360,9 @@ def _draw(out: Path, soak: Soak, summary: dict) -> None:
     minutes = [s.t_s / 60 for s in soak.samples]
     for i, (_, cols) in enumerate(panels):
         row, col = i // 2 + 1, i % 2 + 1
-        for c in cols:
-            fig.add_scatter(x=minutes, y=[s.values.get(c) for s in soak.samples], mode="lines",
+        for c in cols:  # only the samples that have the series (Live ops is timed every --pages seconds)
+            xs = [m for m, s in zip(minutes, soak.samples, strict=True) if s.values.get(c) is not None]
+            fig.add_scatter(x=xs, y=[s.values[c] for s in soak.samples if s.values.get(c) is not None], mode="lines",
                             name=c.replace("fresh_p95_ms:", ""), row=row, col=col, showlegend=len(cols) > 1)
             if (target := soak.target_ms(c)) is not None and c == cols[0]:
                 fig.add_hline(y=target, line_dash="dot", line_color="red", row=row, col=col)
