@@ -54,7 +54,7 @@ def test_the_job_goes_on_through_a_failover_and_loses_nothing(spark: SparkSessio
 
     cfg = follower_cfg(group.url, tmp_path, f"fo-{run}", "global").with_(wait_replicas=1, wait_timeout_ms=1_000)
     keys = KeySchema(cfg.namespace)
-    client = open_client(group.url)
+    client = open_client(group.url, socket_timeout=30)  # longer than the WAITs of add_on_replica
     sink = pipeline_sink(cfg, background=True)
     query = start_query(spark, cfg, sink=sink, trigger_ms=0)
     try:
