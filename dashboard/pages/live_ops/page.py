@@ -170,16 +170,19 @@ def online_details(snap: Snapshot, g: Grouping) -> None:
     v = snap.online
     if v is None:
         return
-    what = {"region": " per region", "top": " (the busiest servers, the rest summed)"}.get(g.by, "")
     left, right = st.columns(2)
-    marks = ui.page_marks()
-    ui.vega_chart(left, lambda: figures.online_per_minute(g.minutes(v.minutes), g.labels, what, marks),
+    ui.vega_chart(left, lambda: figures.online_per_minute(g.minutes(v.minutes), g.labels, summed(g), ui.page_marks()),
                   "online_per_minute", "No player has been online in the last hour.", shared=shared(snap))
     ui.vega_chart(right, lambda: figures.transitions_per_minute(v.minutes), "transitions_per_minute",
                   "No logins, logouts or timeouts in the last hour.", shared=shared(snap))
     for text in model.clock_notes(v, retired=snap.retired):
         st.info(text)
     ui.retired_note(st, snap)
+
+
+def summed(g: Grouping) -> str:
+    """What a chart of every label says it sums: per region, or the busiest servers and the rest."""
+    return {"region": " per region", "top": " (the busiest servers, the rest summed)"}.get(g.by, "")
 
 
 HISTORY_RANGES = {"1 h": 3_600_000, "6 h": 6 * 3_600_000, "24 h": DAY_MS, "7 d": 7 * DAY_MS}
@@ -240,8 +243,7 @@ def online_over_time(v: OnlineView, g: Grouping, tl: Timeline, marks: Sequence[c
                        "To (UTC)": "" if m.end_ms is None else f"{charts.ts(m.end_ms):%a %d %b %H:%M}",
                        "What": m.label} for m in marks], hide_index=True, width="stretch")
     if v.history:
-        summed = {"region": " per region", "top": " (the busiest servers, the rest summed)"}.get(g.by, "")
-        ui.chart(st, lambda: charts.online_over_batches(g.history(v.history), g.labels, summed),
+        ui.chart(st, lambda: charts.online_over_batches(g.history(v.history), g.labels, summed(g)),
                  "online_over_batches", "No player online after any batch in this range.", shared=read)
 
 
