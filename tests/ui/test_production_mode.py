@@ -13,9 +13,10 @@ import json
 import re
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -192,6 +193,27 @@ def produce(client: redis.Redis, stream: str, seconds: float, rate: float = 40) 
     return last
 
 
+NAMED = {path: SERVERS for path in ("/", "/ Windows", "/watermark", "/lag")}
+"""The pages that show every server by name."""
+
+
+def read_page(page: Any, names: Sequence[str]) -> dict:
+    """The page's text and chart traces (``PAGE_JS``), once it shows every one of ``names`` or after 30 s.
+
+    A fragment's rerun replaces its elements one by one: the page once read without two of its metrics, drawn a
+    moment later. So the read waits for what it will check, and the check still fails if the names never come."""
+    from playwright.sync_api import TimeoutError as NotShown
+
+    if names:
+        predicate = f"names => {{ const s = ({PAGE_JS})(); return names.every(n => s.text.includes(n) " \
+                    "|| s.traces.includes(n)); }"
+        try:
+            page.wait_for_function(predicate, arg=list(names), timeout=30_000)
+        except NotShown:
+            pass  # the assertion on what was read says what is missing
+    return page.evaluate(PAGE_JS)
+
+
 def command_lines(pid: int) -> list[str]:
     """The command lines of everything ``pid`` started and still runs."""
     out = []
@@ -264,12 +286,12 @@ def test_demo_off_run_sh_runs_on_external_events_without_a_generator(production:
                 page.wait_for_selector('[data-testid="stVegaLiteChart"] .marks', timeout=60_000)
             elif path not in ("/alerts", "/health"):
                 page.wait_for_selector(".js-plotly-plot .main-svg", timeout=60_000)
-            seen[path] = page.evaluate(PAGE_JS)
+            seen[path] = read_page(page, NAMED.get(path, ()))
             for tab in ("Servers", "Over time", "Windows") if path == "/" else ():  # each runs when opened
                 page.get_by_role("tab", name=tab).click()
                 page.wait_for_selector(TAB_DRAWN[tab], timeout=60_000)
                 page.wait_for_selector('[data-test-script-state="notRunning"]', timeout=60_000)
-                seen[f"/ {tab}"] = page.evaluate(PAGE_JS)
+                seen[f"/ {tab}"] = read_page(page, NAMED.get(f"/ {tab}", ()))
         page.goto(production["url"] + "/control")
         page.wait_for_selector('[data-test-script-state="notRunning"]', timeout=60_000)
         control_heading = page.get_by_role("heading", name="Lab control").count()
@@ -285,6 +307,6 @@ def test_demo_off_run_sh_runs_on_external_events_without_a_generator(production:
     def shows(path: str, server: str) -> bool:
         return server in seen[path]["traces"] or server in seen[path]["text"]
 
-    for path in ("/", "/ Windows", "/watermark", "/lag"):
-        assert all(shows(path, server) for server in SERVERS), (path, seen[path]["traces"])
+    for path in NAMED:
+        assert all(shows(path, server) for server in SERVERS), (path, seen[path]["text"], seen[path]["traces"])
     assert any(shows("/events", server) for server in SERVERS), seen["/events"]["text"]  # it opens on one
