@@ -33,7 +33,6 @@ from watermark.rules.simulate import Simulator
 from watermark.rules.windows import next_watermark
 from watermark.schema.config import Config
 from watermark.schema.keys import KeySchema
-from watermark.schema.lanes import lane_config
 from watermark.spark import local_agg
 from watermark.spark.checkpoint import OffsetEntry
 from watermark.spark.query import source_options
@@ -83,7 +82,7 @@ def measure(url: str, servers: int, rate: int, seconds: float, trigger_ms: int, 
     write(client, keys.events, sim, explicit_ids=True)
     params = params_of(cfg)
     opts = SourceOptions(source_options(cfg, pre_aggregate=True))
-    lanes = [LaneSink(KeySchema(c.namespace), params_of(c)) for c in (lane_config(cfg, lane) for lane in LANES)]
+    lanes = [LaneSink(KeySchema(c.namespace), params_of(c)) for c in cfg.lane_configs()]
     mirror = PresenceMirror()
     runners = [GroupRunner(client, keys, Group(g, groups), params) for g in range(groups)]
     costs = Costs(servers)

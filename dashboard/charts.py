@@ -21,7 +21,7 @@ from datetime import UTC, datetime, timedelta
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from watermark.rules.presence_rollup import TOTAL
+from watermark.rules.online.rollup import TOTAL
 from watermark.schema.records import Annotation, LagRecord
 from watermark.store.history_store import Timeline
 from watermark.store.views.online import OnlinePoint

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from watermark.rules.presence_rollup import Minute
+from watermark.rules.online.rollup import Minute
 from watermark.schema.keys import WindowKey
 from watermark.store.report import WindowRow
 from watermark.store.views.online import OnlinePoint

@@ -20,6 +20,7 @@ import streamlit as st
 from dashboard.charts import Mark, annotation_marks
 from watermark.rules.fleet import IdleDecision
 from watermark.rules.tradeoff import Tradeoff
+from watermark.schema.config import Lane
 from watermark.schema.keys import KeySchema
 from watermark.schema.records import Control, GeneratorStatus
 from watermark.store.alert_store import AlertView, read_alert_view
@@ -28,7 +29,7 @@ from watermark.store.control_store import read_lab
 from watermark.store.history_store import Timeline, read_timeline
 from watermark.store.redis_conn import open_client
 from watermark.store.views.events import EventRange, PlayerEvents, find_player, read_events
-from watermark.store.views.lanes import Lane, read_idleness, read_lanes, read_seen, read_tradeoff
+from watermark.store.views.lanes import read_idleness, read_lanes, read_seen, read_tradeoff
 from watermark.store.views.snapshot import BatchPoints, Snapshot, read_snapshot
 
 TICK_TTL_S = 120

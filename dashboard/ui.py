@@ -31,11 +31,10 @@ from dashboard.loaders import (
 )
 from dashboard.status import Level, Status, assess, clock, human_ms, unreachable
 from dashboard.text import md, safe_figure
-from watermark.schema.config import Config, ConfigError, redact_url
+from watermark.schema.config import Config, ConfigError, Lane, redact_url
 from watermark.schema.keys import KeySchema
 from watermark.store.annotation_store import add_annotation, annotation_from
 from watermark.store.control_store import write_control
-from watermark.store.views.lanes import Lane
 from watermark.store.views.snapshot import Snapshot
 
 log = logging.getLogger("dashboard")

@@ -21,8 +21,8 @@ import numpy as np
 import redis
 
 from bench.run import scratch_redis
+from watermark.rules.online.fold import Prior, fold
 from watermark.rules.online.table import PlayerTable, PresenceBatch, PresenceEvents
-from watermark.rules.presence_batch import Prior, fold
 from watermark.schema.config import Config
 from watermark.schema.keys import KeySchema
 from watermark.store.commit import params_of, queue_packed

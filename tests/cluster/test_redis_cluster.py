@@ -13,18 +13,17 @@ import redis
 from redis.cluster import RedisCluster
 
 from tests.store.online.test_handoff import hand_off_twice
-from tests.store.test_presence_groups import PARAMS as ONLINE
-from tests.store.test_presence_groups import dump, now, random_game, run
+from tests.store.test_online_groups import PARAMS as ONLINE
+from tests.store.test_online_groups import dump, now, random_game, run
 from tests.writers import write_through_losses
 from watermark.apps.redis_server import LocalCluster
 from watermark.client.sharded import ShardedProducer
 from watermark.rules.online.groups import Group
 from watermark.rules.scenarios import fleet
 from watermark.rules.simulate import generate
-from watermark.schema.config import Config
+from watermark.schema.config import Config, lane_namespace
 from watermark.schema.events import parse_entry
 from watermark.schema.keys import KeySchema
-from watermark.schema.lanes import lane_namespace
 from watermark.schema.records import ServerRecord
 from watermark.schema.shards import shard_key, shard_of
 from watermark.store.commit import BatchSummary, Params, commit_batch

@@ -133,8 +133,8 @@ def test_the_online_views_commit_is_done_only_once_its_replica_has_it(group: Sen
     """The online view commits apart from the pipeline (the job's fold, or a ``wm-online`` group): it waits too."""
     import numpy as np
 
+    from watermark.rules.online.fold import KIND_CODES
     from watermark.rules.online.table import PresenceBatch, PresenceEvents
-    from watermark.rules.presence_batch import KIND_CODES
     from watermark.store.online.commit import commit_presence
 
     def login(batch: int, player: str) -> PresenceBatch:

@@ -18,9 +18,8 @@ from pyspark.sql import SparkSession
 
 from tests.pipeline.test_exactly_once import seeded_entries, snapshot
 from tests.pipeline.test_faults import chunks, xadd_all
-from watermark.schema.config import Config
+from watermark.schema.config import Config, lane_namespace
 from watermark.schema.keys import KeySchema
-from watermark.schema.lanes import lane_namespace
 from watermark.spark.followers import FollowerThread
 from watermark.spark.query import pipeline_sink, start_query
 from watermark.spark.sink import RedisSink

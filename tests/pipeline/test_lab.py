@@ -196,7 +196,7 @@ def test_a_lane_goes_on_across_a_restart_as_if_none_happened(spark: SparkSession
     """Lanes are judged by the pipeline's sink from the same read; each keeps its watermarks (combined and per
     server) in its own state, so stopping the query half-way and starting it again changes nothing: the lane's
     document equals the oracle's for an uninterrupted per-server run."""
-    from watermark.schema.lanes import lane_namespace
+    from watermark.schema.config import lane_namespace
 
     lines = random_event_set(17, batches=8, per_batch=15)
     batches = to_batches(lines)

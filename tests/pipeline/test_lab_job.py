@@ -17,9 +17,9 @@ import redis
 from tests.procs import Proc
 from watermark.apps.redis_server import RedisServer, free_port
 from watermark.rules.fleet import IdleDecision
+from watermark.schema.config import lane_namespace
 from watermark.schema.events import IDLE_KIND, Event, Rules, parse_entry
 from watermark.schema.keys import KeySchema
-from watermark.schema.lanes import lane_namespace
 from watermark.schema.timeutil import iso_from_us
 from watermark.spark.checkpoint import job_secret
 from watermark.store.control_store import write_control

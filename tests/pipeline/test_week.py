@@ -20,7 +20,7 @@ from tests import history_model
 from tests.paths import APP
 from tests.seed import arrival_ids
 from watermark.apps.replay import ReplayBatch, replay
-from watermark.rules.presence_rollup import DAY_MS, MINUTE_MS, TOTAL, Point, parse_peaks, resample
+from watermark.rules.online.rollup import DAY_MS, MINUTE_MS, TOTAL, Point, parse_peaks, resample
 from watermark.rules.scenarios import fleet
 from watermark.rules.simulate import Simulator
 from watermark.schema.config import Config

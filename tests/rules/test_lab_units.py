@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import msgspec
 import pytest
 
 from dashboard.pages.lab.model import findings
@@ -13,9 +14,8 @@ from watermark.alerting.config import AlertConfig, WatermarkFlat
 from watermark.rules.fleet import IdleDecision, IdleTicker, summary
 from watermark.rules.tradeoff import GRID_MS, Tradeoff, bucket, hist_field, parse_hist_field
 from watermark.rules.watermarks import ServerWatermarks, policy_max
-from watermark.schema.config import Config, ConfigError
-from watermark.schema.lanes import DEFAULT_IDLE_TIMEOUT_MS, LANES, lane_config
-from watermark.store.views.lanes import Lane
+from watermark.schema.config import DEFAULT_IDLE_TIMEOUT_MS, LANES, Config, ConfigError, Lane, lane_config
+from watermark.schema.records import RecordError, decode_json
 from watermark.store.views.snapshot import BatchPoint, PipelineState, ServerTotals, Snapshot, StreamInfo, Totals
 
 
@@ -107,6 +107,22 @@ def test_lane_config_and_lab_variables() -> None:
         "per-server-max", "global")
 
 
+@pytest.mark.parametrize("name", list(LANES))
+def test_one_lane_type_from_the_catalogue_through_redis_to_the_dashboard(name: str) -> None:
+    parent = Config(namespace="wm", lanes=(name,))
+    lane = LANES[name].under(parent)
+    assert (lane.namespace, lane.input_namespace) == (f"wm.{name}", "wm")
+    assert lane.namespace == lane.config(parent).namespace == parent.lane_configs()[0].namespace
+    # what the job registers in {ns}:lanes is what the dashboard and the monitor read back, field for field
+    assert decode_json(msgspec.json.encode(lane), Lane, "lane") == lane
+    assert (lane.mode, lane.policy) == (lane.config(parent).watermark_mode, lane.config(parent).watermark_policy)
+
+
+def test_a_lane_record_that_is_not_a_lane_is_a_record_error() -> None:
+    with pytest.raises(RecordError, match="lane x is not a Lane: .*`name`"):
+        decode_json(b'{"mode": "global"}', Lane, "lane x")
+
+
 @pytest.mark.parametrize(("env", "message"), [
     ({"WATERMARK_MODE": "each"}, "WATERMARK_MODE 'each' must be one of global, per-server"),
     ({"WATERMARK_MODE": "per-server"}, "WATERMARK_MODE per-server needs KNOWN_SERVERS"),
@@ -130,9 +146,7 @@ def point(batch: int, wm: int, events: int = 1, marks: dict[str, int] | None = N
 
 def lane_of(name: str, **changes: object) -> Lane:
     """The catalogue's lane as the dashboard reads it under namespace ``wm``."""
-    spec = LANES[name]
-    fields = {"mode": spec.mode, "policy": spec.policy, "idle": spec.idle, "description": spec.description}
-    return Lane(name=name, namespace=f"wm.{name}", input_namespace="wm", **{**fields, **changes})
+    return msgspec.structs.replace(LANES[name].under(Config(namespace="wm")), **changes)
 
 
 AFTER_2S = AlertConfig(watermark_flat=WatermarkFlat(after_ms=2_000))

@@ -11,7 +11,7 @@ from collections import Counter
 import pyarrow as pa
 import pytest
 
-from watermark.rules.presence_batch import KIND_CODES
+from watermark.rules.online.fold import KIND_CODES
 from watermark.rules.windows import window_ranges
 from watermark.schema.keys import WindowKey
 from watermark.schema.records import NONE_CLOSED_MS

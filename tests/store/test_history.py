@@ -12,9 +12,9 @@ import numpy as np
 import redis
 
 from tests import history_model
+from watermark.rules.online.fold import KIND_CODES
+from watermark.rules.online.rollup import DAY_MS, MINUTE_MS, TOTAL, WEEK_MS, Point, parse_peaks, shifted
 from watermark.rules.online.table import PresenceBatch, PresenceEvents
-from watermark.rules.presence_batch import KIND_CODES
-from watermark.rules.presence_rollup import DAY_MS, MINUTE_MS, TOTAL, WEEK_MS, Point, parse_peaks, shifted
 from watermark.schema.keys import KeySchema
 from watermark.store.commit import Params
 from watermark.store.history_store import HistoryRead, read_history
@@ -133,7 +133,7 @@ def test_a_full_day_of_one_series_is_11520_bytes_and_its_memory_is_bounded(r: re
     """The figure docs/operations.md multiplies out: a series' day written minute by minute as the job writes it
     is 11,520 bytes and 12,344 bytes of Redis memory with its key (jemalloc's 12 KB class; SETRANGE's growth leaves
     no slack at the end), so 307 series x 9 days at 300 servers are 34.1 MB plus the keyspace: 34.3 MB measured."""
-    from watermark.rules.presence_rollup import Minute
+    from watermark.rules.online.rollup import Minute
     from watermark.store.history_store import queue_minute
 
     keys = KeySchema(f"t-{uuid.uuid4().hex[:8]}")

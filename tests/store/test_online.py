@@ -15,9 +15,9 @@ from streamlit.testing.v1 import AppTest
 
 from dashboard.charts import online_over_batches
 from tests.oracle import T0_MS, online_oracle, random_presence_batches
+from watermark.rules.online.fold import KIND_CODES
+from watermark.rules.online.player import PlayerState, Seen, Transition, apply_events, expiry_ms, on_timer
 from watermark.rules.online.table import PlayerTable, PresenceBatch, PresenceEvents
-from watermark.rules.presence import PlayerState, Seen, Transition, apply_events, expiry_ms, on_timer
-from watermark.rules.presence_batch import KIND_CODES
 from watermark.schema.config import Config, ConfigError
 from watermark.schema.events import PAYLOAD_FIELD, Event
 from watermark.schema.keys import KeySchema

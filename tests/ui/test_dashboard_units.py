@@ -327,7 +327,7 @@ def test_redis_failures_say_what_went_wrong(error: Exception, phrase: str) -> No
 
 def test_online_per_minute_and_transitions_per_minute() -> None:
     from dashboard.pages.live_ops import figures
-    from watermark.rules.presence_rollup import TOTAL, Minute
+    from watermark.rules.online.rollup import TOTAL, Minute
 
     minutes = [Minute(60_000, {"A": 3, "B": 1}, {"A": 4, "B": 1, TOTAL: 5},
                       {"A": {"login": 3, "heartbeat": 1, "logout": 1}, "B": {"event": 1, "timeout": 2}}),
@@ -364,7 +364,7 @@ def test_online_per_minute_and_transitions_per_minute() -> None:
 
 
 def test_a_weeks_chart_draws_each_series_the_week_ago_dotted_and_the_marks_in_its_range() -> None:
-    from watermark.rules.presence_rollup import DAY_MS, TOTAL, Point, region_key
+    from watermark.rules.online.rollup import DAY_MS, TOTAL, Point, region_key
     from watermark.store.history_store import Timeline
 
     t0 = 1_767_225_600_000
@@ -442,7 +442,7 @@ def test_every_chart_keeps_the_rules(name: str) -> None:
 
 
 def test_the_history_chart_keeps_the_rules() -> None:
-    from watermark.rules.presence_rollup import DAY_MS, TOTAL, Point
+    from watermark.rules.online.rollup import DAY_MS, TOTAL, Point
     from watermark.store.history_store import Timeline
 
     pts = {s: [Point(T + m * MIN, 3 + m % 5, 4 + m % 5) for m in range(0, 600, 7)] for s in (TOTAL, "A", "B", "C")}

@@ -7,7 +7,7 @@ import random
 from collections import defaultdict
 
 from dashboard.fleet import MAX_SERIES, NO_REGION, grouping
-from watermark.rules.presence_rollup import Minute
+from watermark.rules.online.rollup import Minute
 from watermark.schema.keys import WindowKey
 from watermark.store.report import WindowRow
 from watermark.store.views.online import OnlinePoint
@@ -61,7 +61,7 @@ def test_every_group_is_the_exact_sum_of_its_servers() -> None:
 
 def test_a_lanes_watermark_chart_draws_the_servers_holding_it_back() -> None:
     from dashboard.pages.lab.model import server_watermarks
-    from watermark.store.views.lanes import Lane
+    from watermark.schema.config import Lane
     from watermark.store.views.snapshot import BatchPoint
 
     marks = {s: 1_800_000_000_000 + 1_000 * i for i, s in enumerate(SERVERS)}

@@ -16,7 +16,7 @@ from streamlit.testing.v1 import AppTest
 from dashboard.testing import page_test
 from tests.paths import APP
 from tests.seed import Seeded, seed_pipeline
-from watermark.rules.presence_rollup import day_of, parse_peaks
+from watermark.rules.online.rollup import day_of, parse_peaks
 from watermark.rules.scenarios import fleet
 from watermark.schema.keys import KeySchema, WindowKey
 from watermark.schema.records import PresenceStateRecord

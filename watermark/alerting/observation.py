@@ -17,9 +17,10 @@ from typing import cast
 import numpy as np
 
 from watermark.alerting.verdicts import Flat, WatermarkPoint, flat_run
+from watermark.schema import config
 from watermark.schema.records import NameGuardRecord
 
-MAIN = "main"
+MAIN = config.MAIN
 """The pipeline's name in labels and subjects; lab lanes go by their own names."""
 
 

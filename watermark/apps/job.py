@@ -16,17 +16,17 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import msgspec
 import redis
 from redis.commands.core import Script
 
 from watermark.rules.fleet import IDLENESS_KEEP, IdleTicker
 from watermark.rules.fleet import summary as idle_summary
 from watermark.runtime.signals import on_stop_signals
-from watermark.schema.config import Config, ConfigError, redact_url
+from watermark.schema.config import LANES, Config, ConfigError, redact_url
 from watermark.schema.events import PAYLOAD_FIELD, parse_entry_id
 from watermark.schema.keys import KeySchema
-from watermark.schema.lanes import LANES, lane_config, lane_namespace
-from watermark.schema.records import LaneRecord, StateRecord
+from watermark.schema.records import StateRecord
 from watermark.schema.shards import input_shard_key, shard_of
 from watermark.schema.timeutil import format_duration_ms
 from watermark.spark.checkpoint import job_secret
@@ -67,7 +67,7 @@ def main() -> int:
     logging.getLogger("py4j").setLevel(logging.WARNING)
     try:
         cfg = Config.from_env(os.environ)
-        lanes = [lane_config(cfg, lane) for lane in cfg.lanes]
+        lanes = cfg.lane_configs()
     except ConfigError as exc:
         log.error("config error: %s", exc)
         return 2
@@ -302,9 +302,7 @@ def requested_delay(client: redis.Redis, keys: KeySchema) -> int | None:
 
 def register_lanes(client: redis.Redis, keys: KeySchema, cfg: Config) -> None:
     """Tell the dashboard which lanes run beside this pipeline."""
-    docs = {lane: LaneRecord(namespace=lane_namespace(cfg.namespace, lane), mode=LANES[lane].mode,
-                             policy=LANES[lane].policy, idle=LANES[lane].idle,
-                             description=LANES[lane].description).encode() for lane in cfg.lanes}
+    docs = {lane: msgspec.json.encode(LANES[lane].under(cfg)) for lane in cfg.lanes}
     pipe = home(client, keys.lanes).pipeline(transaction=True)
     pipe.delete(keys.lanes)
     if docs:

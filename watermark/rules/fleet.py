@@ -51,7 +51,7 @@ from enum import StrEnum
 import orjson
 from msgspec.structs import replace as renew
 
-from watermark.rules.presence_rollup import MINUTE_MS
+from watermark.rules.online.rollup import MINUTE_MS
 from watermark.schema.events import IDLE_KIND, IDLE_PLAYER, sign
 from watermark.schema.records import NameGuardRecord
 from watermark.schema.timeutil import iso_from_us

@@ -12,7 +12,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
-from watermark.schema.lanes import LANES
+import msgspec
+
 from watermark.schema.sentinel import is_sentinel, parse_sentinel_url, sentinel_url
 from watermark.schema.timeutil import format_duration_ms, parse_duration_ms
 
@@ -92,10 +93,10 @@ class Config:
     watermark_policy: str = "min"  # how Spark combines per-server watermarks (multipleWatermarkPolicy)
     idle_timeout_ms: int | None = None  # per-server mode: a server silent this long stops holding the watermark
     input_namespace: str | None = None  # read another namespace's input stream (lab lanes); None: our own
-    lanes: tuple[str, ...] = ()  # lab lanes run beside this pipeline over the same input (see watermark.schema.lanes)
+    lanes: tuple[str, ...] = ()  # lab lanes run beside this pipeline over the same input (see :class:`Lane`)
     online_timeout_ms: int = 30_000  # event time without an event after which a player is offline
     online_groups: int = 0  # 0: the job folds the online view; N: wm-online processes, one per group (decision 0020)
-    history_days: int = DEFAULT_HISTORY_DAYS  # days of per-minute players online kept (watermark.rules.presence_rollup)
+    history_days: int = DEFAULT_HISTORY_DAYS  # days of per-minute players online kept (watermark.rules.online.rollup)
     retire_after_ms: int = 600_000  # a server silent this long (arrival time) leaves the live views until it speaks
     new_servers_per_minute: int = 1_000  # the flood guard: new server names a minute admits (0: no guard)
     demo: bool = True  # DEMO: the demo's event generator runs (./run.sh); off: your own producers write the events
@@ -191,6 +192,10 @@ class Config:
         """The stream key this pipeline reads (a lab lane reads its parent's)."""
         return f"{self.input_namespace or self.namespace}:events"
 
+    def lane_configs(self) -> list[Config]:
+        """The configuration of each lab lane this pipeline runs (``LAB_LANES``), in its order."""
+        return [LANES[lane].config(self) for lane in self.lanes]
+
     def with_(self, **changes: Any) -> Config:  # noqa: ANN401 - any field of the dataclass, checked again
         return replace(self, **changes)
 
@@ -242,6 +247,79 @@ class Config:
             demo=demo,
             lab_control=_switch(env, "LAB_CONTROL", demo),
         )
+
+
+# --------------------------------------------------------------------------- lab lanes
+
+DEFAULT_IDLE_TIMEOUT_MS = 20_000
+
+
+class Lane(msgspec.Struct, frozen=True, kw_only=True):
+    """A lab lane: an extra pipeline over the same input with a watermark strategy of its own; or, named
+    :data:`MAIN`, the configured pipeline itself. The one lane type: the catalogue's entries (:data:`LANES`), what
+    the job registers in ``{ns}:lanes`` and what the dashboard reads back.
+
+    A lane's output is a whole pipeline's (its keys in ``{ns}.{lane}``), so every page can show it. It reads
+    nothing itself: the job's sink judges each batch's aggregate against the lane's own watermark
+    (``watermark.spark.sink.LaneSink``), so a lane adds no read of the input."""
+
+    name: str
+    mode: str = "global"
+    policy: str = "min"
+    idle: bool = False
+    description: str = ""
+    namespace: str = ""
+    """Where its output goes: ``{parent}.{name}``; empty in the catalogue (:meth:`under` fills it)."""
+    input_namespace: str = ""
+    """The namespace whose input stream it reads: its parent's."""
+
+    @classmethod
+    def main(cls, namespace: str) -> Lane:
+        """The configured pipeline, as the dashboard shows it beside its lanes."""
+        return cls(name=MAIN, namespace=namespace, input_namespace=namespace)
+
+    def under(self, parent: Config) -> Lane:
+        """This catalogue entry as a lane of ``parent``."""
+        return msgspec.structs.replace(self, namespace=lane_namespace(parent.namespace, self.name),
+                                       input_namespace=parent.input_namespace or parent.namespace)
+
+    def config(self, parent: Config) -> Config:
+        """``parent``'s configuration with this lane's watermark strategy, namespace and checkpoint."""
+        idle = (parent.idle_timeout_ms or DEFAULT_IDLE_TIMEOUT_MS) if self.idle else None
+        return parent.with_(
+            namespace=lane_namespace(parent.namespace, self.name),
+            checkpoint_dir=f"{parent.checkpoint_dir.rstrip('/')}.{self.name}",
+            input_namespace=parent.input_namespace or parent.namespace,
+            watermark_mode=self.mode, watermark_policy=self.policy, idle_timeout_ms=idle, lanes=(),
+        )
+
+    @property
+    def label(self) -> str:
+        return "configured pipeline" if self.name == MAIN else self.name
+
+
+MAIN = "main"
+
+LANES: dict[str, Lane] = {s.name: s for s in (
+    Lane(name="global", mode="global", policy="min", description="one watermark over all servers"),
+    Lane(name="per-server-min", mode="per-server", policy="min",
+         description="each server its own watermark, combined by min: the slowest or an idle server holds windows "
+                     "open"),
+    Lane(name="per-server-min-idle", mode="per-server", policy="min", idle=True,
+         description="per-server min, and a server silent for IDLE_TIMEOUT stops holding the watermark back"),
+    Lane(name="per-server-max", mode="per-server", policy="max",
+         description="per-server max: the fastest server drives the watermark, a slow server's data is dropped"),
+)}
+"""The lanes ``LAB_LANES`` may name."""
+
+
+def lane_namespace(parent: str, lane: str) -> str:
+    return f"{parent}.{lane}"
+
+
+def lane_config(parent: Config, lane: str) -> Config:
+    """The parent's configuration for its lane named ``lane``."""
+    return LANES[lane].config(parent)
 
 
 _TOKEN = re.compile(r"^[\x21-\x7e]+$")

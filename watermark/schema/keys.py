@@ -94,7 +94,7 @@ key                                                type    contents
 ``{ns}:tradeoff``                                  hash    ``{server}|{bucket}`` -> (event, window)
                                                            pairs, ``grid`` (see ``watermark.rules.tradeoff``)
 ``{ns}:lanes``                                     hash    lab lane name -> JSON (namespace, mode,
-                                                           policy, idle timeout); see ``watermark.schema.lanes``
+                                                           policy, idle, ...): ``watermark.schema.config.Lane``
 ``{ns}:control``                                   hash    what the presenter asks for (dashboard's Lab
                                                            control, ``wm-control``):
                                                            ``scenario``, ``rate``, ``generator``
@@ -136,7 +136,7 @@ key                                                type    contents
 ``{ns}:presence:commits``                          stream  one entry per batch the online view committed
                                                            (``batch``, ``end_id``), to wait on
 ``{ns}:presence:minutes``                          zset    one JSON record per closed minute of arrival time
-                                                           (``watermark.rules.presence_rollup.Minute``), score =
+                                                           (``watermark.rules.online.rollup.Minute``), score =
                                                            the minute's first ms; the open minute is the
                                                            state's ``minute`` field
 ``{ns}:presence:peak:{day_ms}``                    hash    the UTC day's peak online per server, region
@@ -150,7 +150,7 @@ key                                                type    contents
                                                            ``*``): 1440 slots of 8 bytes, ``last+1``,
                                                            ``peak+1`` (uint32 LE; zero: no data), written with
                                                            SETRANGE as each minute closes
-                                                           (``watermark.rules.presence_rollup``); at most 11,520 bytes,
+                                                           (``watermark.rules.online.rollup``); at most 11,520 bytes,
                                                            expires ``HISTORY_DAYS`` whole days after its day
 ``{ns}:annotations``                               zset    deploys, maintenance, incidents: JSON
                                                            ``Annotation`` (``watermark.schema.records``), score =
@@ -379,7 +379,7 @@ class KeySchema:
         return self._k("presence", "peak", "ever")
 
     def history(self, day_ms: int, series: str) -> str:
-        """One series' players online per minute of one UTC day (``watermark.rules.presence_rollup``)."""
+        """One series' players online per minute of one UTC day (``watermark.rules.online.rollup``)."""
         return self._k("history", day_ms, series)
 
     @property

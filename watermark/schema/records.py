@@ -8,7 +8,7 @@ with it, where it is read, never a ``KeyError`` three calls later.
   input entry it covered.
 * :class:`DeadEntry`: one entry of ``{ns}:dead``, a quarantined input entry (same ID) with its reason.
 * :class:`PresenceRecord`: the online view's record of one batch, a member of ``{ns}:presence:history``.
-* :class:`LaneRecord`: a lab lane the job runs, a field of ``{ns}:lanes``.
+* a lab lane the job runs, a field of ``{ns}:lanes``: :class:`watermark.schema.config.Lane`.
 * :class:`StateRecord`: a pipeline's commit record, the hash ``{ns}:state`` (with :class:`StateParams`), written
   by its commit (``watermark.store.commit``) and by the job when it stops; read by the commits, the sink's lanes,
   the dashboard and the reports.
@@ -313,16 +313,6 @@ class Annotation(_JsonRecord, frozen=True, kw_only=True):
         return self.start_ms if self.end_ms is None else self.end_ms
 
 
-class LaneRecord(_JsonRecord, frozen=True, kw_only=True):
-    """A lab lane: its namespace and watermark strategy (``watermark.schema.lanes``)."""
-
-    namespace: str
-    mode: str = "global"
-    policy: str = "min"
-    idle: bool = False
-    description: str = ""
-
-
 class _HashRecord(msgspec.Struct, frozen=True, kw_only=True):
     """A record kept as a Redis hash, one field per attribute, each value its text: an integer in decimal and
     ``None`` as the empty string (what the commits have always written), so a partial ``HMGET`` reads back as
@@ -487,7 +477,7 @@ class PresenceStateRecord(_HashRecord, frozen=True, kw_only=True):
     lost_at_batch: int | None = None
     """Redis came back empty before this batch: the history before it is gone."""
     minute: str | None = None
-    """The open minute as JSON, read by ``watermark.rules.presence_rollup.Minute`` (a rule: this floor cannot
+    """The open minute as JSON, read by ``watermark.rules.online.rollup.Minute`` (a rule: this floor cannot
     name it)."""
     partial_until_ms: int | None = None
     """Rebuilt from new events after a loss: whole once the watermark passes this."""

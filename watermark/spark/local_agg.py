@@ -12,7 +12,7 @@ Items (tag, server, a, b, c, n, lo, hi), one per row:
   count and event time range;
 - an idle marker: one TICK item; a quarantined entry: one BAD item whose ``b`` is the entry as JSON;
 - a presence row (one accepted event): a PRESENCE item with the event time in ``a``, the player in ``b``, the
-  entry ID in ``c``, the kind's code (:data:`watermark.rules.presence_batch.KIND_CODES`) in ``lo`` and the input
+  entry ID in ``c``, the kind's code (:data:`watermark.rules.online.fold.KIND_CODES`) in ``lo`` and the input
   shard the entry came from in ``shard``; unique by its entry, so the sum leaves it as it is.
 Summed per (tag, server, a, b, c): ``n``, and ``min_ev``/``max_ev`` the least ``lo`` and greatest ``hi``
 (``shard`` only on PRESENCE items: an entry ID is unique only within its shard).
@@ -26,7 +26,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from watermark.rules.presence_batch import KIND_CODES
+from watermark.rules.online.fold import KIND_CODES
 from watermark.schema.events import IDLE_KIND
 from watermark.schema.timeutil import iso_from_us
 from watermark.spark import partial

@@ -15,7 +15,6 @@ from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 from watermark.schema.config import Config
 from watermark.schema.events import IDLE_KIND, Rules
 from watermark.schema.keys import KeySchema
-from watermark.schema.lanes import lane_config
 from watermark.spark.checkpoint import job_secret
 from watermark.spark.cluster import is_local_master, ship_package
 from watermark.spark.partial import PACKED
@@ -124,7 +123,7 @@ def pipeline_sink(cfg: Config, background: bool = False) -> RedisSink:
     """The sink of the job's one query: the configured pipeline, its lab lanes and the online players (with
     ``background``, the lanes and the online players commit on a thread of their own: see
     :class:`RedisSink`)."""
-    lanes = [LaneSink(KeySchema(c.namespace), params_of(c)) for c in (lane_config(cfg, lane) for lane in cfg.lanes)]
+    lanes = [LaneSink(KeySchema(c.namespace), params_of(c)) for c in cfg.lane_configs()]
     return RedisSink(cfg.redis_url, KeySchema(cfg.namespace), params_of(cfg), cfg.checkpoint_dir, lanes=lanes,
                      online_timeout_ms=cfg.online_timeout_ms, background=background, online_groups=cfg.online_groups,
                      source_options=source_options(cfg, pre_aggregate=True, spark=SparkSession.getActiveSession()))

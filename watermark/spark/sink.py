@@ -30,9 +30,9 @@ from pyspark.sql import DataFrame
 
 from watermark.rules.fleet import FLOOD_REASON, admit
 from watermark.rules.late import LateEvent
+from watermark.rules.online.fold import KIND_CODES
+from watermark.rules.online.rollup import MINUTE_MS
 from watermark.rules.online.table import PresenceBatch, PresenceEvents
-from watermark.rules.presence_batch import KIND_CODES
-from watermark.rules.presence_rollup import MINUTE_MS
 from watermark.rules.watermarks import ServerWatermarks
 from watermark.rules.windows import Histograms, event_ms, late_counts
 from watermark.schema.events import parse_entry_id

@@ -18,7 +18,7 @@ import msgspec
 import redis
 
 from watermark.alerting.lifecycle import Notice
-from watermark.rules.presence_rollup import DAY_MS
+from watermark.rules.online.rollup import DAY_MS
 from watermark.schema.keys import KeySchema
 from watermark.schema.records import Annotation, RecordError
 from watermark.schema.timeutil import parse_duration_ms, parse_iso_us

@@ -28,7 +28,6 @@ from watermark.rules.windows import event_ms, next_watermark
 from watermark.schema.config import Config
 from watermark.schema.events import parse_entry_id
 from watermark.schema.keys import KeySchema, WindowKey, total_field
-from watermark.schema.lanes import lane_namespace
 from watermark.schema.records import (
     BatchRecord,
     CommitEntry,
@@ -188,7 +187,7 @@ def params_of(cfg: Config) -> Params:
                   new_servers_per_minute=cfg.new_servers_per_minute if cfg.input_namespace is None else 0,
                   wait_replicas=cfg.wait_replicas, wait_timeout_ms=cfg.wait_timeout_ms,
                   players_lanes=None if cfg.input_namespace is not None else tuple(
-                      KeySchema(lane_namespace(cfg.namespace, lane)).state for lane in cfg.lanes))
+                      KeySchema(c.namespace).state for c in cfg.lane_configs()))
 
 
 def readers_of(cfg: Config) -> tuple[str, ...]:
@@ -198,7 +197,7 @@ def readers_of(cfg: Config) -> tuple[str, ...]:
     entries it still needs, which is what lets the next run catch it up (:meth:`RedisSink.catch_up`)."""
     if cfg.input_namespace is not None:
         return ()  # a lane trims nothing
-    return (*(KeySchema(lane_namespace(cfg.namespace, lane)).state for lane in cfg.lanes),
+    return (*(KeySchema(c.namespace).state for c in cfg.lane_configs()),
             online_reader(KeySchema(cfg.namespace), cfg.online_groups))
 
 

@@ -4,7 +4,7 @@ The online view's merge (:mod:`watermark.store.online.merge`) queues :func:`queu
 transaction when a minute closes, so a batch run again writes nothing twice (and a slot written twice would hold
 the same bytes). A reader asks for some series over a range with :class:`HistoryRead`: one GETRANGE per series
 and day, so a week of the total and six regions is 8 x 7 commands whatever the number of servers or players, and
-each reply is only the slots in range (``watermark.rules.presence_rollup`` has the layout).
+each reply is only the slots in range (``watermark.rules.online.rollup`` has the layout).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 
 import redis
 
-from watermark.rules.presence_rollup import (
+from watermark.rules.online.rollup import (
     DAY_BYTES,
     DAY_MS,
     MINUTE_MS,
@@ -50,7 +50,7 @@ a day's 11,520, where 6.2 took 12,344), one made at its size does not."""
 def queue_minute(pipe: redis.client.Pipeline, keys: KeySchema, closed: Minute, regions: Mapping[str, str],
                  expire_s: int) -> None:
     """A closed minute into every series' day record: one script call a minute for every series (O(servers +
-    regions) slots, none a batch); ``expire_s`` from :func:`watermark.rules.presence_rollup.expire_in_s`."""
+    regions) slots, none a batch); ``expire_s`` from :func:`watermark.rules.online.rollup.expire_in_s`."""
     day = closed.minute_ms - closed.minute_ms % DAY_MS
     slots = minute_slots(closed, regions)
     if slots:

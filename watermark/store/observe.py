@@ -20,12 +20,12 @@ from watermark.schema.keys import KeySchema
 from watermark.schema.records import (
     BatchRecord,
     ClockRecord,
-    LaneRecord,
     PresenceRecord,
     PresenceStateRecord,
     ServerRecord,
 )
 from watermark.store.pipeline_status import PipelineStatus, first_after, read_memory, read_pipeline
+from watermark.store.views.lanes import read_lanes
 
 
 @dataclass(frozen=True)
@@ -45,8 +45,7 @@ class StackReading:
 
 def lane_keys(client: redis.Redis, keys: KeySchema) -> dict[str, KeySchema]:
     """The lab lanes the job runs, by name (``{ns}:lanes``)."""
-    return {name.decode(): KeySchema(LaneRecord.decode(raw, f"lane {name.decode()!r}").namespace)
-            for name, raw in client.hgetall(keys.lanes).items()}
+    return {lane.name: KeySchema(lane.namespace) for lane in read_lanes(client, keys.namespace) if lane.name != MAIN}
 
 
 def pipeline_obs(name: str, status: PipelineStatus, now_ms: int) -> PipelineObs:

@@ -25,11 +25,10 @@ from dashboard import loaders, ui
 from dashboard.pages.control.model import generator_line, rate_text
 from dashboard.status import assess, unreachable
 from watermark.rules.scenarios import SCENARIOS
-from watermark.schema.config import Config, ConfigError, redact_url
+from watermark.schema.config import Config, ConfigError, Lane, redact_url
 from watermark.schema.keys import KeySchema
 from watermark.schema.records import Control
 from watermark.schema.timeutil import format_duration_ms, parse_duration_ms
-from watermark.store.views.lanes import Lane
 
 DEFAULT_RATE = 1000.0
 

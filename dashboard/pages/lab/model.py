@@ -17,7 +17,7 @@ from dashboard.charts import PALETTE, WALL_CLOCK, layout, server_colors, time_ax
 from dashboard.fleet import MAX_SERIES
 from dashboard.status import Level, Status, clock, human_ms, stall
 from dashboard.text import md
-from watermark.store.views.lanes import Lane
+from watermark.schema.config import Lane
 from watermark.store.views.snapshot import Snapshot
 
 

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from dashboard.charts import BEHIND, HEIGHT, MAX_EVENT, ON_TIME, Mark, server_colors
-from watermark.rules.presence_rollup import MINUTE_MS, Minute
+from watermark.rules.online.rollup import MINUTE_MS, Minute
 
 GAP_MS = 90_000
 """Two minutes further apart than this have a gap between them: the job stopped, and a line across would invent."""

@@ -9,7 +9,7 @@ from dashboard.fleet import NO_REGION, Grouping
 from dashboard.status import clock, human_ms
 from dashboard.text import md
 from watermark.rules.fleet import in_view
-from watermark.rules.presence_rollup import TOTAL, region_key
+from watermark.rules.online.rollup import TOTAL, region_key
 from watermark.rules.server_clock import NOTICEABLE_AHEAD_MS
 from watermark.store.views.online import OnlineView
 from watermark.store.views.snapshot import Snapshot, WindowRow

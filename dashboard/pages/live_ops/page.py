@@ -13,7 +13,7 @@ from dashboard.fleet import Grouping, grouping
 from dashboard.pages.live_ops import figures, model
 from dashboard.status import clock, human_ms
 from dashboard.text import md, md_list
-from watermark.rules.presence_rollup import DAY_MS, MINUTE_MS, TOTAL, region_key
+from watermark.rules.online.rollup import DAY_MS, MINUTE_MS, TOTAL, region_key
 from watermark.schema.config import Config
 from watermark.store.history_store import Timeline
 from watermark.store.views.online import OnlineView
@@ -138,7 +138,7 @@ def shared(snap: Snapshot) -> tuple:
 
 HELP_ONLINE = ("From the online view: players whose latest event is a login or heartbeat and who have been silent "
                "for less than the timeout in event time, as of the watermark below (every batch folds its events "
-               "into each player's state, watermark/rules/presence.py).")
+               "into each player's state, watermark/rules/online/player.py).")
 
 
 def online_now(snap: Snapshot, g: Grouping) -> None:

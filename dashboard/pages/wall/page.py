@@ -19,7 +19,7 @@ from dashboard.pages.wall import model
 from dashboard.status import clock, human_ms, verdict
 from dashboard.text import md
 from watermark.alerting.health import Health, Severity
-from watermark.rules.presence_rollup import MINUTE_MS, TOTAL
+from watermark.rules.online.rollup import MINUTE_MS, TOTAL
 from watermark.schema.config import Config
 from watermark.store.history_store import Timeline
 from watermark.store.views.snapshot import Snapshot

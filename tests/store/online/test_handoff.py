@@ -13,7 +13,7 @@ import pytest
 import redis
 
 from tests.store.test_online import events
-from tests.store.test_presence_groups import PARAMS, dump, now, random_game, run
+from tests.store.test_online_groups import PARAMS, dump, now, random_game, run
 from tests.store.test_server_clocks import DELAY, T0, TIMEOUT
 from watermark.rules.online.groups import Group
 from watermark.schema.config import ConfigError

@@ -17,9 +17,9 @@ import pandas as pd
 from msgspec.structs import replace
 
 from watermark.rules import fleet, server_clock
+from watermark.rules.online.fold import CAUSES, Fold, Prior, fold
+from watermark.rules.online.player import TIMEOUT
 from watermark.rules.online.table import PlayerIndex, PlayerTable, PlayerTimes, PresenceEvents
-from watermark.rules.presence import TIMEOUT
-from watermark.rules.presence_batch import CAUSES, Fold, Prior, fold
 from watermark.schema.config import Config
 from watermark.schema.records import ClockRecord
 

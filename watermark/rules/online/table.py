@@ -20,7 +20,7 @@ from watermark.schema.records import OnlineBatch
 @dataclass(frozen=True)
 class PresenceEvents:
     """One batch's accepted events for the online view, any order: ``entry`` orders them by arrival,
-    ``kind`` holds :data:`watermark.rules.presence_batch.KIND_CODES`."""
+    ``kind`` holds :data:`watermark.rules.online.fold.KIND_CODES`."""
 
     server: np.ndarray
     player: np.ndarray

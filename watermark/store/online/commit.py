@@ -59,7 +59,7 @@ def commit_presence(client: redis.Redis, keys: KeySchema, b: PresenceBatch, para
     committed it already. ``b.events``: the group's share of the batch (with ``b.newest_arrival_ms`` the whole
     batch's newest arrival when there are other groups).
 
-    The batch's events are folded into the players' state (:func:`watermark.rules.presence_batch.fold`); every
+    The batch's events are folded into the players' state (:func:`watermark.rules.online.fold.fold`); every
     other online player whose time + timeout the next watermark reaches times out, and logouts it passes are
     forgotten. The next watermark is the pipeline's: ``max(in force, running max event - delay)`` from the
     running maximum kept here, or the per-server one handed off. When Redis came back empty while ``mirror``

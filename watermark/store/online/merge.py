@@ -15,7 +15,7 @@ from typing import TypeVar
 
 import redis
 
-from watermark.rules.presence_rollup import (
+from watermark.rules.online.rollup import (
     DAY_MS,
     Minute,
     arrival_ms,

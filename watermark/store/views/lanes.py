@@ -7,36 +7,13 @@ namespace reading the parent's input stream, so every page can show it.
 
 from __future__ import annotations
 
-import msgspec
 import redis
 
 from watermark.rules.fleet import IdleDecision
 from watermark.rules.tradeoff import Tradeoff
+from watermark.schema.config import Lane
 from watermark.schema.keys import KeySchema
-from watermark.schema.records import LaneRecord
-
-
-class Lane(LaneRecord, frozen=True, kw_only=True):
-    """A pipeline the dashboard can show: the configured one (:meth:`main`) or a lab lane, its record as the job
-    registered it in ``{ns}:lanes`` with its name and the namespace whose input stream it reads."""
-
-    name: str
-    input_namespace: str
-
-    @classmethod
-    def main(cls, namespace: str) -> Lane:
-        return cls(name=MAIN, namespace=namespace, input_namespace=namespace)
-
-    @property
-    def label(self) -> str:
-        return "configured pipeline" if self.name == MAIN else self.name
-
-    @property
-    def input_keys(self) -> KeySchema:
-        return KeySchema(self.input_namespace)
-
-
-MAIN = "main"
+from watermark.schema.records import decode_json
 
 
 def read_lanes(client: redis.Redis, namespace: str) -> list[Lane]:
@@ -44,8 +21,7 @@ def read_lanes(client: redis.Redis, namespace: str) -> list[Lane]:
     raw = client.hgetall(KeySchema(namespace).lanes)
     lanes = [Lane.main(namespace)]
     for name, raw_doc in sorted((k.decode(), v) for k, v in raw.items()):
-        doc = LaneRecord.decode(raw_doc, f"lane {name} in {KeySchema(namespace).lanes}")
-        lanes.append(Lane(name=name, input_namespace=namespace, **msgspec.structs.asdict(doc)))
+        lanes.append(decode_json(raw_doc, Lane, f"lane {name} in {KeySchema(namespace).lanes}"))
     return lanes
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import redis
 
-from watermark.rules.presence_rollup import MINUTE_MS, Minute, day_of, parse_peaks
+from watermark.rules.online.rollup import MINUTE_MS, Minute, day_of, parse_peaks
 from watermark.schema.keys import KeySchema
 from watermark.schema.records import ClockRecord, PresenceRecord, PresenceStateRecord
 

@@ -1,4 +1,4 @@
-"""The presence rule (:mod:`watermark.rules.presence`) for a whole batch of players at once, vectorised.
+"""The presence rule (:mod:`watermark.rules.online.player`) for a whole batch of players at once, vectorised.
 
 Per-key Python state costs a Python call per player per batch; at game scale (a quarter of a million
 players, each heard from every few seconds) that is more than two cores can do. The rule needs, per
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from watermark.rules.presence import LOGOUT, PRESENCE, TIMEOUT
+from watermark.rules.online.player import LOGOUT, PRESENCE, TIMEOUT
 
 CAUSES = (PRESENCE, "login", "heartbeat", LOGOUT, TIMEOUT)
 """Transition causes by code; the first four are also the kind codes of events (no kind, login, ...)."""
