@@ -4,6 +4,7 @@ and no code changes ``sys.path`` (the package is installed)."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -142,6 +143,22 @@ def test_the_online_view_stays_split() -> None:
     assert not (ROOT / "watermark/store/presence_store.py").exists(), "the online view's fold goes in rules/online"
     long = {path: n for path in ONLINE_VIEW if (n := len((ROOT / path).read_text().splitlines())) >= 400}
     assert not long, long
+
+
+def test_one_word_for_the_online_view_in_module_names() -> None:
+    """The glossary's word is "online view": no module of code, tests or bench is named after "presence" again
+    (``rules/presence*.py`` became ``rules/online/player.py``, ``fold.py`` and ``rollup.py``)."""
+    found = [str(p.relative_to(ROOT)) for d in ("watermark", "dashboard", "tests", "bench", "scripts")
+             for p in (ROOT / d).rglob("*.py") if "presence" in p.stem or "presence" in p.parent.name]
+    assert not found, found
+
+
+def test_one_lane_type() -> None:
+    """A lane crosses processes as ``schema.config.Lane`` alone: the old types do not come back."""
+    found = [str(p.relative_to(ROOT)) for d in ("watermark", "dashboard", "bench")
+             for p in (ROOT / d).rglob("*.py") if re.search(r"\bclass Lane(Spec|Record)?\b", p.read_text())]
+    assert found == ["watermark/schema/config.py"], found
+    assert not (ROOT / "watermark/schema/lanes.py").exists()
 
 
 def test_no_rule_imports_redis() -> None:
