@@ -12,7 +12,6 @@ import random
 import uuid
 from collections.abc import Callable
 
-import pytest
 import redis
 
 from tests.store.test_online import events
@@ -114,16 +113,6 @@ def test_the_games_split_servers_among_the_groups() -> None:
     """Four servers in two groups (D | A, B, C) and in four (D | B | none | A, C): an empty group too."""
     assert [[s for s in "ABCD" if Group(g, 2).owns(s)] for g in range(2)] == [["D"], ["A", "B", "C"]]
     assert [[s for s in "ABCD" if Group(g, 4).owns(s)] for g in range(4)] == [["D"], ["B"], [], ["A", "C"]]
-
-
-@pytest.mark.parametrize("seed", range(4))
-def test_groups_keep_what_one_fold_keeps(r: redis.Redis, seed: int) -> None:
-    batches = random_game(seed)
-    whole = dump(r, run(r, batches, 1))
-    assert any(k.startswith("present:") and v for k, v in whole.items())  # players online: not a compare of nothing
-    assert dump(r, run(r, batches, 2)) == whole  # in lockstep
-    assert dump(r, run(r, batches, 2, random_order(seed), restart_every=7, seed=seed)) == whole
-    assert dump(r, run(r, batches, 4, random_order(seed + 10), restart_every=5, seed=seed)) == whole
 
 
 def test_a_silent_group_runs_its_clock_on_the_batch_s_newest_arrival(r: redis.Redis) -> None:

@@ -13,7 +13,7 @@ import pytest
 import redis
 
 from tests.store.test_online import events
-from tests.store.test_online_groups import PARAMS, dump, now, random_game, run
+from tests.store.test_online_groups import PARAMS, dump, now, random_game, random_order, run
 from tests.store.test_server_clocks import DELAY, T0, TIMEOUT
 from watermark.rules.online.groups import Group
 from watermark.schema.config import ConfigError
@@ -39,12 +39,9 @@ def runners(r: redis.Redis, keys: KeySchema, groups: int) -> list[GroupRunner]:
     return [GroupRunner(r, keys, Group(g, groups), PARAMS, now) for g in range(groups)]
 
 
-@pytest.mark.parametrize(("seed", "groups"), [(0, 1), (1, 2), (2, 4)])
-def test_groups_fold_what_is_handed_off_as_the_job_would(r: redis.Redis, seed: int, groups: int) -> None:
-    """Batches handed off while the groups run at their own pace, each restarted now and then (a new runner loads
-    its players from Redis)."""
-    batches = random_game(seed)
-    whole = dump(r, run(r, batches, 1))
+def handed(r: redis.Redis, batches: list[list[tuple]], groups: int, seed: int) -> KeySchema:
+    """Every batch handed off while the groups' runners run at their own pace, each restarted now and then (a new
+    runner loads its players from Redis); each batch folded once, in order, by every group."""
     keys = KeySchema(f"ho-{uuid.uuid4().hex[:8]}")
     rng = random.Random(seed)
     rs = runners(r, keys, groups)
@@ -59,10 +56,32 @@ def test_groups_fold_what_is_handed_off_as_the_job_would(r: redis.Redis, seed: i
         folded[g] += rs[g].step()
         assert folded[g] == list(range(len(batches)))  # each batch once, in order
     got = dump(r, keys)
-    handed = {k for k in got if k.startswith("online:")}
-    assert handed == {"online:batches", "online:handoff"}  # every share left with its group's commit
-    assert {k: v for k, v in got.items() if k not in handed} == whole
+    assert {k for k in got if k.startswith("online:")} == {"online:batches", "online:handoff"}  # shares gone
     assert not r.zcard(keys.presence_parts_index)
+    return keys
+
+
+ONE_PATH = [  # (who carries the batches to the fold, groups, seed): decision 0025
+    ("job", 2, 0), ("job", 2, 1), ("job", 4, 2), ("job", 3, 3),
+    ("hand-off", 1, 0), ("hand-off", 2, 1), ("hand-off", 4, 2), ("hand-off", 3, 3),
+]
+
+
+@pytest.mark.parametrize(("carried", "groups", "seed"), ONE_PATH)
+def test_the_online_view_is_one_fold_whoever_carries_the_batches(r: redis.Redis, carried: str, groups: int,
+                                                                 seed: int) -> None:
+    """The one test matrix of decision 0025. The job's own fold (``ONLINE_GROUPS=0``: every server, group 0 of 1)
+    is what the view must hold. The same commit run by N groups in the job's process, in any order, restarted and
+    retried, or reached through the hand-off by ``wm-online``'s runners, holds exactly that: every key the view
+    keeps (players, counts, state, records, minutes, peaks, history), but the hand-off's own."""
+    batches = random_game(seed)
+    whole = dump(r, run(r, batches, 1))
+    assert any(k.startswith("present:") and v for k, v in whole.items())  # players online: not a compare of nothing
+    if carried == "job":
+        keys = run(r, batches, groups, random_order(seed) if seed % 2 else None, restart_every=7, seed=seed)
+    else:
+        keys = handed(r, batches, groups, seed)
+    assert {k: v for k, v in dump(r, keys).items() if not k.startswith("online:")} == whole
 
 
 def test_a_group_configured_for_another_number_refuses(r: redis.Redis) -> None:
