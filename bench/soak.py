@@ -169,7 +169,7 @@ class Soak:
         c = redis.Redis.from_url(self.stack.url, socket_timeout=10)
         while not self.done.wait(0.5):
             try:
-                ts, now = c.hget("wm:presence:state", "batch_ts_ms"), redis_ms(c)
+                ts, now = c.hget("wm:online:state", "batch_ts_ms"), redis_ms(c)
             except redis.RedisError:
                 continue
             if ts:

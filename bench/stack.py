@@ -343,7 +343,7 @@ class Sampler(threading.Thread):
         while not self.done.wait(0.5):
             self.peak_rss_mb = max(self.peak_rss_mb, tree_rss_mb(self.job_pid))
             try:
-                ts = self.client.hget(f"{self.ns}:presence:state", "batch_ts_ms")
+                ts = self.client.hget(f"{self.ns}:online:state", "batch_ts_ms")
                 now = redis_ms(self.client)
             except redis.RedisError:
                 continue

@@ -151,6 +151,9 @@ def test_one_word_for_the_online_view_in_module_names() -> None:
     found = [str(p.relative_to(ROOT)) for d in ("watermark", "dashboard", "tests", "bench", "scripts")
              for p in (ROOT / d).rglob("*.py") if "presence" in p.stem or "presence" in p.parent.name]
     assert not found, found
+    # nor a key: the view's are {ns}:online:*, the hand-off's {ns}:handoff:* (the old ones are renamed at start)
+    key_words = set(re.findall(r'self\._k\("([a-z_]+)"', (ROOT / "watermark/schema/keys.py").read_text()))
+    assert {"online", "handoff"} <= key_words and not key_words & {"presence", "present", "loggedout"}, key_words
 
 
 def test_one_lane_type() -> None:

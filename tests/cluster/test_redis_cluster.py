@@ -53,8 +53,8 @@ def test_a_braced_namespace_keeps_the_pipeline_on_one_node_and_spreads_the_input
     """Every key a commit names (its state, totals, windows, late and dead streams per shard, a lane's and the
     online view's) shares the state's slot; input shards 1-3 each hash on their own name, over the nodes."""
     lane = KeySchema(lane_namespace(keys.namespace, "per-server-min"))
-    own = [keys.totals, keys.windows, keys.commits, keys.batches, keys.seen, keys.idleness, keys.presence_state,
-           keys.presence_counts, keys.online("A"), keys.trimmed, keys.events, lane.state, lane.totals,
+    own = [keys.totals, keys.windows, keys.commits, keys.batches, keys.seen, keys.idleness, keys.online_state,
+           keys.online_counts, keys.online("A"), keys.trimmed, keys.events, lane.state, lane.totals,
            *(shard_key(keys.late, k) for k in range(4)), *(shard_key(keys.dead, k) for k in range(4))]
     assert all(same_slot(k, keys.state) for k in own)
     inputs = [keys.input_shard(k) for k in range(1, 4)]
@@ -238,7 +238,7 @@ def test_the_online_view_s_groups_fold_on_the_pipeline_s_node(c: RedisCluster, r
         for g in (i % 2, 1 - i % 2):  # now one group first, now the other
             groups[g].step()
     got = dump(c, keys)
-    assert {k for k in got if k.startswith("online:")} == {"online:batches", "online:handoff"}
-    assert {k: v for k, v in got.items() if not k.startswith("online:")} == whole
-    node = home(c, keys.presence_state)
+    assert {k for k in got if k.startswith("handoff:")} == {"handoff:batches", "handoff:guard"}
+    assert {k: v for k, v in got.items() if not k.startswith("handoff:")} == whole
+    node = home(c, keys.online_state)
     assert all(node.exists(f"{keys.namespace}:{k}") for k in got)  # one slot: all on the pipeline's node

@@ -70,7 +70,7 @@ def test_a_follower_whose_commits_redis_lost_is_not_built_on(r: redis.Redis, red
     lane = LaneSink(KeySchema(f"{keys.namespace}.lane"), replace(PARAMS, trims=False))
     sink = RedisSink(redis_url, keys, PARAMS, "unused", lanes=[lane], online_timeout_ms=30_000)
     r.hset(lane.keys.state, "last_batch", 3)
-    r.hset(keys.presence_state, "last_batch", 4)
+    r.hset(keys.online_state, "last_batch", 4)
     sink.followers_in_step(4)  # the next batch for the lane, one already there for the online view
     sink.followers_in_step(2)  # a batch run again: each has it
     with pytest.raises(FollowerBehind, match=f"batch 5: lane {lane.keys.namespace} at batch 3: Redis lost"):

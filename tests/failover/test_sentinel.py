@@ -156,4 +156,4 @@ def test_the_online_views_commit_is_done_only_once_its_replica_has_it(group: Sen
         replica.signal(signal.SIGCONT)
     assert with_retry(lambda: commit_presence(client, keys, login(1, "p2"), params, 60_000),
                       "the online view's commit of batch 1", give_up_after_s=30) is False  # applied, now replicated
-    assert {k.decode(): int(v) for k, v in replica.client().hgetall(keys.presence_counts).items()} == {"A": 2}
+    assert {k.decode(): int(v) for k, v in replica.client().hgetall(keys.online_counts).items()} == {"A": 2}

@@ -139,7 +139,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Stack, Rec
         s = Stack(tmp_path_factory.mktemp("alerts-e2e"), hook)
         try:
             client = s.client
-            assert client.xread({s.keys.presence_commits: "0-0"}, block=180_000), "the online view committed nothing"
+            assert client.xread({s.keys.online_commits: "0-0"}, block=180_000), "the online view committed nothing"
             yield s, hook
         finally:
             s.close()

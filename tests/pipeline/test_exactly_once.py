@@ -97,11 +97,11 @@ def snapshot(client: redis.Redis, keys: KeySchema) -> dict:
     time): the windows, and the online view's players, counts and per-batch history."""
     out: dict = {}
     skip = {*(keys.input_shard(k) for k in range(256)), *(keys.trimmed_of(k) for k in range(256)), keys.commits,
-            keys.presence_commits,
-            keys.presence_minutes, keys.batch_seconds}
+            keys.online_commits,
+            keys.online_minutes, keys.batch_seconds}
     for raw in home(client, keys.state).keys(keys.namespace + ":*"):  # a cluster's: the namespace's one node
         key = raw.decode()
-        if key in skip or key.startswith(tuple(keys.namespace + k for k in (":presence:peak:", ":presence:group:",
+        if key in skip or key.startswith(tuple(keys.namespace + k for k in (":online:peak:", ":online:group:",
                                                                              ":online:"))):
             continue  # (the groups' guards and the hand-off are how the view was folded, not what it says)
         name = key[len(keys.namespace):]
@@ -121,7 +121,7 @@ def snapshot(client: redis.Redis, keys: KeySchema) -> dict:
             out[name] = h
         elif kind == b"set":
             out[name] = sorted(client.smembers(raw))
-        elif key == keys.presence_history:
+        elif key == keys.online_history:
             records = [json.loads(m) for m in client.zrange(raw, 0, -1)]
             out[name] = [{k: v for k, v in rec.items() if k != "batch_ts_ms"} for rec in records]
         elif kind == b"zset":
@@ -227,16 +227,16 @@ def test_sigkill_at_random_moments_changes_nothing(redis_url: str, tmp_path: Pat
                 p.terminate()
                 p.wait(timeout=60)
     if groups:  # each group folded every batch, and nothing was left for them
-        assert {int(client.hget(crashed.presence_group(g, groups), "last_batch")) for g in range(groups)} == {
-            int(client.hget(crashed.presence_state, "last_batch"))}
-        assert not list(client.scan_iter(f"{crashed.namespace}:online:rows:*"))
-        assert not client.zcard(crashed.presence_parts_index)
+        assert {int(client.hget(crashed.online_group(g, groups), "last_batch")) for g in range(groups)} == {
+            int(client.hget(crashed.online_state, "last_batch"))}
+        assert not list(client.scan_iter(f"{crashed.namespace}:handoff:rows:*"))
+        assert not client.zcard(crashed.online_parts_index)
 
     assert kills == KILLS
     expected, actual = snapshot(client_clean, clean), snapshot(client, crashed)
     assert int(expected[":state"]["last_batch"]) >= len(entries) // BATCH_CAP
     assert actual == expected
-    assert sum(int(v) for v in expected[":presence:counts"].values()) > 0  # the online view was compared too
+    assert sum(int(v) for v in expected[":online:counts"].values()) > 0  # the online view was compared too
     # Nothing lost, nothing counted twice: every raw event is accepted or dropped, once per window.
     assert counted_per_window(client, crashed) == raw_per_window([p for _, p in entries])
     assert int(client.hget(crashed.totals, "dropped")) > 0, "the late bursts must be dropped for this to mean much"

@@ -125,7 +125,7 @@ def test_background_followers_commit_what_synchronous_ones_do(spark: SparkSessio
     sink.close()
 
     assert everything(client, cfg) == renamed(expected, f"sync-{run}", f"bg-{run}")
-    assert int(client.hget(KeySchema(cfg.namespace).presence_state, "last_batch")) >= 3
+    assert int(client.hget(KeySchema(cfg.namespace).online_state, "last_batch")) >= 3
 
 
 @pytest.mark.spark
@@ -150,7 +150,7 @@ def test_followers_a_crash_left_behind_are_caught_up_from_the_stream(spark: Spar
     query.stop()  # the "kill": batch 2 is in the pipeline and in Spark's commit log, not in its followers
     sink.close()
     assert int(client.hget(keys.state, "last_batch")) == 2
-    assert int(client.hget(keys.presence_state, "last_batch")) == 1
+    assert int(client.hget(keys.online_state, "last_batch")) == 1
     for lane in LANES:
         assert int(client.hget(KeySchema(lane_namespace(cfg.namespace, lane)).state, "last_batch")) == 1
 

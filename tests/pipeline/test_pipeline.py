@@ -367,7 +367,7 @@ def test_a_flood_of_new_names_is_quarantined_past_the_minutes_limit(spark: Spark
     known = {k.decode() for k in client.hkeys(keys.seen)}
     assert known == {"A", "B", "C", "f00", "f01"}
     assert {w["server"] for w in build_document(client, keys)["windows"]} == known
-    assert {k.decode() for k in client.hkeys(keys.presence_counts)} <= known
+    assert {k.decode() for k in client.hkeys(keys.online_counts)} <= known
     first, second = (json.loads(client.hget(keys.batch(b), "sink")) for b in (0, 1))
     assert first["refused"] == [f"f{i:02}" for i in range(2, 10)] and second["refused"] == []
     assert second["watermark_ms"] == first["next_watermark_ms"] == t0 // 1000 + 59_000 - 10_000

@@ -96,9 +96,9 @@ def test_each_days_peaks_and_the_highest_ever_equal_the_model(week: Week) -> Non
     assert len(per_day) == DAYS
     for day, want in per_day.items():
         assert day is not None
-        assert parse_peaks(week.client.hgetall(week.keys.presence_peak(day))) == want, day
+        assert parse_peaks(week.client.hgetall(week.keys.online_peak(day))) == want, day
     ever = history_model.peaks(week.counts, week.regions, per_day=False)[None]
-    assert parse_peaks(week.client.hgetall(week.keys.presence_peak_ever)) == ever
+    assert parse_peaks(week.client.hgetall(week.keys.online_peak_ever)) == ever
 
 
 def test_today_against_a_week_ago(week: Week) -> None:

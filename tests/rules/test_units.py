@@ -279,7 +279,7 @@ def test_a_partial_state_read_keeps_the_defaults_and_a_bad_field_is_named() -> N
     old = {b"last_batch": b"4", b"watermark_ms": b"9000", b"in_force_ms": b"8000", b"batch_ts_ms": b"10000",
            b"timeout_ms": b"30000", b"updated_ms": b"10001", b"max_event_us": b"", b"committed_id": b"10000-0",
            b"lost_at_batch": b"2", b"minute": b'{"minute_ms":0}', b"partial_until_ms": b""}
-    rec = PresenceStateRecord.from_hash(old, "wm:presence:state")
+    rec = PresenceStateRecord.from_hash(old, "wm:online:state")
     assert (rec.last_batch, rec.lost_at_batch, rec.partial_until_ms, rec.minute) == (4, 2, None, '{"minute_ms":0}')
     # a hash from before per-server clocks reads with none, and writes the field back
     assert rec.clocks == {} and rec.to_hash() == {**{k.decode(): v.decode() for k, v in old.items()}, "clocks": "{}"}
@@ -287,6 +287,6 @@ def test_a_partial_state_read_keeps_the_defaults_and_a_bad_field_is_named() -> N
     assert (clocks["A"].watermark_ms, clocks["A"].clock_us, clocks["A"].heard_ms, clocks["A"].ahead_ms) == (
         5000, 10_000_000, 7, 90_000)
     with pytest.raises(RecordError, match=r"`clocks` is not JSON"):
-        PresenceStateRecord.from_hash({**old, b"clocks": b"{A"}, "wm:presence:state")
+        PresenceStateRecord.from_hash({**old, b"clocks": b"{A"}, "wm:online:state")
     with pytest.raises(RecordError, match=r"is not a PresenceStateRecord: .* at `\$.lost_at_batch`"):
-        PresenceStateRecord.from_hash({**old, b"lost_at_batch": b"two"}, "wm:presence:state")
+        PresenceStateRecord.from_hash({**old, b"lost_at_batch": b"two"}, "wm:online:state")

@@ -736,13 +736,13 @@ def test_a_fleet_that_is_replaced_as_it_plays_drains_each_server_and_keeps_its_p
                                                 a // 1000) for a, e in rows])
         assert commit_presence(r, keys, PresenceBatch(i, wm, second * 1000, f"{second * 1000}-0", ev, 2_000),
                                params, 30_000, mirror)
-        state = PresenceStateRecord.from_hash(r.hgetall(keys.presence_state), "t")
+        state = PresenceStateRecord.from_hash(r.hgetall(keys.online_state), "t")
         wm = state.watermark_ms
-        last = json.loads(r.zrange(keys.presence_history, -1, -1)[0])
+        last = json.loads(r.zrange(keys.online_history, -1, -1)[0])
         totals.append(sum(last["counts"].values()))
         for c in last["causes"].values():
             causes.update(c)
-    clocks = PresenceStateRecord.from_hash(r.hgetall(keys.presence_state), "t").clocks
+    clocks = PresenceStateRecord.from_hash(r.hgetall(keys.online_state), "t").clocks
     slots = {p.name for p in sim.scenario.servers}
     newest = {slot: max((s for s in clocks if s.rsplit("-", 1)[0] == slot), key=lambda s: clocks[s].heard_ms)
               for slot in slots}

@@ -107,10 +107,10 @@ def test_the_days_peaks_the_highest_ever_and_the_week_ago_overlay_equal_the_mode
     counts = model_counts(batches)
     for day, want in history_model.peaks(counts, REGIONS, per_day=True).items():
         assert day is not None
-        assert parse_peaks(r.hgetall(keys.presence_peak(day))) == want, day
+        assert parse_peaks(r.hgetall(keys.online_peak(day))) == want, day
     ever = history_model.peaks(counts, REGIONS, per_day=False)[None]
-    assert parse_peaks(r.hgetall(keys.presence_peak_ever)) == ever
-    assert 8 * 86_400 < r.ttl(keys.presence_peak_ever) <= 9 * 86_400  # bounded: it goes when no job writes
+    assert parse_peaks(r.hgetall(keys.online_peak_ever)) == ever
+    assert 8 * 86_400 < r.ttl(keys.online_peak_ever) <= 9 * 86_400  # bounded: it goes when no job writes
     assert ever[TOTAL][1] // DAY_MS * DAY_MS == T0 + 2 * DAY_MS  # the busy Saturday holds the record
     # today 18:00-24:00 against the same hours a week ago, drawn over today
     today = T0 + 7 * DAY_MS

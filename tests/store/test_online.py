@@ -199,7 +199,7 @@ def test_commit_expires_players_the_batch_does_not_touch(r: redis.Redis) -> None
     assert members(r, keys.online("B")) == {"p4": 115_000_000}
     view = read_online(r, keys)
     assert view is not None and view.counts == {"A": 0, "B": 1}
-    last = json.loads(r.zrange(keys.presence_history, -1, -1)[0])
+    last = json.loads(r.zrange(keys.online_history, -1, -1)[0])
     assert last["causes"] == {"A": {"timeout": 2}, "B": {"login": 1}}
     assert (last["online"], last["offline"]) == (1, 2)
 
@@ -377,7 +377,7 @@ def test_handmade_batches_match_the_oracle(spark: SparkSession, redis_url: str, 
     assert view is not None and view.timeout_ms == TIMEOUT
     # batch 5 (p9 logs in) moves B's watermark to 40 s, which expires p3; batch 6: p9's gap (off and back on)
     # and p10 on; p8 stays, judged by A's clock, not by B's 58 s (the history keeps the global watermark)
-    records = {json.loads(m)["batch"]: json.loads(m) for m in client.zrange(keys.presence_history, 0, -1)}
+    records = {json.loads(m)["batch"]: json.loads(m) for m in client.zrange(keys.online_history, 0, -1)}
     assert [(records[b]["watermark_ms"] - T0_MS, records[b]["online"], records[b]["offline"]) for b in (5, 6)] == [
         (40_000, 1, 1), (53_000, 2, 1)]
     assert records[6]["causes"] == {"A": {"login": 1}, "B": {"heartbeat": 1, "timeout": 1}}
@@ -476,7 +476,7 @@ def test_a_server_drains_and_is_forgotten_and_a_crash_does_not_drain(r: redis.Re
         wm = view.watermark_ms if view is not None else 0
         assert commit_presence(r, keys, PresenceBatch(i, wm, rows[-1][4], f"{rows[-1][4]}-0", events(*rows), DELAY),
                                params, TIMEOUT)
-        return {s: c.drained_ms for s, c in PresenceStateRecord.from_hash(r.hgetall(keys.presence_state),
+        return {s: c.drained_ms for s, c in PresenceStateRecord.from_hash(r.hgetall(keys.online_state),
                                                                           "t").clocks.items()}
 
     drained = commit(0, ("A", "p1", 100_000, "login", 100_000), ("A", "p2", 100_000, "login", 100_000),
@@ -489,11 +489,11 @@ def test_a_server_drains_and_is_forgotten_and_a_crash_does_not_drain(r: redis.Re
         drained = commit(i, ("B", "p3", t, "heartbeat", t))
     assert drained == {"A": 104_000, "B": 0, "C": 0} and members(r, keys.online("C")) == {}
     assert read_online(r, keys).counts == {"A": 0, "B": 1, "C": 0}
-    assert {k.decode() for k in r.hkeys(keys.presence_peak_ever)} >= {"A", "B", "C"}
+    assert {k.decode() for k in r.hkeys(keys.online_peak_ever)} >= {"A", "B", "C"}
     drained = commit(9, ("B", "p3", 165_000, "heartbeat", 165_000))  # 61 s after A's last event, 65 s after C's
     assert drained == {"B": 0}
     assert read_online(r, keys).counts == {"B": 1}
-    assert {k.decode() for k in r.hkeys(keys.presence_peak_ever)} >= {"A", "C"}  # their highest ever stays
+    assert {k.decode() for k in r.hkeys(keys.online_peak_ever)} >= {"A", "C"}  # their highest ever stays
     drained = commit(10, ("A", "p9", 170_000, "login", 170_000))
     assert drained == {"A": 0, "B": 0} and read_online(r, keys).counts == {"A": 1, "B": 1}
 

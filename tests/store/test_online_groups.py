@@ -46,7 +46,7 @@ def dump(r: redis.Redis, keys: KeySchema) -> dict[str, object]:
     out: dict[str, object] = {}
     for raw in r.scan_iter(f"{keys.namespace}:*"):
         name = raw.decode()[len(keys.namespace) + 1:]
-        if name.startswith(("presence:group:", "presence:parts")):
+        if name.startswith(("online:group:", "online:parts")):
             continue
         kind = r.type(raw).decode()
         if kind == "string":
@@ -82,8 +82,8 @@ def run(r: redis.Redis, batches: list[list[tuple]], groups: int,
             assert not commit_presence(r, keys, share(batches, done[g], group, tell_newest), PARAMS, TIMEOUT,
                                        mirrors[g], now, group)
         done[g] += 1
-    assert not r.zcard(keys.presence_parts_index)  # every batch merged, no part left behind
-    assert not list(r.scan_iter(f"{keys.namespace}:presence:parts:*"))
+    assert not r.zcard(keys.online_parts_index)  # every batch merged, no part left behind
+    assert not list(r.scan_iter(f"{keys.namespace}:online:parts:*"))
     return keys
 
 
@@ -129,7 +129,7 @@ def test_a_silent_group_runs_its_clock_on_the_batch_s_newest_arrival(r: redis.Re
 
 def online_a(view: dict[str, object], batch_id: int) -> int:
     """A's players online after one batch, from the view's record of it."""
-    records = [PresenceRecord.decode(m, "a record") for m, _ in view["presence:history"]]  # type: ignore[attr-defined]
+    records = [PresenceRecord.decode(m, "a record") for m, _ in view["online:history"]]  # type: ignore[attr-defined]
     return next(rec.counts["A"] for rec in records if rec.batch == batch_id)
 
 
@@ -148,12 +148,12 @@ def test_redis_emptied_between_two_groups_commits_loses_history_not_players(r: r
             assert commit_presence(r, keys, share(batches, i, Group(g, 2)), PARAMS, TIMEOUT, mirrors[g], now,
                                    Group(g, 2))
     got = dump(r, keys)
-    assert int(got["presence:state"][b"lost_at_batch"]) == 41
-    assert int(got["presence:state"][b"last_batch"]) == len(batches) - 1
-    assert not r.zcard(keys.presence_parts_index)
-    players = {k: v for k, v in got.items() if k.startswith(("present:", "loggedout:"))}
-    assert players == {k: v for k, v in whole.items() if k.startswith(("present:", "loggedout:"))}
-    assert got["presence:counts"] == whole["presence:counts"]
+    assert int(got["online:state"][b"lost_at_batch"]) == 41
+    assert int(got["online:state"][b"last_batch"]) == len(batches) - 1
+    assert not r.zcard(keys.online_parts_index)
+    players = {k: v for k, v in got.items() if k.startswith(("online:players:", "online:loggedout:"))}
+    assert players == {k: v for k, v in whole.items() if k.startswith(("online:players:", "online:loggedout:"))}
+    assert got["online:counts"] == whole["online:counts"]
 
 
 def test_the_number_of_groups_changes_once_caught_up(r: redis.Redis) -> None:

@@ -90,9 +90,9 @@ def test_a_server_whose_clock_runs_ahead_is_judged_by_it_and_named(r: redis.Redi
     got = commit_all(r, batches, keys)
     assert got == model(batches)
     assert all(counts == {"A": 20, "B": 20} for counts in got[5:])
-    record = PresenceRecord.decode(r.zrange(keys.presence_history, -1, -1)[0], "history")
+    record = PresenceRecord.decode(r.zrange(keys.online_history, -1, -1)[0], "history")
     assert record.ahead_ms == {"A": 90_000}  # named, by how much; B's clock is right
-    state = PresenceStateRecord.from_hash(r.hgetall(keys.presence_state), "state")
+    state = PresenceStateRecord.from_hash(r.hgetall(keys.online_state), "state")
     assert state.clocks["A"].ahead_ms == 90_000 and state.clocks["B"].ahead_ms == 0
 
 

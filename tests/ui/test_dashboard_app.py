@@ -154,7 +154,7 @@ def test_live_ops_shows_players_now_and_totals_as_in_redis(env: Seeded,
     at = run_page()
     # the online view is folded by the same sink: its counts are on the page, equal to Redis
     shown = metrics(at)
-    online = {k: int(v) for k, v in client.hgetall(keys.presence_counts).items()}
+    online = {k: int(v) for k, v in client.hgetall(keys.online_counts).items()}
     view = read_online(redis.Redis.from_url(env.cfg.redis_url), keys)  # bytes replies, as the store reads them
     assert view is not None and max(sum(p.counts.values()) for p in view.history) > 0  # players came and went
     if not sum(online.values()):  # the seed ends with C's late burst: A and B silent for minutes of arrival time
@@ -217,7 +217,7 @@ def test_servers_silent_for_retire_after_leave_the_live_views_named_and_the_tota
     gone, live = order[:-1], order[-1]
     at = run_page(now_ms=now)
     shown = metrics(at)
-    online = {k: int(v) for k, v in client.hgetall(keys.presence_counts).items()}
+    online = {k: int(v) for k, v in client.hgetall(keys.online_counts).items()}
     columns = {label.split(" · ")[0] for label in shown if label.endswith("· online now")}
     assert columns == {live, "All servers"} | {s for s in gone if online.get(s)}
     (note,) = [c.value for c in at.caption if c.value.startswith("Out of the live views")]

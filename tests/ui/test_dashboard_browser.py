@@ -285,7 +285,7 @@ def check_wall(page, url: str, client: redis.Redis, keys: KeySchema, shot: Path)
     height = page.evaluate("() => document.querySelector('[data-testid=\"stMain\"]').scrollHeight")
     if height > WALL["height"]:
         problems.append(f"wall: {height} px tall, more than the screen's {WALL['height']}")
-    counts = {k.decode(): int(v) for k, v in client.hgetall(keys.presence_counts).items()}
+    counts = {k.decode(): int(v) for k, v in client.hgetall(keys.online_counts).items()}
     regions = {k.decode(): v.decode() for k, v in client.hgetall(keys.regions).items()}
     want = {"All servers": f"{sum(counts.values()):,}"}
     if len(set(regions.values())) > 1:

@@ -49,7 +49,7 @@ def test_live_ops_at_300_servers_reads_by_region(seeded: Seeded, monkeypatch: py
     assert not at.exception, [e.value for e in at.exception]
     client = redis.Redis.from_url(seeded.cfg.redis_url, decode_responses=True)
     keys = KeySchema(seeded.cfg.namespace)
-    counts = {s: int(n) for s, n in client.hgetall(keys.presence_counts).items()}
+    counts = {s: int(n) for s, n in client.hgetall(keys.online_counts).items()}
     model: dict[str, int] = defaultdict(int)
     for s, n in counts.items():
         model[s.split("-")[0]] += n
@@ -60,8 +60,8 @@ def test_live_ops_at_300_servers_reads_by_region(seeded: Seeded, monkeypatch: py
     assert first["All servers"] == sum(counts.values())
     assert not [m.label for m in at.metric if m.label.startswith("eu-")]  # no column per server
     # each region's own peak today (the highest sum of one batch) and the total's, with when
-    peaks = parse_peaks(redis.Redis.from_url(seeded.cfg.redis_url).hgetall(keys.presence_peak(
-        day_of(int(client.hget(keys.presence_state, "committed_id").split("-")[0])))))  # the last batch's arrival
+    peaks = parse_peaks(redis.Redis.from_url(seeded.cfg.redis_url).hgetall(keys.online_peak(
+        day_of(int(client.hget(keys.online_state, "committed_id").split("-")[0])))))  # the last batch's arrival
     want = {f"peak today {peaks[k][0]:,} at {clock(peaks[k][1])}" for k in ["*", *(f"region|{r}" for r in model)]}
     assert {c.value for c in at.caption if c.value.startswith("peak today")} == want and len(want) == 7
     assert not [df for df in at.dataframe if "Trend (last hour)" in df.value.columns]  # a tab of its own
@@ -70,7 +70,7 @@ def test_live_ops_at_300_servers_reads_by_region(seeded: Seeded, monkeypatch: py
     (table,) = [df.value for df in at.dataframe if "Trend (last hour)" in df.value.columns]
     # every server but those drained (their players all logged out at night: out of the live views, rules.fleet)
     seen, servers = {s: int(t) for s, t in client.hgetall(keys.seen).items()}, client.smembers(keys.servers)
-    clocks = PresenceStateRecord.from_hash(redis.Redis.from_url(seeded.cfg.redis_url).hgetall(keys.presence_state),
+    clocks = PresenceStateRecord.from_hash(redis.Redis.from_url(seeded.cfg.redis_url).hgetall(keys.online_state),
                                            "the online view").clocks
     drained = {s for s, c in clocks.items() if c.drained_ms and c.drained_ms >= seen.get(s, c.drained_ms + 1)}
     assert sorted(table["Server"]) == sorted(set(servers) - drained) and len(drained) < 300
@@ -90,7 +90,7 @@ def test_a_snapshot_reads_the_windows_of_the_servers_in_view_only(seeded: Seeded
     the Events page have them) but no snapshot reads them."""
     client = redis.Redis.from_url(seeded.cfg.redis_url)
     keys = KeySchema(seeded.cfg.namespace)
-    last = int(client.hget(keys.presence_state, "committed_id").split(b"-")[0])
+    last = int(client.hget(keys.online_state, "committed_id").split(b"-")[0])
     snap = read_snapshot(client, keys, range_ms=3_600_000, now_ms=last + 1_000)
     index = {WindowKey.parse(m) for m in client.zrange(keys.windows, 0, -1)}
     head = snap.state.head_ms if snap.state else 0

@@ -32,6 +32,7 @@ from watermark.schema.timeutil import format_duration_ms
 from watermark.spark.checkpoint import job_secret
 from watermark.store.commit import ParamsMismatch, check_params, forget_servers
 from watermark.store.control_store import read_control
+from watermark.store.online.moved import move_old_keys
 from watermark.store.redis_conn import connect, home, is_cluster, same_slot
 
 if TYPE_CHECKING:
@@ -106,6 +107,10 @@ def prepare(client: redis.Redis, cfg: Config, own: Config, lanes: list[Config]) 
             log.info("namespace %s: watermark delay %s -> %s (batch records keep each batch's delay)",
                      c.namespace, format_duration_ms(before), format_duration_ms(delay_ms))
     register_lanes(client, keys, cfg)
+    moved = move_old_keys(client, keys)
+    if moved:
+        log.info("namespace %s: %d keys of the online view renamed to the new layout (online:*, handoff:*)",
+                 cfg.namespace, moved)
     return [Pipeline(own.with_(delay_ms=delay_ms))]
 
 

@@ -104,12 +104,12 @@ key                                                type    contents
                                                            ``state``, ``scenario``, ``rate``, ``rev``,
                                                            ``written``, ``since_ms``, ``updated_ms``,
                                                            ``error``
-``{ns}:present:{server}``                          hash    players online now -> event time (us) of
+``{ns}:online:players:{server}``                   hash    players online now -> event time (us) of
                                                            their latest event (``watermark.store.online.commit``)
-``{ns}:loggedout:{server}``                        hash    players who logged out -> the logout's event
+``{ns}:online:loggedout:{server}``                 hash    players who logged out -> the logout's event
                                                            time (us), kept until the watermark passes it
-``{ns}:presence:counts``                           hash    per server: how many players are online
-``{ns}:presence:state``                            hash    the online view's ``last_batch`` (its own
+``{ns}:online:counts``                             hash    per server: how many players are online
+``{ns}:online:state``                              hash    the online view's ``last_batch`` (its own
                                                            commit guard), ``watermark_ms`` (its expiries'),
                                                            ``in_force_ms``, ``batch_ts_ms``, ``timeout_ms``,
                                                            ``updated_ms``, ``max_event_us``,
@@ -117,32 +117,32 @@ key                                                type    contents
                                                            came back empty before it),
                                                            ``partial_until_ms`` (rebuilt from new events
                                                            only: whole once the watermark passes it)
-``{ns}:presence:group:{g}-{n}``                    hash    group g of n's fold (decision 0020): its
+``{ns}:online:group:{g}-{n}``                      hash    group g of n's fold (decision 0020): its
                                                            ``last_batch`` (its own commit guard) and its
                                                            servers' ``clocks``
-``{ns}:presence:group:{g}-{n}:counts``             hash    per server of the group: players online after its
+``{ns}:online:group:{g}-{n}:counts``               hash    per server of the group: players online after its
                                                            last commit
-``{ns}:presence:parts:{batch}``                    hash    group -> JSON ``PresencePart``: what its fold did to
+``{ns}:online:parts:{batch}``                      hash    group -> JSON ``PresencePart``: what its fold did to
                                                            the batch, until every group's is in and merged
-``{ns}:presence:parts``                            zset    the batches with parts not merged yet, score = id
-``{ns}:online:rows:{batch}:{g}``                   string  one group's share of a batch's accepted events
+``{ns}:online:parts``                              zset    the batches with parts not merged yet, score = id
+``{ns}:handoff:rows:{batch}:{g}``                  string  one group's share of a batch's accepted events
                                                            (Arrow IPC), handed off by the job; the group's
                                                            commit deletes it, or it expires after a minute
-``{ns}:online:batches``                            stream  one entry per batch handed off (``OnlineBatch``)
-``{ns}:online:handoff``                            hash    the hand-off's guard ``last_batch``
-``{ns}:presence:history``                          zset    one JSON record per batch (online counts per
+``{ns}:handoff:batches``                           stream  one entry per batch handed off (``OnlineBatch``)
+``{ns}:handoff:guard``                             hash    the hand-off's guard ``last_batch``
+``{ns}:online:history``                            zset    one JSON record per batch (online counts per
                                                            server after it, transitions per server and
                                                            cause), score = its batch id
-``{ns}:presence:commits``                          stream  one entry per batch the online view committed
+``{ns}:online:commits``                            stream  one entry per batch the online view committed
                                                            (``batch``, ``end_id``), to wait on
-``{ns}:presence:minutes``                          zset    one JSON record per closed minute of arrival time
+``{ns}:online:minutes``                            zset    one JSON record per closed minute of arrival time
                                                            (``watermark.rules.online.rollup.Minute``), score =
                                                            the minute's first ms; the open minute is the
                                                            state's ``minute`` field
-``{ns}:presence:peak:{day_ms}``                    hash    the UTC day's peak online per server, region
+``{ns}:online:peak:{day_ms}``                      hash    the UTC day's peak online per server, region
                                                            (``region|{r}``) and ``*`` (all): ``count|at_ms``
                                                            (arrival time); kept ``HISTORY_DAYS`` after its day
-``{ns}:presence:peak:ever``                        hash    the highest ever, the same fields (one per server
+``{ns}:online:peak:ever``                          hash    the highest ever, the same fields (one per server
                                                            ever seen, region, and ``*``); expires
                                                            ``HISTORY_DAYS`` + 1 days after the last minute closed
 ``{ns}:history:{day_ms}:{series}``                 string  players online per minute of the UTC day (arrival
@@ -319,64 +319,64 @@ class KeySchema:
         return self._k("generator")
 
     @property
-    def presence_state(self) -> str:
-        return self._k("presence", "state")
+    def online_state(self) -> str:
+        return self._k("online", "state")
 
     @property
-    def presence_counts(self) -> str:
-        return self._k("presence", "counts")
+    def online_counts(self) -> str:
+        return self._k("online", "counts")
 
     @property
-    def presence_history(self) -> str:
-        return self._k("presence", "history")
+    def online_history(self) -> str:
+        return self._k("online", "history")
 
     @property
-    def presence_commits(self) -> str:
-        return self._k("presence", "commits")
+    def online_commits(self) -> str:
+        return self._k("online", "commits")
 
-    def presence_group(self, group: int, of: int) -> str:
+    def online_group(self, group: int, of: int) -> str:
         """Group ``group`` of ``of``'s fold of the online view: its own commit guard ``last_batch`` and its servers'
         ``clocks`` (decision 0020). Named with the number of groups: another number groups the servers otherwise,
         and its groups start from the view."""
-        return self._k("presence", "group", f"{group}-{of}")
+        return self._k("online", "group", f"{group}-{of}")
 
-    def presence_group_counts(self, group: int, of: int) -> str:
+    def online_group_counts(self, group: int, of: int) -> str:
         """Players online per server of one group, as of its last commit (what it loads its servers from)."""
-        return self._k("presence", "group", f"{group}-{of}", "counts")
+        return self._k("online", "group", f"{group}-{of}", "counts")
 
-    def presence_parts(self, batch_id: int) -> str:
+    def online_parts(self, batch_id: int) -> str:
         """The groups' parts of one batch (a field per group), until the last is in and they are merged."""
-        return self._k("presence", "parts", batch_id)
+        return self._k("online", "parts", batch_id)
 
     @property
-    def presence_parts_index(self) -> str:
+    def online_parts_index(self) -> str:
         """The batches with parts not merged yet, score = the batch id."""
-        return self._k("presence", "parts")
+        return self._k("online", "parts")
 
-    def online_rows(self, batch_id: int, group: int) -> str:
+    def handoff_rows(self, batch_id: int, group: int) -> str:
         """One group's share of a batch's accepted events, handed off by the job (decision 0020)."""
-        return self._k("online", "rows", batch_id, group)
+        return self._k("handoff", "rows", batch_id, group)
 
     @property
-    def online_batches(self) -> str:
+    def handoff_batches(self) -> str:
         """The batches handed off to the online view's groups, in order (``OnlineBatch``)."""
-        return self._k("online", "batches")
+        return self._k("handoff", "batches")
 
     @property
-    def online_handoff(self) -> str:
+    def handoff_guard(self) -> str:
         """The hand-off's own guard, ``last_batch``."""
-        return self._k("online", "handoff")
+        return self._k("handoff", "guard")
 
     @property
-    def presence_minutes(self) -> str:
-        return self._k("presence", "minutes")
+    def online_minutes(self) -> str:
+        return self._k("online", "minutes")
 
-    def presence_peak(self, day_ms: int) -> str:
-        return self._k("presence", "peak", day_ms)
+    def online_peak(self, day_ms: int) -> str:
+        return self._k("online", "peak", day_ms)
 
     @property
-    def presence_peak_ever(self) -> str:
-        return self._k("presence", "peak", "ever")
+    def online_peak_ever(self) -> str:
+        return self._k("online", "peak", "ever")
 
     def history(self, day_ms: int, series: str) -> str:
         """One series' players online per minute of one UTC day (``watermark.rules.online.rollup``)."""
@@ -421,13 +421,13 @@ class KeySchema:
 
     def online(self, server: str) -> str:
         """Hash of the players online now on ``server``: player -> event time (us) of their latest event.
-        Not under ``presence``: a server may be called ``state``."""
-        return self._k("present", server)
+        Under ``online:players``: a server may be called ``state``."""
+        return self._k("online", "players", server)
 
     def logged_out(self, server: str) -> str:
         """Hash of players who logged out: player -> the logout's event time (us), kept until the watermark
         passes it so that an older straggler cannot bring them back."""
-        return self._k("loggedout", server)
+        return self._k("online", "loggedout", server)
 
     def window(self, w: WindowKey) -> str:
         return self._k("win", w.member())

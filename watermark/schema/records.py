@@ -4,15 +4,15 @@ with it, where it is read, never a ``KeyError`` three calls later.
 
 * :class:`BatchRecord`: the pipeline's record of one batch, ``{ns}:batch:{id}`` field ``sink``, written by the
   sink's commit (``watermark.store.commit``) and read by the dashboard, the Events page and the reports.
-* :class:`CommitEntry`: one entry of ``{ns}:commits`` (and ``{ns}:presence:commits``): the batch and the last
+* :class:`CommitEntry`: one entry of ``{ns}:commits`` (and ``{ns}:online:commits``): the batch and the last
   input entry it covered.
 * :class:`DeadEntry`: one entry of ``{ns}:dead``, a quarantined input entry (same ID) with its reason.
-* :class:`PresenceRecord`: the online view's record of one batch, a member of ``{ns}:presence:history``.
+* :class:`PresenceRecord`: the online view's record of one batch, a member of ``{ns}:online:history``.
 * a lab lane the job runs, a field of ``{ns}:lanes``: :class:`watermark.schema.config.Lane`.
 * :class:`StateRecord`: a pipeline's commit record, the hash ``{ns}:state`` (with :class:`StateParams`), written
   by its commit (``watermark.store.commit``) and by the job when it stops; read by the commits, the sink's lanes,
   the dashboard and the reports.
-* :class:`PresenceStateRecord`: the online view's commit record, the hash ``{ns}:presence:state``.
+* :class:`PresenceStateRecord`: the online view's commit record, the hash ``{ns}:online:state``.
 * :class:`Annotation`: a deploy, maintenance or incident someone marked (``wm-annotate``, ``POST /annotations``),
   a member of ``{ns}:annotations``, drawn over every time chart.
 * :class:`Control` and :class:`GeneratorStatus`: the lab's request (``{ns}:control``) and what the following
@@ -235,8 +235,8 @@ class PresenceRecord(_JsonRecord, frozen=True, kw_only=True):
 
 
 class OnlineBatch(_JsonRecord, frozen=True, kw_only=True):
-    """One batch handed by the job to the online view's groups (``{ns}:online:batches``, decision 0020): what
-    their folds need besides the events (``{ns}:online:rows:{batch}:{group}``)."""
+    """One batch handed by the job to the online view's groups (``{ns}:handoff:batches``, decision 0020): what
+    their folds need besides the events (``{ns}:handoff:rows:{batch}:{group}``)."""
 
     batch: int
     groups: int
@@ -254,7 +254,7 @@ class OnlineBatch(_JsonRecord, frozen=True, kw_only=True):
 
 
 class PresencePart(_JsonRecord, frozen=True, kw_only=True):
-    """What one group of servers' fold did to one batch (``{ns}:presence:parts:{batch}``, a field per group), until
+    """What one group of servers' fold did to one batch (``{ns}:online:parts:{batch}``, a field per group), until
     the last group's part is in and the parts are merged into the online view's record of the batch
     (``watermark.store.online.merge``). Every group's part carries the batch's own record (the same in each), so
     whoever merges needs nothing else."""
@@ -462,7 +462,7 @@ class ClockRecord(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
 
 
 class PresenceStateRecord(_HashRecord, frozen=True, kw_only=True):
-    """The online view's commit record, ``{ns}:presence:state``. ``last_batch`` is its own commit guard
+    """The online view's commit record, ``{ns}:online:state``. ``last_batch`` is its own commit guard
     (``None``: nothing committed yet)."""
 
     last_batch: int | None = None

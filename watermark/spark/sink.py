@@ -474,12 +474,12 @@ class RedisSink(DriverClient):
             handed = online.record(self.online_groups, timeout_ms)
             what = f"the online view's share of batch {batch_id}"
             with_retry(lambda: (hand_off(self.client, self.keys, handed, events, self.params.ttl_s),
-                                replicated(self.client, self.keys.online_handoff, batch_id, self.params, what)),
+                                replicated(self.client, self.keys.handoff_guard, batch_id, self.params, what)),
                        what, when_full=self.free_memory, refresh=self.refresh)
             return
         what = f"online players of batch {batch_id}"
         with_retry(lambda: (commit_presence(self.client, self.keys, online, self.params, timeout_ms, self.mirror),
-                            replicated(self.client, self.keys.presence_state, batch_id, self.params, what)),
+                            replicated(self.client, self.keys.online_state, batch_id, self.params, what)),
                    what, when_full=self.free_memory, refresh=self.refresh)
 
     def followers_last(self) -> list[int | None]:

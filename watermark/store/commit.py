@@ -204,7 +204,7 @@ def readers_of(cfg: Config) -> tuple[str, ...]:
 def online_reader(keys: KeySchema, groups: int) -> str:
     """The hash whose ``last_batch`` and ``committed_id`` say how far the online view has taken the input: its own
     state, or with groups (decision 0020) its hand-off's (the groups read no input: the job hands it over)."""
-    return keys.online_handoff if groups else keys.presence_state
+    return keys.handoff_guard if groups else keys.online_state
 
 
 class ParamsMismatch(RuntimeError):

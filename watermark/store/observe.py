@@ -71,14 +71,14 @@ def read_stack(client: redis.Redis, keys: KeySchema, lanes: Mapping[str, KeySche
     statuses = {MAIN: read_pipeline(client, keys)}
     statuses.update({name: read_pipeline(client, k, keys) for name, k in lanes.items()})
     pipe = client.pipeline(transaction=False)
-    pipe.hgetall(keys.presence_counts)
-    pipe.hmget(keys.presence_state, ["batch_ts_ms", "committed_id", "clocks"])
+    pipe.hgetall(keys.online_counts)
+    pipe.hmget(keys.online_state, ["batch_ts_ms", "committed_id", "clocks"])
     if after_online_batch is not None:
-        pipe.zrangebyscore(keys.presence_history, f"({after_online_batch}", "+inf")
+        pipe.zrangebyscore(keys.online_history, f"({after_online_batch}", "+inf")
     elif online_reach > 0:
-        pipe.zrange(keys.presence_history, -online_reach, -1)
+        pipe.zrange(keys.online_history, -online_reach, -1)
     else:  # the metrics need no history: a placeholder reply (keyed: a cluster's pipeline refuses ECHO)
-        pipe.exists(keys.presence_history)
+        pipe.exists(keys.online_history)
     for name in statuses:
         pipe.hgetall((keys if name == MAIN else lanes[name]).batch_seconds)
     last = statuses[MAIN].state

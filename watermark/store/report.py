@@ -104,7 +104,7 @@ def wait_for_commit(client: redis.Redis, keys: KeySchema, last_id: str, timeout_
     False if it has not within ``timeout_s``. With ``online``, until the online view has, on its own stream
     (it commits after the windows of the same batch, in the job on a thread of its own)."""
     want = Position.of(last_id)
-    state, commits = (keys.presence_state, keys.presence_commits) if online else (keys.state, keys.commits)
+    state, commits = (keys.online_state, keys.online_commits) if online else (keys.state, keys.commits)
     deadline = time.monotonic() + timeout_s
     cursor = "0-0"
     while True:
@@ -153,8 +153,8 @@ def online_document(client: redis.Redis, keys: KeySchema, batch_labels: Mapping[
     ``watermark_ms`` is the watermark the batch's expiries used (the one after it) and ``online`` holds the
     servers with at least one player online after it."""
     out = []
-    for raw in client.zrange(keys.presence_history, 0, -1):
-        rec = PresenceRecord.decode(raw, f"a member of {keys.presence_history}")
+    for raw in client.zrange(keys.online_history, 0, -1):
+        rec = PresenceRecord.decode(raw, f"a member of {keys.online_history}")
         out.append({"batch": batch_labels.get(rec.batch, rec.batch) if batch_labels else rec.batch,
                     "watermark_ms": rec.watermark_ms,
                     "online": {s: n for s, n in sorted(rec.counts.items()) if n}})

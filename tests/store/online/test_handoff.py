@@ -56,8 +56,8 @@ def handed(r: redis.Redis, batches: list[list[tuple]], groups: int, seed: int) -
         folded[g] += rs[g].step()
         assert folded[g] == list(range(len(batches)))  # each batch once, in order
     got = dump(r, keys)
-    assert {k for k in got if k.startswith("online:")} == {"online:batches", "online:handoff"}  # shares gone
-    assert not r.zcard(keys.presence_parts_index)
+    assert {k for k in got if k.startswith("handoff:")} == {"handoff:batches", "handoff:guard"}  # shares gone
+    assert not r.zcard(keys.online_parts_index)
     return keys
 
 
@@ -76,12 +76,12 @@ def test_the_online_view_is_one_fold_whoever_carries_the_batches(r: redis.Redis,
     keeps (players, counts, state, records, minutes, peaks, history), but the hand-off's own."""
     batches = random_game(seed)
     whole = dump(r, run(r, batches, 1))
-    assert any(k.startswith("present:") and v for k, v in whole.items())  # players online: not a compare of nothing
+    assert any(k.startswith("online:players:") and v for k, v in whole.items())  # not a compare of nothing
     if carried == "job":
         keys = run(r, batches, groups, random_order(seed) if seed % 2 else None, restart_every=7, seed=seed)
     else:
         keys = handed(r, batches, groups, seed)
-    assert {k: v for k, v in dump(r, keys).items() if not k.startswith("online:")} == whole
+    assert {k: v for k, v in dump(r, keys).items() if not k.startswith("handoff:")} == whole
 
 
 def test_a_group_configured_for_another_number_refuses(r: redis.Redis) -> None:
@@ -102,18 +102,18 @@ def test_a_share_gone_or_batches_no_longer_kept_say_the_view_is_partial(r: redis
     for i in range(len(batches)):
         hand_off_twice(r, keys, batches, i, 2)
         if i == 30:
-            r.delete(keys.online_rows(30, 1))
+            r.delete(keys.handoff_rows(30, 1))
         if i == 59:
-            first_kept = r.xrange(keys.online_batches)[-1][0]  # batch 59's entry: everything before it goes
-            r.xtrim(keys.online_batches, minid=first_kept, approximate=False)
+            first_kept = r.xrange(keys.handoff_batches)[-1][0]  # batch 59's entry: everything before it goes
+            r.xtrim(keys.handoff_batches, minid=first_kept, approximate=False)
         if not 50 <= i < 59:
             rs[1].step()
         rs[0].step()
-    assert int(r.hget(keys.presence_state, "last_batch")) == len(batches) - 1
+    assert int(r.hget(keys.online_state, "last_batch")) == len(batches) - 1
     record = [m for m in caplog.messages if "group 1" in m]
     assert any("share of batch 30 is gone" in m for m in record), record
     assert any("batches 50 to 58" in m for m in record), record
-    assert int(r.hget(keys.presence_state, "lost_at_batch")) == 59
+    assert int(r.hget(keys.online_state, "lost_at_batch")) == 59
 
 
 def test_the_number_of_groups_changes_once_every_batch_is_folded(r: redis.Redis) -> None:
@@ -128,4 +128,4 @@ def test_the_number_of_groups_changes_once_every_batch_is_folded(r: redis.Redis)
             hand_off_twice(r, keys, batches, i, groups)
             for runner in rs:
                 runner.step()
-    assert {k: v for k, v in dump(r, keys).items() if not k.startswith("online:")} == whole
+    assert {k: v for k, v in dump(r, keys).items() if not k.startswith("handoff:")} == whole

@@ -75,7 +75,7 @@ def commit_presence(client: redis.Redis, keys: KeySchema, b: PresenceBatch, para
     merge_ready(client, keys, group.of, params, now_ms)
     # As the pipeline's commit (decision 0023): done once ``params.wait_replicas`` replicas have the group's commit
     # and the merge after it, applied now or found applied; else ReplicasBehind and the batch is not done.
-    replicated(client, keys.presence_group(group.index, group.of), b.batch_id, params,
+    replicated(client, keys.online_group(group.index, group.of), b.batch_id, params,
                f"the online view's commit of batch {b.batch_id} (group {group.index + 1} of {group.of})")
     return applied
 
@@ -88,7 +88,7 @@ def _commit_group(client: redis.Redis, keys: KeySchema, b: PresenceBatch, params
     """The group's fold of the batch: its players written, its own guard and clocks, and its part of the batch
     (:class:`watermark.schema.records.PresencePart`) for the merge, in one transaction."""
     ev = b.events
-    key, counts_key = keys.presence_group(group.index, group.of), keys.presence_group_counts(group.index, group.of)
+    key, counts_key = keys.online_group(group.index, group.of), keys.online_group_counts(group.index, group.of)
     with guarded(client, key, b.batch_id, counts_key) as pipe:
         prior = _group_prior(pipe, keys, group) if pipe is not None else None  # None: committed, by the guard
         if prior is None or (prior.last_batch is not None and prior.last_batch >= b.batch_id):
@@ -100,7 +100,7 @@ def _commit_group(client: redis.Redis, keys: KeySchema, b: PresenceBatch, params
         # empty): rebuilt from new events only, so partial until every online player has sent one more.
         rebuilt = committed is None and not lost and b.batch_id > 0
         if not lost and (not mirror.valid or mirror.batch != committed):
-            names = pipe.hkeys(counts_key) or pipe.hkeys(keys.presence_counts)  # the view's: before groups
+            names = pipe.hkeys(counts_key) or pipe.hkeys(keys.online_counts)  # the view's: before groups
             mirror.load(client, keys, [s for s in (n.decode() for n in names) if group.owns(s)], committed)
         mirror.valid = False  # until the transaction is in
         writes, clocks = decide_servers(mirror.players, ev, mirror.clocks if lost else prior.clocks, b.delay_ms,
@@ -122,11 +122,11 @@ def _commit_group(client: redis.Redis, keys: KeySchema, b: PresenceBatch, params
         _apply(pipe, keys, writes, mirror, params.ttl_s, counts_key)
         pipe.hset(key, mapping=PresenceStateRecord(last_batch=b.batch_id, clocks=clocks).to_hash(*_GROUP_FIELDS))
         pipe.expire(key, params.ttl_s)
-        parts = keys.presence_parts(b.batch_id)
+        parts = keys.online_parts(b.batch_id)
         pipe.hset(parts, str(group.index), part.encode())
         pipe.expire(parts, params.ttl_s)
-        pipe.zadd(keys.presence_parts_index, {str(b.batch_id): b.batch_id})
-        pipe.expire(keys.presence_parts_index, params.ttl_s)
+        pipe.zadd(keys.online_parts_index, {str(b.batch_id): b.batch_id})
+        pipe.expire(keys.online_parts_index, params.ttl_s)
         if b.consumed:
             pipe.delete(*b.consumed)
         redis_conn.execute(pipe)
@@ -151,10 +151,10 @@ def _group_record(reader: redis.Redis | redis.client.Pipeline, keys: KeySchema, 
                   fields: Sequence[str]) -> PresenceStateRecord:
     """``fields`` (``last_batch`` first) of the group's record; a group without a record of its own starts where the
     online view is (a view committed before groups, or by another number of them: its servers' clocks are in it)."""
-    key = keys.presence_group(group.index, group.of)
+    key = keys.online_group(group.index, group.of)
     raw = reader.hmget(key, fields)
     if raw[0] is None:
-        key = keys.presence_state
+        key = keys.online_state
         raw = reader.hmget(key, fields)
     return PresenceStateRecord.from_hash(dict(zip(fields, raw, strict=True)), key)
 

@@ -2,11 +2,11 @@
 servers and packed, and a record of the batch, handed off once; and a group's side: the batches in order, its
 share of each.
 
-- ``{ns}:online:rows:{batch}:{g}``: group ``g``'s share of the batch, Arrow IPC (server, player, event time,
+- ``{ns}:handoff:rows:{batch}:{g}``: group ``g``'s share of the batch, Arrow IPC (server, player, event time,
   arrival order, kind, arrival ms); the group's commit deletes it, and it expires after :data:`ROWS_KEPT_S`.
-- ``{ns}:online:batches``: one entry per batch handed off (:class:`watermark.schema.records.OnlineBatch`),
+- ``{ns}:handoff:batches``: one entry per batch handed off (:class:`watermark.schema.records.OnlineBatch`),
   :data:`BATCHES_KEPT` at most: a group down for longer misses the oldest, and its view says it (``missed``).
-- ``{ns}:online:handoff``: the hand-off's guard ``last_batch``, so a batch replayed after a crash is handed off
+- ``{ns}:handoff:guard``: the hand-off's guard ``last_batch``, so a batch replayed after a crash is handed off
   once, as the commits are guarded.
 
 All in the namespace's slot, one transaction a batch. No fold here: :mod:`watermark.store.online.commit` folds.
@@ -80,24 +80,24 @@ def hand_off(client: redis.Redis, keys: KeySchema, batch: OnlineBatch, events: P
     """Hand one batch over to the groups once: its events split by group and the batch's record, in one transaction
     guarded by the hand-off's ``last_batch``. False when it was handed off already."""
     shares = split(events, batch.groups)
-    with guarded(client, keys.online_handoff, batch.batch) as pipe:
+    with guarded(client, keys.handoff_guard, batch.batch) as pipe:
         if pipe is None:
             return False
         pipe.multi()
         for g, share in enumerate(shares):
-            pipe.set(keys.online_rows(batch.batch, g), pack(share), ex=min(ttl_s, ROWS_KEPT_S))
-        pipe.xadd(keys.online_batches, {BATCH_FIELD: batch.encode()}, maxlen=BATCHES_KEPT, approximate=True)
-        pipe.expire(keys.online_batches, ttl_s)
+            pipe.set(keys.handoff_rows(batch.batch, g), pack(share), ex=min(ttl_s, ROWS_KEPT_S))
+        pipe.xadd(keys.handoff_batches, {BATCH_FIELD: batch.encode()}, maxlen=BATCHES_KEPT, approximate=True)
+        pipe.expire(keys.handoff_batches, ttl_s)
         # committed_id: where the hand-off is in the input, which the trim keeps until then (a reader's mark)
-        pipe.hset(keys.online_handoff, mapping={"last_batch": batch.batch, "committed_id": batch.end_id})
-        pipe.expire(keys.online_handoff, ttl_s)
+        pipe.hset(keys.handoff_guard, mapping={"last_batch": batch.batch, "committed_id": batch.end_id})
+        pipe.expire(keys.handoff_guard, ttl_s)
         redis_conn.execute(pipe)
     return True
 
 
 def handed_off(client: redis.Redis, keys: KeySchema) -> int | None:
     """The last batch handed off (None: none yet)."""
-    last = client.hget(keys.online_handoff, "last_batch")
+    last = client.hget(keys.handoff_guard, "last_batch")
     return None if last is None else int(last)
 
 
@@ -105,16 +105,16 @@ def batches_after(client: redis.Redis, keys: KeySchema, after_id: str, count: in
                   block_ms: int | None = None) -> Sequence[tuple[str, OnlineBatch]]:
     """The batches handed off after the stream entry ``after_id`` (``0-0``: from the oldest kept), in order, with
     their entry IDs; waits up to ``block_ms`` for one when there is none."""
-    reply = client.xread({keys.online_batches: after_id}, count=count, block=block_ms)
+    reply = client.xread({keys.handoff_batches: after_id}, count=count, block=block_ms)
     if isinstance(reply, dict):  # RESP3: {stream: [entries]}
         entries = next(iter(reply.values()))[0] if reply else []
     else:  # RESP2: [[stream, entries]]
         entries = reply[0][1] if reply else []
-    return [(entry_id.decode(), OnlineBatch.decode(fields[BATCH_FIELD.encode()], f"{keys.online_batches} {entry_id}"))
+    return [(entry_id.decode(), OnlineBatch.decode(fields[BATCH_FIELD.encode()], f"{keys.handoff_batches} {entry_id}"))
             for entry_id, fields in entries]
 
 
 def rows_of(client: redis.Redis, keys: KeySchema, batch_id: int, group: int) -> PresenceEvents | None:
     """Group ``group``'s share of a batch; None when it is gone (its TTL passed, or Redis lost it)."""
-    raw = client.get(keys.online_rows(batch_id, group))
+    raw = client.get(keys.handoff_rows(batch_id, group))
     return None if raw is None else unpack(raw)

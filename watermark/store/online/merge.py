@@ -53,8 +53,8 @@ class _Rollups:
 
     @classmethod
     def read(cls, pipe: redis.client.Pipeline, keys: KeySchema, at_ms: int) -> _Rollups:
-        return cls(at_ms, parse_peaks(pipe.hgetall(keys.presence_peak(day_of(at_ms)))),
-                   parse_peaks(pipe.hgetall(keys.presence_peak_ever)),
+        return cls(at_ms, parse_peaks(pipe.hgetall(keys.online_peak(day_of(at_ms)))),
+                   parse_peaks(pipe.hgetall(keys.online_peak_ever)),
                    {k.decode(): v.decode() for k, v in pipe.hgetall(keys.regions).items()})
 
     def add(self, prior_minute: str | None, counts: Mapping[str, int],
@@ -71,23 +71,23 @@ class _Rollups:
         """The batch's history record, the minute it closed, the peaks it raised."""
         closed, day = self.closed, day_of(self.at_ms)
         if closed is not None:
-            pipe.zadd(keys.presence_minutes, {closed.to_json(): closed.minute_ms})
-            pipe.zremrangebyscore(keys.presence_minutes, "-inf", f"({closed.minute_ms - DAY_MS}")
-            pipe.expire(keys.presence_minutes, params.ttl_s)
+            pipe.zadd(keys.online_minutes, {closed.to_json(): closed.minute_ms})
+            pipe.zremrangebyscore(keys.online_minutes, "-inf", f"({closed.minute_ms - DAY_MS}")
+            pipe.expire(keys.online_minutes, params.ttl_s)
             queue_minute(pipe, keys, closed, self.regions,
                          expire_in_s(day_of(closed.minute_ms), params.history_days, now_ms, params.ttl_s))
             # the highest ever outlives every day it could come from; a namespace no job writes goes in the end
-            pipe.expire(keys.presence_peak_ever, max(params.ttl_s, (params.history_days + 1) * DAY_MS // 1000))
+            pipe.expire(keys.online_peak_ever, max(params.ttl_s, (params.history_days + 1) * DAY_MS // 1000))
         if self.raised:
-            pipe.hset(keys.presence_peak(day), mapping={k: format_peak(*v) for k, v in self.raised.items()})
-            pipe.expire(keys.presence_peak(day), expire_in_s(day, params.history_days, now_ms, params.ttl_s))
+            pipe.hset(keys.online_peak(day), mapping={k: format_peak(*v) for k, v in self.raised.items()})
+            pipe.expire(keys.online_peak(day), expire_in_s(day, params.history_days, now_ms, params.ttl_s))
         if self.raised_ever:
-            pipe.hset(keys.presence_peak_ever, mapping={k: format_peak(*v) for k, v in self.raised_ever.items()})
+            pipe.hset(keys.online_peak_ever, mapping={k: format_peak(*v) for k, v in self.raised_ever.items()})
         batch_id = record.batch
         encoded = record.encode()
-        pipe.zadd(keys.presence_history, {encoded: batch_id})
-        pipe.zremrangebyscore(keys.presence_history, "-inf", batch_id - records_kept(params, len(encoded)))
-        pipe.expire(keys.presence_history, params.ttl_s)
+        pipe.zadd(keys.online_history, {encoded: batch_id})
+        pipe.zremrangebyscore(keys.online_history, "-inf", batch_id - records_kept(params, len(encoded)))
+        pipe.expire(keys.online_history, params.ttl_s)
 
 
 def merge_ready(client: redis.Redis, keys: KeySchema, groups: int, params: Params,
@@ -109,21 +109,21 @@ _VIEW_FIELDS = ("last_batch", "max_event_us", "lost_at_batch", "minute", "partia
 def _merge_next(client: redis.Redis, keys: KeySchema, groups: int, params: Params,
                 now_ms: Callable[[], int]) -> int | None:
     """Merge the lowest batch with parts, if every group's is in; None when it is not (or there is none)."""
-    home = redis_conn.home(client, keys.presence_state)
+    home = redis_conn.home(client, keys.online_state)
     while True:
-        lowest = home.zrange(keys.presence_parts_index, 0, 0, withscores=True)
+        lowest = home.zrange(keys.online_parts_index, 0, 0, withscores=True)
         if not lowest:
             return None
         member, batch_id = lowest[0][0], int(lowest[0][1])
-        parts_key = keys.presence_parts(batch_id)
+        parts_key = keys.online_parts(batch_id)
         try:
             with redis_conn.Transaction(home) as pipe:
-                pipe.watch(keys.presence_state, parts_key)
+                pipe.watch(keys.online_state, parts_key)
                 # parts of groups past the number now: a number changed under a batch not merged (not counted)
                 raw = {k: v for k, v in pipe.hgetall(parts_key).items() if int(k) < groups}
                 prior = PresenceStateRecord.from_hash(
-                    dict(zip(_VIEW_FIELDS, pipe.hmget(keys.presence_state, _VIEW_FIELDS), strict=True)),
-                    keys.presence_state)
+                    dict(zip(_VIEW_FIELDS, pipe.hmget(keys.online_state, _VIEW_FIELDS), strict=True)),
+                    keys.online_state)
                 done = prior.last_batch is not None and prior.last_batch >= batch_id
                 merge = not done and len(raw) == groups
                 if not done and not merge and not _never_whole(pipe, keys, groups, raw, batch_id):
@@ -136,7 +136,7 @@ def _merge_next(client: redis.Redis, keys: KeySchema, groups: int, params: Param
                 else:  # merged already, or never whole: its parts go
                     pipe.multi()
                 pipe.delete(parts_key)
-                pipe.zrem(keys.presence_parts_index, member)
+                pipe.zrem(keys.online_parts_index, member)
                 redis_conn.execute(pipe)
         except redis.WatchError:
             continue  # another group merged it, or added its part: look again
@@ -150,7 +150,7 @@ def _never_whole(pipe: redis.client.Pipeline, keys: KeySchema, groups: int, raw:
     the rest, the group went on). The batch is dropped; the groups' parts after a loss say so in the view."""
     for g in range(groups):
         if str(g).encode() not in raw:
-            last = pipe.hget(keys.presence_group(g, groups), "last_batch")
+            last = pipe.hget(keys.online_group(g, groups), "last_batch")
             if last is not None and int(last) >= batch_id:
                 return True
     return False
@@ -178,18 +178,18 @@ def _merge(pipe: redis.client.Pipeline, keys: KeySchema, parts: Sequence[Presenc
     open_minute = rollups.add(prior.minute, counts, causes)
     pipe.multi()
     if forgotten := [s for p in parts for s in p.forgotten]:  # its highest ever stays: a long-lived server empty
-        pipe.hdel(keys.presence_counts, *forgotten)  # at night is forgotten too, and keeps its record
+        pipe.hdel(keys.online_counts, *forgotten)  # at night is forgotten too, and keeps its record
     if counts:
-        pipe.hset(keys.presence_counts, mapping=counts)
-        pipe.expire(keys.presence_counts, params.ttl_s)
+        pipe.hset(keys.online_counts, mapping=counts)
+        pipe.expire(keys.online_counts, params.ttl_s)
     rollups.queue(pipe, keys, params, record, now_ms())
     lost = any(p.lost or p.rebuilt for p in parts)
-    pipe.hset(keys.presence_state, mapping=PresenceStateRecord(
+    pipe.hset(keys.online_state, mapping=PresenceStateRecord(
         last_batch=first.batch, watermark_ms=next_wm, in_force_ms=first.watermark_ms, batch_ts_ms=first.batch_ts_ms,
         timeout_ms=first.timeout_ms, updated_ms=now_ms(), max_event_us=running, committed_id=first.end_id,
         lost_at_batch=first.batch if lost else prior.lost_at_batch, minute=open_minute.to_json(),
         partial_until_ms=partial_until, clocks=_by_server(p.clocks for p in parts)).to_hash())
-    pipe.xadd(keys.presence_commits, CommitEntry(first.batch, first.end_id).fields(), maxlen=1000, approximate=True)
+    pipe.xadd(keys.online_commits, CommitEntry(first.batch, first.end_id).fields(), maxlen=1000, approximate=True)
 
 
 def _by_server(maps: Iterable[Mapping[str, _V]]) -> dict[str, _V]:

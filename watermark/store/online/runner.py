@@ -23,7 +23,7 @@ log = logging.getLogger("watermark.store.online")
 
 class GroupRunner:
     """Folds ``group``'s share of every batch the job hands off, in order, once each: the batches of
-    ``{ns}:online:batches`` after the last the group committed, its share of each from ``{ns}:online:rows``. Keeps
+    ``{ns}:handoff:batches`` after the last the group committed, its share of each from ``{ns}:handoff:rows``. Keeps
     its players between batches (:class:`PresenceMirror`), as the job's own fold does; a new runner (a restart)
     loads them from Redis. Every step is idempotent (the commits are guarded), so Redis going away is waited
     out and the step tried again."""
@@ -65,6 +65,6 @@ class GroupRunner:
             log.error("group %d: its share of batch %d is gone from Redis (it waited longer than %d s, or Redis lost "
                       "it): the online view is partial from this batch", self.group.index, b.batch, ROWS_KEPT_S)
             rows, missed = PresenceEvents.empty(), True
-        share = PresenceBatch.of(b, rows, missed, (self.keys.online_rows(b.batch, self.group.index),))
+        share = PresenceBatch.of(b, rows, missed, (self.keys.handoff_rows(b.batch, self.group.index),))
         commit_presence(self.client, self.keys, share, self.params, b.timeout_ms, self.mirror, self.now_ms,
                         self.group)

@@ -68,12 +68,12 @@ class OnlineView:
 def queue_online_reads(pipe: redis.client.Pipeline, keys: KeySchema, last: int, now_ms: int) -> None:
     """Six replies, parsed by :func:`online_view`; lets a caller share one round trip. A fixed number of
     commands, whatever the number of players."""
-    pipe.hgetall(keys.presence_state)
-    pipe.hgetall(keys.presence_counts)
-    pipe.zrange(keys.presence_history, -last, -1)
-    pipe.zrangebyscore(keys.presence_minutes, now_ms - now_ms % MINUTE_MS - HOUR_MS, "+inf")
-    pipe.hgetall(keys.presence_peak(day_of(now_ms)))
-    pipe.hgetall(keys.presence_peak_ever)
+    pipe.hgetall(keys.online_state)
+    pipe.hgetall(keys.online_counts)
+    pipe.zrange(keys.online_history, -last, -1)
+    pipe.zrangebyscore(keys.online_minutes, now_ms - now_ms % MINUTE_MS - HOUR_MS, "+inf")
+    pipe.hgetall(keys.online_peak(day_of(now_ms)))
+    pipe.hgetall(keys.online_peak_ever)
 
 
 def online_view(state: Mapping[bytes, bytes], counts: Mapping[bytes, bytes], history: Sequence[bytes],
