@@ -102,7 +102,7 @@ def snapshot(client: redis.Redis, keys: KeySchema) -> dict:
     for raw in home(client, keys.state).keys(keys.namespace + ":*"):  # a cluster's: the namespace's one node
         key = raw.decode()
         if key in skip or key.startswith(tuple(keys.namespace + k for k in (":online:peak:", ":online:group:",
-                                                                             ":online:"))):
+                                                                             ":handoff:"))):
             continue  # (the groups' guards and the hand-off are how the view was folded, not what it says)
         name = key[len(keys.namespace):]
         kind = client.type(raw)
