@@ -77,7 +77,22 @@ def test_the_job_goes_on_through_a_failover_and_loses_nothing(spark: SparkSessio
         sink.close()
     print(f"promoted {promoted - killed:.1f} s after the kill; batch 2 committed {committed - promoted:.1f} s after "
           "the promotion")  # noqa: T201
-    assert differences(everything(client, cfg), renamed(expected, f"one-{run}", f"fo-{run}")) == []
+    got, want = everything(client, cfg), renamed(expected, f"one-{run}", f"fo-{run}")
+    # A batch's count of players added goes once the pipeline and every lane have committed the batch: with the
+    # followers in the background (here) the last pipeline commit may find a lane one batch further behind than
+    # the uninterrupted run's synchronous followers, and keep one count more until the next commit.
+    kept, wanted = added(got["main"]), added(want["main"])
+    assert wanted <= kept and len(kept - wanted) <= 1, (kept, wanted)
+    assert differences(got, want) == []
+
+
+def added(keys: dict) -> set[str]:
+    """The batches' counts of players added a namespace keeps (``KeySchema.players_added``), taken out of ``keys``
+    (its index too)."""
+    names = {k for k in keys if k == ":added" or k.startswith(":added:")}
+    for name in names:
+        keys.pop(name)
+    return names - {":added"}
 
 
 def differences(got: dict, expected: object) -> list[str]:
