@@ -30,6 +30,7 @@ from watermark.store.history_store import Timeline, read_timeline
 from watermark.store.redis_conn import open_client
 from watermark.store.views.events import EventRange, PlayerEvents, find_player, read_events
 from watermark.store.views.lanes import read_idleness, read_lanes, read_seen, read_tradeoff
+from watermark.store.views.online import OnlinePoints
 from watermark.store.views.snapshot import BatchPoints, Snapshot, read_snapshot
 
 TICK_TTL_S = 120
@@ -56,13 +57,19 @@ def batch_points(url: str, namespace: str, range_ms: int) -> BatchPoints:
     return BatchPoints()
 
 
+@st.cache_resource(show_spinner=False, max_entries=64)
+def online_points(url: str, namespace: str) -> OnlinePoints:
+    """The online view's per-batch records read so far, per namespace, for every session."""
+    return OnlinePoints()
+
+
 @st.cache_resource(show_spinner=False, ttl=TICK_TTL_S, max_entries=256)
 def load_snapshot(url: str, namespace: str, range_ms: int, refresh_s: int, tick: int, _now_ms: int,
                   input_namespace: str, retire_after_ms: int) -> Snapshot:
     """One read per (namespace, range, tick) for all sessions; ``_now_ms`` is not part of the key."""
     return read_snapshot(redis_client(url), KeySchema(namespace), range_ms=range_ms, now_ms=_now_ms,
                          input_keys=KeySchema(input_namespace), retire_after_ms=retire_after_ms,
-                         points=batch_points(url, namespace, range_ms))
+                         points=batch_points(url, namespace, range_ms), online_points=online_points(url, namespace))
 
 
 @st.cache_data(show_spinner=False, ttl=LANES_TTL_S, max_entries=16)

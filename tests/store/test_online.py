@@ -515,3 +515,39 @@ def test_the_players_table_is_loaded_again_once_it_holds_far_more_than_the_view_
     assert max(size for size, _ in sizes) <= PlayerTable.SLACK + 1_000  # twice what it keeps, and the slack
     assert any(b < a for (a, _), (b, _) in zip(sizes, sizes[1:], strict=False))  # it was loaded again
     assert len(read_online(r, keys).counts) <= 5  # the match on now, those whose logouts are still kept
+
+
+def test_a_reader_that_reads_again_decodes_only_the_online_records_it_has_not_seen(
+        r: redis.Redis, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``OnlinePoints`` keeps the per-batch records it decoded: each read decodes the new ones only and ends equal to
+    a fresh read of the newest ``last``; when Redis no longer holds the kept span (emptied, a pipeline started
+    afresh, a record written again) it reads everything again."""
+    from watermark.schema.records import PresenceRecord
+    from watermark.store.views import online
+
+    keys = KeySchema(f"pts-{uuid.uuid4().hex[:8]}")
+    decoded: list[bytes] = []
+    real = online.OnlinePoint.from_json
+    monkeypatch.setattr(online.OnlinePoint, "from_json", lambda raw: decoded.append(raw) or real(raw))
+
+    def add(batch: int, count: int = 1) -> None:
+        rec = PresenceRecord(batch=batch, watermark_ms=batch, batch_ts_ms=batch, counts={"A": count}, online=0,
+                             offline=0)
+        r.zadd(keys.online_history, {rec.encode(): batch})
+
+    def fresh(last: int) -> tuple[online.OnlinePoint, ...]:
+        return tuple(real(m) for m in r.zrange(keys.online_history, -last, -1))
+
+    points = online.OnlinePoints()
+    for b in range(5):
+        add(b)
+    assert points.read(r, keys, 3) == fresh(3) and len(decoded) == 3
+    add(5)
+    add(6)
+    assert points.read(r, keys, 3) == fresh(3) and len(decoded) == 5  # batches 5 and 6 only
+    assert [p.batch for p in points.read(r, keys, 3)] == [4, 5, 6] and len(decoded) == 5
+    r.delete(keys.online_history)  # Redis came back empty; the pipeline goes on from batch 0
+    add(0, count=7)
+    assert [(p.batch, p.counts) for p in points.read(r, keys, 3)] == [(0, {"A": 7})]
+    add(0, count=8)  # batch 0's record written again beside the first: the span no longer matches
+    assert points.read(r, keys, 3) == fresh(3)

@@ -13,7 +13,7 @@ import json
 import math
 import threading
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import msgspec
 import redis
@@ -36,7 +36,7 @@ from watermark.store.pipeline_status import (
     waiting_entries,
 )
 from watermark.store.report import WindowRow, queue_window_reads, window_rows
-from watermark.store.views.online import OnlineView, online_view, queue_online_reads
+from watermark.store.views.online import OnlinePoints, OnlineView, online_view, queue_online_reads
 
 __all__ = [  # the pages read everything through this module, the store's types too
     "MAX_BATCHES", "ONLINE_HISTORY", "BatchPoint", "BatchPoints", "PipelineState", "ServerTotals", "Snapshot",
@@ -191,16 +191,18 @@ class BatchPoints:
 
 def read_snapshot(client: redis.Redis, keys: KeySchema, *, range_ms: int, now_ms: int,
                   max_batches: int | None = None, input_keys: KeySchema | None = None,
-                  retire_after_ms: int = Config.retire_after_ms, points: BatchPoints | None = None) -> Snapshot:
+                  retire_after_ms: int = Config.retire_after_ms, points: BatchPoints | None = None,
+                  online_points: OnlinePoints | None = None) -> Snapshot:
     """Windows whose end is within ``range_ms`` of the head of event time, and the
     batches within ``range_ms`` of the last one; raises ``redis.RedisError``.
 
     ``input_keys``: the namespace whose input stream this pipeline reads (a lab lane reads its parent's).
-    ``points``: the batch records read before (:class:`BatchPoints`), for a reader that reads again and again."""
+    ``points``: the batch records read before (:class:`BatchPoints`), for a reader that reads again and again;
+    ``online_points``: the online view's per-batch records read before (:class:`OnlinePoints`), likewise."""
     events = (input_keys or keys).events
     # Round trip 1: everything addressed by a fixed key, the online view's too.
     fixed = read_fixed(client, keys, input_keys or keys,
-                       lambda pipe: queue_online_reads(pipe, keys, ONLINE_HISTORY, now_ms))
+                       lambda pipe: queue_online_reads(pipe, keys, 0, now_ms))
     state = fixed.state
 
     # Round trip 2: window index, batch records, waiting entries.
@@ -219,6 +221,8 @@ def read_snapshot(client: redis.Redis, keys: KeySchema, *, range_ms: int, now_ms
         queue_first_after(pipe, events, state.committed_id)
     replies = pipe.execute()
     online = online_view(*fixed.more)
+    if online is not None:
+        online = replace(online, history=(online_points or OnlinePoints()).read(client, keys, ONLINE_HISTORY))
     clocks = online.clocks if online is not None else {}
     seen = heard(fixed.seen, {s: c.heard_ms for s, c in clocks.items()})
     gone = retired(seen, now_ms, retire_after_ms)
