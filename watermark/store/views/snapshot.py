@@ -213,7 +213,12 @@ def read_snapshot(client: redis.Redis, keys: KeySchema, *, range_ms: int, now_ms
     head = state.head_ms if state else None
     window_ms = state.window_ms if state else 0
     pipe = client.pipeline(transaction=False)
-    queue_window_index(pipe, keys, None if head is None else head - range_ms - window_ms, wanted=windows)
+    if not windows:
+        pipe.zrange(keys.windows, 1, 0)  # an empty range: the replies keep their places
+    elif head is not None:
+        pipe.zrangebyscore(keys.windows, head - range_ms - window_ms, "+inf")
+    else:
+        pipe.zrange(keys.windows, 0, -1)
     pipe.zrange(keys.batches, -n_batches, -1)
     pipe.hget((input_keys or keys).alerts_monitor, THRESHOLDS_FIELD)  # one monitor watches the pipeline and lanes
     if state is not None:
@@ -246,17 +251,6 @@ def read_snapshot(client: redis.Redis, keys: KeySchema, *, range_ms: int, now_ms
         retire_after_ms=retire_after_ms,
         regions=status.regions, redis_memory=read_memory(client), thresholds=thresholds_from(replies[2]),
     )
-
-
-def queue_window_index(pipe: redis.client.Pipeline, keys: KeySchema, since_ms: int | None, wanted: bool) -> None:
-    """One reply: the window index from ``since_ms`` on (all of it when None: no head of event time yet); when not
-    ``wanted`` (a snapshot without windows) none, an empty range keeping the replies' places."""
-    if not wanted:
-        pipe.zrange(keys.windows, 1, 0)
-    elif since_ms is None:
-        pipe.zrange(keys.windows, 0, -1)
-    else:
-        pipe.zrangebyscore(keys.windows, since_ms, "+inf")
 
 
 def batch_point(sink: bytes | None, progress: bytes | None) -> BatchPoint | None:
