@@ -65,13 +65,11 @@ def online_points(url: str, namespace: str) -> OnlinePoints:
 
 @st.cache_resource(show_spinner=False, ttl=TICK_TTL_S, max_entries=256)
 def load_snapshot(url: str, namespace: str, range_ms: int, refresh_s: int, tick: int, _now_ms: int,
-                  input_namespace: str, retire_after_ms: int, windows: bool = True) -> Snapshot:
-    """One read per (namespace, range, tick, with or without windows) for all sessions; ``_now_ms`` is not part of
-    the key."""
+                  input_namespace: str, retire_after_ms: int) -> Snapshot:
+    """One read per (namespace, range, tick) for all sessions; ``_now_ms`` is not part of the key."""
     return read_snapshot(redis_client(url), KeySchema(namespace), range_ms=range_ms, now_ms=_now_ms,
                          input_keys=KeySchema(input_namespace), retire_after_ms=retire_after_ms,
-                         points=batch_points(url, namespace, range_ms), online_points=online_points(url, namespace),
-                         windows=windows)
+                         points=batch_points(url, namespace, range_ms), online_points=online_points(url, namespace))
 
 
 @st.cache_data(show_spinner=False, ttl=LANES_TTL_S, max_entries=16)

@@ -178,11 +178,10 @@ def retired_note(st: Any, snap: Snapshot, shown: int = 8) -> None:  # noqa: ANN4
                    "event): " + "; ".join(parts) + ".")
 
 
-def lane_snapshot(cfg: Config, lane: Lane, view: View, now: int, windows: bool = True) -> Snapshot:
-    """The pipeline's snapshot for this tick, read from its own keys and its input stream; ``windows`` False: without
-    the windows, for a page or tab that draws none."""
+def lane_snapshot(cfg: Config, lane: Lane, view: View, now: int) -> Snapshot:
+    """The pipeline's snapshot for this tick, read from its own keys and its input stream."""
     return load_snapshot(cfg.redis_url, lane.namespace, view.range_ms, view.refresh_s, view.tick(now), now,
-                         lane.input_namespace, cfg.retire_after_ms, windows)
+                         lane.input_namespace, cfg.retire_after_ms)
 
 
 def available_lanes() -> list[Lane]:
@@ -286,11 +285,9 @@ def show_status(statuses: list[Status]) -> None:
         {Level.OK: st.success, Level.INFO: st.info, Level.WARNING: st.warning, Level.ERROR: st.error}[s.level](s.text)
 
 
-def live(render: Callable[[Snapshot, int], None], status: bool = True,
-         windows: Callable[[], bool] = lambda: True) -> None:
+def live(render: Callable[[Snapshot, int], None], status: bool = True) -> None:
     """Run ``render(snapshot, now_ms)`` now and, unless paused, every refresh interval; ``status`` False: the page
-    says the pipeline's health itself (the wall), and only a Redis that cannot be read is said here. ``windows()``,
-    asked each run: whether this run draws windows (False: the snapshot is read without them)."""
+    says the pipeline's health itself (the wall), and only a Redis that cannot be read is said here."""
     view = current_view()
 
     @st.fragment(run_every=None if view.paused else view.refresh_s)
@@ -303,7 +300,7 @@ def live(render: Callable[[Snapshot, int], None], status: bool = True,
             return
         lane = selected_lane(cfg)
         try:
-            snap = lane_snapshot(cfg, lane, view, now, windows())
+            snap = lane_snapshot(cfg, lane, view, now)
         except redis.RedisError as exc:
             show_status([unreachable(redact_url(cfg.redis_url), exc)])
             return

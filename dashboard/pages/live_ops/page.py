@@ -280,6 +280,5 @@ def server_table(snap: Snapshot, v: OnlineView) -> None:
 
 def main() -> None:
     st.title("Live ops")
-    # Only the Windows tab draws windows: the others read the snapshot without them (a third of its read).
-    ui.live(render, windows=lambda: st.session_state.get(TAB_KEY) == "Windows")
+    ui.live(render)
 

@@ -192,15 +192,13 @@ class BatchPoints:
 def read_snapshot(client: redis.Redis, keys: KeySchema, *, range_ms: int, now_ms: int,
                   max_batches: int | None = None, input_keys: KeySchema | None = None,
                   retire_after_ms: int = Config.retire_after_ms, points: BatchPoints | None = None,
-                  online_points: OnlinePoints | None = None, windows: bool = True) -> Snapshot:
+                  online_points: OnlinePoints | None = None) -> Snapshot:
     """Windows whose end is within ``range_ms`` of the head of event time, and the
     batches within ``range_ms`` of the last one; raises ``redis.RedisError``.
 
     ``input_keys``: the namespace whose input stream this pipeline reads (a lab lane reads its parent's).
     ``points``: the batch records read before (:class:`BatchPoints`), for a reader that reads again and again;
-    ``online_points``: the online view's per-batch records read before (:class:`OnlinePoints`), likewise.
-    ``windows`` False: no window is read (``Snapshot.windows`` empty), for a page that draws none: at 300 servers
-    the windows were a third of a snapshot's read."""
+    ``online_points``: the online view's per-batch records read before (:class:`OnlinePoints`), likewise."""
     events = (input_keys or keys).events
     # Round trip 1: everything addressed by a fixed key, the online view's too.
     fixed = read_fixed(client, keys, input_keys or keys,
@@ -213,9 +211,7 @@ def read_snapshot(client: redis.Redis, keys: KeySchema, *, range_ms: int, now_ms
     head = state.head_ms if state else None
     window_ms = state.window_ms if state else 0
     pipe = client.pipeline(transaction=False)
-    if not windows:
-        pipe.zrange(keys.windows, 1, 0)  # an empty range: the replies keep their places
-    elif head is not None:
+    if head is not None:
         pipe.zrangebyscore(keys.windows, head - range_ms - window_ms, "+inf")
     else:
         pipe.zrange(keys.windows, 0, -1)
