@@ -1,6 +1,6 @@
 """Where a visit to a page goes, in Chromium: opened in a new tab of a running browser, as an operator's is.
 
-    python -m bench.first_visit --url http://127.0.0.1:8501 [--path /ops] [--visits 8] [--nice -10]
+    python -m bench.spikes.first_visit --url http://127.0.0.1:8501 [--path /ops] [--visits 8] [--nice -10]
 
 Against a dashboard already running (``./run.sh``, or a stack ``bench/soak.py --pages`` started). Per visit, seconds
 from asking for the page: its document loaded (the scripts cached after the first), the websocket open, the status
