@@ -286,10 +286,11 @@ class Lane(msgspec.Struct, frozen=True, kw_only=True):
     def config(self, parent: Config) -> Config:
         """``parent``'s configuration with this lane's watermark strategy, namespace and checkpoint."""
         idle = (parent.idle_timeout_ms or DEFAULT_IDLE_TIMEOUT_MS) if self.idle else None
+        placed = self.under(parent)
         return parent.with_(
-            namespace=lane_namespace(parent.namespace, self.name),
+            namespace=placed.namespace,
             checkpoint_dir=f"{parent.checkpoint_dir.rstrip('/')}.{self.name}",
-            input_namespace=parent.input_namespace or parent.namespace,
+            input_namespace=placed.input_namespace,
             watermark_mode=self.mode, watermark_policy=self.policy, idle_timeout_ms=idle, lanes=(),
         )
 
