@@ -28,10 +28,11 @@ from watermark.store.annotation_store import read_happenings
 from watermark.store.control_store import read_lab
 from watermark.store.history_store import Timeline, read_timeline
 from watermark.store.redis_conn import open_client
+from watermark.store.report import WindowRow
 from watermark.store.views.events import EventRange, PlayerEvents, find_player, read_events
 from watermark.store.views.lanes import read_idleness, read_lanes, read_seen, read_tradeoff
 from watermark.store.views.online import OnlinePoints
-from watermark.store.views.snapshot import BatchPoints, Snapshot, read_snapshot
+from watermark.store.views.snapshot import BatchPoints, Snapshot, read_snapshot, read_windows
 
 TICK_TTL_S = 120
 """Reads keyed by the refresh tick: evicted two minutes on (a tick is 1-10 s, so never read again by then)."""
@@ -66,10 +67,21 @@ def online_points(url: str, namespace: str) -> OnlinePoints:
 @st.cache_resource(show_spinner=False, ttl=TICK_TTL_S, max_entries=256)
 def load_snapshot(url: str, namespace: str, range_ms: int, refresh_s: int, tick: int, _now_ms: int,
                   input_namespace: str, retire_after_ms: int) -> Snapshot:
-    """One read per (namespace, range, tick) for all sessions; ``_now_ms`` is not part of the key."""
+    """One read per (namespace, range, tick) for all sessions, without the windows (:func:`load_windows`);
+    ``_now_ms`` is not part of the key."""
     return read_snapshot(redis_client(url), KeySchema(namespace), range_ms=range_ms, now_ms=_now_ms,
                          input_keys=KeySchema(input_namespace), retire_after_ms=retire_after_ms,
-                         points=batch_points(url, namespace, range_ms), online_points=online_points(url, namespace))
+                         points=batch_points(url, namespace, range_ms), online_points=online_points(url, namespace),
+                         windows=False)
+
+
+@st.cache_resource(show_spinner=False, ttl=TICK_TTL_S, max_entries=256)
+def load_windows(url: str, namespace: str, range_ms: int, refresh_s: int, tick: int, _now_ms: int,
+                 input_namespace: str, retire_after_ms: int) -> tuple[WindowRow, ...]:
+    """The windows of that tick's snapshot: one more read per tick for all sessions, only once a page that draws
+    windows asks (Live ops' first tabs draw none)."""
+    snap = load_snapshot(url, namespace, range_ms, refresh_s, tick, _now_ms, input_namespace, retire_after_ms)
+    return read_windows(redis_client(url), KeySchema(namespace), snap)
 
 
 @st.cache_data(show_spinner=False, ttl=LANES_TTL_S, max_entries=16)

@@ -12,7 +12,7 @@ import logging
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import redis
@@ -27,6 +27,7 @@ from dashboard.loaders import (
     load_lanes,
     load_marks,
     load_snapshot,
+    load_windows,
     redis_client,
 )
 from dashboard.status import Level, Status, assess, clock, human_ms, unreachable
@@ -178,10 +179,13 @@ def retired_note(st: Any, snap: Snapshot, shown: int = 8) -> None:  # noqa: ANN4
                    "event): " + "; ".join(parts) + ".")
 
 
-def lane_snapshot(cfg: Config, lane: Lane, view: View, now: int) -> Snapshot:
-    """The pipeline's snapshot for this tick, read from its own keys and its input stream."""
-    return load_snapshot(cfg.redis_url, lane.namespace, view.range_ms, view.refresh_s, view.tick(now), now,
-                         lane.input_namespace, cfg.retire_after_ms)
+def lane_snapshot(cfg: Config, lane: Lane, view: View, now: int, windows: bool = True) -> Snapshot:
+    """The pipeline's snapshot for this tick, read from its own keys and its input stream; ``windows`` False: without
+    the windows, for a page or tab that draws none."""
+    args = (cfg.redis_url, lane.namespace, view.range_ms, view.refresh_s, view.tick(now), now, lane.input_namespace,
+            cfg.retire_after_ms)
+    snap = load_snapshot(*args)
+    return replace(snap, windows=load_windows(*args)) if windows else snap
 
 
 def available_lanes() -> list[Lane]:
@@ -285,9 +289,11 @@ def show_status(statuses: list[Status]) -> None:
         {Level.OK: st.success, Level.INFO: st.info, Level.WARNING: st.warning, Level.ERROR: st.error}[s.level](s.text)
 
 
-def live(render: Callable[[Snapshot, int], None], status: bool = True) -> None:
+def live(render: Callable[[Snapshot, int], None], status: bool = True,
+         windows: Callable[[], bool] = lambda: True) -> None:
     """Run ``render(snapshot, now_ms)`` now and, unless paused, every refresh interval; ``status`` False: the page
-    says the pipeline's health itself (the wall), and only a Redis that cannot be read is said here."""
+    says the pipeline's health itself (the wall), and only a Redis that cannot be read is said here. ``windows()``,
+    asked each run: whether this run draws windows (False: the snapshot is read without them)."""
     view = current_view()
 
     @st.fragment(run_every=None if view.paused else view.refresh_s)
@@ -300,7 +306,7 @@ def live(render: Callable[[Snapshot, int], None], status: bool = True) -> None:
             return
         lane = selected_lane(cfg)
         try:
-            snap = lane_snapshot(cfg, lane, view, now)
+            snap = lane_snapshot(cfg, lane, view, now, windows())
         except redis.RedisError as exc:
             show_status([unreachable(redact_url(cfg.redis_url), exc)])
             return

@@ -332,9 +332,13 @@ def test_many_sessions_cost_one_redis_read_per_refresh_tick(env: Seeded, direct:
     now = (int(client.hget(KeySchema(env.cfg.namespace).state, "updated_ms")) // tick_ms + 1000) * tick_ms
     run_page(now_ms=now - tick_ms)  # reads cached by wall time (the lanes, 10 s) are in, as in any run but the first
     before = commands()
-    run_page(now_ms=now)
+    run_page(now_ms=now)  # Live ops' first tab: the snapshot, without windows
     one_session = commands() - before - info_cost
     assert one_session > 0
+    before = commands()
+    run_page("watermark", now_ms=now + 500)  # a page that draws windows: the tick's windows, once, besides
+    windows = commands() - before - info_cost
+    assert windows > 0
     before = commands()
     for page in [None, None, *PAGES[1:]]:  # five more sessions on any page within the same tick
         run_page(page, now_ms=now + 1_500)

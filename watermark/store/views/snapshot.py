@@ -192,29 +192,25 @@ class BatchPoints:
 def read_snapshot(client: redis.Redis, keys: KeySchema, *, range_ms: int, now_ms: int,
                   max_batches: int | None = None, input_keys: KeySchema | None = None,
                   retire_after_ms: int = Config.retire_after_ms, points: BatchPoints | None = None,
-                  online_points: OnlinePoints | None = None) -> Snapshot:
+                  online_points: OnlinePoints | None = None, windows: bool = True) -> Snapshot:
     """Windows whose end is within ``range_ms`` of the head of event time, and the
     batches within ``range_ms`` of the last one; raises ``redis.RedisError``.
 
     ``input_keys``: the namespace whose input stream this pipeline reads (a lab lane reads its parent's).
     ``points``: the batch records read before (:class:`BatchPoints`), for a reader that reads again and again;
-    ``online_points``: the online view's per-batch records read before (:class:`OnlinePoints`), likewise."""
+    ``online_points``: the online view's per-batch records read before (:class:`OnlinePoints`), likewise.
+    ``windows`` False: no window is read (``Snapshot.windows`` empty; :func:`read_windows` reads them for it), for
+    a page that draws none: at 300 servers the windows were a third of a snapshot's read."""
     events = (input_keys or keys).events
     # Round trip 1: everything addressed by a fixed key, the online view's too.
     fixed = read_fixed(client, keys, input_keys or keys,
                        lambda pipe: queue_online_reads(pipe, keys, 0, now_ms))
     state = fixed.state
 
-    # Round trip 2: window index, batch records, waiting entries.
+    # Round trip 2: batch records, waiting entries.
     trigger_ms = state.trigger_ms if state else 1_000
     n_batches = max_batches or min(MAX_BATCHES, math.ceil(range_ms / max(trigger_ms, 1)) + 5)
-    head = state.head_ms if state else None
-    window_ms = state.window_ms if state else 0
     pipe = client.pipeline(transaction=False)
-    if head is not None:
-        pipe.zrangebyscore(keys.windows, head - range_ms - window_ms, "+inf")
-    else:
-        pipe.zrange(keys.windows, 0, -1)
     pipe.zrange(keys.batches, -n_batches, -1)
     pipe.hget((input_keys or keys).alerts_monitor, THRESHOLDS_FIELD)  # one monitor watches the pipeline and lanes
     if state is not None:
@@ -227,26 +223,35 @@ def read_snapshot(client: redis.Redis, keys: KeySchema, *, range_ms: int, now_ms
     seen = heard(fixed.seen, {s: c.heard_ms for s, c in clocks.items()})
     gone = retired(seen, now_ms, retire_after_ms)
     emptied = {s: c.drained_ms for s, c in clocks.items() if s not in gone and drained(seen.get(s), c.drained_ms)}
-    counts = online.counts if online is not None else {}
-    # the windows of the servers in the live views: what a page reads is bounded by the live fleet
-    members = [m for m in map(WindowKey.parse, replies[0]) if (head is None or m.end_ms > head - range_ms)
-               and in_view(retired=m.server in gone, drained=m.server in emptied, players=counts.get(m.server, 0))]
-    batch_ids = [int(b) for b in replies[1]]
+    batches = in_range((points or BatchPoints()).read(client, keys, [int(b) for b in replies[0]]), range_ms)
+    status = fixed.status(oldest_of(replies[2:]) if state is not None else None)
+    snap = Snapshot(
+        namespace=keys.namespace, read_ms=now_ms, range_ms=range_ms, state=state, totals=status.totals,
+        servers=tuple(s for s in status.servers if s not in gone and s not in emptied), windows=(),
+        batches=tuple(batches), stream=status.stream, online=online, retired=gone, drained=emptied,
+        retire_after_ms=retire_after_ms,
+        regions=status.regions, redis_memory=read_memory(client), thresholds=thresholds_from(replies[1]),
+    )
+    return replace(snap, windows=read_windows(client, keys, snap)) if windows else snap
 
-    # Round trip 3: the windows behind the index; 4: the batch records not read before.
+
+def read_windows(client: redis.Redis, keys: KeySchema, snap: Snapshot) -> tuple[WindowRow, ...]:
+    """The windows of ``snap``: those whose end is within its range of the head of event time, of the servers in
+    its live views (what a page reads is bounded by the live fleet, not by every name seen). Two round trips."""
+    state = snap.state
+    head = state.head_ms if state else None
+    if head is not None:
+        index = client.zrangebyscore(keys.windows, head - snap.range_ms - state.window_ms, "+inf")
+    else:
+        index = client.zrange(keys.windows, 0, -1)
+    counts = snap.online.counts if snap.online is not None else {}
+    members = [m for m in map(WindowKey.parse, index) if (head is None or m.end_ms > head - snap.range_ms)
+               and in_view(retired=m.server in snap.retired, drained=m.server in snap.drained,
+                           players=counts.get(m.server, 0))]
     pipe = client.pipeline(transaction=False)
     queue_window_reads(pipe, keys, members)
     details = pipe.execute() if members else []
-    windows = window_rows(members, details, state.next_watermark_ms if state else 0)
-    batches = in_range((points or BatchPoints()).read(client, keys, batch_ids), range_ms)
-    status = fixed.status(oldest_of(replies[3:]) if state is not None else None)
-    return Snapshot(
-        namespace=keys.namespace, read_ms=now_ms, range_ms=range_ms, state=state, totals=status.totals,
-        servers=tuple(s for s in status.servers if s not in gone and s not in emptied), windows=tuple(windows),
-        batches=tuple(batches), stream=status.stream, online=online, retired=gone, drained=emptied,
-        retire_after_ms=retire_after_ms,
-        regions=status.regions, redis_memory=read_memory(client), thresholds=thresholds_from(replies[2]),
-    )
+    return tuple(window_rows(members, details, state.next_watermark_ms if state else 0))
 
 
 def batch_point(sink: bytes | None, progress: bytes | None) -> BatchPoint | None:
