@@ -27,7 +27,7 @@ import redis
 
 from bench.run import scratch_redis
 from watermark.rules.online.groups import Group
-from watermark.rules.online.table import PresenceBatch
+from watermark.rules.online.table import OnlineBatch
 from watermark.rules.scenarios import game
 from watermark.rules.simulate import Simulator
 from watermark.rules.windows import next_watermark
@@ -37,11 +37,11 @@ from watermark.spark import local_agg
 from watermark.spark.checkpoint import OffsetEntry
 from watermark.spark.query import source_options
 from watermark.spark.rows import ARROW_SCHEMA
-from watermark.spark.sink import BatchTable, LaneSink, aggregate_arrow, late_events, presence_events
+from watermark.spark.sink import BatchTable, LaneSink, aggregate_arrow, late_events, online_events
 from watermark.spark.source import SourceOptions, StreamRange, read_partition
 from watermark.spark.window_players import read_added
 from watermark.store.commit import commit_batch, params_of
-from watermark.store.online.commit import PresenceMirror, commit_presence
+from watermark.store.online.commit import OnlineMirror, commit_online
 from watermark.store.online.handoff import hand_off
 from watermark.store.online.runner import GroupRunner
 from watermark.store.stream_writer import write
@@ -83,7 +83,7 @@ def measure(url: str, servers: int, rate: int, seconds: float, trigger_ms: int, 
     params = params_of(cfg)
     opts = SourceOptions(source_options(cfg, pre_aggregate=True))
     lanes = [LaneSink(KeySchema(c.namespace), params_of(c)) for c in cfg.lane_configs()]
-    mirror = PresenceMirror()
+    mirror = OnlineMirror()
     runners = [GroupRunner(client, keys, Group(g, groups), params) for g in range(groups)]
     costs = Costs(servers)
     first = int(client.xrange(keys.events, count=1)[0][0].split(b"-")[0])
@@ -109,15 +109,15 @@ def measure(url: str, servers: int, rate: int, seconds: float, trigger_ms: int, 
         for lane in lanes:
             _timed(c, f"lane {lane.keys.namespace.rsplit('.', 1)[-1]}",
                    lambda lane=lane, batch=batch, summary=summary: lane.commit(client, batch, summary))
-        events = presence_events(table)
-        online = PresenceBatch(batch_id, watermark_ms, hi_ms, hi, events, params.delay_ms, None)
+        events = online_events(table)
+        online = OnlineBatch(batch_id, watermark_ms, hi_ms, hi, events, params.delay_ms, None)
         if groups:  # decision 0020: the driver hands off; each group folds its share in wm-online
             handed = online.record(groups, 30_000)
             _timed(c, "online: hand off", lambda h=handed, e=events: hand_off(client, keys, h, e, params.ttl_s))
             for g, runner in enumerate(runners):
                 _timed(c, f"{GROUP_STEP}{g}", runner.step)
         else:
-            _timed(c, "online", lambda online=online: commit_presence(client, keys, online, params, 30_000, mirror))
+            _timed(c, "online", lambda online=online: commit_online(client, keys, online, params, 30_000, mirror))
         if c is not None:
             costs.events += sum(s.rows for s in summary.servers.values())
         tops = [s.max_event_us for s in summary.servers.values() if s.max_event_us is not None]

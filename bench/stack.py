@@ -228,8 +228,8 @@ def tree_cpu_s(pid: int) -> float:
 
 
 JOB_PARTS = ("driver", "jvm", "workers", "planner")
-"""Where the job's CPU goes (:func:`job_cpu_parts`): the driver's Python (``wm-job``: the sink's sum, presence fold
-and commits, the listener), the JVM (Spark's driver and, in local mode, its executors), the Python workers
+"""Where the job's CPU goes (:func:`job_cpu_parts`): the driver's Python (``wm-job``: the sink's sum, the online
+view's fold and commits, the listener), the JVM (Spark's driver and, in local mode, its executors), the Python workers
 (``pyspark.worker``: the source partitions' read, parse and pre-aggregation) and the planners (the streaming
 source's runner: offsets and partitions; the data source look-ups)."""
 

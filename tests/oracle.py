@@ -245,7 +245,7 @@ def online_oracle(batches: list[list[tuple]], delay: int, timeout: int) -> list[
     return out
 
 
-def random_presence_batches(seed: int, batches: int = 8, per_batch: int = 8) -> list[list[tuple]]:
+def random_online_batches(seed: int, batches: int = 8, per_batch: int = 8) -> list[list[tuple]]:
     """Logins, heartbeats, logouts and kind-less events of a few players on two servers around a
     moving 'now', on a 500 ms grid so equal event times happen, some late, some far apart."""
     rng = random.Random(seed)

@@ -154,6 +154,12 @@ def test_one_word_for_the_online_view_in_module_names() -> None:
     # nor a key: the view's are {ns}:online:*, the hand-off's {ns}:handoff:* (the old ones are renamed at start)
     key_words = set(re.findall(r'self\._k\("([a-z_]+)"', (ROOT / "watermark/schema/keys.py").read_text()))
     assert {"online", "handoff"} <= key_words and not key_words & {"presence", "present", "loggedout"}, key_words
+    # nor a name or a word in code and its docs: the classes are Online* (OnlineBatch, OnlineMirror, ...), a row
+    # per accepted event a player row; only the rename of the old keys says the old word
+    said = [f"{p.relative_to(ROOT)}:{n}" for d in ("watermark", "dashboard", "bench", "scripts")
+            for p in (ROOT / d).rglob("*.py") if p.name != "moved.py"
+            for n, line in enumerate(p.read_text().splitlines(), 1) if "presence" in line.lower()]
+    assert not said, said
 
 
 def test_one_lane_type() -> None:

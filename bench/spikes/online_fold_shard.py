@@ -22,30 +22,30 @@ import redis
 
 from bench.run import scratch_redis
 from watermark.rules.online.fold import Prior, fold
-from watermark.rules.online.table import PlayerTable, PresenceBatch, PresenceEvents
+from watermark.rules.online.table import OnlineBatch, OnlineEvents, PlayerTable
 from watermark.schema.config import Config
 from watermark.schema.keys import KeySchema
 from watermark.store.commit import params_of, queue_packed
-from watermark.store.online.commit import PresenceMirror, commit_presence
+from watermark.store.online.commit import OnlineMirror, commit_online
 
 TIMEOUT_MS = 30_000
 START_US = 1_767_225_600_000_000
 
 
-def batch(batch_id: int, players: int, events: int, servers: int, rng: np.random.Generator) -> PresenceBatch:
+def batch(batch_id: int, players: int, events: int, servers: int, rng: np.random.Generator) -> OnlineBatch:
     """``events`` heartbeats (all players at once for batch 0: their logins) half a second after the last."""
     n = players if batch_id == 0 else events
     who = np.arange(players) if batch_id == 0 else rng.choice(players, n, replace=False)
     at_us = START_US + batch_id * 500_000 + rng.integers(0, 500_000, n)
-    ev = PresenceEvents(server=np.array([f"S{w % servers}" for w in who.tolist()], object),
+    ev = OnlineEvents(server=np.array([f"S{w % servers}" for w in who.tolist()], object),
                         player=np.array([f"player-{w:07d}" for w in who.tolist()], object),
                         event_us=at_us.astype(np.int64), entry=np.arange(n, dtype=np.int64),
                         kind=np.full(n, 1 if batch_id == 0 else 2, np.int8), ingest_ms=at_us // 1000 + 50)
     end_ms = (START_US + (batch_id + 1) * 500_000) // 1000 + 50
-    return PresenceBatch(batch_id, (START_US + batch_id * 500_000) // 1000 - 5_000, end_ms, f"{end_ms}-0", ev, 5_000)
+    return OnlineBatch(batch_id, (START_US + batch_id * 500_000) // 1000 - 5_000, end_ms, f"{end_ms}-0", ev, 5_000)
 
 
-def catch_up(table: PlayerTable, b: PresenceBatch) -> None:
+def catch_up(table: PlayerTable, b: OnlineBatch) -> None:
     """A worker's copy brought up to a batch another worker folded: each changed player's new time set in its slot
     (what a log of the batch's changes would carry; the expiries would be a list of slots more)."""
     ev = b.events
@@ -54,7 +54,7 @@ def catch_up(table: PlayerTable, b: PresenceBatch) -> None:
         table.known[slots], table.online[slots], table.last_us[slots] = True, True, ev.event_us[rows]
 
 
-def in_redis(client: redis.Redis, ns: str, b: PresenceBatch, prev_watermark_ms: int) -> float:
+def in_redis(client: redis.Redis, ns: str, b: OnlineBatch, prev_watermark_ms: int) -> float:
     """The state read from and written to Redis for the batch's players only, no copy anywhere: each player's prior
     (HMGET), the fold, their new times (HSET) and a list per (server, second) of who was heard then (RPUSH), from
     which expiry reads the second the next watermark passed (LRANGE, then HMGET of those players' times: a player
@@ -108,25 +108,25 @@ def measure(url: str, players: int, events: int, servers: int, repeat: int) -> d
                  online_timeout_ms=TIMEOUT_MS)
     client, keys, params = redis.Redis.from_url(url), KeySchema(ns), params_of(cfg)
     rng = np.random.default_rng(1)
-    warm, other = PresenceMirror(), PresenceMirror()  # other: a second worker's copy, caught up
-    commit_presence(client, keys, batch(0, players, events, servers, rng), params, TIMEOUT_MS, warm)
+    warm, other = OnlineMirror(), OnlineMirror()  # other: a second worker's copy, caught up
+    commit_online(client, keys, batch(0, players, events, servers, rng), params, TIMEOUT_MS, warm)
     out: dict[str, list[float]] = {"warm fold + write": [], "cold load": [], "cold fold + write": [],
                                    "catch up one batch": [], "state in Redis, batch's players only": []}
     for i in range(1, 2 * repeat + 1):
         b = batch(i, players, events, servers, rng)
         if i <= repeat:  # the same worker folds every batch: its copy is current
             t = time.perf_counter()
-            commit_presence(client, keys, b, params, TIMEOUT_MS, warm)
+            commit_online(client, keys, b, params, TIMEOUT_MS, warm)
             out["warm fold + write"].append(1e3 * (time.perf_counter() - t))
             t = time.perf_counter()
             catch_up(other.players, b)
             out["catch up one batch"].append(1e3 * (time.perf_counter() - t))
         else:  # a worker without the state folds it: load, fold, write
-            cold = PresenceMirror()
+            cold = OnlineMirror()
             t = time.perf_counter()
             cold.load(client, keys, [f"S{s}" for s in range(servers)], i - 1)
             loaded = time.perf_counter()
-            commit_presence(client, keys, b, params, TIMEOUT_MS, cold)
+            commit_online(client, keys, b, params, TIMEOUT_MS, cold)
             out["cold load"].append(1e3 * (loaded - t))
             out["cold fold + write"].append(1e3 * (time.perf_counter() - loaded))
     # 40 s of batches first, so the seconds the watermark passes hold the players heard then: each event is listed

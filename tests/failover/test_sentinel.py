@@ -134,26 +134,26 @@ def test_the_online_views_commit_is_done_only_once_its_replica_has_it(group: Sen
     import numpy as np
 
     from watermark.rules.online.fold import KIND_CODES
-    from watermark.rules.online.table import PresenceBatch, PresenceEvents
-    from watermark.store.online.commit import commit_presence
+    from watermark.rules.online.table import OnlineBatch, OnlineEvents
+    from watermark.store.online.commit import commit_online
 
-    def login(batch: int, player: str) -> PresenceBatch:
-        ev = PresenceEvents(np.array(["A"], object), np.array([player], object), np.array([T0 * 1000], np.int64),
+    def login(batch: int, player: str) -> OnlineBatch:
+        ev = OnlineEvents(np.array(["A"], object), np.array([player], object), np.array([T0 * 1000], np.int64),
                             np.array([0], np.int64), np.array([KIND_CODES["login"]], np.int8),
                             np.array([T0 + batch], np.int64))
-        return PresenceBatch(batch, 0, T0 + batch, f"{T0 + batch}-0", ev, 300_000)
+        return OnlineBatch(batch, 0, T0 + batch, f"{T0 + batch}-0", ev, 300_000)
 
     client = open_client(group.url, socket_timeout=10)
     keys = KeySchema(f"online-{uuid.uuid4().hex[:8]}")
     params = replace(PARAMS, wait_replicas=1, wait_timeout_ms=300)
-    assert commit_presence(client, keys, login(0, "p1"), params, 60_000)
+    assert commit_online(client, keys, login(0, "p1"), params, 60_000)
     replica = group.replicas[0]
     replica.signal(signal.SIGSTOP)
     try:
         with pytest.raises(ReplicasBehind, match="online view's commit of batch 1"):
-            commit_presence(client, keys, login(1, "p2"), params, 60_000)
+            commit_online(client, keys, login(1, "p2"), params, 60_000)
     finally:
         replica.signal(signal.SIGCONT)
-    assert with_retry(lambda: commit_presence(client, keys, login(1, "p2"), params, 60_000),
+    assert with_retry(lambda: commit_online(client, keys, login(1, "p2"), params, 60_000),
                       "the online view's commit of batch 1", give_up_after_s=30) is False  # applied, now replicated
     assert {k.decode(): int(v) for k, v in replica.client().hgetall(keys.online_counts).items()} == {"A": 2}

@@ -56,7 +56,7 @@ HANDMADE_EXPECTED = {
         {"server": "C", "start": "2026-01-01T00:30:00.000Z", "end": "2026-01-01T00:40:00.000Z",
          "events": 1, "players": 1, "dropped": 0, "final": False},
     ],
-    # events without a kind are presence; the default ONLINE_TIMEOUT is 30 s; each server's players are judged
+    # events without a kind count as online; the default ONLINE_TIMEOUT is 30 s; each server's players are judged
     # by its own clock, its watermark 5 min behind (tests/oracle.py online_oracle gives the same)
     "online": [
         # A's clock 00:04 keeps p1 (00:01) and p2 (00:04); B's p1 (00:12)

@@ -1,5 +1,5 @@
 """``python -m watermark.apps.replay ... --online-timeout T``: the document's ``online`` list, one item per batch,
-against an independent model of the presence rule (tests/oracle.py ``online_oracle``) on cases made for it:
+against an independent model of the online rule (tests/oracle.py ``online_oracle``) on cases made for it:
 equal event times for one player, a logout and a return, a silence longer than the timeout, a late burst
 from one server."""
 

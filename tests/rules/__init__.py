@@ -1,2 +1,3 @@
-"""The pure rules and the source's parsing as tables: windows, presence, events, the late record, the commit plan.
+"""The pure rules and the source's parsing as tables: windows, the online view, events, the late record, the
+commit plan.
 """

@@ -1,5 +1,5 @@
 """The sink's aggregation (watermark.spark.local_agg) against a plain-Python oracle built on the window math: the
-source's partial aggregates (watermark.spark.partial) and presence rows of random entries, summed across partitions;
+source's partial aggregates (watermark.spark.partial) and player rows of random entries, summed across partitions;
 and the real source's packed rows through Spark, unpacked on the driver, against the same rows read in-process."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from watermark.rules.windows import window_ranges
 from watermark.schema.keys import WindowKey
 from watermark.schema.records import NONE_CLOSED_MS
 from watermark.spark import local_agg
-from watermark.spark.local_agg import BAD, INGEST_LAG, PRESENCE, PROCESSING_LAG, TICK, WINDOW
+from watermark.spark.local_agg import BAD, INGEST_LAG, PLAYER, PROCESSING_LAG, TICK, WINDOW
 from watermark.spark.partial import PARTIAL_TYPE, PartitionPartials
 from watermark.spark.sink import BatchTable
 from watermark.spark.window_players import Added, PartitionPlayers
@@ -82,18 +82,18 @@ def as_read(entries: list[dict], window_ms: int, slide_ms: int, partitions: int 
         for server, partial in zip(*(c.to_pylist() for c in h.rows()), strict=True):
             out.append({**{k: None for k in SCHEMA.names}, "server": server, "partial": partial,
                         "event_time": partial["max_event_us"] if partial["of"] == "window" else None})
-    for r in entries:  # and every accepted event as a presence row
+    for r in entries:  # and every accepted event as a player row
         if accepted(r):
             ev = r["event_time"]
             out.append({**{k: None for k in SCHEMA.names}, **{k: r[k] for k in ("server", "player_id", "kind",
                                                                                  "event_time", "entry_id", "shard")},
-                        "partial": {"of": "presence", "key_us": ev, "n": 1, "min_event_us": ev, "max_event_us": ev}})
+                        "partial": {"of": "player", "key_us": ev, "n": 1, "min_event_us": ev, "max_event_us": ev}})
     return out
 
 
 def oracle(entries: list[dict], window_ms: int, slide_ms: int) -> dict[tuple, tuple]:
     """(tag, server, a, b, c, shard) -> (n, min_ev, max_ev), one entry at a time, windows from
-    windows.window_ranges; a presence item has its kind's code in min_ev and its entry's shard (a quarantined
+    windows.window_ranges; a player item has its kind's code in min_ev and its entry's shard (a quarantined
     entry's shard is in its document)."""
     n: Counter = Counter()
     evs: dict[tuple, list[int]] = {}
@@ -118,7 +118,7 @@ def oracle(entries: list[dict], window_ms: int, slide_ms: int) -> dict[tuple, tu
     out = {k: (n[k], min(evs[k]) if k in evs else None, max(evs[k]) if k in evs else None) for k in n}
     for r in entries:
         if accepted(r):
-            out[(PRESENCE, r["server"], r["event_time"], r["player_id"], r["entry_id"], r["shard"])] = (
+            out[(PLAYER, r["server"], r["event_time"], r["player_id"], r["entry_id"], r["shard"])] = (
                 1, KIND_CODES[r["kind"]], r["event_time"])
     return out
 
@@ -147,7 +147,7 @@ def test_local_aggregate_matches_the_oracle(seed: int, window_ms: int, slide_ms:
     expected = oracle(entries, window_ms, slide_ms)
     assert got == expected
     tags = Counter(k[0] for k in expected)
-    assert all(tags[t] for t in (WINDOW, INGEST_LAG, PROCESSING_LAG, BAD, TICK, PRESENCE))  # every kind of item
+    assert all(tags[t] for t in (WINDOW, INGEST_LAG, PROCESSING_LAG, BAD, TICK, PLAYER))  # every kind of item
     assert any(v[0] > 1 for k, v in expected.items() if k[0] == WINDOW)  # groups of several events
 
 
@@ -158,12 +158,12 @@ def test_one_event_by_hand() -> None:
                 "error": None, "entry_id": "1-0", "error_detail": None, "raw": None, "shard": 2, "partial": None}]
     got = as_dict(local_agg.aggregate(as_table(as_read(entries, 120_000, 60_000))))
     assert got == {
-        (WINDOW, "A", 0, None, None, None): (1, ev, ev),  # its players come from the PRESENCE item
+        (WINDOW, "A", 0, None, None, None): (1, ev, ev),  # its players come from the PLAYER item
         (WINDOW, "A", 60 * S, None, None, None): (1, ev, ev),
         (INGEST_LAG, "A", 2_500_000, None, None, None): (1, ev, ev),  # keyed by ingest - event, in microseconds
         (PROCESSING_LAG, "A", -ev, None, None, None): (1, ev, ev),  # keyed by -event: the batch time is added later
         # the event itself, for the online view, with the shard it was read from (its ID is unique only there)
-        (PRESENCE, "A", ev, "p1", "1-0", 2): (1, KIND_CODES["login"], ev),
+        (PLAYER, "A", ev, "p1", "1-0", 2): (1, KIND_CODES["login"], ev),
     }
 
 
@@ -267,7 +267,7 @@ def test_packed_rows_cross_spark_whole(spark, redis_url: str) -> None:  # noqa: 
                                                   partials=PartitionPartials(600_000, 300_000))))
     in_process = as_dict(local_agg.aggregate(unpack(local).select(list(local_agg.COLUMNS))))
     assert through_spark == in_process
-    assert sum(1 for k in in_process if k[0] == PRESENCE) == written > 400  # every accepted event, once
+    assert sum(1 for k in in_process if k[0] == PLAYER) == written > 400  # every accepted event, once
 
 
 def test_a_batch_judged_with_servers_too_far_apart_to_key_together_counts_the_same() -> None:

@@ -37,10 +37,10 @@ from watermark.rules.online.rollup import (
     slot_offset,
     step_for,
 )
-from watermark.rules.online.table import PresenceBatch, PresenceEvents
+from watermark.rules.online.table import OnlineBatch, OnlineEvents
 from watermark.schema.keys import KeySchema
 from watermark.store.commit import Params
-from watermark.store.online.commit import PresenceMirror, commit_presence
+from watermark.store.online.commit import OnlineMirror, commit_online
 from watermark.store.views.online import read_online
 
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z, a minute and a day boundary
@@ -90,15 +90,15 @@ def test_a_bad_minute_record_is_refused_with_what_it_is() -> None:
         Minute.from_json('{"minute_ms": 1}')
 
 
-def events(*rows: tuple[str, str, int, str]) -> PresenceEvents:
-    return PresenceEvents(np.array([r[0] for r in rows], object), np.array([r[1] for r in rows], object),
+def events(*rows: tuple[str, str, int, str]) -> OnlineEvents:
+    return OnlineEvents(np.array([r[0] for r in rows], object), np.array([r[1] for r in rows], object),
                           np.array([r[2] * 1000 for r in rows], np.int64), np.arange(len(rows), dtype=np.int64),
                           np.array([KIND_CODES[r[3]] for r in rows], np.int8))
 
 
 def test_the_commit_keeps_minutes_and_the_days_peaks(r: redis.Redis) -> None:
     keys = KeySchema(f"t-{uuid.uuid4().hex[:8]}")
-    params, mirror = Params(60_000, 60_000, 5_000), PresenceMirror()
+    params, mirror = Params(60_000, 60_000, 5_000), OnlineMirror()
     batches = [  # (arrival, events): two minutes, then a batch of the next day; its newest entry arrived then
         (T0 + 1_000, [("A", "p1", 100_000, "login"), ("A", "p2", 100_000, "login")]),
         (T0 + 2_000, [("A", "p1", 101_000, "logout"), ("B", "p3", 101_000, "login")]),
@@ -106,7 +106,7 @@ def test_the_commit_keeps_minutes_and_the_days_peaks(r: redis.Redis) -> None:
         (T0 + DAY_MS + 1_000, [("C", "p5", 103_000, "login")]),
     ]
     for i, (ts, evs) in enumerate(batches):
-        assert commit_presence(r, keys, PresenceBatch(i, 0, ts + 400, f"{ts}-0", events(*evs), 5_000), params, 60_000,
+        assert commit_online(r, keys, OnlineBatch(i, 0, ts + 400, f"{ts}-0", events(*evs), 5_000), params, 60_000,
                                mirror)
     first_day = read_online(r, keys, now_ms=T0 + MINUTE_MS + 30_000)
     assert first_day is not None

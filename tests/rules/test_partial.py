@@ -17,8 +17,8 @@ from watermark.spark.partial import (
     EVENT_TIME,
     INGEST_LAG,
     PACKED,
-    PACKED_PRESENCE,
-    PRESENCE,
+    PACKED_PLAYERS,
+    PLAYER,
     WINDOW,
     PartitionPartials,
 )
@@ -40,7 +40,7 @@ def as_counts(server: pa.Array, partial: pa.StructArray) -> dict[tuple, tuple]:
 
 def oracle(events: list[tuple[str, str, int, int]], window_ms: int, slide_ms: int) -> dict[tuple, tuple]:
     """(server, player, ingest, event) counted one at a time, windows from watermark.rules.windows (a window's
-    players are not the partials' business: the sink takes them from the presence rows)."""
+    players are not the partials' business: the sink takes them from the player rows)."""
     n: Counter = Counter()
     lo: dict[tuple, int] = {}
     hi: dict[tuple, int] = {}
@@ -116,7 +116,7 @@ def test_a_partition_returns_its_partials(r: redis.Redis, redis_url: str) -> Non
     """Read from a real stream across chunk boundaries: quarantined entries and idle markers come one row
     each, the accepted events only as the last batch's partial rows, packed one row per server carrying
     its servers' latest event as ``event_time`` (the watermark's input); unpacked, window rows carry their
-    own latest event. Every accepted event also comes once as a presence row, packed per chunk."""
+    own latest event. Every accepted event also comes once as a player row, packed per chunk."""
     stream = "test:partial:source"
     r.delete(stream)
     rng = random.Random(7)
@@ -144,7 +144,7 @@ def test_a_partition_returns_its_partials(r: redis.Redis, redis_url: str) -> Non
     of = pc.struct_field(chunks.column("partial"), "of")
     entries = chunks.filter(of.is_null())
     assert entries.num_rows == other  # one row per quarantined entry or idle marker
-    assert set(of.drop_null().to_pylist()) == {PACKED_PRESENCE}  # and each chunk's accepted events, packed
+    assert set(of.drop_null().to_pylist()) == {PACKED_PLAYERS}  # and each chunk's accepted events, packed
     assert sorted(packed.column("server").to_pylist()) == ["A", "B"]  # one packed row per server
     assert {p["of"] for p in packed.column("partial").to_pylist()} == {PACKED}
     last = unpack(pa.Table.from_batches([packed]))
@@ -152,7 +152,7 @@ def test_a_partition_returns_its_partials(r: redis.Redis, redis_url: str) -> Non
                               strict=True):
         assert int(latest.timestamp() * S) == max(e[3] for e in expected_events if e[0] == server)
     assert last.column("entry_id").null_count == last.num_rows
-    assert last.column("player_id").null_count == last.num_rows  # a window's players come from presence rows
+    assert last.column("player_id").null_count == last.num_rows  # a window's players come from player rows
     got = as_counts(last.column("server"), last.column("partial"))
     assert got == oracle(expected_events, 1_000, 500)
     rows = last.to_pylist()
@@ -163,9 +163,9 @@ def test_a_partition_returns_its_partials(r: redis.Redis, redis_url: str) -> Non
     plain = list(read_range(redis_url, stream, StreamRange("0-0", f"{t0 + 10_000}-0"), chunk=READ_CHUNK))
     assert sum(b.num_rows for b in plain) == 2_500  # without partials: one row per entry
     unpacked = unpack(chunks)
-    presence = unpacked.filter(pc.equal(pc.struct_field(unpacked.column("partial"), "of"), PRESENCE))
-    event_us = pc.struct_field(presence.column("partial"), "key_us").to_pylist()
-    assert sorted(zip(presence.column("server").to_pylist(), presence.column("player_id").to_pylist(), event_us,
+    players = unpacked.filter(pc.equal(pc.struct_field(unpacked.column("partial"), "of"), PLAYER))
+    event_us = pc.struct_field(players.column("partial"), "key_us").to_pylist()
+    assert sorted(zip(players.column("server").to_pylist(), players.column("player_id").to_pylist(), event_us,
                       strict=True)) == sorted((e[0], e[1], e[3]) for e in expected_events)
-    assert set(presence.column("kind").to_pylist()) == {"heartbeat"}
+    assert set(players.column("kind").to_pylist()) == {"heartbeat"}
     r.delete(stream)

@@ -223,18 +223,18 @@ def test_an_error_whose_text_is_gone_still_logs_a_line() -> None:
     assert first_line(RuntimeError()) == ""
 
 
-def test_the_presence_record_reads_back_and_a_bad_one_says_what_is_wrong() -> None:
-    from watermark.schema.records import PresenceRecord, RecordError
+def test_the_online_record_reads_back_and_a_bad_one_says_what_is_wrong() -> None:
+    from watermark.schema.records import OnlineRecord, RecordError
 
-    rec = PresenceRecord(batch=4, watermark_ms=9_000, in_force_ms=8_000, batch_ts_ms=10_000, counts={"A": 3},
+    rec = OnlineRecord(batch=4, watermark_ms=9_000, in_force_ms=8_000, batch_ts_ms=10_000, counts={"A": 3},
                          online=2, offline=1, causes={"A": {"login": 2, "timeout": 1}})
     raw = rec.encode()
-    assert raw.startswith(b'{"batch":4,"watermark_ms":9000,') and PresenceRecord.decode(raw, "h") == rec
+    assert raw.startswith(b'{"batch":4,"watermark_ms":9000,') and OnlineRecord.decode(raw, "h") == rec
     old = b'{"batch":4,"watermark_ms":9000,"batch_ts_ms":10000,"counts":{"A":3},"online":2,"offline":1}'
-    assert PresenceRecord.decode(old, "h").in_force_ms == 0  # written before the field existed: still reads
-    wrong = r"history is not a PresenceRecord: Expected `int`, got `str` - at `\$.online`"
+    assert OnlineRecord.decode(old, "h").in_force_ms == 0  # written before the field existed: still reads
+    wrong = r"history is not a OnlineRecord: Expected `int`, got `str` - at `\$.online`"
     with pytest.raises(RecordError, match=wrong):
-        PresenceRecord.decode(raw.replace(b'"online":2', b'"online":"two"'), "history")
+        OnlineRecord.decode(raw.replace(b'"online":2', b'"online":"two"'), "history")
 
 
 # What a commit wrote before the state hashes were typed, field for field: it still reads back, and the record
@@ -263,7 +263,7 @@ def test_the_state_hash_reads_back_and_writes_the_same_fields() -> None:
 
 
 def test_a_partial_state_read_keeps_the_defaults_and_a_bad_field_is_named() -> None:
-    from watermark.schema.records import NONE_CLOSED_MS, PresenceStateRecord, RecordError, StateRecord
+    from watermark.schema.records import NONE_CLOSED_MS, OnlineStateRecord, RecordError, StateRecord
 
     part = StateRecord.from_hash({"last_batch": None, "max_event_us": b"5", "sets_closed_below_ms": None}, "h")
     assert (part.last_batch, part.max_event_us, part.sets_closed_below_ms, part.committed_id) == (
@@ -279,14 +279,14 @@ def test_a_partial_state_read_keeps_the_defaults_and_a_bad_field_is_named() -> N
     old = {b"last_batch": b"4", b"watermark_ms": b"9000", b"in_force_ms": b"8000", b"batch_ts_ms": b"10000",
            b"timeout_ms": b"30000", b"updated_ms": b"10001", b"max_event_us": b"", b"committed_id": b"10000-0",
            b"lost_at_batch": b"2", b"minute": b'{"minute_ms":0}', b"partial_until_ms": b""}
-    rec = PresenceStateRecord.from_hash(old, "wm:online:state")
+    rec = OnlineStateRecord.from_hash(old, "wm:online:state")
     assert (rec.last_batch, rec.lost_at_batch, rec.partial_until_ms, rec.minute) == (4, 2, None, '{"minute_ms":0}')
     # a hash from before per-server clocks reads with none, and writes the field back
     assert rec.clocks == {} and rec.to_hash() == {**{k.decode(): v.decode() for k, v in old.items()}, "clocks": "{}"}
-    clocks = PresenceStateRecord.from_hash({**old, b"clocks": b'{"A":[5000,10000000,7,10000000,90000]}'}, "s").clocks
+    clocks = OnlineStateRecord.from_hash({**old, b"clocks": b'{"A":[5000,10000000,7,10000000,90000]}'}, "s").clocks
     assert (clocks["A"].watermark_ms, clocks["A"].clock_us, clocks["A"].heard_ms, clocks["A"].ahead_ms) == (
         5000, 10_000_000, 7, 90_000)
     with pytest.raises(RecordError, match=r"`clocks` is not JSON"):
-        PresenceStateRecord.from_hash({**old, b"clocks": b"{A"}, "wm:online:state")
-    with pytest.raises(RecordError, match=r"is not a PresenceStateRecord: .* at `\$.lost_at_batch`"):
-        PresenceStateRecord.from_hash({**old, b"lost_at_batch": b"two"}, "wm:online:state")
+        OnlineStateRecord.from_hash({**old, b"clocks": b"{A"}, "wm:online:state")
+    with pytest.raises(RecordError, match=r"is not a OnlineStateRecord: .* at `\$.lost_at_batch`"):
+        OnlineStateRecord.from_hash({**old, b"lost_at_batch": b"two"}, "wm:online:state")

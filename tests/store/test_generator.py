@@ -713,16 +713,16 @@ def test_a_fleet_that_is_replaced_as_it_plays_drains_each_server_and_keeps_its_p
     fold: every replaced server ends drained (its players logged out there and in on its successor), none times a
     player out, and the players online in all never dip while servers come and go."""
     from watermark.rules.fleet import drained
-    from watermark.rules.online.table import PresenceBatch, PresenceEvents
+    from watermark.rules.online.table import OnlineBatch, OnlineEvents
     from watermark.rules.scenarios import game
     from watermark.schema.keys import KeySchema
-    from watermark.schema.records import PresenceStateRecord
+    from watermark.schema.records import OnlineStateRecord
     from watermark.store.commit import Params
-    from watermark.store.online.commit import PresenceMirror, commit_presence
+    from watermark.store.online.commit import OnlineMirror, commit_online
 
     start_us = 1_800_000_000_000_000
     sim = Simulator(game(scenario, servers).scaled(0.1), seed=3, start_us=start_us, rate=300, count=30_000)
-    keys, mirror = KeySchema(f"churn-{uuid.uuid4().hex[:8]}"), PresenceMirror()
+    keys, mirror = KeySchema(f"churn-{uuid.uuid4().hex[:8]}"), OnlineMirror()
     params = Params(60_000, 60_000, 2_000, retire_after_ms=3_600_000)
     batches: dict[int, list[tuple[int, Event]]] = defaultdict(list)
     for arrival, ev in sim:
@@ -730,19 +730,19 @@ def test_a_fleet_that_is_replaced_as_it_plays_drains_each_server_and_keeps_its_p
     totals, causes, wm = [], Counter(), 0
     for i, second in enumerate(sorted(batches)):
         rows = batches[second]
-        from tests.store.test_online import events as presence_events  # (server, player, ms, kind, arrival ms)
+        from tests.store.test_online import events as online_events  # (server, player, ms, kind, arrival ms)
 
-        ev: PresenceEvents = presence_events(*[(e.server, e.player_id, e.event_time_us // 1000, e.kind,
+        ev: OnlineEvents = online_events(*[(e.server, e.player_id, e.event_time_us // 1000, e.kind,
                                                 a // 1000) for a, e in rows])
-        assert commit_presence(r, keys, PresenceBatch(i, wm, second * 1000, f"{second * 1000}-0", ev, 2_000),
+        assert commit_online(r, keys, OnlineBatch(i, wm, second * 1000, f"{second * 1000}-0", ev, 2_000),
                                params, 30_000, mirror)
-        state = PresenceStateRecord.from_hash(r.hgetall(keys.online_state), "t")
+        state = OnlineStateRecord.from_hash(r.hgetall(keys.online_state), "t")
         wm = state.watermark_ms
         last = json.loads(r.zrange(keys.online_history, -1, -1)[0])
         totals.append(sum(last["counts"].values()))
         for c in last["causes"].values():
             causes.update(c)
-    clocks = PresenceStateRecord.from_hash(r.hgetall(keys.online_state), "t").clocks
+    clocks = OnlineStateRecord.from_hash(r.hgetall(keys.online_state), "t").clocks
     slots = {p.name for p in sim.scenario.servers}
     newest = {slot: max((s for s in clocks if s.rsplit("-", 1)[0] == slot), key=lambda s: clocks[s].heard_ms)
               for slot in slots}

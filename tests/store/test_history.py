@@ -14,11 +14,11 @@ import redis
 from tests import history_model
 from watermark.rules.online.fold import KIND_CODES
 from watermark.rules.online.rollup import DAY_MS, MINUTE_MS, TOTAL, WEEK_MS, Point, parse_peaks, shifted
-from watermark.rules.online.table import PresenceBatch, PresenceEvents
+from watermark.rules.online.table import OnlineBatch, OnlineEvents
 from watermark.schema.keys import KeySchema
 from watermark.store.commit import Params
 from watermark.store.history_store import HistoryRead, read_history
-from watermark.store.online.commit import PresenceMirror, commit_presence
+from watermark.store.online.commit import OnlineMirror, commit_online
 from watermark.store.views.online import read_online
 
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z
@@ -70,13 +70,13 @@ def model_counts(batches: list[tuple[int, list[tuple[str, str, str]]]]) -> list[
 
 
 def commit_all(r: redis.Redis, keys: KeySchema, batches: list[tuple[int, list[tuple[str, str, str]]]]) -> None:
-    params, mirror = Params(60_000, 60_000, 5_000, history_days=8, retire_after_ms=9 * DAY_MS), PresenceMirror()
+    params, mirror = Params(60_000, 60_000, 5_000, history_days=8, retire_after_ms=9 * DAY_MS), OnlineMirror()
     r.hset(keys.regions, mapping=REGIONS)  # as the pipeline's own commit writes it from the events
     for i, (at, evs) in enumerate(batches):
-        ev = PresenceEvents(np.array([e[0] for e in evs], object), np.array([e[1] for e in evs], object),
+        ev = OnlineEvents(np.array([e[0] for e in evs], object), np.array([e[1] for e in evs], object),
                             np.full(len(evs), at * 1000, np.int64), np.arange(len(evs), dtype=np.int64),
                             np.array([KIND_CODES[e[2]] for e in evs], np.int8), np.full(len(evs), at, np.int64))
-        assert commit_presence(r, keys, PresenceBatch(i, 0, at + 300, f"{at}-0", ev, 5_000), params, TIMEOUT,
+        assert commit_online(r, keys, OnlineBatch(i, 0, at + 300, f"{at}-0", ev, 5_000), params, TIMEOUT,
                                mirror, now_ms=lambda at=at: at + 400)
 
 

@@ -107,14 +107,14 @@ def test_a_server_the_job_forgot_but_the_online_view_keeps_is_judged_by_its_cloc
     import uuid
 
     from watermark.apps.monitor.metrics import in_view
-    from watermark.schema.records import ClockRecord, PresenceStateRecord
+    from watermark.schema.records import ClockRecord, OnlineStateRecord
     from watermark.store.observe import read_stack
 
     client = redis.Redis.from_url(redis_url)
     keys = KeySchema(f"t-{uuid.uuid4().hex[:8]}")
     now = 10_000_000
     clock = ClockRecord(watermark_ms=0, clock_us=0, heard_ms=now - 700_000, clock_at_heard_us=0)
-    client.hset(keys.online_state, mapping=PresenceStateRecord(last_batch=3, clocks={"gone": clock,
+    client.hset(keys.online_state, mapping=OnlineStateRecord(last_batch=3, clocks={"gone": clock,
                                                                                        "here": clock}).to_hash())
     client.hset(keys.online_counts, mapping={"gone": 0, "here": 1})
     client.hset(keys.seen, "here", now - 1_000)

@@ -14,17 +14,17 @@ from pyspark.sql import SparkSession
 from streamlit.testing.v1 import AppTest
 
 from dashboard.charts import online_over_batches
-from tests.oracle import T0_MS, online_oracle, random_presence_batches
+from tests.oracle import T0_MS, online_oracle, random_online_batches
 from watermark.rules.online.fold import KIND_CODES
 from watermark.rules.online.player import PlayerState, Seen, Transition, apply_events, expiry_ms, on_timer
-from watermark.rules.online.table import PlayerTable, PresenceBatch, PresenceEvents
+from watermark.rules.online.table import OnlineBatch, OnlineEvents, PlayerTable
 from watermark.schema.config import Config, ConfigError
 from watermark.schema.events import PAYLOAD_FIELD, Event
 from watermark.schema.keys import KeySchema
-from watermark.schema.records import PresenceStateRecord
+from watermark.schema.records import OnlineStateRecord
 from watermark.spark.query import start_query
 from watermark.store.commit import Params
-from watermark.store.online.commit import PresenceMirror, commit_presence
+from watermark.store.online.commit import OnlineMirror, commit_online
 from watermark.store.views.online import OnlinePoint, OnlineView, read_online
 
 TIMEOUT = 10_000  # ms
@@ -51,9 +51,9 @@ def off(ms: int, cause: str) -> Transition:
 APPLY_CASES = [
     # a login makes a new player online at the login's time
     (None, [seen(100_000, 0, "login")], 0, st(True, 100_000), [on(100_000, "login")], 0, 0),
-    # a heartbeat alone counts as presence (the login may have been dropped as late)
+    # a heartbeat alone keeps a player online (the login may have been dropped as late)
     (None, [seen(100_000, 0, "heartbeat")], 0, st(True, 100_000), [on(100_000, "heartbeat")], 0, 0),
-    # an event without a kind (replayed sets) is presence too
+    # an event without a kind (replayed sets) keeps a player online too
     (None, [seen(100_000, 0, None)], 0, st(True, 100_000), [on(100_000, "event")], 0, 0),
     # a heartbeat refreshes an online player without a transition
     (st(True, 100_000), [seen(105_000, 0, "heartbeat")], 0, st(True, 105_000), [], 0, 0),
@@ -152,9 +152,9 @@ def test_a_player_keeps_one_slot_of_their_own_while_the_index_grows(seed: int) -
     assert len(model) > 20_000  # the index was rebuilt: past 1,024 and many times an eighth
 
 
-def events(*rows: tuple) -> PresenceEvents:
+def events(*rows: tuple) -> OnlineEvents:
     """(server, player, event ms, kind[, arrival ms]) in arrival order (no arrival: 0)."""
-    return PresenceEvents(np.array([r[0] for r in rows], object), np.array([r[1] for r in rows], object),
+    return OnlineEvents(np.array([r[0] for r in rows], object), np.array([r[1] for r in rows], object),
                           np.array([r[2] * 1000 for r in rows], np.int64), np.arange(len(rows), dtype=np.int64),
                           np.array([KIND_CODES[r[3]] for r in rows], np.int8),
                           np.array([r[4] if len(r) > 4 else 0 for r in rows], np.int64))
@@ -167,12 +167,12 @@ def members(r: redis.Redis, key: str) -> dict[str, int]:
 def test_commit_is_applied_once(r: redis.Redis) -> None:
     keys = KeySchema(f"t-{uuid.uuid4().hex[:8]}")
     params = Params(60_000, 60_000, DELAY)
-    b0 = PresenceBatch(0, 0, 1, "1-0", events(("A", "p1", 100_000, "login"), ("A", "p2", 100_000, "login")), DELAY)
-    b1 = PresenceBatch(1, 95_000, 2, "2-0", events(("A", "p1", 101_000, "logout")), DELAY)
-    assert commit_presence(r, keys, b0, params, TIMEOUT)
-    assert commit_presence(r, keys, b1, params, TIMEOUT)
-    assert not commit_presence(r, keys, b0, params, TIMEOUT)  # replayed after a crash: no-op
-    assert not commit_presence(r, keys, b1, params, TIMEOUT)
+    b0 = OnlineBatch(0, 0, 1, "1-0", events(("A", "p1", 100_000, "login"), ("A", "p2", 100_000, "login")), DELAY)
+    b1 = OnlineBatch(1, 95_000, 2, "2-0", events(("A", "p1", 101_000, "logout")), DELAY)
+    assert commit_online(r, keys, b0, params, TIMEOUT)
+    assert commit_online(r, keys, b1, params, TIMEOUT)
+    assert not commit_online(r, keys, b0, params, TIMEOUT)  # replayed after a crash: no-op
+    assert not commit_online(r, keys, b1, params, TIMEOUT)
     assert members(r, keys.online("A")) == {"p2": 100_000_000}
     assert members(r, keys.logged_out("A")) == {"p1": 101_000_000}  # kept: the watermark (96 s) is below it
     view = read_online(r, keys)
@@ -190,11 +190,11 @@ def test_commit_expires_players_the_batch_does_not_touch(r: redis.Redis) -> None
     params = Params(60_000, 60_000, DELAY)
     first = events(("A", "p1", 100_000, "login", 1_000), ("A", "p2", 100_000, "login", 1_000),
                    ("B", "p3", 103_000, "logout", 1_000))
-    assert commit_presence(r, keys, PresenceBatch(0, 0, 1, "1-0", first, DELAY), params, TIMEOUT)
+    assert commit_online(r, keys, OnlineBatch(0, 0, 1, "1-0", first, DELAY), params, TIMEOUT)
     # 15 s of arrival later: silent A's clock runs on to 115 s, its watermark to 110 s, so p1 and p2
     # (100 + 10 s) time out exactly; B's p4 moves B's to 110 s, past p3's logout, which is forgotten
     later = events(("B", "p4", 115_000, "login", 16_000))
-    assert commit_presence(r, keys, PresenceBatch(1, 98_000, 2, "2-0", later, DELAY), params, TIMEOUT)
+    assert commit_online(r, keys, OnlineBatch(1, 98_000, 2, "2-0", later, DELAY), params, TIMEOUT)
     assert members(r, keys.online("A")) == {} and members(r, keys.logged_out("B")) == {}
     assert members(r, keys.online("B")) == {"p4": 115_000_000}
     view = read_online(r, keys)
@@ -220,16 +220,16 @@ LOSS_BATCHES = [  # (server, player, event ms, kind, arrival ms); delay 5 s, tim
 ]
 
 
-def commit_all(r: redis.Redis, keys: KeySchema, batches: list[list[tuple]], mirror: PresenceMirror,
+def commit_all(r: redis.Redis, keys: KeySchema, batches: list[list[tuple]], mirror: OnlineMirror,
                flush_before: int | None = None, new_mirror: bool = False) -> list[OnlineView]:
     """Commit the batches in order, losing Redis' data (and the job's copy, if ``new_mirror``) before one."""
     views, wm = [], 0
     for i, batch in enumerate(batches):
         if i == flush_before:
             flush(r, keys)
-            mirror = PresenceMirror() if new_mirror else mirror
-        b = PresenceBatch(i, wm, 1_000 + i, f"{i + 1}-0", events(*batch), DELAY)
-        assert commit_presence(r, keys, b, Params(60_000, 60_000, DELAY), TIMEOUT, mirror)
+            mirror = OnlineMirror() if new_mirror else mirror
+        b = OnlineBatch(i, wm, 1_000 + i, f"{i + 1}-0", events(*batch), DELAY)
+        assert commit_online(r, keys, b, Params(60_000, 60_000, DELAY), TIMEOUT, mirror)
         view = read_online(r, keys)
         assert view is not None
         views.append(view)
@@ -240,9 +240,9 @@ def commit_all(r: redis.Redis, keys: KeySchema, batches: list[list[tuple]], mirr
 def test_redis_empty_while_the_job_runs_rewrites_the_whole_view(r: redis.Redis) -> None:
     """The job's copy still holds every player: the next batch writes the whole view again, says so, and
     from then on equals a run that lost nothing."""
-    calm = commit_all(r, KeySchema(f"t-{uuid.uuid4().hex[:8]}"), LOSS_BATCHES, PresenceMirror())
+    calm = commit_all(r, KeySchema(f"t-{uuid.uuid4().hex[:8]}"), LOSS_BATCHES, OnlineMirror())
     keys = KeySchema(f"t-{uuid.uuid4().hex[:8]}")
-    views = commit_all(r, keys, LOSS_BATCHES, PresenceMirror(), flush_before=1)
+    views = commit_all(r, keys, LOSS_BATCHES, OnlineMirror(), flush_before=1)
     assert [v.counts for v in views] == [v.counts for v in calm]
     assert members(r, keys.online("A")) == {"p1": 120_000_000} and members(r, keys.online("B")) == {"p3": 108_000_000}
     assert [(v.lost_at_batch, v.partial) for v in views] == [(None, False), (1, False), (1, False), (1, False)]
@@ -252,9 +252,9 @@ def test_redis_empty_while_the_job_runs_rewrites_the_whole_view(r: redis.Redis) 
 def test_redis_empty_and_a_job_restart_together_rebuild_and_say_partial_until_whole(r: redis.Redis) -> None:
     """Nobody holds the players any more: the view is rebuilt from new events, says it is partial until the
     watermark passes the first rebuilt batch's newest event + the timeout, and is whole from then on."""
-    calm = commit_all(r, KeySchema(f"t-{uuid.uuid4().hex[:8]}"), LOSS_BATCHES, PresenceMirror())
+    calm = commit_all(r, KeySchema(f"t-{uuid.uuid4().hex[:8]}"), LOSS_BATCHES, OnlineMirror())
     keys = KeySchema(f"t-{uuid.uuid4().hex[:8]}")
-    views = commit_all(r, keys, LOSS_BATCHES, PresenceMirror(), flush_before=1, new_mirror=True)
+    views = commit_all(r, keys, LOSS_BATCHES, OnlineMirror(), flush_before=1, new_mirror=True)
     assert views[1].counts == {"A": 1} != calm[1].counts  # p2 and p3 are missing: partial
     assert views[1].partial_until_ms == 104_000 + TIMEOUT and views[1].lost_at_batch == 1
     assert [v.partial for v in views] == [False, True, True, False]
@@ -287,7 +287,7 @@ HANDMADE = [
 ]
 
 
-def presence_cfg(redis_url: str, tmp_path: Path) -> Config:
+def online_cfg(redis_url: str, tmp_path: Path) -> Config:
     ns = f"online-{uuid.uuid4().hex[:8]}"
     return Config(redis_url=redis_url, embedded_redis=False, namespace=ns, window_ms=60_000, slide_ms=60_000,
                   delay_ms=DELAY, online_timeout_ms=TIMEOUT, checkpoint_dir=str(tmp_path / ns),
@@ -360,7 +360,7 @@ def check_counts(client: redis.Redis, keys: KeySchema, expected: dict[str, set[s
 
 @pytest.mark.spark
 def test_handmade_batches_match_the_oracle(spark: SparkSession, redis_url: str, tmp_path: Path) -> None:
-    cfg = presence_cfg(redis_url, tmp_path)
+    cfg = online_cfg(redis_url, tmp_path)
     seen = run(spark, cfg, HANDMADE)
     expected = online_oracle(timed(HANDMADE), DELAY, TIMEOUT)
     assert seen == expected
@@ -386,8 +386,8 @@ def test_handmade_batches_match_the_oracle(spark: SparkSession, redis_url: str, 
 @pytest.mark.spark
 @pytest.mark.parametrize("seed", [3, 8])
 def test_random_batches_match_the_oracle(spark: SparkSession, redis_url: str, tmp_path: Path, seed: int) -> None:
-    batches = random_presence_batches(seed)
-    cfg = presence_cfg(redis_url, tmp_path)
+    batches = random_online_batches(seed)
+    cfg = online_cfg(redis_url, tmp_path)
     expected = online_oracle(timed(batches), DELAY, TIMEOUT)
     assert run(spark, cfg, batches) == expected
     check_counts(redis.Redis.from_url(redis_url), KeySchema(cfg.namespace), expected[-1])
@@ -400,7 +400,7 @@ def test_random_batches_match_the_oracle(spark: SparkSession, redis_url: str, tm
 def test_state_survives_a_restart(spark: SparkSession, redis_url: str, tmp_path: Path) -> None:
     """Stop the query after batch 2 and start a new one on the same checkpoint: players online before the
     restart stay online, and expire, by the state kept in Redis."""
-    cfg = presence_cfg(redis_url, tmp_path)
+    cfg = online_cfg(redis_url, tmp_path)
     seen = run(spark, cfg, HANDMADE, restart_after=2)
     assert seen == online_oracle(timed(HANDMADE), DELAY, TIMEOUT)
     check_counts(redis.Redis.from_url(redis_url), KeySchema(cfg.namespace), seen[-1])
@@ -409,7 +409,7 @@ def test_state_survives_a_restart(spark: SparkSession, redis_url: str, tmp_path:
 @pytest.mark.spark
 def test_live_ops_page_shows_the_online_counts(spark: SparkSession, redis_url: str, tmp_path: Path,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    cfg = presence_cfg(redis_url, tmp_path)
+    cfg = online_cfg(redis_url, tmp_path)
     client = redis.Redis.from_url(redis_url)
     keys = KeySchema(cfg.namespace)
     monkeypatch.setenv("REDIS_URL", redis_url)
@@ -474,9 +474,9 @@ def test_a_server_drains_and_is_forgotten_and_a_crash_does_not_drain(r: redis.Re
     def commit(i: int, *rows: tuple) -> dict:
         view = read_online(r, keys)
         wm = view.watermark_ms if view is not None else 0
-        assert commit_presence(r, keys, PresenceBatch(i, wm, rows[-1][4], f"{rows[-1][4]}-0", events(*rows), DELAY),
+        assert commit_online(r, keys, OnlineBatch(i, wm, rows[-1][4], f"{rows[-1][4]}-0", events(*rows), DELAY),
                                params, TIMEOUT)
-        return {s: c.drained_ms for s, c in PresenceStateRecord.from_hash(r.hgetall(keys.online_state),
+        return {s: c.drained_ms for s, c in OnlineStateRecord.from_hash(r.hgetall(keys.online_state),
                                                                           "t").clocks.items()}
 
     drained = commit(0, ("A", "p1", 100_000, "login", 100_000), ("A", "p2", 100_000, "login", 100_000),
@@ -503,13 +503,13 @@ def test_the_players_table_is_loaded_again_once_it_holds_far_more_than_the_view_
     server codes outgrow what the view keeps, so it is bounded by the live fleet, not by every name seen."""
     keys = KeySchema(f"t-{uuid.uuid4().hex[:8]}")
     params = Params(60_000, 60_000, DELAY, retire_after_ms=1_000)
-    mirror = PresenceMirror()
+    mirror = OnlineMirror()
     sizes = []
     for i in range(4 * PlayerTable.SLACK // 50):  # 50 new players a batch: 16,384 in all
         t = 100_000 + i * 2_000
         rows = [(f"match-{i}", f"p{i}-{k}", t, "login", t) for k in range(50)]
         rows += [(f"match-{i - 1}", f"p{i - 1}-{k}", t, "logout", t) for k in range(50) if i]
-        assert commit_presence(r, keys, PresenceBatch(i, 0, t, f"{t}-0", events(*rows), DELAY), params, TIMEOUT,
+        assert commit_online(r, keys, OnlineBatch(i, 0, t, f"{t}-0", events(*rows), DELAY), params, TIMEOUT,
                                mirror)
         sizes.append((mirror.players.size, len(mirror.players.servers)))
     assert max(size for size, _ in sizes) <= PlayerTable.SLACK + 1_000  # twice what it keeps, and the slack
@@ -522,7 +522,7 @@ def test_a_reader_that_reads_again_decodes_only_the_online_records_it_has_not_se
     """``OnlinePoints`` keeps the per-batch records it decoded: each read decodes the new ones only and ends equal to
     a fresh read of the newest ``last``; when Redis no longer holds the kept span (emptied, a pipeline started
     afresh, a record written again) it reads everything again."""
-    from watermark.schema.records import PresenceRecord
+    from watermark.schema.records import OnlineRecord
     from watermark.store.views import online
 
     keys = KeySchema(f"pts-{uuid.uuid4().hex[:8]}")
@@ -531,7 +531,7 @@ def test_a_reader_that_reads_again_decodes_only_the_online_records_it_has_not_se
     monkeypatch.setattr(online.OnlinePoint, "from_json", lambda raw: decoded.append(raw) or real(raw))
 
     def add(batch: int, count: int = 1) -> None:
-        rec = PresenceRecord(batch=batch, watermark_ms=batch, batch_ts_ms=batch, counts={"A": count}, online=0,
+        rec = OnlineRecord(batch=batch, watermark_ms=batch, batch_ts_ms=batch, counts={"A": count}, online=0,
                              offline=0)
         r.zadd(keys.online_history, {rec.encode(): batch})
 

@@ -18,11 +18,11 @@ from tests.store.test_online import events
 from tests.store.test_server_clocks import DELAY, T0, TIMEOUT, game
 from tests.store.test_server_clocks import random_game as clock_game
 from watermark.rules.online.groups import Group
-from watermark.rules.online.table import PresenceBatch
+from watermark.rules.online.table import OnlineBatch
 from watermark.schema.keys import KeySchema
-from watermark.schema.records import PresenceRecord
+from watermark.schema.records import OnlineRecord
 from watermark.store.commit import Params
-from watermark.store.online.commit import PresenceMirror, commit_presence
+from watermark.store.online.commit import OnlineMirror, commit_online
 
 PARAMS = Params(60_000, 60_000, DELAY)
 NOW_MS = T0 + 7 * 86_400_000  # one wall clock for every run: the records' updated_ms and expiries alike
@@ -32,12 +32,12 @@ def now() -> int:
     return NOW_MS
 
 
-def share(batches: list[list[tuple]], i: int, group: Group, tell_newest: bool = True) -> PresenceBatch:
+def share(batches: list[list[tuple]], i: int, group: Group, tell_newest: bool = True) -> OnlineBatch:
     """The group's share of batch ``i`` (rows: server, player, event ms, kind, arrival ms)."""
     batch = batches[i]
     newest = max((row[4] for row in batch), default=None) if tell_newest else None
     mine = [row for row in batch if group.owns(row[0])]
-    return PresenceBatch(i, 0, T0 + i * 1000, f"{T0 + i * 1000}-0", events(*mine), DELAY,
+    return OnlineBatch(i, 0, T0 + i * 1000, f"{T0 + i * 1000}-0", events(*mine), DELAY,
                          newest_arrival_ms=newest if group.of > 1 else None)
 
 
@@ -69,17 +69,17 @@ def run(r: redis.Redis, batches: list[list[tuple]], groups: int,
     every ``restart_every``-th step (a restart), and retries its last batch now and then (a lost reply)."""
     keys = KeySchema(f"grp-{uuid.uuid4().hex[:8]}")
     order = schedule(groups, len(batches)) if schedule else [g for _ in batches for g in range(groups)]
-    mirrors = [PresenceMirror() for _ in range(groups)]
+    mirrors = [OnlineMirror() for _ in range(groups)]
     done = [0] * groups
     rng = random.Random(seed)
     for step, g in enumerate(order):
         group = Group(g, groups)
         if restart_every and step % restart_every == restart_every - 1:
-            mirrors[g] = PresenceMirror()
-        assert commit_presence(r, keys, share(batches, done[g], group, tell_newest), PARAMS, TIMEOUT, mirrors[g],
+            mirrors[g] = OnlineMirror()
+        assert commit_online(r, keys, share(batches, done[g], group, tell_newest), PARAMS, TIMEOUT, mirrors[g],
                                now, group)
         if rng.random() < 0.1:  # the same batch again: nothing changes
-            assert not commit_presence(r, keys, share(batches, done[g], group, tell_newest), PARAMS, TIMEOUT,
+            assert not commit_online(r, keys, share(batches, done[g], group, tell_newest), PARAMS, TIMEOUT,
                                        mirrors[g], now, group)
         done[g] += 1
     assert not r.zcard(keys.online_parts_index)  # every batch merged, no part left behind
@@ -129,7 +129,7 @@ def test_a_silent_group_runs_its_clock_on_the_batch_s_newest_arrival(r: redis.Re
 
 def online_a(view: dict[str, object], batch_id: int) -> int:
     """A's players online after one batch, from the view's record of it."""
-    records = [PresenceRecord.decode(m, "a record") for m, _ in view["online:history"]]  # type: ignore[attr-defined]
+    records = [OnlineRecord.decode(m, "a record") for m, _ in view["online:history"]]  # type: ignore[attr-defined]
     return next(rec.counts["A"] for rec in records if rec.batch == batch_id)
 
 
@@ -140,12 +140,12 @@ def test_redis_emptied_between_two_groups_commits_loses_history_not_players(r: r
     batches = random_game(3)
     whole = dump(r, run(r, batches, 1))
     keys = KeySchema(f"grp-{uuid.uuid4().hex[:8]}")
-    mirrors = [PresenceMirror(), PresenceMirror()]
+    mirrors = [OnlineMirror(), OnlineMirror()]
     for i in range(len(batches)):
         for g in (0, 1):
             if (i, g) == (40, 1):
                 r.delete(*r.scan_iter(f"{keys.namespace}:*"))
-            assert commit_presence(r, keys, share(batches, i, Group(g, 2)), PARAMS, TIMEOUT, mirrors[g], now,
+            assert commit_online(r, keys, share(batches, i, Group(g, 2)), PARAMS, TIMEOUT, mirrors[g], now,
                                    Group(g, 2))
     got = dump(r, keys)
     assert int(got["online:state"][b"lost_at_batch"]) == 41
@@ -164,9 +164,9 @@ def test_the_number_of_groups_changes_once_caught_up(r: redis.Redis) -> None:
     whole = dump(r, run(r, batches, 1))
     keys = KeySchema(f"grp-{uuid.uuid4().hex[:8]}")
     for groups, span in ((1, range(0, 30)), (3, range(30, 60)), (2, range(60, 90))):
-        mirrors = [PresenceMirror() for _ in range(groups)]
+        mirrors = [OnlineMirror() for _ in range(groups)]
         for i in span:
             for g in range(groups):
-                assert commit_presence(r, keys, share(batches, i, Group(g, groups)), PARAMS, TIMEOUT, mirrors[g], now,
+                assert commit_online(r, keys, share(batches, i, Group(g, groups)), PARAMS, TIMEOUT, mirrors[g], now,
                                        Group(g, groups))
     assert dump(r, keys) == whole

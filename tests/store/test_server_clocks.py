@@ -16,12 +16,12 @@ from tests.store.test_online import events
 from watermark.alerting.conditions import evaluate
 from watermark.alerting.config import AlertConfig
 from watermark.alerting.observation import Memory
-from watermark.rules.online.table import PresenceBatch
+from watermark.rules.online.table import OnlineBatch
 from watermark.schema.keys import KeySchema
-from watermark.schema.records import PresenceRecord, PresenceStateRecord
+from watermark.schema.records import OnlineRecord, OnlineStateRecord
 from watermark.store.commit import Params
 from watermark.store.observe import read_stack
-from watermark.store.online.commit import PresenceMirror, commit_presence
+from watermark.store.online.commit import OnlineMirror, commit_online
 from watermark.store.views.online import read_online
 
 DELAY, TIMEOUT = 5_000, 30_000
@@ -61,10 +61,10 @@ def game(seconds: int, players: dict[str, int], offset_ms: dict[str, Steps] | No
 
 def commit_all(r: redis.Redis, batches: list[list[tuple]], keys: KeySchema | None = None) -> list[dict[str, int]]:
     keys = keys or KeySchema(f"clk-{uuid.uuid4().hex[:8]}")
-    mirror, out = PresenceMirror(), []
+    mirror, out = OnlineMirror(), []
     for i, batch in enumerate(batches):
-        b = PresenceBatch(i, 0, T0 + i * 1000, f"{i + 1}-0", events(*batch), DELAY)
-        assert commit_presence(r, keys, b, Params(60_000, 60_000, DELAY), TIMEOUT, mirror)
+        b = OnlineBatch(i, 0, T0 + i * 1000, f"{i + 1}-0", events(*batch), DELAY)
+        assert commit_online(r, keys, b, Params(60_000, 60_000, DELAY), TIMEOUT, mirror)
         view = read_online(r, keys)
         assert view is not None
         out.append({s: n for s, n in view.counts.items() if n})
@@ -90,9 +90,9 @@ def test_a_server_whose_clock_runs_ahead_is_judged_by_it_and_named(r: redis.Redi
     got = commit_all(r, batches, keys)
     assert got == model(batches)
     assert all(counts == {"A": 20, "B": 20} for counts in got[5:])
-    record = PresenceRecord.decode(r.zrange(keys.online_history, -1, -1)[0], "history")
+    record = OnlineRecord.decode(r.zrange(keys.online_history, -1, -1)[0], "history")
     assert record.ahead_ms == {"A": 90_000}  # named, by how much; B's clock is right
-    state = PresenceStateRecord.from_hash(r.hgetall(keys.online_state), "state")
+    state = OnlineStateRecord.from_hash(r.hgetall(keys.online_state), "state")
     assert state.clocks["A"].ahead_ms == 90_000 and state.clocks["B"].ahead_ms == 0
 
 
@@ -176,10 +176,10 @@ def alerts_over(r: redis.Redis, batches: list[list[tuple]], cfg: AlertConfig) ->
     """What the monitor's rules would page after each batch of the online view (condition true, not held),
     read from Redis as wm-monitor reads it."""
     keys = KeySchema(f"clk-{uuid.uuid4().hex[:8]}")
-    memory, mirror, out = Memory(started_ms=T0 - 3_600_000, reach_ms=400_000), PresenceMirror(), []
+    memory, mirror, out = Memory(started_ms=T0 - 3_600_000, reach_ms=400_000), OnlineMirror(), []
     for i, batch in enumerate(batches):
-        b = PresenceBatch(i, 0, T0 + i * 1000, f"{i + 1}-0", events(*batch), DELAY)
-        assert commit_presence(r, keys, b, Params(60_000, 60_000, DELAY), TIMEOUT, mirror)
+        b = OnlineBatch(i, 0, T0 + i * 1000, f"{i + 1}-0", events(*batch), DELAY)
+        assert commit_online(r, keys, b, Params(60_000, 60_000, DELAY), TIMEOUT, mirror)
         reading = read_stack(r, keys, {}, T0 + i * 1000, memory.last_online_batch(), 400)
         memory.remember(reading.obs)
         out.append({(f.rule, f.subject): bool(f.active) and f.held is None

@@ -19,7 +19,7 @@ from tests.seed import Seeded, seed_pipeline
 from watermark.rules.online.rollup import day_of, parse_peaks
 from watermark.rules.scenarios import fleet
 from watermark.schema.keys import KeySchema, WindowKey
-from watermark.schema.records import PresenceStateRecord
+from watermark.schema.records import OnlineStateRecord
 from watermark.schema.timeutil import clock
 from watermark.store.views.snapshot import read_snapshot
 
@@ -70,7 +70,7 @@ def test_live_ops_at_300_servers_reads_by_region(seeded: Seeded, monkeypatch: py
     (table,) = [df.value for df in at.dataframe if "Trend (last hour)" in df.value.columns]
     # every server but those drained (their players all logged out at night: out of the live views, rules.fleet)
     seen, servers = {s: int(t) for s, t in client.hgetall(keys.seen).items()}, client.smembers(keys.servers)
-    clocks = PresenceStateRecord.from_hash(redis.Redis.from_url(seeded.cfg.redis_url).hgetall(keys.online_state),
+    clocks = OnlineStateRecord.from_hash(redis.Redis.from_url(seeded.cfg.redis_url).hgetall(keys.online_state),
                                            "the online view").clocks
     drained = {s for s, c in clocks.items() if c.drained_ms and c.drained_ms >= seen.get(s, c.drained_ms + 1)}
     assert sorted(table["Server"]) == sorted(set(servers) - drained) and len(drained) < 300

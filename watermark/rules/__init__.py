@@ -1,3 +1,3 @@
-"""The rules, pure (no Spark, no Redis, no I/O): window math and the late rule, watermarks, presence, idleness, the
-late-event record, the delay trade-off, each event judged.
+"""The rules, pure (no Spark, no Redis, no I/O): window math and the late rule, watermarks, the online view, idleness,
+the late-event record, the delay trade-off, each event judged.
 """

@@ -2,7 +2,7 @@
 or counted late), one record each, so "why was this event dropped?" still answers hours later, after the
 input stream has been trimmed.
 
-The sink takes them from the batch's accepted events (the source's presence rows carry each event's entry
+The sink takes them from the batch's accepted events (the source's player rows carry each event's entry
 ID, server, player, kind and event time), keeps those with ``event time < watermark in force`` and writes them
 in the pipeline's commit, under its batch-id guard, to the stream ``{ns}:late``. Each record has the entry ID
 of the input entry it came from (so arrival times and IDs are the input's), the batch that read it and the

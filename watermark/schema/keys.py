@@ -122,13 +122,13 @@ key                                                type    contents
                                                            servers' ``clocks``
 ``{ns}:online:group:{g}-{n}:counts``               hash    per server of the group: players online after its
                                                            last commit
-``{ns}:online:parts:{batch}``                      hash    group -> JSON ``PresencePart``: what its fold did to
+``{ns}:online:parts:{batch}``                      hash    group -> JSON ``OnlinePart``: what its fold did to
                                                            the batch, until every group's is in and merged
 ``{ns}:online:parts``                              zset    the batches with parts not merged yet, score = id
 ``{ns}:handoff:rows:{batch}:{g}``                  string  one group's share of a batch's accepted events
                                                            (Arrow IPC), handed off by the job; the group's
                                                            commit deletes it, or it expires after a minute
-``{ns}:handoff:batches``                           stream  one entry per batch handed off (``OnlineBatch``)
+``{ns}:handoff:batches``                           stream  one entry per batch handed off (``HandoffBatch``)
 ``{ns}:handoff:guard``                             hash    the hand-off's guard ``last_batch``
 ``{ns}:online:history``                            zset    one JSON record per batch (online counts per
                                                            server after it, transitions per server and
@@ -359,7 +359,7 @@ class KeySchema:
 
     @property
     def handoff_batches(self) -> str:
-        """The batches handed off to the online view's groups, in order (``OnlineBatch``)."""
+        """The batches handed off to the online view's groups, in order (``HandoffBatch``)."""
         return self._k("handoff", "batches")
 
     @property

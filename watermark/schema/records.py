@@ -7,12 +7,12 @@ with it, where it is read, never a ``KeyError`` three calls later.
 * :class:`CommitEntry`: one entry of ``{ns}:commits`` (and ``{ns}:online:commits``): the batch and the last
   input entry it covered.
 * :class:`DeadEntry`: one entry of ``{ns}:dead``, a quarantined input entry (same ID) with its reason.
-* :class:`PresenceRecord`: the online view's record of one batch, a member of ``{ns}:online:history``.
+* :class:`OnlineRecord`: the online view's record of one batch, a member of ``{ns}:online:history``.
 * a lab lane the job runs, a field of ``{ns}:lanes``: :class:`watermark.schema.config.Lane`.
 * :class:`StateRecord`: a pipeline's commit record, the hash ``{ns}:state`` (with :class:`StateParams`), written
   by its commit (``watermark.store.commit``) and by the job when it stops; read by the commits, the sink's lanes,
   the dashboard and the reports.
-* :class:`PresenceStateRecord`: the online view's commit record, the hash ``{ns}:online:state``.
+* :class:`OnlineStateRecord`: the online view's commit record, the hash ``{ns}:online:state``.
 * :class:`Annotation`: a deploy, maintenance or incident someone marked (``wm-annotate``, ``POST /annotations``),
   a member of ``{ns}:annotations``, drawn over every time chart.
 * :class:`Control` and :class:`GeneratorStatus`: the lab's request (``{ns}:control``) and what the following
@@ -216,7 +216,7 @@ class DeadEntry(msgspec.Struct, frozen=True):
                               f"{exc})") from None
 
 
-class PresenceRecord(_JsonRecord, frozen=True, kw_only=True):
+class OnlineRecord(_JsonRecord, frozen=True, kw_only=True):
     """Players online per server after one batch, and the batch's transitions."""
 
     batch: int
@@ -234,7 +234,7 @@ class PresenceRecord(_JsonRecord, frozen=True, kw_only=True):
     """Per server whose events ran ahead of their arrival in the batch: by how much at most (ms)."""
 
 
-class OnlineBatch(_JsonRecord, frozen=True, kw_only=True):
+class HandoffBatch(_JsonRecord, frozen=True, kw_only=True):
     """One batch handed by the job to the online view's groups (``{ns}:handoff:batches``, decision 0020): what
     their folds need besides the events (``{ns}:handoff:rows:{batch}:{group}``)."""
 
@@ -253,14 +253,14 @@ class OnlineBatch(_JsonRecord, frozen=True, kw_only=True):
     """The whole batch's newest arrival (None: it had no event)."""
 
 
-class PresencePart(_JsonRecord, frozen=True, kw_only=True):
+class OnlinePart(_JsonRecord, frozen=True, kw_only=True):
     """What one group of servers' fold did to one batch (``{ns}:online:parts:{batch}``, a field per group), until
     the last group's part is in and the parts are merged into the online view's record of the batch
     (``watermark.store.online.merge``). Every group's part carries the batch's own record (the same in each), so
     whoever merges needs nothing else."""
 
     group: int
-    of: OnlineBatch
+    of: HandoffBatch
     """The batch: its id, the pipeline's watermark in force and after it, its arrival, the fold's delay and timeout."""
     counts: dict[str, int]
     """Players online after the batch, per server of the group."""
@@ -461,7 +461,7 @@ class ClockRecord(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
     logged out before it fell silent (``watermark.rules.fleet``); 0 while it has players, or lost them otherwise."""
 
 
-class PresenceStateRecord(_HashRecord, frozen=True, kw_only=True):
+class OnlineStateRecord(_HashRecord, frozen=True, kw_only=True):
     """The online view's commit record, ``{ns}:online:state``. ``last_batch`` is its own commit guard
     (``None``: nothing committed yet)."""
 

@@ -11,11 +11,11 @@ Items (tag, server, a, b, c, n, lo, hi), one per row:
   INGEST_LAG item keyed by ``ingest - event`` or a PROCESSING_LAG item keyed by ``-event``, each with the row's
   count and event time range;
 - an idle marker: one TICK item; a quarantined entry: one BAD item whose ``b`` is the entry as JSON;
-- a presence row (one accepted event): a PRESENCE item with the event time in ``a``, the player in ``b``, the
+- a player row (one accepted event): a PLAYER item with the event time in ``a``, the player in ``b``, the
   entry ID in ``c``, the kind's code (:data:`watermark.rules.online.fold.KIND_CODES`) in ``lo`` and the input
   shard the entry came from in ``shard``; unique by its entry, so the sum leaves it as it is.
 Summed per (tag, server, a, b, c): ``n``, and ``min_ev``/``max_ev`` the least ``lo`` and greatest ``hi``
-(``shard`` only on PRESENCE items: an entry ID is unique only within its shard).
+(``shard`` only on PLAYER items: an entry ID is unique only within its shard).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from watermark.schema.timeutil import iso_from_us
 from watermark.spark import partial
 
 # Tags of the items (column ``tag``), shared with watermark.spark.sink.
-WINDOW, INGEST_LAG, PROCESSING_LAG, BAD, TICK, PRESENCE = 0, 1, 2, 3, 4, 5
+WINDOW, INGEST_LAG, PROCESSING_LAG, BAD, TICK, PLAYER = 0, 1, 2, 3, 4, 5
 
 # The columns of the batch the aggregation reads.
 COLUMNS = ("server", "player_id", "kind", "event_time", "error", "entry_id", "error_detail", "raw", "shard",
@@ -71,10 +71,10 @@ def aggregate(batch: pa.Table) -> pa.Table:
     if not pc.all(pc.or_(pc.or_(bad, part), tick), min_count=0).as_py():
         raise ValueError(NOT_PRE_AGGREGATED)
     parts: list[pa.Table] = []
-    presence = pc.and_(part, pc.fill_null(pc.equal(batch.column("partial").combine_chunks().field("of"),
-                                                   partial.PRESENCE), False))
-    unique = _presence_items(batch.filter(presence)) if pc.any(presence).as_py() else None
-    part = pc.and_(part, pc.invert(presence))
+    players = pc.and_(part, pc.fill_null(pc.equal(batch.column("partial").combine_chunks().field("of"),
+                                                   partial.PLAYER), False))
+    unique = _player_items(batch.filter(players)) if pc.any(players).as_py() else None
+    part = pc.and_(part, pc.invert(players))
 
     rows = batch.filter(part)
     if rows.num_rows:
@@ -110,15 +110,15 @@ def aggregate(batch: pa.Table) -> pa.Table:
     return pa.concat_tables(out) if out else schema.empty_table()
 
 
-def _presence_items(rows: pa.Table) -> pa.Table:
-    """Presence rows as their items, already in the result's shape: each is unique by its entry."""
+def _player_items(rows: pa.Table) -> pa.Table:
+    """Player rows as their items, already in the result's shape: each is unique by its entry."""
     event_us = rows.column("partial").combine_chunks().field("key_us")
     codes = pa.array(np.zeros(rows.num_rows, np.int64))
     kind = rows.column("kind")
     for name, code in KIND_CODES.items():
         if name is not None:
             codes = pc.if_else(pc.fill_null(pc.equal(kind, name), False), np.int64(code), codes)
-    t = _items(PRESENCE, rows.column("server"), event_us, rows.column("player_id"), None, codes, event_us,
+    t = _items(PLAYER, rows.column("server"), event_us, rows.column("player_id"), None, codes, event_us,
                rows.column("entry_id"))
     t = t.append_column("shard", rows.column("shard"))
     return t.rename_columns(NAMES).cast(pa.schema(list(zip(NAMES, TYPES, strict=True))))
@@ -134,7 +134,7 @@ def events_per_server(t: pa.Table) -> dict[str, int]:
 
 
 def refuse(t: pa.Table, servers: frozenset[str], reason: str, detail: str) -> tuple[pa.Table, int | None]:
-    """The aggregate with ``servers``' accepted events quarantined: each of their PRESENCE items (one an event)
+    """The aggregate with ``servers``' accepted events quarantined: each of their PLAYER items (one an event)
     becomes a BAD item with ``reason`` and ``detail``, and their window and lag items go; idle markers stay.
     Also returns their newest event time (None: they had none)."""
     if not servers:
@@ -143,7 +143,7 @@ def refuse(t: pa.Table, servers: frozenset[str], reason: str, detail: str) -> tu
     tags = t.column("tag")
     lags = t.filter(pc.and_(mine, pc.equal(tags, INGEST_LAG)))
     newest = pc.max(lags.column("max_ev")).as_py() if lags.num_rows else None
-    events = t.filter(pc.and_(mine, pc.equal(tags, PRESENCE)))
+    events = t.filter(pc.and_(mine, pc.equal(tags, PLAYER)))
     codes = {code: name for name, code in KIND_CODES.items()}
     docs = [json.dumps({"entry_id": entry, "error": reason, "error_detail": detail, "shard": shard or 0,
                         "raw": json.dumps({"server": server, "player_id": player, "kind": codes.get(code),

@@ -18,8 +18,8 @@ Rows, each ``(server, of, key_us, n, min_event_us, max_event_us)``, told apart b
 - ``event_time``: keyed by the event time itself. The sink subtracts it from the batch time
   (processing lag) and counts from it, exactly, the events before the watermark in each open window (late).
 
-Every accepted event also comes as a ``presence`` row of its own (``key_us`` its event time, ``n`` 1, its
-``entry_id``, ``player_id`` and ``kind`` set, :func:`presence_partial`): the online-players rule needs each player's
+Every accepted event also comes as a ``player`` row of its own (``key_us`` its event time, ``n`` 1, its
+``entry_id``, ``player_id`` and ``kind`` set, :func:`player_partial`): the online-players rule needs each player's
 events in order.
 
 ``min_event_us``/``max_event_us`` are the earliest and latest event time among the row's events; a window
@@ -32,10 +32,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-WINDOW, INGEST_LAG, EVENT_TIME, PRESENCE = "window", "ingest_lag", "event_time", "presence"
-PACKED, PACKED_PRESENCE = "packed", "packed_presence"
+WINDOW, INGEST_LAG, EVENT_TIME, PLAYER = "window", "ingest_lag", "event_time", "player"
+PACKED, PACKED_PLAYERS = "packed", "packed_players"
 """``of`` of a row that carries many partial rows of one server as Arrow IPC bytes (``blob``): window and lag
-rows (its ``event_time`` is their latest, for ``withWatermark``), or presence rows (no event time)."""
+rows (its ``event_time`` is their latest, for ``withWatermark``), or player rows (no event time)."""
 PARTIAL_TYPE = pa.struct([("of", pa.string()), ("key_us", pa.int64()), ("n", pa.int64()),
                           ("min_event_us", pa.int64()), ("max_event_us", pa.int64())])
 # As Spark declares the same column (watermark.spark.source.SCHEMA).
@@ -132,9 +132,9 @@ class PartitionPartials:
         return column("server"), pa.StructArray.from_arrays([of, *fields], fields=list(PARTIAL_TYPE))
 
 
-def presence_partial(event_us: pa.Array) -> pa.StructArray:
-    """The ``partial`` column of presence rows: one per accepted event, keyed by its event time."""
+def player_partial(event_us: pa.Array) -> pa.StructArray:
+    """The ``partial`` column of player rows: one per accepted event, keyed by its event time."""
     n = len(event_us)
     return pa.StructArray.from_arrays(
-        [pa.repeat(pa.scalar(PRESENCE, pa.string()), n), event_us, pa.array(np.ones(n, np.int64)), event_us, event_us],
+        [pa.repeat(pa.scalar(PLAYER, pa.string()), n), event_us, pa.array(np.ones(n, np.int64)), event_us, event_us],
         fields=list(PARTIAL_TYPE))

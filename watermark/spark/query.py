@@ -143,7 +143,7 @@ def start_query(spark: SparkSession, cfg: Config, sink: RedisSink | None = None,
 def read_events(spark: SparkSession, cfg: Config, pre_aggregate: bool = False) -> DataFrame:
     """The event stream with its watermark(s) (quarantined rows and idle markers included). With
     ``pre_aggregate`` the accepted events come as the source partitions' partial aggregates for the configured
-    windows (:mod:`watermark.spark.partial`) and as presence rows, which :class:`watermark.spark.sink.RedisSink` sums;
+    windows (:mod:`watermark.spark.partial`) and as player rows, which :class:`watermark.spark.sink.RedisSink` sums;
     without it, one row per entry."""
     events = spark.readStream.format("redis_stream").options(**source_options(cfg, pre_aggregate, spark)).load()
     # Read when the query starts and kept in its checkpoint from then on.

@@ -1,6 +1,6 @@
 """A batch's rows in Arrow: the source's schema, stream entries parsed into rows, and rows packed and unpacked.
 
-The source (:mod:`watermark.spark.source`) makes the rows, and packs its partial and presence rows into one blob a
+The source (:mod:`watermark.spark.source`) makes the rows, and packs its partial and player rows into one blob a
 partition (:func:`pack`: Spark moves bytes, not a JVM row each). The sink and the online view's hand-off read them
 back with :func:`unpack`. One module, so that the schema, the packing and the unpacking cannot drift apart.
 """
@@ -25,7 +25,7 @@ from watermark.schema.events import (
 from watermark.schema.timeutil import parse_iso_us
 from watermark.spark.partial import (
     PACKED,
-    PACKED_PRESENCE,
+    PACKED_PLAYERS,
     PARTIAL_DDL,
     PARTIAL_TYPE,
     WINDOW,
@@ -60,7 +60,7 @@ def pack(rows: pa.RecordBatch, of: str, regions: Mapping[str, str] | None = None
     server in per-server mode) sees each server's latest event time in the batch as before and the server's
     region rides along (``player_id``); the first of them carries the blob of every server's rows, the others
     none (a blob per server cost hundreds of small IPC streams per partition to write and to read with hundreds
-    of servers: ``bench/driver_costs.py``). Presence rows never move a watermark: one row carries them."""
+    of servers: ``bench/driver_costs.py``). Player rows never move a watermark: one row carries them."""
     blob = _ipc(rows)
     if of != PACKED:
         return _packed_rows([None], [None], [rows.num_rows], [blob], of, {})
@@ -109,7 +109,7 @@ def unpack(table: pa.Table) -> pa.Table:
     if not blob.null_count < len(blob):
         return table.drop_columns(["blob"])
     of = pc.struct_field(table.column("partial"), "of")
-    packed = pc.fill_null(pc.is_in(of, pa.array([PACKED, PACKED_PRESENCE])), False)
+    packed = pc.fill_null(pc.is_in(of, pa.array([PACKED, PACKED_PLAYERS])), False)
     plain = table.filter(pc.invert(packed)).drop_columns(["blob"])
     schema = plain.schema
     parts = [plain]

@@ -32,7 +32,7 @@ from watermark.rules.fleet import FLOOD_REASON, admit
 from watermark.rules.late import LateEvent
 from watermark.rules.online.fold import KIND_CODES
 from watermark.rules.online.rollup import MINUTE_MS
-from watermark.rules.online.table import PresenceBatch, PresenceEvents
+from watermark.rules.online.table import OnlineBatch, OnlineEvents
 from watermark.rules.watermarks import ServerWatermarks
 from watermark.rules.windows import Histograms, event_ms, late_counts
 from watermark.schema.events import parse_entry_id
@@ -46,7 +46,7 @@ from watermark.spark.followers import FollowerThread
 from watermark.spark.local_agg import (  # the items' tags, one set for both paths
     BAD,
     INGEST_LAG,
-    PRESENCE,
+    PLAYER,
     PROCESSING_LAG,
     TICK,
     WINDOW,
@@ -65,7 +65,7 @@ from watermark.store.commit import (
     read_guard,
     replicated,
 )
-from watermark.store.online.commit import PresenceMirror, commit_presence
+from watermark.store.online.commit import OnlineMirror, commit_online
 from watermark.store.online.handoff import hand_off
 from watermark.store.redis_conn import DriverClient, with_retry
 
@@ -76,7 +76,7 @@ def aggregate(df: DataFrame) -> pa.Table:
     """The batch's items summed, from one Spark job whose result is small.
 
     The source has already folded each partition's accepted events into partial aggregates
-    (:mod:`watermark.spark.partial`: per window, and the two lag histograms, exact integers) and presence rows
+    (:mod:`watermark.spark.partial`: per window, and the two lag histograms, exact integers) and player rows
     (the online view's input), counted each window's players in Redis (:mod:`watermark.spark.window_players`), and
     packed them
     (:func:`watermark.spark.rows.pack`); quarantined entries and idle markers come one row each. The driver
@@ -115,17 +115,17 @@ def reread(source_options: Mapping[str, str], start_id: str, end_id: str, player
     return aggregate_arrow(rows.select([*local_agg.COLUMNS, "blob"]))
 
 
-def presence_events(t: pa.Table) -> PresenceEvents:
-    """The batch's accepted events for the online view, from its PRESENCE items."""
-    part = t.filter(pc.equal(t.column("tag"), PRESENCE))
+def online_events(t: pa.Table) -> OnlineEvents:
+    """The batch's accepted events for the online view, from its PLAYER items."""
+    part = t.filter(pc.equal(t.column("tag"), PLAYER))
     if not part.num_rows:
-        return PresenceEvents.empty()
+        return OnlineEvents.empty()
     ids = pc.split_pattern(part.column("c"), "-", max_splits=1)
     ms = pc.cast(pc.list_element(ids, 0), pa.int64()).to_numpy()
     seq = pc.cast(pc.list_element(ids, 1), pa.int64()).to_numpy()
     arrival = np.empty(len(ms), np.int64)
     arrival[np.lexsort((seq, ms))] = np.arange(len(ms))
-    return PresenceEvents(part.column("server").to_numpy(zero_copy_only=False),
+    return OnlineEvents(part.column("server").to_numpy(zero_copy_only=False),
                           part.column("b").to_numpy(zero_copy_only=False), part.column("a").to_numpy(), arrival,
                           part.column("min_ev").to_numpy().astype(np.int8), ms)
 
@@ -137,7 +137,7 @@ def late_events(t: pa.Table, batch_id: int, watermark_ms: int) -> list[LateEvent
     """The batch's accepted events behind ``watermark_ms``, in arrival order, to be kept
     (:mod:`watermark.rules.late`). Usually none: one vectorised filter finds them."""
     tags = t.column("tag")
-    part = t.filter(pc.and_(pc.equal(tags, PRESENCE), pc.less(t.column("a"), watermark_ms * 1000)))
+    part = t.filter(pc.and_(pc.equal(tags, PLAYER), pc.less(t.column("a"), watermark_ms * 1000)))
     out = [LateEvent(entry_id, server, player, _KIND_NAMES.get(code), event_us, batch_id, watermark_ms, shard or 0)
            for server, event_us, player, entry_id, code, shard in zip(
                *(part.column(c).to_pylist() for c in ("server", "a", "b", "c", "min_ev", "shard")), strict=True)]
@@ -345,7 +345,7 @@ class RedisSink(DriverClient):
         self.online_timeout_ms = online_timeout_ms
         self.online_groups = online_groups  # 0: the online view is folded here; N: handed off to N groups
         self.source_options = dict(source_options or {})
-        self.mirror = PresenceMirror()
+        self.mirror = OnlineMirror()
         self.followers = FollowerThread(f"followers-{keys.namespace}") if background else None
         self._caught_up = False
         # One sink per query run, like Spark's per-input watermark map, which is not checkpointed.
@@ -462,13 +462,13 @@ class RedisSink(DriverClient):
                            refresh=self.refresh)
         if self.online_timeout_ms is not None:
             with phases("online"):
-                self.online(batch_id, entry, summary, presence_events(table), self.online_timeout_ms)
+                self.online(batch_id, entry, summary, online_events(table), self.online_timeout_ms)
 
-    def online(self, batch_id: int, entry: OffsetEntry, summary: BatchSummary, events: PresenceEvents,
+    def online(self, batch_id: int, entry: OffsetEntry, summary: BatchSummary, events: OnlineEvents,
                timeout_ms: int) -> None:
         """The batch's accepted events to the online view: folded here, or handed off to its groups (decision
         0020), once either way."""
-        online = PresenceBatch(batch_id, entry.watermark_ms, entry.batch_ts_ms, summary.end_id, events,
+        online = OnlineBatch(batch_id, entry.watermark_ms, entry.batch_ts_ms, summary.end_id, events,
                                self.params.delay_ms, summary.next_watermark_ms)
         if self.online_groups:
             handed = online.record(self.online_groups, timeout_ms)
@@ -478,7 +478,7 @@ class RedisSink(DriverClient):
                        what, when_full=self.free_memory, refresh=self.refresh)
             return
         what = f"online players of batch {batch_id}"
-        with_retry(lambda: (commit_presence(self.client, self.keys, online, self.params, timeout_ms, self.mirror),
+        with_retry(lambda: (commit_online(self.client, self.keys, online, self.params, timeout_ms, self.mirror),
                             replicated(self.client, self.keys.online_state, batch_id, self.params, what)),
                    what, when_full=self.free_memory, refresh=self.refresh)
 

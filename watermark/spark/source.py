@@ -20,7 +20,7 @@ leaves the option off and gets one row per entry.
 Options: ``url``, ``stream`` (shard 0's key), ``shards`` (default 1), ``partitions`` (default 2; with shards,
 at least one per shard that has entries),
 ``maxEventsPerBatch`` (0 = no cap), ``preAggregate`` (``true``/``false``,
-default false) with ``windowMs`` and ``slideMs`` (every accepted event then also comes as a presence row: the
+default false) with ``windowMs`` and ``slideMs`` (every accepted event then also comes as a player row: the
 online players' input), ``windowPlayers`` (with ``preAggregate``: the namespace whose windows' players a streaming
 batch's partitions count, :mod:`watermark.spark.window_players`) and ``playersTtlS``, and for batch reads
 ``startId`` / ``endId`` (inclusive, default the whole stream).
@@ -56,9 +56,9 @@ from watermark.schema.keys import KeySchema
 from watermark.schema.shards import START, Position, input_shard_key, share
 from watermark.spark.partial import (
     PACKED,
-    PACKED_PRESENCE,
+    PACKED_PLAYERS,
     PartitionPartials,
-    presence_partial,
+    player_partial,
 )
 from watermark.spark.rows import (
     ROW_SCHEMA,
@@ -228,7 +228,7 @@ def read_range(url: str, stream: str, part: StreamRange, chunk: int = READ_CHUNK
                partials: PartitionPartials | None = None,
                count_players: tuple[KeySchema, int] | None = None) -> Iterator[pa.RecordBatch]:
     """XRANGE the partition in chunks, one Arrow record batch per chunk; with ``partials``, the accepted
-    events are folded into them instead, each chunk's accepted events come as presence rows (the online players'
+    events are folded into them instead, each chunk's accepted events come as player rows (the online players'
     input) and a last batch holds the partition's partial rows. A server's region
     (the latest its events in the partition carry) rides in its packed row's ``player_id``. With
     ``count_players`` (the pipeline's keys and the sets' TTL) and a range of a streaming batch, its windows' players
@@ -263,7 +263,7 @@ def read_range(url: str, stream: str, part: StreamRange, chunk: int = READ_CHUNK
 
 def _fold(partials: PartitionPartials, batch: pa.RecordBatch, players: PartitionPlayers | None) -> pa.RecordBatch:
     """The chunk's accepted events (not quarantined, not idle markers) into the partition's partials (and their
-    players, with ``players``); the rows left, one per entry, and the accepted events as presence rows."""
+    players, with ``players``); the rows left, one per entry, and the accepted events as player rows."""
     kind = batch.column("kind")
     accepted = pc.and_(pc.and_(batch.column("error").is_null(), batch.column("event_time").is_valid()),
                        pc.invert(pc.fill_null(pc.equal(kind, IDLE_KIND), False)))
@@ -278,9 +278,9 @@ def _fold(partials: PartitionPartials, batch: pa.RecordBatch, players: Partition
     keep = {"entry_id", "server", "player_id", "kind", "event_time", "shard"}
     n = events.num_rows
     rows = pa.RecordBatch.from_arrays(
-        [events.column(f.name) if f.name in keep else presence_partial(event_us) if f.name == "partial"
+        [events.column(f.name) if f.name in keep else player_partial(event_us) if f.name == "partial"
          else pa.nulls(n, f.type) for f in ROW_SCHEMA], schema=ROW_SCHEMA)
-    packed = pack(rows, PACKED_PRESENCE)
+    packed = pack(rows, PACKED_PLAYERS)
     return pa.concat_batches([rest, packed]) if rest.num_rows else packed
 
 

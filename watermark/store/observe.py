@@ -20,8 +20,8 @@ from watermark.schema.keys import KeySchema
 from watermark.schema.records import (
     BatchRecord,
     ClockRecord,
-    PresenceRecord,
-    PresenceStateRecord,
+    OnlineRecord,
+    OnlineStateRecord,
     ServerRecord,
 )
 from watermark.store.pipeline_status import PipelineStatus, first_after, read_memory, read_pipeline
@@ -127,7 +127,7 @@ def _clocks(clocks: bytes | None) -> dict[str, ClockRecord]:
     any, and whether it drained."""
     if clocks is None:
         return {}
-    return dict(PresenceStateRecord.from_hash({"clocks": clocks}, "the online view's clocks").clocks)
+    return dict(OnlineStateRecord.from_hash({"clocks": clocks}, "the online view's clocks").clocks)
 
 
 def _servers(main: PipelineStatus, counts: Mapping[str, int], last: Mapping[str, ServerRecord],
@@ -150,6 +150,6 @@ def _servers(main: PipelineStatus, counts: Mapping[str, int], last: Mapping[str,
 def _online(history: list[bytes]) -> list[OnlineSample]:
     out = []
     for raw in history:
-        r = PresenceRecord.decode(raw, "an online view batch record")
+        r = OnlineRecord.decode(raw, "an online view batch record")
         out.append(OnlineSample(batch=r.batch, at_ms=r.batch_ts_ms, counts=r.counts, causes=r.causes))
     return out

@@ -21,7 +21,7 @@ import redis
 
 from watermark.schema.config import Config, ConfigError
 from watermark.schema.keys import KeySchema, WindowKey
-from watermark.schema.records import BatchRecord, PresenceRecord, StateRecord
+from watermark.schema.records import BatchRecord, OnlineRecord, StateRecord
 from watermark.schema.shards import Position
 from watermark.schema.timeutil import iso_from_ms
 from watermark.store.redis_conn import open_client
@@ -154,7 +154,7 @@ def online_document(client: redis.Redis, keys: KeySchema, batch_labels: Mapping[
     servers with at least one player online after it."""
     out = []
     for raw in client.zrange(keys.online_history, 0, -1):
-        rec = PresenceRecord.decode(raw, f"a member of {keys.online_history}")
+        rec = OnlineRecord.decode(raw, f"a member of {keys.online_history}")
         out.append({"batch": batch_labels.get(rec.batch, rec.batch) if batch_labels else rec.batch,
                     "watermark_ms": rec.watermark_ms,
                     "online": {s: n for s, n in sorted(rec.counts.items()) if n}})

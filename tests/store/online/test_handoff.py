@@ -18,7 +18,7 @@ from tests.store.test_server_clocks import DELAY, T0, TIMEOUT
 from watermark.rules.online.groups import Group
 from watermark.schema.config import ConfigError
 from watermark.schema.keys import KeySchema
-from watermark.schema.records import OnlineBatch
+from watermark.schema.records import HandoffBatch
 from watermark.store.online.handoff import hand_off, handed_off
 from watermark.store.online.runner import GroupRunner
 
@@ -27,7 +27,7 @@ TTL_S = 3_600
 
 def hand_off_twice(r: redis.Redis, keys: KeySchema, batches: list[list[tuple]], i: int, groups: int) -> None:
     """The job's side of batch ``i``, then the same again (a batch replayed after a crash): handed off once."""
-    b = OnlineBatch(batch=i, groups=groups, watermark_ms=0, batch_ts_ms=T0 + i * 1000, end_id=f"{T0 + i * 1000}-0",
+    b = HandoffBatch(batch=i, groups=groups, watermark_ms=0, batch_ts_ms=T0 + i * 1000, end_id=f"{T0 + i * 1000}-0",
                     delay_ms=DELAY, timeout_ms=TIMEOUT,
                     newest_arrival_ms=max((row[4] for row in batches[i]), default=None))
     assert hand_off(r, keys, b, events(*batches[i]), TTL_S)

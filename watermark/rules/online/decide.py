@@ -19,7 +19,7 @@ from msgspec.structs import replace
 from watermark.rules import fleet, server_clock
 from watermark.rules.online.fold import CAUSES, Fold, Prior, fold
 from watermark.rules.online.player import TIMEOUT
-from watermark.rules.online.table import PlayerIndex, PlayerTable, PlayerTimes, PresenceEvents
+from watermark.rules.online.table import OnlineEvents, PlayerIndex, PlayerTable, PlayerTimes
 from watermark.schema.config import Config
 from watermark.schema.records import ClockRecord
 
@@ -51,7 +51,7 @@ class _BatchOf:
     ahead_ms: int  # how far its events ran ahead of their arrival (rules.server_clock.ahead_ms)
 
 
-def _shares(table: PlayerTable, ev: PresenceEvents) -> tuple[dict[str, _BatchOf], np.ndarray]:
+def _shares(table: PlayerTable, ev: OnlineEvents) -> tuple[dict[str, _BatchOf], np.ndarray]:
     """Each server's share of the batch, and every event's slot in ``table`` (new players get one)."""
     slots = np.zeros(len(ev.event_us), np.int64)
     shares: dict[str, _BatchOf] = {}
@@ -70,7 +70,7 @@ def _distinct(values: np.ndarray) -> int:
     return len(set(values.tolist())) if len(values) < PlayerIndex.BULK else len(pd.unique(values))
 
 
-def decide_servers(t: PlayerTable, ev: PresenceEvents, before: Mapping[str, ClockRecord], delay_ms: int,
+def decide_servers(t: PlayerTable, ev: OnlineEvents, before: Mapping[str, ClockRecord], delay_ms: int,
                    timeout_ms: int, now_ingest: int | None = None,
                    retire_after_ms: int = Config.retire_after_ms) -> tuple[dict[str, ServerWrites],
                                                                            dict[str, ClockRecord]]:

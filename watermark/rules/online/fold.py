@@ -1,4 +1,4 @@
-"""The presence rule (:mod:`watermark.rules.online.player`) for a whole batch of players at once, vectorised.
+"""The online rule (:mod:`watermark.rules.online.player`) for a whole batch of players at once, vectorised.
 
 Per-key Python state costs a Python call per player per batch; at game scale (a quarter of a million
 players, each heard from every few seconds) that is more than two cores can do. The rule needs, per
@@ -25,9 +25,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from watermark.rules.online.player import LOGOUT, PRESENCE, TIMEOUT
+from watermark.rules.online.player import ANY_EVENT, LOGOUT, TIMEOUT
 
-CAUSES = (PRESENCE, "login", "heartbeat", LOGOUT, TIMEOUT)
+CAUSES = (ANY_EVENT, "login", "heartbeat", LOGOUT, TIMEOUT)
 """Transition causes by code; the first four are also the kind codes of events (no kind, login, ...)."""
 KIND_CODES = {None: 0, "login": 1, "heartbeat": 2, LOGOUT: 3}
 LOGOUT_CODE, TIMEOUT_CODE = 3, 4

@@ -2,7 +2,7 @@
 
 A player is online from a login until a logout, or until ``timeout`` of event
 time passes without an event from them. Heartbeats and logins refresh; an event
-without a kind (replayed event sets carry none) is presence too, like a
+without a kind (replayed event sets carry none) keeps a player online too, like a
 heartbeat: a player who sends anything is there. A heartbeat without a login
 also makes the player online (the login may have been dropped as late).
 
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 LOGOUT = "logout"
 TIMEOUT = "timeout"
-PRESENCE = "event"
+ANY_EVENT = "event"
 """The cause recorded for an event without a kind."""
 
 
@@ -94,7 +94,7 @@ def apply_events(state: PlayerState | None, events: Iterable[Seen], watermark_ms
             transitions.append(Transition(False, state.last_us + timeout_ms * 1000, TIMEOUT))
             was = False
         if online != was:
-            transitions.append(Transition(online, ev.event_us, ev.kind or PRESENCE))
+            transitions.append(Transition(online, ev.event_us, ev.kind or ANY_EVENT))
         state = PlayerState(online, ev.event_us, ev.entry)
     return Outcome(state, transitions, late, stale)
 

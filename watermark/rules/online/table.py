@@ -1,6 +1,6 @@
 """The online view's player table, and one batch's events for it, as arrays.
 
-A batch's events come in as :class:`PresenceEvents`, the batch's own numbers with them as :class:`PresenceBatch`.
+A batch's events come in as :class:`OnlineEvents`, the batch's own numbers with them as :class:`OnlineBatch`.
 :class:`PlayerTable` holds every player the view keeps, of every server, one slot each. The job keeps the table
 between batches, so a batch never reads its players' state back from Redis. :mod:`watermark.rules.online.decide`
 folds a batch into the table; :mod:`watermark.store.online.commit` writes what changed. Pure: no Redis, no I/O.
@@ -14,11 +14,11 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from watermark.schema.records import OnlineBatch
+from watermark.schema.records import HandoffBatch
 
 
 @dataclass(frozen=True)
-class PresenceEvents:
+class OnlineEvents:
     """One batch's accepted events for the online view, any order: ``entry`` orders them by arrival,
     ``kind`` holds :data:`watermark.rules.online.fold.KIND_CODES`."""
 
@@ -32,7 +32,7 @@ class PresenceEvents:
     (:mod:`watermark.rules.server_clock`). None: unknown (as if every event arrived at once)."""
 
     @classmethod
-    def empty(cls) -> PresenceEvents:
+    def empty(cls) -> OnlineEvents:
         return cls(np.array([], object), np.array([], object), np.array([], np.int64), np.array([], np.int64),
                    np.array([], np.int8), np.array([], np.int64))
 
@@ -56,12 +56,12 @@ class PresenceEvents:
 
 
 @dataclass(frozen=True)
-class PresenceBatch:
+class OnlineBatch:
     batch_id: int
     watermark_ms: int  # in force for the batch: events at or below it are late
     batch_ts_ms: int
     end_id: str
-    events: PresenceEvents
+    events: OnlineEvents
     delay_ms: int
     next_watermark_ms: int | None = None  # per-server pipelines: Spark's combined one, from the sink's model
     newest_arrival_ms: int | None = None
@@ -74,17 +74,17 @@ class PresenceBatch:
     consumed: tuple[str, ...] = ()
     """Keys the commit deletes in its transaction: the group's share of the batch, handed off by the job."""
 
-    def record(self, groups: int, timeout_ms: int) -> OnlineBatch:
+    def record(self, groups: int, timeout_ms: int) -> HandoffBatch:
         """The batch's own record, as the job hands it over to ``groups`` groups and as each group's part carries it
         (decision 0020)."""
         newest = self.newest_arrival_ms if self.newest_arrival_ms is not None else self.events.newest_arrival_ms()
-        return OnlineBatch(batch=self.batch_id, groups=groups, watermark_ms=self.watermark_ms,
+        return HandoffBatch(batch=self.batch_id, groups=groups, watermark_ms=self.watermark_ms,
                            batch_ts_ms=self.batch_ts_ms, end_id=self.end_id, delay_ms=self.delay_ms,
                            timeout_ms=timeout_ms, next_watermark_ms=self.next_watermark_ms, newest_arrival_ms=newest)
 
     @classmethod
-    def of(cls, record: OnlineBatch, events: PresenceEvents, missed: bool = False,
-           consumed: tuple[str, ...] = ()) -> PresenceBatch:
+    def of(cls, record: HandoffBatch, events: OnlineEvents, missed: bool = False,
+           consumed: tuple[str, ...] = ()) -> OnlineBatch:
         """A group's share of a batch handed off: the batch's record and the group's events."""
         return cls(record.batch, record.watermark_ms, record.batch_ts_ms, record.end_id, events, record.delay_ms,
                    record.next_watermark_ms, record.newest_arrival_ms, missed, consumed)

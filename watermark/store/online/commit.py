@@ -2,7 +2,7 @@
 
 Each player's state lives in two hashes per server (:meth:`watermark.schema.keys.KeySchema.online` and
 ``logged_out``): player -> event time (us) of their latest event. The job keeps the same state in a
-:class:`PresenceMirror`. It folds each batch into it (:func:`watermark.rules.online.decide.decide_servers`) and
+:class:`OnlineMirror`. It folds each batch into it (:func:`watermark.rules.online.decide.decide_servers`) and
 writes only what changed. One MULTI/EXEC a batch, guarded by the group's own ``last_batch``, makes a replayed batch a
 no-op, as :func:`watermark.store.commit.commit_batch` does for the windows. The merge into the view follows
 (:mod:`watermark.store.online.merge`). No pyspark: ``wm-online`` imports this, as the job does.
@@ -17,15 +17,15 @@ import redis
 
 from watermark.rules.online.decide import ServerWrites, decide_servers
 from watermark.rules.online.groups import ALL, Group
-from watermark.rules.online.table import PlayerTable, PresenceBatch
+from watermark.rules.online.table import OnlineBatch, PlayerTable
 from watermark.schema.keys import KeySchema
-from watermark.schema.records import ClockRecord, PresencePart, PresenceStateRecord
+from watermark.schema.records import ClockRecord, OnlinePart, OnlineStateRecord
 from watermark.store import redis_conn
 from watermark.store.commit import Params, guarded, queue_packed, replicated
 from watermark.store.online.merge import merge_ready
 
 
-class PresenceMirror:
+class OnlineMirror:
     """The job's copy of every player's state, one :class:`PlayerTable` for all servers, as of ``batch``.
 
     Redis holds the durable copy (two hashes per server); the mirror spares each batch reading its players'
@@ -51,8 +51,8 @@ class PresenceMirror:
         self.batch, self.valid = batch, True
 
 
-def commit_presence(client: redis.Redis, keys: KeySchema, b: PresenceBatch, params: Params, timeout_ms: int,
-                    mirror: PresenceMirror | None = None,
+def commit_online(client: redis.Redis, keys: KeySchema, b: OnlineBatch, params: Params, timeout_ms: int,
+                    mirror: OnlineMirror | None = None,
                     now_ms: Callable[[], int] = lambda: int(time.time() * 1000), group: Group = ALL) -> bool:
     """Apply one batch to ``group``'s servers once (guarded by the group's own ``last_batch``), then merge into the
     online view every batch all groups have committed (:func:`merge_ready`). Returns False when the group had
@@ -66,7 +66,7 @@ def commit_presence(client: redis.Redis, keys: KeySchema, b: PresenceBatch, para
     still holds the state, the whole view is written again and the loss is recorded (``lost_at_batch``). With
     ``params.wait_replicas`` it is done only once that many replicas have it (:func:`watermark.store.commit.replicated`:
     :class:`redis_conn.ReplicasBehind` otherwise, and run again it finds itself applied and waits again)."""
-    mirror = mirror if mirror is not None else PresenceMirror()
+    mirror = mirror if mirror is not None else OnlineMirror()
     try:
         applied = _commit_group(client, keys, b, params, timeout_ms, mirror, group)
     except BaseException:
@@ -83,10 +83,10 @@ def commit_presence(client: redis.Redis, keys: KeySchema, b: PresenceBatch, para
 _GROUP_FIELDS = ("last_batch", "clocks")
 
 
-def _commit_group(client: redis.Redis, keys: KeySchema, b: PresenceBatch, params: Params, timeout_ms: int,
-                  mirror: PresenceMirror, group: Group) -> bool:
+def _commit_group(client: redis.Redis, keys: KeySchema, b: OnlineBatch, params: Params, timeout_ms: int,
+                  mirror: OnlineMirror, group: Group) -> bool:
     """The group's fold of the batch: its players written, its own guard and clocks, and its part of the batch
-    (:class:`watermark.schema.records.PresencePart`) for the merge, in one transaction."""
+    (:class:`watermark.schema.records.OnlinePart`) for the merge, in one transaction."""
     ev = b.events
     key, counts_key = keys.online_group(group.index, group.of), keys.online_group_counts(group.index, group.of)
     with guarded(client, key, b.batch_id, counts_key) as pipe:
@@ -108,7 +108,7 @@ def _commit_group(client: redis.Redis, keys: KeySchema, b: PresenceBatch, params
         for w in writes.values():
             w.rewrite = lost
         batch_servers = set(ev.server.tolist())
-        part = PresencePart(
+        part = OnlinePart(
             group=group.index, of=b.record(group.of, timeout_ms),
             counts={s: w.count for s, w in writes.items() if not w.forget},
             forgotten=tuple(s for s, w in writes.items() if w.forget),
@@ -120,7 +120,7 @@ def _commit_group(client: redis.Redis, keys: KeySchema, b: PresenceBatch, params
             rebuilt=rebuilt or b.missed)
         pipe.multi()
         _apply(pipe, keys, writes, mirror, params.ttl_s, counts_key)
-        pipe.hset(key, mapping=PresenceStateRecord(last_batch=b.batch_id, clocks=clocks).to_hash(*_GROUP_FIELDS))
+        pipe.hset(key, mapping=OnlineStateRecord(last_batch=b.batch_id, clocks=clocks).to_hash(*_GROUP_FIELDS))
         pipe.expire(key, params.ttl_s)
         parts = keys.online_parts(b.batch_id)
         pipe.hset(parts, str(group.index), part.encode())
@@ -140,15 +140,15 @@ def last_committed(client: redis.Redis, keys: KeySchema, group: Group) -> int | 
     return _group_record(client, keys, group, ("last_batch",)).last_batch
 
 
-def _group_prior(pipe: redis.client.Pipeline, keys: KeySchema, group: Group) -> PresenceStateRecord:
+def _group_prior(pipe: redis.client.Pipeline, keys: KeySchema, group: Group) -> OnlineStateRecord:
     """The group's guard and its servers' clocks (read under the commit's WATCH)."""
     rec = _group_record(pipe, keys, group, _GROUP_FIELDS)
-    return PresenceStateRecord(last_batch=rec.last_batch,
+    return OnlineStateRecord(last_batch=rec.last_batch,
                                clocks={s: c for s, c in rec.clocks.items() if group.owns(s)})
 
 
 def _group_record(reader: redis.Redis | redis.client.Pipeline, keys: KeySchema, group: Group,
-                  fields: Sequence[str]) -> PresenceStateRecord:
+                  fields: Sequence[str]) -> OnlineStateRecord:
     """``fields`` (``last_batch`` first) of the group's record; a group without a record of its own starts where the
     online view is (a view committed before groups, or by another number of them: its servers' clocks are in it)."""
     key = keys.online_group(group.index, group.of)
@@ -156,10 +156,10 @@ def _group_record(reader: redis.Redis | redis.client.Pipeline, keys: KeySchema, 
     if raw[0] is None:
         key = keys.online_state
         raw = reader.hmget(key, fields)
-    return PresenceStateRecord.from_hash(dict(zip(fields, raw, strict=True)), key)
+    return OnlineStateRecord.from_hash(dict(zip(fields, raw, strict=True)), key)
 
 
-def _apply(pipe: redis.client.Pipeline, keys: KeySchema, writes: dict[str, ServerWrites], mirror: PresenceMirror,
+def _apply(pipe: redis.client.Pipeline, keys: KeySchema, writes: dict[str, ServerWrites], mirror: OnlineMirror,
            ttl_s: int, counts_key: str) -> None:
     expire = redis_conn.Bulk()  # a server's two EXPIREs as one script for all: 600 commands at 300 servers
     gone = [server for server, w in writes.items() if w.forget]

@@ -4,7 +4,7 @@ share of each.
 
 - ``{ns}:handoff:rows:{batch}:{g}``: group ``g``'s share of the batch, Arrow IPC (server, player, event time,
   arrival order, kind, arrival ms); the group's commit deletes it, and it expires after :data:`ROWS_KEPT_S`.
-- ``{ns}:handoff:batches``: one entry per batch handed off (:class:`watermark.schema.records.OnlineBatch`),
+- ``{ns}:handoff:batches``: one entry per batch handed off (:class:`watermark.schema.records.HandoffBatch`),
   :data:`BATCHES_KEPT` at most: a group down for longer misses the oldest, and its view says it (``missed``).
 - ``{ns}:handoff:guard``: the hand-off's guard ``last_batch``, so a batch replayed after a crash is handed off
   once, as the commits are guarded.
@@ -22,9 +22,9 @@ import pyarrow.compute as pc
 import redis
 
 from watermark.rules.online.groups import group_of
-from watermark.rules.online.table import PresenceEvents
+from watermark.rules.online.table import OnlineEvents
 from watermark.schema.keys import KeySchema
-from watermark.schema.records import OnlineBatch
+from watermark.schema.records import HandoffBatch
 from watermark.store import redis_conn
 from watermark.store.commit import guarded
 
@@ -40,7 +40,7 @@ _SCHEMA = pa.schema([("server", pa.dictionary(pa.int32(), pa.string())), ("playe
                      ("event_us", pa.int64()), ("entry", pa.int64()), ("kind", pa.int8()), ("ingest_ms", pa.int64())])
 
 
-def pack(ev: PresenceEvents) -> bytes:
+def pack(ev: OnlineEvents) -> bytes:
     """The events as Arrow IPC: a few copies of their columns, no Python per event."""
     table = pa.table([pc.dictionary_encode(pa.array(ev.server, pa.string())), pa.array(ev.player, pa.string()),
                       pa.array(ev.event_us, pa.int64()), pa.array(ev.entry, pa.int64()), pa.array(ev.kind, pa.int8()),
@@ -51,16 +51,16 @@ def pack(ev: PresenceEvents) -> bytes:
     return sink.getvalue().to_pybytes()
 
 
-def unpack(raw: bytes) -> PresenceEvents:
+def unpack(raw: bytes) -> OnlineEvents:
     t = pa.ipc.open_stream(raw).read_all()
     if not t.num_rows:
-        return PresenceEvents.empty()
-    return PresenceEvents(pc.cast(t.column("server"), pa.string()).to_numpy(zero_copy_only=False),
+        return OnlineEvents.empty()
+    return OnlineEvents(pc.cast(t.column("server"), pa.string()).to_numpy(zero_copy_only=False),
                           t.column("player").to_numpy(zero_copy_only=False), t.column("event_us").to_numpy(),
                           t.column("entry").to_numpy(), t.column("kind").to_numpy(), t.column("ingest_ms").to_numpy())
 
 
-def split(ev: PresenceEvents, groups: int) -> list[PresenceEvents]:
+def split(ev: OnlineEvents, groups: int) -> list[OnlineEvents]:
     """Each group's share of the events, in their order: one look-up per server, not per event."""
     if groups == 1:
         return [ev]
@@ -71,12 +71,12 @@ def split(ev: PresenceEvents, groups: int) -> list[PresenceEvents]:
     return [_take(ev, np.sort(np.concatenate(rows)) if rows else np.zeros(0, np.int64)) for rows in shares]
 
 
-def _take(ev: PresenceEvents, rows: np.ndarray) -> PresenceEvents:
-    return PresenceEvents(ev.server[rows], ev.player[rows], ev.event_us[rows], ev.entry[rows], ev.kind[rows],
+def _take(ev: OnlineEvents, rows: np.ndarray) -> OnlineEvents:
+    return OnlineEvents(ev.server[rows], ev.player[rows], ev.event_us[rows], ev.entry[rows], ev.kind[rows],
                           ev.arrivals()[rows])
 
 
-def hand_off(client: redis.Redis, keys: KeySchema, batch: OnlineBatch, events: PresenceEvents, ttl_s: int) -> bool:
+def hand_off(client: redis.Redis, keys: KeySchema, batch: HandoffBatch, events: OnlineEvents, ttl_s: int) -> bool:
     """Hand one batch over to the groups once: its events split by group and the batch's record, in one transaction
     guarded by the hand-off's ``last_batch``. False when it was handed off already."""
     shares = split(events, batch.groups)
@@ -102,7 +102,7 @@ def handed_off(client: redis.Redis, keys: KeySchema) -> int | None:
 
 
 def batches_after(client: redis.Redis, keys: KeySchema, after_id: str, count: int = 100,
-                  block_ms: int | None = None) -> Sequence[tuple[str, OnlineBatch]]:
+                  block_ms: int | None = None) -> Sequence[tuple[str, HandoffBatch]]:
     """The batches handed off after the stream entry ``after_id`` (``0-0``: from the oldest kept), in order, with
     their entry IDs; waits up to ``block_ms`` for one when there is none."""
     reply = client.xread({keys.handoff_batches: after_id}, count=count, block=block_ms)
@@ -110,11 +110,11 @@ def batches_after(client: redis.Redis, keys: KeySchema, after_id: str, count: in
         entries = next(iter(reply.values()))[0] if reply else []
     else:  # RESP2: [[stream, entries]]
         entries = reply[0][1] if reply else []
-    return [(entry_id.decode(), OnlineBatch.decode(fields[BATCH_FIELD.encode()], f"{keys.handoff_batches} {entry_id}"))
+    return [(entry_id.decode(), HandoffBatch.decode(fields[BATCH_FIELD.encode()], f"{keys.handoff_batches} {entry_id}"))
             for entry_id, fields in entries]
 
 
-def rows_of(client: redis.Redis, keys: KeySchema, batch_id: int, group: int) -> PresenceEvents | None:
+def rows_of(client: redis.Redis, keys: KeySchema, batch_id: int, group: int) -> OnlineEvents | None:
     """Group ``group``'s share of a batch; None when it is gone (its TTL passed, or Redis lost it)."""
     raw = client.get(keys.handoff_rows(batch_id, group))
     return None if raw is None else unpack(raw)

@@ -28,7 +28,7 @@ from watermark.rules.online.rollup import (
 )
 from watermark.rules.windows import next_watermark
 from watermark.schema.keys import KeySchema
-from watermark.schema.records import CommitEntry, PresencePart, PresenceRecord, PresenceStateRecord
+from watermark.schema.records import CommitEntry, OnlinePart, OnlineRecord, OnlineStateRecord
 from watermark.store import redis_conn
 from watermark.store.commit import Params, records_kept
 from watermark.store.history_store import queue_minute
@@ -66,7 +66,7 @@ class _Rollups:
         self.raised_ever = raise_peaks(self.ever, counts, self.at_ms, self.regions)
         return open_minute
 
-    def queue(self, pipe: redis.client.Pipeline, keys: KeySchema, params: Params, record: PresenceRecord,
+    def queue(self, pipe: redis.client.Pipeline, keys: KeySchema, params: Params, record: OnlineRecord,
               now_ms: int) -> None:
         """The batch's history record, the minute it closed, the peaks it raised."""
         closed, day = self.closed, day_of(self.at_ms)
@@ -121,7 +121,7 @@ def _merge_next(client: redis.Redis, keys: KeySchema, groups: int, params: Param
                 pipe.watch(keys.online_state, parts_key)
                 # parts of groups past the number now: a number changed under a batch not merged (not counted)
                 raw = {k: v for k, v in pipe.hgetall(parts_key).items() if int(k) < groups}
-                prior = PresenceStateRecord.from_hash(
+                prior = OnlineStateRecord.from_hash(
                     dict(zip(_VIEW_FIELDS, pipe.hmget(keys.online_state, _VIEW_FIELDS), strict=True)),
                     keys.online_state)
                 done = prior.last_batch is not None and prior.last_batch >= batch_id
@@ -130,7 +130,7 @@ def _merge_next(client: redis.Redis, keys: KeySchema, groups: int, params: Param
                     pipe.unwatch()
                     return None
                 if merge:
-                    parts = sorted((PresencePart.decode(v, f"{parts_key} {k.decode()}") for k, v in raw.items()),
+                    parts = sorted((OnlinePart.decode(v, f"{parts_key} {k.decode()}") for k, v in raw.items()),
                                    key=lambda p: p.group)
                     _merge(pipe, keys, parts, prior, params, now_ms)
                 else:  # merged already, or never whole: its parts go
@@ -156,7 +156,7 @@ def _never_whole(pipe: redis.client.Pipeline, keys: KeySchema, groups: int, raw:
     return False
 
 
-def _merge(pipe: redis.client.Pipeline, keys: KeySchema, parts: Sequence[PresencePart], prior: PresenceStateRecord,
+def _merge(pipe: redis.client.Pipeline, keys: KeySchema, parts: Sequence[OnlinePart], prior: OnlineStateRecord,
            params: Params, now_ms: Callable[[], int]) -> None:
     """Queue the merge of one batch's parts (the pipeline is in ``multi()`` after this call's reads)."""
     first = parts[0].of  # the batch's own record is the same in every part
@@ -171,7 +171,7 @@ def _merge(pipe: redis.client.Pipeline, keys: KeySchema, parts: Sequence[Presenc
         newest_ms = running // 1000 if running is not None else next_wm + first.delay_ms
         partial_until = newest_ms + first.timeout_ms
     counts, causes = _by_server(p.counts for p in parts), _by_server(p.causes for p in parts)
-    record = PresenceRecord(batch=first.batch, watermark_ms=next_wm, in_force_ms=first.watermark_ms,
+    record = OnlineRecord(batch=first.batch, watermark_ms=next_wm, in_force_ms=first.watermark_ms,
                             batch_ts_ms=first.batch_ts_ms, counts=counts, online=sum(p.came_online for p in parts),
                             offline=sum(p.went_offline for p in parts), causes=causes,
                             ahead_ms=_by_server(p.ahead_ms for p in parts))
@@ -184,7 +184,7 @@ def _merge(pipe: redis.client.Pipeline, keys: KeySchema, parts: Sequence[Presenc
         pipe.expire(keys.online_counts, params.ttl_s)
     rollups.queue(pipe, keys, params, record, now_ms())
     lost = any(p.lost or p.rebuilt for p in parts)
-    pipe.hset(keys.online_state, mapping=PresenceStateRecord(
+    pipe.hset(keys.online_state, mapping=OnlineStateRecord(
         last_batch=first.batch, watermark_ms=next_wm, in_force_ms=first.watermark_ms, batch_ts_ms=first.batch_ts_ms,
         timeout_ms=first.timeout_ms, updated_ms=now_ms(), max_event_us=running, committed_id=first.end_id,
         lost_at_batch=first.batch if lost else prior.lost_at_batch, minute=open_minute.to_json(),

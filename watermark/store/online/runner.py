@@ -9,12 +9,12 @@ from collections.abc import Callable
 import redis
 
 from watermark.rules.online.groups import Group
-from watermark.rules.online.table import PresenceBatch, PresenceEvents
+from watermark.rules.online.table import OnlineBatch, OnlineEvents
 from watermark.schema.config import ConfigError
 from watermark.schema.keys import KeySchema
-from watermark.schema.records import OnlineBatch
+from watermark.schema.records import HandoffBatch
 from watermark.store.commit import Params
-from watermark.store.online.commit import PresenceMirror, commit_presence, last_committed
+from watermark.store.online.commit import OnlineMirror, commit_online, last_committed
 from watermark.store.online.handoff import ROWS_KEPT_S, batches_after, rows_of
 from watermark.store.redis_conn import with_retry
 
@@ -24,14 +24,14 @@ log = logging.getLogger("watermark.store.online")
 class GroupRunner:
     """Folds ``group``'s share of every batch the job hands off, in order, once each: the batches of
     ``{ns}:handoff:batches`` after the last the group committed, its share of each from ``{ns}:handoff:rows``. Keeps
-    its players between batches (:class:`PresenceMirror`), as the job's own fold does; a new runner (a restart)
+    its players between batches (:class:`OnlineMirror`), as the job's own fold does; a new runner (a restart)
     loads them from Redis. Every step is idempotent (the commits are guarded), so Redis going away is waited
     out and the step tried again."""
 
     def __init__(self, client: redis.Redis, keys: KeySchema, group: Group, params: Params,
                  now_ms: Callable[[], int] = lambda: int(time.time() * 1000)) -> None:
         self.client, self.keys, self.group, self.params, self.now_ms = client, keys, group, params, now_ms
-        self.mirror = PresenceMirror()
+        self.mirror = OnlineMirror()
         self.cursor = "0-0"  # the last entry of the handed-over batches looked at
 
     def step(self, block_ms: int | None = None) -> list[int]:
@@ -54,7 +54,7 @@ class GroupRunner:
             self.cursor = entry_id
         return done
 
-    def _fold(self, b: OnlineBatch, last: int | None) -> None:
+    def _fold(self, b: HandoffBatch, last: int | None) -> None:
         missed = last is not None and b.batch > last + 1
         if missed:
             log.warning("group %d: batches %d to %d were handed off and are no longer kept (the group was away "
@@ -64,7 +64,7 @@ class GroupRunner:
         if rows is None:
             log.error("group %d: its share of batch %d is gone from Redis (it waited longer than %d s, or Redis lost "
                       "it): the online view is partial from this batch", self.group.index, b.batch, ROWS_KEPT_S)
-            rows, missed = PresenceEvents.empty(), True
-        share = PresenceBatch.of(b, rows, missed, (self.keys.handoff_rows(b.batch, self.group.index),))
-        commit_presence(self.client, self.keys, share, self.params, b.timeout_ms, self.mirror, self.now_ms,
+            rows, missed = OnlineEvents.empty(), True
+        share = OnlineBatch.of(b, rows, missed, (self.keys.handoff_rows(b.batch, self.group.index),))
+        commit_online(self.client, self.keys, share, self.params, b.timeout_ms, self.mirror, self.now_ms,
                         self.group)

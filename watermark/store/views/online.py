@@ -16,7 +16,7 @@ import redis
 
 from watermark.rules.online.rollup import MINUTE_MS, Minute, day_of, parse_peaks
 from watermark.schema.keys import KeySchema
-from watermark.schema.records import ClockRecord, PresenceRecord, PresenceStateRecord
+from watermark.schema.records import ClockRecord, OnlineRecord, OnlineStateRecord
 
 HOUR_MS = 3_600_000
 
@@ -34,7 +34,7 @@ class OnlinePoint:
 
     @classmethod
     def from_json(cls, raw: str | bytes) -> OnlinePoint:
-        r = PresenceRecord.decode(raw, "a member of the online view's history")
+        r = OnlineRecord.decode(raw, "a member of the online view's history")
         return cls(batch=r.batch, watermark_ms=r.watermark_ms, batch_ts_ms=r.batch_ts_ms, counts=dict(r.counts),
                    online=r.online, offline=r.offline)
 
@@ -85,7 +85,7 @@ def online_view(state: Mapping[bytes, bytes], counts: Mapping[bytes, bytes], his
                 minutes: Sequence[bytes] = (), peaks: Mapping[bytes, bytes] | None = None,
                 peaks_ever: Mapping[bytes, bytes] | None = None) -> OnlineView | None:
     """None until the online view has committed a batch."""
-    rec = PresenceStateRecord.from_hash(state, "the online view's state")
+    rec = OnlineStateRecord.from_hash(state, "the online view's state")
     if rec.last_batch is None:
         return None
     closed = [Minute.from_json(m) for m in minutes]
