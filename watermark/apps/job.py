@@ -48,7 +48,7 @@ MAX_QUICK_FAILURES = 5
 
 
 @dataclass
-class Pipeline:
+class RunningQuery:
     """The query the job keeps running (a list of them, so that restarts and stops have one shape)."""
 
     cfg: Config
@@ -77,15 +77,15 @@ def main() -> int:
     except ConnectionError as exc:
         log.error("%s", exc)
         return 1
-    # IDLE_TIMEOUT is for per-server pipelines (the lanes' with a global parent).
+    # IDLE_TIMEOUT is for per-server watermarks (the lanes' with a global parent).
     own = cfg if cfg.watermark_mode == "per-server" else cfg.with_(idle_timeout_ms=None)
-    pipelines = prepare(client, cfg, own, lanes)
-    if pipelines is None:
+    runs = prepare(client, cfg, own, lanes)
+    if runs is None:
         return 2
-    return supervise(client, cfg, own, lanes, pipelines)
+    return supervise(client, cfg, own, lanes, runs)
 
 
-def prepare(client: redis.Redis, cfg: Config, own: Config, lanes: list[Config]) -> list[Pipeline] | None:
+def prepare(client: redis.Redis, cfg: Config, own: Config, lanes: list[Config]) -> list[RunningQuery] | None:
     """The one pipeline to run (its query reads the input once; its sink also serves every lab lane and the
     online players), with the delay the presenter asked for; None when a namespace was built otherwise."""
     from watermark.store.commit import params_of
@@ -111,10 +111,10 @@ def prepare(client: redis.Redis, cfg: Config, own: Config, lanes: list[Config]) 
     if moved:
         log.info("namespace %s: %d keys of the online view renamed to the new layout (online:*, handoff:*)",
                  cfg.namespace, moved)
-    return [Pipeline(own.with_(delay_ms=delay_ms))]
+    return [RunningQuery(own.with_(delay_ms=delay_ms))]
 
 
-def supervise(client: redis.Redis, cfg: Config, own: Config, lanes: list[Config], pipelines: list[Pipeline]) -> int:
+def supervise(client: redis.Redis, cfg: Config, own: Config, lanes: list[Config], runs: list[RunningQuery]) -> int:
     """Run the queries until a signal asks to stop (0) or they fail too often in a row (1): restart a failed
     one from its checkpoint, follow the presenter's delay, write idle markers."""
     from watermark.spark.listener import ProgressListener, ProgressWriter
@@ -126,7 +126,7 @@ def supervise(client: redis.Redis, cfg: Config, own: Config, lanes: list[Config]
     writer = ProgressWriter(cfg.redis_url, [keys, *(KeySchema(c.namespace) for c in lanes)],
                             ttl_s=params_of(cfg).ttl_s)
     writer.start()
-    spark.streams.addListener(ProgressListener(writer, pipelines[0].name))
+    spark.streams.addListener(ProgressListener(writer, runs[0].name))
     # One pipeline with idleness decides when a server is idle; its markers go into the shared input.
     watcher = next((c for c in (own, *lanes) if c.idle_timeout_ms), None)
     ticker = None if watcher is None else idle_ticker(client, watcher)
@@ -139,20 +139,20 @@ def supervise(client: redis.Redis, cfg: Config, own: Config, lanes: list[Config]
     try:
         while True:
             now = time.monotonic()
-            for p in pipelines:
+            for p in runs:
                 if p.query is None and (p.retry_at is None or now >= p.retry_at):
                     start(spark, p)
             if stopping.wait(0.5):
-                stop_all(pipelines, between_batches=True)
+                stop_all(runs, between_batches=True)
                 record_stop(client, keys)
                 stop_spark(spark)
                 return 0
-            if not all(restart_if_failed(p) for p in pipelines):
-                stop_all(pipelines)
+            if not all(restart_if_failed(p) for p in runs):
+                stop_all(runs)
                 return 1
             if time.monotonic() >= next_control:
                 next_control = time.monotonic() + 1.0
-                follow_delay(client, keys, pipelines)
+                follow_delay(client, keys, runs)
             if ticker is not None and watcher is not None:
                 tick_idle(client, ticker, watcher, secret, keys, idle_script)
             if time.monotonic() >= next_forget:
@@ -170,7 +170,7 @@ def on_signals() -> threading.Event:
     return on_stop_signals(note=lambda signum: log.info("signal %d: stopping the queries", signum)).event
 
 
-def restart_if_failed(p: Pipeline) -> bool:
+def restart_if_failed(p: RunningQuery) -> bool:
     """Schedule a failed query's restart with backoff; False when it failed too often in a row. A failed batch
     (foreachBatch raised, Redis gone too long) is retried by restarting from the checkpoint: Spark re-runs it
     with the same offsets and watermark, and the commit guard makes a re-run of a committed batch a no-op."""
@@ -190,20 +190,20 @@ def restart_if_failed(p: Pipeline) -> bool:
     return True
 
 
-def follow_delay(client: redis.Redis, keys: KeySchema, pipelines: list[Pipeline]) -> None:
+def follow_delay(client: redis.Redis, keys: KeySchema, runs: list[RunningQuery]) -> None:
     """A delay the presenter asked for restarts every query with it (the history stays)."""
     wanted = requested_delay(client, keys)
-    if wanted is None or wanted == pipelines[0].cfg.delay_ms:
+    if wanted is None or wanted == runs[0].cfg.delay_ms:
         return
     log.info("the presenter asked for watermark delay %s (was %s): restarting the queries",
-             format_duration_ms(wanted), format_duration_ms(pipelines[0].cfg.delay_ms))
-    stop_all(pipelines)
-    for p in pipelines:
+             format_duration_ms(wanted), format_duration_ms(runs[0].cfg.delay_ms))
+    stop_all(runs)
+    for p in runs:
         p.cfg = p.cfg.with_(delay_ms=wanted)
         p.retry_at = None
 
 
-def start(spark: SparkSession, p: Pipeline) -> None:
+def start(spark: SparkSession, p: RunningQuery) -> None:
     from watermark.spark.query import pipeline_sink, start_query
 
     # The lanes and the online view commit while Spark reads the next batch (see RedisSink).
@@ -223,8 +223,8 @@ def start(spark: SparkSession, p: Pipeline) -> None:
     )
 
 
-def stop_all(pipelines: list[Pipeline], between_batches: bool = False) -> None:
-    for p in pipelines:
+def stop_all(runs: list[RunningQuery], between_batches: bool = False) -> None:
+    for p in runs:
         if p.query is not None:
             try:
                 if between_batches:
@@ -265,14 +265,14 @@ def stop_spark(spark: SparkSession) -> None:
         log.warning("stopping Spark: %s", first_line(exc))
 
 
-def close_sink(p: Pipeline) -> None:
+def close_sink(p: RunningQuery) -> None:
     """Let the followers finish the batch they are committing (a stop between batches loses nothing)."""
     if p.sink is not None:
         p.sink.close()
         p.sink = None
 
 
-def failed(p: Pipeline) -> str | None:
+def failed(p: RunningQuery) -> str | None:
     """The failure's text if the query has ended, else None."""
     if p.query is None:
         return None
