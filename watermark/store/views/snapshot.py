@@ -1,4 +1,5 @@
-"""What the dashboard shows, read from Redis in four pipelined round trips, never written.
+"""What the dashboard shows, read from Redis in a few pipelined round trips (the windows in two more, for a
+page that draws them: :func:`read_windows`), never written.
 
 Only ``watermark.schema.keys`` decides key names and only read commands are sent, so
 the dashboard can run with a read-only Redis user. No Streamlit here: the pages
