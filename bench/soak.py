@@ -406,7 +406,7 @@ class LiveOpsTimer:
         page = self._context.new_page()
         try:
             t0 = time.perf_counter()
-            page.goto(self.url + "/ops")
+            page.goto(self.url + "/")  # Live ops is the default page: the root, as an operator opens it
             page.wait_for_selector(FIRST_CHART, timeout=60_000)
             return round(time.perf_counter() - t0, 2)
         except Exception:  # noqa: BLE001 - a page that never draws is the figure, not a crash

@@ -70,10 +70,14 @@ def now_ms() -> int:
 
 def sidebar(active: bool = True) -> None:
     """The controls every page shares; drawn by the entry script so they persist across pages. On a page that
-    reads none of them (``active`` false) they are shown disabled, with a word on why, and keep their values."""
+    reads none of them (``active`` false) they are shown disabled, with a word on why, and keep their values.
+
+    They sit in a popover whose label says the view (range, refresh, paused): a browser draws the controls only
+    when it is opened, and drawing four of them took a loaded machine about 0.3 s of every first visit to Live ops
+    (docs/benchmarks.md)."""
     lanes = available_lanes()
     off = not active
-    with st.sidebar:
+    with st.sidebar.popover(view_label(current_view()), icon=":material/tune:", width="stretch", key="view_settings"):
         if off:
             st.caption("These settings are for the other pages; this one does not use them.")
         if len(lanes) > 1:
@@ -89,6 +93,13 @@ def sidebar(active: bool = True) -> None:
                                   "to the newest batch.")
         st.selectbox("Refresh every", list(REFRESH), index=1, key="refresh", disabled=off)
         st.toggle("Pause", key="paused", disabled=off, help="Stop refreshing; the page keeps what it shows.")
+
+
+def view_label(view: View) -> str:
+    """What the view settings' popover says while closed: the settings every page reads, in a few words."""
+    rng = next(k for k, v in RANGES.items() if v == view.range_ms)
+    every = next(k for k, v in REFRESH.items() if v == view.refresh_s)
+    return f"View: {rng} · " + ("paused" if view.paused else f"every {every}")
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,12 @@
 """Where a visit to a page goes, in Chromium: opened in a new tab of a running browser, as an operator's is.
 
-    python -m bench.spikes.first_visit --url http://127.0.0.1:8501 [--path /ops] [--visits 8] [--nice -10]
+    python -m bench.spikes.first_visit --url http://127.0.0.1:8501 [--path /alerts] [--visits 8] [--nice -10]
 
 Against a dashboard already running (``./run.sh``, or a stack ``bench/soak.py --pages`` started). Per visit, seconds
 from asking for the page: its document loaded (the scripts cached after the first), the websocket open, the status
 line drawn (the dashboard has read the snapshot), and the first chart drawn (Vega-Lite's marks or plotly's SVG).
+Live ops is the default page, at the root: Streamlit knows no ``/ops`` (it shows "Page not found" over the
+default page, after a second round of routing), so the visit asks for ``/`` as an operator's browser does.
 ``--nice`` below 0 (root) gives the browser the cores when it draws, as an operator's own machine would.
 """
 
@@ -50,7 +52,7 @@ def visits(url: str, path: str, n: int, nice: int, pause_s: float) -> list[dict[
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--url", required=True)
-    p.add_argument("--path", default="/ops")
+    p.add_argument("--path", default="/", help="default: the root, where Live ops is")
     p.add_argument("--visits", type=int, default=8)
     p.add_argument("--nice", type=int, default=0)
     p.add_argument("--pause", type=float, default=4.0, help="seconds between visits (default 4)")
