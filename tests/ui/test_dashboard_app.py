@@ -388,8 +388,16 @@ def test_time_range_and_pause_controls(env: Seeded, direct: tuple[redis.Redis, K
     expected = [m for m in members if int(m.split(":")[1]) > head_ms - 300_000]
     (table,) = [df.value for df in at.dataframe if "Start (UTC)" in df.value.columns]
     assert 0 < len(table) == len(expected) < len(members)
+    assert view_settings_label(at) == "View: 5 min · every 2 s"
     at.toggle(key="paused").set_value(True).run()
     assert any(c.value.startswith("Paused") for c in at.caption)
+    assert view_settings_label(at) == "View: 5 min · paused"
+
+
+def view_settings_label(at: AppTest) -> str:
+    """The label of the sidebar's popover holding the shared controls (the view they set, while it is closed)."""
+    (label,) = [b.proto.popover.label for b in at.sidebar.children.values() if b.type == "popover"]
+    return label
 
 
 def test_unreachable_redis_is_a_status_message_not_a_traceback(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -587,3 +587,14 @@ def test_the_wall_ranks_regions_by_players_with_their_change() -> None:
     assert region_rows({"eu": 5, "na": 9, "as": 5}, {"na": 10, "as": 1}) == [("na", 9, -1), ("as", 5, 4),
                                                                              ("eu", 5, None)]
     assert region_rows({}, {}) == []
+
+
+@pytest.mark.parametrize(("range_ms", "refresh_s", "paused", "label"), [
+    (900_000, 2, False, "View: 15 min · every 2 s"),
+    (300_000, 10, False, "View: 5 min · every 10 s"),
+    (3_600_000, 1, True, "View: 60 min · paused"),
+])
+def test_the_view_settings_say_the_view_while_closed(range_ms: int, refresh_s: int, paused: bool, label: str) -> None:
+    from dashboard.ui import View, view_label
+
+    assert view_label(View(range_ms=range_ms, refresh_s=refresh_s, paused=paused)) == label
