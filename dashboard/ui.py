@@ -73,8 +73,7 @@ def sidebar(active: bool = True) -> None:
     reads none of them (``active`` false) they are shown disabled, with a word on why, and keep their values.
 
     They sit in a popover whose label says the view (range, refresh, paused): a browser draws the controls only
-    when it is opened, and drawing four of them took a loaded machine about 0.3 s of every first visit to Live ops
-    (docs/benchmarks.md)."""
+    when it is opened, and drawing them on every visit delayed Live ops' first chart (docs/benchmarks.md)."""
     lanes = available_lanes()
     off = not active
     with st.sidebar.popover(view_label(current_view()), icon=":material/tune:", width="stretch", key="view_settings"):
