@@ -9,6 +9,7 @@ import random
 import subprocess
 import sys
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -160,39 +161,56 @@ def counted_per_window(client: redis.Redis, keys: KeySchema) -> dict[str, int]:
             for m in client.zrange(keys.windows, 0, -1)}
 
 
-@pytest.mark.parametrize(("shards", "where", "groups"), [(1, "redis", 0), (4, "redis", 0), (4, "cluster", 0),
-                                                         (4, "redis", 2)])
+@pytest.fixture(scope="module")
+def uninterrupted(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Callable[[int], tuple[KeySchema, str]]:
+    """The entries through the job with no kill, on one Redis, once per shard count: every crashed run with that
+    many shards (on a Redis Cluster, or with the view folded by groups) must end exactly as it. Returns its
+    namespace and the position of the last entry of each shard."""
+    runs: dict[int, tuple[KeySchema, str]] = {}
+
+    def run(shards: int) -> tuple[KeySchema, str]:
+        if shards not in runs:
+            client = redis.Redis.from_url(redis_url, socket_timeout=COMMIT_WAIT_MS / 1000 + 10)
+            clean = KeySchema(f"clean-{uuid.uuid4().hex[:6]}")
+            last_id = load(client, clean, seeded_entries(seed=5, count=1_800), shards)
+            tmp = tmp_path_factory.mktemp(f"clean-{shards}")
+            proc = start_job(redis_url, clean.namespace, tmp / "ck", tmp / "job.log", shards)
+            try:
+                wait_for_commit(client, clean, "0-0", until_id=last_id)
+                assert online_committed(client, clean, last_id, timeout_s=COMMIT_WAIT_MS / 1000, online=True)
+            finally:
+                proc.terminate()
+                proc.wait(timeout=60)
+            runs[shards] = clean, last_id
+        return runs[shards]
+
+    return run
+
+
+# (4 shards, one Redis, the job folding the view) is not run alone: each of its parts is in a case below.
+@pytest.mark.parametrize(("shards", "where", "groups"), [(1, "redis", 0), (4, "cluster", 0), (4, "redis", 2)])
 def test_sigkill_at_random_moments_changes_nothing(redis_url: str, tmp_path: Path, shards: int, where: str,
-                                                   groups: int, request: pytest.FixtureRequest) -> None:
+                                                   groups: int, request: pytest.FixtureRequest,
+                                                   uninterrupted: Callable[[int], tuple[KeySchema, str]]) -> None:
     """With four shards too: each shard's offsets in the checkpoint and the guard's position shard by shard. And
     in a Redis Cluster of three primaries (decision 0018): the killed job's pipeline, under a braced namespace,
     ends exactly as the uninterrupted run on one Redis; its input shards sit on at least two nodes. And with the
     online view folded by two ``wm-online`` groups (decision 0020), killed with the job: the view ends as the
     uninterrupted job's own fold leaves it."""
     rng = random.Random(20261122)
-    entries = seeded_entries(seed=5, count=1_800)
-    client = redis.Redis.from_url(redis_url, socket_timeout=COMMIT_WAIT_MS / 1000 + 10)
+    entries = seeded_entries(seed=5, count=1_800)  # the uninterrupted run's
+    client_clean = redis.Redis.from_url(redis_url, socket_timeout=COMMIT_WAIT_MS / 1000 + 10)
     crashed_url = request.getfixturevalue("redis_cluster").url if where == "cluster" else redis_url
-    crashed_client = open_client(crashed_url, socket_timeout=COMMIT_WAIT_MS / 1000 + 10)
+    client = open_client(crashed_url, socket_timeout=COMMIT_WAIT_MS / 1000 + 10)
+    clean, last_id = uninterrupted(shards)
     run = uuid.uuid4().hex[:6]
-    clean = KeySchema(f"clean-{run}")
     crashed = KeySchema(f"{{crashed-{run}}}" if where == "cluster" else f"crashed-{run}")
-    last_id = load(client, clean, entries, shards)
-    load(crashed_client, crashed, entries, shards)
+    assert load(client, crashed, entries, shards) == last_id
     if where == "cluster":
-        assert len({crashed_client.get_node_from_key(crashed.input_shard(k)).port for k in range(4)}) >= 2
-    client_clean, client = client, crashed_client
+        assert len({client.get_node_from_key(crashed.input_shard(k)).port for k in range(4)}) >= 2
     if shards > 1:  # the late-burst servers A, B, C read from two shards, the bad entry from a third
         assert sum(i != "0-0" for i in last_id.split(",")) == 3
     log = tmp_path / "job.log"
-
-    proc = start_job(redis_url, clean.namespace, tmp_path / "ck-clean", log, shards)
-    try:
-        wait_for_commit(client_clean, clean, "0-0", until_id=last_id)
-        assert online_committed(client_clean, clean, last_id, timeout_s=COMMIT_WAIT_MS / 1000, online=True)
-    finally:
-        proc.terminate()
-        proc.wait(timeout=60)
 
     seen, kills = "0-0", 0
     while kills < KILLS:

@@ -113,9 +113,9 @@ def job_on_own_redis(tmp_path: Path, prefix: str,
 
 
 def generator_after_first_batch(job: Proc, env: dict[str, str], tmp_path: Path, scenario: str, seed: int) -> Proc:
-    """9,000 events at 300 a second, once the job's query runs."""
+    """9,000 events at 600 a second, once the job's query runs."""
     job.wait_for(r"query \S+ running", timeout=180)
-    return Proc.python("generator", ["watermark.apps.generator", "--scenario", scenario, "--rate", "300",
+    return Proc.python("generator", ["watermark.apps.generator", "--scenario", scenario, "--rate", "600",
                                      "--count", "9000", "--seed", str(seed), "--log-every", "1"], env, tmp_path)
 
 

@@ -1,4 +1,4 @@
-"""``python -m watermark.apps.replay ... --online-timeout T``: the document's ``online`` list, one item per batch,
+"""``wm-replay ... --online-timeout T``: the document's ``online`` list, one item per batch,
 against an independent model of the online rule (tests/oracle.py ``online_oracle``) on cases made for it:
 equal event times for one player, a logout and a return, a silence longer than the timeout, a late burst
 from one server."""
@@ -12,9 +12,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from pyspark.sql import SparkSession
 
 from tests.oracle import T0_MS, online_oracle, to_iso
 from tests.paths import ROOT
+from watermark.apps.replay import main
 
 pytestmark = pytest.mark.spark
 DELAY, TIMEOUT = 5_000, 10_000
@@ -56,7 +58,15 @@ def expected(batches: list[list[tuple]]) -> list[dict]:
     return out
 
 
-def test_replay_reports_who_is_online_after_each_batch(redis_url: str, tmp_path: Path) -> None:
+def replay_main(args: list[str], redis_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``wm-replay`` with these arguments, in this process on the tests' SparkSession (its command line in a
+    process of its own: tests/pipeline/test_pipeline.py::test_replay_command_line)."""
+    monkeypatch.setenv("REDIS_URL", redis_url)
+    assert main(args) == 0
+
+
+def test_replay_reports_who_is_online_after_each_batch(spark: SparkSession, redis_url: str, tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "events.jsonl"
     with path.open("w") as fh:
         for label, batch in enumerate(CASE):
@@ -64,11 +74,8 @@ def test_replay_reports_who_is_online_after_each_batch(redis_url: str, tmp_path:
                 fh.write(json.dumps({"server": s, "player_id": p, "event_time": to_iso(T0_MS + ms), "batch": label,
                                      **({"kind": k} if k else {})}) + "\n")
     out = tmp_path / "out.json"
-    env = {**os.environ, "REDIS_URL": redis_url, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run([sys.executable, "-m", "watermark.apps.replay", str(path), "--window", "1m", "--delay", "5s",
-                           "--online-timeout", "10s", "--out", str(out)], env=env, capture_output=True, text=True,
-                          timeout=600)
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    replay_main([str(path), "--window", "1m", "--delay", "5s", "--online-timeout", "10s", "--out", str(out)], redis_url,
+                monkeypatch)
     got = json.loads(out.read_text())["online"]
     assert got == expected(CASE)
     # what the cases are there for, so a weak model cannot hide a wrong rule
@@ -91,7 +98,9 @@ def test_replay_refuses_a_bad_timeout(tmp_path: Path) -> None:
     assert proc.returncode == 2 and "--online-timeout must be positive" in proc.stderr
 
 
-def test_a_replay_takes_arrival_times_from_the_file_as_the_live_job_does(redis_url: str, tmp_path: Path) -> None:
+def test_a_replay_takes_arrival_times_from_the_file_as_the_live_job_does(spark: SparkSession, redis_url: str,
+                                                                        tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     """One event 90 s ahead of its arrival (A's p1: its own clock runs fast). With the file's ``arrival`` times the
     replay judges A's clock as the live job does: one player's jump does not move it, and p2 stays online. Without
     them a batch arrives at the newest event time so far (docs/ingest.md), so the 90 s pass for every server."""
@@ -108,11 +117,8 @@ def test_a_replay_takes_arrival_times_from_the_file_as_the_live_job_does(redis_u
                     doc["arrival"] = to_iso(T0_MS + arrival) if p == "p2" else f"{T0_MS + arrival}-0"
                 fh.write(json.dumps(doc) + "\n")
         out = tmp_path / f"out-{with_arrival}.json"
-        proc = subprocess.run([sys.executable, "-m", "watermark.apps.replay", str(path), "--window", "1m", "--delay",
-                               "5s", "--online-timeout", "30s", "--out", str(out)],
-                              env={**os.environ, "REDIS_URL": redis_url, "PYTHONPATH": str(ROOT)},
-                              capture_output=True, text=True, timeout=600)
-        assert proc.returncode == 0, proc.stderr[-2000:]
+        replay_main([str(path), "--window", "1m", "--delay", "5s", "--online-timeout", "30s", "--out", str(out)],
+                    redis_url, monkeypatch)
         return {item["batch"]: item["online"] for item in json.loads(out.read_text())["online"]}
 
     assert run(True)[2] == {"A": 3}  # p1's fast clock judged as one player's; p2 and p3 on by A's own clock
