@@ -63,7 +63,7 @@ def bench_write(client: redis.Redis, scenario: str, count: int, start_us: int, b
 
 
 def bench_public_api(client: redis.Redis, scenario: str, count: int, start_us: int, batch_size: int) -> None:
-    """The same events through redis-py's public API (a non-transactional pipeline of XADDs per batch), the
+    """The same events through redis-py's public API (XADDs batched by a non-transactional ``pipeline()``), the
     alternative to the writer's hand-packed RESP: side by side with ``bench_write``."""
     key = f"bench:{scenario}:public"
     client.delete(key)

@@ -1,5 +1,5 @@
 """What the idempotent write path costs (decision 0010): CPU per event of the generator's writer and of the public
-Producer, each with one MULTI/EXEC + marker per batch and without (plain pipelined XADDs), into a fresh Redis.
+Producer, each with one MULTI/EXEC + marker per batch and without (plain batched XADDs), into a fresh Redis.
 
     python bench/producer_rate.py [--count 100000] [--batch-size 2000]
     python bench/producer_rate.py --replica [--rounds 3]

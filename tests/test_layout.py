@@ -95,6 +95,23 @@ def test_the_two_hand_overs_keep_their_names() -> None:
     assert not found, found
 
 
+def test_pipeline_means_one_thing() -> None:
+    """"Pipeline" meant four things (issue 45). It is one watermark strategy's batches and records under its
+    namespace (docs/glossary.md): the configured pipeline, ``main``, or a lane. So a lane is not set against "the
+    pipeline" as if it were none, Redis' batching of commands is said as batching, and the job or the code is
+    called so. redis-py's ``pipeline()`` keeps its name: it is the library's."""
+    import re
+
+    old = re.compile(r"(?<!configured )pipeline and (its|each|the|two) lanes?|beside the pipeline\b|\bpipelined\b|"
+                     r"redis pipeline|main pipeline|pipeline is another process|dashboard's pipeline|"
+                     r"in the pipeline imports", re.IGNORECASE)
+    files = [*modules().values(), ROOT / "README.md", *(p for d in ("tests", "bench", "scripts", "docs")
+                                                         for p in (ROOT / d).rglob("*") if p.suffix in (".py", ".md"))]
+    prose = {p: re.sub(r"\s*\n\s*(#\s*)?", " ", p.read_text()) for p in files if p.name != "test_layout.py"}
+    found = [f"{p.relative_to(ROOT)}: {m.group(0)!r}" for p, text in prose.items() for m in old.finditer(text)]
+    assert not found, found
+
+
 def test_no_code_edits_sys_path() -> None:
     edits = [str(p.relative_to(ROOT)) for p in modules().values() if "sys.path." in p.read_text()]
     assert not edits, edits

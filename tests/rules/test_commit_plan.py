@@ -112,7 +112,7 @@ def test_the_state_hash_is_the_fields_the_commit_always_wrote() -> None:
 
 @pytest.mark.parametrize(("lanes_next", "closed_before", "closed"), [
     ((), 0, T0 + 20_000),  # no lane: the pipeline's own watermark for its next batch
-    ((T0 + 5_000, T0 + 30_000), 0, T0 + 5_000),  # the slowest of the pipeline and its lanes
+    ((T0 + 5_000, T0 + 30_000), 0, T0 + 5_000),  # the slowest of the configured pipeline and its lanes
     ((T0 + 5_000, None), 0, 0),  # a lane with no commit yet holds it where it is
     ((T0 + 5_000,), T0 + 8_000, T0 + 8_000),  # never lower than before
 ])

@@ -1,7 +1,7 @@
 """The windows' players counted by the partitions (watermark.spark.window_players, decision 0019), on a real Redis:
-the pipeline and two lanes with their own watermarks, batches read by two partitions (one of them run twice, as a
-retried task is), committed by the real commits; every namespace's players per window against a plain model of the
-rule (the distinct players of the events of the batches that namespace accepted the window in)."""
+the configured pipeline and two lanes with their own watermarks, batches read by two partitions (one of them run
+twice, as a retried task is), committed by the real commits; every namespace's players per window against a plain
+model of the rule (the distinct players of the events of the batches that namespace accepted the window in)."""
 
 from __future__ import annotations
 

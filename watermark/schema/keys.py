@@ -68,7 +68,7 @@ key                                                type    contents
                                                            window's set, ``{ns}:added:{end}``)
 ``{ns}:players:{start_ms}:{end_ms}:{server}``      set     every player of the window's events so far (late
                                                            ones too), written by the partitions that read
-                                                           them and shared by the pipeline and its lanes
+                                                           them and shared by the configured pipeline and its lanes
                                                            (decision 0019); gone once every one of them has
                                                            closed the window
 ``{ns}:players``                                   zset    index of those sets: member ``{start_ms}:{end_ms}:
@@ -433,7 +433,7 @@ class KeySchema:
         return self._k("win", w.member())
 
     def players(self, w: WindowKey) -> str:
-        """The window's players so far, shared by the pipeline and its lanes (decision 0019)."""
+        """The window's players so far, shared by the configured pipeline and its lanes (decision 0019)."""
         return self._k("players", w.member())
 
     @property

@@ -147,10 +147,10 @@ def late_events(t: pa.Table, batch_id: int, watermark_ms: int) -> list[LateEvent
 
 @dataclass(frozen=True)
 class BatchTable:
-    """A batch's aggregate read once: everything in it that no watermark changes, shared by the pipeline and
-    its lanes. ``windows``: (start ms, server, (event, window) pairs, players the batch added) per window;
-    ``servers``: each server's input figures (rows, event time range, lags, idle markers) before any window
-    is judged; ``event_hist``: each server's events per event time, ascending (late counts come from it)."""
+    """A batch's aggregate read once: everything in it that no watermark changes, shared by the configured
+    pipeline and its lanes. ``windows``: (start ms, server, (event, window) pairs, players the batch added) per
+    window; ``servers``: each server's input figures (rows, event time range, lags, idle markers) before any
+    window is judged; ``event_hist``: each server's events per event time, ascending (late counts come from it)."""
 
     windows: list[tuple[int, str, int, int]]
     servers: dict[str, ServerRecord]

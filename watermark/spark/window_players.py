@@ -6,8 +6,9 @@ the driver, which put it in its windows and sent one SADD per window to each nam
 its two lanes: three SADDs a player). Now the partition that reads the events does it, once for every namespace:
 
 - it adds each (window, server)'s players to one set in the pipeline's namespace (:meth:`KeySchema.players`),
-  shared by the pipeline and its lanes, and records in the same script how many members SADD added, in a hash of
-  the batch (:meth:`KeySchema.players_added`, keyed by the batch's end position, which Spark's offset log keeps);
+  shared by the configured pipeline and its lanes, and records in the same script how many members SADD added, in
+  a hash of the batch (:meth:`KeySchema.players_added`, keyed by the batch's end position, which Spark's offset
+  log keeps);
 - a namespace's commit adds those counts to the windows it accepts (``players`` in the window's hash). Exact,
   because a watermark never goes back: a namespace that accepts a window in a batch accepted it in every batch
   before, so the players the set had before this batch are the ones it already counted, and SADD's reply is

@@ -141,7 +141,7 @@ class Batch:
 class BatchChannel:
     """Sends batches of XADDs on one connection it holds alone; see the module's docstring.
 
-    ``idempotent=False`` sends plain pipelined XADDs (no MULTI, no marker) and, after a lost connection,
+    ``idempotent=False`` sends plain batched XADDs (no MULTI, no marker) and, after a lost connection,
     sends every unconfirmed batch again: at least once. It exists to measure what the transaction costs.
     """
 

@@ -765,8 +765,8 @@ def queue_packed(pipe: redis_conn.Transaction | redis.client.Pipeline, command: 
     Redis in a few Arrow operations rather than a Python call per argument. A column is an Arrow array, a numpy
     array or a list, of str or integers. The big commands of a commit are a value per event: the online view's
     HSET of every player a batch heard from and each window's SADD of its players, in three namespaces (the
-    pipeline and two lanes); at 100,000 events/s, 50,000 players a batch, packing them one by one was most of the
-    lanes' commits (``bench/driver_costs.py``). The same bytes as the connection packs. A short column
+    configured pipeline and two lanes); at 100,000 events/s, 50,000 players a batch, packing them one by one was
+    most of the lanes' commits (``bench/driver_costs.py``). The same bytes as the connection packs. A short column
     (:data:`PACK_BULK`), or a pipe not in a transaction of ours, gets a plain command. ``head``: arguments between
     the key and the columns' (a script's keys and first arguments, with ``EVAL`` and the script as the key)."""
     if not isinstance(pipe, redis_conn.Transaction) or pipe.queued is None or len(columns[0]) < PACK_BULK:

@@ -1,4 +1,4 @@
-"""Redis connections with retry, shared by the generator, the job and tools; pipelined replies read straight off the
+"""Redis connections with retry, shared by the generator, the job and tools; batched replies read straight off the
 socket for the generator's writer; and a commit's transaction on a connection of its own (:class:`Transaction`).
 
 redis-py packs each command and parses each reply in Python, about 20 us a command. That is more than Redis
@@ -336,7 +336,7 @@ EXEC = b"*1\r\n$4\r\nEXEC\r\n"
 
 
 class Replies:
-    """Reads pipelined replies straight off the connection's socket with a hiredis Reader.
+    """Reads batched replies straight off the connection's socket with a hiredis Reader.
 
     redis-py's ``read_response`` costs about 3 us per reply (more than Redis takes
     for the XADD); this is ~0.3 us. Only used on a connection its channel holds

@@ -2,7 +2,7 @@
 
 Counters are the pipeline's own exact totals (what the dashboard shows), so they never decrease across a job
 restart; they start again from zero only if Redis loses its data, which Prometheus takes as a counter reset.
-A scrape reads with a few pipelined commands per pipeline (O(servers) fields) through its own connection with
+A scrape reads with a few batched commands per pipeline (O(servers) fields) through its own connection with
 a short timeout: it never takes part in a batch's transaction, so it cannot hold one up.
 """
 

@@ -1,7 +1,7 @@
 """The webhook sender: a thread that posts each notice once, in order, retrying with backoff.
 
 The monitor's round only enqueues (a receiver that hangs or refuses never delays an evaluation, and the
-pipeline is another process altogether). A notice leaves the Redis outbox only once the receiver took it (any
+job is another process altogether). A notice leaves the Redis outbox only once the receiver took it (any
 2xx), so a monitor stopped or crashed with notices owed sends them when it starts again. A receiver that
 rejects a notice as malformed (4xx other than 408 and 429) will never take it: it is dropped with the error
 recorded, rather than block every later notice.

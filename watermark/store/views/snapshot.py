@@ -1,4 +1,4 @@
-"""What the dashboard shows, read from Redis in a few pipelined round trips (the windows in two more, for a
+"""What the dashboard shows, read from Redis in a few round trips (the windows in two more, for a
 page that draws them: :func:`read_windows`), never written.
 
 Only ``watermark.schema.keys`` decides key names and only read commands are sent, so
@@ -213,7 +213,7 @@ def read_snapshot(client: redis.Redis, keys: KeySchema, *, range_ms: int, now_ms
     n_batches = max_batches or min(MAX_BATCHES, math.ceil(range_ms / max(trigger_ms, 1)) + 5)
     pipe = client.pipeline(transaction=False)
     pipe.zrange(keys.batches, -n_batches, -1)
-    pipe.hget((input_keys or keys).alerts_monitor, THRESHOLDS_FIELD)  # one monitor watches the pipeline and lanes
+    pipe.hget((input_keys or keys).alerts_monitor, THRESHOLDS_FIELD)  # one monitor watches them all
     if state is not None:
         queue_first_after(pipe, events, state.committed_id)
     replies = pipe.execute()
