@@ -97,8 +97,9 @@ class SentinelGroup:
         return f"redis+sentinel://{','.join(f'127.0.0.1:{s.port}' for s in self.sentinels)}/{MASTER}/0"
 
     def _server(self, node: Proc, *extra: str) -> list[str]:
+        # A full sync starts at once: Redis' default waits 5 s for more replicas to share one diskless transfer.
         return [self.binary, "--port", str(node.port), "--bind", "127.0.0.1", "--dir", str(node.dir), "--save", "",
-                "--appendonly", "no", "--daemonize", "no", *extra]
+                "--appendonly", "no", "--daemonize", "no", "--repl-diskless-sync-delay", "0", *extra]
 
     def start(self) -> None:
         try:
@@ -107,17 +108,34 @@ class SentinelGroup:
                 node.start(self._server(node, "--replicaof", "127.0.0.1", str(self.primary.port)))
                 until(lambda n=node: n.client().info("replication").get("master_link_status") == "up",
                       f"{node.name} in sync with the primary")
+            # In sync is not yet acknowledging: for most of a second after its sync a replica's WAIT count is 0.
+            until(self._acknowledged, "the replicas acknowledging the primary's writes")
+            # Each Sentinel starts knowing its peers and the replicas, as the config a Sentinel rewrites after
+            # discovering them says: discovery by hello messages and INFO took 7 s a group, and a test of a
+            # failover needs the group, not its discovery.
+            ids = {s.name: os.urandom(20).hex() for s in self.sentinels}
             for s in self.sentinels:
                 conf = s.dir / "sentinel.conf"
-                conf.write_text(f"port {s.port}\nbind 127.0.0.1\ndir {s.dir}\n"
-                                f"sentinel monitor {MASTER} 127.0.0.1 {self.primary.port} 2\n"
-                                f"sentinel down-after-milliseconds {MASTER} {DOWN_AFTER_MS}\n"
-                                f"sentinel failover-timeout {MASTER} {FAILOVER_TIMEOUT_MS}\n")
+                conf.write_text("".join([
+                    f"port {s.port}\nbind 127.0.0.1\ndir {s.dir}\nsentinel myid {ids[s.name]}\n",
+                    f"sentinel monitor {MASTER} 127.0.0.1 {self.primary.port} 2\n",
+                    f"sentinel down-after-milliseconds {MASTER} {DOWN_AFTER_MS}\n",
+                    f"sentinel failover-timeout {MASTER} {FAILOVER_TIMEOUT_MS}\n",
+                    *(f"sentinel known-replica {MASTER} 127.0.0.1 {node.port}\n" for node in self.replicas),
+                    *(f"sentinel known-sentinel {MASTER} 127.0.0.1 {peer.port} {ids[peer.name]}\n"
+                      for peer in self.sentinels if peer is not s)]))
                 s.start([self.binary, str(conf), "--sentinel"])
             until(self._agreed, "the Sentinels knowing each other and the replicas")
         except BaseException:
             self.stop()
             raise
+
+    def _acknowledged(self) -> bool:
+        """A write, and every replica acknowledges it within 100 ms (the key goes again: tests see no trace)."""
+        client = self.primary.client()
+        client.set("sentinel-group:ready", 1)
+        client.delete("sentinel-group:ready")
+        return int(client.execute_command("WAIT", len(self.replicas), 100)) == len(self.replicas)
 
     def _agreed(self) -> bool:
         for s in self.sentinels:
