@@ -59,6 +59,7 @@ def test_worker_python_is_the_wrapper_for_a_pip_install() -> None:
     assert Path(pyspark.__file__).parent.joinpath("python", "lib", "pyspark.zip").exists()
 
 
+@pytest.mark.spark
 def test_spark_workers_import_the_installed_package(spark) -> None:  # noqa: ANN001
     """What the wrapper is for: a real worker imports pyspark from the package directory, not the zip."""
     import pyspark
