@@ -82,16 +82,21 @@ def test_no_module_imports_anothers_private_names() -> None:
     assert not reached, reached
 
 
+def written() -> list[Path]:
+    """Where a retired word must not come back: the code, its tests, benchmarks and scripts, the docs and the
+    README (this file names the old words to find them)."""
+    return [*modules().values(), ROOT / "README.md",
+            *(p for d in ("tests", "bench", "scripts", "docs") for p in (ROOT / d).rglob("*")
+              if p.suffix in (".py", ".md") and p.name != "test_layout.py")]
+
+
 def test_the_two_hand_overs_keep_their_names() -> None:
     """Two different things were both a "hand-over" (issue 45): the sink's followers run on a follower thread
     (``spark/followers.py``), and the job's events go to the ``wm-online`` groups by a hand-off
     (``store/online/handoff.py``). The old word, which meant either, does not come back."""
-    import re
-
     old = re.compile(r"hand[-_ ]?over|hand(s|ed|ing) over", re.IGNORECASE)
-    texts = [*modules().values(), *(ROOT / "tests").rglob("*.py"), *(ROOT / "docs").rglob("*.md"), ROOT / "README.md"]
-    found = [f"{p.relative_to(ROOT)}:{i}" for p in texts for i, line in enumerate(p.read_text().splitlines(), 1)
-             if old.search(line) and p.name != "test_layout.py"]
+    found = [f"{p.relative_to(ROOT)}:{i}" for p in written() for i, line in enumerate(p.read_text().splitlines(), 1)
+             if old.search(line)]
     assert not found, found
 
 
@@ -100,14 +105,10 @@ def test_pipeline_means_one_thing() -> None:
     namespace (docs/glossary.md): the configured pipeline, ``main``, or a lane. So a lane is not set against "the
     pipeline" as if it were none, Redis' batching of commands is said as batching, and the job or the code is
     called so. redis-py's ``pipeline()`` keeps its name: it is the library's."""
-    import re
-
     old = re.compile(r"(?<!configured )pipeline and (its|each|the|two) lanes?|beside the pipeline\b|\bpipelined\b|"
                      r"redis pipeline|main pipeline|pipeline is another process|dashboard's pipeline|"
                      r"in the pipeline imports", re.IGNORECASE)
-    files = [*modules().values(), ROOT / "README.md", *(p for d in ("tests", "bench", "scripts", "docs")
-                                                         for p in (ROOT / d).rglob("*") if p.suffix in (".py", ".md"))]
-    prose = {p: re.sub(r"\s*\n\s*(#\s*)?", " ", p.read_text()) for p in files if p.name != "test_layout.py"}
+    prose = {p: re.sub(r"\s*\n\s*(#\s*)?", " ", p.read_text()) for p in written()}
     found = [f"{p.relative_to(ROOT)}: {m.group(0)!r}" for p, text in prose.items() for m in old.finditer(text)]
     assert not found, found
 

@@ -140,6 +140,11 @@ def seeded_entries(seed: int, count: int) -> list[tuple[str, bytes]]:
     return entries
 
 
+def kill_entries() -> list[tuple[str, bytes]]:
+    """What every SIGKILL case and its uninterrupted run read."""
+    return seeded_entries(seed=5, count=1_800)
+
+
 def raw_per_window(payloads: list[bytes], window_ms: int = WINDOW_MS, slide_ms: int = SLIDE_MS) -> dict[str, int]:
     """Raw events per (window, server) of what was written to the stream (the sink trims what it has committed)."""
     out: dict[str, int] = {}
@@ -172,7 +177,7 @@ def uninterrupted(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> C
         if shards not in runs:
             client = redis.Redis.from_url(redis_url, socket_timeout=COMMIT_WAIT_MS / 1000 + 10)
             clean = KeySchema(f"clean-{uuid.uuid4().hex[:6]}")
-            last_id = load(client, clean, seeded_entries(seed=5, count=1_800), shards)
+            last_id = load(client, clean, kill_entries(), shards)
             tmp = tmp_path_factory.mktemp(f"clean-{shards}")
             proc = start_job(redis_url, clean.namespace, tmp / "ck", tmp / "job.log", shards)
             try:
@@ -198,7 +203,7 @@ def test_sigkill_at_random_moments_changes_nothing(redis_url: str, tmp_path: Pat
     online view folded by two ``wm-online`` groups (decision 0020), killed with the job: the view ends as the
     uninterrupted job's own fold leaves it."""
     rng = random.Random(20261122)
-    entries = seeded_entries(seed=5, count=1_800)  # the uninterrupted run's
+    entries = kill_entries()
     client_clean = redis.Redis.from_url(redis_url, socket_timeout=COMMIT_WAIT_MS / 1000 + 10)
     crashed_url = request.getfixturevalue("redis_cluster").url if where == "cluster" else redis_url
     client = open_client(crashed_url, socket_timeout=COMMIT_WAIT_MS / 1000 + 10)
