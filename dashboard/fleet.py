@@ -4,13 +4,16 @@ the rest summed), never a line per server.
 A chart with 300 traces and a 300-entry legend tells an operator nothing; a line per region, with the servers
 that matter named in a table beside it, does. The grouping is decided once per page from the servers, their
 regions (``{ns}:regions``, as the events carry them) and a weight (players online), and applied to each kind of
-data the charts take: every group's value is the exact sum of its servers' values.
+data the charts take: every group's value is the exact sum of its servers' values. A past value is summed over
+the servers of its time, not today's: a fleet of matches replaces a third of its servers within the hour. A minute
+keeps its regions' counts, so its lines are exact; a past batch or window of a server gone since is in its region's
+line while the page still knows the region (until RETIRE_AFTER forgets it: docs/operations.md).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 
 from watermark.rules.online.rollup import Minute
 from watermark.schema.keys import WindowKey
@@ -30,6 +33,8 @@ class Grouping:
     members: dict[str, tuple[str, ...]]
     by: str
     """``server`` (a line per server), ``region`` or ``top`` (the busiest servers, the rest summed)."""
+    regions: Mapping[str, str] = field(default_factory=dict)
+    """The servers' regions as the page read them: gone servers' too, until they are forgotten (RETIRE_AFTER)."""
 
     @property
     def labels(self) -> list[str]:
@@ -45,14 +50,34 @@ class Grouping:
     def counts(self, counts: Mapping[str, int]) -> dict[str, int]:
         return {label: sum(counts.get(s, 0) for s in servers) for label, servers in self.members.items()}
 
+    def labeller(self) -> Callable[[str], str | None]:
+        """The label a server's past values are drawn in: its group's; for a server gone since, its region's or
+        the rest's; None when no line draws it (a line per server, or its region forgotten with it)."""
+        of = self.label_of()
+        if self.by == "region":
+            return lambda s: of.get(s) or (self.regions.get(s) if self.regions.get(s) in self.members else None)
+        if self.by == "top":
+            rest = self.labels[-1]
+            return lambda s: of.get(s, rest)
+        return of.get
+
+    def past_counts(self, counts: Mapping[str, int]) -> dict[str, int]:
+        """Each group's sum of past per-server counts (:meth:`labeller`): a fleet of matches replaces its servers
+        within the hour, and a past count belongs to the servers of its time, not today's."""
+        label, out = self.labeller(), dict.fromkeys(self.members, 0)
+        for s, n in counts.items():
+            if (lb := label(s)) is not None:
+                out[lb] += n
+        return out
+
     def windows(self, rows: Sequence[WindowRow]) -> list[WindowRow]:
         """Each window's rows summed per group; a group's window is final when all of its servers' are."""
         if not self.grouped:
             return list(rows)
-        of = self.label_of()
+        of = self.labeller()
         out: dict[WindowKey, WindowRow] = {}
         for w in rows:
-            label = of.get(w.server)
+            label = of(w.server)
             if label is None:
                 continue
             key = WindowKey(w.start_ms, w.end_ms, label)
@@ -69,14 +94,24 @@ class Grouping:
         return by_label
 
     def history(self, points: Sequence[OnlinePoint]) -> list[OnlinePoint]:
-        return list(points) if not self.grouped else [replace(p, counts=self.counts(p.counts)) for p in points]
+        return list(points) if not self.grouped else [replace(p, counts=self.past_counts(p.counts)) for p in points]
 
     def minutes(self, minutes: Sequence[Minute]) -> list[Minute]:
         """Minutes with each group's count at the minute's end; a group's peak within the minute is not kept
         (the servers' peaks came at different moments: their sum is no count that ever was)."""
         if not self.grouped:
             return list(minutes)
-        return [Minute(m.minute_ms, last=self.counts(m.last), peak={}, causes={}) for m in minutes]
+        return [Minute(m.minute_ms, last=self.minute_counts(m), peak={}, causes={}) for m in minutes]
+
+    def minute_counts(self, m: Minute) -> dict[str, int]:
+        """Each group's count at ``m``'s end, from the servers of that minute: a region's is the minute's own (by
+        the regions then: exact however many of its servers are gone), no region's the rest of its total; else
+        :meth:`past_counts` (the busiest servers and the rest; a minute recorded without its regions)."""
+        if self.by == "region" and m.regions is not None:
+            total = sum(m.last.values())
+            return {label: total - sum(m.regions.values()) if label == NO_REGION else m.regions.get(label, 0)
+                    for label in self.members}
+        return self.past_counts(m.last)
 
 
 def grouping(servers: Sequence[str], regions: Mapping[str, str], weights: Mapping[str, int],
@@ -90,7 +125,7 @@ def grouping(servers: Sequence[str], regions: Mapping[str, str], weights: Mappin
         by_region.setdefault(regions.get(s) or NO_REGION, []).append(s)
     if len(by_region) <= limit and len(by_region) > 1:
         return Grouping({r: tuple(by_region[r]) for r in sorted(by_region, key=lambda r: (r == NO_REGION, r))},
-                        "region")
+                        "region", regions)
     ranked = sorted(servers, key=lambda s: (-weights.get(s, 0), s))
     top, rest = ranked[:limit - 1], ranked[limit - 1:]
-    return Grouping({**{s: (s,) for s in top}, f"other {len(rest)} servers": tuple(rest)}, "top")
+    return Grouping({**{s: (s,) for s in top}, f"other {len(rest)} servers": tuple(rest)}, "top", regions)

@@ -45,6 +45,9 @@ METRIC_JS = """
 """
 VEGA_DRAWN = '[data-testid="stVegaLiteChart"] .marks'
 """A Vega-Lite chart drawn (Live ops' first tab): Vega's element of marks, an SVG or a canvas."""
+VEGA_ALL_DRAWN = ("() => Array.from(document.querySelectorAll('[data-testid=\"stVegaLiteChart\"]'))"
+                  ".every(c => c.querySelector('.marks'))")
+"""Every Vega-Lite chart on the page drawn, not its placeholder."""
 POINTS_JS = """
 ([trace]) => {
   for (const p of document.querySelectorAll('.js-plotly-plot')) {
@@ -253,6 +256,7 @@ def audit_pages(page, url: str, shots: Path, prefix: str = "page-") -> list[str]
             page.get_by_role("tab", name=TABS[name]).click()
             page.wait_for_selector(TAB_DRAWN[TABS[name]], timeout=60_000)
             page.wait_for_selector('[data-test-script-state="notRunning"]', timeout=60_000)
+        page.wait_for_function(VEGA_ALL_DRAWN, timeout=60_000)  # a chart that cannot draw its rows fails here
         for fig in page.evaluate(FIGURES_JS):
             label = f"{name}: {fig['layout']['title']['text'] or 'untitled chart'}"
             # Titles are measured here rather than counted: the page's own boxes say whether they fit.
@@ -265,6 +269,7 @@ def audit_pages(page, url: str, shots: Path, prefix: str = "page-") -> list[str]
         height = page.evaluate("() => document.querySelector('[data-testid=\"stMain\"]').scrollHeight")
         page.set_viewport_size({"width": 1280, "height": max(800, min(int(height), 6000))})
         page.wait_for_selector('[data-test-script-state="notRunning"]', timeout=60_000)
+        page.wait_for_function(VEGA_ALL_DRAWN, timeout=60_000)  # a new size draws a Vega-Lite chart again
         page.screenshot(path=str(shots / f"{prefix}{name}.png"))
         page.set_viewport_size({"width": 1280, "height": 800})
     return problems

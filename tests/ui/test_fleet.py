@@ -59,6 +59,42 @@ def test_every_group_is_the_exact_sum_of_its_servers() -> None:
     assert point.counts == dict(model)
 
 
+def test_a_past_minute_is_drawn_from_its_own_servers_not_todays() -> None:
+    """A fleet of matches: an hour ago every server had another name (and those regions are forgotten since). Each
+    region's line at that minute is the sum over the minute's own servers by their regions then; no region's and
+    the rest's are the rest of its total."""
+    rng = random.Random(11)
+    then = [f"{r}-old{k:03d}" for k in range(40) for r in ("eu", "na", "sa")] + [f"x-old{k}" for k in range(5)]
+    then_regions = {s: s.split("-")[0] for s in then if not s.startswith("x-")}
+    counts = {s: rng.randint(0, 60) for s in then}
+    minute = Minute(0)
+    minute.add(counts, {}, then_regions)
+    minute = Minute.from_json(minute.to_json())  # as the dashboard reads it back
+    model: dict[str, int] = defaultdict(int)
+    for s, n in counts.items():
+        model[then_regions.get(s, NO_REGION)] += n
+    today = [f"{r}-new{k:03d}" for k in range(40) for r in ("eu", "na", "sa")] + [f"x-new{k}" for k in range(5)]
+    g = grouping(today, {s: s.split("-")[0] for s in today if not s.startswith("x-")}, {})
+    assert g.by == "region" and g.labels == ["eu", "na", "sa", NO_REGION]
+    (drawn,) = g.minutes([minute])
+    assert drawn.last == {r: model[r] for r in g.labels} and sum(drawn.last.values()) == sum(counts.values())
+    # the busiest servers: today's names have no count then; the rest is everything else that minute
+    top = grouping(today, {}, {s: i for i, s in enumerate(today)})
+    (drawn,) = top.minutes([minute])
+    assert drawn.last == {**dict.fromkeys(top.labels[:-1], 0), top.labels[-1]: sum(counts.values())}
+    # a minute written before regions were kept, a batch, a window: each server by the region the page knows for
+    # it, a server drained since too (its region is kept until RETIRE_AFTER); one forgotten is in no line
+    known = grouping(today, {**{s: s.split("-")[0] for s in today if not s.startswith("x-")}, "na-old001": "na"}, {})
+    old = Minute.from_json('{"causes":{},"last":{"eu-new000":4,"na-old001":9,"eu-old000":5},"minute_ms":0,'
+                           '"peak":{}}')
+    assert old.regions is None and known.minutes([old])[0].last == {"eu": 4, "na": 9, "sa": 0, NO_REGION: 0}
+    (point,) = known.history([OnlinePoint(1, 0, 0, {"eu-new000": 4, "na-old001": 9, "eu-old000": 5}, 0, 0)])
+    assert point.counts == {"eu": 4, "na": 9, "sa": 0, NO_REGION: 0}
+    rows = [WindowRow(WindowKey(0, 60_000, s), events=n, dropped=0, late=0, players=n, final=True)
+            for s, n in (("eu-new000", 4), ("na-old001", 9), ("eu-old000", 5))]
+    assert {w.server: w.players for w in known.windows(rows)} == {"eu": 4, "na": 9}
+
+
 def test_a_lanes_watermark_chart_draws_the_servers_holding_it_back() -> None:
     from dashboard.pages.lab.model import server_watermarks
     from watermark.schema.config import Lane

@@ -136,9 +136,9 @@ key                                                type    contents
 ``{ns}:online:commits``                            stream  one entry per batch the online view committed
                                                            (``batch``, ``end_id``), to wait on
 ``{ns}:online:minutes``                            zset    one JSON record per closed minute of arrival time
-                                                           (``watermark.rules.online.rollup.Minute``), score =
-                                                           the minute's first ms; the open minute is the
-                                                           state's ``minute`` field
+                                                           (``watermark.rules.online.rollup.Minute``: per server
+                                                           and per region), score = the minute's first ms; the
+                                                           open minute is the state's ``minute`` field
 ``{ns}:online:peak:{day_ms}``                      hash    the UTC day's peak online per server, region
                                                            (``region|{r}``) and ``*`` (all): ``count|at_ms``
                                                            (arrival time); kept ``HISTORY_DAYS`` after its day

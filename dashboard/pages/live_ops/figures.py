@@ -50,7 +50,7 @@ def online_per_minute(minutes: Sequence[Minute], labels: Sequence[str], what: st
                 "y": {"field": "online", "type": "quantitative", "title": "players online"},
                 "color": {"field": "series", "type": "nominal", "title": None, "sort": list(labels),
                           "scale": {"domain": list(labels), "range": [colors[lb] for lb in labels]},
-                          "legend": {"orient": "bottom", "labelLimit": 160}},
+                          "legend": {"orient": "bottom", "labelLimit": 160, "columns": LEGEND_COLUMNS}},
                 "tooltip": [{"field": "series", "title": "of"}, _time_tooltip(),
                             {"field": "online", "title": "online at the minute's end", "format": ","},
                             {"field": "peak", "title": "the minute's peak"}]}}
@@ -77,16 +77,19 @@ def transitions_per_minute(minutes: Sequence[Minute]) -> Spec | None:
     return _chart("Logins, logouts and timeouts per minute", [bars])
 
 
+LEGEND_COLUMNS = 4
+"""Legend entries a row at most: seven regions in one row ran past a half-width chart's edge at 1280 px."""
 POINTS_UP_TO = 60
 """A point on each minute up to this many minutes (an hour and its open minute), a line alone past it."""
 
 
 def _time_x(minutes: Sequence[Minute], **more: object) -> dict[str, object]:
-    # As many ticks as minutes, a dozen at most: left to itself Vega-Lite ticks a two-minute span every 10 s, and
-    # labels each of them with the same minute.
+    # As many ticks as minutes, a dozen at most, and a label only on a minute: left to itself Vega-Lite ticks a
+    # two-minute span every 10 s, and labels each of them with the same minute.
     span = (minutes[-1].minute_ms - minutes[0].minute_ms) // MINUTE_MS
     return {"field": "minute", "type": "temporal", "title": None, "scale": {"type": "utc"},
-            "axis": {"labelExpr": "utcFormat(datum.value, '%H:%M')", "tickCount": max(1, min(12, span))}, **more}
+            "axis": {"labelExpr": "utcseconds(datum.value) == 0 ? utcFormat(datum.value, '%H:%M') : ''",
+                     "tickCount": max(1, min(12, span))}, **more}
 
 
 def _time_tooltip() -> dict[str, object]:

@@ -64,29 +64,39 @@ class Minute:
     last: dict[str, int] = field(default_factory=dict)  # counts after the minute's last batch
     peak: dict[str, int] = field(default_factory=dict)  # the highest count per server, and TOTAL
     causes: dict[str, dict[str, int]] = field(default_factory=dict)  # server -> cause -> transitions
+    regions: dict[str, int] | None = None
+    """Each region's count after the minute's last batch, by the servers' regions then (servers without one are in
+    no region's). Kept because a fleet moves on: an hour later most of the minute's servers are gone, and their
+    regions forgotten with them. None in a record written before it was kept."""
 
     def to_json(self) -> str:
         # Not dataclasses.asdict: it deep-copies every dict first (8 ms a batch at 300 servers).
-        return json.dumps({"causes": self.causes, "last": self.last, "minute_ms": self.minute_ms, "peak": self.peak},
-                          separators=(",", ":"), sort_keys=True)
+        d = {"causes": self.causes, "last": self.last, "minute_ms": self.minute_ms, "peak": self.peak}
+        if self.regions is not None:
+            d["regions"] = self.regions
+        return json.dumps(d, separators=(",", ":"), sort_keys=True)
 
     @classmethod
     def from_json(cls, raw: str | bytes) -> Minute:
         d = json.loads(raw)
         try:
+            regions = d.get("regions")
             return cls(int(d["minute_ms"]), {str(k): int(v) for k, v in d["last"].items()},
                        {str(k): int(v) for k, v in d["peak"].items()},
-                       {str(s): {str(c): int(n) for c, n in cs.items()} for s, cs in d["causes"].items()})
+                       {str(s): {str(c): int(n) for c, n in cs.items()} for s, cs in d["causes"].items()},
+                       None if regions is None else {str(k): int(v) for k, v in regions.items()})
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ValueError(f"not a minute record of the online view: {raw!r} ({exc})") from None
 
     def add(self, counts: Mapping[str, int], causes: Mapping[str, Mapping[str, int]],
             regions: Mapping[str, str] | None = None) -> None:
-        """``last`` keeps the servers' counts only (a region's and the total's follow from them); ``peak`` keeps
-        every series' own, the total's and each region's of one batch (a sum of the servers' peaks is no count
-        that ever was)."""
+        """``last`` keeps the servers' counts (the total follows from them) and ``regions`` each region's, by the
+        regions of this batch; ``peak`` keeps every series' own, the total's and each region's of one batch (a sum
+        of the servers' peaks is no count that ever was)."""
         self.last = dict(counts)
-        for key, n in series_counts(counts, regions).items():
+        series = series_counts(counts, regions)
+        self.regions = {k.removeprefix(REGION): n for k, n in series.items() if k.startswith(REGION)}
+        for key, n in series.items():
             self.peak[key] = max(n, self.peak.get(key, n))
         for server, by_cause in causes.items():
             mine = self.causes.setdefault(server, {})
