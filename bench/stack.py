@@ -210,8 +210,9 @@ class Stack:
             self.stop(name)
 
 
-def tree_cpu_s(pid: int) -> float:
-    """CPU seconds of a process and every descendant, reaped ones included."""
+def tree_cpu_s(pid: int, named: str = "") -> float:
+    """CPU seconds of a process and every descendant, reaped ones included; only the processes whose name holds
+    ``named`` when given (``chrom``: a browser the process started, its renderers gone meanwhile included)."""
     try:
         root = psutil.Process(pid)
         procs = [root, *root.children(recursive=True)]
@@ -220,6 +221,8 @@ def tree_cpu_s(pid: int) -> float:
     total = 0.0
     for p in procs:
         try:
+            if named not in p.name():
+                continue
             t = p.cpu_times()
             total += t.user + t.system + t.children_user + t.children_system
         except psutil.NoSuchProcess:

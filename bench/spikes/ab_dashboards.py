@@ -13,7 +13,6 @@ scale 0.1, ``RETENTION`` 600 s) for that long, then goes on at the real pace (``
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import signal
 import subprocess
@@ -24,16 +23,10 @@ from pathlib import Path
 
 import redis
 
-from bench.soak import start_job
-from bench.stack import Stack
+from bench.soak import churn_env
+from bench.soak import parse_args as soak_args
+from bench.stack import Stack, start_job
 from watermark.runtime.children import die_with_parent
-from watermark.schema.config import Config
-
-
-def churn(stack: Stack, scale: float) -> None:
-    stack.env.update({"SCENARIO": "matches", "SERVERS": "300", "REGIONS": "6", "TIMELINE_SCALE": f"{scale:g}",
-                      "RETIRE_AFTER": f"{600 * scale:g}s",
-                      "NEW_SERVERS_PER_MINUTE": str(math.ceil(Config.new_servers_per_minute / scale))})
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -48,9 +41,10 @@ def main(argv: list[str] | None = None) -> int:
     stack = Stack(trees[0][0], tmp, 5000)
     for name in ("STREAM_KEEP_ENTRIES", "STREAM_MAX_ENTRIES"):
         stack.env.pop(name)
-    churn(stack, 0.1 if args.day_minutes else args.scale)
-    if args.day_minutes:
-        stack.env["RETENTION"] = "600s"
+    # as bench/soak.py's --churn matches: its servers, regions, RETIRE_AFTER and flood limit for the scale
+    scale = 0.1 if args.day_minutes else args.scale
+    retention = ["--retention", "600"] if args.day_minutes else []
+    stack.env.update(churn_env(soak_args(["--churn", "matches", "--timeline-scale", f"{scale:g}", *retention])))
     dashboards: list[subprocess.Popen] = []
     try:
         stack.start("redis")

@@ -6,7 +6,7 @@
 Against a dashboard already running (``./run.sh``, or a stack ``bench/soak.py --pages`` started). Per visit, seconds
 from asking for the page: its document loaded (the scripts cached after the first), the websocket open, the status
 line drawn (the dashboard has read the snapshot), and the first chart drawn (Vega-Lite's marks or plotly's SVG);
-and the CPU seconds every Chromium process spent meanwhile (the page's cost to a browser, which wall time mixes
+and the CPU seconds the browser's processes spent meanwhile (the page's cost to a browser, which wall time mixes
 with the machine's load). Several ``--url`` (dashboards of different code on one stack) are visited in turn, a
 visit each per round, so each is measured under the same load.
 Live ops is the default page, at the root: Streamlit knows no ``/ops`` (it shows "Page not found" over the
@@ -22,22 +22,9 @@ import shutil
 import tempfile
 import time
 
+from bench.stack import tree_cpu_s
+
 FIRST_CHART = '.js-plotly-plot .main-svg, [data-testid="stVegaLiteChart"] .marks'
-
-
-def browser_cpu_s() -> float:
-    """CPU seconds of every Chromium process so far (the browser, its renderers, its GPU and network processes)."""
-    import psutil
-
-    total = 0.0
-    for proc in psutil.process_iter(["name"]):
-        if "chrom" in (proc.info["name"] or ""):
-            try:
-                t = proc.cpu_times()
-            except psutil.Error:  # gone meanwhile
-                continue
-            total += t.user + t.system
-    return total
 
 
 def visits(urls: list[str], path: str, n: int, nice: int, pause_s: float) -> dict[str, list[dict[str, float]]]:
@@ -53,7 +40,7 @@ def visits(urls: list[str], path: str, n: int, nice: int, pause_s: float) -> dic
             for url in urls:
                 page = ctx.new_page()
                 seen: dict[str, float] = {}
-                cpu0, t0 = browser_cpu_s(), time.perf_counter()
+                cpu0, t0 = tree_cpu_s(os.getpid(), "chrom"), time.perf_counter()
                 page.on("load", lambda _, seen=seen, t0=t0: seen.setdefault("loaded", time.perf_counter() - t0))
                 page.on("websocket", lambda _, seen=seen, t0=t0: seen.setdefault("websocket",
                                                                                   time.perf_counter() - t0))
@@ -62,7 +49,7 @@ def visits(urls: list[str], path: str, n: int, nice: int, pause_s: float) -> dic
                 seen["status"] = time.perf_counter() - t0
                 page.wait_for_selector(FIRST_CHART, timeout=60_000)
                 seen["chart"] = time.perf_counter() - t0
-                seen["cpu"] = browser_cpu_s() - cpu0
+                seen["cpu"] = tree_cpu_s(os.getpid(), "chrom") - cpu0
                 out[url].append(seen)
                 print(url, "  ".join(f"{k} {v:.2f}" for k, v in sorted(seen.items(), key=lambda kv: kv[1])),
                       flush=True)
