@@ -37,7 +37,7 @@ from watermark.spark import local_agg
 from watermark.spark.checkpoint import OffsetEntry
 from watermark.spark.query import source_options
 from watermark.spark.rows import ARROW_SCHEMA
-from watermark.spark.sink import BatchTable, LaneSink, aggregate_arrow, late_events, online_events
+from watermark.spark.sink import LaneSink, aggregate_arrow
 from watermark.spark.source import SourceOptions, StreamRange, read_partition
 from watermark.spark.window_players import read_added
 from watermark.store.commit import commit_batch, params_of
@@ -99,9 +99,9 @@ def measure(url: str, servers: int, rate: int, seconds: float, trigger_ms: int, 
         entry = OffsetEntry(batch_id, watermark_ms, hi_ms, ({"id": hi},))
 
         def judge(table=table, entry=entry, batch_id=batch_id, lo=lo, hi=hi):  # noqa: ANN001, ANN202
-            batch = BatchTable.read(table, entry.batch_ts_ms, params.window_ms, read_added(client, keys, hi))
+            batch = local_agg.read(table, batch_id, entry, params, read_added(client, keys, hi), online=True)
             summary = batch.summary(batch_id, entry.watermark_ms, entry.batch_ts_ms, lo, hi, params)
-            summary.late_events = late_events(table, batch_id, entry.watermark_ms)
+            summary.late_events = batch.late
             return batch, summary
 
         batch, summary = _timed(c, "judge", judge)
@@ -109,7 +109,7 @@ def measure(url: str, servers: int, rate: int, seconds: float, trigger_ms: int, 
         for lane in lanes:
             _timed(c, f"lane {lane.keys.namespace.rsplit('.', 1)[-1]}",
                    lambda lane=lane, batch=batch, summary=summary: lane.commit(client, batch, summary))
-        events = online_events(table)
+        events = local_agg.online_events(batch.players)
         online = OnlineBatch(batch_id, watermark_ms, hi_ms, hi, events, params.delay_ms, None)
         if groups:  # decision 0020: the driver hands off; each group folds its share in wm-online
             handed = online.record(groups, 30_000)

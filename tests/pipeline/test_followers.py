@@ -79,9 +79,9 @@ class StopsBeforeFollowers(RedisSink):
         super().__init__(*args, **kw)  # type: ignore[arg-type]
         self.lost = lost
 
-    def follow(self, table, batch, summary, entry, phases) -> None:  # noqa: ANN001
+    def follow(self, batch, summary, entry, phases) -> None:  # noqa: ANN001
         if summary.batch_id != self.lost:
-            super().follow(table, batch, summary, entry, phases)
+            super().follow(batch, summary, entry, phases)
 
 
 def follower_cfg(redis_url: str, tmp_path: Path, ns: str, mode: str) -> Config:

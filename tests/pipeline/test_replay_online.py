@@ -132,3 +132,24 @@ def test_an_arrival_that_is_neither_a_time_nor_an_entry_id_is_refused(tmp_path: 
     proc = subprocess.run([sys.executable, "-m", "watermark.apps.replay", str(path), "--window", "1m", "--delay", "5s"],
                           capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert proc.returncode == 2 and "'arrival' must be an ISO-8601 time or a stream entry ID" in proc.stderr
+
+
+def test_a_batchs_rows_go_down_the_layers_once(spark: SparkSession, redis_url: str,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 45, item 4: a real batch's rows (the flood guard refusing a name, two lanes, the online view), from its
+    partitions' read to the records the followers share, come back to a module they left only where the packing
+    module unpacks what it packed (scripts/batch_path.py; docs/architecture.md, "A batch's way through the code")."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("batch_path", ROOT / "scripts" / "batch_path.py")
+    assert spec is not None and spec.loader is not None
+    batch_path = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "batch_path", batch_path)  # its dataclasses look their module up
+    spec.loader.exec_module(batch_path)
+    monkeypatch.setenv("REDIS_URL", redis_url)
+    found = batch_path.trace(2)
+    modules = [stop["module"] for stop in found["path"]]
+    assert modules[-1] == "watermark.spark.local_agg", modules  # the last place that sees rows
+    assert [stop["module"] for stop in found["path"] if stop["return"]] == ["watermark.spark.rows"] * 2, modules
+    assert found["climbs"] == 1, modules  # from a worker's partition to the driver
+    assert any("refuse" in f for stop in found["path"] for f in stop["functions"]), "the guard refused nothing"

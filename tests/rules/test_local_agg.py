@@ -16,9 +16,8 @@ from watermark.rules.windows import window_ranges
 from watermark.schema.keys import WindowKey
 from watermark.schema.records import NONE_CLOSED_MS
 from watermark.spark import local_agg
-from watermark.spark.local_agg import BAD, INGEST_LAG, PLAYER, PROCESSING_LAG, TICK, WINDOW
+from watermark.spark.local_agg import BAD, INGEST_LAG, PLAYER, PROCESSING_LAG, TICK, WINDOW, BatchTable
 from watermark.spark.partial import PARTIAL_TYPE, PartitionPartials
-from watermark.spark.sink import BatchTable
 from watermark.spark.window_players import Added, PartitionPlayers
 
 S = 1_000_000

@@ -1,9 +1,13 @@
-"""The sink's aggregation, with Arrow on the driver.
+"""A batch's aggregate on the driver: summed with Arrow, then read once.
 
-A batch comes to the driver already folded into partial aggregates by the source
-partitions (bounded by the source's cap on entries per batch), and Arrow's own
-hash aggregation sums them into one table of items, which
-:class:`watermark.spark.sink.BatchTable` reads. No pyspark here.
+A batch comes to the driver already folded into partial aggregates by the source partitions (bounded by the
+source's cap on entries per batch), and Arrow's own hash aggregation sums them into one table of items
+(:func:`aggregate`). :func:`read` is the one place that reads that table: it counts each server's accepted events
+for the flood guard, quarantines what the guard refuses, and reads the rest into plain records
+(:class:`BatchTable`): each window's pairs, each server's input figures and event-time histogram, the quarantined
+entries, the late events the pipeline keeps and the online view's player items (read into its events by
+:func:`online_events` on the followers' thread). From there on the sink and the lanes judge and commit records,
+not rows. No pyspark here.
 
 Items (tag, server, a, b, c, n, lo, hi), one per row:
 - a partial row of the source (:mod:`watermark.spark.partial`): a WINDOW item keyed by the window's start (``a``,
@@ -21,17 +25,30 @@ Summed per (tag, server, a, b, c): ``n``, and ``min_ev``/``max_ev`` the least ``
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from dataclasses import replace as replace_table
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from msgspec.structs import replace
 
+from watermark.rules.fleet import FLOOD_REASON
+from watermark.rules.late import LateEvent
 from watermark.rules.online.fold import KIND_CODES
-from watermark.schema.events import IDLE_KIND
+from watermark.rules.online.table import OnlineEvents
+from watermark.rules.windows import Histograms, late_counts
+from watermark.schema.events import IDLE_KIND, parse_entry_id
+from watermark.schema.keys import WindowKey
+from watermark.schema.records import LagRecord, NameGuardRecord, ServerRecord
 from watermark.schema.timeutil import iso_from_us
 from watermark.spark import partial
+from watermark.spark.checkpoint import OffsetEntry
+from watermark.spark.window_players import Added
+from watermark.store.commit import BadRow, BatchSummary, Params, WindowAgg
 
-# Tags of the items (column ``tag``), shared with watermark.spark.sink.
+# Tags of the items (column ``tag``).
 WINDOW, INGEST_LAG, PROCESSING_LAG, BAD, TICK, PLAYER = 0, 1, 2, 3, 4, 5
 
 # The columns of the batch the aggregation reads.
@@ -124,6 +141,215 @@ def _player_items(rows: pa.Table) -> pa.Table:
     return t.rename_columns(NAMES).cast(pa.schema(list(zip(NAMES, TYPES, strict=True))))
 
 
+REGIONS_META = b"regions"
+"""The aggregate's schema metadata key for each server's region (JSON), read off the packed rows."""
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """What the flood guard refused in a batch: the names, why, their newest event time (set by :func:`read`), and
+    the guard's minute after the batch (None: unchanged, or already committed)."""
+
+    names: tuple[str, ...] = ()
+    detail: str = ""
+    max_event_us: int | None = None
+    record: NameGuardRecord | None = None
+
+
+NO_REFUSAL = Refusal()
+
+Guard = Callable[[Mapping[str, int]], Refusal]
+"""The flood guard's decision: called by :func:`read` with each server's accepted events in the batch, once."""
+
+
+def read(t: pa.Table, batch_id: int, entry: OffsetEntry, params: Params, added: Added, guard: Guard | None = None,
+         online: bool = False) -> BatchTable:
+    """The aggregate ``t`` of batch ``batch_id`` read once: ``guard`` decides which new names to refuse (none
+    without it), their events are quarantined, and the rest is read into a :class:`BatchTable`, with the accepted
+    events behind the pipeline's watermark in force (``entry``: the batch's offset log entry) kept as late events
+    and, with ``online``, the online view's player items. ``added``: what the batch's partitions added to its windows'
+    players."""
+    refusal = NO_REFUSAL
+    if guard is not None:
+        events = events_per_server(t)
+        refusal = guard(events) if events else NO_REFUSAL
+        if refusal.names:
+            t, newest = refuse(t, frozenset(refusal.names), FLOOD_REASON, refusal.detail)
+            refusal = replace_table(refusal, max_event_us=newest)
+    return replace_table(BatchTable.read(t, entry.batch_ts_ms, params.window_ms, added), refusal=refusal,
+                         late=late_events(t, batch_id, entry.watermark_ms),
+                         players=t.filter(pc.equal(t.column("tag"), PLAYER)) if online else None)
+
+
+def online_events(t: pa.Table) -> OnlineEvents:
+    """The batch's accepted events for the online view, from its PLAYER items."""
+    part = t.filter(pc.equal(t.column("tag"), PLAYER))
+    if not part.num_rows:
+        return OnlineEvents.empty()
+    ids = pc.split_pattern(part.column("c"), "-", max_splits=1)
+    ms = pc.cast(pc.list_element(ids, 0), pa.int64()).to_numpy()
+    seq = pc.cast(pc.list_element(ids, 1), pa.int64()).to_numpy()
+    arrival = np.empty(len(ms), np.int64)
+    arrival[np.lexsort((seq, ms))] = np.arange(len(ms))
+    return OnlineEvents(part.column("server").to_numpy(zero_copy_only=False),
+                          part.column("b").to_numpy(zero_copy_only=False), part.column("a").to_numpy(), arrival,
+                          part.column("min_ev").to_numpy().astype(np.int8), ms)
+
+
+_KIND_NAMES = {code: name for name, code in KIND_CODES.items()}
+
+
+def late_events(t: pa.Table, batch_id: int, watermark_ms: int) -> list[LateEvent]:
+    """The batch's accepted events behind ``watermark_ms``, in arrival order, to be kept
+    (:mod:`watermark.rules.late`). Usually none: one vectorised filter finds them."""
+    tags = t.column("tag")
+    part = t.filter(pc.and_(pc.equal(tags, PLAYER), pc.less(t.column("a"), watermark_ms * 1000)))
+    out = [LateEvent(entry_id, server, player, _KIND_NAMES.get(code), event_us, batch_id, watermark_ms, shard or 0)
+           for server, event_us, player, entry_id, code, shard in zip(
+               *(part.column(c).to_pylist() for c in ("server", "a", "b", "c", "min_ev", "shard")), strict=True)]
+    out.sort(key=lambda e: (e.shard, parse_entry_id(e.entry_id)))
+    return out
+
+
+@dataclass(frozen=True)
+class BatchTable:
+    """A batch's aggregate read once: everything in it that no watermark changes, shared by the configured
+    pipeline and its lanes. ``windows``: (start ms, server, (event, window) pairs, players the batch added) per
+    window; ``servers``: each server's input figures (rows, event time range, lags, idle markers) before any
+    window is judged; ``event_hist``: each server's events per event time, ascending (late counts come from it)."""
+
+    windows: list[tuple[int, str, int, int]]
+    servers: dict[str, ServerRecord]
+    event_hist: dict[str, tuple[np.ndarray, np.ndarray]]
+    bad: list[BadRow]
+    regions: dict[str, str] = field(default_factory=dict)
+    """Each server's region as its events carry it (none when they carry none)."""
+    refusal: Refusal = NO_REFUSAL
+    """What the flood guard refused (their events are in ``bad``). Spark's watermark read their newest event time
+    before the guard judged, so every watermark here does too."""
+    late: list[LateEvent] = field(default_factory=list)
+    """The accepted events behind the pipeline's watermark, in arrival order, for the Events page (lanes keep
+    none)."""
+    players: pa.Table | None = None
+    """The batch's PLAYER items, for the online view (None when the pipeline has none): read into its events by
+    :func:`online_events` on the followers' thread, off the pipeline's commit."""
+    hists: Histograms | None = None
+    """``event_hist`` keyed together, so a judgement counts every server's late events in one pass (None: judged
+    server by server)."""
+
+    def __post_init__(self) -> None:
+        if self.hists is None:  # frozen: set once, here
+            object.__setattr__(self, "hists", Histograms.of(self.event_hist))
+
+    def _late_counts(self, accepted: list[WindowAgg], watermark_ms: int) -> list[int]:
+        """Each accepted window's late events: every server's at once, or server by server where their event
+        times span too much to key together."""
+        if not accepted:
+            return []
+        starts = np.array([w.start_ms for w in accepted], np.int64)
+        ends = np.array([w.end_ms for w in accepted], np.int64)
+        if self.hists is not None:
+            return self.hists.late_counts([w.server for w in accepted], starts, ends, watermark_ms).tolist()
+        return [int(late_counts(starts[i:i + 1], ends[i:i + 1], *self.event_hist[w.server], watermark_ms)[0])
+                for i, w in enumerate(accepted)]
+
+    @classmethod
+    def read(cls, t: pa.Table, batch_ts_ms: int, window_ms: int, added: Added) -> BatchTable:
+        """``added``: what the batch's partitions added to each window's players (:func:`read_added`)."""
+        tags = t.column("tag")
+        per_window = t.filter(pc.equal(tags, WINDOW)).group_by(["a", "server"], use_threads=False).aggregate(
+            [("n", "sum")])
+        windows = [(ws // 1000, server, n, added.of(WindowKey(ws // 1000, ws // 1000 + window_ms, server)))
+                   for ws, server, n in zip(*(per_window.column(c).to_pylist() for c in ("a", "server", "n_sum")),
+                                            strict=True)]
+        servers: dict[str, ServerRecord] = {}
+        ingest = _Runs.of(t, INGEST_LAG)
+        if ingest is not None:  # every server's figures in whole-array passes: 300 servers a batch
+            at = ingest.starts
+            rows = np.add.reduceat(ingest.n, at).tolist()
+            lo, hi = np.minimum.reduceat(ingest.min_ev, at).tolist(), np.maximum.reduceat(ingest.max_ev, at).tolist()
+            newest = np.maximum.reduceat(ingest.max_ev + ingest.a, at).tolist()  # the newest arrival
+            lags = LagRecord.from_histograms(ingest.a, ingest.n, at)
+            for i, server in enumerate(ingest.servers):
+                servers[server] = ServerRecord(rows=rows[i], min_event_us=lo[i], max_event_us=hi[i],
+                                               max_ingest_us=newest[i], ingest_lag_ms=lags[i])
+        event_hist = {}
+        processing = _Runs.of(t, PROCESSING_LAG)  # keyed by -event time: the batch time makes it a lag
+        if processing is not None:
+            lags = LagRecord.from_histograms(batch_ts_ms * 1000 + processing.a, processing.n, processing.starts)
+            bounds = [*processing.starts.tolist(), len(processing.a)]
+            for i, server in enumerate(processing.servers):
+                servers[server] = replace(servers[server], processing_lag_ms=lags[i])
+                neg_event_us, n = processing.a[bounds[i]:bounds[i + 1]], processing.n[bounds[i]:bounds[i + 1]]
+                event_hist[server] = (-neg_event_us[::-1], n[::-1])
+        ticks = t.filter(pc.equal(tags, TICK)).sort_by("server")
+        for server, n, hi in zip(*(ticks.column(c).to_pylist() for c in ("server", "n", "max_ev")), strict=True):
+            servers[server] = replace(servers.get(server, ServerRecord()), ticks=n, max_tick_us=hi)
+        bad = [BadRow(d["entry_id"], d["error"], d.get("error_detail") or "", d.get("raw") or "", d.get("shard") or 0)
+               for d in map(json.loads, t.filter(pc.equal(tags, BAD)).column("b").to_pylist())]
+        bad.sort(key=lambda b: (b.shard, parse_entry_id(b.entry_id)))
+        meta = t.schema.metadata or {}
+        regions = json.loads(meta[REGIONS_META]) if REGIONS_META in meta else {}
+        return cls(windows, servers, event_hist, bad, regions)
+
+    def summary(self, batch_id: int, watermark_ms: int, batch_ts_ms: int, start_id: str, end_id: str,
+                params: Params) -> BatchSummary:
+        """The batch judged against ``watermark_ms``: each window's pairs dropped (``end <= watermark``) or
+        accepted, and of the accepted ones those before the watermark counted as late."""
+        windows: list[WindowAgg] = []
+        accepted: list[WindowAgg] = []
+        for start_ms, server, n, players in self.windows:
+            w = WindowAgg(start_ms, start_ms + params.window_ms, server)
+            windows.append(w)
+            if w.end_ms <= watermark_ms:  # closed: Spark drops the pair
+                w.dropped = n
+            else:
+                w.events, w.players = n, players
+                accepted.append(w)
+        for w, k in zip(accepted, self._late_counts(accepted, watermark_ms), strict=True):
+            w.late = k
+        # Summed here, then each server's record made once: records are frozen, and the lanes share self.servers.
+        sums = {name: dict.fromkeys(("events", "dropped", "late"), 0) for name in self.servers}
+        for w in windows:
+            total = sums[w.server]
+            total["events"] += w.events
+            total["dropped"] += w.dropped
+            total["late"] += w.late
+        servers = {name: replace(st, **sums[name]) for name, st in self.servers.items()}
+        return BatchSummary(
+            batch_id=batch_id, watermark_ms=watermark_ms, batch_ts_ms=batch_ts_ms, start_id=start_id,
+            end_id=end_id, windows=sorted(windows, key=lambda w: (w.start_ms, w.server, w.end_ms)),
+            servers=servers, bad=list(self.bad), regions=dict(self.regions),
+            refused_max_event_us=self.refusal.max_event_us,
+        )
+
+
+@dataclass(frozen=True)
+class _Runs:
+    """A lag tag's rows, sorted by (server, lag key) as numpy columns, and where each server's run starts: a
+    histogram per server, tens of thousands of rows a live batch, read in whole-array passes."""
+
+    servers: list[str]
+    starts: np.ndarray
+    a: np.ndarray
+    n: np.ndarray
+    min_ev: np.ndarray
+    max_ev: np.ndarray
+
+    @classmethod
+    def of(cls, t: pa.Table, tag: int) -> _Runs | None:
+        part = t.filter(pc.and_(pc.and_(pc.equal(t.column("tag"), tag), pc.is_valid(t.column("a"))),
+                                pc.is_valid(t.column("server"))))
+        if not part.num_rows:
+            return None
+        # One sort by (server, lag), not a filter per server (O(servers x rows)).
+        part = part.sort_by([("server", "ascending"), ("a", "ascending")]).combine_chunks()
+        runs = pc.run_end_encode(part.column("server").combine_chunks())
+        ends = runs.run_ends.to_numpy()
+        return cls(runs.values.to_pylist(), np.concatenate([[0], ends[:-1]]).astype(np.int64),
+                   *(part.column(c).to_numpy() for c in ("a", "n", "min_ev", "max_ev")))
+
+
 def events_per_server(t: pa.Table) -> dict[str, int]:
     """Each server's accepted events in the aggregate (its INGEST_LAG items' counts)."""
     rows = t.filter(pc.equal(t.column("tag"), INGEST_LAG))
@@ -150,8 +376,10 @@ def refuse(t: pa.Table, servers: frozenset[str], reason: str, detail: str) -> tu
                                            "event_time": iso_from_us(event_us)})})
             for server, player, entry, code, event_us, shard in zip(
                 *(events.column(c).to_pylist() for c in ("server", "b", "c", "min_ev", "a", "shard")), strict=True)]
-    bad = _items(BAD, events.column("server"), pa.array(np.zeros(events.num_rows, np.int64)),
-                 pa.array(docs, pa.string()), None, None, None)
-    bad = bad.append_column("shard", pa.nulls(bad.num_rows, pa.int32()))
+    n = events.num_rows
     kept = t.filter(pc.or_(pc.invert(mine), pc.equal(tags, TICK)))
-    return pa.concat_tables([kept, bad.rename_columns(NAMES).cast(kept.schema)]), newest
+    bad = pa.table({"tag": np.full(n, BAD, np.int32), "server": events.column("server"), "a": np.zeros(n, np.int64),
+                    "b": pa.array(docs, pa.string()), "c": pa.nulls(n, pa.string()), "n": np.ones(n, np.int64),
+                    "min_ev": pa.nulls(n, pa.int64()), "max_ev": pa.nulls(n, pa.int64()),
+                    "shard": pa.nulls(n, pa.int32())}).cast(kept.schema)
+    return pa.concat_tables([kept, bad]), newest

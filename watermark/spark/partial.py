@@ -90,8 +90,10 @@ class PartitionPartials:
         self._parts: dict[str, list[pa.Table]] = {WINDOW: [], INGEST_LAG: [], EVENT_TIME: []}
         self._waiting = 0
 
-    def add(self, server: pa.Array, ingest_us: pa.Array, event_us: pa.Array) -> None:
-        """Accepted events only, each with its server, arrival and event time (int64 microseconds, no nulls)."""
+    def add(self, server: pa.Array, ingest_us: pa.Array, event_us: pa.Array, placed: pa.Table | None = None) -> None:
+        """Accepted events only, each with its server, arrival and event time (int64 microseconds, no nulls).
+        ``placed``: the same events already in their windows (:func:`in_windows` with ``server``), when the caller
+        placed them once for the windows' players too."""
         n = len(server)
         if not n:
             return
@@ -99,7 +101,7 @@ class PartitionPartials:
         self._parts[INGEST_LAG].append(pa.table(
             [server, pc.subtract(ingest_us, event_us), ones, event_us, event_us], names=_COLUMNS))
         self._parts[EVENT_TIME].append(pa.table([server, event_us, ones, event_us, event_us], names=_COLUMNS))
-        w = in_windows(event_us, self.window_ms, self.slide_ms, server=server)
+        w = placed if placed is not None else in_windows(event_us, self.window_ms, self.slide_ms, server=server)
         ev = w.column("event_us")
         self._parts[WINDOW].append(pa.table(
             [w.column("server"), w.column("start"), pa.array(np.ones(w.num_rows, np.int64)), ev, ev], names=_COLUMNS))

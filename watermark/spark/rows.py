@@ -1,8 +1,9 @@
 """A batch's rows in Arrow: the source's schema, stream entries parsed into rows, and rows packed and unpacked.
 
 The source (:mod:`watermark.spark.source`) makes the rows, and packs its partial and player rows into one blob a
-partition (:func:`pack`: Spark moves bytes, not a JVM row each). The sink and the online view's hand-off read them
-back with :func:`unpack`. One module, so that the schema, the packing and the unpacking cannot drift apart.
+partition (:func:`pack`: Spark moves bytes, not a JVM row each); the sink reads them back with :func:`unpack`. One
+module, so that the schema, the packing and the unpacking cannot drift apart. (The online view's hand-off packs
+something else, the view's events, at the store's floor: :mod:`watermark.store.online.handoff`.)
 """
 
 from __future__ import annotations

@@ -18,47 +18,31 @@ import logging
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
-from dataclasses import replace as replace_table
+from dataclasses import dataclass
 
-import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import redis
-from msgspec.structs import replace
 from pyspark.sql import DataFrame
 
-from watermark.rules.fleet import FLOOD_REASON, admit
-from watermark.rules.late import LateEvent
-from watermark.rules.online.fold import KIND_CODES
+from watermark.rules.fleet import admit
 from watermark.rules.online.rollup import MINUTE_MS
 from watermark.rules.online.table import OnlineBatch, OnlineEvents
 from watermark.rules.watermarks import ServerWatermarks
-from watermark.rules.windows import Histograms, event_ms, late_counts
-from watermark.schema.events import parse_entry_id
-from watermark.schema.keys import KeySchema, WindowKey
-from watermark.schema.records import LagRecord, NameGuardRecord, ServerRecord, StateRecord
+from watermark.rules.windows import event_ms
+from watermark.schema.keys import KeySchema
+from watermark.schema.records import StateRecord
 from watermark.schema.shards import START, Position
 from watermark.schema.timeutil import clock
 from watermark.spark import local_agg
 from watermark.spark.checkpoint import OffsetEntry, read_offset_log
 from watermark.spark.followers import FollowerThread
-from watermark.spark.local_agg import (  # the items' tags, one set for both paths
-    BAD,
-    INGEST_LAG,
-    PLAYER,
-    PROCESSING_LAG,
-    TICK,
-    WINDOW,
-)
+from watermark.spark.local_agg import REGIONS_META, BatchTable, Guard, Refusal
 from watermark.spark.rows import ARROW_SCHEMA, packed_regions, unpack
 from watermark.spark.source import SourceOptions, ranges, read_partition
 from watermark.spark.window_players import Added, drop_replayed, no_players, read_added
 from watermark.store.commit import (
-    BadRow,
     BatchSummary,
     Params,
-    WindowAgg,
     commit_batch,
     free_committed_input,
     online_reader,
@@ -87,12 +71,8 @@ def aggregate(df: DataFrame) -> pa.Table:
 
     Nothing in the query depends on the batch (watermark, batch time), so Spark's plan is the same for
     every batch: which windows are closed, which events are late and the processing lag follow from the
-    result and the watermark afterwards (:class:`BatchTable`)."""
+    result and the watermark afterwards (:func:`watermark.spark.local_agg.read`)."""
     return aggregate_arrow(df.select(*local_agg.COLUMNS, "blob").toArrow())
-
-
-REGIONS_META = b"regions"
-"""The aggregate's schema metadata key for each server's region (JSON), read off the packed rows."""
 
 
 def aggregate_arrow(rows: pa.Table) -> pa.Table:
@@ -115,168 +95,6 @@ def reread(source_options: Mapping[str, str], start_id: str, end_id: str, player
     return aggregate_arrow(rows.select([*local_agg.COLUMNS, "blob"]))
 
 
-def online_events(t: pa.Table) -> OnlineEvents:
-    """The batch's accepted events for the online view, from its PLAYER items."""
-    part = t.filter(pc.equal(t.column("tag"), PLAYER))
-    if not part.num_rows:
-        return OnlineEvents.empty()
-    ids = pc.split_pattern(part.column("c"), "-", max_splits=1)
-    ms = pc.cast(pc.list_element(ids, 0), pa.int64()).to_numpy()
-    seq = pc.cast(pc.list_element(ids, 1), pa.int64()).to_numpy()
-    arrival = np.empty(len(ms), np.int64)
-    arrival[np.lexsort((seq, ms))] = np.arange(len(ms))
-    return OnlineEvents(part.column("server").to_numpy(zero_copy_only=False),
-                          part.column("b").to_numpy(zero_copy_only=False), part.column("a").to_numpy(), arrival,
-                          part.column("min_ev").to_numpy().astype(np.int8), ms)
-
-
-_KIND_NAMES = {code: name for name, code in KIND_CODES.items()}
-
-
-def late_events(t: pa.Table, batch_id: int, watermark_ms: int) -> list[LateEvent]:
-    """The batch's accepted events behind ``watermark_ms``, in arrival order, to be kept
-    (:mod:`watermark.rules.late`). Usually none: one vectorised filter finds them."""
-    tags = t.column("tag")
-    part = t.filter(pc.and_(pc.equal(tags, PLAYER), pc.less(t.column("a"), watermark_ms * 1000)))
-    out = [LateEvent(entry_id, server, player, _KIND_NAMES.get(code), event_us, batch_id, watermark_ms, shard or 0)
-           for server, event_us, player, entry_id, code, shard in zip(
-               *(part.column(c).to_pylist() for c in ("server", "a", "b", "c", "min_ev", "shard")), strict=True)]
-    out.sort(key=lambda e: (e.shard, parse_entry_id(e.entry_id)))
-    return out
-
-
-@dataclass(frozen=True)
-class BatchTable:
-    """A batch's aggregate read once: everything in it that no watermark changes, shared by the configured
-    pipeline and its lanes. ``windows``: (start ms, server, (event, window) pairs, players the batch added) per
-    window; ``servers``: each server's input figures (rows, event time range, lags, idle markers) before any
-    window is judged; ``event_hist``: each server's events per event time, ascending (late counts come from it)."""
-
-    windows: list[tuple[int, str, int, int]]
-    servers: dict[str, ServerRecord]
-    event_hist: dict[str, tuple[np.ndarray, np.ndarray]]
-    bad: list[BadRow]
-    regions: dict[str, str] = field(default_factory=dict)
-    """Each server's region as its events carry it (none when they carry none)."""
-    refused_max_us: int | None = None
-    """The newest event time of the names the flood guard refused (their events are in ``bad``): Spark's watermark
-    read it before the guard judged, so every watermark here does too."""
-    hists: Histograms | None = None
-    """``event_hist`` keyed together, so a judgement counts every server's late events in one pass (None: judged
-    server by server)."""
-
-    def __post_init__(self) -> None:
-        if self.hists is None:  # frozen: set once, here
-            object.__setattr__(self, "hists", Histograms.of(self.event_hist))
-
-    def _late_counts(self, accepted: list[WindowAgg], watermark_ms: int) -> list[int]:
-        """Each accepted window's late events: every server's at once, or server by server where their event
-        times span too much to key together."""
-        if not accepted:
-            return []
-        starts = np.array([w.start_ms for w in accepted], np.int64)
-        ends = np.array([w.end_ms for w in accepted], np.int64)
-        if self.hists is not None:
-            return self.hists.late_counts([w.server for w in accepted], starts, ends, watermark_ms).tolist()
-        return [int(late_counts(starts[i:i + 1], ends[i:i + 1], *self.event_hist[w.server], watermark_ms)[0])
-                for i, w in enumerate(accepted)]
-
-    @classmethod
-    def read(cls, t: pa.Table, batch_ts_ms: int, window_ms: int, added: Added) -> BatchTable:
-        """``added``: what the batch's partitions added to each window's players (:func:`read_added`)."""
-        tags = t.column("tag")
-        per_window = t.filter(pc.equal(tags, WINDOW)).group_by(["a", "server"], use_threads=False).aggregate(
-            [("n", "sum")])
-        windows = [(ws // 1000, server, n, added.of(WindowKey(ws // 1000, ws // 1000 + window_ms, server)))
-                   for ws, server, n in zip(*(per_window.column(c).to_pylist() for c in ("a", "server", "n_sum")),
-                                            strict=True)]
-        servers: dict[str, ServerRecord] = {}
-        ingest = _Runs.of(t, INGEST_LAG)
-        if ingest is not None:  # every server's figures in whole-array passes: 300 servers a batch
-            at = ingest.starts
-            rows = np.add.reduceat(ingest.n, at).tolist()
-            lo, hi = np.minimum.reduceat(ingest.min_ev, at).tolist(), np.maximum.reduceat(ingest.max_ev, at).tolist()
-            newest = np.maximum.reduceat(ingest.max_ev + ingest.a, at).tolist()  # the newest arrival
-            lags = LagRecord.from_histograms(ingest.a, ingest.n, at)
-            for i, server in enumerate(ingest.servers):
-                servers[server] = ServerRecord(rows=rows[i], min_event_us=lo[i], max_event_us=hi[i],
-                                               max_ingest_us=newest[i], ingest_lag_ms=lags[i])
-        event_hist = {}
-        processing = _Runs.of(t, PROCESSING_LAG)  # keyed by -event time: the batch time makes it a lag
-        if processing is not None:
-            lags = LagRecord.from_histograms(batch_ts_ms * 1000 + processing.a, processing.n, processing.starts)
-            bounds = [*processing.starts.tolist(), len(processing.a)]
-            for i, server in enumerate(processing.servers):
-                servers[server] = replace(servers[server], processing_lag_ms=lags[i])
-                neg_event_us, n = processing.a[bounds[i]:bounds[i + 1]], processing.n[bounds[i]:bounds[i + 1]]
-                event_hist[server] = (-neg_event_us[::-1], n[::-1])
-        ticks = t.filter(pc.equal(tags, TICK)).sort_by("server")
-        for server, n, hi in zip(*(ticks.column(c).to_pylist() for c in ("server", "n", "max_ev")), strict=True):
-            servers[server] = replace(servers.get(server, ServerRecord()), ticks=n, max_tick_us=hi)
-        bad = [BadRow(d["entry_id"], d["error"], d.get("error_detail") or "", d.get("raw") or "", d.get("shard") or 0)
-               for d in map(json.loads, t.filter(pc.equal(tags, BAD)).column("b").to_pylist())]
-        bad.sort(key=lambda b: (b.shard, parse_entry_id(b.entry_id)))
-        meta = t.schema.metadata or {}
-        regions = json.loads(meta[REGIONS_META]) if REGIONS_META in meta else {}
-        return cls(windows, servers, event_hist, bad, regions)
-
-    def summary(self, batch_id: int, watermark_ms: int, batch_ts_ms: int, start_id: str, end_id: str,
-                params: Params) -> BatchSummary:
-        """The batch judged against ``watermark_ms``: each window's pairs dropped (``end <= watermark``) or
-        accepted, and of the accepted ones those before the watermark counted as late."""
-        windows: list[WindowAgg] = []
-        accepted: list[WindowAgg] = []
-        for start_ms, server, n, players in self.windows:
-            w = WindowAgg(start_ms, start_ms + params.window_ms, server)
-            windows.append(w)
-            if w.end_ms <= watermark_ms:  # closed: Spark drops the pair
-                w.dropped = n
-            else:
-                w.events, w.players = n, players
-                accepted.append(w)
-        for w, k in zip(accepted, self._late_counts(accepted, watermark_ms), strict=True):
-            w.late = k
-        # Summed here, then each server's record made once: records are frozen, and the lanes share self.servers.
-        sums = {name: dict.fromkeys(("events", "dropped", "late"), 0) for name in self.servers}
-        for w in windows:
-            total = sums[w.server]
-            total["events"] += w.events
-            total["dropped"] += w.dropped
-            total["late"] += w.late
-        servers = {name: replace(st, **sums[name]) for name, st in self.servers.items()}
-        return BatchSummary(
-            batch_id=batch_id, watermark_ms=watermark_ms, batch_ts_ms=batch_ts_ms, start_id=start_id,
-            end_id=end_id, windows=sorted(windows, key=lambda w: (w.start_ms, w.server, w.end_ms)),
-            servers=servers, bad=list(self.bad), regions=dict(self.regions), refused_max_event_us=self.refused_max_us,
-        )
-
-
-@dataclass(frozen=True)
-class _Runs:
-    """A lag tag's rows, sorted by (server, lag key) as numpy columns, and where each server's run starts: a
-    histogram per server, tens of thousands of rows a live batch, read in whole-array passes."""
-
-    servers: list[str]
-    starts: np.ndarray
-    a: np.ndarray
-    n: np.ndarray
-    min_ev: np.ndarray
-    max_ev: np.ndarray
-
-    @classmethod
-    def of(cls, t: pa.Table, tag: int) -> _Runs | None:
-        part = t.filter(pc.and_(pc.and_(pc.equal(t.column("tag"), tag), pc.is_valid(t.column("a"))),
-                                pc.is_valid(t.column("server"))))
-        if not part.num_rows:
-            return None
-        # One sort by (server, lag), not a filter per server (O(servers x rows)).
-        part = part.sort_by([("server", "ascending"), ("a", "ascending")]).combine_chunks()
-        runs = pc.run_end_encode(part.column("server").combine_chunks())
-        ends = runs.run_ends.to_numpy()
-        return cls(runs.values.to_pylist(), np.concatenate([[0], ends[:-1]]).astype(np.int64),
-                   *(part.column(c).to_numpy() for c in ("a", "n", "min_ev", "max_ev")))
-
-
 class Phases:
     """Wall milliseconds of the sink's steps in one batch: ``with phases("commit"): ...``."""
 
@@ -297,19 +115,6 @@ class Phases:
 
 class FollowerBehind(RuntimeError):
     """A follower's commits are behind the batch by more than one (:meth:`RedisSink.followers_in_step`)."""
-
-
-@dataclass(frozen=True)
-class Refusal:
-    """What the flood guard refused in a batch: the names, their newest event time, and the guard's minute after
-    the batch (None: unchanged, or already committed)."""
-
-    names: tuple[str, ...] = ()
-    max_event_us: int | None = None
-    record: NameGuardRecord | None = None
-
-
-NO_REFUSAL = Refusal()
 
 
 class RedisSink(DriverClient):
@@ -364,9 +169,9 @@ class RedisSink(DriverClient):
         with phases("read"):  # Spark's job: the source partitions read, parse and pre-aggregate
             table = aggregate(df)
         with phases("sum"):
-            table, refusal = self.guard(table, batch_id, entry.batch_ts_ms)
-            batch, summary = self.judge(table, batch_id, entry, start_id, end_id, self.watermarks,
-                                        self.players_added(start_id, end_id), refusal)
+            batch = local_agg.read(table, batch_id, entry, self.params, self.players_added(start_id, end_id),
+                                   self.guard_of(batch_id, entry), self.online_timeout_ms is not None)
+            summary = self.judge(batch, batch_id, entry, start_id, end_id, self.watermarks)
         with phases("commit"):  # guarded by the batch id, so retrying after a lost reply cannot count twice
             applied = with_retry(lambda: commit_batch(self.client, self.keys, summary, self.params),
                                  f"commit of batch {batch_id}", when_full=self.free_memory, refresh=self.refresh)
@@ -377,7 +182,7 @@ class RedisSink(DriverClient):
                            refresh=self.refresh)
 
         def follow() -> None:
-            self.follow(table, batch, summary, entry, phases)
+            self.follow(batch, summary, entry, phases)
             if applied:  # where the sink's time went, beside the batch's record (its TTL already set)
                 with_retry(lambda: self.client.hset(self.keys.batch(batch_id), "phases", phases.to_json()),
                            f"phases of batch {batch_id}", when_full=self.free_memory, refresh=self.refresh)
@@ -411,14 +216,18 @@ class RedisSink(DriverClient):
         return with_retry(lambda: read_added(self.client, self.keys, end_id), f"players added up to {end_id}",
                           refresh=self.refresh)
 
-    def guard(self, table: pa.Table, batch_id: int, batch_ts_ms: int) -> tuple[pa.Table, Refusal]:
-        """The flood guard (:func:`watermark.rules.fleet.admit`): the batch's new server names over the minute's
-        limit have their events quarantined. Judged against what the pipeline committed before the batch; a batch
-        it has committed already (read again for a follower, or replayed) refuses what it refused then."""
+    def guard_of(self, batch_id: int, entry: OffsetEntry) -> Guard | None:
+        """The flood guard of batch ``batch_id`` for :func:`watermark.spark.local_agg.read` (None: no guard)."""
+        if self.params.new_servers_per_minute <= 0:
+            return None
+        return lambda events: self.guard(events, batch_id, entry.batch_ts_ms)
+
+    def guard(self, events: Mapping[str, int], batch_id: int, batch_ts_ms: int) -> Refusal:
+        """The flood guard (:func:`watermark.rules.fleet.admit`) over the batch's accepted events per server: the
+        new server names over the minute's limit are refused. Judged against what the pipeline committed before the
+        batch; a batch it has committed already (read again for a follower, or replayed) refuses what it refused
+        then."""
         limit = self.params.new_servers_per_minute
-        events = local_agg.events_per_server(table) if limit > 0 else {}
-        if not events:
-            return table, NO_REFUSAL
         prior = with_retry(lambda: read_guard(self.client, self.keys, batch_id, events),
                            f"the flood guard's names of batch {batch_id}", refresh=self.refresh)
         if prior.committed_refusal is not None:
@@ -427,30 +236,26 @@ class RedisSink(DriverClient):
             refused, after = admit(prior.new, prior.record, batch_ts_ms, limit)
             record = None if after == prior.record else after
         if not refused:
-            return table, Refusal(record=record)
+            return Refusal(record=record)
         minute = batch_ts_ms - batch_ts_ms % MINUTE_MS
         detail = (f"a new server name over the flood guard: more than {limit:,} new names in the minute from "
                   f"{clock(minute)} (NEW_SERVERS_PER_MINUTE)")
-        table, newest = local_agg.refuse(table, refused, FLOOD_REASON, detail)
         log.warning("batch %d: %d new server name(s) refused by the flood guard (%s)", batch_id, len(refused),
                     detail)
-        return table, Refusal(tuple(sorted(refused)), newest, record)
+        return Refusal(tuple(sorted(refused)), detail, record=record)
 
-    def judge(self, table: pa.Table, batch_id: int, entry: OffsetEntry, start_id: str, end_id: str,
-              watermarks: ServerWatermarks | None, added: Added,
-              refusal: Refusal | None = None) -> tuple[BatchTable, BatchSummary]:
-        refusal = refusal or NO_REFUSAL
-        batch = replace_table(BatchTable.read(table, entry.batch_ts_ms, self.params.window_ms, added),
-                              refused_max_us=refusal.max_event_us)
+    def judge(self, batch: BatchTable, batch_id: int, entry: OffsetEntry, start_id: str, end_id: str,
+              watermarks: ServerWatermarks | None) -> BatchSummary:
+        """The batch judged against the pipeline's watermark in force, with what the flood guard refused and the
+        late events it keeps; per server, the watermarks advanced (``watermarks``: this run's model)."""
         summary = batch.summary(batch_id, entry.watermark_ms, entry.batch_ts_ms, start_id, end_id, self.params)
-        summary.refused, summary.name_guard = refusal.names, refusal.record
-        summary.late_events = late_events(table, batch_id, entry.watermark_ms)
+        summary.refused, summary.name_guard = batch.refusal.names, batch.refusal.record
+        summary.late_events = batch.late
         if watermarks is not None:
             per_server(summary, watermarks, self.params.idle_timeout_ms is not None)
-        return batch, summary
+        return summary
 
-    def follow(self, table: pa.Table, batch: BatchTable, summary: BatchSummary, entry: OffsetEntry,
-               phases: Phases) -> None:
+    def follow(self, batch: BatchTable, summary: BatchSummary, entry: OffsetEntry, phases: Phases) -> None:
         """Commit the batch to every follower that does not have it yet: each lane, then the online view. A follower
         behind the batch by more than one is not built on (:meth:`followers_in_step`)."""
         batch_id = summary.batch_id
@@ -462,7 +267,9 @@ class RedisSink(DriverClient):
                            refresh=self.refresh)
         if self.online_timeout_ms is not None:
             with phases("online"):
-                self.online(batch_id, entry, summary, online_events(table), self.online_timeout_ms)
+                players = batch.players
+                events = local_agg.online_events(players) if players is not None else OnlineEvents.empty()
+                self.online(batch_id, entry, summary, events, self.online_timeout_ms)
 
     def online(self, batch_id: int, entry: OffsetEntry, summary: BatchSummary, events: OnlineEvents,
                timeout_ms: int) -> None:
@@ -525,13 +332,14 @@ class RedisSink(DriverClient):
             # The batch's counts of players added are kept while a lane still needs them (the online view does not).
             lane_behind = any(last is not None and last < k for last in lanes_last)
             added = self.players_added(start_id, end_id) if lane_behind else no_players()
-            table, refusal = self.guard(table, k, entry.batch_ts_ms)
-            batch, summary = self.judge(table, k, entry, start_id, end_id, None, added, refusal)
+            batch = local_agg.read(table, k, entry, self.params, added, self.guard_of(k, entry),
+                                   self.online_timeout_ms is not None)
+            summary = self.judge(batch, k, entry, start_id, end_id, None)
             if self.params.per_server:  # the watermark Spark went on with: this run's model starts afresh
                 summary.next_watermark_ms = read_offset_log(self.checkpoint_dir, k + 1, spark).watermark_ms
             log.info("batch %d: committing it to the lanes and the online view, which the last run stopped "
                      "before", k)
-            self.follow(table, batch, summary, entry, Phases())
+            self.follow(batch, summary, entry, Phases())
         return None in lasts
 
     def mend(self, batch_id: int, spark: object) -> list[int]:
@@ -572,14 +380,14 @@ class RedisSink(DriverClient):
         """Batch ``k`` read again from the input, committed to the pipeline and then to its followers (:meth:`mend`)."""
         table = with_retry(lambda: reread(self.source_options, start_id, end_id, players=True),
                            f"read of batch {k} again")
-        table, refusal = self.guard(table, k, entry.batch_ts_ms)
-        batch, summary = self.judge(table, k, entry, start_id, end_id, None, self.players_added(start_id, end_id),
-                                    refusal)
+        batch = local_agg.read(table, k, entry, self.params, self.players_added(start_id, end_id),
+                               self.guard_of(k, entry), self.online_timeout_ms is not None)
+        summary = self.judge(batch, k, entry, start_id, end_id, None)
         if self.params.per_server:  # the watermark Spark went on with
             summary.next_watermark_ms = read_offset_log(self.checkpoint_dir, k + 1, spark).watermark_ms
         with_retry(lambda: commit_batch(self.client, self.keys, summary, self.params), f"commit of batch {k} again",
                    when_full=self.free_memory, refresh=self.refresh)
-        self.follow(table, batch, summary, entry, Phases())
+        self.follow(batch, summary, entry, Phases())
 
     def input_kept(self, start_id: str) -> bool:
         """Whether the input still holds every entry after position ``start_id``: trims go from the front and keep

@@ -58,6 +58,7 @@ from watermark.spark.partial import (
     PACKED,
     PACKED_PLAYERS,
     PartitionPartials,
+    in_windows,
     player_partial,
 )
 from watermark.spark.rows import (
@@ -243,43 +244,53 @@ def read_range(url: str, stream: str, part: StreamRange, chunk: int = READ_CHUNK
         entries = with_retry(lambda lo=lo: xrange_entries(stream_client(url, stream), stream, lo, part.hi, chunk),
                              f"read of {stream}", refresh=lambda: _forget(url, stream))
         if entries:
-            batch = to_record_batch(entries, rules, regions, part.shard)
-            if partials is not None:
-                batch = _fold(partials, batch, players)
+            batch = (to_record_batch(entries, rules, regions, part.shard) if partials is None
+                     else _fold(partials, entries, rules, regions, part.shard, players))
             if batch.num_rows:
                 yield batch
         if len(entries) < chunk:
             break
         lo = "(" + entries[-1][0].decode()
+    packed = None
+    # The partials packed before the players are written, passed on after: in a partition the rows meet the
+    # packing module once (docs/architecture.md, "A batch's way through the code").
+    if partials is not None:
+        server, partial = partials.rows()
+        packed = pack(partial_batch(server, partial), PACKED, regions) if len(server) else None
     if players is not None and count_players is not None:
         keys, ttl_s = count_players
         with_retry(lambda: write_players(stream_client(url, keys.state), keys, part.batch_end, players, ttl_s),
                    f"players of {stream}", refresh=lambda: _forget(url, keys.state))
-    if partials is not None:
-        server, partial = partials.rows()
-        if len(server):
-            yield pack(partial_batch(server, partial), PACKED, regions)
+    if packed is not None:
+        yield packed
 
 
-def _fold(partials: PartitionPartials, batch: pa.RecordBatch, players: PartitionPlayers | None) -> pa.RecordBatch:
-    """The chunk's accepted events (not quarantined, not idle markers) into the partition's partials (and their
-    players, with ``players``); the rows left, one per entry, and the accepted events as player rows."""
+def _fold(partials: PartitionPartials, entries: list[RawEntry], rules: Rules, regions: dict[str, str], shard: int,
+          players: PartitionPlayers | None) -> pa.RecordBatch:
+    """A chunk's entries parsed (:func:`to_record_batch`), and its accepted events (not quarantined, not idle
+    markers) into the partition's partials (and their players, with ``players``); the rows left, one per entry,
+    and the accepted events as player rows."""
+    batch = to_record_batch(entries, rules, regions, shard)
     kind = batch.column("kind")
     accepted = pc.and_(pc.and_(batch.column("error").is_null(), batch.column("event_time").is_valid()),
                        pc.invert(pc.fill_null(pc.equal(kind, IDLE_KIND), False)))
     events = batch.filter(accepted) if accepted.false_count else batch
     event_us = pc.cast(events.column("event_time"), pa.int64())
-    partials.add(events.column("server"), pc.cast(events.column("ingest_time"), pa.int64()), event_us)
-    if players is not None:
-        players.add(events.column("server"), events.column("player_id"), event_us)
     rest = batch.filter(pc.invert(accepted)) if accepted.false_count else batch.slice(0, 0)
-    if not events.num_rows:
-        return rest
     keep = {"entry_id", "server", "player_id", "kind", "event_time", "shard"}
     n = events.num_rows
     rows = pa.RecordBatch.from_arrays(
         [events.column(f.name) if f.name in keep else player_partial(event_us) if f.name == "partial"
-         else pa.nulls(n, f.type) for f in ROW_SCHEMA], schema=ROW_SCHEMA)
+         else pa.nulls(n, f.type) for f in ROW_SCHEMA], schema=ROW_SCHEMA) if n else None
+    # Each event placed in its windows once, for the windows' counts and their players alike.
+    server = events.column("server")
+    with_player = {"player": events.column("player_id")} if players is not None else {}
+    placed = in_windows(event_us, partials.window_ms, partials.slide_ms, server=server, **with_player) if n else None
+    partials.add(server, pc.cast(events.column("ingest_time"), pa.int64()), event_us, placed)
+    if players is not None:
+        players.add(server, events.column("player_id"), event_us, placed)
+    if rows is None:
+        return rest
     packed = pack(rows, PACKED_PLAYERS)
     return pa.concat_batches([rest, packed]) if rest.num_rows else packed
 

@@ -78,11 +78,14 @@ class PartitionPlayers:
         self._parts: list[pa.Table] = []
         self._waiting = 0
 
-    def add(self, server: pa.Array, player: pa.Array, event_us: pa.Array) -> None:
+    def add(self, server: pa.Array, player: pa.Array, event_us: pa.Array, placed: pa.Table | None = None) -> None:
+        """Accepted events: each one's server, player and event time. ``placed``: the same events already in their
+        windows (:func:`watermark.spark.partial.in_windows` with ``server`` and ``player``)."""
         if not len(server):
             return
         # the partitions' own placement (partial.in_windows): a player lands in the windows its event is counted in
-        w = in_windows(event_us, self.window_ms, self.slide_ms, server=server, player=player)
+        w = placed if placed is not None else in_windows(event_us, self.window_ms, self.slide_ms, server=server,
+                                                         player=player)
         self._parts.append(w.select(["start", "server", "player"]))
         self._waiting += w.num_rows
         if self._waiting >= self.fold_at:
