@@ -181,6 +181,21 @@ def test_a_minute_gives_every_series_its_slot_with_each_ones_own_peak() -> None:
     assert {k: decode(T0, v)[0] for k, v in slots.items()} == points
 
 
+def test_a_closed_minute_keeps_its_own_regions_whatever_the_batch_that_closes_it_says() -> None:
+    """One rule for a minute's regions: its last batch's (Minute.regions). The history's day record and Live ops'
+    last hour (dashboard.fleet) both read them; a server that moves region in the batch that closes the minute, or
+    a record read when the servers' regions are forgotten, change nothing."""
+    _, m = roll(None, T0 + 1_000, {"eu-001": 4, "us-001": 1}, {}, REGIONS)
+    closed, _ = roll(m, T0 + MINUTE_MS, {"eu-001": 3, "us-001": 1}, {}, {"eu-001": "us", "us-001": "us"})
+    assert closed is not None and closed.regions == {"eu": 4, "us": 1}
+    for regions in ({"eu-001": "us", "us-001": "us"}, {}, None):
+        points = minute_points(closed, regions)
+        assert (points[region_key("eu")].last, points[region_key("us")].last, points[TOTAL].last) == (4, 1, 5)
+        assert {k: decode(T0, v)[0] for k, v in minute_slots(closed, regions).items()} == points
+    old = Minute(T0, last={"eu-001": 4, "us-001": 1}, peak={})  # a record from before minutes kept their regions
+    assert minute_points(old, REGIONS)[region_key("eu")].last == 4
+
+
 def test_servers_without_a_region_are_in_the_total_only() -> None:
     _, m = roll(None, T0, {"A": 2, "eu-001": 1}, {}, {"eu-001": "eu"})
     assert set(minute_points(m, {"eu-001": "eu"})) == {"A", "eu-001", region_key("eu"), TOTAL}

@@ -197,15 +197,20 @@ always."""
 
 def kept_series(m: Minute, regions: Mapping[str, str] | None = None) -> dict[str, int]:
     """The series a closed minute is kept for: the total, every region, and the :data:`SERVER_SERIES` servers with
-    the most players online at its end (the first by name among equals)."""
-    counts = series_counts(m.last, regions)
+    the most players online at its end (the first by name among equals). A region's count is the minute's own
+    (:attr:`Minute.regions`, by the regions of its last batch), as Live ops draws the last hour; ``regions``, the
+    servers' regions now, only sums a record written before minutes kept theirs."""
+    if m.regions is None:
+        counts = series_counts(m.last, regions)
+    else:
+        counts = series_counts(m.last) | {region_key(r): n for r, n in m.regions.items()}
     busiest = set(sorted(m.last, key=lambda s: (-m.last[s], s))[:SERVER_SERIES])
     return {k: n for k, n in counts.items() if k == TOTAL or k.startswith(REGION) or k in busiest}
 
 
 def minute_slots(m: Minute, regions: Mapping[str, str] | None = None) -> dict[str, bytes]:
-    """A closed minute's slot for every series kept (:func:`kept_series`): the servers' counts at its end summed per
-    region and in total (by ``regions``, the servers' regions when it closed); each series' own peak within it."""
+    """A closed minute's slot for every series kept (:func:`kept_series`): the servers' counts at its end, each
+    region's and the total; each series' own peak within it."""
     return {key: encode_slot(n, max(n, m.peak.get(key, n))) for key, n in kept_series(m, regions).items()}
 
 
