@@ -109,7 +109,7 @@ def measure(url: str, servers: int, rate: int, seconds: float, trigger_ms: int, 
         for lane in lanes:
             _timed(c, f"lane {lane.keys.namespace.rsplit('.', 1)[-1]}",
                    lambda lane=lane, batch=batch, summary=summary: lane.commit(client, batch, summary))
-        events = local_agg.online_events(batch.players)
+        events = local_agg.online_events(batch.aggregate)
         online = OnlineBatch(batch_id, watermark_ms, hi_ms, hi, events, params.delay_ms, None)
         if groups:  # decision 0020: the driver hands off; each group folds its share in wm-online
             handed = online.record(groups, 30_000)

@@ -178,7 +178,7 @@ def read(t: pa.Table, batch_id: int, entry: OffsetEntry, params: Params, added: 
             refusal = replace_table(refusal, max_event_us=newest)
     return replace_table(BatchTable.read(t, entry.batch_ts_ms, params.window_ms, added), refusal=refusal,
                          late=late_events(t, batch_id, entry.watermark_ms),
-                         players=t if online else None)
+                         aggregate=t if online else None)
 
 
 def online_events(t: pa.Table) -> OnlineEvents:
@@ -230,7 +230,7 @@ class BatchTable:
     late: list[LateEvent] = field(default_factory=list)
     """The accepted events behind the pipeline's watermark, in arrival order, for the Events page (lanes keep
     none)."""
-    players: pa.Table | None = None
+    aggregate: pa.Table | None = None
     """The aggregate itself, for the online view (None when the pipeline has none): :func:`online_events` reads its
     PLAYER items on the followers' thread, off the pipeline's commit. Not a filtered copy: with one, the whole stack
     at 300 servers and 50,000 events/s was slower in every run (docs/benchmarks.md)."""
@@ -256,7 +256,8 @@ class BatchTable:
 
     @classmethod
     def read(cls, t: pa.Table, batch_ts_ms: int, window_ms: int, added: Added) -> BatchTable:
-        """``added``: what the batch's partitions added to each window's players (:func:`read_added`)."""
+        """``added``: what the batch's partitions added to each window's players
+        (:func:`watermark.spark.window_players.read_added`)."""
         tags = t.column("tag")
         per_window = t.filter(pc.equal(tags, WINDOW)).group_by(["a", "server"], use_threads=False).aggregate(
             [("n", "sum")])
@@ -371,16 +372,13 @@ def refuse(t: pa.Table, servers: frozenset[str], reason: str, detail: str) -> tu
     lags = t.filter(pc.and_(mine, pc.equal(tags, INGEST_LAG)))
     newest = pc.max(lags.column("max_ev")).as_py() if lags.num_rows else None
     events = t.filter(pc.and_(mine, pc.equal(tags, PLAYER)))
-    codes = {code: name for name, code in KIND_CODES.items()}
     docs = [json.dumps({"entry_id": entry, "error": reason, "error_detail": detail, "shard": shard or 0,
-                        "raw": json.dumps({"server": server, "player_id": player, "kind": codes.get(code),
+                        "raw": json.dumps({"server": server, "player_id": player, "kind": _KIND_NAMES.get(code),
                                            "event_time": iso_from_us(event_us)})})
             for server, player, entry, code, event_us, shard in zip(
                 *(events.column(c).to_pylist() for c in ("server", "b", "c", "min_ev", "a", "shard")), strict=True)]
-    n = events.num_rows
+    bad = _items(BAD, events.column("server"), pa.array(np.zeros(events.num_rows, np.int64)),
+                 pa.array(docs, pa.string()), None, None, None)
+    bad = bad.append_column("shard", pa.nulls(bad.num_rows, pa.int32()))
     kept = t.filter(pc.or_(pc.invert(mine), pc.equal(tags, TICK)))
-    bad = pa.table({"tag": np.full(n, BAD, np.int32), "server": events.column("server"), "a": np.zeros(n, np.int64),
-                    "b": pa.array(docs, pa.string()), "c": pa.nulls(n, pa.string()), "n": np.ones(n, np.int64),
-                    "min_ev": pa.nulls(n, pa.int64()), "max_ev": pa.nulls(n, pa.int64()),
-                    "shard": pa.nulls(n, pa.int32())}).cast(kept.schema)
-    return pa.concat_tables([kept, bad]), newest
+    return pa.concat_tables([kept, bad.rename_columns(NAMES).cast(kept.schema)]), newest

@@ -267,8 +267,8 @@ class RedisSink(DriverClient):
                            refresh=self.refresh)
         if self.online_timeout_ms is not None:
             with phases("online"):
-                players = batch.players
-                events = local_agg.online_events(players) if players is not None else OnlineEvents.empty()
+                aggregate = batch.aggregate
+                events = local_agg.online_events(aggregate) if aggregate is not None else OnlineEvents.empty()
                 self.online(batch_id, entry, summary, events, self.online_timeout_ms)
 
     def online(self, batch_id: int, entry: OffsetEntry, summary: BatchSummary, events: OnlineEvents,
