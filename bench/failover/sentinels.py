@@ -58,7 +58,14 @@ class Proc:
         self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, cwd=self.dir,
                                      start_new_session=True, preexec_fn=die_with_parent(signal.SIGKILL))
         log.close()
-        until(lambda: self.client().ping(), f"{self.name} answering on port {self.port}", timeout_s=15)
+        until(self._ours, f"{self.name} answering on port {self.port}", timeout_s=15)
+
+    def _ours(self) -> bool:
+        """Whether the server on the port is this process: with tests in parallel another's may hold the port."""
+        assert self.proc is not None
+        if self.proc.poll() is not None:
+            raise RuntimeError(f"{self.name} exited ({self.proc.returncode}) on port {self.port}:\n{self.log_tail()}")
+        return int(self.client().info("server")["process_id"]) == self.proc.pid
 
     def client(self) -> redis.Redis:
         return redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=2, socket_connect_timeout=2)
@@ -103,8 +110,12 @@ class SentinelGroup:
 
     def start(self) -> None:
         try:
+            # Each port is taken just before its server binds it: another process (a test beside this one) may
+            # take a port between the pick and the bind, and the longer between them, the likelier.
+            self.primary.port = free_port()
             self.primary.start(self._server(self.primary))
             for node in self.replicas:
+                node.port = free_port()
                 node.start(self._server(node, "--replicaof", "127.0.0.1", str(self.primary.port)))
                 until(lambda n=node: n.client().info("replication").get("master_link_status") == "up",
                       f"{node.name} in sync with the primary")
@@ -114,6 +125,8 @@ class SentinelGroup:
             # discovering them says: discovery by hello messages and INFO took 7 s a group, and a test of a
             # failover needs the group, not its discovery.
             ids = {s.name: os.urandom(20).hex() for s in self.sentinels}
+            for s in self.sentinels:
+                s.port = free_port()
             for s in self.sentinels:
                 conf = s.dir / "sentinel.conf"
                 conf.write_text("".join([

@@ -12,6 +12,7 @@ import pytest
 import redis
 from redis.cluster import RedisCluster
 
+from bench.failover.sentinels import until
 from tests.store.online.test_handoff import hand_off_twice
 from tests.store.test_online_groups import PARAMS as ONLINE
 from tests.store.test_online_groups import dump, now, random_game, run
@@ -179,7 +180,20 @@ def _move_slot(c: RedisCluster, key: str) -> int:
     others = [n for n in c.get_primaries() if n.name not in (src.name, dst.name)]
     for node in (dst, src, *others):
         c.get_redis_connection(node).execute_command("CLUSTER", "SETSLOT", slot, "NODE", dst_id)
+    # Until every node sends the slot to the new one: under load two nodes were seen sending it to each other for
+    # the ten retries the test allows (the epochs settle by gossip), a harness's race and not the commit's.
+    until(lambda: all(_sends_to(c.get_redis_connection(n), key, int(dst.port)) for n in c.get_primaries()),
+          f"every node sends slot {slot} to port {dst.port}", timeout_s=60)
     return int(dst.port)
+
+
+def _sends_to(node: redis.Redis, key: str, port: int) -> bool:
+    """Whether ``node`` serves ``key`` itself (when it is the one at ``port``) or redirects it to ``port``."""
+    try:
+        node.exists(key)
+    except redis.exceptions.MovedError as exc:
+        return str(exc).endswith(f":{port}")
+    return int(node.connection_pool.connection_kwargs["port"]) == port
 
 
 def test_a_commit_finds_its_slot_on_another_node_after_a_resharding(c: RedisCluster, keys: KeySchema) -> None:
