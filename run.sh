@@ -95,7 +95,8 @@ case "${1:-run}" in
         # The floors (.importlinter): its report only when a contract is broken.
         imports=$(lint-imports --no-cache 2>&1) || { echo "$imports" >&2; exit 1; }
         mypy  # the pure core (pyproject.toml)
-        exec python -m pytest "$@" ;;
+        # One worker a core (TEST_WORKERS=0: in turn), a file's tests on one worker: they share its fixtures.
+        exec python -m pytest -n "${TEST_WORKERS:-$(nproc)}" --dist loadfile "$@" ;;
   setup) echo "ready: .venv" ;;
   *) echo "usage: ./run.sh [run|test|setup]" >&2; exit 2 ;;
 esac

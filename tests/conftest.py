@@ -13,6 +13,17 @@ from watermark.apps.redis_server import LocalCluster, RedisServer
 
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+# Every JVM the tests start (their SparkSession, each job they run) compiles with C1 only: a test's JVM lives for
+# seconds to a minute, where the optimising compiler costs CPU it never pays back. Spark reads SPARK_SUBMIT_OPTS
+# when it starts a driver; the jobs the tests start inherit it. The product's own JVMs are untouched.
+os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The files with Spark or a browser first, in their order, then the rest: with workers in parallel the long
+    files start early and the short ones fill in around them, instead of one long file running alone at the end."""
+    slow = {item.path for item in items if item.get_closest_marker("spark") or item.get_closest_marker("browser")}
+    items.sort(key=lambda item: item.path not in slow)
 
 
 @pytest.fixture(scope="session")

@@ -15,7 +15,8 @@ ROOT = Path(__file__).resolve().parent.parent
 CODE = ("watermark", "dashboard", "bench")
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 NEEDED_WITHOUT_IMPORT: set[str] = set()  # pandas was one (PySpark's Arrow path) until the online view used its index
-TEST_TOOLS = {"pytest", "hypothesis", "ruff", "import-linter", "mypy", "playwright", "oidc-provider-mock"}
+TEST_TOOLS = {"pytest", "pytest-xdist", "hypothesis", "ruff", "import-linter", "mypy", "playwright",
+              "oidc-provider-mock"}
 
 
 def dist_name(requirement: str) -> str:
