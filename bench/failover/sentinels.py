@@ -48,7 +48,9 @@ class Proc:
     """One server: its port, its directory and log, its process."""
 
     def __init__(self, root: Path, name: str) -> None:
-        self.name, self.port = name, free_port()
+        self.name = name
+        self.port = 0
+        """Picked by :meth:`SentinelGroup.start` just before the server first binds it; kept across restarts."""
         self.dir = root / name
         self.dir.mkdir(parents=True)
         self.proc: subprocess.Popen[bytes] | None = None
