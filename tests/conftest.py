@@ -9,21 +9,37 @@ from collections.abc import Iterator
 import pytest
 import redis
 
+from tests.procs import BASE_OPTS, spark_submit_opts
 from watermark.apps.redis_server import LocalCluster, RedisServer
 
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-# Every JVM the tests start (their SparkSession, each job they run) compiles with C1 only: a test's JVM lives for
-# seconds to a minute, where the optimising compiler costs CPU it never pays back. Spark reads SPARK_SUBMIT_OPTS
-# when it starts a driver; the jobs the tests start inherit it. The product's own JVMs are untouched.
-os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1")
+# Every JVM the tests start (their SparkSession, each job they run) compiles with C1 only and maps its classes from
+# an archive (tests/procs.py), set before the first test that needs Spark or a browser. Spark reads
+# SPARK_SUBMIT_OPTS when it starts a driver; the jobs the tests start inherit it. The product's JVMs are untouched.
+os.environ.setdefault("SPARK_SUBMIT_OPTS", BASE_OPTS)
+_jvm_ready = False
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Before the first test of this worker that starts a JVM: the class archive's options (built by the first
+    worker to get here, once a machine for its JVM and Spark's jars)."""
+    global _jvm_ready
+    if _jvm_ready or not (item.get_closest_marker("spark") or item.get_closest_marker("browser")):
+        return
+    _jvm_ready = True
+    if os.environ["SPARK_SUBMIT_OPTS"] == BASE_OPTS:  # (options of the user's own stand)
+        os.environ["SPARK_SUBMIT_OPTS"] = spark_submit_opts()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The files with Spark or a browser first, in their order, then the rest: with workers in parallel the long
-    files start early and the short ones fill in around them, instead of one long file running alone at the end."""
+    """The files marked long first, then the others with Spark or a browser, then the rest, each in its order
+    (``./run.sh test`` keeps this order: ``--no-loadscope-reorder``). With workers in parallel the long files start
+    early and the short ones fill in around them, instead of one long file running alone at the end."""
+    long = {item.path for item in items if item.get_closest_marker("long")}
     slow = {item.path for item in items if item.get_closest_marker("spark") or item.get_closest_marker("browser")}
-    items.sort(key=lambda item: item.path not in slow)
+    items.sort(key=lambda item: (item.path not in long, item.path not in slow))
 
 
 @pytest.fixture(scope="session")

@@ -1,18 +1,35 @@
-"""Child processes for end-to-end tests: output kept in a log and waited on by content, never by sleeping."""
+"""Child processes for end-to-end tests: output kept in a log and waited on by content, never by sleeping; and the
+class-data-sharing archive every test JVM starts with.
+
+A Spark driver reads and checks its classes from the jars at every start; each job the tests start pays that again.
+The JVM can map the classes from an archive it wrote at the exit of an earlier run (``-XX:ArchiveClassesAtExit``, read
+back with ``-XX:SharedArchiveFile``): a job's start to its first commit takes about 30% less CPU (docs/testing.md).
+The archive is built once a machine, from a real job's run on a few events, and kept in the user's cache
+(``$XDG_CACHE_HOME/watermark-dashboard``, else ``~/.cache/watermark-dashboard``) under a key of the JVM and Spark's
+jars: it holds none of our classes, so every checkout shares it. A JVM whose jars differ from the archive's ignores
+it (CDS checks each jar): it makes a start faster, never different. The product sets no such option; only the JVMs
+the tests start use it, with the stacks they start.
+"""
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 
 import psutil
+import redis
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -111,3 +128,91 @@ class Proc:
                 kill_tree(self.popen.pid)
                 os.killpg(self.popen.pid, signal.SIGKILL)
         return self.popen.wait()
+
+
+BASE_OPTS = "-XX:TieredStopAtLevel=1"
+"""C1 only: a test's JVM lives for seconds to a minute, where the optimising compiler costs CPU it never pays back."""
+QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"
+"""An archive that does not fit (another JDK, other jars) is ignored without a word in the jobs' logs."""
+TRAINING_EVENTS = 120
+
+
+def java() -> str:
+    home = os.environ.get("JAVA_HOME")
+    return str(Path(home) / "bin" / "java") if home else (shutil.which("java") or "java")
+
+
+def key() -> str:
+    """What the archive depends on: the JVM (its version and binary) and every Spark jar (name and size)."""
+    import pyspark
+
+    version = subprocess.run([java(), "-version"], capture_output=True, text=True, check=True).stderr
+    jars = sorted((p.name, p.stat().st_size) for p in (Path(pyspark.__file__).parent / "jars").glob("*.jar"))
+    text = repr((version, os.path.realpath(shutil.which(java()) or java()), pyspark.__version__, jars, BASE_OPTS))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def cache_dir() -> Path:
+    """Where the archive is kept: it depends on the JVM and Spark's jars alone, so every checkout shares it."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "watermark-dashboard"
+
+
+def spark_submit_opts() -> str:
+    """The options every test JVM starts with: the archive's when it is there or can be built (built once, by
+    whichever pytest worker asks first; the others wait for it), otherwise C1 only."""
+    try:
+        cache = cache_dir()
+        cache.mkdir(parents=True, exist_ok=True)
+        archive = cache / f"spark-{key()}.jsa"
+        with (cache / "jvm-archive.lock").open("w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not archive.exists():
+                build(archive)
+    except (OSError, subprocess.SubprocessError, redis.RedisError, psutil.Error, AssertionError) as exc:
+        warnings.warn(f"no JVM class archive ({exc}): the test JVMs start without one", stacklevel=1)
+        return BASE_OPTS
+    return f"{BASE_OPTS} -XX:SharedArchiveFile={archive} {QUIET}"
+
+
+def build(archive: Path) -> None:
+    """A real job on an embedded Redis commits a few events and is stopped as an operator stops it; its JVM
+    writes the classes it loaded as it exits. Written under another name and renamed: never used half-written."""
+    from watermark.apps.redis_server import RedisServer, free_port
+    from watermark.rules.simulate import generate
+    from watermark.schema.events import PAYLOAD_FIELD
+    from watermark.schema.keys import KeySchema
+    from watermark.store.report import wait_for_commit
+
+    with tempfile.TemporaryDirectory(prefix="jvm-archive-") as tmp_dir:
+        tmp = Path(tmp_dir)
+        server = RedisServer(data_dir=str(tmp / "redis"), port=free_port())
+        server.start()
+        try:
+            client = redis.Redis.from_url(server.url, socket_timeout=30)
+            keys = KeySchema("archive")
+            events = generate("late-burst", seed=1, start_us=1_767_225_600_000_000, rate=10, count=TRAINING_EVENTS)
+            last = ""
+            for _, event in events:
+                last = client.xadd(keys.input_shard(0), {PAYLOAD_FIELD: event.payload()}).decode()
+            partial = archive.with_suffix(".part")
+            env = {**os.environ, "PYTHONPATH": str(ROOT), "REDIS_URL": server.url, "PIPELINE_NAMESPACE": "archive",
+                   "CHECKPOINT_DIR": str(tmp / "ck"), "SPARK_MASTER": "local[2]", "TRIGGER_INTERVAL": "200ms",
+                   "SPARK_SUBMIT_OPTS": f"{BASE_OPTS} -XX:ArchiveClassesAtExit={partial}"}
+            with (tmp / "job.log").open("wb") as log:
+                job = subprocess.Popen([sys.executable, "-m", "watermark.apps.job"], env=env, cwd=ROOT,
+                                       start_new_session=True, stdout=log, stderr=subprocess.STDOUT)
+            try:
+                assert wait_for_commit(client, keys, last, timeout_s=300), (tmp / "job.log").read_text()[-2000:]
+                jvms = psutil.Process(job.pid).children(recursive=True)
+                job.send_signal(signal.SIGTERM)  # the job stops its queries; its JVM exits when the job has
+                job.wait(timeout=120)
+                _, alive = psutil.wait_procs(jvms, timeout=300)  # the archive is written as the JVM exits
+                assert not alive, "the job's JVM did not exit"
+            finally:
+                if job.poll() is None:
+                    job.kill()
+                    job.wait()
+            partial.rename(archive)
+        finally:
+            server.stop()

@@ -30,7 +30,7 @@ from watermark.schema.keys import KeySchema
 from watermark.store.alert_store import read_alerts
 from watermark.store.control_store import write_control
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.long]
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = """

@@ -29,6 +29,7 @@ from watermark.spark.cluster import PACKAGE_DIR, is_local_master, package_zip
 from watermark.spark.standalone import Standalone, can_start, standalone
 from watermark.store.report import build_document, wait_for_commit
 
+pytestmark = pytest.mark.long  # (its Spark tests are marked one by one)
 START_TIMEOUT_S = 120
 COMMIT_TIMEOUT_S = 300
 EVENTS, BATCH_CAP = 600, 200  # all written before the job starts: three micro-batches of exactly 200 entries

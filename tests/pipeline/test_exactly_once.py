@@ -26,7 +26,7 @@ from watermark.store.redis_conn import home, open_client
 from watermark.store.report import WindowKey
 from watermark.store.report import wait_for_commit as online_committed
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.long]
 from tests.paths import ROOT  # noqa: E402
 
 BATCH_CAP = 60

@@ -21,7 +21,7 @@ from watermark.spark.checkpoint import read_offset_log
 from watermark.spark.query import start_query
 from watermark.store.report import build_document
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.long]
 MIN = 60_000
 
 

@@ -28,7 +28,7 @@ from watermark.spark.source import RedisStreamReader, read_range
 from watermark.store.report import build_document, read_windows
 from watermark.store.views.events import read_events
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.long]
 from tests.paths import DATA, ROOT  # noqa: E402
 
 HANDMADE_EXPECTED = {

@@ -27,7 +27,7 @@ from watermark.apps.redis_server import free_port
 from watermark.schema.keys import KeySchema
 from watermark.store.report import wait_for_commit
 
-pytestmark = [pytest.mark.spark, pytest.mark.browser]
+pytestmark = [pytest.mark.spark, pytest.mark.browser, pytest.mark.long]
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync"]

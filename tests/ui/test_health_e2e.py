@@ -33,7 +33,7 @@ from watermark.client import Producer
 from watermark.schema.keys import KeySchema
 from watermark.store.alert_store import read_alerts
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.long]
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = """
