@@ -96,10 +96,13 @@ case "${1:-run}" in
         imports=$(lint-imports --no-cache 2>&1) || { echo "$imports" >&2; exit 1; }
         mypy  # the pure core (pyproject.toml)
         # One worker a core (TEST_WORKERS=0: in turn), a file's tests on one worker: they share its fixtures.
+        # The fast tier (-m "not spark ...") waits on servers more than it computes: two workers a core.
+        workers=$(nproc)
+        case " $* " in *"not spark"*) workers=$((2 * workers)) ;; esac
         # Bytecode is cached even where PYTHONDONTWRITEBYTECODE is set: each worker would otherwise compile and
         # rewrite every test module again (about 10 s a worker, docs/testing.md).
         unset PYTHONDONTWRITEBYTECODE
-        exec python -m pytest -n "${TEST_WORKERS:-$(nproc)}" --dist loadfile --no-loadscope-reorder "$@" ;;
+        exec python -m pytest -n "${TEST_WORKERS:-$workers}" --dist loadfile --no-loadscope-reorder "$@" ;;
   setup) echo "ready: .venv" ;;
   *) echo "usage: ./run.sh [run|test|setup]" >&2; exit 2 ;;
 esac
