@@ -202,6 +202,7 @@ def build(archive: Path) -> None:
             with (tmp / "job.log").open("wb") as log:
                 job = subprocess.Popen([sys.executable, "-m", "watermark.apps.job"], env=env, cwd=ROOT,
                                        start_new_session=True, stdout=log, stderr=subprocess.STDOUT)
+            jvms: list[psutil.Process] = []
             try:
                 assert wait_for_commit(client, keys, last, timeout_s=300), (tmp / "job.log").read_text()[-2000:]
                 jvms = psutil.Process(job.pid).children(recursive=True)
@@ -209,10 +210,13 @@ def build(archive: Path) -> None:
                 job.wait(timeout=120)
                 _, alive = psutil.wait_procs(jvms, timeout=300)  # the archive is written as the JVM exits
                 assert not alive, "the job's JVM did not exit"
-            finally:
+            finally:  # nothing left running when the build failed
                 if job.poll() is None:
-                    job.kill()
+                    kill_tree(job.pid)
                     job.wait()
+                for jvm in jvms:
+                    if jvm.is_running():  # (psutil tells a reused process id apart)
+                        jvm.kill()
             partial.rename(archive)
         finally:
             server.stop()
