@@ -79,6 +79,9 @@ def test_the_job_goes_on_through_a_failover_and_loses_nothing(spark: SparkSessio
         until(lambda: int(new.client().hget(keys.state, "last_batch") or -1) >= 2, "batch 2 committed on the new "
               "primary", timeout_s=120, every_s=0.02)
         committed = time.monotonic()
+        # The other replica follows the new primary once Sentinel tells it to and it has synced: on a busy machine
+        # that took longer than add_on_replica's WAIT. Waited on here, by state.
+        until(lambda: following(new.client()), "the other replica following the new primary", timeout_s=120)
         add_on_replica(client, keys.events, parts[3])
         query.processAllAvailable()
     finally:
@@ -95,6 +98,12 @@ def test_the_job_goes_on_through_a_failover_and_loses_nothing(spark: SparkSessio
     kept, wanted = added(got["main"]), added(want["main"])
     assert wanted <= kept and len(kept - wanted) <= 1, (kept, wanted)
     assert differences(got, want) == []
+
+
+def following(primary: redis.Redis) -> bool:
+    """Whether a replica is synced with ``primary`` and takes its writes (``INFO replication``: state online)."""
+    return any(isinstance(v, dict) and v.get("state") == "online"
+               for k, v in primary.info("replication").items() if k.startswith("slave"))
 
 
 def cuts(cfg: Config, batches: int) -> list[str]:
