@@ -148,7 +148,7 @@ def key() -> str:
 
     version = subprocess.run([java(), "-version"], capture_output=True, text=True, check=True).stderr
     jars = sorted((p.name, p.stat().st_size) for p in (Path(pyspark.__file__).parent / "jars").glob("*.jar"))
-    text = repr((version, os.path.realpath(shutil.which(java()) or java()), pyspark.__version__, jars, BASE_OPTS))
+    text = repr((version, os.path.realpath(java()), pyspark.__version__, jars, BASE_OPTS))  # (java() ran: it exists)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
