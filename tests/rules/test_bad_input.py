@@ -8,6 +8,7 @@ account for every one of them.
 from __future__ import annotations
 
 import json
+import unicodedata
 import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -20,7 +21,7 @@ from hypothesis import strategies as st
 
 from watermark.rules.fleet import IdleDecision
 from watermark.schema.config import Config, ConfigError
-from watermark.schema.events import NO_RULES, BadEntry, Event, Rules, parse_entry
+from watermark.schema.events import NO_RULES, BadEntry, Event, Rules, bad_name, parse_entry
 from watermark.schema.keys import KeySchema
 from watermark.schema.timeutil import iso_from_us
 from watermark.spark.rows import to_record_batch
@@ -76,6 +77,17 @@ def test_future_skew_is_measured_against_ingest_time(ahead_ms: int, accepted: bo
         ("player_id", "p" * 128, True, None),
         ("player_id", "p" * 129, False, "player_id is 129 characters"),
         ("player_id", "p\u200b1", False, "U+200B"),  # zero width: two players that look alike
+        ("server", "eu\xad1", False, "U+00AD"),  # a soft hyphen: invisible
+        ("server", "eu-1\U000e0041", False, "U+E0041"),  # an invisible tag character
+        ("server", "eu-1 ", False, "begins or ends with a space"),  # shows as "eu-1"
+        ("server", " eu-1", False, "begins or ends with a space"),
+        ("server", " ", False, "begins or ends with a space"),  # shows as nothing
+        ("server", "\u3000eu", False, "begins or ends with a space"),  # any space
+        ("server", "eu 1", True, None),  # a space inside is seen
+        ("server", "e", True, None),
+        ("region", "eu ", False, "begins or ends with a space"),
+        ("player_id", " p1", False, "begins or ends with a space"),
+        ("event_id", "e1 ", False, "begins or ends with a space"),
         ("event_id", "e" * 129, False, "event_id is 129 characters"),
         ("event_id", "e\r", False, "U+000D"),
     ],
@@ -90,6 +102,13 @@ def test_names_too_long_or_with_control_characters_are_quarantined(field: str, v
     # the source's fast path agrees, row for row
     row = to_record_batch([(f"{INGEST_MS}-0".encode(), payload(**doc))]).to_pylist()[0]
     assert row["error"] == (None if accepted else "bad_name")
+
+
+def test_the_invisible_characters_are_unicodes_control_format_and_separator_categories() -> None:
+    """``bad_name``'s list of characters, written out for speed, against Unicode's own categories: a Python with a
+    newer Unicode (new format characters) fails here until the list follows it."""
+    listed = {cp for cp in range(0x110000) if "control or invisible" in (bad_name("server", f"a{chr(cp)}b") or "")}
+    assert listed == {cp for cp in range(0x110000) if unicodedata.category(chr(cp)) in ("Cc", "Cf", "Zl", "Zp")}
 
 
 def test_unknown_servers_are_quarantined_only_when_servers_are_listed() -> None:

@@ -15,8 +15,8 @@ millisecond part is the ingest time. Anything that does not fit is not dropped:
 the sink counts and keeps in the dead-letter stream.
 
 Reason codes: ``missing_payload``, ``malformed_json``, ``not_an_object``,
-``missing_field``, ``bad_type``, ``bad_timestamp``, ``bad_value``, ``bad_name`` (a name too long or holding a
-control character: :data:`NAME_LIMITS`), and under
+``missing_field``, ``bad_type``, ``bad_timestamp``, ``bad_value``, ``bad_name`` (a name too long, holding a
+control or invisible character, or edged with a space: :func:`bad_name`), and under
 :class:`Rules`: ``future_timestamp`` (event time more than the allowed skew
 ahead of ingest time: it would drag the watermark forward and make every later
 event late), ``unknown_server`` and ``forged_idle_marker`` (an idle marker the
@@ -42,9 +42,14 @@ label and a column on the pages: Kubernetes pod and Agones game server names are
 characters, so 64 takes every real one and keeps a key, a label and a table cell readable. Player and event ids
 take 128: a UUID is 36, platform ids are shorter still. A longer name is quarantined (``bad_name``), not cut: a
 cut name would merge two servers."""
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]")
-"""Control characters, zero-width characters, line separators and bidirectional overrides: a name holding one
-could break a log line or a notice, or show as another name (``bad_name``)."""
+_INVISIBLE = re.compile(
+    "[\x00-\x1f\x7f-\x9f\xad\u0600-\u0605\u061c\u06dd\u070f\u0890\u0891\u08e2\u180e\u200b-\u200f"
+    "\u2028-\u202e\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb\U000110bd\U000110cd\U00013430-\U00013438"
+    "\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0001\U000e0020-\U000e007f]")
+"""Every character of Unicode's categories Cc (control), Cf (format: zero-width characters, bidirectional
+overrides, invisible tags), Zl and Zp (line and paragraph separators), as Unicode 14 lists them (a test checks the
+list against ``unicodedata``). A name holding one could break a log line or a notice, or show as another name
+(``bad_name``)."""
 
 
 def bad_name(field: str, value: str) -> str | None:
@@ -52,8 +57,10 @@ def bad_name(field: str, value: str) -> str | None:
     limit = NAME_LIMITS[field]
     if len(value) > limit:
         return f"{field} is {len(value):,} characters long, at most {limit} allowed (it begins {value[:20]!r})"
-    if (m := _CONTROL.search(value)) is not None:
-        return f"{field} holds the control character U+{ord(m.group()):04X} at {m.start()}"
+    if (m := _INVISIBLE.search(value)) is not None:
+        return f"{field} holds U+{ord(m.group()):04X} at {m.start()}, a control or invisible character"
+    if value != value.strip():  # " eu-1" shows as "eu-1", and " " as nothing
+        return f"{field} {value!r} begins or ends with a space"
     if field == "server" and (value == "*" or value.startswith("region|")):
         return f"server {value!r} is a reserved name: it stands for all servers or a region in the online view"
     return None

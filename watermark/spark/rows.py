@@ -138,11 +138,13 @@ def partial_batch(server: pa.Array, partial: pa.StructArray) -> pa.RecordBatch:
 # parser) a whole chunk at a time; anything else, and any doubt, goes through parse_entry, which says why.
 _WS = r"[ \t\n\r]*"
 _STR = r"[\x20\x21\x23-\x5b\x5d-\x7e]"
+_EDGE = r"[\x21\x23-\x5b\x5d-\x7e]"  # a name's first and last character: no space (``bad_name``)
 
 
-def _upto(name: str) -> str:
-    """One to the name's limit of characters: a longer name takes the full parser, which says why (``bad_name``)."""
-    return "{1," + str(NAME_LIMITS[name]) + "}"
+def _name(name: str) -> str:
+    """One to the name's limit of characters, no space first or last: any other name takes the full parser,
+    which says why (``bad_name``)."""
+    return f"{_EDGE}(?:{_STR}{{0,{NAME_LIMITS[name] - 2}}}{_EDGE})?"
 
 
 def _key(name: str, value: str) -> str:
@@ -153,13 +155,13 @@ _TIMESTAMP = (r"[1-9]\d{3}-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12]\d|3[01])T(?:[01]\d|2
               r"(?:\.\d{1,6})?Z")
 FAST_SHAPE = (
     f"^{_WS}\\{{{_WS}"
-    f"(?:{_key('event_id', _STR + _upto('event_id'))}{_WS},{_WS})?"
-    f"{_key('server', _STR + _upto('server'))}{_WS},{_WS}"
-    f"{_key('player_id', _STR + _upto('player_id'))}{_WS},{_WS}"
+    f"(?:{_key('event_id', _name('event_id'))}{_WS},{_WS})?"
+    f"{_key('server', _name('server'))}{_WS},{_WS}"
+    f"{_key('player_id', _name('player_id'))}{_WS},{_WS}"
     f"(?:{_key('kind', '|'.join(KINDS))}{_WS},{_WS})?"  # idle markers: the full parser checks their signature
     f"{_key('event_time', _TIMESTAMP)}"
     # the region last, where the producer library and the generator put it
-    f"(?:{_WS},{_WS}{_key('region', _STR + '{0,' + str(NAME_LIMITS['region']) + '}')})?"
+    f"(?:{_WS},{_WS}{_key('region', '(?:' + _name('region') + ')?')})?"
     f"{_WS}\\}}{_WS}$"
 )
 
