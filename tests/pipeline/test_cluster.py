@@ -1,7 +1,7 @@
 """Beyond one machine: the unchanged job on a Spark standalone cluster (a master and two workers of one core each on
-127.0.0.1, started with the pip package's ``sbin/spark-daemon.sh``), with its input in one stream or in four
-shards, and against a Redis over TLS (``rediss://``, a CA made by the test), gives the same check document as
-local mode over plain TCP and the oracle."""
+127.0.0.1, started with the pip package's ``sbin/spark-daemon.sh``), with its input in four shards, and against a
+Redis over TLS (``rediss://``, a CA made by the test), gives the same check document as local mode over plain TCP
+and the oracle."""
 
 from __future__ import annotations
 
@@ -118,11 +118,13 @@ def sharded_batches(servers: list[str], shards: int, cap: int) -> list[int]:
 
 
 @pytest.mark.spark
-@pytest.mark.parametrize("shards", [1, 4])
+# Four shards only: one stream cut into partitions is local mode's case everywhere else, and what a cluster adds
+# (the shipped package, executors reading Redis on other workers) four shards take too.
+@pytest.mark.parametrize("shards", [4])
 def test_job_on_a_standalone_cluster_matches_local_mode_and_the_oracle(
         spark_cluster: Standalone, redis_url: str, tmp_path: Path, shards: int) -> None:
-    """Two workers of one core each; the input in one stream, or in four shards (a partition or more a shard,
-    the cap shared by backlog): the same document as local mode, and the oracle's for the same batches."""
+    """Two workers of one core each; the input in four shards (a partition or more a shard, the cap shared by
+    backlog): the same document as local mode, and the oracle's for the same batches."""
     events = generate("late-burst", seed=3, start_us=T0_MS * 1000, rate=10, count=EVENTS)
     entries = [(entry_id, ev.payload()) for entry_id, (_, ev) in zip(arrival_ids(events), events, strict=True)]
     batch_of = sharded_batches([ev.server for _, ev in events], shards, BATCH_CAP)
