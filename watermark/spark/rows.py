@@ -8,6 +8,7 @@ something else, the view's events, at the store's floor: :mod:`watermark.store.o
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -219,12 +220,8 @@ def to_record_batch(entries: Sequence[RawEntry] | Sequence[tuple[bytes, Mapping[
 def _within_limits(shape: pa.StructArray) -> pa.Array:
     """Whether each row's names are within :data:`NAME_LIMITS` (the fast path's names are ASCII: a byte a
     character); a longer one takes the full parser, which says why (``bad_name``)."""
-    ok = None
-    for name, limit in NAME_LIMITS.items():
-        within = pc.fill_null(pc.less_equal(pc.binary_length(shape.field(name)), limit), True)
-        ok = within if ok is None else pc.and_(ok, within)
-    assert ok is not None
-    return ok
+    return functools.reduce(pc.and_, (pc.fill_null(pc.less_equal(pc.binary_length(shape.field(name)), limit), True)
+                                      for name, limit in NAME_LIMITS.items()))
 
 
 def _regions_of(regions: dict[str, str], server: pa.Array, region: pa.Array, fast: pa.Array) -> None:
