@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import uuid
@@ -76,13 +77,20 @@ def test_package_zip_is_importable_alone_and_named_by_content(tmp_path: Path) ->
 
 @pytest.fixture(scope="module")
 def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalone]:
-    """A master and two workers of one core each: the job's two executors on two "machines"."""
+    """A master and two workers of one core each: the job's two executors on two "machines". The port picked for
+    the first worker's web UI is taken before it binds, as a test beside it once took one: the worker binds the
+    next, and the cluster names the port it bound (a socket that never answers holds the taken one)."""
     why = can_start()
     if why is not None:
         pytest.skip(f"cannot start Spark daemons: {why}")
-    with standalone(tmp_path_factory.mktemp("spark-cluster"), workers=2, cores=1,
-                    timeout_s=START_TIMEOUT_S) as cluster:
-        yield cluster
+    picks = iter(range(4))
+    with socket.create_server(("127.0.0.1", 0)) as taken, pytest.MonkeyPatch.context() as mp:
+        held = taken.getsockname()[1]
+        mp.setattr("watermark.spark.standalone.free_port", lambda: held if next(picks, None) == 2 else free_port())
+        with standalone(tmp_path_factory.mktemp("spark-cluster"), workers=2, cores=1,
+                        timeout_s=START_TIMEOUT_S) as cluster:
+            assert f":{held}" not in " ".join(cluster.worker_uis), cluster
+            yield cluster
 
 
 def start_job(name: str, redis_url: str, master: str, entries: list[tuple[str, bytes]],

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -55,6 +56,23 @@ class Standalone:
                          for p in sorted(self.log_dir.glob("*.out")))
 
 
+_MASTER_AT = re.compile(r"Starting Spark master at (spark://\S+)")
+_UI_AT = re.compile(r"Bound \w+WebUI to \S+, and started at https?://[^\s/]+:(\d+)")
+
+
+def _logged(log_dir: Path, cls: str, instance: int, pattern: re.Pattern[str], deadline: float) -> str:
+    """What ``pattern`` captures in a daemon's log once the daemon has written it (its address as bound)."""
+    while True:
+        for log in log_dir.glob(f"*-{cls}-{instance}-*.out"):
+            if (m := pattern.search(log.read_text(errors="replace"))) is not None:
+                return m.group(1)
+        if time.monotonic() > deadline:
+            logs = "\n".join(p.read_text(errors="replace")[-3000:] for p in log_dir.glob(f"*-{cls}-{instance}-*.out"))
+            raise StandaloneError(f"the Spark {cls.rsplit('.', 1)[1]} {instance} did not say where it listens:\n"
+                                  f"{logs}")
+        time.sleep(0.2)  # a daemon coming up: nothing to block on but its log
+
+
 def spark_home() -> Path:
     import pyspark
 
@@ -85,24 +103,30 @@ def standalone(base: Path, workers: int = 2, cores: int = 1, memory: str = "1g",
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env.update(SPARK_HOME=str(home), SPARK_LOG_DIR=str(base / "logs"), SPARK_PID_DIR=str(base / "pids"),
                SPARK_LOCAL_IP="127.0.0.1", SPARK_IDENT_STRING=f"wm{os.getpid()}")
+    # Ports picked here may be taken by the time a daemon binds (Spark then takes the next one): each daemon's
+    # addresses are read back from its log, as it bound them.
     port, master_ui = free_port(), free_port()
-    worker_uis = tuple(free_port() for _ in range(workers))
     work_dirs = tuple(base / f"work-{i + 1}" for i in range(workers))
-    cluster = Standalone(f"spark://127.0.0.1:{port}", f"http://127.0.0.1:{master_ui}",
-                         tuple(f"http://127.0.0.1:{ui}" for ui in worker_uis), work_dirs, base / "logs")
-    daemons = [(MASTER, 1, ["--host", "127.0.0.1", "--port", str(port), "--webui-port", str(master_ui)])]
-    daemons += [(WORKER, i + 1, [cluster.master_url, "--host", "127.0.0.1", "--cores", str(cores), "--memory", memory,
-                                 "--webui-port", str(worker_uis[i]), "--work-dir", str(work_dirs[i])])
-                for i in range(workers)]
     started: list[tuple[str, int]] = []
+    deadline = time.monotonic() + timeout_s
+
+    def start(cls: str, instance: int, args: list[str]) -> None:
+        out = subprocess.run([daemon, "start", cls, str(instance), *args], env=env, capture_output=True, text=True,
+                             timeout=60)
+        if out.returncode != 0:
+            raise StandaloneError(f"cannot start the Spark {cls.rsplit('.', 1)[1]}: {out.stdout}{out.stderr}")
+        started.append((cls, instance))
+
     try:
-        for cls, instance, args in daemons:
-            out = subprocess.run([daemon, "start", cls, str(instance), *args], env=env, capture_output=True,
-                                 text=True, timeout=60)
-            if out.returncode != 0:
-                raise StandaloneError(f"cannot start the Spark {cls.rsplit('.', 1)[1]}: {out.stdout}{out.stderr}")
-            started.append((cls, instance))
-        deadline = time.monotonic() + timeout_s
+        start(MASTER, 1, ["--host", "127.0.0.1", "--port", str(port), "--webui-port", str(master_ui)])
+        master_url = _logged(base / "logs", MASTER, 1, _MASTER_AT, deadline)
+        master_ui_url = f"http://127.0.0.1:{_logged(base / 'logs', MASTER, 1, _UI_AT, deadline)}"
+        for i in range(workers):
+            start(WORKER, i + 1, [master_url, "--host", "127.0.0.1", "--cores", str(cores), "--memory", memory,
+                                  "--webui-port", str(free_port()), "--work-dir", str(work_dirs[i])])
+        worker_uis = tuple(f"http://127.0.0.1:{_logged(base / 'logs', WORKER, i + 1, _UI_AT, deadline)}"
+                           for i in range(workers))
+        cluster = Standalone(master_url, master_ui_url, worker_uis, work_dirs, base / "logs")
         while cluster.alive_workers() < workers:  # the master's own view: every worker registered
             if time.monotonic() > deadline:
                 raise StandaloneError(f"{workers} workers did not register with {cluster.master_url} within "
