@@ -89,7 +89,7 @@ def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalo
         mp.setattr("watermark.spark.standalone.free_port", lambda: held if next(picks, None) == 2 else free_port())
         with standalone(tmp_path_factory.mktemp("spark-cluster"), workers=2, cores=1,
                         timeout_s=START_TIMEOUT_S) as cluster:
-            assert f":{held}" not in " ".join(cluster.worker_uis), cluster
+            assert held not in {int(ui.rsplit(":", 1)[1]) for ui in cluster.worker_uis}, cluster
             yield cluster
 
 

@@ -52,8 +52,12 @@ class Standalone:
 
     def logs(self) -> str:
         """The daemons' logs, for an error message."""
-        return "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')[-3000:]}"
-                         for p in sorted(self.log_dir.glob("*.out")))
+        return _tails(self.log_dir, "*.out")
+
+
+def _tails(log_dir: Path, pattern: str) -> str:
+    """The ends of the daemons' logs named by ``pattern``, for an error message."""
+    return "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')[-3000:]}" for p in sorted(log_dir.glob(pattern)))
 
 
 _MASTER_AT = re.compile(r"Starting Spark master at (spark://\S+)")
@@ -62,14 +66,14 @@ _UI_AT = re.compile(r"Bound \w+WebUI to \S+, and started at https?://[^\s/]+:(\d
 
 def _logged(log_dir: Path, cls: str, instance: int, pattern: re.Pattern[str], deadline: float) -> str:
     """What ``pattern`` captures in a daemon's log once the daemon has written it (its address as bound)."""
+    name = f"*-{cls}-{instance}-*.out"
     while True:
-        for log in log_dir.glob(f"*-{cls}-{instance}-*.out"):
+        for log in log_dir.glob(name):
             if (m := pattern.search(log.read_text(errors="replace"))) is not None:
                 return m.group(1)
         if time.monotonic() > deadline:
-            logs = "\n".join(p.read_text(errors="replace")[-3000:] for p in log_dir.glob(f"*-{cls}-{instance}-*.out"))
             raise StandaloneError(f"the Spark {cls.rsplit('.', 1)[1]} {instance} did not say where it listens:\n"
-                                  f"{logs}")
+                                  f"{_tails(log_dir, name)}")
         time.sleep(0.2)  # a daemon coming up: nothing to block on but its log
 
 
