@@ -4,11 +4,12 @@ class-data-sharing archive every test JVM starts with.
 A Spark driver reads and checks its classes from the jars at every start; each job the tests start pays that again.
 The JVM can map the classes from an archive it wrote at the exit of an earlier run (``-XX:ArchiveClassesAtExit``, read
 back with ``-XX:SharedArchiveFile``): a job's start to its first commit takes about 30% less CPU (docs/testing.md).
-The archive is built once a machine, from a real job's run on a few events, and kept in the user's cache
-(``$XDG_CACHE_HOME/watermark-dashboard``, else ``~/.cache/watermark-dashboard``) under a key of the JVM and Spark's
-jars: it holds none of our classes, so every checkout shares it. A JVM whose jars differ from the archive's ignores
-it (CDS checks each jar): it makes a start faster, never different. The product sets no such option; only the JVMs
-the tests start use it, with the stacks they start.
+The archive is built once for each Python environment, from a real job's run on a few events, and kept in the
+user's cache (``$XDG_CACHE_HOME/watermark-dashboard``, else ``~/.cache/watermark-dashboard``) under a key of the JVM
+and Spark's jars. It names each jar by its path, and a JVM whose class path differs ignores it without a word (CDS
+checks each entry): so the key holds the jars' directory, and an archive is checked to map before it is used. It
+makes a start faster, never different. The product sets no such option; only the JVMs the tests start use it, with
+the stacks they start.
 """
 
 from __future__ import annotations
@@ -142,37 +143,65 @@ def java() -> str:
     return str(Path(home) / "bin" / "java") if home else (shutil.which("java") or "java")
 
 
+def spark_home() -> Path:
+    """The Spark the tests' JVMs run: PySpark's own (its ``jars``, ``conf`` and ``bin``)."""
+    import pyspark
+
+    return Path(pyspark.__file__).resolve().parent
+
+
 def key() -> str:
-    """What the archive depends on: the JVM (its version and binary) and every Spark jar (name and size)."""
+    """What the archive depends on: the JVM (its version and binary) and every Spark jar (its path, name and size):
+    a checkout of its own, with a virtual environment of its own, has jars of its own."""
     import pyspark
 
     version = subprocess.run([java(), "-version"], capture_output=True, text=True, check=True).stderr
-    jars = sorted((p.name, p.stat().st_size) for p in (Path(pyspark.__file__).parent / "jars").glob("*.jar"))
-    text = repr((version, os.path.realpath(java()), pyspark.__version__, jars, BASE_OPTS))  # (java() ran: it exists)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+    jars = sorted((p.name, p.stat().st_size) for p in (spark_home() / "jars").glob("*.jar"))
+    text = repr((version, os.path.realpath(java()), pyspark.__version__, str(spark_home()), jars, BASE_OPTS))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]  # (java() ran: it exists)
 
 
 def cache_dir() -> Path:
-    """Where the archive is kept: it depends on the JVM and Spark's jars alone, so every checkout shares it."""
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "watermark-dashboard"
 
 
 def spark_submit_opts() -> str:
     """The options every test JVM starts with: the archive's when it is there or can be built (built once, by
-    whichever pytest worker asks first; the others wait for it), otherwise C1 only."""
+    whichever pytest worker asks first; the others wait for it) and maps, otherwise C1 only."""
     try:
         cache = cache_dir()
         cache.mkdir(parents=True, exist_ok=True)
         archive = cache / f"spark-{key()}.jsa"
         with (cache / "jvm-archive.lock").open("w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
+            prune(cache)
             if not archive.exists():
                 build(archive)
+                archive.with_suffix(".home").write_text(str(spark_home()))
+        maps(archive)
     except (OSError, subprocess.SubprocessError, redis.RedisError, psutil.Error, AssertionError) as exc:
         warnings.warn(f"no JVM class archive ({exc}): the test JVMs start without one", stacklevel=1)
         return BASE_OPTS
     return f"{BASE_OPTS} -XX:SharedArchiveFile={archive} {QUIET}"
+
+
+def prune(cache: Path) -> None:
+    """Removes the archives of environments that are gone (a deleted checkout's): about 170 MB each."""
+    for archive in cache.glob("spark-*.jsa"):
+        home = archive.with_suffix(".home")
+        if not (home.exists() and Path(home.read_text()).is_dir()):
+            archive.unlink(missing_ok=True)
+            home.unlink(missing_ok=True)
+
+
+def maps(archive: Path) -> None:
+    """A JVM started as the jobs' are (Spark's launcher, its class path) maps the archive, or this raises: a JVM
+    that cannot use it would start without it and say nothing (``-Xshare:on`` makes it say)."""
+    env = {**os.environ, "SPARK_SUBMIT_OPTS": f"{BASE_OPTS} -Xshare:on -XX:SharedArchiveFile={archive} {QUIET}"}
+    run = subprocess.run([str(spark_home() / "bin" / "spark-submit"), "--version"], env=env, capture_output=True,
+                         text=True, timeout=120)
+    assert run.returncode == 0, f"{archive.name} does not map: {(run.stdout + run.stderr).strip()[-300:]}"
 
 
 def build(archive: Path) -> None:
