@@ -192,16 +192,17 @@ def uninterrupted(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> C
     return run
 
 
-# (4 shards, one Redis, the job folding the view) is not run alone: each of its parts is in a case below.
-@pytest.mark.parametrize(("shards", "where", "groups"), [(1, "redis", 0), (4, "cluster", 0), (4, "redis", 2)])
+# Two cases: one shard on one Redis with the job folding the view, and every other part at once (four shards, a
+# Redis Cluster, the view folded by two groups). Each part's own behaviour without kills is tested apart
+# (tests/pipeline/test_pipeline.py, tests/cluster, tests/store/online); a kill cycle costs seven job starts.
+@pytest.mark.parametrize(("shards", "where", "groups"), [(1, "redis", 0), (4, "cluster", 2)])
 def test_sigkill_at_random_moments_changes_nothing(redis_url: str, tmp_path: Path, shards: int, where: str,
                                                    groups: int, request: pytest.FixtureRequest,
                                                    uninterrupted: Callable[[int], tuple[KeySchema, str]]) -> None:
-    """With four shards too: each shard's offsets in the checkpoint and the guard's position shard by shard. And
-    in a Redis Cluster of three primaries (decision 0018): the killed job's pipeline, under a braced namespace,
-    ends exactly as the uninterrupted run on one Redis; its input shards sit on at least two nodes. And with the
-    online view folded by two ``wm-online`` groups (decision 0020), killed with the job: the view ends as the
-    uninterrupted job's own fold leaves it."""
+    """The second case takes four shards (each shard's offsets in the checkpoint and the guard's position shard by
+    shard) in a Redis Cluster of three primaries (decision 0018), with the online view folded by two ``wm-online``
+    groups (decision 0020) killed with the job: under a braced namespace, its input shards on at least two nodes,
+    it ends exactly as the uninterrupted run on one Redis, whose job folded the view itself."""
     rng = random.Random(20261122)
     entries = kill_entries()
     client_clean = redis.Redis.from_url(redis_url, socket_timeout=COMMIT_WAIT_MS / 1000 + 10)
