@@ -1,6 +1,6 @@
 """The tests' JVMs start from a class archive that maps (``tests/procs.py``). A JVM that cannot use an archive starts
 without it and says nothing: one built by another checkout was ignored that way by every later one on the machine,
-and the suite ran a fifth slower unnoticed."""
+and each job start took about 40 % more CPU unnoticed (docs/testing.md)."""
 
 from __future__ import annotations
 
