@@ -32,6 +32,8 @@ from pathlib import Path
 import psutil
 import redis
 
+from watermark.spark.standalone import spark_home
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -143,21 +145,15 @@ def java() -> str:
     return str(Path(home) / "bin" / "java") if home else (shutil.which("java") or "java")
 
 
-def spark_home() -> Path:
-    """The Spark the tests' JVMs run: PySpark's own (its ``jars``, ``conf`` and ``bin``)."""
-    import pyspark
-
-    return Path(pyspark.__file__).resolve().parent
-
-
 def key() -> str:
     """What the archive depends on: the JVM (its version and binary) and every Spark jar (its path, name and size):
     a checkout of its own, with a virtual environment of its own, has jars of its own."""
     import pyspark
 
     version = subprocess.run([java(), "-version"], capture_output=True, text=True, check=True).stderr
-    jars = sorted((p.name, p.stat().st_size) for p in (spark_home() / "jars").glob("*.jar"))
-    text = repr((version, os.path.realpath(java()), pyspark.__version__, str(spark_home()), jars, BASE_OPTS))
+    home = spark_home()
+    jars = sorted((p.name, p.stat().st_size) for p in (home / "jars").glob("*.jar"))
+    text = repr((version, os.path.realpath(java()), pyspark.__version__, str(home), jars, BASE_OPTS))
     return hashlib.sha256(text.encode()).hexdigest()[:16]  # (java() ran: it exists)
 
 

@@ -78,6 +78,7 @@ def _logged(log_dir: Path, cls: str, instance: int, pattern: re.Pattern[str], de
 
 
 def spark_home() -> Path:
+    """The Spark the package brings (its ``bin``, ``sbin``, ``jars`` and ``conf``): the one every JVM here runs."""
     import pyspark
 
     return Path(pyspark.__file__).resolve().parent
