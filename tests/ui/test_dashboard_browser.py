@@ -72,7 +72,7 @@ def stack(redis_url: str, tmp_path: Path) -> Iterator[dict]:
             "streamlit", "run", str(ROOT / "dashboard" / "app.py"), "--server.port", str(port),
             "--server.address", "127.0.0.1", "--server.headless", "true", "--browser.gatherUsageStats", "false",
         ], env, tmp_path)
-        # The monitor, with a short silence so the Alerts page has something to show once the generator ends.
+        # The monitor, with a short silence and a low late rate: the Alerts page has something to show.
         (tmp_path / "alerts.toml").write_text('[server_silent]\nafter = "5s"\n[late_drops]\nper_minute = 20\n')
         procs["monitor"] = Proc.python("monitor", ["watermark.apps.monitor", "--config", str(tmp_path / "alerts.toml"),
                                                    "--port", "0"], env, tmp_path)
@@ -130,6 +130,8 @@ def test_dashboard_in_a_real_browser_follows_the_live_pipeline(stack: dict) -> N
         page.screenshot(path=str(shots / "dashboard-live-ops.png"), full_page=True)
         page.get_by_role("tab", name="Windows").click()  # the others run when opened
         page.wait_for_function(f"() => ({POINTS_JS})(['A']) > 0", timeout=60_000)
+        # Every page audited while the generator writes, as an operator's screen is: live.
+        problems = audit_pages(page, stack["url"], shots)
 
         assert gen.popen.wait(timeout=180) == 0, gen.tail()
         last_id = client.xinfo_stream(keys.events)["last-generated-id"].decode()
@@ -163,7 +165,7 @@ def test_dashboard_in_a_real_browser_follows_the_live_pipeline(stack: dict) -> N
         page.wait_for_selector(".js-plotly-plot .main-svg", timeout=60_000)
         page.screenshot(path=str(shots / "dashboard-delay.png"), full_page=True)
 
-        problems = audit_pages(page, stack["url"], shots)
+        # The wall once everything is committed: its totals hold still to be compared with Redis'.
         problems += check_wall(page, stack["url"], client, keys, shots / "page-wall.png")
         browser.close()
     client.close()
