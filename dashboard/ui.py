@@ -220,15 +220,19 @@ def submit_control(cfg: Config, changes: Callable[[], dict[str, object]]) -> Non
     """A button's callback: runs before the page is drawn again, so the page shows the new request. The role is
     asked again here: a viewer's page offers no button, and a press that reaches the server anyway saves nothing."""
     keys = KeySchema(cfg.namespace)
-    if not current_access().operator:
+    acc = current_access()
+    if not acc.operator:
         st.session_state[CONTROL_RESULT] = Status(Level.WARNING, f"Not saved: {OPERATOR_NEEDED}")
         return
+    who = acc.who if acc.sign_in else "anyone (no sign-in)"
     try:
-        ctl = write_control(redis_client(cfg.redis_url), keys, now_ms=now_ms(), **changes())  # type: ignore[arg-type]
+        ctl = write_control(redis_client(cfg.redis_url), keys, by=who, role=acc.role,  # type: ignore[arg-type]
+                            now_ms=now_ms(), **changes())
     except redis.exceptions.NoPermissionError as exc:
         result = Status(Level.WARNING, f"This dashboard's Redis user cannot change the control settings: NOPERM "
-                                       f"{exc}. Give it write access to `{keys.control}` (e.g. `+hset +hincrby "
-                                       "+multi +exec`), or use `wm-control set` with the job's user.")
+                                       f"{exc}. Give it write access to `{keys.control}` and `{keys.control_audit}` "
+                                       "(e.g. `+hget +hset +hincrby +xadd +watch +multi +exec`), or use `wm-control "
+                                       "set` with the job's user.")
     except (ConfigError, ValueError) as exc:
         result = Status(Level.ERROR, f"Not saved: {exc}")
     except redis.RedisError as exc:

@@ -30,6 +30,8 @@ from watermark.schema.keys import KeySchema
 from watermark.store.alert_store import read_alerts
 from watermark.store.control_store import write_control
 
+WHO = {"by": "test", "role": "operator"}  # who the control changes' audit records
+
 pytestmark = [pytest.mark.spark, pytest.mark.long]
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -104,7 +106,7 @@ class Stack:
         self.metrics_port = free_port()
         self.procs = [Proc.python("job", ["watermark.apps.job"], env, tmp)]
         self.procs[0].wait_for(rf"query watermark-{self.ns} running", timeout=240)
-        write_control(self.client, self.keys, scenario="steady", rate=200, running=True, now_ms=_now())
+        write_control(self.client, self.keys, **WHO, scenario="steady", rate=200, running=True, now_ms=_now())
         self.procs.append(Proc.python("generator", ["watermark.apps.generator", "--follow", "--timeline-scale", "0.2"],
                                       env, tmp))
         self.procs.append(Proc.python("monitor", ["watermark.apps.monitor", "--config", str(tmp / "alerts.toml"),
@@ -114,7 +116,7 @@ class Stack:
         self.procs.append(prom)
 
     def switch(self, scenario: str) -> None:
-        write_control(self.client, self.keys, scenario=scenario, now_ms=_now())
+        write_control(self.client, self.keys, **WHO, scenario=scenario, now_ms=_now())
 
     def alert(self, key: str) -> str | None:
         state = read_alerts(self.client, self.keys).get(key)

@@ -123,7 +123,7 @@ def test_lanes_idle_markers_and_a_delay_change(tmp_path: Path) -> None:
         assert totals[keys]["events"] == totals[held]["events"] == totals[freed]["events"]  # markers never count
 
         # The presenter asks for a 5 s delay: every query restarts with it; earlier batches keep theirs.
-        write_control(client, keys, delay_ms=5_000)
+        write_control(client, keys, by="test", role="operator", delay_ms=5_000)
         job.wait_for(r"asked for watermark delay 5s", timeout=60)
         job.wait_for(rf"query watermark-{ns} running.* delay 5s", timeout=120)
         last = write(client, keys, "AB")

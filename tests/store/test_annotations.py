@@ -106,7 +106,7 @@ def test_the_monitors_port_takes_annotations_over_http_beside_metrics(redis_url:
     client = redis.Redis.from_url(redis_url)
     monitor = Monitor(client=client, keys=keys, cfg=AlertConfig(), started_ms=T0)
     port = free_port()
-    assert serve_metrics("127.0.0.1", port, redis_url, keys, monitor, 8) is None
+    assert not isinstance(serve_metrics("127.0.0.1", port, redis_url, keys, monitor, 8), str)
     base = f"http://127.0.0.1:{port}"
     start = (int(time.time()) // 3600 - 2) * HOUR  # within the days kept
     iso = datetime.fromtimestamp(start / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -124,7 +124,7 @@ def test_the_monitors_port_takes_annotations_over_http_beside_metrics(redis_url:
         assert b"# HELP" in resp.read()
 
 
-TOKEN = "s3cret-token"
+TOKEN = "s3cret-token-of-thirty-two-chars-or-more"
 NO_TOKEN = {"ANNOTATIONS_TOKEN": "", "ANNOTATIONS_TOKEN_FILE": ""}
 """Empty is unset: what the test runner's environment may hold is not inherited."""
 
@@ -202,8 +202,8 @@ def test_a_configured_token_is_asked_on_loopback_too_and_the_command_sends_it(re
     keys = KeySchema(f"t-{uuid.uuid4().hex[:8]}")
     client = redis.Redis.from_url(redis_url)
     port = free_port()
-    assert serve_metrics("127.0.0.1", port, redis_url, keys, Monitor(client, keys, AlertConfig(), T0), 8,
-                         token=TOKEN) is None
+    assert not isinstance(serve_metrics("127.0.0.1", port, redis_url, keys, Monitor(client, keys, AlertConfig(), T0),
+                                        8, token=TOKEN), str)
     base = f"http://127.0.0.1:{port}"
     assert post(f"{base}/annotations", {"text": "x"})[0] == 401
     secret = tmp_path / "token"
@@ -212,7 +212,7 @@ def test_a_configured_token_is_asked_on_loopback_too_and_the_command_sends_it(re
                        {"ANNOTATIONS_TOKEN_FILE": str(secret)})
     assert done.returncode == 0 and json.loads(done.stdout)["text"] == "patch 1.4.2", done.stderr
     for env, says in (({}, "set ANNOTATIONS_TOKEN (or ANNOTATIONS_TOKEN_FILE) to the monitor's token"),
-                      ({"ANNOTATIONS_TOKEN": "not-it"}, "is not the monitor's token")):
+                      ({"ANNOTATIONS_TOKEN": "not-it-but-just-as-long-as-the-real-one"}, "is not the monitor's token")):
         refused = wm_annotate(["hotfix", "--url", base], env)
         assert refused.returncode == 1 and "/annotations refused it (401): " in refused.stderr, refused.stderr
         assert says in refused.stderr and "Traceback" not in refused.stderr and refused.stdout == ""
@@ -239,7 +239,9 @@ def test_the_token_comes_from_the_environment_or_a_file_and_a_bad_one_stops_the_
     for env, says in (({"ANNOTATIONS_TOKEN": TOKEN, "ANNOTATIONS_TOKEN_FILE": str(secret)}, "are both set"),
                       ({"ANNOTATIONS_TOKEN_FILE": str(tmp_path / "absent")}, "cannot be read: No such file"),
                       ({"ANNOTATIONS_TOKEN_FILE": str(tmp_path / "empty")}, "is empty"),
-                      ({"ANNOTATIONS_TOKEN": "two words"}, "printable ASCII without spaces")):
+                      ({"ANNOTATIONS_TOKEN": "two words"}, "printable ASCII without spaces"),
+                      ({"ANNOTATIONS_TOKEN": "s3cret-token"}, "is 12 characters: at least 32 are needed"),
+                      ({"ANNOTATIONS_TOKEN": "x" * 31}, "is 31 characters")):
         with pytest.raises(ConfigError, match=says):
             annotations_token(env)
     bad = {**os.environ, "PYTHONPATH": str(ROOT), **NO_TOKEN, "ANNOTATIONS_TOKEN_FILE": str(tmp_path / "absent")}

@@ -18,16 +18,25 @@ import pytest
 import redis
 
 from tests.store.test_generator import no_sleeping
-from watermark.apps.control import main
+from watermark.apps.control import cli_user, main
 from watermark.apps.follow import Follower
 from watermark.rules.simulate import Simulator, record_payload
 from watermark.schema.clock import ManualClock
 from watermark.schema.config import ConfigError
 from watermark.schema.keys import KeySchema
-from watermark.schema.records import Control, GeneratorStatus
+from watermark.schema.records import Control, ControlChange, GeneratorStatus
 from watermark.schema.timeutil import parse_iso_us
-from watermark.store.control_store import read_control, read_lab, seed_control, write_control
+from watermark.store.control_store import (
+    CONTROL_AUDIT_KEEP,
+    read_control,
+    read_control_audit,
+    read_lab,
+    seed_control,
+    write_control,
+)
 from watermark.store.redis_conn import connect
+
+WHO = {"by": "test", "role": "operator"}  # who the control changes' audit records
 
 START = parse_iso_us("2026-01-01T00:00:00Z")
 S = 1_000_000
@@ -104,15 +113,15 @@ def test_a_hand_written_control_hash_is_a_precise_error(raw: dict[str, str], mes
 def test_write_control_validates_before_writing(rd: redis.Redis, keys: KeySchema, changes: dict[str, object],
                                                 message: str) -> None:
     with pytest.raises(ConfigError) as info:
-        write_control(rd, keys, **changes)  # type: ignore[arg-type]
+        write_control(rd, keys, **WHO, **changes)  # type: ignore[arg-type]
     assert message in str(info.value)
     assert not rd.exists(keys.control)
 
 
 def test_write_control_changes_only_the_given_fields_and_bumps_rev(rd: redis.Redis, keys: KeySchema) -> None:
-    first = write_control(rd, keys, scenario="idle-server", rate=200, now_ms=1_000)
+    first = write_control(rd, keys, **WHO, scenario="idle-server", rate=200, now_ms=1_000)
     assert first == Control("idle-server", 200.0, None, None, rev=1, updated_ms=1_000)
-    second = write_control(rd, keys, running=False, delay_ms=20_000, now_ms=2_000)
+    second = write_control(rd, keys, **WHO, running=False, delay_ms=20_000, now_ms=2_000)
     assert second == Control("idle-server", 200.0, False, 20_000, rev=2, updated_ms=2_000)
     assert read_control(rd, keys) == second
     assert rd.hgetall(keys.control) == {"scenario": "idle-server", "rate": "200.0", "generator": "stopped",
@@ -120,8 +129,36 @@ def test_write_control_changes_only_the_given_fields_and_bumps_rev(rd: redis.Red
     assert read_control(rd, KeySchema(f"{keys.namespace}-none")) is None
 
 
+def test_every_change_is_audited_with_who_role_and_when_and_the_audit_is_bounded(
+        rd: redis.Redis, keys: KeySchema, monkeypatch: pytest.MonkeyPatch) -> None:
+    write_control(rd, keys, by="ana@ops.example.com", role="operator", delay_ms=20_000, now_ms=1_000)
+    write_control(rd, keys, by="root@build-7", role="Redis credential (wm-control)", scenario="steady", now_ms=2_000)
+    assert read_control_audit(rd, keys) == [
+        ControlChange(2_000, "root@build-7", "Redis credential (wm-control)", '{"scenario": "steady"}', 2),
+        ControlChange(1_000, "ana@ops.example.com", "operator", '{"delay_ms": "20000"}', 1)]
+    for who, role in (("", "operator"), ("ana", " ")):
+        with pytest.raises(ConfigError, match="needs who makes it"):
+            write_control(rd, keys, by=who, role=role, delay_ms=1)
+    assert read_control(rd, keys).rev == 2  # type: ignore[union-attr]  # refused: nothing written
+    for i in range(CONTROL_AUDIT_KEEP + 5):
+        write_control(rd, keys, **WHO, rate=float(i + 1), now_ms=3_000 + i)
+    assert rd.xlen(keys.control_audit) == CONTROL_AUDIT_KEEP
+    newest = read_control_audit(rd, keys, count=1)[0]
+    assert (newest.rev, newest.at_ms) == (CONTROL_AUDIT_KEEP + 7, 3_000 + CONTROL_AUDIT_KEEP + 4)
+
+
+def test_the_command_records_its_user_and_host(rd: redis.Redis, keys: KeySchema, redis_url: str,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("REDIS_URL", redis_url)
+    monkeypatch.setenv("PIPELINE_NAMESPACE", keys.namespace)
+    assert main(["set", "--delay", "20s"]) == 0
+    (change,) = read_control_audit(rd, keys)
+    assert change.by == cli_user() and "@" in change.by and change.role == "Redis credential (wm-control)"
+    assert change.change == '{"delay_ms": "20000"}'
+
+
 def test_seeding_fills_only_missing_fields(rd: redis.Redis, keys: KeySchema) -> None:
-    write_control(rd, keys, scenario="clock-skew", running=False, now_ms=1_000)  # the presenter's choice
+    write_control(rd, keys, **WHO, scenario="clock-skew", running=False, now_ms=1_000)  # the presenter's choice
     seeded = seed_control(rd, keys, scenario="late-burst", rate=1000, now_ms=2_000)
     assert seeded == Control("clock-skew", 1000.0, False, None, rev=2, updated_ms=2_000)
     again = seed_control(rd, keys, scenario="steady", rate=5, now_ms=3_000)
@@ -204,7 +241,7 @@ def test_a_scenario_switch_restarts_the_simulation_and_b_goes_silent_on_time(
     stop = threading.Event()
     seen: dict[str, dict] = {}
     script = [
-        (START + 10 * S, lambda: seen.update(switch=write_control(rd, keys, scenario="idle-server").__dict__)),
+        (START + 10 * S, lambda: seen.update(switch=write_control(rd, keys, **WHO, scenario="idle-server").__dict__)),
         (START + 10 * S + 600_000, lambda: seen.update(after=rd.hgetall(keys.generator_status))),
         (START + 35 * S, lambda: seen.update(steady=rd.hgetall(keys.generator_status))),
         (START + 80 * S, lambda: seen.update(b_silent=rd.hgetall(keys.generator_status))),
@@ -257,10 +294,10 @@ def test_stop_pauses_and_start_resumes_from_now(r: redis.Redis, rd: redis.Redis,
                                            rd.xlen(keys.events))})
 
     script = [
-        (START + 5 * S, lambda: write_control(rd, keys, running=False)),
+        (START + 5 * S, lambda: write_control(rd, keys, **WHO, running=False)),
         (START + 6 * S, look("paused")),
         (START + 19 * S, look("still_paused")),
-        (START + 20 * S, lambda: write_control(rd, keys, running=True)),
+        (START + 20 * S, lambda: write_control(rd, keys, **WHO, running=True)),
         (START + 21 * S, look("resumed")),
         (START + 30 * S, stop.set),
     ]
@@ -286,7 +323,7 @@ def test_stop_pauses_and_start_resumes_from_now(r: redis.Redis, rd: redis.Redis,
 
 def test_a_restarted_generator_keeps_the_presenters_choice(r: redis.Redis, rd: redis.Redis, redis_url: str,
                                                           keys: KeySchema, monkeypatch: pytest.MonkeyPatch) -> None:
-    write_control(rd, keys, scenario="clock-skew", running=False)
+    write_control(rd, keys, **WHO, scenario="clock-skew", running=False)
     stop = threading.Event()
     clock = ScriptedClock(START, [(START + 3 * S, stop.set)])
     no_sleeping(monkeypatch)
@@ -305,7 +342,7 @@ def test_a_bad_hand_written_value_is_reported_and_the_run_goes_on(
     script = [
         (START + 2 * S, lambda: rd.hset(keys.control, "scenario", "nope")),  # redis-cli, not write_control
         (START + 3 * S, lambda: seen.update(bad=rd.hgetall(keys.generator_status), n=rd.xlen(keys.events))),
-        (START + 4 * S, lambda: write_control(rd, keys, scenario="steady")),
+        (START + 4 * S, lambda: write_control(rd, keys, **WHO, scenario="steady")),
         (START + 5 * S, lambda: seen.update(good=rd.hgetall(keys.generator_status))),
         (START + 6 * S, stop.set),
     ]
@@ -349,7 +386,7 @@ def test_the_follower_survives_losing_its_redis_connection(
 
 def test_read_lab_reads_both_hashes(rd: redis.Redis, keys: KeySchema) -> None:
     assert read_lab(rd, keys) == (None, None)
-    ctl = write_control(rd, keys, delay_ms=5_000, now_ms=1)
+    ctl = write_control(rd, keys, **WHO, delay_ms=5_000, now_ms=1)
     status = GeneratorStatus("stopped", "", 0.0, 1, 0, 1, 2)
     rd.hset(keys.generator_status, mapping=status.to_hash())
     assert read_lab(rd, keys) == (ctl, status)

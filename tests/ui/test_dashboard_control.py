@@ -104,7 +104,7 @@ def test_a_read_only_redis_user_gets_a_warning_not_a_traceback(r: redis.Redis, r
     parts = urlsplit(redis_url)
     monkeypatch.setenv("REDIS_URL", f"redis://{name}:{password}@{parts.hostname}:{parts.port}/0")
     try:
-        write_control(r, keys, scenario="clock-skew", rate=500, now_ms=NOW)
+        write_control(r, keys, by="test", role="operator", scenario="clock-skew", rate=500, now_ms=NOW)
         at = open_page()
         assert any("`clock-skew` at 500 events/s" in c.value for c in at.caption)  # it can read
         before = dirty(r)

@@ -267,8 +267,13 @@ def test_demo_off_run_sh_runs_on_external_events_without_a_generator(production:
     # No KNOWN_SERVERS: the Procfile's lanes follow the producer's servers as they come.
     run.wait_for(r"lanes per-server-min,per-server-min-idle", timeout=1)
 
+    # A game server's credential rewrites the lab's control hash (issue 63): production follows none of it.
+    run.wait_for(r"lab control is off \(LAB_CONTROL, default: as DEMO\): the job keeps WATERMARK_DELAY 2s", timeout=1)
+    client.hset(keys.control, mapping={"delay_ms": "1", "rev": "7"})
     last = produce(client, keys.events, seconds=20)
     assert wait_for_commit(client, keys, last, timeout_s=180), f"the job did not commit up to {last}"
+    assert json.loads(client.hget(keys.state, "params"))["delay_ms"] == 2_000  # WATERMARK_DELAY, not the hash's
+    assert "asked for watermark delay" not in run.tail(10_000)
     totals = {k.decode(): int(v) for k, v in client.hgetall(keys.totals).items()}
     assert totals.get("quarantined", 0) == 0, totals  # no KNOWN_SERVERS: any server's events are taken
     for lane in ("per-server-min", "per-server-min-idle"):

@@ -16,21 +16,17 @@ Redis itself, or with ``--url`` (``ANNOTATIONS_URL``) goes through a monitor's e
 from __future__ import annotations
 
 import argparse
-import hmac
 import http.client
 import ipaddress
 import json
 import os
-import socketserver
 import sys
-import threading
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterable
 from typing import Any
 from urllib.parse import parse_qs, urlencode
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 import msgspec
 import redis
@@ -42,7 +38,6 @@ from watermark.schema.timeutil import parse_duration_ms
 from watermark.store.annotation_store import add_annotation, annotation_from, read_annotations
 from watermark.store.redis_conn import open_client
 
-MAX_BODY = 16_384
 StartResponse = Callable[..., Any]
 WsgiApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
 
@@ -64,51 +59,22 @@ def is_loopback(address: str) -> bool:
         return False
 
 
-REFUSED_WITHOUT_TOKEN = ("POST /annotations is refused: the monitor listens beyond loopback and has no token; set "
-                         "ANNOTATIONS_TOKEN (or ANNOTATIONS_TOKEN_FILE) on the monitor and send it as "
-                         "'Authorization: Bearer <token>'")
-
-
 def annotations_app(client: redis.Redis, keys: KeySchema, keep_days: int,
-                    now_ms: Callable[[], int] = lambda: int(time.time() * 1000),
-                    token: str | None = None, loopback: bool = True) -> WsgiApp:
-    """``POST /annotations`` and ``GET /annotations?since=7d`` as a WSGI application. ``POST`` needs ``token`` as
-    a bearer token when one is given; without one it is open on ``loopback`` and refused beyond it."""
+                    now_ms: Callable[[], int] = lambda: int(time.time() * 1000)) -> WsgiApp:
+    """``POST /annotations`` and ``GET /annotations?since=7d`` as a WSGI application. Who may ``POST`` (the token,
+    the size, the site it comes from) is decided by the server before the body is read
+    (:func:`watermark.apps.monitor.http.admit`)."""
 
-    def reply(start: StartResponse, status: str, body: object,
-              headers: tuple[tuple[str, str], ...] = ()) -> list[bytes]:
+    def reply(start: StartResponse, status: str, body: object) -> list[bytes]:
         data = json.dumps(body).encode()
-        start(status, [("Content-Type", "application/json"), ("Content-Length", str(len(data))), *headers])
+        start(status, [("Content-Type", "application/json"), ("Content-Length", str(len(data)))])
         return [data]
-
-    def denied(environ: dict[str, Any], start: StartResponse) -> list[bytes] | None:
-        """The refusal of a ``POST`` without the right token, or None to go on."""
-        if token is None:
-            # beyond loopback a token is needed and none is configured: 401, as for a missing one (no token could pass)
-            return None if loopback else reply(start, "401 Unauthorized", {"error": REFUSED_WITHOUT_TOKEN},
-                                               (("WWW-Authenticate", 'Bearer realm="annotations"'),))
-        scheme, _, given = environ.get("HTTP_AUTHORIZATION", "").partition(" ")
-        # WSGI hands headers over as latin-1 text: back to the bytes sent, compared in constant time.
-        if scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode("latin-1", "replace"),
-                                                              token.encode()):
-            return None
-        if not given.strip():
-            return reply(start, "401 Unauthorized", {"error": "POST /annotations needs the monitor's token: "
-                                                              "'Authorization: Bearer <token>'"},
-                         (("WWW-Authenticate", 'Bearer realm="annotations"'),))
-        return reply(start, "401 Unauthorized", {"error": "the token is not the monitor's"},
-                     (("WWW-Authenticate", 'Bearer realm="annotations", error="invalid_token"'),))
 
     def app(environ: dict[str, Any], start: StartResponse) -> list[bytes]:
         method, now = environ["REQUEST_METHOD"], now_ms()
         try:
             if method == "POST":
-                size = int(environ.get("CONTENT_LENGTH") or 0)
-                if size > MAX_BODY:
-                    return reply(start, "413 Payload Too Large", {"error": f"at most {MAX_BODY} bytes"})
-                body = environ["wsgi.input"].read(size)  # even when refused: unread bytes would reset the reply
-                if (refusal := denied(environ, start)) is not None:
-                    return refusal
+                body = environ["wsgi.input"].read(int(environ.get("CONTENT_LENGTH") or 0))
                 doc = json.loads(body or b"{}")
                 if not isinstance(doc, dict):
                     raise ValueError("the body must be a JSON object")
@@ -135,22 +101,6 @@ def beside(other: WsgiApp, annotations: WsgiApp) -> WsgiApp:
         return (annotations if environ.get("PATH_INFO", "").rstrip("/") == "/annotations" else other)(environ, start)
 
     return app
-
-
-class _Server(socketserver.ThreadingMixIn, WSGIServer):
-    daemon_threads = True
-
-
-class _Quiet(WSGIRequestHandler):
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - the base class names it so
-        pass
-
-
-def serve(address: str, port: int, app: WsgiApp) -> WSGIServer:
-    """Serve ``app`` on its own thread; raises OSError when it cannot listen."""
-    server = make_server(address, port, app, server_class=_Server, handler_class=_Quiet)
-    threading.Thread(target=server.serve_forever, name="http", daemon=True).start()
-    return server
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

@@ -7,8 +7,10 @@ command line.
 from __future__ import annotations
 
 import argparse
+import getpass
 import json
 import os
+import socket
 import sys
 from dataclasses import asdict
 
@@ -58,6 +60,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+def cli_user() -> str:
+    """Who runs ``wm-control``, as the audit records it: the login and the host."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = f"uid {os.getuid()}"
+    return f"{user}@{socket.gethostname()}"
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
@@ -65,8 +76,8 @@ def main(argv: list[str] | None = None) -> int:
         keys = KeySchema(cfg.namespace)
         client = open_client(cfg.redis_url, socket_connect_timeout=2.0, socket_timeout=5.0)
         if args.command == "set":
-            write_control(client, keys, scenario=args.scenario, rate=args.rate, running=args.running,
-                          delay_ms=args.delay)
+            write_control(client, keys, by=cli_user(), role="Redis credential (wm-control)",
+                          scenario=args.scenario, rate=args.rate, running=args.running, delay_ms=args.delay)
         control, status = read_lab(client, keys)
     except (ConfigError, redis.RedisError) as exc:
         print(f"control: error: {exc}", file=sys.stderr)

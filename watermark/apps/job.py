@@ -95,8 +95,11 @@ def prepare(client: redis.Redis, cfg: Config, own: Config, lanes: list[Config]) 
         log.error("REDIS_URL names a Redis Cluster: PIPELINE_NAMESPACE must be braced, for example {%s}, so that "
                   "each commit's keys share one slot (docs/decisions/0018-redis-cluster-key-layout.md)", cfg.namespace)
         return None
-    wanted = requested_delay(client, keys)
+    wanted = requested_delay(client, keys) if cfg.lab_control else None
     delay_ms = cfg.delay_ms if wanted is None else wanted
+    if not cfg.lab_control:
+        log.info("lab control is off (LAB_CONTROL, default: as DEMO): the job keeps WATERMARK_DELAY %s and follows "
+                 "no change of %s", format_duration_ms(cfg.delay_ms), keys.control)
     for c in (own, *lanes):
         try:
             before = check_params(client, KeySchema(c.namespace), params_of(c.with_(delay_ms=delay_ms)))
@@ -150,7 +153,7 @@ def supervise(client: redis.Redis, cfg: Config, own: Config, lanes: list[Config]
             if not all(restart_if_failed(p) for p in runs):
                 stop_all(runs)
                 return 1
-            if time.monotonic() >= next_control:
+            if cfg.lab_control and time.monotonic() >= next_control:
                 next_control = time.monotonic() + 1.0
                 follow_delay(client, keys, runs)
             if ticker is not None and watcher is not None:

@@ -100,7 +100,7 @@ class Config:
     retire_after_ms: int = 600_000  # a server silent this long (arrival time) leaves the live views until it speaks
     new_servers_per_minute: int = 1_000  # the flood guard: new server names a minute admits (0: no guard)
     demo: bool = True  # DEMO: the demo's event generator runs (./run.sh); off: your own producers write the events
-    lab_control: bool = True  # LAB_CONTROL: the dashboard offers the Lab control page (default: as DEMO)
+    lab_control: bool = True  # LAB_CONTROL: Lab control is offered and the job follows {ns}:control (default: as DEMO)
 
     def __post_init__(self) -> None:
         _check(self.window_ms > 0, "WINDOW", "must be positive")
@@ -327,6 +327,10 @@ _TOKEN = re.compile(r"^[\x21-\x7e]+$")
 """A bearer token as a header carries it: printable ASCII without spaces."""
 
 
+MIN_TOKEN = 32
+"""The shortest token ``POST /annotations`` accepts: guessing 32 random characters is out of reach."""
+
+
 def annotations_token(env: Mapping[str, str]) -> str | None:
     """The token ``POST /annotations`` asks for: ``ANNOTATIONS_TOKEN``, or the content of the file
     ``ANNOTATIONS_TOKEN_FILE`` names (a Kubernetes secret mounted as a file); None when neither is set. Not a
@@ -347,6 +351,8 @@ def annotations_token(env: Mapping[str, str]) -> str | None:
     if not token:
         return None
     _check(bool(_TOKEN.match(token)), var, "must be printable ASCII without spaces (an HTTP header carries it)")
+    _check(len(token) >= MIN_TOKEN, var, f"is {len(token)} characters: at least {MIN_TOKEN} are needed (e.g. "
+           "`openssl rand -hex 24`)")
     return token
 
 

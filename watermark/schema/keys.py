@@ -100,6 +100,8 @@ key                                                type    contents
                                                            ``scenario``, ``rate``, ``generator``
                                                            (running|stopped), ``delay_ms``, ``rev``,
                                                            ``updated_ms``; see ``watermark.apps.control``
+``{ns}:control:audit``                             stream  who changed ``{ns}:control``: ``at_ms``, ``by``,
+                                                           ``role``, ``change`` (JSON), ``rev``; the newest 200
 ``{ns}:generator``                                 hash    what the following generator applied:
                                                            ``state``, ``scenario``, ``rate``, ``rev``,
                                                            ``written``, ``since_ms``, ``updated_ms``,
@@ -313,6 +315,10 @@ class KeySchema:
     @property
     def control(self) -> str:
         return self._k("control")
+
+    @property
+    def control_audit(self) -> str:
+        return self._k("control", "audit")
 
     @property
     def generator_status(self) -> str:

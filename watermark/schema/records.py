@@ -560,6 +560,18 @@ def check_delay_ms(delay_ms: object) -> int:
 
 
 @dataclass(frozen=True)
+class ControlChange:
+    """One change of :class:`Control`, as the audit (``{ns}:control:audit``) keeps it: when, by whom, as what role,
+    the fields set (JSON text, shown as text) and the ``rev`` it made."""
+
+    at_ms: int
+    by: str
+    role: str
+    change: str
+    rev: int
+
+
+@dataclass(frozen=True)
 class Control:
     """The presenter's request. ``None`` where nothing was asked yet (the generator seeds
     scenario, rate and running when it starts; the job falls back to WATERMARK_DELAY)."""

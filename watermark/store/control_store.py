@@ -5,10 +5,13 @@
 The dashboard's "Lab control" page (or ``wm-control``) writes the request; the generator in follow mode
 (``wm-generator --follow``, ``watermark.apps.follow``) polls it and reports what it applied. Every change bumps
 ``rev`` in the same MULTI as the change, so a reader can tell "the generator applied my request" (its ``rev``
-caught up) from "it has not looked yet".
+caught up) from "it has not looked yet". Every change is also one entry of ``{ns}:control:audit`` (who, as what
+role, when), written in the same MULTI and capped at :data:`CONTROL_AUDIT_KEEP`.
 """
 
 from __future__ import annotations
+
+import json
 
 import redis
 
@@ -16,9 +19,12 @@ from watermark.rules.scenarios import SCENARIOS
 from watermark.runtime.clock import wall_ms
 from watermark.schema.config import ConfigError
 from watermark.schema.keys import KeySchema
-from watermark.schema.records import Control, GeneratorStatus, check_delay_ms, check_rate
+from watermark.schema.records import Control, ControlChange, GeneratorStatus, check_delay_ms, check_rate
 from watermark.store.redis_conn import home
 
+CONTROL_AUDIT_KEEP = 200
+"""Changes the audit keeps, newest first: a presenter's session makes tens."""
+WHO_MAX = 200
 STATUS_STALE_MS = 5_000
 """A generator status older than this means no generator is following (it writes one every ~0.5 s)."""
 
@@ -51,9 +57,13 @@ def read_lab(client: redis.Redis, keys: KeySchema) -> tuple[Control | None, Gene
             GeneratorStatus.from_hash(status) if status else None)
 
 
-def write_control(client: redis.Redis, keys: KeySchema, *, scenario: str | None = None, rate: float | None = None,
-                  running: bool | None = None, delay_ms: int | None = None, now_ms: int | None = None) -> Control:
-    """Change the given fields and bump ``rev``, atomically; validated before anything is written."""
+def write_control(client: redis.Redis, keys: KeySchema, *, by: str, role: str, scenario: str | None = None,
+                  rate: float | None = None, running: bool | None = None, delay_ms: int | None = None,
+                  now_ms: int | None = None) -> Control:
+    """Change the given fields and bump ``rev``, atomically, recording who (``by``, as ``role``) in the audit;
+    validated before anything is written."""
+    if not by.strip() or not role.strip():
+        raise ConfigError("a control change needs who makes it and their role")
     if scenario is not None:
         check_scenario(scenario)
     if rate is not None:
@@ -67,11 +77,34 @@ def write_control(client: redis.Redis, keys: KeySchema, *, scenario: str | None 
     del change["rev"]
     if len(change) == 1:
         raise ConfigError("nothing to change: give a scenario, rate, running (start/stop) or delay_ms")
-    pipe = home(client, keys.control).pipeline(transaction=True)
-    pipe.hset(keys.control, mapping=change)
-    pipe.hincrby(keys.control, "rev", 1)
-    pipe.hgetall(keys.control)
-    return Control.from_hash(pipe.execute()[-1])
+    what = json.dumps({k: v for k, v in change.items() if k != "updated_ms"}, sort_keys=True)
+
+    def apply(pipe: redis.client.Pipeline) -> Control:
+        rev = int(pipe.hget(keys.control, "rev") or 0) + 1
+        pipe.multi()
+        pipe.hset(keys.control, mapping=change)
+        pipe.hincrby(keys.control, "rev", 1)
+        pipe.xadd(keys.control_audit, {"at_ms": change["updated_ms"], "by": by.strip()[:WHO_MAX],
+                                       "role": role.strip()[:WHO_MAX], "change": what, "rev": str(rev)},
+                  maxlen=CONTROL_AUDIT_KEEP, approximate=False)
+        pipe.hgetall(keys.control)
+        return Control.from_hash(pipe.execute()[-1])
+
+    return home(client, keys.control).transaction(apply, keys.control, value_from_callable=True)
+
+
+def read_control_audit(client: redis.Redis, keys: KeySchema, count: int = 20) -> list[ControlChange]:
+    """The newest ``count`` changes, newest first; an entry nobody could have written this way is skipped."""
+    out = []
+    for _, raw in client.xrevrange(keys.control_audit, count=count):
+        f = {(k.decode() if isinstance(k, bytes) else str(k)): (v.decode("utf-8", "replace") if isinstance(v, bytes)
+                                                               else str(v)) for k, v in raw.items()}
+        try:
+            out.append(ControlChange(at_ms=int(f["at_ms"]), by=f["by"], role=f["role"], change=f["change"],
+                                     rev=int(f["rev"])))
+        except (KeyError, ValueError):
+            continue
+    return out
 
 
 def seed_control(client: redis.Redis, keys: KeySchema, *, scenario: str, rate: float, running: bool = True,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 
+import pandas as pd
 import redis
 import streamlit as st
 
@@ -15,6 +16,7 @@ from dashboard.status import clock, human_ms, unreachable
 from dashboard.text import md
 from watermark.schema.config import Config, ConfigError, redact_url
 from watermark.schema.records import ANNOTATION_KINDS
+from watermark.schema.timeutil import iso_from_ms
 from watermark.store.alert_store import OUTBOX_KEEP, AlertView, WebhookStatus
 
 STALE_ROUNDS = 5  # the monitor counts as stopped when it has not evaluated for this many rounds
@@ -78,6 +80,7 @@ def render(v: AlertView, now_ms: int) -> None:
         st.info("No alert has fired in the last day.")
     st.caption(webhook_line(v.webhook))
     annotate()
+    control_changes()
     if v.watching:
         st.caption(f"Watching for {v.watching} (ops/alerts.toml; each explained in docs/alerts.md).")
 
@@ -104,6 +107,23 @@ def annotate() -> None:
                 cfg, {"text": text, "kind": kind, "region": region.strip() or None, "for": lasting.strip() or None})
     if (result := st.session_state.get(ANNOTATED)) is not None:
         ui.show_status([result])
+
+
+def control_changes() -> None:
+    """Who changed the lab's control settings (the job's delay, the generator), beside the annotations."""
+    cfg = Config.from_env(os.environ)
+    changes = loaders.load_control_audit(cfg.redis_url, cfg.namespace, ui.current_view().tick(ui.now_ms()))
+    if not changes and not cfg.lab_control:
+        return
+    st.subheader("Lab control changes")
+    if not cfg.lab_control:
+        st.caption("Lab control is off here (`LAB_CONTROL`): the job follows none of these.")
+    if not changes:
+        st.caption("Nobody has changed the lab's control settings.")
+        return
+    st.dataframe(pd.DataFrame({"When (UTC)": [iso_from_ms(c.at_ms) for c in changes], "Who": [c.by for c in changes],
+                               "Role": [c.role for c in changes], "Change": [c.change for c in changes],
+                               "Rev": [c.rev for c in changes]}), hide_index=True)
 
 
 def main() -> None:

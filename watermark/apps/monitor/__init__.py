@@ -36,8 +36,9 @@ from watermark.alerting.health import Verdict, judge_all
 from watermark.alerting.lifecycle import AlertState, Decision, Notice, step_all
 from watermark.alerting.observation import Memory, Observation
 from watermark.alerting.promrules import prometheus_rules
-from watermark.apps.annotate import REFUSED_WITHOUT_TOKEN, annotations_app, beside, is_loopback, serve
+from watermark.apps.annotate import annotations_app, beside, is_loopback
 from watermark.apps.monitor.alertmanager import AlertmanagerPusher
+from watermark.apps.monitor.http import REFUSED_WITHOUT_TOKEN, Gate, Server, serve
 from watermark.apps.monitor.metrics import StackCollector
 from watermark.apps.monitor.notify import Notifier, Outgoing
 from watermark.runtime.clock import wall_ms
@@ -190,6 +191,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help=f"/metrics port (METRICS_PORT, default {DEFAULT_METRICS_PORT}; 0: no endpoint)")
     p.add_argument("--address", default=os.environ.get("METRICS_ADDRESS") or "127.0.0.1",
                    help="/metrics address (METRICS_ADDRESS, default 127.0.0.1; 0.0.0.0 for a Prometheus elsewhere)")
+    p.add_argument("--hosts", type=_hosts, default=_hosts(os.environ.get("METRICS_HOSTS") or ""),
+                   help="the Host names served beside IP addresses and localhost, comma-separated (METRICS_HOSTS; "
+                        "e.g. the Kubernetes service Prometheus scrapes): any other is refused (421)")
     p.add_argument("--interval", type=float, default=1.0, help="seconds between evaluations")
     p.add_argument("--prometheus-rules", action="store_true", help="print the equivalent Prometheus rules, exit")
     args = p.parse_args(argv)
@@ -199,6 +203,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         except argparse.ArgumentTypeError as exc:
             p.error(f"METRICS_PORT: {exc}")
     return args
+
+
+def _hosts(text: str) -> frozenset[str]:
+    return frozenset(h.strip().lower().rstrip(".") for h in text.split(",") if h.strip())
 
 
 def _port(text: str) -> int:
@@ -243,18 +251,20 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def serve_metrics(address: str, port: int, url: str, keys: KeySchema, monitor: Monitor,
-                  history_days: int = DEFAULT_HISTORY_DAYS, token: str | None = None) -> str | None:
-    """``/metrics`` and ``/annotations`` (:mod:`watermark.apps.annotate`) on one port, on their own thread; an error
-    message when it cannot listen. ``/metrics`` is open, as exporters are; ``POST /annotations`` writes to Redis,
-    so it needs ``token``, and without one is refused beyond loopback."""
+                  history_days: int = DEFAULT_HISTORY_DAYS, token: str | None = None,
+                  hosts: frozenset[str] = frozenset()) -> Server | str:
+    """``/metrics`` and ``/annotations`` (:mod:`watermark.apps.annotate`) on one port, served by
+    :mod:`.http` on its own thread; an error message when it cannot listen. ``/metrics`` is open, as exporters
+    are; ``POST /annotations`` writes to Redis, so it needs ``token``, and without one is refused beyond loopback.
+    ``hosts``: the ``Host`` names served beside IP addresses and ``localhost`` (``METRICS_HOSTS``)."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(scrape_reader(url, keys, monitor))
-    notes = annotations_app(monitor_client(url), keys, history_days, token=token, loopback=is_loopback(address))
+    notes = annotations_app(monitor_client(url), keys, history_days)
+    gate = Gate(token=token, loopback=is_loopback(address), hosts=hosts)
     try:
-        serve(address, port, beside(make_wsgi_app(registry), notes))
+        return serve(address, port, beside(make_wsgi_app(registry), notes), gate)
     except OSError as exc:
         return f"/metrics cannot listen on {address}:{port}: {exc.strerror or exc} (set METRICS_PORT)"
-    return None
 
 
 def wait_for_redis(client: redis.Redis, stop: threading.Event, limit_s: float = START_WAIT_S) -> None:
@@ -290,10 +300,12 @@ def run(cfg: AlertConfig, env: Config, args: argparse.Namespace, token: str | No
                                     resend_ms=cfg.alertmanager.resend_ms, timeout_ms=cfg.alertmanager.timeout_ms)
     monitor = Monitor(client, keys, cfg, wall_ms(), notifier, pusher, int(args.interval * 1000), env.retire_after_ms)
     stop = on_stop_signals().event
-    if args.port and (error := serve_metrics(args.address, args.port, env.redis_url, keys, monitor,
-                                             env.history_days, token)):
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+    if args.port:
+        served = serve_metrics(args.address, args.port, env.redis_url, keys, monitor, env.history_days, token,
+                               args.hosts)
+        if isinstance(served, str):
+            print(f"error: {served}", file=sys.stderr)
+            return 2
     where = f"http://{args.address}:{args.port}/metrics" if args.port else "none (port 0)"
     notes = f"; POST /annotations {posting(args.address, token)}" if args.port else ""
     print(f"monitor: /metrics on {where}{notes}; Redis {redact_url(env.redis_url)}, namespace {env.namespace}; "
