@@ -142,6 +142,25 @@ def test_no_monitor_yet_and_nothing_fired_are_said_in_words(redis_url: str, monk
     assert [i.value for i in at.info] == ["No alert has fired in the last day."]
 
 
+def test_the_lab_control_changes_show_beside_the_annotations_with_who_and_role(
+        seeded_alerts: KeySchema, redis_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from watermark.store.control_store import write_control
+
+    client = redis.Redis.from_url(redis_url)
+    write_control(client, seeded_alerts, by="ana@ops.example.com", role="operator", delay_ms=20_000, now_ms=T0)
+    write_control(client, seeded_alerts, by="<b>root</b>@build", role="Redis credential (wm-control)",
+                  scenario="steady", now_ms=T0 + 1_000)
+    monkeypatch.setenv("LAB_CONTROL", "off")
+    at = run_alerts(T0 + 2_000)
+    audit = at.dataframe[-1].value
+    assert list(audit["Who"]) == ["<b>root</b>@build", "ana@ops.example.com"]  # newest first, as text
+    assert list(audit["Role"]) == ["Redis credential (wm-control)", "operator"]
+    assert list(audit["Change"]) == ['{"scenario": "steady"}', '{"delay_ms": "20000"}']
+    assert list(audit["When (UTC)"])[-1].startswith("2027-01-15T08:00:00")
+    assert any("Lab control is off here (`LAB_CONTROL`): the job follows none of these." in c.value
+               for c in at.caption)
+
+
 def test_the_firing_line_groups_servers_under_their_alert() -> None:
     from dashboard.alertview import firing_text
 
