@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from watermark.alerting.health import Health, Severity, Verdict, judge, redis_at_limit
 from watermark.alerting.verdicts import Flat, WatermarkPoint, flat_run
+from watermark.rules.fleet import FleetSilence, Life, fleet_silence, life
 from watermark.schema.timeutil import clock, human_ms  # noqa: F401 - the pages import them from here
 from watermark.store.observe import pipeline_obs
 from watermark.store.pipeline_status import PipelineStatus
@@ -35,7 +36,22 @@ def verdict(snap: Snapshot, now_ms: int) -> Verdict:
     used, limit = snap.redis_memory
     p = pipeline_obs(snap.namespace, PipelineStatus(snap.state, snap.totals, snap.servers, snap.stream), now_ms)
     return judge(p, now_ms, snap.thresholds, run=flat_run(watermark_points(snap.batches)),
-                 redis_full=redis_at_limit(used, limit))
+                 redis_full=redis_at_limit(used, limit), fleet=silence(snap, now_ms))
+
+
+def silence(snap: Snapshot, now_ms: int) -> FleetSilence:
+    """The servers in view (neither retired nor drained) and how many are silent, by ServerSilent's rule with the
+    monitor's thresholds."""
+    return fleet_silence(((snap.seen.get(s), 0) for s in snap.servers), now_ms,
+                         snap.thresholds.server_silent.after_ms)
+
+
+def silent_servers(snap: Snapshot, now_ms: int) -> dict[str, int]:
+    """The servers in view that are silent (ServerSilent's rule), with their last arrival (ms)."""
+    after = snap.thresholds.server_silent.after_ms
+    return {s: t for s in snap.servers if (t := snap.seen.get(s)) is not None
+            and life(last_arrival_ms=t, drained_ms=0, now_ms=now_ms, silent_after_ms=after,
+                     retire_after_ms=None) is Life.SILENT}
 
 
 def slow_batches(snap: Snapshot, trigger: int) -> tuple[int, int, int] | None:
@@ -100,6 +116,12 @@ def _say(snap: Snapshot, v: Verdict, now_ms: int, demo: bool) -> str:  # noqa: P
     if h is Health.DOWN:
         return (f"Down: no batch has completed for {human_ms(quiet)} (trigger {human_ms(trigger)}) while "
                 f"{behind_text(waiting, behind)}: the Spark job is down or stuck.")
+    if h is Health.STALLED and v.fleet is not None:
+        f = v.fleet
+        heard = f" since {clock(f.heard_ms)} ({human_ms(now_ms - f.heard_ms)} ago)" if f.heard_ms else ""
+        return (f"Stalled: {f.silent:,} of {f.in_play:,} servers silent{heard}, with players online (no event "
+                f"for {human_ms(snap.thresholds.server_silent.after_ms)} or more): the numbers stand as of then. "
+                f"Batch #{state.last_batch} committed {human_ms(quiet)} ago, but nothing new arrived in it.")
     if h is Health.IDLE:
         return (f"Idle: no new events for {human_ms(quiet)}; the last batch (#{state.last_batch}) completed at "
                 f"{clock(state.updated_ms)}. Windows close only when new events move the watermark.")
@@ -114,6 +136,10 @@ def _say(snap: Snapshot, v: Verdict, now_ms: int, demo: bool) -> str:  # noqa: P
             n, of, worst = slow
             return (f"Falling behind: {n} of the last {of} batches took longer than the {human_ms(trigger)} "
                     f"trigger (slowest {human_ms(worst)}); {behind_text(waiting, behind)}.")
+        if v.lag_ms is not None:
+            return (f"Behind: the watermark is at {clock(state.next_watermark_ms)}, {human_ms(v.lag_ms)} behind now, "
+                    f"past the {human_ms(state.delay_ms)} delay and the {human_ms(trigger)} trigger: the newest "
+                    f"events are that old, so windows close that late.")
         return (f"Behind: {behind_text(waiting, behind)}; batches are capped, so the job catches up by reading at "
                 "most its cap per batch.")
     wm, lost = state.next_watermark_ms, v.history_lost_at

@@ -8,10 +8,20 @@ import pytest
 from prometheus_client.core import Metric
 
 from watermark.alerting.config import AlertConfig, Freshness, JobQuiet, WatermarkFlat
-from watermark.alerting.health import Health, Severity, Verdict, judge, judge_all, quiet_limit_ms, redis_at_limit
-from watermark.alerting.observation import MAIN, Memory, Observation, PipelineObs
+from watermark.alerting.health import (
+    Health,
+    Severity,
+    Verdict,
+    judge,
+    judge_all,
+    quiet_limit_ms,
+    redis_at_limit,
+    silence_of,
+)
+from watermark.alerting.observation import MAIN, Memory, Observation, PipelineObs, ServerObs
 from watermark.alerting.verdicts import Flat
 from watermark.apps.monitor.metrics import health_families
+from watermark.rules.fleet import FleetSilence
 from watermark.schema.config import ConfigError
 
 NOW = 1_767_225_600_000
@@ -52,9 +62,49 @@ STALL = Flat(watermark_ms=NOW - 30_000, since_ms=NOW - 60_000, arrived=500, seen
     (replace(LIVE, behind_ms=6_001), {}, Health.BEHIND),
     (replace(LIVE, behind_ms=6_000), {}, Health.LIVE),
     (replace(LIVE, behind_ms=6_001), {"run": STALL}, Health.STALLED),
+    # the watermark lagging now by more than delay (30 s) + trigger (1 s) + 5 s: behind, even with nothing waiting
+    (replace(LIVE, watermark_ms=NOW - 36_001, waiting=0, behind_ms=0), {}, Health.BEHIND),
+    (replace(LIVE, watermark_ms=NOW - 36_000, waiting=0, behind_ms=0), {}, Health.LIVE),
+    (replace(LIVE, watermark_ms=NOW + 60_000), {}, Health.LIVE),  # a clock ahead moved it past now: not behind
+    # most servers in play silent (idle markers keep the batches coming): stalled, never live
+    (LIVE, {"fleet": FleetSilence(in_play=300, silent=300, heard_ms=NOW - 100_000)}, Health.STALLED),
+    (LIVE, {"fleet": FleetSilence(in_play=3, silent=2, heard_ms=NOW)}, Health.STALLED),
+    (LIVE, {"fleet": FleetSilence(in_play=4, silent=2, heard_ms=NOW)}, Health.LIVE),  # half is not most
+    (LIVE, {"fleet": FleetSilence()}, Health.LIVE),  # no server in play: nothing to be silent
+    # ... and no batch for longer than the quiet limit: stalled (players online, silent), not merely idle
+    (replace(LIVE, committed_ms=NOW - 60_000, waiting=0, behind_ms=0), {"fleet": FleetSilence(3, 3, NOW - 70_000)},
+     Health.STALLED),
+    (replace(LIVE, committed_ms=NOW - 60_000, waiting=0, behind_ms=0), {"fleet": FleetSilence(0, 0, None)},
+     Health.IDLE),  # every server drained: a maintenance, not an incident
+    (replace(LIVE, committed_ms=NOW - 60_000, behind_ms=50_000), {"fleet": FleetSilence(3, 3, NOW)}, Health.DOWN),
 ])
 def test_one_state_the_first_that_holds(p: PipelineObs | None, kw: dict, health: Health) -> None:
     assert judge(p, NOW, CFG, **kw).health is health
+
+
+@pytest.mark.parametrize(("servers", "want"), [
+    # (last arrival, drained mark, retired) at NOW with ServerSilent's 1 min
+    ([(NOW - 1_000, 0, False), (NOW - 61_000, 0, False)], FleetSilence(2, 1, NOW - 1_000)),
+    ([(NOW - 60_000, 0, False)], FleetSilence(1, 1, NOW - 60_000)),  # at `after`: silent, as the alert says
+    ([(NOW - 59_999, 0, False)], FleetSilence(1, 0, NOW - 59_999)),
+    ([(NOW - 90_000, NOW - 90_000, False)], FleetSilence(0, 0, None)),  # drained: not in play
+    ([(NOW - 90_000, NOW - 95_000, False)], FleetSilence(1, 1, NOW - 90_000)),  # an event after the drain
+    ([(NOW - 900_000, 0, True)], FleetSilence(0, 0, None)),  # retired
+    ([(None, 0, False)], FleetSilence(1, 0, None)),  # nothing committed yet: live
+])
+def test_the_fleets_silence_is_the_server_silent_rule(servers: list[tuple[int | None, int, bool]],
+                                                      want: FleetSilence) -> None:
+    obs = [ServerObs(name=f"s{i}", last_arrival_ms=last, drained_ms=mark, retired=gone)
+           for i, (last, mark, gone) in enumerate(servers)]
+    assert silence_of(obs, NOW, CFG) == want
+
+
+def test_the_verdict_says_why_it_is_stalled_or_behind() -> None:
+    quiet = FleetSilence(300, 300, NOW - 100_000)
+    v = judge(LIVE, NOW, CFG, fleet=quiet)
+    assert (v.health, v.fleet, v.stall, v.severity) == (Health.STALLED, quiet, None, Severity.WARNING)
+    v = judge(replace(LIVE, watermark_ms=NOW - 214_000), NOW, CFG)
+    assert (v.health, v.lag_ms) == (Health.BEHIND, 214_000)
 
 
 def test_history_lost_is_said_beside_the_state() -> None:

@@ -165,7 +165,8 @@ def test_live_ops_names_a_clock_ahead_and_a_silent_server(r: redis.Redis) -> Non
     notes = clock_notes(view)
     assert len(notes) == 2
     assert notes[0].split(" (")[0] == "Clock ahead: A by 1 min 30 s"  # B and C not named
-    assert notes[1].split(" of arrival")[0].startswith("Silent: B (") and ", " not in notes[1].split(" of arrival")[0]
+    named = notes[1].split(" of arrival")[0]
+    assert named.startswith("Timing out: B (") and ", " not in named
     calm = KeySchema(f"clk-{uuid.uuid4().hex[:8]}")
     commit_all(r, game(30, {"A": 5, "C": 5}), calm)
     calm_view = read_online(r, calm)

@@ -162,7 +162,7 @@ def test_live_ops_shows_players_now_and_totals_as_in_redis(env: Seeded,
     view = read_online(redis.Redis.from_url(env.cfg.redis_url), keys)  # bytes replies, as the store reads them
     assert view is not None and max(sum(p.counts.values()) for p in view.history) > 0  # players came and went
     if not sum(online.values()):  # the seed ends with C's late burst: A and B silent for minutes of arrival time
-        silent = [i.value for i in at.info if i.value.startswith("Silent: ")]
+        silent = [i.value for i in at.info if i.value.startswith("Timing out: ")]
         assert silent and "A (" in silent[0] and "B (" in silent[0], [i.value for i in at.info]
     assert {s: n(shown[f"{s} · online now"]) for s in online} == online
     assert {s: client.hlen(keys.online(s)) for s in online} == online

@@ -29,8 +29,8 @@ T = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 
 
 def state(**kw: object) -> PipelineState:
-    base = PipelineState(last_batch=9, watermark_ms=T + 5 * MIN, next_watermark_ms=T + 6 * MIN,
-                         max_event_us=(T + 6 * MIN + 30_000) * 1000, committed_id=f"{T}-5", window_ms=MIN,
+    base = PipelineState(last_batch=9, watermark_ms=T + 9 * MIN, next_watermark_ms=T + 10 * MIN - 30_000,
+                         max_event_us=(T + 10 * MIN) * 1000, committed_id=f"{T}-5", window_ms=MIN,
                          slide_ms=MIN, delay_ms=30_000, trigger_ms=1_000, updated_ms=T + 10 * MIN)
     return replace(base, **kw)
 
@@ -185,6 +185,17 @@ NOW = T + 10 * MIN
         (snap(state(), slow(MOVING), waiting=90_000, oldest_ms=NOW - 6_500),
          NOW + 500, Level.WARNING, "Falling behind: 10 of the last 10 batches took longer than the 1.0 s trigger "
                                    "(slowest 1.5 s); behind by 90,000 entries / 7.0 s"),
+        # every server silent for over ServerSilent's 1 min while idle markers keep batches coming: stalled, with
+        # the moment the numbers stand as of; one of two silent is not most
+        (replace(snap(state(), MOVING), seen={"A": NOW - 100_000, "B": NOW - 100_000}), NOW + 800, Level.WARNING,
+         "Stalled: 2 of 2 servers silent since 00:08:20 UTC (1 min 40 s ago), with players online (no event for "
+         "1 min or more): the numbers stand as of then. Batch #9 committed 800 ms ago"),
+        (replace(snap(state(), MOVING), seen={"A": NOW - 100_000, "B": NOW}), NOW + 800, Level.OK, "Live"),
+        # the watermark 3 min 34 s behind now, far past the 30 s delay and the trigger: behind, never "up to date"
+        (snap(state(next_watermark_ms=NOW - 214_000), MOVING), NOW, Level.WARNING,
+         "Behind: the watermark is at 00:06:26 UTC, 3 min 34 s behind now, past the 30.0 s delay and the 1.0 s "
+         "trigger"),
+        (snap(state(next_watermark_ms=NOW - 36_000), MOVING), NOW, Level.OK, "Live"),
         # Redis at its maxmemory: it refuses writes, said first and plainly
         (replace(snap(state(), MOVING), redis_memory=(100 * 2**20, 100 * 2**20)), NOW + 500, Level.ERROR,
          "Redis is full: it uses 100 MB of its 100 MB maxmemory and refuses writes"),

@@ -13,11 +13,16 @@ A pipeline is in exactly one :class:`Health` state, the first that holds, in thi
 ``down``              Entries wait, and no batch has been committed for longer than the quiet limit (or never,
                       with the oldest entry waiting longer than ``first_batch``): the job is down or stuck.
 ``stopped``           The job was stopped on request (it says so in its state) and not started again.
+``stalled``           Most servers in play (neither drained nor retired) are silent: no event for ``[server_silent]
+                      after`` with players online (:func:`watermark.rules.fleet.fleet_silence`, ServerSilent's
+                      rule). Batches may still commit (the job's idle markers keep them coming), but nothing in
+                      them is news: every number stands as of the newest arrival.
 ``idle``              No batch for longer than the quiet limit, and nothing waits: no events come in.
 ``stalled``           Batches commit, events arrive, and the watermark has not moved for
                       ``[watermark_flat] after`` (:meth:`.verdicts.Flat.stalled`).
 ``behind``            Batches commit, but the oldest waiting entry has waited longer than the trigger plus
-                      ``[freshness] above_trigger`` (:func:`.verdicts.is_behind`).
+                      ``[freshness] above_trigger`` (:func:`.verdicts.is_behind`); or the watermark lags now by
+                      more than the delay, the trigger and ``above_trigger`` together (windows close that late).
 ``live``              None of the above.
 ==================== ============================================================================================
 
@@ -28,13 +33,14 @@ history was lost an hour ago is live, with totals that start at that batch.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
 from watermark.alerting.config import AlertConfig
-from watermark.alerting.observation import MAIN, Memory, Observation, PipelineObs
-from watermark.alerting.verdicts import Flat, is_behind
+from watermark.alerting.observation import MAIN, Memory, Observation, PipelineObs, ServerObs
+from watermark.alerting.verdicts import Flat, behind_limit_ms, is_behind
+from watermark.rules.fleet import FleetSilence, fleet_silence
 
 
 class Health(StrEnum):
@@ -76,6 +82,10 @@ class Verdict:
     commits_lost: tuple[int, int] | None = None
     """The first and last batch whose commits Redis lost while keeping older ones (a failover to a replica that
     did not have them): their events are missing from the totals and the windows."""
+    fleet: FleetSilence | None = None
+    """The servers in play and how many are silent, when most are (``stalled`` for that reason)."""
+    lag_ms: int | None = None
+    """How far the watermark lags now, when that is why the pipeline is ``behind``."""
 
     @property
     def severity(self) -> Severity:
@@ -88,10 +98,11 @@ def quiet_limit_ms(trigger_ms: int, cfg: AlertConfig) -> int:
 
 
 def judge(p: PipelineObs | None, now_ms: int, cfg: AlertConfig, *, run: Flat | None = None,
-          redis_error: str | None = None, redis_full: bool = False) -> Verdict:
+          redis_error: str | None = None, redis_full: bool = False, fleet: FleetSilence | None = None) -> Verdict:
     """The pipeline's state at ``now_ms``. ``p``: as read (None: Redis not read); ``run``: its watermark's latest
     unmoved run, from whatever history the caller keeps (the monitor's samples, the dashboard's batch records);
-    ``redis_full``: Redis' used memory at or above its ``maxmemory``."""
+    ``redis_full``: Redis' used memory at or above its ``maxmemory``; ``fleet``: the servers' silence
+    (:func:`silence_of`)."""
     if redis_error is not None or p is None:
         return Verdict(Health.REDIS_UNREACHABLE)
     lost, gap = p.lost_at_batch, p.lost_batches
@@ -105,13 +116,32 @@ def judge(p: PipelineObs | None, now_ms: int, cfg: AlertConfig, *, run: Flat | N
     quiet = _quiet(p, now_ms)
     if p.stopped_ms is not None:
         return Verdict(Health.STOPPED, quiet, history_lost_at=lost, commits_lost=gap)
+    if quiet is not None and quiet > limit and p.waiting > 0:
+        return Verdict(Health.DOWN, quiet, history_lost_at=lost, commits_lost=gap)
+    if fleet is not None and fleet.most_silent:
+        return Verdict(Health.STALLED, quiet, history_lost_at=lost, commits_lost=gap, fleet=fleet)
     if quiet is not None and quiet > limit:
-        return Verdict(Health.DOWN if p.waiting > 0 else Health.IDLE, quiet, history_lost_at=lost, commits_lost=gap)
+        return Verdict(Health.IDLE, quiet, history_lost_at=lost, commits_lost=gap)
     if run is not None and run.stalled(now_ms, cfg):
         return Verdict(Health.STALLED, quiet, run, lost, gap)
     if is_behind(p.behind_ms, p.trigger_ms, cfg):
         return Verdict(Health.BEHIND, quiet, history_lost_at=lost, commits_lost=gap)
+    if p.watermark_ms is not None and (lag := now_ms - p.watermark_ms) > lag_limit_ms(p, cfg):
+        return Verdict(Health.BEHIND, quiet, history_lost_at=lost, commits_lost=gap, lag_ms=lag)
     return Verdict(Health.LIVE, quiet, history_lost_at=lost, commits_lost=gap)
+
+
+def lag_limit_ms(p: PipelineObs, cfg: AlertConfig) -> int:
+    """How far the watermark may lag now before the pipeline is behind: its delay, plus what an entry may wait
+    (the trigger and ``[freshness] above_trigger``)."""
+    return p.delay_ms + behind_limit_ms(p.trigger_ms, cfg)
+
+
+def silence_of(servers: Iterable[ServerObs], now_ms: int, cfg: AlertConfig) -> FleetSilence:
+    """The fleet's silence (:func:`watermark.rules.fleet.fleet_silence`) from the servers as observed, retired
+    ones left out, with ServerSilent's ``after``."""
+    return fleet_silence(((s.last_arrival_ms, s.drained_ms) for s in servers if not s.retired), now_ms,
+                         cfg.server_silent.after_ms)
 
 
 def redis_at_limit(used_bytes: int | None, maxmemory_bytes: int) -> bool:
@@ -129,7 +159,8 @@ def judge_all(obs: Observation, memory: Memory, cfg: AlertConfig,
     if obs.data_error is not None:
         return dict(prior)
     full = redis_at_limit(obs.redis_used_bytes, obs.redis_maxmemory_bytes)
-    return {p.name: judge(p, obs.at_ms, cfg, run=memory.watermark_run(p.name), redis_full=full)
+    fleet = silence_of(obs.servers, obs.at_ms, cfg)  # every pipeline reads the same servers' events
+    return {p.name: judge(p, obs.at_ms, cfg, run=memory.watermark_run(p.name), redis_full=full, fleet=fleet)
             for p in obs.pipelines}
 
 

@@ -44,7 +44,7 @@ markers stop and S holds the watermark back again as its events dictate.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -77,6 +77,44 @@ def life(*, last_arrival_ms: int | None, drained_ms: int, now_ms: int, silent_af
     if drained(last_arrival_ms, drained_ms):
         return Life.DRAINED
     return Life.SILENT if quiet >= silent_after_ms else Life.LIVE
+
+
+@dataclass(frozen=True)
+class FleetSilence:
+    """Of the servers in play (live or silent: neither drained nor retired), how many are silent, and the newest
+    arrival of any of them: the pipeline's health says "stalled" when most are silent (:mod:`watermark.alerting.
+    health`), and a number that has not moved since then is shown "as of" that arrival."""
+
+    in_play: int = 0
+    silent: int = 0
+    heard_ms: int | None = None
+
+    @property
+    def most_silent(self) -> bool:
+        return 2 * self.silent > self.in_play > 0
+
+
+def fleet_silence(servers: Iterable[tuple[int | None, int]], now_ms: int, silent_after_ms: int) -> FleetSilence:
+    """The fleet's silence from each server's ``(last_arrival_ms, drained_ms)``, retired ones left out by the
+    caller, by :func:`life`: the one rule of "silent" that ServerSilent, the Servers table and the status line use.
+
+    >>> fleet_silence([(1_000, 0), (2_000, 0), (89_000, 0), (5_000, 5_000)], 90_000, 60_000)
+    FleetSilence(in_play=3, silent=2, heard_ms=89000)
+    >>> _.most_silent
+    True
+    """
+    in_play = silent = 0
+    newest: int | None = None
+    for last, drained_ms in servers:
+        state = life(last_arrival_ms=last, drained_ms=drained_ms, now_ms=now_ms, silent_after_ms=silent_after_ms,
+                     retire_after_ms=None)
+        if state is Life.DRAINED:
+            continue
+        in_play += 1
+        silent += state is Life.SILENT
+        if last is not None and (newest is None or last > newest):
+            newest = last
+    return FleetSilence(in_play, silent, newest)
 
 
 def in_view(*, retired: bool, drained: bool, players: int) -> bool:

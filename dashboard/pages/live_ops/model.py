@@ -78,10 +78,22 @@ def clock_notes(v: OnlineView, shown: int = 8, retired: Collection[str] = ()) ->
     if silent:
         names = ", ".join(f"{md(s)} ({human_ms(ms)})" for ms, s in silent[:shown])
         more = f" and {len(silent) - shown} more" if len(silent) > shown else ""
-        notes.append(f"Silent: {names}{more} of arrival time without an event their clock could use (nothing "
-                     "sent, or only late events); their clocks run on by arrival time, so their players time out, "
-                     "and they are counted again from their next event.")
+        notes.append(f"Timing out: {names}{more} of arrival time without an event their clock could use "
+                     "(nothing sent, or only late events); their clocks run on by arrival time, so their players "
+                     "time out, and they are counted again from their next event.")
     return notes
+
+
+def silent_note(silent: Mapping[str, int], now_ms: int, after_ms: int, shown: int = 8) -> str | None:
+    """The servers silent by ServerSilent's rule (``watermark.rules.fleet.life``), the longest first: the same
+    servers the alert counts and the Servers table marks "silent"."""
+    if not silent:
+        return None
+    ranked = sorted(silent.items(), key=lambda kv: (kv[1], kv[0]))
+    names = ", ".join(f"{md(s)} ({human_ms(now_ms - t)})" for s, t in ranked[:shown])
+    more = f" and {len(ranked) - shown:,} more" if len(ranked) > shown else ""
+    return (f"Silent: {names}{more}: no event for {human_ms(after_ms)} or more while players were online on them "
+            "(ServerSilent's rule). Their numbers stand as of their last event.")
 
 
 def online_loss_note(v: OnlineView) -> str | None:

@@ -8,7 +8,7 @@ from typing import Any
 
 import streamlit as st
 
-from dashboard import charts, loaders, ui
+from dashboard import charts, loaders, status, ui
 from dashboard.fleet import Grouping, grouping
 from dashboard.pages.live_ops import figures, model
 from dashboard.status import clock, human_ms
@@ -175,7 +175,9 @@ def online_details(snap: Snapshot, g: Grouping) -> None:
                   "online_per_minute", "No player has been online in the last hour.", shared=shared(snap))
     ui.vega_chart(right, lambda: figures.transitions_per_minute(v.minutes), "transitions_per_minute",
                   "No logins, logouts or timeouts in the last hour.", shared=shared(snap))
-    for text in model.clock_notes(v, retired=snap.retired):
+    silent = status.silent_servers(snap, snap.read_ms)
+    note = model.silent_note(silent, snap.read_ms, snap.thresholds.server_silent.after_ms)
+    for text in ([note] if note else []) + model.clock_notes(v, retired=snap.retired):
         st.info(text)
     ui.retired_note(st, snap)
 
@@ -264,7 +266,9 @@ def server_table(snap: Snapshot, v: OnlineView) -> None:
     gone = {**{s: "drained" for s in snap.drained}, **{s: "retired" for s in snap.retired}}
     if find:  # out of the live views, but found by name
         shown += sorted(s for s in gone if find.lower() in s.lower() and s not in servers)[:MAX_FOUND]
-    rows = [{"Server": s, "State": gone.get(s, "live"), "Region": snap.regions.get(s, ""),
+    silent = status.silent_servers(snap, snap.read_ms)
+    rows = [{"Server": s, "State": gone.get(s) or ("silent" if s in silent else "live"),
+             "Region": snap.regions.get(s, ""),
              "Online now": v.counts.get(s, 0),
              "Peak today": v.peaks[s][0] if s in v.peaks else None,
              "Peak at (UTC)": clock(v.peaks[s][1]) if s in v.peaks else "",

@@ -108,6 +108,8 @@ class Snapshot:
     drained), with when (ms); ``servers`` leaves them out too (``watermark.rules.fleet``)."""
     regions: Mapping[str, str] = field(default_factory=dict)
     """Each server's region, as its events carry it (``{ns}:regions``)."""
+    seen: Mapping[str, int] = field(default_factory=dict)
+    """Each server's newest arrival (ms, ``watermark.rules.fleet.heard``): what "silent" is judged by."""
     redis_memory: tuple[int | None, int] = (None, 0)
     """Redis' used memory (None: INFO refused) and its ``maxmemory`` (0: none)."""
     thresholds: AlertConfig = field(default_factory=AlertConfig)
@@ -231,7 +233,7 @@ def read_snapshot(client: redis.Redis, keys: KeySchema, *, range_ms: int, now_ms
         servers=tuple(s for s in status.servers if s not in gone and s not in emptied), windows=(),
         batches=tuple(batches), stream=status.stream, online=online, retired=gone, drained=emptied,
         retire_after_ms=retire_after_ms,
-        regions=status.regions, redis_memory=read_memory(client), thresholds=thresholds_from(replies[1]),
+        regions=status.regions, seen=seen, redis_memory=read_memory(client), thresholds=thresholds_from(replies[1]),
     )
     return replace(snap, windows=read_windows(client, keys, snap)) if windows else snap
 
