@@ -2,7 +2,9 @@
 
 Conventions every chart keeps, so a reader learns them once:
 
-* one colour per server, the same on every page (:func:`server_colors`);
+* one colour per server or region, the same on every page (:func:`server_colors`), from a categorical palette
+  without red, amber or green: those three mean status and outcome only (:data:`BEHIND` dropped, late or slow;
+  :data:`LATE` late but accepted; :data:`ON_TIME` on time or fine), so a server is never read as bad news;
 * provisional windows (the watermark has not passed their end, numbers can
   still grow) are hatched and lighter, or drawn dotted; final ones are solid;
 * hovering any point tells its batch (or window) and its exact values;
@@ -27,13 +29,22 @@ from watermark.store.history_store import Timeline
 from watermark.store.views.online import OnlinePoint
 from watermark.store.views.snapshot import BatchPoint, WindowRow
 
-PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
-           "#17becf")
+PALETTE = ("#1f77b4", "#9467bd", "#17becf", "#e377c2", "#393b79", "#7f7f7f", "#a55194", "#0e6e7a", "#6b6ecf",
+           "#7b4173")
+"""Servers' and regions' colours: blue, purple, cyan, pink, navy, grey, magenta, dark cyan, periwinkle, plum; no
+red, amber or green (a test holds every hue out of their ranges)."""
 WALL_CLOCK = "#888888"
-WATERMARK = "#d62728"
-MAX_EVENT = "#1f77b4"
+WATERMARK = "#111111"
+"""The watermark: black, the line every other is read against."""
+MAX_EVENT = "#6b6b6b"
 BEHIND = "#d62728"
+"""Status red: dropped, late past the watermark, slower than the trigger, firing."""
+LATE = "#ff7f0e"
+"""Status amber: late but accepted, warning."""
 ON_TIME = "#2ca02c"
+"""Status green: on time, within the trigger, fine."""
+NEUTRAL = "#6b6b6b"
+"""What is neither a server nor a status (a logout, arrivals)."""
 PROVISIONAL_PATTERN = "/"
 HEIGHT = 340
 TITLE_MAX_CHARS = 48
@@ -107,7 +118,7 @@ def batch_gap_ms(batches: Sequence[BatchPoint]) -> int:
     return max(10_000, 5 * usual)
 
 
-LOST = "#9467bd"
+LOST = "#111111"
 
 
 def mark_loss(fig: go.Figure, batches: Sequence[BatchPoint], lost_at_batch: int | None) -> go.Figure:
@@ -297,7 +308,7 @@ class Mark:
     color: str
 
 
-ANNOTATION_COLORS = {"deploy": "#2ca02c", "maintenance": "#7f7f7f", "incident": "#d62728", "note": "#9467bd"}
+ANNOTATION_COLORS = {"deploy": "#393b79", "maintenance": "#7f7f7f", "incident": BEHIND, "note": "#6b6b6b"}
 LABELLED_MARKS = 8
 """Marks named on the chart itself; past them a mark is drawn with its name in the list under the charts."""
 
@@ -506,7 +517,7 @@ def rates(batches: Sequence[BatchPoint]) -> go.Figure:
     limit = batch_gap_ms(batches)
     marks = [b.batch_ts_ms for b in batches]
     fig = go.Figure()
-    for name, values, color in (("arriving", [b.input_per_s for b in batches], MAX_EVENT),
+    for name, values, color in (("arriving", [b.input_per_s for b in batches], NEUTRAL),
                                 (f"committed (over {RATE_SPAN} batches)", committed_rates(batches), ON_TIME)):
         x, y = gaps(marks, values, limit)
         _, custom = gaps(marks, [[b.batch] for b in batches], limit)

@@ -280,18 +280,55 @@ def audit_pages(page, url: str, shots: Path, prefix: str = "page-") -> list[str]
 WALL = {"width": 1920, "height": 1080}
 
 
+WALL_JS = """
+() => {
+  const px = (el) => el ? el.getBoundingClientRect() : null;
+  const total = document.querySelector('.wall-total-n');
+  const numbers = {};
+  for (const el of document.querySelectorAll('[data-label]')) numbers[el.dataset.label] = el.innerText.trim();
+  const cut = [];  // a one-line element that wraps or is cut short
+  for (const el of document.querySelectorAll('.wall-word, .wall-detail, .wall-alert, .wall-region-name, '
+                                             + '.wall-change, .wall-fleet, .wall-label')) {
+    const line = parseFloat(getComputedStyle(el).lineHeight) || parseFloat(getComputedStyle(el).fontSize) * 1.3;
+    if (el.scrollWidth > el.clientWidth + 1 || el.getBoundingClientRect().height > 1.6 * line) cut.push(el.innerText);
+  }
+  const main = document.querySelector('[data-testid="stMain"]');
+  const wall = document.querySelector('.wall');
+  return {numbers, cut, scroll: main.scrollHeight, wall: px(wall) && px(wall).bottom,
+          totalFont: total && parseFloat(getComputedStyle(total).fontSize),
+          totalDigits: total && px(total).height,
+          background: getComputedStyle(document.querySelector('.stApp')).backgroundColor,
+          status: document.querySelector('.wall-status') && document.querySelector('.wall-status').innerText,
+          statusWidth: px(document.querySelector('.wall-status')) && px(document.querySelector('.wall-status')).width,
+          regionColors: Array.from(document.querySelectorAll('.wall-region-n')).map(e => getComputedStyle(e).color),
+          side: Array.from(document.querySelectorAll('.wall-alerts, .wall-servers')).map(e => e.innerText).join('\\n')};
+}
+"""
+
+
 def check_wall(page, url: str, client: redis.Redis, keys: KeySchema, shot: Path) -> list[str]:  # noqa: ANN001
-    """The wall screen on a TV: everything on one 1920x1080 screen without scrolling, the players online in total and
-    per region equal to Redis' per-server counts summed, what fires and the pipeline's health shown; a screenshot."""
+    """The wall screen on a TV, measured: one 1920x1080 screen without scrolling, dark; the total's digits at least
+    120 px tall; a full-width status tile in words; no line that wraps or is cut; each region's number in its own
+    colour; the players online in total and per region equal to Redis' per-server counts summed; what fires (or
+    that nothing does) and the servers by state shown; a screenshot."""
     page.set_viewport_size(WALL)
     page.goto(url + "/wall")
-    page.get_by_role("heading", name="Players online").first.wait_for(timeout=60_000)
+    page.wait_for_selector(".wall-total-n", timeout=60_000)
     page.wait_for_selector('[data-test-script-state="notRunning"]', timeout=60_000)
-    page.wait_for_selector(".js-plotly-plot .main-svg", timeout=60_000)
+    seen = page.evaluate(WALL_JS)
     problems = []
-    height = page.evaluate("() => document.querySelector('[data-testid=\"stMain\"]').scrollHeight")
-    if height > WALL["height"]:
-        problems.append(f"wall: {height} px tall, more than the screen's {WALL['height']}")
+    if seen["scroll"] > WALL["height"] or (seen["wall"] or 0) > WALL["height"]:
+        problems.append(f"wall: {seen['scroll']} px tall, more than the screen's {WALL['height']}")
+    if (seen["totalFont"] or 0) < 170 or (seen["totalDigits"] or 0) < 120:  # digits are ~0.72 of the font size
+        problems.append(f"wall: the total at {seen['totalFont']} px ({seen['totalDigits']} px box), under 120 px")
+    if seen["background"] not in ("rgb(11, 15, 20)",):
+        problems.append(f"wall: background {seen['background']}, not the dark theme")
+    if seen["cut"]:
+        problems.append(f"wall: lines that wrap or are cut: {seen['cut']}")
+    if not seen["status"] or (seen["statusWidth"] or 0) < WALL["width"] - 100:
+        problems.append(f"wall: no full-width status tile ({seen['status']!r}, {seen['statusWidth']} px)")
+    if len(set(seen["regionColors"])) != len(seen["regionColors"]):
+        problems.append(f"wall: regions share a colour: {seen['regionColors']}")
     counts = {k.decode(): int(v) for k, v in client.hgetall(keys.online_counts).items()}
     regions = {k.decode(): v.decode() for k, v in client.hgetall(keys.regions).items()}
     want = {"All servers": f"{sum(counts.values()):,}"}
@@ -299,13 +336,14 @@ def check_wall(page, url: str, client: redis.Redis, keys: KeySchema, shot: Path)
         for server, n in counts.items():
             want[regions[server]] = want.get(regions[server], 0) + n  # type: ignore[operator]
         want = {k: v if isinstance(v, str) else f"{v:,}" for k, v in want.items()}
-    got = {label: page.evaluate(METRIC_JS, [label]) for label in want}
+    got = {label: seen["numbers"].get(label) for label in want}
     if got != want:
         problems.append(f"wall: players online {got}, Redis says {want}")
-    if not page.get_by_text("Pipeline: ").count():
-        problems.append("wall: no pipeline health")
-    if not (page.get_by_text("Nothing firing").count() or page.get_by_text(" firing").count()):
+    side = seen["side"] or ""
+    if "Nothing firing" not in side and " firing" not in side:
         problems.append("wall: nothing says what fires")
+    if " live · " not in side:
+        problems.append("wall: no servers by state")
     page.screenshot(path=str(shot))
     page.set_viewport_size({"width": 1280, "height": 800})
     return problems

@@ -592,12 +592,24 @@ def test_the_wall_counts_what_fires_by_alert_and_region() -> None:
     assert [x.text() for x in one] == ["ServerSilent · eu · 1 server"]
 
 
-def test_the_wall_ranks_regions_by_players_with_their_change() -> None:
-    from dashboard.pages.wall.model import region_rows
+def test_the_wall_shows_names_as_text_and_each_region_on_its_own_scale() -> None:
+    from base64 import b64decode
 
-    assert region_rows({"eu": 5, "na": 9, "as": 5}, {"na": 10, "as": 1}) == [("na", 9, -1), ("as", 5, 4),
-                                                                             ("eu", 5, None)]
-    assert region_rows({}, {}) == []
+    from dashboard.pages.wall import screen
+
+    hostile = screen.Number('<img src="http://x/i">', 5, -2, (1, 2, None, 3), charts.PALETTE[0], "06:00–07:00 UTC")
+    tiles = screen.region_tiles([hostile, screen.Number("eu", 50_000, 120, (49_000, 50_000), charts.PALETTE[1])])
+    assert "<img src=\"http://x" not in tiles and "&lt;img src=&quot;http://x/i&quot;&gt;" in tiles
+    assert "▼ −2 in 1 h" in tiles and "▲ +120 in 1 h" in tiles
+    svg = b64decode(screen.sparkline((1, 2, None, 3), "#fff", 90).split("base64,")[1].split('"')[0]).decode()
+    assert svg.count("<polyline") == 1  # the gap splits the line: only runs of two points or more are drawn
+    small, big = (b64decode(screen.sparkline(p, "#fff", 100).split("base64,")[1].split('"')[0]).decode()
+                  for p in ((10, 20), (10_000, 20_000)))
+    assert small == big  # each on its own scale: a region of 20 players draws as tall as one of 20,000
+    flat = b64decode(screen.sparkline((5_000, 5_001), "#fff", 100).split("base64,")[1].split('"')[0]).decode()
+    assert "0.0,50.1 1000.0,49.9" in flat  # a change of 1 in 5,000 is not blown up to the full height
+    assert "as of 05:33:42 UTC: no server is speaking" in screen.total_block(hostile, "05:33:42 UTC")
+    assert "as of" not in screen.total_block(hostile, None)
 
 
 @pytest.mark.parametrize(("range_ms", "refresh_s", "paused", "label"), [
@@ -609,3 +621,34 @@ def test_the_view_settings_say_the_view_while_closed(range_ms: int, refresh_s: i
     from dashboard.ui import View, view_label
 
     assert view_label(View(range_ms=range_ms, refresh_s=refresh_s, paused=paused)) == label
+
+
+# --------------------------------------------------------------------------- colour has one meaning
+
+
+def _hue(color: str) -> tuple[float, float]:
+    """Hue in degrees and saturation of ``#rrggbb``."""
+    import colorsys
+
+    r, g, b = (int(color[i:i + 2], 16) / 255 for i in (1, 3, 5))
+    h, _, sat = colorsys.rgb_to_hls(r, g, b)
+    return h * 360, sat
+
+
+def status_like(color: str) -> bool:
+    """Red, amber or green to a reader: a saturated hue below 60 degrees or from 75 to 165."""
+    hue, sat = _hue(color)
+    return sat > 0.15 and (hue < 60 or hue > 345 or 75 <= hue <= 165)
+
+
+def test_servers_and_regions_never_wear_a_status_colour() -> None:
+    assert [c for c in charts.PALETTE if status_like(c)] == []
+    assert all(status_like(c) for c in (charts.BEHIND, charts.LATE, charts.ON_TIME))
+    assert len(set(charts.server_colors([f"s{i}" for i in range(8)]).values())) == 8  # a chart's 8 series differ
+    assert not status_like(charts.WATERMARK) and not status_like(charts.MAX_EVENT)
+
+
+def test_a_region_keeps_its_colour_whichever_page_draws_it() -> None:
+    regions = ["af", "as", "eu", "na", "oc", "sa"]
+    once = charts.server_colors(regions)
+    assert charts.server_colors(list(reversed(regions))) == once

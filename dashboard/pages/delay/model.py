@@ -52,7 +52,7 @@ def tradeoff_chart(tradeoff: Tradeoff, current_delay_ms: int, recommended_ms: in
                           "%{customdata[2]:,} pairs)<extra></extra>"))
     marks = [("current delay", current_delay_ms, WALL_CLOCK, "dash")]
     if recommended_ms is not None:
-        marks.append(("recommended", recommended_ms, "#006d5b", "solid"))
+        marks.append(("recommended", recommended_ms, "#111111", "solid"))
     for label, ms, color, dash in marks:  # vertical lines as traces: they sit right on a log axis
         fig.add_trace(go.Scatter(x=[x(ms), x(ms)], y=[0, top or 1], name=label, mode="lines",
                                  line={"color": color, "dash": dash},

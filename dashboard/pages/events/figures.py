@@ -20,10 +20,10 @@ from watermark.rules.windows import Verdict
 STATUS_COLORS: dict[Status, str] = {
     Status.ON_TIME: "#2ca02c",
     Status.LATE_ACCEPTED: "#ff7f0e",
-    Status.PARTLY_DROPPED: "#9467bd",
+    Status.PARTLY_DROPPED: "#b8411b",
     Status.DROPPED: "#d62728",
     Status.PENDING: "#7f7f7f",
-    Status.UNKNOWN: "#17becf",
+    Status.UNKNOWN: "#c7c7c7",
 }
 VERDICT_LABELS: dict[Verdict | None, str] = {
     Verdict.ON_TIME: "on time", Verdict.LATE_ACCEPTED: "late but accepted", Verdict.DROPPED: "dropped",

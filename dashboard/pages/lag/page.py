@@ -57,7 +57,7 @@ def render(snap: Snapshot, now_ms: int) -> None:
             col.metric(label, f"{lag.p95 / 1000:.2f} s",
                        help="95th percentile of (ingest − event time) in the server's newest batch.")
             if server == worst and len(latest) > 1:
-                col.caption(":red[slowest server]")
+                col.caption("slowest server")
     stat = st.segmented_control("Statistic", list(charts.LAG_STATS), default="p95", key="lag_stat",
                                 format_func=lambda k: charts.LAG_STATS[k]) or "p95"
     ui.chart(st, charts.lag_chart(snap.batches, shown if len(latest) > MAX_SERIES else snap.servers, stat), "lag_chart",

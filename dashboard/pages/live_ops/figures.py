@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from dashboard.charts import BEHIND, HEIGHT, MAX_EVENT, ON_TIME, Mark, server_colors
+from dashboard.charts import HEIGHT, LATE, NEUTRAL, ON_TIME, Mark, server_colors
 from watermark.rules.online.rollup import MINUTE_MS, Minute
 
 GAP_MS = 90_000
@@ -21,8 +21,8 @@ GAP_MS = 90_000
 
 Spec = dict[str, Any]
 
-TRANSITIONS = (("came online", ("login", "heartbeat", "event"), ON_TIME), ("logged out", ("logout",), MAX_EVENT),
-               ("timed out", ("timeout",), BEHIND))
+TRANSITIONS = (("came online", ("login", "heartbeat", "event"), ON_TIME), ("logged out", ("logout",), NEUTRAL),
+               ("timed out", ("timeout",), LATE))
 """How the causes of transitions are grouped for ops: a logout is a player leaving, a timeout a player gone
 silent (a crash, a network cut), and those are different news."""
 

@@ -65,13 +65,3 @@ def firing_lines(alerts: Sequence[AlertState], regions: Mapping[str, str]) -> li
             lines[key] = FiringLine(key[0], servers[0] + (f" in {region}" if region else ""), 0,
                                     lines[key].since_ms, lines[key].critical)
     return sorted(lines.values(), key=lambda x: (not x.critical, -x.count, x.since_ms, x.alert, x.where))
-
-
-def region_rows(counts: Mapping[str, int], before: Mapping[str, int]) -> list[tuple[str, int, int | None]]:
-    """Each region's players online now and the change since ``before`` (None: no count then), the busiest first.
-
-    >>> region_rows({"eu": 10, "na": 30}, {"eu": 12})
-    [('na', 30, None), ('eu', 10, -2)]
-    """
-    return [(r, n, n - before[r] if r in before else None)
-            for r, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))]

@@ -1,44 +1,31 @@
 """The wall: an ops room's TV (1920x1080) at a glance, without scrolling, readable from across the room.
 
-Players online in total and per region with the trend, what is firing (one line per alert and region), and the
-pipeline's health in a word. It refreshes by itself, as every page does, and draws from the same shared reads.
+The pipeline's health in a full-width tile, players online in total (digits 145 px tall) and per region (small
+multiples, each on its own scale) with the change over the hour, and what is firing (one line per alert and
+region). Drawn as HTML by :mod:`.screen`; it refreshes by itself, as every page does, from the same shared reads.
 """
 
 from __future__ import annotations
 
 import os
 
-import plotly.graph_objects as go
 import streamlit as st
 
 from dashboard import charts, loaders, ui
 from dashboard.fleet import grouping
 from dashboard.pages.live_ops import model as ops
-from dashboard.pages.live_ops.page import shared as ops_shared
-from dashboard.pages.wall import model
-from dashboard.status import clock, human_ms, verdict
-from dashboard.text import md
-from watermark.alerting.health import Health, Severity
+from dashboard.pages.wall import model, screen
+from dashboard.status import clock, human_ms, silent_servers, verdict
+from watermark.alerting.health import Health, Verdict
 from watermark.rules.online.rollup import MINUTE_MS, TOTAL
 from watermark.schema.config import Config
 from watermark.store.history_store import Timeline
 from watermark.store.views.snapshot import Snapshot
 
 SPAN_MS = 6 * 3_600_000
-"""The trend the chart draws: an evening's shape, at a minute a point."""
+"""The trend each sparkline draws: an evening's shape, at a minute a point."""
 TREND_MS = 3_600_000
 """Each number's change is against this long ago."""
-CHART_HEIGHT = 760
-
-STYLE = """<style>
-section[data-testid="stSidebar"], header[data-testid="stHeader"], div[data-testid="stToolbar"] {display: none;}
-.block-container {padding-top: 1rem; padding-bottom: 0; max-width: 100%;}
-div[data-testid="stMetricValue"] {font-size: clamp(1.8rem, 2.6vw, 3.4rem); line-height: 1.1;}
-[data-testid="stMetricLabel"] * {font-size: 1.6rem !important;}
-[data-testid="stAlertContainer"] p {font-size: 1.8rem !important; font-weight: 600;}
-div[data-testid="stMetricDelta"] {font-size: 1.2rem;}
-</style>"""
-"""The TV's own type sizes, and no sidebar or toolbar: our own markup, never a name (names go through ``md``)."""
 
 HEALTH_WORDS = {Health.LIVE: "Live", Health.IDLE: "Idle", Health.BEHIND: "Behind", Health.STALLED: "Stalled",
                 Health.DOWN: "Down", Health.STOPPED: "Stopped", Health.STARTING: "Starting", Health.EMPTY: "Empty",
@@ -51,75 +38,94 @@ def trend(tl: Timeline, series: str, now_ms: int) -> int | None:
     return then[-1] if then else None
 
 
-def tv_figure(tl: Timeline, labels: dict[str, str], what: str) -> go.Figure:
-    """Live ops' players-online chart, in type for a TV."""
-    fig = charts.online_history(tl, labels, what)
-    fig.update_layout(height=CHART_HEIGHT, font={"size": 18}, title_font_size=22, legend_font_size=18)
-    fig.update_xaxes(tickfont_size=18)
-    return fig.update_yaxes(tickfont_size=18, title_font_size=18)
+def points(tl: Timeline, series: str) -> tuple[int | None, ...]:
+    return tuple(p.last for p in tl.series.get(series, []))
+
+
+def status_words(snap: Snapshot, v: Verdict, now_ms: int) -> tuple[str, str]:
+    """The tile's word and the figures behind it (the status line's verdict, in a few words)."""
+    s = snap.state
+    word = HEALTH_WORDS.get(v.health, v.health.value)
+    if s is None:
+        return word, ""
+    if v.fleet is not None:
+        heard = f" since {clock(v.fleet.heard_ms)}" if v.fleet.heard_ms else ""
+        return word, f"{v.fleet.silent:,} of {v.fleet.in_play:,} servers silent{heard}"
+    if v.lag_ms is not None:
+        return word, f"watermark lag {human_ms(v.lag_ms)}, delay {human_ms(s.delay_ms)}"
+    if v.stall is not None:
+        return word, f"watermark unmoved for {human_ms(v.stall.held_ms(now_ms))} while events arrive"
+    if v.health in (Health.DOWN, Health.IDLE, Health.STOPPED):
+        return word, f"no batch for {human_ms(now_ms - s.updated_ms)}"
+    return word, (f"last batch {human_ms(max(0, now_ms - s.updated_ms))} ago · watermark lag "
+                  f"{human_ms(max(0, now_ms - s.next_watermark_ms))}")
+
+
+def as_of(snap: Snapshot, v: Verdict) -> str | None:
+    """When the numbers last moved, if no server is speaking (most silent, or no event at all), else None."""
+    if v.fleet is not None and v.fleet.heard_ms:
+        return clock(v.fleet.heard_ms)
+    if v.health is Health.IDLE and snap.state is not None:
+        return clock(snap.state.updated_ms)
+    return None
 
 
 def render(snap: Snapshot, now_ms: int) -> None:
-    v = snap.online
-    left, right = st.columns([5, 2])
-    left.title(f"Players online · {clock(now_ms)}")
-    if v is None:
+    v = verdict(snap, now_ms)
+    word, detail = status_words(snap, v, now_ms)
+    tile = screen.status_tile(v.severity.value, word, f"{detail} · {clock(now_ms)}" if detail else clock(now_ms))
+    online = snap.online
+    fleet = fleet_counts(snap, now_ms)
+    if online is None:
+        st.html(screen.screen(tile, "", screen.fleet_block(fleet), "", screen.alerts_block([], 0)))
         st.info("The online view has not committed a batch yet.")
-        health(right, snap, now_ms)
         return
-    g = grouping(ops.live_servers(snap), snap.regions, v.counts)
+    g = grouping(ops.live_servers(snap), snap.regions, online.counts)
     labels = ops.series_labels(g)
     end = now_ms - now_ms % MINUTE_MS + MINUTE_MS
     url = Config.from_env(os.environ).redis_url
     tl = loaders.load_timeline(url, snap.namespace, tuple(labels), end - SPAN_MS, end, (),
-                               ui.current_view().tick(now_ms)).with_open_minute(v.minutes[-1] if v.minutes else None,
-                                                                                snap.regions)
-    counts = g.counts(v.counts)
-    series_of = {label: s for s, label in labels.items()}
-    cols = st.columns(1 + min(len(g.labels), 7))
+                               ui.current_view().tick(now_ms)).with_open_minute(
+        online.minutes[-1] if online.minutes else None, snap.regions)
     before = trend(tl, TOTAL, now_ms)
-    cols[0].metric("All servers", ui.fmt_int(v.total),
-                   delta=None if before is None else f"{v.total - before:+,} in 1 h")
-    before_each = {label: b for label in g.labels if (b := trend(tl, series_of.get(label, label), now_ms)) is not None}
-    for col, (label, n, change) in zip(cols[1:], model.region_rows(counts, before_each), strict=False):
-        col.metric(md(label), ui.fmt_int(n), delta=None if change is None else f"{change:+,} in 1 h")
-    chart, side = st.columns([5, 2])
-    ui.chart(chart, lambda: tv_figure(tl, labels, " per region" if g.by == "region" else ""), "wall_online",
-             "No minute of players online in the last six hours yet.",
-             shared=(*ops_shared(snap), tl.start_ms, *labels.items()))
-    with side:
-        firing(snap, now_ms)
-        health(st, snap, now_ms)
+    span = covered(tl, TOTAL)
+    total = screen.Number("All servers", online.total, None if before is None else online.total - before,
+                          points(tl, TOTAL), screen.INK, span)
+    counts, colors = g.counts(online.counts), charts.server_colors(g.labels)
+    series_of = {label: s for s, label in labels.items()}
+    regions = []
+    for label in g.labels:  # one order on every page: the grouping's
+        series = series_of.get(label)
+        then = trend(tl, series, now_ms) if series else None
+        regions.append(screen.Number(label, counts[label], None if then is None else counts[label] - then,
+                                     points(tl, series) if series else (), colors[label], span))
+    st.html(screen.screen(tile, screen.total_block(total, as_of(snap, v)), screen.fleet_block(fleet),
+                          screen.region_tiles(regions), firing(snap, now_ms)))
 
 
-def firing(snap: Snapshot, now_ms: int) -> None:
+def covered(tl: Timeline, series: str) -> str:
+    """The minutes a series' points cover, in words: the sparkline's frame."""
+    pts = [p for p in tl.series.get(series, []) if p.last is not None]
+    if len(pts) < 2:
+        return ""
+    return f"{clock(pts[0].at_ms, zone=False)}–{clock(pts[-1].at_ms)}"
+
+
+def fleet_counts(snap: Snapshot, now_ms: int) -> screen.Fleet:
+    """The servers by state, by the one rule of silence (the status line's, ServerSilent's)."""
+    silent = len(silent_servers(snap, now_ms))
+    return screen.Fleet(live=len(snap.servers) - silent, silent=silent, drained=len(snap.drained),
+                        retired=len(snap.retired))
+
+
+def firing(snap: Snapshot, now_ms: int) -> str:
     cfg = Config.from_env(os.environ)
     view = loaders.load_alerts(cfg.redis_url, cfg.namespace, ui.current_view().tick(now_ms), now_ms)
-    alerts = list(view.alerts.values())
-    lines = model.firing_lines(alerts, snap.regions)
-    if not lines:
-        st.success("Nothing firing")
-        return
-    n = sum(a.status == "firing" for a in alerts)
-    st.error(f"{n:,} alert{'s' if n != 1 else ''} firing")
-    for x in lines[:model.SHOWN]:  # a heading a line: big from across a room; names as text (md)
-        st.markdown(f"#### {':red[■]' if x.critical else ':orange[■]'} {md(x.text())} · since {clock(x.since_ms)}")
-    if (more := len(lines) - model.SHOWN) > 0:
-        st.markdown(f"#### and {more:,} more")
-
-
-def health(where: st.delta_generator.DeltaGenerator, snap: Snapshot, now_ms: int) -> None:
-    """The pipeline in a word, and the two figures behind it: how fresh the newest batch is, the watermark's lag."""
-    v = verdict(snap, now_ms)
-    box = {Severity.OK: where.success, Severity.INFO: where.info, Severity.WARNING: where.warning}.get(
-        v.severity, where.error)
-    box(f"Pipeline: {HEALTH_WORDS.get(v.health, v.health.value)}")
-    s = snap.state
-    if s is not None:
-        where.markdown(f"#### last batch {human_ms(now_ms - s.updated_ms)} ago · watermark lag "
-                       f"{human_ms(max(0, now_ms - s.next_watermark_ms))}")
+    lines = model.firing_lines(list(view.alerts.values()), snap.regions)
+    shown = [(x.critical, f"{x.text()} · since {clock(x.since_ms, zone=False)}") for x in lines[:model.SHOWN]]
+    return screen.alerts_block(shown, len(lines) - model.SHOWN)
 
 
 def main() -> None:
-    st.html(STYLE)
+    st.html(screen.STYLE)
     ui.live(render, status=False)
