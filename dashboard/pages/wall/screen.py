@@ -199,5 +199,6 @@ div[data-testid="stSidebarCollapsedControl"] {{display: none;}}
 def screen(tile: str, total: str, fleet: str, regions: str, alerts: str) -> str:
     """The status tile across the top; the total and the servers by state on the left; the regions and what
     fires on the right."""
-    return (f'<div class="wall"><h1 class="wall-title">Wall screen</h1>{tile}<div class="wall-main"><div class="wall-col">{total}{fleet}</div>'
+    return (f'<div class="wall"><h1 class="wall-title">Wall screen</h1>{tile}<div class="wall-main">'
+            f'<div class="wall-col">{total}{fleet}</div>'
             f'<div class="wall-col">{regions}{alerts}</div></div></div>')
