@@ -27,6 +27,7 @@ from watermark.store.alert_store import AlertView, read_alert_view
 from watermark.store.annotation_store import read_happenings
 from watermark.store.control_store import read_control_audit, read_lab
 from watermark.store.history_store import Timeline, read_timeline
+from watermark.store.pipeline_status import PipelineState, read_state
 from watermark.store.redis_conn import open_client
 from watermark.store.report import WindowRow
 from watermark.store.views.events import EventRange, PlayerEvents, find_player, read_events
@@ -94,6 +95,13 @@ def load_lanes(url: str, namespace: str) -> list[Lane]:
 def load_lab(url: str, namespace: str, tick: int) -> tuple[Control | None, GeneratorStatus | None]:
     """The lab's control request and generator status, one read per (namespace, tick) for all sessions."""
     return read_lab(redis_client(url), KeySchema(namespace))
+
+
+@st.cache_data(show_spinner=False, ttl=TICK_TTL_S, max_entries=64)
+def load_state(url: str, namespace: str, tick: int) -> PipelineState | None:
+    """The job's committed settings (its delay, window, trigger), one read per (namespace, tick): what every page
+    shows of the job, never this process's own environment."""
+    return read_state(redis_client(url), KeySchema(namespace))
 
 
 @st.cache_resource(show_spinner=False, ttl=TICK_TTL_S, max_entries=64)

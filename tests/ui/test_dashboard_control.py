@@ -7,6 +7,7 @@ read-only Redis user gets a warning, not a traceback.
 
 from __future__ import annotations
 
+import json
 import threading
 import uuid
 from collections.abc import Iterator
@@ -96,6 +97,21 @@ def test_apply_delay_writes_delay_ms_and_a_bad_duration_writes_nothing(rd: redis
     assert dirty(rd) == before
 
 
+def test_the_page_shows_the_jobs_own_delay_not_this_dashboards(rd: redis.Redis, keys: KeySchema,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """The job runs with WATERMARK_DELAY=10s, the dashboard was started without it (two processes, two
+    environments): the page says 10 s, read from what the job committed."""
+    monkeypatch.delenv("WATERMARK_DELAY", raising=False)
+    rd.hset(keys.state, mapping={"last_batch": "4", "watermark_ms": "0", "next_watermark_ms": "0", "max_event_us": "",
+                                 "committed_id": "1-0", "trigger_ms": "1000", "updated_ms": str(NOW),
+                                 "params": '{"window_ms": 60000, "slide_ms": 60000, "delay_ms": 10000}'})
+    at = open_page()
+    assert at.text_input(key="lab_delay").value == "10s"
+    assert any(c.value == "The job uses 10s (its last commit). Nothing requested here: it keeps its own "
+                          "WATERMARK_DELAY." for c in at.caption), [c.value for c in at.caption]
+    assert not any("30s" in c.value for c in at.caption)
+
+
 def test_a_read_only_redis_user_gets_a_warning_not_a_traceback(r: redis.Redis, redis_url: str, keys: KeySchema,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     name, password = f"dash-{uuid.uuid4().hex[:6]}", uuid.uuid4().hex
@@ -181,3 +197,47 @@ def status(**kw: object) -> GeneratorStatus:
 def test_generator_line(control: Control, gen: GeneratorStatus | None, level: Level, text: str) -> None:
     line = generator_line(control, gen, NOW)
     assert line.level == level and text in line.text, line
+
+
+# --------------------------------------------------------------------------- Choosing the delay
+
+
+def seed_tradeoff(rd: redis.Redis, keys: KeySchema, buckets: dict[str, dict[int, int]]) -> None:
+    """The job's state (delay 30 s) and a trade-off histogram: per server, bucket -> pairs (a pair in bucket b is
+    dropped by the first b grid delays)."""
+    from watermark.rules.tradeoff import GRID_FIELD, GRID_MS, hist_field
+
+    rd.hset(keys.state, mapping={"last_batch": "4", "watermark_ms": str(NOW - 60_000),
+                                 "next_watermark_ms": str(NOW - 30_000), "max_event_us": str(NOW * 1000),
+                                 "committed_id": "1-0", "trigger_ms": "1000", "updated_ms": str(NOW),
+                                 "params": '{"window_ms": 60000, "slide_ms": 60000, "delay_ms": 30000}'})
+    rd.hset(keys.tradeoff, mapping={GRID_FIELD: json.dumps(list(GRID_MS)),
+                                    **{hist_field(s, b): str(n) for s, bs in buckets.items() for b, n in bs.items()}})
+
+
+def delay_page() -> tuple[dict[str, str], list[dict], list[str]]:
+    at = page_test("delay", now_ms=NOW)
+    assert not at.exception, [e.value for e in at.exception]
+    per_server = at.dataframe[0].value.to_dict("records")
+    return {m.label: m.value for m in at.metric}, per_server, [i.value for i in at.info]
+
+
+def test_with_enough_late_pairs_the_delay_page_recommends_the_smallest_that_keeps_the_target(
+        rd: redis.Redis, keys: KeySchema) -> None:
+    # A: 20,000 pairs on time, 50 dropped by 0-2 s, 5 by 0-15 s (bucket 6): 99.9% allows floor(20.055) = 20
+    # dropped, so 5 s (5 dropped) is the smallest; B: 2 late pairs only, too few to say anything of B alone
+    seed_tradeoff(rd, keys, {"A": {0: 20_000, 3: 50, 6: 5}, "B": {0: 30_000, 1: 2}})
+    metrics, per_server, infos = delay_page()
+    # all: 50,057 pairs, 57 late; allowed floor(50.057) = 50: 1 s and 2 s drop 55 (buckets > 1, > 2), 5 s drops 5
+    assert metrics["Recommended delay for 99.9%"] == "5.0 s"
+    assert {r["Server"]: r["Recommended delay"] for r in per_server} == {"A": "5.0 s", "B": "too few late events"}
+    assert not any(i.startswith("Keep the current delay") for i in infos)
+
+
+def test_with_no_late_pairs_the_delay_page_keeps_the_current_delay(rd: redis.Redis, keys: KeySchema) -> None:
+    seed_tradeoff(rd, keys, {"A": {0: 40_000}, "B": {0: 30_000}})
+    metrics, per_server, infos = delay_page()
+    assert metrics["Recommended delay for 99.9%"] == "keep 30.0 s"  # never "0 s" from nothing late
+    assert {r["Recommended delay"] for r in per_server} == {"too few late events"}
+    assert any(i.startswith("Keep the current delay: too few late events to recommend a delay: 0 of 70,000")
+               for i in infos), infos

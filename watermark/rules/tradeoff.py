@@ -36,6 +36,52 @@ RETIRED_SERVERS = "*"
 name: ``watermark.schema.events.bad_name``), so a day of match servers is a bounded hash."""
 
 
+MIN_TAIL = 10
+"""Pairs a recommendation stands on: at least this many late ones, and enough pairs that the share a target
+allows to drop is this many."""
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What the history holds to recommend a delay on: all pairs, the late ones (those a 0 s delay drops: their
+    window had closed by the newest event time when they arrived) and the target completeness.
+
+    A recommendation needs :data:`MIN_TAIL` late pairs (with fewer, "0 s" only says that nothing was late yet)
+    and enough pairs that the target's allowed share is :data:`MIN_TAIL` pairs (99.9 %: 10,000 pairs).
+
+    >>> Evidence(pairs=50_000, late=0, completeness=0.999).enough
+    False
+    >>> Evidence(pairs=50_000, late=10, completeness=0.999).enough
+    True
+    >>> Evidence(pairs=9_999, late=500, completeness=0.999).enough
+    False
+    """
+
+    pairs: int
+    late: int
+    completeness: float
+
+    @property
+    def pairs_needed(self) -> int:
+        return math.ceil(MIN_TAIL / (1 - self.completeness) - 1e-9) if self.completeness < 1 else 0
+
+    @property
+    def enough(self) -> bool:
+        return self.late >= MIN_TAIL and self.completeness < 1 and self.pairs >= self.pairs_needed
+
+    def why_not(self) -> str:
+        """Why no delay is recommended, in words (empty when one is)."""
+        if self.enough:
+            return ""
+        if self.late < MIN_TAIL:
+            return (f"too few late events to recommend a delay: {self.late:,} of {self.pairs:,} (event, window) "
+                    f"pairs arrived after their window had closed at 0 s delay; a recommendation needs at least "
+                    f"{MIN_TAIL}")
+        return (f"too few events to recommend a delay for {100 * self.completeness:g}%: {self.pairs:,} pairs, and "
+                f"at least {self.pairs_needed:,} are needed for the {100 * (1 - self.completeness):g}% it allows to "
+                f"drop to be {MIN_TAIL} pairs")
+
+
 def bucket(slack_ms: int | None, grid: tuple[int, ...] = GRID_MS) -> int:
     """How many grid delays would drop a pair with this slack (``None``: no watermark yet, none would)."""
     if slack_ms is None:
@@ -102,6 +148,14 @@ class Tradeoff:
             out.append(Candidate(d, total, above))  # dropped under grid[i]: pairs in buckets > i
             above -= counts[i + 1]
         return out
+
+    def evidence(self, completeness: float, servers: Iterable[str] | None = None) -> Evidence:
+        """Whether the history says enough about late data to recommend a delay for ``completeness``
+        (:class:`Evidence`)."""
+        cands = self.candidates(servers)
+        if not cands:
+            return Evidence(0, 0, completeness)
+        return Evidence(cands[0].pairs, cands[0].dropped, completeness)
 
     def recommend(self, completeness: float, servers: Iterable[str] | None = None) -> int | None:
         """The smallest grid delay keeping at least ``completeness`` of the pairs.

@@ -272,6 +272,9 @@ class Lane(msgspec.Struct, frozen=True, kw_only=True):
     """Where its output goes: ``{parent}.{name}``; empty in the catalogue (:meth:`under` fills it)."""
     input_namespace: str = ""
     """The namespace whose input stream it reads: its parent's."""
+    idle_timeout_ms: int | None = None
+    """With ``idle``: how long a server is silent before the job's markers stop it holding the watermark (the
+    job's ``IDLE_TIMEOUT``, as it registered the lane: pages show the job's, never their own)."""
 
     @classmethod
     def main(cls, namespace: str) -> Lane:
@@ -281,7 +284,9 @@ class Lane(msgspec.Struct, frozen=True, kw_only=True):
     def under(self, parent: Config) -> Lane:
         """This catalogue entry as a lane of ``parent``."""
         return msgspec.structs.replace(self, namespace=lane_namespace(parent.namespace, self.name),
-                                       input_namespace=parent.input_namespace or parent.namespace)
+                                       input_namespace=parent.input_namespace or parent.namespace,
+                                       idle_timeout_ms=(parent.idle_timeout_ms or DEFAULT_IDLE_TIMEOUT_MS)
+                                       if self.idle else None)
 
     def config(self, parent: Config) -> Config:
         """``parent``'s configuration with this lane's watermark strategy, namespace and checkpoint."""

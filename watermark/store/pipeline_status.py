@@ -194,6 +194,11 @@ _SHARDS: dict[str, int] = {}
 (read again when that changed)."""
 
 
+def read_state(client: redis.Redis, keys: KeySchema) -> PipelineState | None:
+    """The job's own settings and progress as its last commit wrote them (``{ns}:state``); None before it."""
+    return PipelineState.from_hash(client.hgetall(keys.state), keys.state)
+
+
 def shards_named(state: PipelineState | None, default: int = 1) -> int:
     """How many input shards the pipeline reads: as many as its committed position names."""
     return Position.of(state.committed_id).shards if state is not None else default

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dashboard.status import Level, Status, clock, human_ms
 from watermark.schema.records import RUNNING, Control, GeneratorStatus
+from watermark.schema.timeutil import format_duration_ms
 from watermark.store.control_store import STATUS_STALE_MS
 
 START_HINT = "start it with `wm-generator --follow` (`./run.sh` does); it applies these settings"
@@ -52,3 +53,32 @@ def generator_line(control: Control | None, status: GeneratorStatus | None, now_
         return Status(Level.OK, f"Generator running at {rate_text(status.rate)}{achieved} · {running}")
     return Status(Level.INFO, f"Generator stopped since {clock(status.since_ms)} (rev {status.rev} applied): no "
                               "events are written until you press Start.")
+
+
+def delay_line(control: Control | None, job_delay_ms: int | None) -> str:
+    """What the job uses and what was asked, both from Redis: the job's own delay as its last commit wrote it,
+    never this dashboard's ``WATERMARK_DELAY`` (another process, with its own environment).
+
+    >>> delay_line(None, 10_000)
+    'The job uses 10s (its last commit). Nothing requested here: it keeps its own WATERMARK_DELAY.'
+    >>> delay_line(Control(delay_ms=20_000, rev=3), 10_000)
+    'The job uses 10s (its last commit). Requested: 20s (rev 3): the job restarts its query with it.'
+    >>> delay_line(Control(delay_ms=20_000, rev=3), 20_000)
+    'The job uses 20s (its last commit), as requested (rev 3).'
+    >>> delay_line(None, None)
+    'The job has not committed a batch yet, so its delay is not known here. Nothing requested here.'
+    """
+    if job_delay_ms is None:
+        used = "The job has not committed a batch yet, so its delay is not known here."
+    else:
+        used = f"The job uses {format_duration_ms(job_delay_ms)} (its last commit)"
+    wanted = None if control is None else control.delay_ms
+    if wanted is not None and wanted == job_delay_ms:
+        return f"{used}, as requested (rev {control.rev})."  # type: ignore[union-attr]
+    end = "." if job_delay_ms is not None else ""
+    if wanted is None:
+        tail = " Nothing requested here: it keeps its own WATERMARK_DELAY." if job_delay_ms is not None else \
+            " Nothing requested here."
+        return f"{used}{end}{tail}"
+    return (f"{used}{end} Requested: {format_duration_ms(wanted)} (rev {control.rev}): the job restarts its "  # type: ignore[union-attr]
+            "query with it.")

@@ -22,7 +22,7 @@ import redis
 import streamlit as st
 
 from dashboard import loaders, ui
-from dashboard.pages.control.model import generator_line, rate_text
+from dashboard.pages.control.model import delay_line, generator_line, rate_text
 from dashboard.status import assess, unreachable
 from watermark.rules.scenarios import SCENARIOS
 from watermark.schema.config import Config, ConfigError, Lane, redact_url
@@ -100,14 +100,14 @@ def generator(cfg: Config, control: Control, operator: bool = True) -> None:
 def delay_form(cfg: Config, control: Control, operator: bool = True) -> None:
     """Another watermark delay: the job applies it (restarting its query), with or without a generator."""
     st.subheader("Watermark delay")
-    delay = control.delay_ms if control.delay_ms is not None else cfg.delay_ms
+    state = loaders.load_state(cfg.redis_url, cfg.namespace, ui.current_view().tick(ui.now_ms()))
+    job_delay = None if state is None else state.delay_ms
+    delay = control.delay_ms if control.delay_ms is not None else job_delay if job_delay is not None else cfg.delay_ms
     st.text_input("Delay (e.g. 20s, 2m)", value=format_duration_ms(delay), key="lab_delay", disabled=not operator,
                   help="How far behind the newest event time the watermark trails.")
     st.button("Apply delay (restarts the query, history kept)", key="lab_apply_delay", **_write(
         cfg, operator, lambda: {"delay_ms": parse_duration_ms(st.session_state["lab_delay"])}))
-    st.caption("Requested: " + ("none, so the job uses WATERMARK_DELAY "
-                                f"({format_duration_ms(cfg.delay_ms)})" if control.delay_ms is None
-                                else format_duration_ms(control.delay_ms)))
+    st.caption(delay_line(control, job_delay))
 
 
 def _write(cfg: Config, operator: bool, changes: Callable[[], dict[str, object]]) -> dict[str, Any]:

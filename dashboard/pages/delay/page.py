@@ -31,10 +31,12 @@ def tables(tradeoff: Tradeoff, target: float, behind: float, current: int, best:
     table."""
     rows = []
     for server in tradeoff.servers:
-        rec = tradeoff.recommend(target, [server])
+        enough = tradeoff.evidence(target, [server]).enough
+        rec = tradeoff.recommend(target, [server]) if enough else None
         pairs = tradeoff.candidates([server])[0].pairs
         name = RETIRED_LABEL if server == RETIRED_SERVERS else server
-        rows.append({"Server": name, "Pairs": f"{pairs:,}", "Recommended delay": model.delay_text(rec),
+        rows.append({"Server": name, "Pairs": f"{pairs:,}",
+                     "Recommended delay": model.delay_text(rec) if enough else "too few late events",
                      "Window closes after (wall clock)": "-" if rec is None else human_ms(rec + behind)})
     st.dataframe(rows, hide_index=True, key="per_server_delay")
     ui.draw(st, model.tradeoff_chart(tradeoff, current, best, regions), "tradeoff_chart")
@@ -61,12 +63,17 @@ def render(cfg: Config) -> None:
         st.info("No batch has been processed yet: the trade-off appears with the first events.")
         return
     current = snap.state.delay_ms
-    best = tradeoff.recommend(target)
+    evidence = tradeoff.evidence(target)
+    best = tradeoff.recommend(target) if evidence.enough else None
     st.caption(f"{ui.params_caption(snap)} · every (event, window) pair since the namespace started")
     cands = {c.delay_ms: c for c in tradeoff.candidates()}
     cols = st.columns(3)
-    cols[0].metric(f"Recommended delay for {st.session_state.get('delay_target') or '99.9%'}", model.delay_text(best),
-                   help="The smallest candidate delay that would have dropped at most the allowed share of pairs.")
+    label = f"Recommended delay for {st.session_state.get('delay_target') or '99.9%'}"
+    if evidence.enough:
+        cols[0].metric(label, model.delay_text(best),
+                       help="The smallest candidate delay that would have dropped at most the allowed share of pairs.")
+    else:
+        cols[0].metric(label, f"keep {human_ms(current) if current else '0 s'}", help=evidence.why_not())
     now_share = cands[current].dropped_share if current in cands else None  # exact only on the grid
     cols[1].metric("Current delay", human_ms(current) if current else "0 s",
                    help="The delay the pipeline runs with now.")
@@ -83,6 +90,9 @@ def render(cfg: Config) -> None:
                     f"trails the clock by {human_ms(behind)} here); the current {human_ms(current)} closes it after "
                     f"about {human_ms(current + behind)}"
                     + (f" and would have dropped {percent(now_share)} of pairs." if now_share is not None else "."))
+    if not evidence.enough:
+        st.info(f"Keep the current delay: {evidence.why_not()}. The history below is what each delay would have "
+                "dropped so far.")
     tables(tradeoff, target, behind, current, best, snap.regions)
     if best is not None and best != current:
         st.button(f"Restart the query with {model.delay_text(best)} (history kept)", key="apply_recommended",

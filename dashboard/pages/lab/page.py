@@ -60,7 +60,7 @@ def render(cfg: Config) -> None:
         ui.show_status(assess(snaps[0], now, demo=cfg.demo)[:1])
         if len(lanes) < 2:
             st.info(SETUP_HINT if cfg.demo else PRODUCTION_SETUP_HINT)
-        idle_after = cfg.idle_timeout_ms or DEFAULT_IDLE_TIMEOUT_MS
+        idle_after = next((lane.idle_timeout_ms for lane in lanes if lane.idle_timeout_ms), DEFAULT_IDLE_TIMEOUT_MS)
         for lane, snap in zip(lanes, snaps, strict=True):
             ui.show_status(model.findings(lane, snap, seen, now, idle_after, reference=snaps[0]))
         st.dataframe(model.lane_table([model.lane_row(lane, snap)
