@@ -467,8 +467,9 @@ def lag_chart(batches: Sequence[BatchPoint], servers: Sequence[str], stat: str =
                 hovertemplate=f"<b>%{{fullData.name}}</b> {stat} %{{y:.2f}} s<br>batch %{{customdata[0]}}"
                               "<extra></extra>",
             ), row=row, col=1)
-    fig.update_yaxes(title_text="seconds")
-    fig = layout(fig, f"Event-time lag per server: {LAG_STATS[stat]}", "seconds", height=560)
+    fig = layout(fig, f"Event-time lag per server: {LAG_STATS[stat]}", "seconds (log)", height=560)
+    # a log scale: a server 25 s behind and one at 0.4 s are both read, neither flattened by the other
+    fig.update_yaxes(type="log", title_text="seconds (log)", rangemode="normal")
     return time_axis(fig)
 
 

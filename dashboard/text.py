@@ -68,7 +68,10 @@ def _escaped(value: Any) -> Any:  # noqa: ANN401 - any plotly value
 
 
 def safe_figure(fig: Any) -> Any:  # noqa: ANN401 - a plotly figure
-    """``fig`` with every name it carries escaped for plotly (:func:`plot`); numbers and times as they are."""
+    """A copy of ``fig`` with every name it carries escaped for plotly (:func:`plot`); numbers and times as they
+    are. ``fig`` itself is left as it was: a figure shared by every session (``dashboard.ui.chart``) must not be
+    escaped again at each drawing."""
+    fig = type(fig)(fig)
     for trace in fig.data:
         for field in _TRACE_TEXT:
             if field in trace and trace[field] is not None:

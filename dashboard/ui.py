@@ -369,8 +369,8 @@ def chart(where: Any, fig: Any, key: str, empty: str, *, shared: tuple | None = 
              else _ready(fig))
     if ready is None:
         where.info(empty)
-    else:
-        where.plotly_chart(ready, key=key)
+    else:  # a copy: Streamlit may change the figure it is handed, and this one is shared by every session
+        where.plotly_chart(type(ready)(ready), key=key)
 
 
 def vega_chart(where: Any, build: Callable[[], dict | None], key: str, empty: str, *,  # noqa: ANN401

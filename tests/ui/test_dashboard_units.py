@@ -652,3 +652,19 @@ def test_a_region_keeps_its_colour_whichever_page_draws_it() -> None:
     regions = ["af", "as", "eu", "na", "oc", "sa"]
     once = charts.server_colors(regions)
     assert charts.server_colors(list(reversed(regions))) == once
+
+
+def test_drawing_a_shared_figure_again_changes_nothing_in_it() -> None:
+    """A figure built once per refresh tick is drawn by every session: escaping it, or handing it to Streamlit,
+    must not change it (titles grew a <b> at every refresh, names were escaped again)."""
+    import plotly.graph_objects as go
+
+    from dashboard.text import safe_figure
+
+    fig = go.Figure(go.Scatter(x=[1, 2], y=[1, 2], name="<b>na</b>"))
+    fig.update_layout(title={"text": "Players online"})
+    before = fig.to_json()
+    first, second = safe_figure(fig), safe_figure(fig)
+    assert fig.to_json() == before
+    assert first.data[0].name == second.data[0].name == "&lt;b&gt;na&lt;/b&gt;"
+    assert first.layout.title.text == second.layout.title.text == "Players online"
