@@ -668,3 +668,18 @@ def test_drawing_a_shared_figure_again_changes_nothing_in_it() -> None:
     assert fig.to_json() == before
     assert first.data[0].name == second.data[0].name == "&lt;b&gt;na&lt;/b&gt;"
     assert first.layout.title.text == second.layout.title.text == "Players online"
+
+
+def test_the_lab_draws_each_lane_by_its_distance_behind_the_newest_event() -> None:
+    """Two lanes over the same events: the configured one 30 s behind the newest event time, a per-server-min lane
+    held back to 90 s by a silent server; each at its own height, neither under the other."""
+    from dashboard.pages.lab.model import lanes_watermarks
+    from watermark.schema.config import Lane
+
+    newest = T + 5 * MIN
+    main = tuple(batch(i, T, newest - 30_000, running_max_event_us=newest * 1000) for i in range(3))
+    held = tuple(batch(i, T, newest - 90_000, running_max_event_us=(newest - 60_000) * 1000) for i in range(3))
+    fig = lanes_watermarks([Lane.main("wm"), Lane(name="per-server-min", mode="per-server", namespace="wm.psm")],
+                           [snap(state(), main), snap(state(), held)], NOW)
+    assert [list(t.y) for t in fig.data] == [[30.0] * 3, [90.0] * 3]  # behind the configured pipeline's newest
+    assert fig.layout.yaxis.title.text == "seconds behind"

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import plotly.graph_objects as go
 
-from dashboard.charts import PALETTE, WALL_CLOCK, layout, server_colors, time_axis, ts
+from dashboard.charts import PALETTE, layout, server_colors, time_axis, ts
 from dashboard.fleet import MAX_SERIES
 from dashboard.status import Level, Status, clock, human_ms, stall
 from dashboard.text import md
@@ -138,28 +138,26 @@ def findings(lane: Lane, snap: Snapshot, seen_ms: Mapping[str, int], now_ms: int
 
 
 def lanes_watermarks(lanes: Sequence[Lane], snaps: Sequence[Snapshot], now_ms: int) -> go.Figure:
-    """Each pipeline's watermark in force against processing time, over the same events."""
+    """Each pipeline's watermark as its distance behind the newest event time (the configured pipeline's running
+    maximum at the same batch), over the same events: a lane held back by a silent server stands above the others,
+    one running ahead below, and no lane's line hides under another's."""
     fig = go.Figure()
     first = next((s for s in snaps if s.batches), None)
-    if first is not None:
-        fig.add_trace(go.Scatter(x=[ts(b.batch_ts_ms) for b in first.batches],
-                                 y=[ts(b.running_max_event_us // 1000) if b.running_max_event_us else None
-                                    for b in first.batches], name="max event time", mode="lines",
-                                 line={"color": WALL_CLOCK, "dash": "dot"}))
+    newest = {b.batch: b.running_max_event_us // 1000 for b in (first.batches if first else ())
+              if b.running_max_event_us}
     for i, (lane, snap) in enumerate(zip(lanes, snaps, strict=True)):
-        bs = snap.batches
-        # Each later line thinner, so lanes with the same watermark show as a line inside a line, not one line.
+        bs = [b for b in snap.batches if b.next_watermark_ms and newest.get(b.batch)]
+        behind = [(newest[b.batch] - b.next_watermark_ms) / 1000 for b in bs]
+        # Each later line thinner, so lanes at the same distance show as a line inside a line, not one line.
         fig.add_trace(go.Scatter(
-            x=[ts(b.batch_ts_ms) for b in bs], y=[ts(b.next_watermark_ms) if b.next_watermark_ms else None for b in bs],
-            name=lane.label, mode="lines",
+            x=[ts(b.batch_ts_ms) for b in bs], y=behind, name=lane.label, mode="lines",
             line={"shape": "hv", "color": PALETTE[i % len(PALETTE)], "width": max(1.5, 6 - 2 * i)},
             customdata=[[b.batch, clock(b.next_watermark_ms)] for b in bs],
-            hovertemplate=f"<b>{lane.label}</b> batch %{{customdata[0]}}<br>watermark %{{customdata[1]}}"
-                          "<extra></extra>"))
-    fig = layout(fig, "Watermark of each pipeline (same events)", "event time (UTC)", counts=False)
+            hovertemplate=f"<b>{lane.label}</b> batch %{{customdata[0]}}<br>watermark %{{customdata[1]}}, "
+                          "%{y:.1f} s behind the newest event<extra></extra>"))
+    fig = layout(fig, "Each pipeline's watermark behind the newest event", "seconds behind", counts=False)
     fig.update_layout(legend={"y": -0.3})
     fig.update_xaxes(title="processing time (UTC)")
-    fig.update_yaxes(tickformat="%H:%M:%S")
     return time_axis(fig)
 
 
