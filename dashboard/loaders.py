@@ -22,10 +22,10 @@ from watermark.rules.fleet import IdleDecision
 from watermark.rules.tradeoff import Tradeoff
 from watermark.schema.config import Lane
 from watermark.schema.keys import KeySchema
-from watermark.schema.records import Control, ControlChange, GeneratorStatus
+from watermark.schema.records import Control, GeneratorStatus
 from watermark.store.alert_store import AlertView, read_alert_view
 from watermark.store.annotation_store import read_happenings
-from watermark.store.control_store import read_control_audit, read_lab
+from watermark.store.control_store import read_lab
 from watermark.store.history_store import Timeline, read_timeline
 from watermark.store.pipeline_status import PipelineState, read_state
 from watermark.store.redis_conn import open_client
@@ -40,7 +40,6 @@ TICK_TTL_S = 120
 LANES_TTL_S = 10
 LOOKUP_TTL_S = 30
 IDLE_DECISIONS_SHOWN = 12
-CONTROL_CHANGES_SHOWN = 20
 """The Watermark lab's list of the latest idleness decisions."""
 
 
@@ -134,12 +133,6 @@ def load_marks(url: str, namespace: str, tick: int, _now_ms: int) -> list[Mark]:
 def load_alerts(url: str, namespace: str, tick: int, _now_ms: int) -> AlertView:
     """The monitor's alerts, one read per (namespace, tick) for all sessions and pages."""
     return read_alert_view(redis_client(url), KeySchema(namespace), _now_ms)
-
-
-@st.cache_data(show_spinner=False, ttl=TICK_TTL_S, max_entries=32)
-def load_control_audit(url: str, namespace: str, tick: int) -> list[ControlChange]:
-    """Who changed the lab's control settings, newest first (``{ns}:control:audit``)."""
-    return read_control_audit(redis_client(url), KeySchema(namespace), CONTROL_CHANGES_SHOWN)
 
 
 @st.cache_data(show_spinner=False, ttl=TICK_TTL_S, max_entries=64)

@@ -27,6 +27,7 @@ from dashboard.loaders import (
     load_lanes,
     load_marks,
     load_snapshot,
+    load_state,
     load_windows,
     redis_client,
 )
@@ -36,6 +37,7 @@ from watermark.schema.config import Config, ConfigError, Lane, redact_url
 from watermark.schema.keys import KeySchema
 from watermark.store.annotation_store import add_annotation, annotation_from
 from watermark.store.control_store import write_control
+from watermark.store.pipeline_status import PipelineState
 from watermark.store.views.snapshot import Snapshot
 
 log = logging.getLogger("dashboard")
@@ -92,6 +94,19 @@ def sidebar(active: bool = True) -> None:
                                   "to the newest batch.")
         st.selectbox("Refresh every", list(REFRESH), index=1, key="refresh", disabled=off)
         st.toggle("Pause", key="paused", disabled=off, help="Stop refreshing; the page keeps what it shows.")
+        if (settings := job_settings()) is not None:
+            st.caption(settings)
+
+
+def job_settings() -> str | None:
+    """The job's own settings as it committed them (never this dashboard's environment), for the View popover;
+    None before its first batch or when Redis cannot say."""
+    try:
+        cfg = Config.from_env(os.environ)
+        state = load_state(cfg.redis_url, cfg.namespace, current_view().tick(now_ms()))
+    except (ConfigError, redis.RedisError, ValueError):
+        return None
+    return None if state is None else "The job: " + settings_text(cfg.namespace, state)
 
 
 def view_label(view: View) -> str:
@@ -292,10 +307,8 @@ def firing_banner(now: int) -> None:
     except (ConfigError, redis.RedisError, ValueError):
         return
     text = firing_text(list(view.alerts.values()))
-    if text:
-        st.error(text)
-        if (alerts := st.session_state.get(ALERTS_PAGE)) is not None:  # the entry's page, when it runs the navigation
-            st.page_link(alerts, label="Open the Alerts page", icon=":material/notifications_active:")
+    if text:  # one line above the data: the Alerts page, in the navigation, says the rest
+        st.error(text, icon=":material/notifications_active:")
 
 
 def show_status(statuses: list[Status]) -> None:
@@ -352,11 +365,15 @@ def page(title: str, render: Callable[[Config], None]) -> None:
 
 
 def params_caption(snap: Snapshot) -> str:
-    s = snap.state
-    assert s is not None
+    assert snap.state is not None
+    return settings_text(snap.namespace, snap.state)
+
+
+def settings_text(namespace: str, s: PipelineState) -> str:
+    """The job's settings, as its last commit wrote them, in one line."""
     kind = "tumbling" if s.slide_ms == s.window_ms else f"sliding every {human_ms(s.slide_ms)}"
     mode = f" · per-server watermarks combined by {s.policy}" if s.mode == "per-server" else ""
-    return (f"Namespace `{snap.namespace}` · windows of {human_ms(s.window_ms)} ({kind}) · watermark delay "
+    return (f"Namespace `{namespace}` · windows of {human_ms(s.window_ms)} ({kind}) · watermark delay "
             f"{human_ms(s.delay_ms)}{mode} · trigger {human_ms(s.trigger_ms)} · times in UTC")
 
 

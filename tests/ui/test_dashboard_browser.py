@@ -202,6 +202,18 @@ FIGURES_JS = """
 """
 
 
+FOLD_JS = """
+() => {
+  const chart = document.querySelector('[data-testid="stVegaLiteChart"]');
+  const total = document.querySelector('[data-testid="stMetric"]');
+  const top = chart ? chart.getBoundingClientRect().top : null;
+  const boxes = Array.from(document.querySelectorAll('[data-testid="stMain"] [data-testid="stAlert"]'))
+    .filter(b => top === null || b.getBoundingClientRect().top < top).length;
+  return {chart: top, total: total ? total.getBoundingClientRect().bottom : null, boxes};
+}
+"""
+
+
 def overlaps(a: list[float], b: list[float]) -> bool:
     return a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]
 
@@ -259,6 +271,13 @@ def audit_pages(page, url: str, shots: Path, prefix: str = "page-") -> list[str]
             page.wait_for_selector(TAB_DRAWN[TABS[name]], timeout=60_000)
             page.wait_for_selector('[data-test-script-state="notRunning"]', timeout=60_000)
         page.wait_for_function(VEGA_ALL_DRAWN, timeout=60_000)  # a chart that cannot draw its rows fails here
+        if name == "ops":  # data before prose: the total and the first chart above a laptop's fold
+            fold = page.evaluate(FOLD_JS)
+            if fold["chart"] is None or fold["chart"] >= 800 or fold["total"] is None or fold["total"] >= 800:
+                problems.append(f"ops: the total at {fold['total']} px, the first chart at {fold['chart']} px: "
+                                "not both above the fold at 1280x800")
+            if fold["boxes"] > 2:
+                problems.append(f"ops: {fold['boxes']} boxes above the first chart, more than a status and an alert")
         for fig in page.evaluate(FIGURES_JS):
             label = f"{name}: {fig['layout']['title']['text'] or 'untitled chart'}"
             # Titles are measured here rather than counted: the page's own boxes say whether they fit.

@@ -57,13 +57,15 @@ def test_live_ops_at_300_servers_reads_by_region(seeded: Seeded, monkeypatch: py
     for m in at.metric:
         first.setdefault(m.label, int(m.value.replace(",", "")))
     assert {k: v for k, v in first.items() if k in model} == dict(model)  # one headline per region, exact
-    assert first["All servers"] == sum(counts.values())
+    (total,) = [label for label in first if label.startswith("All servers · ")]  # online now, or as of when
+    assert first[total] == sum(counts.values())
     assert not [m.label for m in at.metric if m.label.startswith("eu-")]  # no column per server
     # each region's own peak today (the highest sum of one batch) and the total's, with when
     peaks = parse_peaks(redis.Redis.from_url(seeded.cfg.redis_url).hgetall(keys.online_peak(
         day_of(int(client.hget(keys.online_state, "committed_id").split("-")[0])))))  # the last batch's arrival
-    want = {f"peak today {peaks[k][0]:,} at {clock(peaks[k][1])}" for k in ["*", *(f"region|{r}" for r in model)]}
-    assert {c.value for c in at.caption if c.value.startswith("peak today")} == want and len(want) == 7
+    want = {f"Peak today {peaks[k][0]:,} at {clock(peaks[k][1])}." for k in ["*", *(f"region|{r}" for r in model)]}
+    said = {m.proto.help.split(" Peak today ")[1].split(".")[0] for m in at.metric if " Peak today " in m.proto.help}
+    assert {f"Peak today {p}." for p in said} == want and len(want) == 7  # in each number's help, not under it
     assert not [df for df in at.dataframe if "Trend (last hour)" in df.value.columns]  # a tab of its own
     at.session_state["ops_tab"] = "Servers"
     at.run()

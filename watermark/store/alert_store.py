@@ -18,7 +18,8 @@ from watermark.alerting.health import Health
 from watermark.alerting.lifecycle import AlertState, Decision, Notice
 from watermark.schema.config import ConfigError
 from watermark.schema.keys import KeySchema
-from watermark.schema.records import RecordError
+from watermark.schema.records import ControlChange, RecordError
+from watermark.store.control_store import control_changes
 from watermark.store.redis_conn import home
 
 DAY_MS = 86_400_000
@@ -205,23 +206,30 @@ class AlertView:
     """The monitor's thresholds in one line."""
     health: dict[str, Health] = field(default_factory=dict)
     """Each pipeline's state in the monitor's last round (``watermark.alerting.health``)."""
+    control_changes: list[ControlChange] = field(default_factory=list)
+    """Who changed the lab's control settings, newest first (``{ns}:control:audit``), beside the alerts."""
+
+
+CONTROL_CHANGES_SHOWN = 20
 
 
 def read_alert_view(client: redis.Redis, keys: KeySchema, now_ms: int) -> AlertView:
-    """In one round trip: the alerts, the last day's history, the webhook, the monitor's last round."""
+    """In one round trip: the alerts, the last day's history, the webhook, the monitor's last round, and who
+    changed the lab's control settings."""
     pipe = client.pipeline(transaction=False)
     pipe.hgetall(keys.alerts)
     pipe.xrevrange(keys.alerts_history, count=HISTORY_READ)
     pipe.hgetall(keys.alerts_webhook)
     pipe.xlen(keys.alerts_outbox)
     pipe.hmget(keys.alerts_monitor, ["round_ms", "interval_ms", "watching", HEALTH_FIELD])
-    alerts, history, webhook, waiting, (round_ms, interval_ms, watching, health) = pipe.execute()
+    pipe.xrevrange(keys.control_audit, count=CONTROL_CHANGES_SHOWN)
+    alerts, history, webhook, waiting, (round_ms, interval_ms, watching, health), audit = pipe.execute()
     return AlertView(
         alerts={k.decode(): AlertState.decode(v, f"alert {k.decode()!r}") for k, v in alerts.items()},
         history=notices_since(history, now_ms - DAY_MS, keys.alerts_history),
         webhook=WebhookStatus.from_hash(webhook, int(waiting)), round_ms=int(round_ms) if round_ms else None,
         interval_ms=int(interval_ms) if interval_ms else 1_000, watching=watching.decode() if watching else "",
-        health=health_from(health))
+        health=health_from(health), control_changes=control_changes(audit))
 
 
 def health_from(raw: bytes | None) -> dict[str, Health]:

@@ -95,8 +95,13 @@ def write_control(client: redis.Redis, keys: KeySchema, *, by: str, role: str, s
 
 def read_control_audit(client: redis.Redis, keys: KeySchema, count: int = 20) -> list[ControlChange]:
     """The newest ``count`` changes, newest first; an entry nobody could have written this way is skipped."""
+    return control_changes(client.xrevrange(keys.control_audit, count=count))
+
+
+def control_changes(entries: list) -> list[ControlChange]:
+    """``XREVRANGE`` entries of the audit as changes; an entry nobody could have written this way is skipped."""
     out = []
-    for _, raw in client.xrevrange(keys.control_audit, count=count):
+    for _, raw in entries:
         f = {(k.decode() if isinstance(k, bytes) else str(k)): (v.decode("utf-8", "replace") if isinstance(v, bytes)
                                                                else str(v)) for k, v in raw.items()}
         try:

@@ -80,7 +80,7 @@ def render(v: AlertView, now_ms: int) -> None:
         st.info("No alert has fired in the last day.")
     st.caption(webhook_line(v.webhook))
     annotate()
-    control_changes()
+    control_changes(v)
     if v.watching:
         st.caption(f"Watching for {v.watching} (ops/alerts.toml; each explained in docs/alerts.md).")
 
@@ -109,10 +109,10 @@ def annotate() -> None:
         ui.show_status([result])
 
 
-def control_changes() -> None:
+def control_changes(v: AlertView) -> None:
     """Who changed the lab's control settings (the job's delay, the generator), beside the annotations."""
     cfg = Config.from_env(os.environ)
-    changes = loaders.load_control_audit(cfg.redis_url, cfg.namespace, ui.current_view().tick(ui.now_ms()))
+    changes = v.control_changes
     if not changes and not cfg.lab_control:
         return
     st.subheader("Lab control changes")

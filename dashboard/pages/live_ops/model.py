@@ -8,6 +8,7 @@ from dashboard import charts
 from dashboard.fleet import NO_REGION, Grouping
 from dashboard.status import clock, human_ms
 from dashboard.text import md
+from watermark.alerting.health import Verdict
 from watermark.rules.fleet import in_view
 from watermark.rules.online.rollup import TOTAL, region_key
 from watermark.rules.server_clock import NOTICEABLE_AHEAD_MS
@@ -120,3 +121,11 @@ def window_table(windows: tuple[WindowRow, ...], limit: int | None = None) -> li
          "Late accepted": f"{w.late:,}", "Dropped": f"{w.dropped:,}", "Status": "final" if w.final else "provisional"}
         for w in newest
     ]
+
+
+def as_of(v: Verdict) -> str | None:
+    """When the numbers last moved, if most servers are silent (the one rule: ``watermark.alerting.health``), for
+    the headline's label; None while servers speak."""
+    if v.fleet is not None and v.fleet.heard_ms:
+        return clock(v.fleet.heard_ms)
+    return None

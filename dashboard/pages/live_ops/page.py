@@ -33,6 +33,8 @@ def distinct_players(snap: Snapshot, current: dict, last_final: dict, bounds: ob
     current, last_final = g.current(current), g.current(last_final)
     labels = [lb for lb in g.labels if lb in current] if g.grouped else [s for s in snap.servers if s in g.members]
     cols = st.columns(max(1, len(labels)))
+    said = {lb: model.window_status(current.get(lb), bounds, state.next_watermark_ms, state.head_ms) for lb in labels}
+    once = len(set(said.values())) == 1 and len(said) > 1  # the same window for all: said once, under the row
     for col, server in zip(cols, labels, strict=False):
         w = current.get(server)
         f = last_final.get(server)
@@ -42,20 +44,22 @@ def distinct_players(snap: Snapshot, current: dict, last_final: dict, bounds: ob
                       help="From the windowed counts: distinct player ids with an accepted event in the window "
                            "holding the newest event time (a Redis set per window and server). Provisional until "
                            "the watermark passes the window's end.")
-            st.caption(model.window_status(w, bounds, state.next_watermark_ms, state.head_ms))
+            if not once:
+                st.caption(said[server])
             if w is not None and open_at_loss(w, snap):
                 st.caption(f"Partial: this window was open when Redis came back empty (before batch "
                            f"{state.lost_at_batch}); it counts only what came after.")
             if f is not None:
                 st.caption(f"last final: {f.players:,} players in {charts.ts(f.start_ms):%H:%M}–"
                            f"{charts.ts(f.end_ms):%H:%M:%S}")
+    if once:
+        st.caption(next(iter(said.values())).capitalize())
 
 
 def render(snap: Snapshot, now_ms: int) -> None:
     state = snap.state
     assert state is not None
-    ui.firing_banner(now_ms)
-    st.caption(ui.params_caption(snap))
+    ui.firing_banner(now_ms)  # the job's settings are in the View popover: data first
     g = grouping(model.live_servers(snap), snap.regions, snap.online.counts if snap.online else {})
     online_now(snap, g)
     # Only the open tab runs and is sent: a browser draws two charts on arrival, not nine (at 300 servers the nine
@@ -137,14 +141,13 @@ def shared(snap: Snapshot) -> tuple:
 
 
 HELP_ONLINE = ("From the online view: players whose latest event is a login or heartbeat and who have been silent "
-               "for less than the timeout in event time, as of the watermark below (every batch folds its events "
-               "into each player's state, watermark/rules/online/player.py).")
+               "for less than the timeout of their own server's event time (every batch folds its events into each "
+               "player's state, watermark/rules/online/player.py). The line: the last hour, a point a minute.")
 
 
 def online_now(snap: Snapshot, g: Grouping) -> None:
-    """Players online per server (per region past a few servers, every server in a table): the online view,
-    folded by the pipeline's sink with every batch."""
-    st.subheader("Players online now")
+    """Players online in total and per region (per server up to a few): each a number with its last hour as a
+    sparkline on its own scale; the online view, folded by the pipeline's sink with every batch."""
     v = snap.online
     if v is None:
         st.info("The online view has not committed a batch yet: no online players to show. It starts with "
@@ -154,15 +157,14 @@ def online_now(snap: Snapshot, g: Grouping) -> None:
     if note:
         (st.warning if v.partial else st.info)(note)
     counts = g.counts(v.counts)
+    minutes = g.minutes(v.minutes)
+    as_of = model.as_of(status.verdict(snap, snap.read_ms))
     # The total on a row of its own: at a few hundred thousand players its six digits and the regions' five do not
     # fit in one row of seven at 1280 px (both were cut to "103,..." and "17,...").
-    _online_metric(st.container(), TOTAL, v, g, counts)
+    _online_metric(st.container(), TOTAL, v, g, counts, [sum(m.last.values()) for m in v.minutes], as_of)
     if g.labels:
         for col, label in zip(st.columns(len(g.labels)), g.labels, strict=True):
-            _online_metric(col, label, v, g, counts)
-    st.caption(f"As of batch {v.last_batch}: a player with no event for {human_ms(v.timeout_ms)} of their own "
-               f"server's event time counts as offline (each server its own clock; the windows' watermark is "
-               f"{clock(v.watermark_ms)}).")
+            _online_metric(col, label, v, g, counts, [m.last.get(label, 0) for m in minutes], None)
 
 
 def online_details(snap: Snapshot, g: Grouping) -> None:
@@ -192,21 +194,25 @@ RANGE_KEY, WEEK_AGO_KEY = "ops_history_range", "ops_week_ago"
 
 
 def _online_metric(col: Any, label: str, v: OnlineView, g: Grouping,  # noqa: ANN401 - a column or a container
-                   counts: dict[str, int]) -> None:
-    """One series' players online now (the total, a server, a region or the rest), with its peak today."""
+                   counts: dict[str, int], trend: list[int], as_of: str | None) -> None:
+    """One series' players online now (the total, a server, a region or the rest) with its last hour per minute
+    as a sparkline; its peak today, and what "online" means, in its help."""
     name = "All servers" if label == TOTAL else label
     n = v.total if label == TOTAL else counts[label]
-    col.metric(f"{md(name)} · online now" if not g.grouped else md(name), ui.fmt_int(n),
-               help=HELP_ONLINE + ("" if not g.grouped or label == TOTAL else
-                                   f" The sum over {len(g.members[label]):,} servers: "
-                                   + ", ".join(md_list(g.members[label][:10]))
-                                   + (" ..." if len(g.members[label]) > 10 else "")))
     # a region's own peak (the highest sum of one batch); the busiest-servers grouping's "rest" has none
     peak = v.peaks.get(region_key(label) if g.by == "region" and label != TOTAL else label)
     if g.by == "top" and label != TOTAL and len(g.members[label]) > 1:
         peak = None
-    if peak is not None:
-        col.caption(f"peak today {peak[0]:,} at {clock(peak[1])}")
+    members = "" if not g.grouped or label == TOTAL else (
+        f" The sum over {len(g.members[label]):,} servers: " + ", ".join(md_list(g.members[label][:10]))
+        + (" ..." if len(g.members[label]) > 10 else ""))
+    peak_text = f" Peak today {peak[0]:,} at {clock(peak[1])}." if peak is not None else ""
+    when = f" As of batch {v.last_batch}, watermark {clock(v.watermark_ms)}; offline after {human_ms(v.timeout_ms)}."
+    title = f"{md(name)} · online now" if not g.grouped or label == TOTAL else md(name)
+    if as_of:
+        title = f"{md(name)} · as of {as_of}"
+    col.metric(title, ui.fmt_int(n), help=HELP_ONLINE + peak_text + when + members,
+               chart_data=trend if len(trend) > 1 else None, chart_type="line")
 
 
 def timeline(snap: Snapshot, g: Grouping, now_ms: int) -> Timeline | None:
