@@ -15,6 +15,7 @@ environment and hands Streamlit the ``[auth]`` secrets :meth:`SignIn.secrets_tom
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
@@ -65,7 +66,12 @@ class SignIn:
             raise AccessError(f"sign-in needs all of {', '.join(REQUIRED)}; missing: {', '.join(missing)}")
         _check_url(METADATA_URL, got[METADATA_URL])
         _check_url(REDIRECT_URI, got[REDIRECT_URI])
-        if not urlsplit(got[REDIRECT_URI]).path.endswith("/oauth2callback"):
+        redirect = urlsplit(got[REDIRECT_URI])
+        if redirect.scheme == "http" and not _loopback(redirect.hostname or ""):
+            raise AccessError(f"{REDIRECT_URI}={got[REDIRECT_URI]!r} is plain http:// beyond this machine: the "
+                              "provider would send the sign-in code in clear; use https:// (http:// only for "
+                              "localhost or 127.0.0.1)")
+        if not redirect.path.endswith("/oauth2callback"):
             raise AccessError(f"{REDIRECT_URI}={got[REDIRECT_URI]!r} must end with /oauth2callback (Streamlit's "
                               "callback): the dashboard's address as people open it, then /oauth2callback")
         if len(got[COOKIE_SECRET]) < MIN_COOKIE_SECRET:
@@ -120,7 +126,7 @@ def _by_domain(claims: Mapping[str, object], domains: frozenset[str]) -> bool:
     email = claims.get("email")
     if not domains or not isinstance(email, str) or email.count("@") != 1:
         return False
-    if claims.get("email_verified") in (False, "false"):  # the provider itself does not vouch for it
+    if claims.get("email_verified") is not True:  # only an email the provider vouches for, in so many words
         return False
     return email.rpartition("@")[2].lower() in domains
 
@@ -142,6 +148,15 @@ def toml_string(value: str) -> str:
         else:
             out.append(ch)
     return '"' + "".join(out) + '"'
+
+
+def _loopback(host: str) -> bool:
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def _check_url(var: str, url: str) -> None:

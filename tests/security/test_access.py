@@ -25,20 +25,24 @@ NONE = Operators()
     # sign-in on, no rule: nobody is an operator
     ({"email": "a@ops.example.com", "groups": ["ops"]}, NONE, True, VIEWER),
     (None, BOTH, True, VIEWER),  # not signed in
-    # the email's domain, exactly, in any case; never one the provider says is unverified
-    ({"email": "a@ops.example.com"}, DOMAIN, True, OPERATOR),
+    # the email's domain, exactly, in any case; only one the provider says is verified, exactly true
+    ({"email": "a@ops.example.com", "email_verified": True}, DOMAIN, True, OPERATOR),
     ({"email": "A@OPS.Example.COM", "email_verified": True}, DOMAIN, True, OPERATOR),
+    ({"email": "a@ops.example.com"}, DOMAIN, True, VIEWER),  # no email_verified: nobody vouches for it
     ({"email": "a@ops.example.com", "email_verified": False}, DOMAIN, True, VIEWER),
     ({"email": "a@ops.example.com", "email_verified": "false"}, DOMAIN, True, VIEWER),
-    ({"email": "a@example.com"}, DOMAIN, True, VIEWER),  # the parent domain
-    ({"email": "a@eu.ops.example.com"}, DOMAIN, True, VIEWER),  # a subdomain
-    ({"email": "a@evilops.example.com"}, DOMAIN, True, VIEWER),  # a suffix
-    ({"email": "a@ops.example.com.evil.io"}, DOMAIN, True, VIEWER),  # a prefix
-    ({"email": "ops.example.com"}, DOMAIN, True, VIEWER),  # no local part
-    ({"email": "a@b@ops.example.com"}, DOMAIN, True, VIEWER),
-    ({"email": ["a@ops.example.com"]}, DOMAIN, True, VIEWER),  # not a string
-    ({"sub": "a@ops.example.com"}, DOMAIN, True, VIEWER),  # the subject is not the email
-    ({"email": "a@example.net"}, BOTH, True, OPERATOR),
+    ({"email": "a@ops.example.com", "email_verified": "False"}, DOMAIN, True, VIEWER),
+    ({"email": "a@ops.example.com", "email_verified": "true"}, DOMAIN, True, VIEWER),  # a string is not true
+    ({"email": "a@ops.example.com", "email_verified": 1}, DOMAIN, True, VIEWER),
+    ({"email": "a@example.com", "email_verified": True}, DOMAIN, True, VIEWER),  # the parent domain
+    ({"email": "a@eu.ops.example.com", "email_verified": True}, DOMAIN, True, VIEWER),  # a subdomain
+    ({"email": "a@evilops.example.com", "email_verified": True}, DOMAIN, True, VIEWER),  # a suffix
+    ({"email": "a@ops.example.com.evil.io", "email_verified": True}, DOMAIN, True, VIEWER),  # a prefix
+    ({"email": "ops.example.com", "email_verified": True}, DOMAIN, True, VIEWER),  # no local part
+    ({"email": "a@b@ops.example.com", "email_verified": True}, DOMAIN, True, VIEWER),
+    ({"email": ["a@ops.example.com"], "email_verified": True}, DOMAIN, True, VIEWER),  # not a string
+    ({"sub": "a@ops.example.com", "email_verified": True}, DOMAIN, True, VIEWER),  # the subject is not the email
+    ({"email": "a@example.net", "email_verified": True}, BOTH, True, OPERATOR),
     # a group in the groups claim, exactly
     ({"groups": ["dev", "ops"]}, GROUP, True, OPERATOR),
     ({"groups": "ops"}, GROUP, True, OPERATOR),  # one group as a string
@@ -122,6 +126,9 @@ def test_any_value_is_one_toml_string(value: str) -> None:
     ({**FULL, "DASHBOARD_REDIRECT_URI": "https://wm.example.com/"},
      "DASHBOARD_REDIRECT_URI='https://wm.example.com/' must end with /oauth2callback (Streamlit's callback): the "
      "dashboard's address as people open it, then /oauth2callback"),
+    ({**FULL, "DASHBOARD_REDIRECT_URI": "http://wm.example.com/oauth2callback"},
+     "DASHBOARD_REDIRECT_URI='http://wm.example.com/oauth2callback' is plain http:// beyond this machine: the "
+     "provider would send the sign-in code in clear; use https:// (http:// only for localhost or 127.0.0.1)"),
     ({**FULL, "DASHBOARD_COOKIE_SECRET": "short"},
      "DASHBOARD_COOKIE_SECRET must be at least 32 characters (e.g. `openssl rand -hex 32`)"),
     ({**FULL, "DASHBOARD_OIDC_SCOPE": "email groups"}, "DASHBOARD_OIDC_SCOPE='email groups' must include openid"),
@@ -130,3 +137,9 @@ def test_an_invalid_sign_in_names_the_variable(env: dict[str, str], error: str) 
     with pytest.raises(AccessError) as err:
         SignIn.from_env(env)
     assert str(err.value) == error
+
+
+@pytest.mark.parametrize("redirect", ["http://localhost:8501/oauth2callback", "http://127.0.0.1:8501/oauth2callback",
+                                      "http://[::1]:8501/oauth2callback", "https://wm.example.com/oauth2callback"])
+def test_plain_http_redirects_are_for_this_machine_only(redirect: str) -> None:
+    assert SignIn.from_env({**FULL, "DASHBOARD_REDIRECT_URI": redirect}) is not None

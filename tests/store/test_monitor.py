@@ -87,7 +87,9 @@ def test_a_restarted_monitor_continues_the_firing_and_owes_what_was_not_delivere
 
 
 def test_the_webhook_address_shown_keeps_no_secret(monkeypatch: object) -> None:
-    assert shown_url("https://user:pw@hooks.example:8443/alert/x?token=s3cret") == "https://hooks.example:8443/alert/x"
+    # a chat integration's token lives in the path: only the scheme, host and port are shown, on pages and in logs
+    assert shown_url("https://user:pw@hooks.example:8443/alert/x?token=s3cret") == "https://hooks.example:8443/…"
+    assert shown_url("https://hooks.example/services/T0/B0/XXXX") == "https://hooks.example/…"
     assert shown_url("") == ""
 
 

@@ -11,6 +11,7 @@ from streamlit.testing.v1 import AppTest
 
 from dashboard.alertview import Span, alert_marks, alert_rows, spans
 from dashboard.testing import page_test
+from dashboard.text import md
 from watermark.alerting.conditions import Finding, watching
 from watermark.alerting.config import AlertConfig, Timing
 from watermark.alerting.lifecycle import AlertState, Notice, step_all
@@ -118,13 +119,25 @@ def test_the_page_shows_firing_held_history_and_the_webhook(seeded_alerts: KeySc
                                           "delayed"]
     assert list(history["Event"]) == ["fired", "resolved after 5 min", "fired"]
     captions = " ".join(c.value for c in at.caption)
-    assert "Webhook http://hooks.example/alerts: 1 delivered, 2 waiting to be delivered, 1,200 never sent: the " \
-           "receiver refused for longer than the outbox holds (10,000 notices; the history keeps them); last " \
-           "attempt failed at 07:59:59 UTC: HTTP Error 503: Service Unavailable (retrying with backoff)." in captions
+    assert f"Webhook {md('http://hooks.example/alerts')}: 1 delivered, 2 waiting to be delivered, 1,200 never sent: " \
+           "the receiver refused for longer than the outbox holds (10,000 notices; the history keeps them); last " \
+           f"attempt failed at 07:59:59 UTC: {md('HTTP Error 503: Service Unavailable')} (retrying with backoff)." \
+           in captions
     assert "Watching for PlayersDrop: down over 50 % within 5 min, not counting players who moved to another " \
            "server (RegionPlayersDrop: a region's sum) · ServerSilent: 1 min with players online" in captions
     for df in (firing, held, history):  # operator words, not field names
         assert not [c for c in df.columns if "_" in c], df.columns
+
+
+def test_a_receivers_reply_is_shown_as_text(seeded_alerts: KeySchema, redis_url: str) -> None:
+    """A receiver answering with Markdown (an image that would make every viewer's browser fetch its URL, a link)
+    is shown as its text: escaped, never rendered."""
+    client = redis.Redis.from_url(redis_url)
+    record_failure(client, seeded_alerts, "HTTP 400 ![x](http://attacker.example/pixel) [click](http://a.example)",
+                   T0 + 1_000)
+    text = " ".join(c.value for c in run_alerts(T0 + 2_000).caption)
+    assert "![x](http://attacker.example/pixel)" not in text and "[click](http://a.example)" not in text
+    assert md("![x](http://attacker.example/pixel)") in text
 
 
 def test_a_stopped_monitor_is_said_in_words(seeded_alerts: KeySchema) -> None:

@@ -402,6 +402,26 @@ def redact_url(url: str) -> str:
     return parts._replace(query=urlencode(query, safe="*")).geturl()
 
 
+def shown_url(url: str) -> str:
+    """A receiver's address as pages and logs show it: scheme, host and port only. Its user, password, query and
+    path are left out: chat integrations keep their token in the path (``/services/T000/B000/XXXX``).
+
+    >>> shown_url("https://u:pw@hooks.example.com:8443/services/T0/B0/secret?token=x")
+    'https://hooks.example.com:8443/…'
+    >>> shown_url("http://alertmanager:9093"), shown_url("")
+    ('http://alertmanager:9093', '')
+    """
+    if not url:
+        return ""
+    u = urlsplit(url)
+    try:
+        port = f":{u.port}" if u.port else ""
+    except ValueError:
+        port = ""
+    hidden = "/…" if u.path not in ("", "/") or u.query else ""
+    return f"{u.scheme}://{u.hostname or ''}{port}{hidden}"
+
+
 def _check(ok: bool, var: str, message: str) -> None:
     if not ok:
         raise ConfigError(f"{var} {message}")

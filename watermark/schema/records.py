@@ -35,6 +35,7 @@ import msgspec
 import numpy as np
 
 from watermark.schema.config import ConfigError
+from watermark.schema.events import bad_name
 from watermark.schema.keys import parse_total_field, total_field
 
 
@@ -307,6 +308,10 @@ class Annotation(_JsonRecord, frozen=True, kw_only=True):
             raise msgspec.ValidationError(f"kind {self.kind!r} must be one of {', '.join(ANNOTATION_KINDS)}")
         if self.end_ms is not None and self.end_ms < self.start_ms:
             raise msgspec.ValidationError("end must not be before start")
+        if self.region is not None and (why := bad_name("region", self.region)) is not None:
+            raise msgspec.ValidationError(why)  # a region as events may name one: 64 characters, nothing invisible
+        if any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in self.text):
+            raise msgspec.ValidationError("text must be one line without control characters")
 
     @property
     def until_ms(self) -> int:

@@ -42,14 +42,16 @@ def webhook_line(w: WebhookStatus) -> str:
         return ("No webhook configured: set `url` in `[webhook]` of ops/alerts.toml or ALERT_WEBHOOK_URL to have "
                 "firing and resolved alerts posted (Alertmanager's webhook format), or ALERTMANAGER_URL to push them "
                 "to a Prometheus Alertmanager (docs/alerts.md).")
-    text = f"Webhook {w.url}: {w.delivered:,} delivered"
+    text = f"Webhook {md(w.url)}: {w.delivered:,} delivered"
     if w.waiting:
         text += f", {w.waiting:,} waiting to be delivered"
     if w.dropped:
         text += (f", {w.dropped:,} never sent: the receiver refused for longer than the outbox holds "
                  f"({OUTBOX_KEEP:,} notices; the history keeps them)")
     if w.last_error and (w.last_ok_ms is None or (w.last_error_ms or 0) > w.last_ok_ms):
-        text += f"; last attempt failed at {clock(w.last_error_ms or 0)}: {w.last_error} (retrying with backoff)"
+        # the receiver's reply is its text, not ours: shown as text, never as Markdown (links, images)
+        said = md(w.last_error[:300])
+        text += f"; last attempt failed at {clock(w.last_error_ms or 0)}: {said} (retrying with backoff)"
     return text + "."
 
 

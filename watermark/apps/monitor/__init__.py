@@ -22,7 +22,6 @@ import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from urllib.parse import urlsplit
 
 import redis
 from prometheus_client import make_wsgi_app
@@ -43,7 +42,14 @@ from watermark.apps.monitor.metrics import StackCollector
 from watermark.apps.monitor.notify import Notifier, Outgoing
 from watermark.runtime.clock import wall_ms
 from watermark.runtime.signals import on_stop_signals
-from watermark.schema.config import DEFAULT_HISTORY_DAYS, Config, ConfigError, annotations_token, redact_url
+from watermark.schema.config import (
+    DEFAULT_HISTORY_DAYS,
+    Config,
+    ConfigError,
+    annotations_token,
+    redact_url,
+    shown_url,
+)
 from watermark.schema.keys import KeySchema
 from watermark.store.alert_store import apply_decision, publish_thresholds, read_alerts, read_outbox
 from watermark.store.observe import StackReading, lane_keys, read_stack
@@ -163,14 +169,6 @@ class Monitor:
         if self.notifier is not None:
             for oid, n in sent:
                 self.notifier.offer(Outgoing(n, oid))
-
-
-def shown_url(url: str) -> str:
-    """A receiver's address without what may be a secret (user, password, query)."""
-    if not url:
-        return ""
-    u = urlsplit(url)
-    return f"{u.scheme}://{u.hostname}{f':{u.port}' if u.port else ''}{u.path}"
 
 
 def scrape_reader(url: str, keys: KeySchema, monitor: Monitor) -> StackCollector:

@@ -18,6 +18,7 @@ from watermark.alerting.lifecycle import AlertState, Notice
 from watermark.alerting.webhook import backoff_ms
 from watermark.apps.monitor.notify import post
 from watermark.runtime.clock import wall_ms
+from watermark.schema.config import shown_url
 
 log = logging.getLogger(__name__)
 
@@ -83,14 +84,14 @@ class AlertmanagerPusher(threading.Thread):
                 attempt += 1
                 error = f"{type(exc).__name__}: {exc}"
                 if error != self.last_error:
-                    log.warning("alertmanager %s: %s (trying again)", self.url, error)
+                    log.warning("alertmanager %s: %s (trying again)", shown_url(self.url), error)
                     self.last_error = error
                 with self._lock:
                     self._changed = True
                 wait_s = backoff_ms(attempt, self.max_backoff_ms) / 1000
                 continue
             if attempt:
-                log.info("alertmanager %s: pushed again after %d failed attempts", self.url, attempt)
+                log.info("alertmanager %s: pushed again after %d failed attempts", shown_url(self.url), attempt)
             attempt, self.last_error = 0, ""
             with self._lock:
                 wait_s = 0.0 if self._changed else self.resend_ms / 1000

@@ -24,6 +24,7 @@ import redis
 from watermark.alerting.lifecycle import Notice
 from watermark.alerting.webhook import backoff_ms, group_key, group_payload
 from watermark.runtime.clock import wall_ms
+from watermark.schema.config import shown_url
 from watermark.schema.keys import KeySchema
 from watermark.store.alert_store import OUTBOX_KEEP, acknowledge, record_failure, still_owed, was_delivered
 
@@ -49,7 +50,7 @@ def post(url: str, body: object, timeout_s: float) -> None:
             resp.read()
     except urllib.error.HTTPError as exc:
         if 400 <= exc.code < 500 and exc.code not in (408, 429):
-            raise Rejected(f"HTTP {exc.code} {exc.reason}") from None
+            raise Rejected(f"HTTP {exc.code} {str(exc.reason)[:200]}") from None
         raise
 
 
@@ -177,7 +178,7 @@ class Notifier(threading.Thread):
             log.warning("webhook: delivered %s but could not acknowledge it: %s", item.notice.id, exc)
 
     def _failed(self, error: str) -> None:
-        log.warning("webhook %s: %s", self.url, error)
+        log.warning("webhook %s: %s", shown_url(self.url), error)
         try:
             record_failure(self.client, self.keys, error, self.clock())
         except redis.RedisError:
