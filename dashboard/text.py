@@ -85,3 +85,35 @@ def safe_figure(fig: Any) -> Any:  # noqa: ANN401 - a plotly figure
         if axis.ticktext is not None:
             axis.ticktext = _escaped(axis.ticktext)
     return fig
+
+
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+"""What a spreadsheet runs as a formula at the start of a cell (OWASP's CSV injection)."""
+
+
+def csv_cell(value: object) -> object:
+    """A table cell a spreadsheet opening the page's "Download as CSV" will not run: text that starts like a
+    formula gets a leading ``'``; numbers, and text that reads as a number, as they are.
+
+    >>> csv_cell("=SUM(A1)"), csv_cell("@SUM(A1)"), csv_cell("eu-001"), csv_cell("-2"), csv_cell(3)
+    ("'=SUM(A1)", "'@SUM(A1)", 'eu-001', '-2', 3)
+    """
+    if not isinstance(value, str) or not value.startswith(FORMULA_START) or value == "-":
+        return value
+    try:
+        float(value)
+    except ValueError:
+        return "'" + value
+    return value
+
+
+def csv_safe(data: Any) -> Any:  # noqa: ANN401 - rows, columns or a DataFrame, as st.dataframe takes them
+    """Every text cell of a table through :func:`csv_cell`: producers' names reach tables, and every table offers
+    its rows as CSV."""
+    if isinstance(data, list):
+        return [{k: csv_cell(v) for k, v in row.items()} if isinstance(row, dict) else row for row in data]
+    if isinstance(data, dict):
+        return {k: [csv_cell(v) for v in vs] if isinstance(vs, list) else vs for k, vs in data.items()}
+    if hasattr(data, "columns") and hasattr(data, "map"):  # a pandas DataFrame
+        return data.map(csv_cell)
+    return data

@@ -32,7 +32,7 @@ from dashboard.loaders import (
     redis_client,
 )
 from dashboard.status import Level, Status, assess, clock, human_ms, unreachable
-from dashboard.text import md, safe_figure
+from dashboard.text import csv_safe, md, safe_figure
 from watermark.schema.config import Config, ConfigError, Lane, redact_url
 from watermark.schema.keys import KeySchema
 from watermark.store.annotation_store import add_annotation, annotation_from
@@ -422,6 +422,12 @@ def _shared_chart(key: tuple, _build: Callable[[], Any]) -> Any:  # noqa: ANN401
 def draw(where: Any, fig: Any, key: str) -> None:  # noqa: ANN401 - st or a column; a plotly figure
     """Every chart is drawn here: the names it carries as text (``dashboard.text.safe_figure``)."""
     where.plotly_chart(safe_figure(fig), key=key)
+
+
+def table(where: Any, data: Any, **kw: Any) -> Any:  # noqa: ANN401 - st or a column; rows; st.dataframe's options
+    """Every table is drawn here: its text cells safe in a spreadsheet (``dashboard.text.csv_safe``), since each
+    offers its rows as CSV and producers' names reach them."""
+    return where.dataframe(csv_safe(data), **kw)
 
 
 def fmt_int(n: int) -> str:

@@ -193,3 +193,12 @@ def test_no_rule_imports_redis() -> None:
     found = [str(p.relative_to(ROOT)) for p in (ROOT / "watermark/rules").rglob("*.py")
              if any(m == "redis" or m.startswith("redis.") for m in imports(p))]
     assert not found, found
+
+
+def test_every_table_and_chart_is_drawn_through_the_one_place_that_makes_names_safe() -> None:
+    """Tables offer their rows as CSV and charts take a few HTML tags: producers' names reach both, so the pages
+    draw them only through ``dashboard.ui.table`` (formula prefixes neutralised) and ``ui.draw``/``ui.chart``
+    (names escaped)."""
+    direct = {str(p.relative_to(ROOT)): n for name, p in modules().items() if name.startswith("dashboard")
+              and name != "dashboard.ui" and (n := len(re.findall(r"\.(?:dataframe|plotly_chart)\(", p.read_text())))}
+    assert direct == {}

@@ -683,3 +683,22 @@ def test_the_lab_draws_each_lane_by_its_distance_behind_the_newest_event() -> No
                            [snap(state(), main), snap(state(), held)], NOW)
     assert [list(t.y) for t in fig.data] == [[30.0] * 3, [90.0] * 3]  # behind the configured pipeline's newest
     assert fig.layout.yaxis.title.text == "seconds behind"
+
+
+def test_tables_keep_a_producers_formula_from_running_in_a_spreadsheet() -> None:
+    import pandas as pd
+
+    from dashboard import ui
+
+    class Where:
+        def dataframe(self, data: object, **kw: object) -> object:
+            self.data = data
+            return data
+
+    w = Where()
+    ui.table(w, [{"Server": "=HYPERLINK(\"http://x\",\"y\")", "Region": "+eu", "Players": 5, "Trend": [1, 2]},
+                 {"Server": "@SUM(1)", "Region": "eu", "Players": -3, "Trend": []}])
+    assert w.data == [{"Server": "'=HYPERLINK(\"http://x\",\"y\")", "Region": "'+eu", "Players": 5, "Trend": [1, 2]},
+                      {"Server": "'@SUM(1)", "Region": "eu", "Players": -3, "Trend": []}]
+    ui.table(w, pd.DataFrame({"Who": ["-cmd|' /C calc'!A0", "ana"], "Rev": [1, 2]}))
+    assert list(w.data["Who"]) == ["'-cmd|' /C calc'!A0", "ana"] and list(w.data["Rev"]) == [1, 2]

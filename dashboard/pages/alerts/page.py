@@ -61,13 +61,13 @@ def render(v: AlertView, now_ms: int) -> None:
     firing = [a for a in states if a.status == "firing"]
     if firing:
         st.subheader("Firing now")
-        st.dataframe(alertview.alert_rows(firing, now_ms), hide_index=True)
+        ui.table(st, alertview.alert_rows(firing, now_ms), hide_index=True)
     held = [a for a in states if a.status == "held"]
     if held:
         st.subheader("Held: the data is late, not the players gone")
         st.caption("These conditions hold, but what they judge is delayed (a server's events, or the pipeline), "
                    "so they do not alert; they fire if the condition still holds once the data has caught up.")
-        st.dataframe(alertview.held_rows(held, now_ms), hide_index=True)
+        ui.table(st, alertview.held_rows(held, now_ms), hide_index=True)
     pending = [a for a in states if a.status == "pending"]
     if pending:
         st.caption("Pending (fire if they hold for their `for`): " + "; ".join(
@@ -77,7 +77,7 @@ def render(v: AlertView, now_ms: int) -> None:
     fig = alertview.timeline(alertview.spans(v.history, firing, now_ms), now_ms)
     if has_data(fig):
         ui.draw(st, fig, "alert_timeline")
-        st.dataframe(alertview.history_rows(v.history), hide_index=True)
+        ui.table(st, alertview.history_rows(v.history), hide_index=True)
     else:
         st.info("No alert has fired in the last day.")
     st.caption(webhook_line(v.webhook))
@@ -123,7 +123,7 @@ def control_changes(v: AlertView) -> None:
     if not changes:
         st.caption("Nobody has changed the lab's control settings.")
         return
-    st.dataframe(pd.DataFrame({"When (UTC)": [iso_from_ms(c.at_ms) for c in changes], "Who": [c.by for c in changes],
+    ui.table(st, pd.DataFrame({"When (UTC)": [iso_from_ms(c.at_ms) for c in changes], "Who": [c.by for c in changes],
                                "Role": [c.role for c in changes], "Change": [c.change for c in changes],
                                "Rev": [c.rev for c in changes]}), hide_index=True)
 

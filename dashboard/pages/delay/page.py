@@ -38,9 +38,9 @@ def tables(tradeoff: Tradeoff, target: float, behind: float, current: int, best:
         rows.append({"Server": name, "Pairs": f"{pairs:,}",
                      "Recommended delay": model.delay_text(rec) if enough else "too few late events",
                      "Window closes after (wall clock)": "-" if rec is None else human_ms(rec + behind)})
-    st.dataframe(rows, hide_index=True, key="per_server_delay")
+    ui.table(st, rows, hide_index=True, key="per_server_delay")
     ui.draw(st, model.tradeoff_chart(tradeoff, current, best, regions), "tradeoff_chart")
-    st.dataframe([{"Delay": model.delay_text(c.delay_ms), "Dropped pairs": f"{c.dropped:,}",
+    ui.table(st, [{"Delay": model.delay_text(c.delay_ms), "Dropped pairs": f"{c.dropped:,}",
                    "Of": f"{c.pairs:,}", "Dropped": percent(c.dropped_share)} for c in tradeoff.candidates()],
                  hide_index=True, key="tradeoff_table")
 

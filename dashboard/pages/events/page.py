@@ -106,7 +106,7 @@ def render(snap: Snapshot, now_ms: int) -> None:
     if dropped:
         st.subheader("Dropped and partly dropped events")
         rows = dropped[-TABLE_ROWS:]
-        st.dataframe(model.point_rows(rows), hide_index=True)
+        ui.table(st, model.point_rows(rows), hide_index=True)
         if len(dropped) > len(rows):
             st.caption(f"The newest {len(rows):,} of {len(dropped):,} dropped events.")
 
@@ -159,7 +159,7 @@ def player_lookup(cfg: Config, namespace: str, input_namespace: str, now_ms: int
         st.info("No batch has been committed yet: nothing to judge.")
         return
     if found.points:
-        st.dataframe(model.point_rows(found.points), hide_index=True, key="lookup_table")
+        ui.table(st, model.point_rows(found.points), hide_index=True, key="lookup_table")
     else:
         st.info(f"No event of player “{md(player)}” arrived between {clock(lo)} and {clock(hi)}.")
     st.caption(model.lookup_coverage(found))

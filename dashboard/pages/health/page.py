@@ -47,7 +47,7 @@ def render(snap: Snapshot, now_ms: int) -> None:
              "No entries arrived in this range: each batch with entries appears here as a bar.")
     if snap.totals.bad:
         st.subheader("Quarantined by reason")
-        st.dataframe([{"Reason": r, "Entries": f"{n:,}"} for r, n in snap.totals.bad.items()], hide_index=True)
+        ui.table(st, [{"Reason": r, "Entries": f"{n:,}"} for r, n in snap.totals.bad.items()], hide_index=True)
         st.caption(f"Each is kept in `{snap.namespace}:dead` under its original entry ID.")
 
 

@@ -36,7 +36,7 @@ def idle_decisions(decisions: list[tuple[str, IdleDecision]], idle_after_ms: int
         st.caption(f"No server has been declared idle: the job declares one silent for "
                    f"{human_ms(idle_after_ms)} or more (a marker written by anyone else is quarantined).")
         return
-    st.dataframe([{"Declared at": clock(d.at_ms), "Server": d.server, "Why": d.reason(), "Marker entry": marker}
+    ui.table(st, [{"Declared at": clock(d.at_ms), "Server": d.server, "Why": d.reason(), "Marker entry": marker}
                   for marker, d in decisions], hide_index=True, key="idle_decisions", width="stretch")
     st.caption(f"The job's newest {len(decisions)} decisions. Only the job declares a server idle: it signs "
                "its markers, and the pipeline quarantines any other (Pipeline health, *forged idle marker*).")
@@ -63,7 +63,7 @@ def render(cfg: Config) -> None:
         idle_after = next((lane.idle_timeout_ms for lane in lanes if lane.idle_timeout_ms), DEFAULT_IDLE_TIMEOUT_MS)
         for lane, snap in zip(lanes, snaps, strict=True):
             ui.show_status(model.findings(lane, snap, seen, now, idle_after, reference=snaps[0]))
-        st.dataframe(model.lane_table([model.lane_row(lane, snap)
+        ui.table(st, model.lane_table([model.lane_row(lane, snap)
                                          for lane, snap in zip(lanes, snaps, strict=True)]),
                      hide_index=True, key="lanes_table", width="stretch")
         st.caption("Accepted, dropped late and late accepted are totals since each pipeline started; final "

@@ -70,7 +70,7 @@ def render(snap: Snapshot, now_ms: int) -> None:
     ui.chart(st, charts.lag_chart(snap.batches, shown if len(latest) > MAX_SERIES else snap.servers, stat), "lag_chart",
              "No lag figures in this range yet: each batch with events adds a point per server.")
     ui.retired_note(st, snap)
-    st.dataframe(lag_table(latest), hide_index=True, width="stretch")
+    ui.table(st, lag_table(latest), hide_index=True, width="stretch")
 
 
 def main() -> None:

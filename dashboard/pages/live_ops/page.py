@@ -126,7 +126,7 @@ def windows_and_totals(snap: Snapshot, g: Grouping) -> None:
         if len(snap.windows) > MAX_WINDOW_ROWS:
             st.caption(f"The newest {MAX_WINDOW_ROWS:,} of {len(snap.windows):,}: pick a server on the Events page "
                        "for all of its windows.")
-        st.dataframe(model.window_table(snap.windows, MAX_WINDOW_ROWS), hide_index=True, width="stretch")
+        ui.table(st, model.window_table(snap.windows, MAX_WINDOW_ROWS), hide_index=True, width="stretch")
     if state.head_ms is not None:
         st.caption(f"Newest event time {clock(state.head_ms)}; the page shows windows ending within "
                    f"{human_ms(snap.range_ms)} of it.")
@@ -243,11 +243,11 @@ def online_over_time(v: OnlineView, g: Grouping, tl: Timeline, marks: Sequence[c
     ui.chart(st, lambda: charts.online_history(tl, labels, what), "online_history",
              "No minute of players online in this range yet: each minute appears once it has closed.",
              shared=(*read, tl.start_ms, tl.end_ms, bool(tl.week_ago), *labels.items()))
-    st.dataframe(model.peak_rows(v, g, labels), hide_index=True, width="stretch")
+    ui.table(st, model.peak_rows(v, g, labels), hide_index=True, width="stretch")
     if marks:
         st.caption("Drawn over every time chart: annotations (`wm-annotate`, `POST /annotations`) and fired "
                    "alerts, in this range.")
-        st.dataframe([{"From (UTC)": f"{charts.ts(m.start_ms):%a %d %b %H:%M}",
+        ui.table(st, [{"From (UTC)": f"{charts.ts(m.start_ms):%a %d %b %H:%M}",
                        "To (UTC)": "" if m.end_ms is None else f"{charts.ts(m.end_ms):%a %d %b %H:%M}",
                        "What": m.label} for m in marks], hide_index=True, width="stretch")
     if v.history:
@@ -281,7 +281,7 @@ def server_table(snap: Snapshot, v: OnlineView) -> None:
              "Highest ever": v.peaks_ever[s][0] if s in v.peaks_ever else None,
              "Ever at (UTC)": f"{charts.ts(v.peaks_ever[s][1]):%Y-%m-%d %H:%M}" if s in v.peaks_ever else "",
              "Trend (last hour)": [m.last.get(s, 0) for m in v.minutes]} for s in shown]
-    st.dataframe(rows, hide_index=True, width="stretch", height=min(400, 38 + 35 * max(1, len(rows))),
+    ui.table(st, rows, hide_index=True, width="stretch", height=min(400, 38 + 35 * max(1, len(rows))),
                  column_config={"Trend (last hour)": st.column_config.LineChartColumn(
                      "Trend (last hour)", help="Players online at each minute's end")})
     if find and not shown:
