@@ -702,3 +702,16 @@ def test_tables_keep_a_producers_formula_from_running_in_a_spreadsheet() -> None
                       {"Server": "'@SUM(1)", "Region": "eu", "Players": -3, "Trend": []}]
     ui.table(w, pd.DataFrame({"Who": ["-cmd|' /C calc'!A0", "ana"], "Rev": [1, 2]}))
     assert list(w.data["Who"]) == ["'-cmd|' /C calc'!A0", "ana"] and list(w.data["Rev"]) == [1, 2]
+
+
+def test_the_fleet_at_a_glance_counts_each_regions_servers_by_state() -> None:
+    from dashboard.pages.live_ops.model import states_by_region
+
+    s = replace(snap(state(), MOVING, servers=("eu-1", "eu-2", "na-1", "x")),
+                regions={"eu-1": "eu", "eu-2": "eu", "na-1": "na", "eu-9": "eu", "na-8": "na"},
+                drained={"eu-9": NOW}, retired={"na-8": NOW - 900_000})
+    rows = states_by_region(s, silent={"eu-2"})
+    assert rows == [{"Region": "eu", "Live": 1, "Silent": 1, "Drained": 1, "Retired": 0},
+                    {"Region": "na", "Live": 1, "Silent": 0, "Drained": 0, "Retired": 1},
+                    {"Region": "no region", "Live": 1, "Silent": 0, "Drained": 0, "Retired": 0},
+                    {"Region": "all", "Live": 3, "Silent": 1, "Drained": 1, "Retired": 1}]

@@ -129,3 +129,50 @@ def as_of(v: Verdict) -> str | None:
     if v.fleet is not None and v.fleet.heard_ms:
         return clock(v.fleet.heard_ms)
     return None
+
+
+STATES = ("live", "silent", "drained", "retired")
+
+
+def states_by_region(snap: Snapshot, silent: Collection[str]) -> list[dict[str, object]]:
+    """Servers by state in each region (``watermark.rules.fleet``: silent by ServerSilent's rule), regions in one
+    order (by name, those without one last), and the fleet's total: a fleet at a glance.
+
+    Drained and retired servers count under the region their events carried, while the page still knows it."""
+    rows: dict[str, dict[str, int]] = {}
+    for state, names in (("live", [s for s in snap.servers if s not in silent]), ("silent", list(silent)),
+                         ("drained", list(snap.drained)), ("retired", list(snap.retired))):
+        for s in names:
+            region = snap.regions.get(s) or NO_REGION
+            rows.setdefault(region, dict.fromkeys(STATES, 0))[state] += 1
+    order = sorted(rows, key=lambda r: (r == NO_REGION, r))
+    out: list[dict[str, object]] = [{"Region": r, **{k.capitalize(): rows[r][k] for k in STATES}} for r in order]
+    if len(out) > 1:
+        out.append({"Region": "all", **{k.capitalize(): sum(rows[r][k] for r in rows) for k in STATES}})
+    return out
+
+
+def biggest_drops(v: OnlineView, servers: Collection[str], n: int = 5) -> list[tuple[str, int, int]]:
+    """The servers whose players online fell most over the last hour: (server, an hour ago, now), the largest
+    fall first; only falls (a server that gained is not listed)."""
+    if not v.minutes:
+        return []
+    first = v.minutes[0].last
+    falls = [(s, first.get(s, 0), v.counts.get(s, 0)) for s in servers if first.get(s, 0) > v.counts.get(s, 0)]
+    return sorted(falls, key=lambda x: (x[2] - x[1], x[0]))[:n]
+
+
+def slowest_clocks(snap: Snapshot, n: int = 5) -> list[tuple[str, float]]:
+    """The servers whose events arrive latest behind their own clock: the worse of ingest and processing lag p95
+    in each server's newest batch (ms), the slowest first."""
+    latest: dict[str, float] = {}
+    for b in reversed(snap.batches):
+        for s, sb in b.servers.items():
+            if s in latest or s not in snap.servers:
+                continue
+            p95 = [lag.p95 for lag in (sb.ingest_lag_ms, sb.processing_lag_ms) if lag is not None]
+            if p95:
+                latest[s] = max(p95)
+        if len(latest) == len(snap.servers):
+            break
+    return sorted(latest.items(), key=lambda kv: (-kv[1], kv[0]))[:n]

@@ -264,6 +264,17 @@ def server_table(snap: Snapshot, v: OnlineView) -> None:
     """Every server in one sortable table, the busiest and the emptiest named, and a box to find one."""
     servers = model.live_servers(snap)
     ranked = sorted(servers, key=lambda s: (-v.counts.get(s, 0), s))
+    silent = status.silent_servers(snap, snap.read_ms)
+    fleet, drops, slow = st.columns([3, 2, 2])
+    with fleet:  # the fleet at a glance: servers by state per region
+        ui.table(st, model.states_by_region(snap, silent), hide_index=True, width="stretch", key="fleet_states")
+    drops.markdown("**Biggest drops, last hour**")
+    drops.markdown("\n".join(f"- {md(s)}: {then:,} → {now:,}" for s, then, now in model.biggest_drops(v, servers,
+                                                                                                     TOP_N))
+                   or "No server lost players in the last hour.")
+    slow.markdown("**Slowest clocks (lag p95)**")
+    slow.markdown("\n".join(f"- {md(s)}: {human_ms(ms)}" for s, ms in model.slowest_clocks(snap, TOP_N))
+                  or "No lag figures yet.")
     st.caption("Most players: " + ", ".join(f"{md(s)} ({v.counts.get(s, 0):,})" for s in ranked[:TOP_N])
                + " · fewest: " + ", ".join(f"{md(s)} ({v.counts.get(s, 0):,})" for s in reversed(ranked[-TOP_N:])))
     find = st.text_input("Find a server", key="ops_find_server",
@@ -272,7 +283,6 @@ def server_table(snap: Snapshot, v: OnlineView) -> None:
     gone = {**{s: "drained" for s in snap.drained}, **{s: "retired" for s in snap.retired}}
     if find:  # out of the live views, but found by name
         shown += sorted(s for s in gone if find.lower() in s.lower() and s not in servers)[:MAX_FOUND]
-    silent = status.silent_servers(snap, snap.read_ms)
     rows = [{"Server": s, "State": gone.get(s) or ("silent" if s in silent else "live"),
              "Region": snap.regions.get(s, ""),
              "Online now": v.counts.get(s, 0),
