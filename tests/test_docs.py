@@ -89,3 +89,23 @@ def test_commit_subjects_after_issue_45_fit_72_characters() -> None:
     assert subjects, "no commit after the last long subject: the range is wrong"
     long = [s for s in subjects if len(s) > 72]
     assert not long, long
+
+
+DEFAULT_SAID = re.compile(r"`([A-Z_]+)` \(([^)]*?) by default\)")
+
+
+def test_every_default_the_docs_state_is_configs() -> None:
+    """A default stated in prose ("`WATERMARK_DELAY` (30 s by default)") is the one ``Config`` has: docs/ingest.md
+    once said 10 minutes where the job used 30 s."""
+    from watermark.schema.timeutil import parse_duration_ms
+
+    defaults = Config.from_env({})
+    field = {"WATERMARK_DELAY": defaults.delay_ms, "ONLINE_TIMEOUT": defaults.online_timeout_ms,
+             "TRIGGER_INTERVAL": defaults.trigger_ms, "WINDOW": defaults.window_ms,
+             "RETIRE_AFTER": defaults.retire_after_ms}
+    said = [(doc.name, var, text) for doc in (ROOT / "docs").glob("*.md")
+            for var, text in DEFAULT_SAID.findall(doc.read_text()) if var in field]
+    assert said, "no default is stated in the docs any more: keep this test pointing at one"
+    wrong = [(name, var, text) for name, var, text in said
+             if parse_duration_ms(text.replace(" ", "").replace("minutes", "m")) != field[var]]
+    assert wrong == []

@@ -151,7 +151,8 @@ def test_the_production_procfile_is_the_demo_one_without_the_generator() -> None
     assert set(production) == set(demo) - {"generator"}
     # no list of servers in either: every server is counted from its first event, the default lanes follow
     assert "KNOWN_SERVERS" not in production["job"] and "KNOWN_SERVERS" not in demo["job"]
-    assert production["job"] == demo["job"]
+    # the demo runs the lab lanes; production runs none unless LAB_LANES asks (their alerts would page)
+    assert "LAB_LANES=" in demo["job"] and production["job"].strip() == "exec wm-job"
     assert production["dashboard"] == demo["dashboard"].replace(" exec ", " DEMO=off exec ", 1)
 
 
@@ -264,8 +265,8 @@ def test_demo_off_run_sh_runs_on_external_events_without_a_generator(production:
     started = re.findall(r"\| (\S+)\.1 started", run.tail(10_000))
     # the stack's own account (wm-stack); online: wm-online, idle with ONLINE_GROUPS=0
     assert sorted(started) == ["dashboard", "job", "monitor", "online", "redis"], started
-    # No KNOWN_SERVERS: the Procfile's lanes follow the producer's servers as they come.
-    run.wait_for(r"lanes per-server-min,per-server-min-idle", timeout=1)
+    # No lab lanes in production unless LAB_LANES asks for them: their alerts would page, their series add up
+    run.wait_for(r"lanes none", timeout=1)
 
     # A game server's credential rewrites the lab's control hash (issue 63): production follows none of it.
     run.wait_for(r"lab control is off \(LAB_CONTROL, default: as DEMO\): the job keeps WATERMARK_DELAY 2s", timeout=1)
@@ -276,8 +277,7 @@ def test_demo_off_run_sh_runs_on_external_events_without_a_generator(production:
     assert "asked for watermark delay" not in run.tail(10_000)
     totals = {k.decode(): int(v) for k, v in client.hgetall(keys.totals).items()}
     assert totals.get("quarantined", 0) == 0, totals  # no KNOWN_SERVERS: any server's events are taken
-    for lane in ("per-server-min", "per-server-min-idle"):
-        assert wait_for_commit(client, KeySchema(f"{keys.namespace}.{lane}"), last, timeout_s=180), lane
+    assert client.hgetall(keys.lanes) == {}  # the dashboard is told of no lane
 
     seen: dict[str, dict] = {}
     with sync_playwright() as pw:
