@@ -78,6 +78,7 @@ def audit(data: Sequence[Mapping], layout: Mapping, range_ms: int | None = None,
     yaxis = layout.get("yaxis") or {}
     ys = [v for t in data for v in _values(t, "y") if isinstance(v, (int, float))]
     yr = yaxis.get("range")
-    if ys and min(ys) >= 0 and yr and isinstance(yr[0], (int, float)) and yr[0] < 0:
+    log = yaxis.get("type") == "log"  # a log axis' range is in powers of ten: below zero is under 1, not negative
+    if ys and min(ys) >= 0 and yr and isinstance(yr[0], (int, float)) and yr[0] < 0 and not log:
         problems.append(f"{name}: count axis goes below zero ({yr})")
     return problems

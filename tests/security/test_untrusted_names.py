@@ -146,11 +146,12 @@ def visited(served: str) -> dict:
         page.on("request", lambda r: requested.append(r.url))
         for path in PAGES:
             page.goto(served + path)
-            page.wait_for_selector('[data-testid="stAlert"]', timeout=60_000)
+            # the status line (the wall's is its status tile)
+            page.wait_for_selector(".wall-status" if path == "/wall" else '[data-testid="stAlert"]', timeout=60_000)
             page.wait_for_selector('[data-test-script-state="notRunning"]', timeout=60_000)
             if path == "/":  # Live ops' first tab: Vega-Lite, its names drawn as text, never markup
                 page.wait_for_selector('[data-testid="stVegaLiteChart"] .marks', timeout=60_000)
-            elif path not in ("/alerts", "/health"):
+            elif path not in ("/alerts", "/health", "/wall"):
                 page.wait_for_selector(".js-plotly-plot .main-svg", timeout=60_000)
             seen[path] = _seen(page)
             if path == "/":  # and every other tab of it, as it runs when opened

@@ -182,7 +182,7 @@ TAB_DRAWN = {"Servers": '[data-testid="stDataFrame"]', "Over time": ".js-plotly-
 """What each of Live ops' tabs after the first draws once opened (each runs only then)."""
 TABS = {"ops-servers": "Servers", "ops-over-time": "Over time", "ops-windows": "Windows"}
 """Live ops' tabs after the first, each audited as a page of its own."""
-FIGURES_JS = """
+FIGURES_JS = r"""
 () => Array.from(document.querySelectorAll('.js-plotly-plot')).filter(p => p._fullLayout).map(p => {
   const box = p.getBoundingClientRect();
   const rect = (el) => { const r = el.getBoundingClientRect(); return [r.left, r.top, r.right, r.bottom]; };
@@ -190,10 +190,12 @@ FIGURES_JS = """
   const legend = p.querySelector('.legend');
   return {
     data: p.data.map(t => ({name: t.name || '', x: t.x || [], y: t.y || [], showlegend: t.showlegend})),
-    layout: {title: {text: (p.layout.title && p.layout.title.text) || ''},
+    // Streamlit's theme wraps a title in <b> in the browser at each drawing of the same figure: its text is ours
+    layout: {title: {text: ((p.layout.title && p.layout.title.text) || '').replace(/<\/?b>/g, '')},
              xaxis: {range: p._fullLayout.xaxis && p._fullLayout.xaxis.type === 'date' ? p._fullLayout.xaxis.range
                             : null},
-             yaxis: {range: p._fullLayout.yaxis ? p._fullLayout.yaxis.range : null}},
+             yaxis: {range: p._fullLayout.yaxis ? p._fullLayout.yaxis.range : null,
+                     type: p._fullLayout.yaxis ? p._fullLayout.yaxis.type : null}},
     width: box.width, box: [box.left, box.top, box.right, box.bottom],
     title: title ? rect(title) : null, legend: legend ? rect(legend) : null,
     ticks: Array.from(p.querySelectorAll('.xtick text')).map(rect),
@@ -358,8 +360,8 @@ def check_wall(page, url: str, client: redis.Redis, keys: KeySchema, shot: Path)
     got = {label: seen["numbers"].get(label) for label in want}
     if got != want:
         problems.append(f"wall: players online {got}, Redis says {want}")
-    side = seen["side"] or ""
-    if "Nothing firing" not in side and " firing" not in side:
+    side = (seen["side"] or "").lower()  # innerText as shown: the labels are upper case
+    if "nothing firing" not in side and " firing" not in side:
         problems.append("wall: nothing says what fires")
     if " live · " not in side:
         problems.append("wall: no servers by state")

@@ -17,7 +17,7 @@ import streamlit as st
 from dashboard import loaders, ui
 from dashboard.pages.delay import model
 from dashboard.status import assess, human_ms, unreachable
-from watermark.rules.tradeoff import RETIRED_SERVERS, Tradeoff
+from watermark.rules.tradeoff import RETIRED_SERVERS, Candidate, Evidence, Tradeoff
 from watermark.schema.config import Config, redact_url
 
 RETIRED_LABEL = "(retired servers, summed)"
@@ -45,6 +45,23 @@ def tables(tradeoff: Tradeoff, target: float, behind: float, current: int, best:
                  hide_index=True, key="tradeoff_table")
 
 
+def headline(evidence: Evidence, best: int | None, current: int, cands: dict[int, Candidate]) -> None:
+    """The recommended delay (or "keep" the current one, and why), the current delay, what the recommended drops."""
+    cols = st.columns(3)
+    label = f"Recommended delay for {st.session_state.get('delay_target') or '99.9%'}"
+    if evidence.enough:
+        cols[0].metric(label, model.delay_text(best),
+                       help="The smallest candidate delay that would have dropped at most the allowed share of pairs.")
+    else:
+        cols[0].metric(label, f"keep {human_ms(current) if current else '0 s'}", help=evidence.why_not())
+    cols[1].metric("Current delay", human_ms(current) if current else "0 s",
+                   help="The delay the pipeline runs with now.")
+    if best is not None:
+        c = cands[best]
+        cols[2].metric("Dropped at the recommended delay", percent(c.dropped_share),
+                       help=f"{c.dropped:,} of {c.pairs:,} pairs")
+
+
 def render(cfg: Config) -> None:
     st.segmented_control("Target completeness", list(TARGETS), default="99.9%", key="delay_target",
                          help="Share of (event, window) pairs that must be counted, not dropped as late.")
@@ -67,20 +84,8 @@ def render(cfg: Config) -> None:
     best = tradeoff.recommend(target) if evidence.enough else None
     st.caption(f"{ui.params_caption(snap)} · every (event, window) pair since the namespace started")
     cands = {c.delay_ms: c for c in tradeoff.candidates()}
-    cols = st.columns(3)
-    label = f"Recommended delay for {st.session_state.get('delay_target') or '99.9%'}"
-    if evidence.enough:
-        cols[0].metric(label, model.delay_text(best),
-                       help="The smallest candidate delay that would have dropped at most the allowed share of pairs.")
-    else:
-        cols[0].metric(label, f"keep {human_ms(current) if current else '0 s'}", help=evidence.why_not())
+    headline(evidence, best, current, cands)
     now_share = cands[current].dropped_share if current in cands else None  # exact only on the grid
-    cols[1].metric("Current delay", human_ms(current) if current else "0 s",
-                   help="The delay the pipeline runs with now.")
-    if best is not None:
-        c = cands[best]
-        cols[2].metric("Dropped at the recommended delay", percent(c.dropped_share),
-                       help=f"{c.dropped:,} of {c.pairs:,} pairs")
     lags = [b.batch_ts_ms - b.running_max_event_us // 1000 for b in snap.batches if b.running_max_event_us]
     behind = statistics.median(lags) if lags else 0
     if best is not None:
