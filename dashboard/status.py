@@ -79,11 +79,11 @@ def assess(snap: Snapshot, now_ms: int, demo: bool = True) -> list[Status]:
     if v.commits_lost is not None and snap.batches and snap.batches[0].batch <= v.commits_lost[1] + 1:
         out.append(Status(Level.WARNING, commits_lost_text(*v.commits_lost)))
     if v.health is Health.LIVE and snap.state is not None and (slow := slow_batches(snap, snap.state.trigger_ms)):
-        n, of, worst = slow
-        out.append(Status(Level.INFO, f"Slow batches: {n} of the last {of} took longer than the "
-                                      f"{human_ms(snap.state.trigger_ms)} trigger (slowest {human_ms(worst)}); not "
-                                      "behind yet: that is when the oldest waiting entry has waited longer than the "
-                                      f"trigger plus {human_ms(snap.thresholds.freshness.above_trigger_ms)}."))
+        n, of, worst = slow  # said in the status line's one box: data before prose
+        out[0] = Status(Level.INFO, f"{out[0].text} · Slow batches: {n} of the last {of} took longer than the "
+                                    f"{human_ms(snap.state.trigger_ms)} trigger (slowest {human_ms(worst)}); not "
+                                    "behind yet: that is when the oldest waiting entry has waited longer than the "
+                                    f"trigger plus {human_ms(snap.thresholds.freshness.above_trigger_ms)}.")
     order = [Level.ERROR, Level.WARNING, Level.INFO, Level.OK]
     return sorted(out, key=lambda s: order.index(s.level))
 

@@ -243,8 +243,6 @@ async def _read(reader: asyncio.StreamReader, gate: Gate) -> _Request | Refusal:
         head = await reader.readuntil(b"\r\n\r\n")
     except asyncio.LimitOverrunError:
         return Refusal("431 Request Header Fields Too Large", f"at most {MAX_HEAD} bytes of headers")
-    except asyncio.IncompleteReadError:
-        raise
     lines = head.decode("latin-1").split("\r\n")
     parts = lines[0].split(" ")
     if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
