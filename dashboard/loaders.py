@@ -2,9 +2,9 @@
 
 A read that shows the present is keyed by the refresh tick (``ui.View.tick``): Streamlit computes one cache key
 once, so any number of open tabs and pages cost one Redis read per tick, and :data:`TICK_TTL_S` only evicts entries
-whose tick has passed. Two reads are not keyed by the tick, and their TTL is how fresh they are: the lanes the job
-runs (:data:`LANES_TTL_S`: they change when the job restarts) and a player's look-up (:data:`LOOKUP_TTL_S`: it reads
-the past). Nothing here writes to Redis.
+whose tick has passed; the lanes the job runs too (one small hash: keyed by the tick, no session's read depends on
+how long a page took to draw). One read is not keyed by the tick, and its TTL is how fresh it is: a player's look-up
+(:data:`LOOKUP_TTL_S`: it reads the past). Nothing here writes to Redis.
 
 The three large reads (a pipeline's snapshot, the events, players online over a range) are kept as they are, shared
 by every session (``st.cache_resource``: frozen records, never changed by a page), not pickled per write and copied
@@ -37,7 +37,6 @@ from watermark.store.views.snapshot import BatchPoints, Snapshot, read_snapshot,
 
 TICK_TTL_S = 120
 """Reads keyed by the refresh tick: evicted two minutes on (a tick is 1-10 s, so never read again by then)."""
-LANES_TTL_S = 10
 LOOKUP_TTL_S = 30
 IDLE_DECISIONS_SHOWN = 12
 """The Watermark lab's list of the latest idleness decisions."""
@@ -85,8 +84,8 @@ def load_windows(url: str, namespace: str, range_ms: int, refresh_s: int, tick: 
     return read_windows(redis_client(url), KeySchema(namespace), snap)
 
 
-@st.cache_data(show_spinner=False, ttl=LANES_TTL_S, max_entries=16)
-def load_lanes(url: str, namespace: str) -> list[Lane]:
+@st.cache_data(show_spinner=False, ttl=TICK_TTL_S, max_entries=16)
+def load_lanes(url: str, namespace: str, tick: int) -> list[Lane]:
     return read_lanes(redis_client(url), namespace)
 
 

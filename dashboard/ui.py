@@ -220,7 +220,7 @@ def available_lanes() -> list[Lane]:
     except ConfigError:
         return []
     try:
-        return load_lanes(cfg.redis_url, cfg.namespace)
+        return load_lanes(cfg.redis_url, cfg.namespace, current_view().tick(now_ms()))
     except (redis.RedisError, ValueError, KeyError):  # the page's status line reports Redis itself
         return [Lane.main(cfg.namespace)]
 

@@ -340,7 +340,7 @@ def test_many_sessions_cost_one_redis_read_per_refresh_tick(env: Seeded, direct:
     info_cost = commands() - first  # the INFO call itself
     tick_ms = 2_000  # the default refresh
     now = (int(client.hget(KeySchema(env.cfg.namespace).state, "updated_ms")) // tick_ms + 1000) * tick_ms
-    run_page(now_ms=now - tick_ms)  # reads cached by wall time (the lanes, 10 s) are in, as in any run but the first
+    run_page(now_ms=now - tick_ms)  # the process warm, as in any run but the first
     before = commands()
     run_page(now_ms=now)  # Live ops' first tab: the snapshot, without windows
     one_session = commands() - before - info_cost
