@@ -15,10 +15,11 @@ environment and hands Streamlit the ``[auth]`` secrets :meth:`SignIn.secrets_tom
 
 from __future__ import annotations
 
-import ipaddress
 from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
+
+from watermark.schema.config import is_loopback
 
 VIEWER = "viewer"
 OPERATOR = "operator"
@@ -67,7 +68,7 @@ class SignIn:
         _check_url(METADATA_URL, got[METADATA_URL])
         _check_url(REDIRECT_URI, got[REDIRECT_URI])
         redirect = urlsplit(got[REDIRECT_URI])
-        if redirect.scheme == "http" and not _loopback(redirect.hostname or ""):
+        if redirect.scheme == "http" and not is_loopback(redirect.hostname or ""):
             raise AccessError(f"{REDIRECT_URI}={got[REDIRECT_URI]!r} is plain http:// beyond this machine: the "
                               "provider would send the sign-in code in clear; use https:// (http:// only for "
                               "localhost or 127.0.0.1)")
@@ -148,15 +149,6 @@ def toml_string(value: str) -> str:
         else:
             out.append(ch)
     return '"' + "".join(out) + '"'
-
-
-def _loopback(host: str) -> bool:
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def _check_url(var: str, url: str) -> None:

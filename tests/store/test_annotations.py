@@ -24,10 +24,9 @@ import redis
 from tests.procs import ROOT, Proc
 from watermark.alerting.config import AlertConfig
 from watermark.apps import annotate
-from watermark.apps.annotate import is_loopback
 from watermark.apps.monitor import Monitor, serve_metrics
 from watermark.apps.redis_server import free_port
-from watermark.schema.config import ConfigError, annotations_token
+from watermark.schema.config import ConfigError, annotations_token, is_loopback
 from watermark.schema.keys import KeySchema
 from watermark.schema.records import Annotation
 from watermark.store import annotation_store

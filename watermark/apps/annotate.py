@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import http.client
-import ipaddress
 import json
 import os
 import sys
@@ -45,18 +44,6 @@ WsgiApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
 def _doc(a: Annotation) -> dict[str, Any]:
     doc: dict[str, Any] = msgspec.to_builtins(a)
     return doc
-
-
-def is_loopback(address: str) -> bool:
-    """Whether only this machine can connect to a server bound to ``address``: 127.0.0.0/8, ``::1`` or
-    ``localhost``. Any other name, and the empty address (every interface), is taken as beyond loopback."""
-    host = address.strip().strip("[]").lower()
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def annotations_app(client: redis.Redis, keys: KeySchema, keep_days: int,

@@ -6,6 +6,7 @@ typo stops the pipeline at start rather than producing wrong numbers later.
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -400,6 +401,18 @@ def redact_url(url: str) -> str:
         parts = parts._replace(netloc=f"{userinfo.partition(':')[0]}:***@{hosts}")
     query = [(k, "***" if k in SECRET_OPTIONS else v) for k, v in options]
     return parts._replace(query=urlencode(query, safe="*")).geturl()
+
+
+def is_loopback(address: str) -> bool:
+    """Whether only this machine can connect to a server bound to ``address``: 127.0.0.0/8, ``::1`` or
+    ``localhost``. Any other name, and the empty address (every interface), is taken as beyond loopback."""
+    host = address.strip().strip("[]").lower()
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def shown_url(url: str) -> str:

@@ -35,7 +35,7 @@ from watermark.alerting.health import Verdict, judge_all
 from watermark.alerting.lifecycle import AlertState, Decision, Notice, step_all
 from watermark.alerting.observation import Memory, Observation
 from watermark.alerting.promrules import prometheus_rules
-from watermark.apps.annotate import annotations_app, beside, is_loopback
+from watermark.apps.annotate import annotations_app, beside
 from watermark.apps.monitor.alertmanager import AlertmanagerPusher
 from watermark.apps.monitor.http import REFUSED_WITHOUT_TOKEN, Gate, Server, serve
 from watermark.apps.monitor.metrics import StackCollector
@@ -47,6 +47,7 @@ from watermark.schema.config import (
     Config,
     ConfigError,
     annotations_token,
+    is_loopback,
     redact_url,
     shown_url,
 )
