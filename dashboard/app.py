@@ -112,7 +112,6 @@ def main() -> None:
     shown = shown_pages()
     pages = {name: st.Page(PAGES[name].main, title=PAGES[name].title, icon=PAGES[name].icon,
                            url_path=PAGES[name].url_path, default=name == "ops") for name in shown}
-    st.session_state[ui.ALERTS_PAGE] = pages["alerts"]  # the Live ops banner links to it
     page = st.navigation(list(pages.values()))
     ui.sidebar(active=page.url_path != "control")  # Lab control reads none of them
     ui.access_note(acc)

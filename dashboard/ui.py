@@ -48,8 +48,6 @@ CONTROL_RESULT = "lab_result"
 """Session-state key holding what the last control button press did, shown under the buttons."""
 OPERATOR_NEEDED = ("changing the Lab control settings needs the operator role (docs/operations.md, Sign-in and "
                    "roles).")
-ALERTS_PAGE = "_alerts_page"
-"""Session-state key under which the entry script leaves the Alerts page's ``st.Page``, for links to it."""
 NOW_OVERRIDE = "now_ms"
 """Session-state key a test sets to inject the clock (the dashboard's "now")."""
 
@@ -386,8 +384,8 @@ def chart(where: Any, fig: Any, key: str, empty: str, *, shared: tuple | None = 
              else _ready(fig))
     if ready is None:
         where.info(empty)
-    else:  # a copy: Streamlit may change the figure it is handed, and this one is shared by every session
-        where.plotly_chart(type(ready)(ready), key=key)
+    else:
+        where.plotly_chart(ready, key=key)
 
 
 def vega_chart(where: Any, build: Callable[[], dict | None], key: str, empty: str, *,  # noqa: ANN401
