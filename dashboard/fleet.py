@@ -17,8 +17,10 @@ from dataclasses import dataclass, field, replace
 
 from watermark.rules.online.rollup import Minute
 from watermark.schema.keys import WindowKey
+from watermark.schema.records import ServerRecord
 from watermark.store.report import WindowRow
 from watermark.store.views.online import OnlinePoint
+from watermark.store.views.snapshot import BatchPoint
 
 MAX_SERIES = 8
 """The most lines or bar groups a chart draws; past it, servers are grouped."""
@@ -129,3 +131,17 @@ def grouping(servers: Sequence[str], regions: Mapping[str, str], weights: Mappin
     ranked = sorted(servers, key=lambda s: (-weights.get(s, 0), s))
     top, rest = ranked[:limit - 1], ranked[limit - 1:]
     return Grouping({**{s: (s,) for s in top}, f"other {len(rest)} servers": tuple(rest)}, "top", regions)
+
+
+def latest_per_server(batches: Sequence[BatchPoint], servers: Sequence[str]) -> dict[str, tuple[int, ServerRecord]]:
+    """Each server's figures from the newest batch that had its events (and so its lags): the Lag page's rows and
+    Live ops' slowest clocks."""
+    out: dict[str, tuple[int, ServerRecord]] = {}
+    for b in reversed(batches):
+        for s in servers:
+            sb = b.servers.get(s)
+            if s not in out and sb is not None and sb.ingest_lag_ms is not None:
+                out[s] = (b.batch, sb)
+        if len(out) == len(servers):
+            break
+    return out

@@ -715,3 +715,23 @@ def test_the_fleet_at_a_glance_counts_each_regions_servers_by_state() -> None:
                     {"Region": "na", "Live": 1, "Silent": 0, "Drained": 0, "Retired": 1},
                     {"Region": "no region", "Live": 1, "Silent": 0, "Drained": 0, "Retired": 0},
                     {"Region": "all", "Live": 3, "Silent": 1, "Drained": 1, "Retired": 1}]
+
+
+def test_the_slowest_clocks_are_ranked_by_the_worse_lag_the_lag_page_heads() -> None:
+    from dashboard.pages.live_ops.model import slowest_clocks
+    from watermark.schema.records import LagRecord, ServerRecord
+
+    def lag(p95: float | None) -> LagRecord | None:
+        return None if p95 is None else LagRecord(p95 / 2, p95, p95 * 2)
+
+    def rec(ingest: float | None, processing: float | None) -> ServerRecord:
+        return ServerRecord(rows=1, events=1, ingest_lag_ms=lag(ingest), processing_lag_ms=lag(processing))
+
+    assert rec(300.0, 9_000.0).worse_lag_p95() == ("processing", 9_000.0)
+    assert rec(400.0, 400.0).worse_lag_p95() == ("ingest", 400.0)  # a tie: ingest
+    assert rec(None, None).worse_lag_p95() is None
+    batches = (batch(1, T, T, servers={"A": rec(100.0, 25_000.0), "B": rec(4_000.0, 500.0), "C": rec(50.0, 60.0)}),
+               batch(2, T, T, servers={"C": rec(900.0, 70.0)}))  # C's newest batch counts, not its older one
+    s = snap(state(), batches, servers=("A", "B", "C"))
+    assert slowest_clocks(s, 2) == [("A", 25_000.0), ("B", 4_000.0)]
+    assert slowest_clocks(s)[-1] == ("C", 900.0)

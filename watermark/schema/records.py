@@ -121,6 +121,14 @@ class ServerRecord(msgspec.Struct, frozen=True, kw_only=True):
         return max((v for v in (self.max_event_us, self.max_tick_us if idle else None) if v is not None),
                    default=None)
 
+    def worse_lag_p95(self) -> tuple[str, float] | None:
+        """The lag that matters most for this server: the worse p95 of ingest and processing (ms), and which it is
+        (``ingest`` on a tie); None when the batch measured neither."""
+        il, pl = self.ingest_lag_ms, self.processing_lag_ms
+        if pl is not None and (il is None or pl.p95 > il.p95):
+            return "processing", pl.p95
+        return ("ingest", il.p95) if il is not None else None
+
 
 class NameGuardRecord(_JsonRecord, frozen=True, kw_only=True):
     """The flood guard's minute (``watermark.rules.fleet.admit``), in the pipeline's ``{ns}:state`` field

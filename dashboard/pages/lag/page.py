@@ -5,24 +5,11 @@ from __future__ import annotations
 import streamlit as st
 
 from dashboard import charts, ui
-from dashboard.fleet import MAX_SERIES
+from dashboard.fleet import MAX_SERIES, latest_per_server
 from dashboard.status import human_ms
 from dashboard.text import md
 from watermark.schema.records import ServerRecord
-from watermark.store.views.snapshot import BatchPoint, Snapshot
-
-
-def latest_per_server(batches: tuple[BatchPoint, ...], servers: tuple[str, ...]) -> dict[str, tuple[int, ServerRecord]]:
-    """Each server's figures from the newest batch that had its events."""
-    out: dict[str, tuple[int, ServerRecord]] = {}
-    for b in reversed(batches):
-        for s in servers:
-            sb = b.servers.get(s)
-            if s not in out and sb is not None and sb.ingest_lag_ms is not None:
-                out[s] = (b.batch, sb)
-        if len(out) == len(servers):
-            break
-    return out
+from watermark.store.views.snapshot import Snapshot
 
 
 def lag_table(latest: dict[str, tuple[int, ServerRecord]]) -> list[dict[str, object]]:
@@ -38,11 +25,11 @@ def lag_table(latest: dict[str, tuple[int, ServerRecord]]) -> list[dict[str, obj
 
 
 def headline(sb: ServerRecord) -> tuple[str, float]:
-    """The lag that matters most for a server: the worse p95 of ingest and processing, and which it is."""
-    il, pl = sb.ingest_lag_ms, sb.processing_lag_ms
-    if pl is not None and (il is None or pl.p95 > il.p95):
-        return "processing", pl.p95
-    return "ingest", il.p95 if il is not None else 0.0
+    """The lag that matters most for a server (``ServerRecord.worse_lag_p95``); every server here has its ingest
+    lag (``latest_per_server``)."""
+    worse = sb.worse_lag_p95()
+    assert worse is not None
+    return worse
 
 
 def render(snap: Snapshot, now_ms: int) -> None:

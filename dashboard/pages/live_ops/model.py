@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 
 from dashboard import charts
-from dashboard.fleet import NO_REGION, Grouping
+from dashboard.fleet import NO_REGION, Grouping, latest_per_server
 from dashboard.status import clock, human_ms
 from dashboard.text import md
 from watermark.alerting.health import Verdict
@@ -164,15 +164,8 @@ def biggest_drops(v: OnlineView, servers: Collection[str], n: int = 5) -> list[t
 
 def slowest_clocks(snap: Snapshot, n: int = 5) -> list[tuple[str, float]]:
     """The servers whose events arrive latest behind their own clock: the worse of ingest and processing lag p95
-    in each server's newest batch (ms), the slowest first."""
-    latest: dict[str, float] = {}
-    for b in reversed(snap.batches):
-        for s, sb in b.servers.items():
-            if s in latest or s not in snap.servers:
-                continue
-            p95 = [lag.p95 for lag in (sb.ingest_lag_ms, sb.processing_lag_ms) if lag is not None]
-            if p95:
-                latest[s] = max(p95)
-        if len(latest) == len(snap.servers):
-            break
-    return sorted(latest.items(), key=lambda kv: (-kv[1], kv[0]))[:n]
+    in each server's newest batch (ms, ``ServerRecord.worse_lag_p95``, as the Lag page heads it), the slowest
+    first."""
+    worse = {s: w[1] for s, (_, sb) in latest_per_server(snap.batches, snap.servers).items()
+             if (w := sb.worse_lag_p95()) is not None}
+    return sorted(worse.items(), key=lambda kv: (-kv[1], kv[0]))[:n]
