@@ -62,9 +62,10 @@ def status_words(snap: Snapshot, v: Verdict, now_ms: int) -> tuple[str, str]:
 
 
 def as_of(snap: Snapshot, v: Verdict) -> str | None:
-    """When the numbers last moved, if no server is speaking (most silent, or no event at all), else None."""
-    if v.fleet is not None and v.fleet.heard_ms:
-        return clock(v.fleet.heard_ms)
+    """When the numbers last moved, if no server is speaking: most silent (Live ops' rule, ``ops.as_of``), or no
+    event at all (idle: as of the last batch); else None."""
+    if (silent := ops.as_of(v)) is not None:
+        return silent
     if v.health is Health.IDLE and snap.state is not None:
         return clock(snap.state.updated_ms)
     return None

@@ -28,7 +28,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from io import BytesIO
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -150,12 +150,8 @@ def _reply(status: str, headers: Iterable[tuple[str, str]], body: bytes, head: b
 
 
 def _refused(r: Refusal) -> bytes:
-    body = ('{"error": ' + _json_text(r.error) + "}").encode()
+    body = json.dumps({"error": r.error}).encode()
     return _reply(r.status, (("Content-Type", "application/json"), *r.headers), body)
-
-
-def _json_text(s: str) -> str:
-    return json.dumps(s)
 
 
 @dataclass
@@ -172,7 +168,6 @@ class Server:
     loop: asyncio.AbstractEventLoop
     thread: threading.Thread
     pool: ThreadPoolExecutor
-    conns: dict[int, _Conn] = field(default_factory=dict)
 
     def close(self) -> None:
         self.loop.call_soon_threadsafe(self.loop.stop)
@@ -226,7 +221,7 @@ def serve(address: str, port: int, app: WsgiApp, gate: Gate, *, timeout_s: float
     bound = server.sockets[0].getsockname()[1]  # type: ignore[attr-defined]
     thread = threading.Thread(target=loop.run_forever, name="http", daemon=True)
     thread.start()
-    return Server(bound, loop, thread, pool, conns)
+    return Server(bound, loop, thread, pool)
 
 
 @dataclass(frozen=True)
