@@ -410,3 +410,13 @@ def test_a_generator_behind_its_schedule_says_so(r: redis.Redis, rd: redis.Redis
     no_sleeping(monkeypatch)
     follower(r, keys, clock, stop, redis_url).follow()
     assert GeneratorStatus.from_hash(seen["late"]).lag_ms >= 1_500
+
+
+def test_the_job_reads_a_requested_delay_only_with_lab_control_on(rd: redis.Redis, keys: KeySchema) -> None:
+    """Production (``LAB_CONTROL`` off) reads nothing of the control hash, whoever wrote it (issue 63)."""
+    from watermark.apps.job import requested_delay
+    from watermark.schema.config import Config
+
+    rd.hset(keys.control, mapping={"delay_ms": "1", "rev": "7"})  # as a game server's credential could
+    assert requested_delay(rd, keys, Config(lab_control=False)) is None
+    assert requested_delay(rd, keys, Config(lab_control=True)) == 1

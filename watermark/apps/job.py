@@ -95,7 +95,7 @@ def prepare(client: redis.Redis, cfg: Config, own: Config, lanes: list[Config]) 
         log.error("REDIS_URL names a Redis Cluster: PIPELINE_NAMESPACE must be braced, for example {%s}, so that "
                   "each commit's keys share one slot (docs/decisions/0018-redis-cluster-key-layout.md)", cfg.namespace)
         return None
-    wanted = requested_delay(client, keys) if cfg.lab_control else None
+    wanted = requested_delay(client, keys, cfg)
     delay_ms = cfg.delay_ms if wanted is None else wanted
     if not cfg.lab_control:
         log.info("lab control is off (LAB_CONTROL, default: as DEMO): the job keeps WATERMARK_DELAY %s and follows "
@@ -153,7 +153,7 @@ def supervise(client: redis.Redis, cfg: Config, own: Config, lanes: list[Config]
             if not all(restart_if_failed(p) for p in runs):
                 stop_all(runs)
                 return 1
-            if cfg.lab_control and time.monotonic() >= next_control:
+            if time.monotonic() >= next_control:
                 next_control = time.monotonic() + 1.0
                 follow_delay(client, keys, runs)
             if ticker is not None and watcher is not None:
@@ -195,7 +195,7 @@ def restart_if_failed(p: RunningQuery) -> bool:
 
 def follow_delay(client: redis.Redis, keys: KeySchema, runs: list[RunningQuery]) -> None:
     """A delay the presenter asked for restarts every query with it (the history stays)."""
-    wanted = requested_delay(client, keys)
+    wanted = requested_delay(client, keys, runs[0].cfg)
     if wanted is None or wanted == runs[0].cfg.delay_ms:
         return
     log.info("the presenter asked for watermark delay %s (was %s): restarting the queries",
@@ -298,8 +298,12 @@ def first_line(exc: object) -> str:
         return f"{type(exc).__name__} (its text is gone with the JVM)"
 
 
-def requested_delay(client: redis.Redis, keys: KeySchema) -> int | None:
-    """The delay the presenter asked for on the dashboard, if any; a bad request is logged, not fatal."""
+def requested_delay(client: redis.Redis, keys: KeySchema, cfg: Config) -> int | None:
+    """The delay the presenter asked for on the dashboard, if any; a bad request is logged, not fatal. None, and
+    nothing read, unless lab control is on (``LAB_CONTROL``; production leaves it off): whoever can write the
+    control hash must not steer a production job."""
+    if not cfg.lab_control:
+        return None
     try:
         control = read_control(client, keys)
     except (ConfigError, redis.RedisError) as exc:
