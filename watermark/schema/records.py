@@ -583,6 +583,17 @@ class ControlChange:
     change: str
     rev: int
 
+    @classmethod
+    def from_hash(cls, raw: Mapping[Any, Any]) -> ControlChange:
+        """Inverse of :meth:`to_hash` (an audit entry's fields, bytes or text); KeyError or ValueError for an entry
+        nobody wrote this way."""
+        f = _hash_fields(raw)
+        return cls(at_ms=int(f["at_ms"]), by=f["by"], role=f["role"], change=f["change"], rev=int(f["rev"]))
+
+    def to_hash(self) -> dict[str, str]:
+        return {"at_ms": str(self.at_ms), "by": self.by, "role": self.role, "change": self.change,
+                "rev": str(self.rev)}
+
 
 @dataclass(frozen=True)
 class Control:

@@ -84,9 +84,9 @@ def write_control(client: redis.Redis, keys: KeySchema, *, by: str, role: str, s
         pipe.multi()
         pipe.hset(keys.control, mapping=change)
         pipe.hincrby(keys.control, "rev", 1)
-        pipe.xadd(keys.control_audit, {"at_ms": change["updated_ms"], "by": by.strip()[:WHO_MAX],
-                                       "role": role.strip()[:WHO_MAX], "change": what, "rev": str(rev)},
-                  maxlen=CONTROL_AUDIT_KEEP, approximate=False)
+        entry = ControlChange(at_ms=int(change["updated_ms"]), by=by.strip()[:WHO_MAX], role=role.strip()[:WHO_MAX],
+                              change=what, rev=rev)
+        pipe.xadd(keys.control_audit, entry.to_hash(), maxlen=CONTROL_AUDIT_KEEP, approximate=False)
         pipe.hgetall(keys.control)
         return Control.from_hash(pipe.execute()[-1])
 
@@ -102,11 +102,8 @@ def control_changes(entries: list) -> list[ControlChange]:
     """``XREVRANGE`` entries of the audit as changes; an entry nobody could have written this way is skipped."""
     out = []
     for _, raw in entries:
-        f = {(k.decode() if isinstance(k, bytes) else str(k)): (v.decode("utf-8", "replace") if isinstance(v, bytes)
-                                                               else str(v)) for k, v in raw.items()}
         try:
-            out.append(ControlChange(at_ms=int(f["at_ms"]), by=f["by"], role=f["role"], change=f["change"],
-                                     rev=int(f["rev"])))
+            out.append(ControlChange.from_hash(raw))
         except (KeyError, ValueError):
             continue
     return out
