@@ -9,6 +9,7 @@ import random
 import uuid
 
 import pyarrow as pa
+import pytest
 import redis
 
 from watermark.rules.windows import window_ranges
@@ -16,6 +17,7 @@ from watermark.schema.keys import KeySchema, WindowKey
 from watermark.schema.records import ServerRecord
 from watermark.spark.window_players import PartitionPlayers, drop_replayed, read_added, write
 from watermark.store.commit import BatchSummary, Params, WindowAgg, commit_batch
+from watermark.store.redis_conn import ReplicasBehind
 
 WINDOW_MS, SLIDE_MS = 10_000, 5_000
 T0 = 1_767_225_600_000
@@ -136,3 +138,16 @@ def test_a_batch_read_again_after_its_count_went_leaves_no_count_behind(r: redis
     r.zadd(pipe.players_added_index, {"2-0": 1})  # a batch a lane has not committed yet
     write(r, pipe, "2-0", count(ev), ttl_s=3_600)
     assert not drop_replayed(r, pipe, "2-0") and r.exists(pipe.players_added("2-0"))
+
+
+def test_a_partition_asked_to_wait_for_a_replica_is_not_done_without_one(r: redis.Redis) -> None:
+    """With REDIS_WAIT_REPLICAS the partition's players must reach a replica before its task ends: else a primary
+    lost before the commit's WAIT takes them, while the commit, retried on the new primary, still counts them.
+    This Redis has no replica: the write is applied, and refused as not done; run again it counts nothing twice."""
+    ns = f"wp-{uuid.uuid4().hex[:6]}"
+    pipe = KeySchema(ns)
+    ev = [("A", "p1", T0 + 1_000), ("A", "p2", T0 + 1_500)]
+    with pytest.raises(ReplicasBehind, match="0 of 1 replica"):
+        write(r, pipe, "1-0", count(ev), ttl_s=3_600, wait=(1, 10))
+    write(r, pipe, "1-0", count(ev), ttl_s=3_600)  # the retry
+    assert sum(read_added(r, pipe, "1-0").counts.values()) == 4  # two players in each of the events' two windows

@@ -163,7 +163,9 @@ def source_options(cfg: Config, pre_aggregate: bool, spark: SparkSession | None 
         "preAggregate": str(pre_aggregate).lower(),
         "windowMs": str(cfg.window_ms), "slideMs": str(cfg.slide_ms),
         # the partitions count the windows' players into this pipeline's sets (decision 0019)
-        **({"windowPlayers": cfg.namespace, "playersTtlS": str(params_of(cfg).ttl_s)} if pre_aggregate else {}),
+        **({"windowPlayers": cfg.namespace, "playersTtlS": str(params_of(cfg).ttl_s),
+            "waitReplicas": str(cfg.wait_replicas), "waitTimeoutMs": str(cfg.wait_timeout_ms)}
+           if pre_aggregate else {}),
         **Rules(cfg.max_future_skew_ms, cfg.known_servers, job_secret(cfg.checkpoint_dir, spark)).to_options(),
     }
 

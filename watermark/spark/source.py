@@ -22,7 +22,8 @@ at least one per shard that has entries),
 ``maxEventsPerBatch`` (0 = no cap), ``preAggregate`` (``true``/``false``,
 default false) with ``windowMs`` and ``slideMs`` (every accepted event then also comes as a player row: the
 online players' input), ``windowPlayers`` (with ``preAggregate``: the namespace whose windows' players a streaming
-batch's partitions count, :mod:`watermark.spark.window_players`) and ``playersTtlS``, and for batch reads
+batch's partitions count, :mod:`watermark.spark.window_players`), ``playersTtlS`` and
+``waitReplicas`` / ``waitTimeoutMs`` (a partition is done once that many replicas have its players), and for batch reads
 ``startId`` / ``endId`` (inclusive, default the whole stream).
 """
 
@@ -69,7 +70,7 @@ from watermark.spark.rows import (
     partial_batch,
     to_record_batch,
 )
-from watermark.spark.window_players import PartitionPlayers
+from watermark.spark.window_players import Counting, PartitionPlayers
 from watermark.spark.window_players import write as write_players
 from watermark.store.redis_conn import TRANSIENT, home, open_client, refresh, with_retry
 
@@ -227,12 +228,12 @@ def xrange_entries(client: redis.Redis, stream: str, lo: str, hi: str, count: in
 
 def read_range(url: str, stream: str, part: StreamRange, chunk: int = READ_CHUNK, rules: Rules = NO_RULES,
                partials: PartitionPartials | None = None,
-               count_players: tuple[KeySchema, int] | None = None) -> Iterator[pa.RecordBatch]:
+               count_players: Counting | None = None) -> Iterator[pa.RecordBatch]:
     """XRANGE the partition in chunks, one Arrow record batch per chunk; with ``partials``, the accepted
     events are folded into them instead, each chunk's accepted events come as player rows (the online players'
     input) and a last batch holds the partition's partial rows. A server's region
     (the latest its events in the partition carry) rides in its packed row's ``player_id``. With
-    ``count_players`` (the pipeline's keys and the sets' TTL) and a range of a streaming batch, its windows' players
+    ``count_players`` and a range of a streaming batch, its windows' players
     are added to the pipeline's sets and counted under the batch's end (:mod:`watermark.spark.window_players`)
     before the partial rows are passed on."""
     lo = part.lo if part.lo_inclusive else "(" + part.lo
@@ -258,9 +259,10 @@ def read_range(url: str, stream: str, part: StreamRange, chunk: int = READ_CHUNK
         server, partial = partials.rows()
         packed = pack(partial_batch(server, partial), PACKED, regions) if len(server) else None
     if players is not None and count_players is not None:
-        keys, ttl_s = count_players
-        with_retry(lambda: write_players(stream_client(url, keys.state), keys, part.batch_end, players, ttl_s),
-                   f"players of {stream}", refresh=lambda: _forget(url, keys.state))
+        c = count_players
+        with_retry(lambda: write_players(stream_client(url, c.keys.state), c.keys, part.batch_end, players, c.ttl_s,
+                                         (c.wait_replicas, c.wait_timeout_ms)),
+                   f"players of {stream}", refresh=lambda: _forget(url, c.keys.state))
     if packed is not None:
         yield packed
 
@@ -338,11 +340,13 @@ class SourceOptions:
             self.window = (window_ms, slide_ms)
         # The pipeline whose windows' players a streaming batch's partitions count (decision 0019), and their TTL.
         owner = options.get("windowPlayers", "")
-        self.count_players: tuple[KeySchema, int] | None = None
+        self.count_players: Counting | None = None
         if owner:
             if self.window is None:
                 raise ValueError("option windowPlayers needs preAggregate=true")
-            self.count_players = (KeySchema(owner), int(options.get("playersTtlS", "86400")))
+            self.count_players = Counting(KeySchema(owner), int(options.get("playersTtlS", "86400")),
+                                          int(options.get("waitReplicas", "0")),
+                                          int(options.get("waitTimeoutMs", "1000")))
 
 
 def read_partition(opts: SourceOptions, partition: InputPartition) -> Iterator[pa.RecordBatch]:

@@ -109,9 +109,27 @@ class PartitionPlayers:
                                                         strict=True))]
 
 
-def write(client: redis.Redis, keys: KeySchema, end_position: str, players: PartitionPlayers, ttl_s: int) -> int:
+@dataclass(frozen=True)
+class Counting:
+    """Where a streaming batch's partitions count their windows' players (the source's ``windowPlayers`` options)."""
+
+    keys: KeySchema
+    """The pipeline's keys: its sets, its batches' hashes, its state."""
+    ttl_s: int
+    """The sets' and hashes' TTL."""
+    wait_replicas: int = 0
+    """``REDIS_WAIT_REPLICAS``: a partition is done once this many replicas have its players (0: off). Else a primary
+    lost between the partition's write and the commit's WAIT would take players with it that the commit, retried
+    on the new primary with the counts it had read, still counts."""
+    wait_timeout_ms: int = 1_000
+
+
+def write(client: redis.Redis, keys: KeySchema, end_position: str, players: PartitionPlayers, ttl_s: int,
+          wait: tuple[int, int] = (0, 0)) -> int:
     """Add the partition's players to their windows' sets and count what each added into the batch's hash, in one
-    transaction on the pipeline's node; how many script calls it took. Safe to run again (see the module)."""
+    transaction on the pipeline's node; how many script calls it took. Safe to run again (see the module). With
+    ``wait`` (replicas, timeout in ms) it returns once that many replicas have the transaction (``WAIT`` on its
+    connection), or raises :class:`watermark.store.redis_conn.ReplicasBehind`."""
     windows = players.windows()
     if not windows:
         return 0
@@ -132,6 +150,12 @@ def write(client: redis.Redis, keys: KeySchema, end_position: str, players: Part
                 pa.array([wk.member(), str(wk.end_ms), str(len(members))], pa.string()), members)])
             queue_packed(pipe, "EVAL", ADD_LUA, argv, head=(3 + len(sets), added, state, index, *sets, ttl_s))
         redis_conn.execute(pipe)
+        replicas, timeout_ms = wait
+        if replicas:
+            got = int(pipe.execute_command("WAIT", replicas, timeout_ms))
+            if got < replicas:
+                raise redis_conn.ReplicasBehind(f"players up to {end_position}: {got} of {replicas} replica(s) "
+                                                f"acknowledged them within {timeout_ms} ms")
     return len(calls)
 
 
