@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import plotly.graph_objects as go
 
-from dashboard.charts import HEIGHT, Mark, ts
+from dashboard.charts import HEIGHT, Mark, span_text, tick_format, ts
 from dashboard.status import clock, human_ms
 from dashboard.text import md
 from watermark.alerting.conditions import RULES, SUBJECT_LABEL
@@ -176,11 +176,13 @@ def timeline(items: Sequence[Span], now_ms: int) -> go.Figure:
     if items:
         first = min(s.start_ms for s in items)
         pad = max(30_000, (now_ms - first) // 40)
-        fig.update_xaxes(type="date", range=[ts(first - pad), ts(now_ms + pad)])
+        # bars are durations on a time base: charts.frame does not see a time axis, so it is framed here
+        fig.update_xaxes(type="date", range=[ts(first - pad), ts(now_ms + pad)], tickformat=tick_format(now_ms - first))
+        fig.update_layout(title_subtitle_text=span_text(first, now_ms, asked_ms=DAY_MS))
     labels = sorted({s.label for s in items})
     fig.update_layout(title={"text": "Alerts fired in the last day", "x": 0, "xanchor": "left"},
                       height=max(HEIGHT // 2, 60 + 28 * len(labels)), barmode="overlay", bargap=0.35,
-                      margin={"l": 10, "r": 10, "t": 50, "b": 10}, hovermode="closest",
+                      margin={"l": 10, "r": 10, "t": 64, "b": 10}, hovermode="closest",
                       legend={"orientation": "h", "y": -0.2, "yanchor": "top"},
                       yaxis={"categoryorder": "array", "categoryarray": labels[::-1], "title": None})
     return fig

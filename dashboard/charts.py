@@ -10,6 +10,8 @@ Conventions every chart keeps, so a reader learns them once:
 * hovering any point tells its batch (or window) and its exact values;
 * times are UTC; a time axis spans the data shown and no more, and a stretch with no data (the job
   stopped, a server silent) is a gap in the line, never a straight line across it;
+* under a time chart's title, the span its data covers, and how much of the span asked for that is
+  (:func:`frame`); its ticks are formatted for that span, so no two read alike;
 * count axes start at zero; a title fits a half-width chart (:data:`TITLE_MAX_CHARS`);
 * a chart with nothing to show is not drawn: the page says in words what would appear (:func:`has_data`).
 """
@@ -25,6 +27,7 @@ from plotly.subplots import make_subplots
 
 from watermark.rules.online.rollup import TOTAL
 from watermark.schema.records import Annotation, LagRecord
+from watermark.schema.timeutil import human_ms
 from watermark.store.history_store import Timeline
 from watermark.store.views.online import OnlinePoint
 from watermark.store.views.snapshot import BatchPoint, WindowRow
@@ -88,12 +91,70 @@ def time_axis(fig: go.Figure, *, pad_ms: int = 0, **where: object) -> go.Figure:
     """The x axis (or the one ``where`` selects) spans exactly the times in the data, padded by ``pad_ms`` (half
     a bar's width), with one-line tick labels (no date line for the legend to sit on)."""
     xs = [x for t in fig.data for x in (t.x or ()) if isinstance(x, datetime)]
-    fig.update_xaxes(tickformat="%H:%M:%S", hoverformat="%H:%M:%S", **where)
+    fig.update_xaxes(hoverformat="%H:%M:%S", **where)
     if xs:
         lo, hi = min(xs), max(xs)
         # Room for the end markers: 2% of the span, or half a bar.
         pad = timedelta(milliseconds=pad_ms) if pad_ms else max((hi - lo) / 50, timedelta(seconds=1))
         fig.update_xaxes(range=[lo - pad, hi + pad], **where)
+    return fig
+
+
+SECONDS_UP_TO_MS = 10 * 60_000
+"""A time axis spanning up to this shows seconds: past it, a minute a tick at most (else "05:31 05:31 05:31")."""
+
+
+def tick_format(span_ms: int) -> str:
+    """The tick labels of a time axis spanning ``span_ms``: seconds up to 10 minutes, minutes up to two days, then
+    the day too; plotly's ticks then never fall closer than the labels tell apart.
+
+    >>> [tick_format(ms) for ms in (120_000, 3_600_000, 3 * 86_400_000)]
+    ['%H:%M:%S', '%H:%M', '%a %d %H:%M']
+    """
+    return "%H:%M:%S" if span_ms <= SECONDS_UP_TO_MS else "%H:%M" if span_ms <= 2 * 86_400_000 else "%a %d %H:%M"
+
+
+def span_text(lo_ms: int, hi_ms: int, asked_ms: int | None = None) -> str:
+    """The span a time chart's data covers, as its subtitle says it; with ``asked_ms`` (the range the reader chose)
+    and less data than that, the range asked for too.
+
+    >>> span_text(1_767_225_600_000, 1_767_227_400_000, asked_ms=86_400_000)
+    '00:00–00:30 UTC · 30 min of data (24 h asked)'
+    >>> span_text(1_767_225_600_000, 1_767_225_630_000)
+    '00:00:00–00:00:30 UTC · 30.0 s'
+    """
+    span_ms = hi_ms - lo_ms
+    fmt = "%H:%M:%S" if span_ms <= SECONDS_UP_TO_MS else "%H:%M" if span_ms < 86_400_000 else "%a %d %H:%M"
+    length = f"{round(span_ms / 86_400_000)} days" if span_ms >= 2 * 86_400_000 else human_ms(span_ms)
+    text = f"{ts(lo_ms):{fmt}}–{ts(hi_ms):{fmt}} UTC · {length}"
+    if asked_ms is not None and span_ms < 0.9 * asked_ms:
+        return f"{text} of data ({_whole(asked_ms)} asked)"
+    return text
+
+
+def _whole(ms: int) -> str:
+    """A range as a reader chose it: ``24 h``, ``7 days``."""
+    if ms >= 2 * 86_400_000 and ms % 86_400_000 == 0:
+        return f"{ms // 86_400_000} days"
+    return f"{ms // 3_600_000} h" if ms % 3_600_000 == 0 else human_ms(ms)
+
+
+def frame(fig: go.Figure) -> go.Figure:
+    """A time chart's frame, applied to every chart as it is drawn (``dashboard.ui``): the span its data covers
+    under the title (:func:`span_text`; ``layout.meta["asked_ms"]`` the range asked for, when there is one) and tick
+    labels for that span (:func:`tick_format`). Charts without a time x axis are left as they are."""
+    rng = fig.layout.xaxis.range
+    xs = [x for t in fig.data for x in (t.x or ()) if isinstance(x, datetime)]
+    if not xs:
+        return fig
+    lo, hi = (_ms(rng[0]), _ms(rng[1])) if rng and all(isinstance(r, datetime | str) for r in rng) else (
+        _ms(min(xs)), _ms(max(xs)))
+    lo, hi = max(lo, _ms(min(xs))), min(hi, _ms(max(xs)))  # the data's span, not the axis' padding
+    meta = fig.layout.meta if isinstance(fig.layout.meta, dict) else {}
+    fig.update_xaxes(tickformat=tick_format(hi - lo))
+    if fig.layout.title.text:
+        fig.update_layout(title_subtitle_text=span_text(lo, hi, meta.get("asked_ms")),
+                          margin_t=max(fig.layout.margin.t or 0, 64))
     return fig
 
 
@@ -289,13 +350,9 @@ def online_history(tl: Timeline, labels: Mapping[str, str], what: str = "") -> g
                       "width": 2 if series == TOTAL else 1.5},
                 hovertemplate="<b>%{fullData.name}</b> %{x|%a %d %b %H:%M}<br>online %{y:,}<br>highest within it "
                               "%{customdata[0]}<extra></extra>"))
-    span = tl.end_ms - tl.start_ms
-    fig = time_axis(layout(fig, f"Players online{what}, last {_span_text(span)}", "players online"))
-    return fig.update_xaxes(tickformat="%a %d %H:%M" if span > 86_400_000 else "%H:%M", hoverformat="%a %H:%M")
-
-
-def _span_text(ms: int) -> str:
-    return f"{ms // 86_400_000} days" if ms >= 2 * 86_400_000 else f"{ms // 3_600_000} h"
+    fig = time_axis(layout(fig, f"Players online{what}", "players online"))
+    fig.update_layout(meta={"asked_ms": tl.end_ms - tl.start_ms})  # the subtitle says how much of it there is
+    return fig.update_xaxes(hoverformat="%a %H:%M")
 
 
 @dataclass(frozen=True)
@@ -338,8 +395,15 @@ def mark(fig: go.Figure, marks: Sequence[Mark]) -> go.Figure:
             fig.add_shape(type="rect", x0=start, x1=ts(min(m.end_ms, hi_ms)), y0=0, y1=1, yref="paper",
                           fillcolor=m.color, opacity=0.12, line={"width": 0}, layer="below")
         if i < LABELLED_MARKS:
-            fig.add_annotation(x=start, y=1, yref="paper", text=m.label[:40], showarrow=False, xanchor="left",
-                               yanchor="top", font={"size": 10, "color": m.color})
+            # Dark text on a light box edged in the mark's colour, read over any band; stepped down so neighbours
+            # do not cover each other; towards the right edge it ends at the mark, so it is never cut; the whole
+            # label on hover.
+            right = (m.start_ms - lo_ms) > 0.6 * max(1, hi_ms - lo_ms)
+            fig.add_annotation(x=ts(min(m.end_ms or m.start_ms, hi_ms)) if right else start, y=1 - 0.09 * (i % 3),
+                               yref="paper", text=m.label[:40], hovertext=m.label, showarrow=False,
+                               xanchor="right" if right else "left", yanchor="top",
+                               font={"size": 11, "color": "#222222"}, bgcolor="rgba(255,255,255,0.85)",
+                               bordercolor=m.color, borderwidth=1)
     return fig
 
 

@@ -407,9 +407,9 @@ def _shared_spec(key: tuple, _build: Callable[[], dict | None]) -> dict | None:
 
 def _ready(fig: Any) -> Any:  # noqa: ANN401 - a plotly figure
     """The figure as drawn: its marks over it, its names as text; None when it has nothing to show."""
-    from dashboard.charts import has_data
+    from dashboard.charts import frame, has_data
 
-    return safe_figure(marked(fig)) if has_data(fig) else None
+    return safe_figure(marked(frame(fig))) if has_data(fig) else None
 
 
 @st.cache_resource(show_spinner=False, ttl=TICK_TTL_S, max_entries=512)
@@ -418,8 +418,11 @@ def _shared_chart(key: tuple, _build: Callable[[], Any]) -> Any:  # noqa: ANN401
 
 
 def draw(where: Any, fig: Any, key: str) -> None:  # noqa: ANN401 - st or a column; a plotly figure
-    """Every chart is drawn here: the names it carries as text (``dashboard.text.safe_figure``)."""
-    where.plotly_chart(safe_figure(fig), key=key)
+    """Every chart is drawn here: framed (``dashboard.charts.frame``), the names it carries as text
+    (``dashboard.text.safe_figure``)."""
+    from dashboard.charts import frame
+
+    where.plotly_chart(safe_figure(frame(fig)), key=key)
 
 
 def table(where: Any, data: Any, **kw: Any) -> Any:  # noqa: ANN401 - st or a column; rows; st.dataframe's options

@@ -8,6 +8,7 @@ players the events log in and out; Live ops draws the same week and the same pea
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from dataclasses import replace
 
@@ -122,9 +123,11 @@ def test_live_ops_draws_the_week_its_peaks_and_an_annotation(week: Week, monkeyp
     at.session_state["ops_tab"] = "Over time"
     at.run()
     assert not at.exception, [e.value for e in at.exception]
-    (chart,) = [c for c in at.get("plotly_chart") if "online_history" in c.proto.id or
-                "Players online, last 7 days" in c.proto.spec]
+    (chart,) = [c for c in at.get("plotly_chart") if "online_history" in c.proto.id]
     spec = json.loads(chart.proto.spec)
+    # the week is all there: its subtitle names the span, from a day to a day, without "of data (7 days asked)"
+    assert re.fullmatch(r"\w{3} \d\d \d\d:\d\d–\w{3} \d\d \d\d:\d\d UTC · 7 days",
+                        spec["layout"]["title"]["subtitle"]["text"]), spec["layout"]["title"]
     total = next(t for t in spec["data"] if t["name"] == "All servers")
     expected = history_model.minutes(week.counts, week.regions)
     start = end - end % MINUTE_MS + MINUTE_MS - 7 * DAY_MS

@@ -70,6 +70,9 @@ def test_the_timeline_draws_an_outage_of_300_servers_as_one_row() -> None:
     rows = [y for t in fig.data for y in t.y]
     assert rows == ["ClockAhead · 300 servers", "ClockAhead · us-001"]
     assert [c[1] for t in fig.data for c in t.customdata] == ["08:10:00 UTC", "still firing"]
+    # the title asks for a day; under it, the two hours the firings cover (issue 62, item 7)
+    assert fig.layout.title.subtitle.text == "08:00–10:00 UTC · 2 h 0 min of data (24 h asked)"
+    assert fig.layout.title.text == "Alerts fired in the last day" and fig.layout.xaxis.tickformat == "%H:%M"
 
 
 def test_rows_put_critical_first_and_say_since_when() -> None:

@@ -17,7 +17,7 @@ import redis
 from pyspark.sql import SparkSession
 from streamlit.testing.v1 import AppTest
 
-from dashboard import loaders
+from dashboard import charts, loaders
 from dashboard.testing import page_test
 from tests.oracle import oracle, to_ms
 from tests.seed import Seeded, seed_pipeline
@@ -173,9 +173,12 @@ def test_live_ops_shows_players_now_and_totals_as_in_redis(env: Seeded,
     # the first tab, drawn on arrival: online per minute and transitions per minute (Vega-Lite, light to draw),
     # nothing heavier; with nobody online in the last hour the first is its empty state in words
     assert at.session_state["ops_tab"] == "Now" and not at.get("plotly_chart")
-    charts = [json.loads(c.proto.spec)["title"]["text"] for c in at.get("vega_lite_chart")]
-    assert "Logins, logouts and timeouts per minute" in charts
-    assert ("Players online, last hour (per minute)" in charts) == any(any(m.last.values()) for m in view.minutes)
+    titles = {t["text"]: t["subtitle"] for t in (json.loads(c.proto.spec)["title"] for c in at.get("vega_lite_chart"))}
+    assert "Logins, logouts and timeouts per minute" in titles
+    assert ("Players online per minute" in titles) == any(any(m.last.values()) for m in view.minutes)
+    # under each title, the span its minutes cover (of the hour asked, when they are fewer)
+    first, last = view.minutes[0].minute_ms, view.minutes[-1].minute_ms
+    assert set(titles.values()) == {charts.span_text(first, last, asked_ms=3_600_000)}
     assert "Events accepted" not in shown  # the windows' tab is not run until it is opened
 
     # over time: a day by default, and online after each batch; the day's and the highest peaks, with when

@@ -401,6 +401,46 @@ def test_a_weeks_chart_draws_each_series_the_week_ago_dotted_and_the_marks_in_it
     assert charts.mark(bars, marks).layout.shapes == ()
 
 
+def test_a_time_chart_names_the_span_its_data_covers_and_ticks_it_apart() -> None:
+    """Issue 62, item 7: a chart asked for 24 h holding 10 minutes says so under its title, and its ticks carry
+    seconds (else plotly's 15 s ticks read "05:31 05:31 05:31"); a day of data ticks in minutes, a week by day."""
+    from watermark.rules.online.rollup import DAY_MS, TOTAL, Point
+    from watermark.store.history_store import Timeline
+
+    t0 = 1_767_225_600_000
+    for covered, fmt, subtitle in (
+            (9 * 60_000, "%H:%M:%S", "00:00:00–00:09:00 UTC · 9 min of data (24 h asked)"),
+            (DAY_MS - 60_000, "%H:%M", "00:00–23:59 UTC · 23 h 59 min"),
+            (7 * DAY_MS, "%a %d %H:%M", "Thu 01 00:00–Thu 08 00:00 UTC · 7 days")):
+        points = [Point(t0 + m, 5, 5) for m in range(0, covered + 1, 60_000 if covered < DAY_MS else 3_600_000)]
+        fig = charts.online_history(Timeline(t0, t0 + max(covered, DAY_MS), 60_000, {TOTAL: points}, {}),
+                                    {TOTAL: "All servers"})
+        fig = charts.frame(fig)
+        assert (fig.layout.xaxis.tickformat, fig.layout.title.subtitle.text) == (fmt, subtitle)
+        assert fig.layout.title.text == "Players online"
+    assert charts.frame(charts.players_now({}, ["A"])).layout.title.subtitle.text is None  # no time axis
+
+
+def test_an_alert_bands_label_is_dark_on_light_never_cut_and_whole_on_hover() -> None:
+    """Issue 62, item 7: labels were orange on an orange band, or cut to "Se" at the right edge."""
+    from watermark.rules.online.rollup import TOTAL, Point
+    from watermark.store.history_store import Timeline
+
+    t0 = 1_767_225_600_000
+    tl = Timeline(t0, t0 + 600_000, 60_000, {TOTAL: [Point(t0 + m, 5, 5) for m in range(0, 600_001, 60_000)]}, {})
+    long = "ServerSilent · 300 servers in eu, na, sa, af, as, oc and more"
+    fig = charts.mark(charts.time_axis(charts.online_history(tl, {TOTAL: "All servers"})), [
+        charts.Mark(t0 + 60_000, t0 + 120_000, "deploy: 1.4.2", "#ff7f0e"),
+        charts.Mark(t0 + 90_000, None, "note", "#6b6b6b"),
+        charts.Mark(t0 + 540_000, None, long, charts.BEHIND)])
+    first, second, last = fig.layout.annotations
+    assert {a.font.color for a in fig.layout.annotations} == {"#222222"}  # not the band's colour
+    assert all(a.bgcolor and a.bordercolor for a in fig.layout.annotations)
+    assert first.y != second.y  # neighbours stepped apart
+    assert (first.xanchor, last.xanchor) == ("left", "right")  # the last ends at its mark: nothing past the edge
+    assert last.hovertext == long and len(last.text) <= 40
+
+
 def test_the_online_chart_leaves_out_a_batch_before_any_event() -> None:
     """Its watermark is the epoch: drawn, it would stretch the time axis to 1970."""
     from watermark.store.views.online import OnlinePoint

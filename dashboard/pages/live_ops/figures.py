@@ -13,9 +13,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from dashboard.charts import HEIGHT, LATE, NEUTRAL, ON_TIME, Mark, server_colors
+from dashboard.charts import HEIGHT, LATE, NEUTRAL, ON_TIME, Mark, server_colors, span_text
 from watermark.rules.online.rollup import MINUTE_MS, Minute
 
+HOUR_MS = 3_600_000
+"""What the charts show: the last hour."""
 GAP_MS = 90_000
 """Two minutes further apart than this have a gap between them: the job stopped, and a line across would invent."""
 
@@ -54,7 +56,7 @@ def online_per_minute(minutes: Sequence[Minute], labels: Sequence[str], what: st
                 "tooltip": [{"field": "series", "title": "of"}, _time_tooltip(),
                             {"field": "online", "title": "online at the minute's end", "format": ","},
                             {"field": "peak", "title": "the minute's peak"}]}}
-    return _chart(f"Players online{what}, last hour (per minute)", [line, *_marks(marks, minutes)])
+    return _chart(f"Players online{what} per minute", [line, *_marks(marks, minutes)], minutes)
 
 
 def transitions_per_minute(minutes: Sequence[Minute]) -> Spec | None:
@@ -74,7 +76,7 @@ def transitions_per_minute(minutes: Sequence[Minute]) -> Spec | None:
                           "legend": {"orient": "bottom"}},
                 "tooltip": [_time_tooltip(), {"field": "what", "title": "players who"},
                             {"field": "players", "title": "players", "format": ","}]}}
-    return _chart("Logins, logouts and timeouts per minute", [bars])
+    return _chart("Logins, logouts and timeouts per minute", [bars], minutes)
 
 
 LEGEND_COLUMNS = 4
@@ -116,6 +118,10 @@ def _marks(marks: Sequence[Mark], minutes: Sequence[Minute]) -> list[Spec]:
                           "tooltip": [{"field": "label", "title": "what"}]}}]
 
 
-def _chart(title: str, layers: list[Spec]) -> Spec:
-    return {"title": {"text": title, "anchor": "start"}, "height": HEIGHT - 80, "layer": layers,
+def _chart(title: str, layers: list[Spec], minutes: Sequence[Minute]) -> Spec:
+    """The layers under ``title``, and under it the span the minutes cover of the hour shown
+    (:func:`dashboard.charts.span_text`)."""
+    span = span_text(minutes[0].minute_ms, minutes[-1].minute_ms, asked_ms=HOUR_MS)
+    return {"title": {"text": title, "anchor": "start", "subtitle": span, "subtitleColor": "#555555"},
+            "height": HEIGHT - 80, "layer": layers,
             "resolve": {"scale": {"color": "independent"}}}
