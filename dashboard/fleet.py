@@ -14,16 +14,20 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import TypeVar
 
-from watermark.rules.online.rollup import Minute
+import msgspec
+
+from watermark.rules.online.rollup import TOTAL, Minute, region_key
 from watermark.schema.keys import WindowKey
 from watermark.schema.records import ServerRecord
 from watermark.store.report import WindowRow
 from watermark.store.views.online import OnlinePoint
-from watermark.store.views.snapshot import BatchPoint
+from watermark.store.views.snapshot import BatchPoint, Snapshot
 
 MAX_SERIES = 8
 """The most lines or bar groups a chart draws; past it, servers are grouped."""
+_V = TypeVar("_V")
 NO_REGION = "no region"
 """The group of servers whose events carry no region."""
 
@@ -145,3 +149,37 @@ def latest_per_server(batches: Sequence[BatchPoint], servers: Sequence[str]) -> 
         if len(out) == len(servers):
             break
     return out
+
+
+ALL_REGIONS = "All regions"
+"""The region filter's first choice: no filter."""
+
+
+def in_region(snap: Snapshot, region: str | None) -> Snapshot:
+    """The snapshot a page draws with the region filter set to ``region`` (None or :data:`ALL_REGIONS`: the
+    whole fleet): every per-server part keeps the servers whose events carry that region (:data:`NO_REGION`: those
+    that carry none); what is the pipeline's own (the watermark, the batches' totals, the stream) stays whole. The
+    status line is judged on the whole snapshot before this (one truth about health, whatever the filter)."""
+    if region is None or region == ALL_REGIONS:
+        return snap
+
+    def keep(s: str) -> bool:
+        return (snap.regions.get(s) or NO_REGION) == region
+
+    def only(m: Mapping[str, _V]) -> dict[str, _V]:
+        return {s: v for s, v in m.items() if keep(s)}
+
+    batches = tuple(msgspec.structs.replace(b, servers=only(b.servers)) for b in snap.batches)
+    online = snap.online
+    if online is not None:
+        key = region_key(region)
+        peaks = {**only(online.peaks), **({TOTAL: online.peaks[key]} if key in online.peaks else {})}
+        ever = {**only(online.peaks_ever), **({TOTAL: online.peaks_ever[key]} if key in online.peaks_ever else {})}
+        online = replace(online, counts=only(online.counts), clocks=only(online.clocks), peaks=peaks,
+                         peaks_ever=ever, history=tuple(replace(p, counts=only(p.counts)) for p in online.history),
+                         minutes=tuple(replace(m, last=only(m.last), peak=only(m.peak),
+                                               causes=only(m.causes), regions=None) for m in online.minutes))
+    return replace(snap, servers=tuple(s for s in snap.servers if keep(s)),
+                   windows=tuple(w for w in snap.windows if keep(w.server)), batches=batches, online=online,
+                   retired=only(snap.retired), drained=only(snap.drained), seen=only(snap.seen),
+                   regions=only(snap.regions))

@@ -102,6 +102,14 @@ def load_state(url: str, namespace: str, tick: int) -> PipelineState | None:
     return read_state(redis_client(url), KeySchema(namespace))
 
 
+@st.cache_data(show_spinner=False, ttl=TICK_TTL_S, max_entries=64)
+def load_regions(url: str, namespace: str, tick: int) -> tuple[str, ...]:
+    """The regions the fleet's events carry (``{ns}:regions``), sorted, one read per (namespace, tick): the region
+    filter's choices. O(servers known), which RETIRE_AFTER bounds."""
+    return tuple(sorted({v.decode() if isinstance(v, bytes) else v
+                         for v in redis_client(url).hvals(KeySchema(namespace).regions)}))
+
+
 @st.cache_resource(show_spinner=False, ttl=TICK_TTL_S, max_entries=64)
 def load_events(url: str, namespace: str, server: str | None, range_ms: int, refresh_s: int,
                 tick: int, input_namespace: str) -> EventRange | None:

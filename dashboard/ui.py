@@ -20,12 +20,14 @@ import streamlit as st
 
 from dashboard import access
 from dashboard.charts import Mark, mark
+from dashboard.fleet import ALL_REGIONS, in_region
 from dashboard.loaders import (
     TICK_TTL_S,
     load_alerts,
     load_lab,
     load_lanes,
     load_marks,
+    load_regions,
     load_snapshot,
     load_state,
     load_windows,
@@ -76,6 +78,7 @@ def sidebar(active: bool = True) -> None:
     when it is opened, and drawing them on every visit delayed Live ops' first chart (docs/benchmarks.md)."""
     lanes = available_lanes()
     off = not active
+    region_filter(off)
     with st.sidebar.popover(view_label(current_view()), icon=":material/tune:", width="stretch", key="view_settings"):
         if off:
             st.caption("These settings are for the other pages; this one does not use them.")
@@ -94,6 +97,40 @@ def sidebar(active: bool = True) -> None:
         st.toggle("Pause", key="paused", disabled=off, help="Stop refreshing; the page keeps what it shows.")
         if (settings := job_settings()) is not None:
             st.caption(settings)
+
+
+REGION_KEY = "region"
+"""Session-state key and URL parameter (``?region=eu``) of the region filter: set on one page, every page keeps it,
+and a link carries it."""
+
+
+def region_filter(off: bool) -> None:
+    """The region filter, in the sidebar above the view settings: the fleet's regions (``{ns}:regions``). A
+    ``?region=`` in the address sets it on arrival; the address then follows the choice."""
+    try:
+        cfg = Config.from_env(os.environ)
+        regions = load_regions(cfg.redis_url, cfg.namespace, current_view().tick(now_ms()))
+    except (ConfigError, redis.RedisError):
+        regions = ()
+    options = [ALL_REGIONS, *regions]
+    asked = st.query_params.get(REGION_KEY)
+    if asked is not None and REGION_KEY not in st.session_state:
+        st.session_state[REGION_KEY] = asked if asked in options else ALL_REGIONS
+    if st.session_state.get(REGION_KEY) not in options:
+        st.session_state[REGION_KEY] = ALL_REGIONS
+    chosen = st.sidebar.selectbox("Region", options, key=REGION_KEY, disabled=off,
+                                  help="Every page that draws servers shows this region's alone (the status line "
+                                       "stays the whole fleet's). The address carries it: ?region=eu.")
+    if chosen == ALL_REGIONS:
+        st.query_params.pop(REGION_KEY, None)
+    else:
+        st.query_params[REGION_KEY] = chosen
+
+
+def current_region() -> str | None:
+    """The region the filter holds; None: every region."""
+    region = st.session_state.get(REGION_KEY)
+    return None if region in (None, ALL_REGIONS) else str(region)
 
 
 def job_settings() -> str | None:
@@ -341,8 +378,11 @@ def live(render: Callable[[Snapshot, int], None], status: bool = True,
             st.caption(f"Paused: showing data read at {clock(snap.read_ms)}.")
         if snap.state is None:
             return
+        if (region := current_region()) is not None:
+            st.caption(f"Region {md(region)} alone (the Region filter in the sidebar); the status line is the "
+                       "whole fleet's.")
         try:
-            render(snap, now)
+            render(in_region(snap, region), now)
         except Exception as exc:  # a bug or an unexpected record must not become a traceback on the page
             log.exception("rendering failed")
             st.error(f"This page could not be drawn from the data in Redis ({type(exc).__name__}: {exc}). "
@@ -378,9 +418,10 @@ def settings_text(namespace: str, s: PipelineState) -> str:
 def chart(where: Any, fig: Any, key: str, empty: str, *, shared: tuple | None = None) -> None:  # noqa: ANN401
     """Draw ``fig`` in ``where`` (``st`` or a column), or, when it has nothing to show, say so in words:
     ``empty`` says what would appear and when. With ``shared``, ``fig`` is a function building the figure, and
-    ``shared`` names everything it is built from (the snapshot read, the view's settings): every session drawing
-    the same key within a refresh tick draws the one figure built for the first (marks and escaping included)."""
-    ready = (_shared_chart((key, *shared, current_view().tick(now_ms())), fig) if shared is not None
+    ``shared`` names everything it is built from (the snapshot read, the view's settings; the region filter is
+    added here): every session drawing the same key within a refresh tick draws the one figure built for the
+    first (marks and escaping included)."""
+    ready = (_shared_chart((key, *shared, current_region(), current_view().tick(now_ms())), fig) if shared is not None
              else _ready(fig))
     if ready is None:
         where.info(empty)
@@ -392,7 +433,7 @@ def vega_chart(where: Any, build: Callable[[], dict | None], key: str, empty: st
                shared: tuple) -> None:
     """Draw the Vega-Lite spec ``build`` returns in ``where``, or say ``empty`` in words when it returns None;
     built once per ``shared`` (what it is built from) and refresh tick for every session, as :func:`chart`."""
-    spec = _shared_spec((key, *shared, current_view().tick(now_ms())), build)
+    spec = _shared_spec((key, *shared, current_region(), current_view().tick(now_ms())), build)
     if spec is None:
         where.info(empty)
     else:

@@ -8,6 +8,7 @@ import json
 import time
 from collections import defaultdict
 
+import pyarrow as pa
 import pytest
 import redis
 from pyspark.sql import SparkSession
@@ -163,3 +164,44 @@ def test_sessions_viewing_the_same_tick_share_each_chart(seeded: Seeded, monkeyp
                           if "Logins, logouts and timeouts per minute" in c.proto.spec))
     assert built == ["transitions", "transitions"]  # three sessions, one build; the 60-minute view its own
     assert specs[0] == specs[1] == specs[2]
+
+
+def test_a_region_chosen_is_the_one_every_page_draws_and_a_link_carries(seeded: Seeded,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 62, item 8: ``?region=eu`` sets the filter; Live ops' total, its Servers table and the fleet map are
+    eu's alone (the total an independent sum over Redis' per-server counts), each cell leading to its server's
+    events; the Lag page, with the filter the session keeps, lists eu's servers alone; the Events page opens on the
+    server a cell links to."""
+    monkeypatch.setenv("REDIS_URL", seeded.cfg.redis_url)
+    monkeypatch.setenv("PIPELINE_NAMESPACE", seeded.cfg.namespace)
+    client = redis.Redis.from_url(seeded.cfg.redis_url, decode_responses=True)
+    keys = KeySchema(seeded.cfg.namespace)
+    counts = {s: int(n) for s, n in client.hgetall(keys.online_counts).items()}
+    at = AppTest.from_file(APP, default_timeout=90)
+    at.query_params["region"] = "eu"
+    at.session_state["ops_tab"] = "Servers"
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert at.selectbox(key="region").value == "eu"
+    assert sorted(at.selectbox(key="region").options) == ["All regions", "af", "as", "eu", "na", "oc", "sa"]
+    (total,) = [m for m in at.metric if m.label.startswith("All servers · ")]
+    assert int(total.value.replace(",", "")) == sum(n for s, n in counts.items() if s.startswith("eu-")) > 0
+    (table,) = [df.value for df in at.dataframe if "Trend (last hour)" in df.value.columns]
+    assert set(table["Server"]) and {s.split("-")[0] for s in table["Server"]} == {"eu"}
+    (fleet_map,) = [c for c in at.get("vega_lite_chart") if "The fleet" in c.proto.spec]
+    cells = pa.ipc.open_stream(fleet_map.proto.data.data).read_all().to_pylist()  # Streamlit moves it to Arrow
+    assert sorted(c["server"] for c in cells) == sorted(table["Server"])
+    assert all(c["href"] == f"events?server={c['server']}" and c["players"] == counts.get(c["server"], 0)
+               for c in cells)
+    states = dict(zip(table["Server"], table["State"], strict=True))
+    assert all((c["state"] == "silent") == (states[c["server"]] == "silent") for c in cells)
+
+    lag = page_test("lag", timeout=90, region="eu")
+    assert not lag.exception, [e.value for e in lag.exception]
+    (rows,) = [df.value for df in lag.dataframe if "Server" in df.value.columns]
+    assert len(rows) and {s.split("-")[0] for s in rows["Server"]} == {"eu"}
+
+    events = page_test("events", timeout=90, run=False)
+    events.query_params["server"] = "eu-003"
+    events.run()
+    assert events.selectbox(key="events_server").value == "eu-003"

@@ -65,6 +65,9 @@ def pick_server(snap: Snapshot) -> str:
     looked up), then every server; it opens on the server with the most late events, the one people ask about."""
     gone = sorted({**snap.retired, **snap.drained}.items(), key=lambda kv: (-kv[1], kv[0]))[:GONE_OPTIONS]
     options = [*snap.servers, *(s for s, _ in gone), model.ALL]
+    linked = st.query_params.get("server")  # a link to a server's events (Live ops' fleet map)
+    if linked is not None and linked in options and st.session_state.get("events_linked") != linked:
+        st.session_state["events_server"] = st.session_state["events_linked"] = linked
     if st.session_state.get("events_server") not in options:  # once: then the user's choice stays
         st.session_state["events_server"] = model.latest_server(snap)
     return st.selectbox("Server", options, key="events_server")

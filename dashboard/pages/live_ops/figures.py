@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from dashboard.charts import HEIGHT, LATE, NEUTRAL, ON_TIME, Mark, server_colors, span_text
+from dashboard.charts import BEHIND, HEIGHT, LATE, NEUTRAL, ON_TIME, Mark, server_colors, span_text
 from watermark.rules.online.rollup import MINUTE_MS, Minute
 
 HOUR_MS = 3_600_000
@@ -125,3 +125,32 @@ def _chart(title: str, layers: list[Spec], minutes: Sequence[Minute]) -> Spec:
     return {"title": {"text": title, "anchor": "start", "subtitle": span, "subtitleColor": "#555555"},
             "height": HEIGHT - 80, "layer": layers,
             "resolve": {"scale": {"color": "independent"}}}
+
+
+MAP_COLORS = {"live": ON_TIME, "empty": NEUTRAL, "silent": BEHIND}
+"""The fleet map's states in status colours: green speaking, grey speaking with nobody online, red silent."""
+
+
+def fleet_map(cells: Sequence[dict[str, object]]) -> Spec | None:
+    """Every live server as a cell coloured by state, a block of rows per region (one order on every page); hover
+    names the server, a click opens its events. Names are data, never markup. None without servers."""
+    if not cells:
+        return None
+    states = [s for s in MAP_COLORS if any(c["state"] == s for c in cells)]
+    regions = list(dict.fromkeys(str(c["region"]) for c in cells))
+    return {"data": {"values": list(cells)}, "title": {"text": "The fleet: every live server", "anchor": "start",
+                                                        "subtitle": "a click opens its events"},
+            "facet": {"row": {"field": "region", "type": "nominal", "sort": regions, "title": None,
+                              "header": {"labelAngle": 0, "labelAlign": "left", "labelFontSize": 13}}},
+            "spacing": 4, "resolve": {"scale": {"y": "independent"}},
+            "spec": {"width": "container", "height": {"step": 16},
+                     "mark": {"type": "rect", "stroke": "white", "strokeWidth": 2, "cursor": "pointer"},
+                     "encoding": {
+                         "x": {"field": "col", "type": "ordinal", "axis": None},
+                         "y": {"field": "row", "type": "ordinal", "axis": None},
+                         "color": {"field": "state", "type": "nominal", "title": None, "sort": states,
+                                   "scale": {"domain": states, "range": [MAP_COLORS[s] for s in states]},
+                                   "legend": {"orient": "bottom"}},
+                         "href": {"field": "href"},
+                         "tooltip": [{"field": "server"}, {"field": "region"}, {"field": "state"},
+                                     {"field": "players", "title": "players online", "format": ","}]}}}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
+from urllib.parse import urlencode
 
 from dashboard import charts
 from dashboard.fleet import NO_REGION, Grouping, latest_per_server
@@ -169,3 +170,26 @@ def slowest_clocks(snap: Snapshot, n: int = 5) -> list[tuple[str, float]]:
     worse = {s: w[1] for s, (_, sb) in latest_per_server(snap.batches, snap.servers).items()
              if (w := sb.worse_lag_p95()) is not None}
     return sorted(worse.items(), key=lambda kv: (-kv[1], kv[0]))[:n]
+
+
+MAP_STATES = ("live", "empty", "silent")
+"""A live server's state on the fleet map: speaking with players, speaking with none, silent (ServerSilent's rule)."""
+MAP_COLUMNS = 25
+"""Cells a row of a region's block: 300 servers in 6 regions are two rows each."""
+
+
+def fleet_cells(snap: Snapshot, v: OnlineView, silent: Collection[str]) -> list[dict[str, object]]:
+    """Every server in the live views as one cell of the fleet map: its region's block (regions in one order, as
+    :func:`states_by_region`), its place in it (by name), its state (:data:`MAP_STATES`) and players online, and
+    the address of its events (the Events page opens on it: ``events?server=``)."""
+    by_region: dict[str, list[str]] = {}
+    for s in snap.servers:
+        by_region.setdefault(snap.regions.get(s) or NO_REGION, []).append(s)
+    cells: list[dict[str, object]] = []
+    for region in sorted(by_region, key=lambda r: (r == NO_REGION, r)):
+        for i, s in enumerate(sorted(by_region[region])):
+            state = "silent" if s in silent else "live" if v.counts.get(s, 0) else "empty"
+            cells.append({"server": s, "region": region, "state": state, "players": v.counts.get(s, 0),
+                          "col": i % MAP_COLUMNS, "row": i // MAP_COLUMNS,
+                          "href": "events?" + urlencode({"server": s})})
+    return cells

@@ -275,6 +275,8 @@ def server_table(snap: Snapshot, v: OnlineView) -> None:
     slow.markdown("**Slowest clocks (lag p95)**")
     slow.markdown("\n".join(f"- {md(s)}: {human_ms(ms)}" for s, ms in model.slowest_clocks(snap, TOP_N))
                   or "No lag figures yet.")
+    ui.vega_chart(st, lambda: figures.fleet_map(model.fleet_cells(snap, v, silent)), "fleet_map",
+                  "No server in the live views.", shared=shared(snap))
     st.caption("Most players: " + ", ".join(f"{md(s)} ({v.counts.get(s, 0):,})" for s in ranked[:TOP_N])
                + " · fewest: " + ", ".join(f"{md(s)} ({v.counts.get(s, 0):,})" for s in reversed(ranked[-TOP_N:])))
     find = st.text_input("Find a server", key="ops_find_server",
