@@ -378,6 +378,8 @@ def live(render: Callable[[Snapshot, int], None], status: bool = True,
             st.caption(f"Paused: showing data read at {clock(snap.read_ms)}.")
         if snap.state is None:
             return
+        if lane.namespace != cfg.namespace:  # a lab lane: the page says so, with what makes it one
+            st.caption(f"The lab lane {lane.label}, not the configured pipeline: {params_caption(snap)}")
         if (region := current_region()) is not None:
             st.caption(f"Region {md(region)} alone (the Region filter in the sidebar); the status line is the "
                        "whole fleet's.")

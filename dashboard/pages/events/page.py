@@ -76,7 +76,6 @@ def pick_server(snap: Snapshot) -> str:
 def render(snap: Snapshot, now_ms: int) -> None:
     state = snap.state
     assert state is not None
-    st.caption(ui.params_caption(snap))
     choice = pick_server(snap)
     view = ui.current_view()
     cfg = Config.from_env(os.environ)

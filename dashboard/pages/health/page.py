@@ -12,7 +12,6 @@ from watermark.store.views.snapshot import Snapshot
 def render(snap: Snapshot, now_ms: int) -> None:
     state = snap.state
     assert state is not None
-    st.caption(ui.params_caption(snap))
     last = snap.last_batch
     stream = snap.stream
     c = st.columns(4)

@@ -61,14 +61,15 @@ def render(cfg: Config) -> None:
         if len(lanes) < 2:
             st.info(SETUP_HINT if cfg.demo else PRODUCTION_SETUP_HINT)
         idle_after = next((lane.idle_timeout_ms for lane in lanes if lane.idle_timeout_ms), DEFAULT_IDLE_TIMEOUT_MS)
-        for lane, snap in zip(lanes, snaps, strict=True):
-            ui.show_status(model.findings(lane, snap, seen, now, idle_after, reference=snaps[0]))
         ui.table(st, model.lane_table([model.lane_row(lane, snap)
                                          for lane, snap in zip(lanes, snaps, strict=True)]),
                      hide_index=True, key="lanes_table", width="stretch")
         st.caption("Accepted, dropped late and late accepted are totals since each pipeline started; final "
                    "windows and idle markers count the range shown.")
         ui.draw(st, ui.marked(model.lanes_watermarks(lanes, snaps, now)), "lanes_watermarks")
+        # What each lane's watermark is doing, in words: under the table and the chart they explain (data first).
+        for lane, snap in zip(lanes, snaps, strict=True):
+            ui.show_status(model.findings(lane, snap, seen, now, idle_after, reference=snaps[0]))
         per_server = [(lane, snap) for lane, snap in zip(lanes, snaps, strict=True) if lane.mode == "per-server"]
         for i in range(0, len(per_server), 2):
             cols = st.columns(2)

@@ -34,7 +34,7 @@ def headline(sb: ServerRecord) -> tuple[str, float]:
 
 def render(snap: Snapshot, now_ms: int) -> None:
     st.caption("Ingest lag = entry ID time − event time (delay before the event reached Redis). Processing lag = "
-               "batch trigger time − event time (what the watermark has to wait for). " + ui.params_caption(snap))
+               "batch trigger time − event time (what the watermark has to wait for).")
     latest = latest_per_server(snap.batches, snap.servers)
     # Past a few servers, the slowest (the worse p95 of the two) are drawn: percentiles do not add up per region.
     slowest = sorted(latest, key=lambda s: (-headline(latest[s][1])[1], s))[:MAX_SERIES]

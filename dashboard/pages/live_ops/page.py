@@ -17,7 +17,7 @@ from watermark.rules.online.rollup import DAY_MS, MINUTE_MS, TOTAL, region_key
 from watermark.schema.config import Config
 from watermark.store.history_store import Timeline
 from watermark.store.views.online import OnlineView
-from watermark.store.views.snapshot import Snapshot, open_at_loss
+from watermark.store.views.snapshot import Snapshot, WindowRow, open_at_loss
 
 
 def distinct_players(snap: Snapshot, current: dict, last_final: dict, bounds: object, g: Grouping) -> None:
@@ -35,6 +35,8 @@ def distinct_players(snap: Snapshot, current: dict, last_final: dict, bounds: ob
     cols = st.columns(max(1, len(labels)))
     said = {lb: model.window_status(current.get(lb), bounds, state.next_watermark_ms, state.head_ms) for lb in labels}
     once = len(set(said.values())) == 1 and len(said) > 1  # the same window for all: said once, under the row
+    finals = [f for lb in labels if (f := last_final.get(lb)) is not None]
+    one_final = once and len({(f.start_ms, f.end_ms) for f in finals}) == 1
     for col, server in zip(cols, labels, strict=False):
         w = current.get(server)
         f = last_final.get(server)
@@ -50,10 +52,14 @@ def distinct_players(snap: Snapshot, current: dict, last_final: dict, bounds: ob
                 st.caption(f"Partial: this window was open when Redis came back empty (before batch "
                            f"{state.lost_at_batch}); it counts only what came after.")
             if f is not None:
-                st.caption(f"last final: {f.players:,} players in {charts.ts(f.start_ms):%H:%M}–"
-                           f"{charts.ts(f.end_ms):%H:%M:%S}")
+                st.caption(f"last final: {f.players:,} players" + ("" if one_final else f" in {_span(f)}"))
     if once:
-        st.caption(next(iter(said.values())).capitalize())
+        st.caption(next(iter(said.values())).capitalize()
+                   + (f"; the last final one {_span(finals[0])}." if one_final else "."))
+
+
+def _span(w: WindowRow) -> str:
+    return f"{charts.ts(w.start_ms):%H:%M}–{charts.ts(w.end_ms):%H:%M:%S}"
 
 
 def render(snap: Snapshot, now_ms: int) -> None:

@@ -32,7 +32,6 @@ def server_drops(snap: Snapshot, g: Grouping) -> None:
 def render(snap: Snapshot, now_ms: int) -> None:
     state = snap.state
     assert state is not None
-    st.caption(ui.params_caption(snap))
     t = snap.totals
     c = st.columns(5)
     c[0].metric("Watermark (UTC)", clock(state.next_watermark_ms, zone=False),
@@ -53,10 +52,6 @@ def render(snap: Snapshot, now_ms: int) -> None:
     g = grouping(snap.servers, snap.regions, {s: x.dropped for s, x in t.servers.items()})
     server_drops(snap, g)
 
-    ui.retired_note(st, snap)
-    st.caption("Dashed grey: the wall clock. Blue: the newest event time seen. Red: the watermark in force. The "
-               "gap from the clock down to blue is how late events arrive; from blue down to red is the delay; a "
-               "flat red line while events arrive is a stall.")
     lost = state.lost_at_batch
     ui.chart(st, charts.mark_loss(charts.watermark_vs_time(snap.batches, now_ms), snap.batches, lost),
              "watermark_vs_time",
@@ -75,6 +70,11 @@ def render(snap: Snapshot, now_ms: int) -> None:
     ui.chart(right, charts.per_server_over_time(snap.batches, g.members, "late", "Late but accepted per batch"),
              "late_over_time", "No batch in this range accepted a late event (behind the watermark, its window "
              "still open): a batch that does appears here as a bar per server.")
+    ui.retired_note(st, snap)
+    with st.expander("How to read the first chart"):
+        st.markdown("From the wall clock (dashed) down to the newest event time seen is how late events arrive; "
+                    "from there down to the watermark in force is the delay; a flat watermark while events arrive "
+                    "is a stall.")
     with st.expander("The late rule"):
         st.markdown(
             "Spark's rule, applied to every (event, window) pair: a window is **closed**, and an event for it is "
