@@ -145,14 +145,15 @@ def java() -> str:
     return str(Path(home) / "bin" / "java") if home else (shutil.which("java") or "java")
 
 
-def key() -> str:
-    """What the archive depends on: the JVM (its version and binary) and every Spark jar (its path, name and size):
-    a checkout of its own, with a virtual environment of its own, has jars of its own."""
+def key(home: Path | None = None) -> str:
+    """What the archive depends on: the JVM (its version and binary) and every Spark jar (its path, name, size and
+    modification time, which the JVM checks too): a checkout of its own, with a virtual environment of its own, has
+    jars of its own, and so has a checkout made again at the same path (a fresh clone's jars are newer)."""
     import pyspark
 
     version = subprocess.run([java(), "-version"], capture_output=True, text=True, check=True).stderr
-    home = spark_home()
-    jars = sorted((p.name, p.stat().st_size) for p in (home / "jars").glob("*.jar"))
+    home = home or spark_home()
+    jars = sorted((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in (home / "jars").glob("*.jar"))
     text = repr((version, os.path.realpath(java()), pyspark.__version__, str(home), jars, BASE_OPTS))
     return hashlib.sha256(text.encode()).hexdigest()[:16]  # (java() ran: it exists)
 
@@ -171,7 +172,7 @@ def spark_submit_opts() -> str:
         archive = cache / f"spark-{key()}.jsa"
         with (cache / "jvm-archive.lock").open("w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
-            prune(cache)
+            prune(cache, archive)
             if not archive.exists():
                 build(archive)
                 archive.with_suffix(".home").write_text(str(spark_home()))
@@ -182,11 +183,14 @@ def spark_submit_opts() -> str:
     return f"{BASE_OPTS} -XX:SharedArchiveFile={archive} {QUIET}"
 
 
-def prune(cache: Path) -> None:
-    """Removes the archives of environments that are gone (a deleted checkout's): about 170 MB each."""
+def prune(cache: Path, current: Path | None = None) -> None:
+    """Removes the archives of environments that are gone (a deleted checkout's), and those of this environment's
+    place that are not ``current`` (built for the jars of a checkout made there before): about 170 MB each."""
+    here = str(spark_home()) if current is not None else None
     for archive in cache.glob("spark-*.jsa"):
         home = archive.with_suffix(".home")
-        if not (home.exists() and Path(home.read_text()).is_dir()):
+        if not (home.exists() and Path(home.read_text()).is_dir()) or (
+                archive != current and home.read_text() == here):
             archive.unlink(missing_ok=True)
             home.unlink(missing_ok=True)
 

@@ -33,3 +33,25 @@ def test_an_archive_that_cannot_map_is_refused_and_a_gone_environments_is_pruned
             (tmp_path / f"spark-{name}.home").write_text(str(home))
     prune(tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["home", "spark-kept.home", "spark-kept.jsa"]
+
+
+def test_an_archive_of_a_checkout_made_again_at_the_same_place_is_not_this_ones(tmp_path: Path) -> None:
+    """A clone deleted and made again at the same path has jars of the same names and sizes, newer: the JVM refuses
+    the old archive (it checks the jars' times), so the key must differ, and the old archive goes."""
+    from tests.procs import spark_home
+
+    (tmp_path / "spark-old.jsa").write_bytes(b"")
+    (tmp_path / "spark-old.home").write_text(str(spark_home()))
+    clone = tmp_path / "clone"  # a stand-in for a checkout's Spark: its jars only, never the real ones
+    (clone / "jars").mkdir(parents=True)
+    jar = clone / "jars" / "spark-core.jar"
+    jar.write_bytes(b"jar")
+    before = key(clone)
+    os.utime(jar, ns=(0, jar.stat().st_mtime_ns + 1_000_000_000))  # cloned again: same name and size, newer
+    assert key(clone) != before
+    before = key()
+    current = tmp_path / f"spark-{before}.jsa"
+    current.write_bytes(b"")
+    current.with_suffix(".home").write_text(str(spark_home()))
+    prune(tmp_path, current)
+    assert sorted(p.name for p in tmp_path.glob("spark-*")) == sorted([current.name, current.with_suffix(".home").name])
