@@ -152,9 +152,11 @@ def frame(fig: go.Figure) -> go.Figure:
     lo, hi = max(lo, _ms(min(xs))), min(hi, _ms(max(xs)))  # the data's span, not the axis' padding
     meta = fig.layout.meta if isinstance(fig.layout.meta, dict) else {}
     fig.update_xaxes(tickformat=tick_format(hi - lo))
-    if fig.layout.title.text:
-        fig.update_layout(title_subtitle_text=span_text(lo, hi, meta.get("asked_ms")),
-                          margin_t=max(fig.layout.margin.t or 0, 64))
+    if fig.layout.title.text and fig.layout.title.subtitle.text is None:
+        # the subtitle's room added above, so the plot keeps its height and its legend stays clear of the ticks
+        top = fig.layout.margin.t if fig.layout.margin.t is not None else 50
+        fig.update_layout(title_subtitle_text=span_text(lo, hi, meta.get("asked_ms")), margin_t=top + 16,
+                          height=(fig.layout.height or HEIGHT) + 16)
     return fig
 
 

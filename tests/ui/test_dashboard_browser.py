@@ -210,8 +210,9 @@ FOLD_JS = """
   const total = document.querySelector('[data-testid="stMetric"]');
   const top = chart ? chart.getBoundingClientRect().top : null;
   const boxes = Array.from(document.querySelectorAll('[data-testid="stMain"] [data-testid="stAlert"]'))
-    .filter(b => top === null || b.getBoundingClientRect().top < top).length;
-  return {chart: top, total: total ? total.getBoundingClientRect().bottom : null, boxes};
+    .filter(b => top === null || b.getBoundingClientRect().top < top);
+  return {chart: top, total: total ? total.getBoundingClientRect().bottom : null, boxes: boxes.length,
+          said: boxes.map(b => b.innerText.slice(0, 160))};
 }
 """
 
@@ -277,7 +278,7 @@ def audit_pages(page, url: str, shots: Path, prefix: str = "page-") -> list[str]
             fold = page.evaluate(FOLD_JS)
             if fold["chart"] is None or fold["chart"] >= 800 or fold["total"] is None or fold["total"] >= 800:
                 problems.append(f"ops: the total at {fold['total']} px, the first chart at {fold['chart']} px: "
-                                "not both above the fold at 1280x800")
+                                f"not both above the fold at 1280x800; the boxes said {fold['said']}")
             if fold["boxes"] > 2:
                 problems.append(f"ops: {fold['boxes']} boxes above the first chart, more than a status and an alert")
         for fig in page.evaluate(FIGURES_JS):
