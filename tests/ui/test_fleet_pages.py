@@ -184,7 +184,7 @@ def test_a_region_chosen_is_the_one_every_page_draws_and_a_link_carries(seeded: 
     assert not at.exception, [e.value for e in at.exception]
     assert at.selectbox(key="region").value == "eu"
     assert sorted(at.selectbox(key="region").options) == ["All regions", "af", "as", "eu", "na", "oc", "sa"]
-    (total,) = [m for m in at.metric if m.label.startswith("All servers · ")]
+    (total,) = [m for m in at.metric if m.label.startswith("All servers in eu · ")]
     assert int(total.value.replace(",", "")) == sum(n for s, n in counts.items() if s.startswith("eu-")) > 0
     (table,) = [df.value for df in at.dataframe if "Trend (last hour)" in df.value.columns]
     assert set(table["Server"]) and {s.split("-")[0] for s in table["Server"]} == {"eu"}

@@ -143,7 +143,7 @@ def fleet_map(cells: Sequence[dict[str, object]]) -> Spec | None:
             "facet": {"row": {"field": "region", "type": "nominal", "sort": regions, "title": None,
                               "header": {"labelAngle": 0, "labelAlign": "left", "labelFontSize": 13}}},
             "spacing": 4, "resolve": {"scale": {"y": "independent"}},
-            "spec": {"width": "container", "height": {"step": 16},
+            "spec": {"width": {"step": 30}, "height": {"step": 22},  # 25 cells a row: 750 px, at 1280 px too
                      "mark": {"type": "rect", "stroke": "white", "strokeWidth": 2, "cursor": "pointer"},
                      "encoding": {
                          "x": {"field": "col", "type": "ordinal", "axis": None},

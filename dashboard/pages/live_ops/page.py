@@ -203,7 +203,8 @@ def _online_metric(col: Any, label: str, v: OnlineView, g: Grouping,  # noqa: AN
                    counts: dict[str, int], trend: list[int], as_of: str | None) -> None:
     """One series' players online now (the total, a server, a region or the rest) with its last hour per minute
     as a sparkline; its peak today, and what "online" means, in its help."""
-    name = "All servers" if label == TOTAL else label
+    region = ui.current_region()
+    name = ("All servers" if region is None else f"All servers in {region}") if label == TOTAL else label
     n = v.total if label == TOTAL else counts[label]
     # a region's own peak (the highest sum of one batch); the busiest-servers grouping's "rest" has none
     peak = v.peaks.get(region_key(label) if g.by == "region" and label != TOTAL else label)
