@@ -134,7 +134,7 @@ def test_a_week_at_300_servers_reads_a_command_per_region_and_day(seeded: Seeded
     assert not at.exception, [e.value for e in at.exception]
     calls = client.info("commandstats").get("cmdstat_getrange", {}).get("calls", 0)
     assert calls == (6 + 1) * days
-    (chart,) = [json.loads(c.proto.spec) for c in at.get("plotly_chart") if "last 7 days" in c.proto.spec]
+    (chart,) = [json.loads(c.proto.spec) for c in at.get("plotly_chart") if "online_history" in c.proto.id]
     assert sorted(t["name"] for t in chart["data"]) == sorted(["All servers", "af", "as", "eu", "na", "oc", "sa"])
 
 

@@ -12,12 +12,15 @@ from watermark.store.views.snapshot import Snapshot
 def render(snap: Snapshot, now_ms: int) -> None:
     state = snap.state
     assert state is not None
-    last = snap.last_batch
     stream = snap.stream
     c = st.columns(4)
     c[0].metric("Last batch", f"#{state.last_batch}", help="The newest batch committed to Redis.")
-    c[1].metric("Last batch duration", human_ms(last.duration_ms) if last and last.duration_ms is not None else "-",
-                help=f"Spark's triggerExecution; above the {human_ms(state.trigger_ms)} trigger the job falls behind.")
+    # Spark reports a batch's duration just after its commit: the newest batch that has one (else "-" at most ticks)
+    timed = next((b for b in reversed(snap.batches) if b.duration_ms is not None), None)
+    c[1].metric("Last batch duration", human_ms(timed.duration_ms) if timed is not None else "-",
+                help=f"Spark's triggerExecution of the newest batch it has reported"
+                     f"{f' (#{timed.batch})' if timed is not None else ''}; above the {human_ms(state.trigger_ms)} "
+                     "trigger the job falls behind.")
     c[2].metric("Entries waiting", ui.fmt_int(stream.waiting),
                 help="Stream entries the job has not committed yet (exact: the stream's length plus what was "
                      "trimmed, minus what was committed).")
