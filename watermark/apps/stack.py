@@ -9,8 +9,8 @@ Each line ``name: command`` runs as ``bash -c command`` in a session of its own,
   while it runs: a second ``./run.sh`` on the same data says so in one line, naming the running stack's pid, and
   exits 1. A port the stack needs that another program holds is said the same way, before anything starts.
 - **Stops together.** Ctrl-C, SIGTERM or a hang-up (a closed terminal) asks every process to stop (SIGTERM to its
-  group), waits :data:`GRACE_S`, then SIGKILLs what is left. One process ending on its own stops the others and
-  the stack exits with its code.
+  group), waits :data:`GRACE_S`, then SIGKILLs what is left; the embedded Redis after the others have left. One
+  process ending on its own stops the others and the stack exits with its code.
 - **No orphans.** Each process gets SIGTERM from the kernel when ``wm-stack`` dies, even by SIGKILL
   (:func:`watermark.runtime.children.die_with_parent`); ``wm-redis`` does the same for its ``redis-server``, and
   Spark's JVM leaves when the job's driver does (its standard input closes).
@@ -39,7 +39,10 @@ from watermark.runtime.signals import on_stop_signals
 from watermark.schema.config import Config, ConfigError
 
 GRACE_S = 5.0
-"""How long a stop waits for every process before SIGKILL (the embedded Redis lets its clients leave in 3.5 s)."""
+"""How long a stop waits for the processes before SIGKILL: first every one but the store, then the store (the whole
+stack within 10 s)."""
+STOPS_LAST = ("redis",)
+"""Procfile lines stopped after the others: the embedded Redis every other process writes to."""
 
 
 @dataclass
@@ -136,19 +139,28 @@ class Stack:
                 self._changed.wait(0.5)
 
     def stop(self) -> None:
+        """Every process asked to stop, the store last (:data:`STOPS_LAST`): a job stopping its queries slowly
+        still reaches Redis until it has left, instead of retrying against a stopped one until it is killed."""
         alive = [ln for ln in self.lines if ln.proc is not None and ln.proc.poll() is None]
+        self._stop([ln for ln in alive if ln.name not in STOPS_LAST])
+        self._stop([ln for ln in alive if ln.name in STOPS_LAST])
+
+    def _stop(self, alive: list[Line]) -> None:
+        """SIGTERM to each process' group, :data:`GRACE_S` for all of them, then SIGKILL to what is left."""
         for ln in alive:
+            assert ln.proc is not None
             self.say("system", f"sending SIGTERM to {ln.name}.1 (pid {ln.proc.pid})")
             _signal_group(ln.proc.pid, signal.SIGTERM)
         deadline = time.monotonic() + GRACE_S
         for ln in alive:
+            assert ln.proc is not None
             try:
                 ln.proc.wait(timeout=max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 self.say("system", f"sending SIGKILL to {ln.name}.1 (pid {ln.proc.pid})")
                 _signal_group(ln.proc.pid, signal.SIGKILL)
                 ln.proc.wait()
-        for ln in self.lines:
+        for ln in alive:  # their last words said before the next group is asked
             if ln.reader is not None:
                 ln.reader.join(timeout=2)
 
