@@ -124,7 +124,7 @@ def span_text(lo_ms: int, hi_ms: int, asked_ms: int | None = None) -> str:
     '00:00:00–00:00:30 UTC · 30.0 s'
     """
     span_ms = hi_ms - lo_ms
-    fmt = "%H:%M:%S" if span_ms <= SECONDS_UP_TO_MS else "%H:%M" if span_ms < 86_400_000 else "%a %d %H:%M"
+    fmt = tick_format(span_ms) if span_ms < 86_400_000 else "%a %d %H:%M"  # past a day, "05:31–05:34" is ambiguous
     length = f"{round(span_ms / 86_400_000)} days" if span_ms >= 2 * 86_400_000 else human_ms(span_ms)
     text = f"{ts(lo_ms):{fmt}}–{ts(hi_ms):{fmt}} UTC · {length}"
     if asked_ms is not None and span_ms < 0.9 * asked_ms:
@@ -139,17 +139,27 @@ def _whole(ms: int) -> str:
     return f"{ms // 3_600_000} h" if ms % 3_600_000 == 0 else human_ms(ms)
 
 
+def _x_span(fig: go.Figure) -> tuple[tuple[int, int], tuple[int, int]] | None:
+    """A time chart's x span in ms: what it shows (its axis range, else its data's) and its data's; None without a
+    time x axis."""
+    xs = [x for t in fig.data for x in (t.x or ()) if isinstance(x, datetime)]
+    if not xs:
+        return None
+    data = _ms(min(xs)), _ms(max(xs))
+    rng = fig.layout.xaxis.range
+    shown = (_ms(rng[0]), _ms(rng[1])) if rng and all(isinstance(r, datetime | str) for r in rng) else data
+    return shown, data
+
+
 def frame(fig: go.Figure) -> go.Figure:
     """A time chart's frame, applied to every chart as it is drawn (``dashboard.ui``): the span its data covers
     under the title (:func:`span_text`; ``layout.meta["asked_ms"]`` the range asked for, when there is one) and tick
     labels for that span (:func:`tick_format`). Charts without a time x axis are left as they are."""
-    rng = fig.layout.xaxis.range
-    xs = [x for t in fig.data for x in (t.x or ()) if isinstance(x, datetime)]
-    if not xs:
+    span = _x_span(fig)
+    if span is None:
         return fig
-    lo, hi = (_ms(rng[0]), _ms(rng[1])) if rng and all(isinstance(r, datetime | str) for r in rng) else (
-        _ms(min(xs)), _ms(max(xs)))
-    lo, hi = max(lo, _ms(min(xs))), min(hi, _ms(max(xs)))  # the data's span, not the axis' padding
+    (shown_lo, shown_hi), (data_lo, data_hi) = span
+    lo, hi = max(shown_lo, data_lo), min(shown_hi, data_hi)  # the data's span, not the axis' padding
     meta = fig.layout.meta if isinstance(fig.layout.meta, dict) else {}
     fig.update_xaxes(tickformat=tick_format(hi - lo))
     if fig.layout.title.text and fig.layout.title.subtitle.text is None:
@@ -381,12 +391,10 @@ def mark(fig: go.Figure, marks: Sequence[Mark]) -> go.Figure:
     """Draw the marks over the chart's time range (its x axis range, else the span of its data): a range shaded,
     a moment as a dotted line, each named at the top while there are few. Shapes, not traces: the legend keeps
     the chart's lines."""
-    xs = [x for t in fig.data for x in (t.x or ()) if isinstance(x, datetime)]
-    if not xs or not marks:  # no time axis (a bar per server, a delay): nothing to draw over
+    span = _x_span(fig)
+    if span is None or not marks:  # no time axis (a bar per server, a delay): nothing to draw over
         return fig
-    rng = fig.layout.xaxis.range
-    lo, hi = (rng[0], rng[1]) if rng and all(isinstance(r, datetime | str) for r in rng) else (min(xs), max(xs))
-    lo_ms, hi_ms = _ms(lo), _ms(hi)
+    lo_ms, hi_ms = span[0]
     shown = [m for m in marks if m.start_ms <= hi_ms and (m.end_ms or m.start_ms) >= lo_ms]
     for i, m in enumerate(shown):
         start = ts(max(m.start_ms, lo_ms))

@@ -173,10 +173,13 @@ def in_region(snap: Snapshot, region: str | None) -> Snapshot:
     online = snap.online
     if online is not None:
         key = region_key(region)
-        peaks = {**only(online.peaks), **({TOTAL: online.peaks[key]} if key in online.peaks else {})}
-        ever = {**only(online.peaks_ever), **({TOTAL: online.peaks_ever[key]} if key in online.peaks_ever else {})}
-        online = replace(online, counts=only(online.counts), clocks=only(online.clocks), peaks=peaks,
-                         peaks_ever=ever, history=tuple(replace(p, counts=only(p.counts)) for p in online.history),
+
+        def peaks_of(peaks: Mapping[str, _V]) -> dict[str, _V]:  # the region's own peak is the total's now
+            return {**only(peaks), **({TOTAL: peaks[key]} if key in peaks else {})}
+
+        online = replace(online, counts=only(online.counts), clocks=only(online.clocks),
+                         peaks=peaks_of(online.peaks), peaks_ever=peaks_of(online.peaks_ever),
+                         history=tuple(replace(p, counts=only(p.counts)) for p in online.history),
                          minutes=tuple(replace(m, last=only(m.last), peak=only(m.peak),
                                                causes=only(m.causes), regions=None) for m in online.minutes))
     return replace(snap, servers=tuple(s for s in snap.servers if keep(s)),

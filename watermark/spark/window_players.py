@@ -151,11 +151,9 @@ def write(client: redis.Redis, keys: KeySchema, end_position: str, players: Part
             queue_packed(pipe, "EVAL", ADD_LUA, argv, head=(3 + len(sets), added, state, index, *sets, ttl_s))
         redis_conn.execute(pipe)
         replicas, timeout_ms = wait
-        if replicas:
-            got = int(pipe.execute_command("WAIT", replicas, timeout_ms))
-            if got < replicas:
-                raise redis_conn.ReplicasBehind(f"players up to {end_position}: {got} of {replicas} replica(s) "
-                                                f"acknowledged them within {timeout_ms} ms")
+        if replicas:  # on the transaction's own connection: WAIT covers what it wrote
+            redis_conn.enough_replicas(int(pipe.execute_command("WAIT", replicas, timeout_ms)), replicas,
+                                       timeout_ms, f"players up to {end_position}")
     return len(calls)
 
 

@@ -204,6 +204,11 @@ def wait_replicas(client: redis.Redis, key: str, field: str, value: object, repl
         raise
     finally:
         pool.release(conn)
+    return enough_replicas(got, replicas, timeout_ms, what)
+
+
+def enough_replicas(got: int, replicas: int, timeout_ms: int, what: str) -> int:
+    """``got``, WAIT's reply, or :class:`ReplicasBehind` when it is fewer than ``replicas``."""
     if got < replicas:
         raise ReplicasBehind(f"{what}: {got} of {replicas} replica(s) acknowledged it within {timeout_ms} ms "
                              "(REDIS_WAIT_REPLICAS, REDIS_WAIT_TIMEOUT); not done until they have it")
