@@ -48,6 +48,11 @@ class PageSpec:
     url_path: str
 
 
+# The pages that draw one region's servers alone when the Region filter is set. The others are the whole fleet's
+# (Alerts name each alert's region; the lab, the delay advice and lab control are the pipeline's): they show the
+# filter disabled, saying so. (A comment, not a docstring: Streamlit draws a bare string of the entry script.)
+REGIONAL = frozenset({"ops", "watermark", "lag", "events", "health", "wall"})
+
 # Every page by its URL path, in the navigation's order; Live ops is the default.
 PAGES: dict[str, PageSpec] = {
     "ops": PageSpec(live_ops.main, "Live ops", ":material/sports_esports:", "ops"),
@@ -113,7 +118,8 @@ def main() -> None:
     pages = {name: st.Page(PAGES[name].main, title=PAGES[name].title, icon=PAGES[name].icon,
                            url_path=PAGES[name].url_path, default=name == "ops") for name in shown}
     page = st.navigation(list(pages.values()))
-    ui.sidebar(active=page.url_path != "control")  # Lab control reads none of them
+    name = next(n for n, p in pages.items() if p is page)
+    ui.sidebar(active=name != "control", regional=name in REGIONAL)  # Lab control reads none of them
     ui.access_note(acc)
     page.run()
 
@@ -121,7 +127,7 @@ def main() -> None:
 def run_one(name: str) -> None:
     """One page as :func:`main` draws it when it is chosen, without the navigation (``dashboard.testing``)."""
     page_config()
-    ui.sidebar(active=name != "control")
+    ui.sidebar(active=name != "control", regional=name in REGIONAL)
     ui.access_note(ui.current_access())
     PAGES[name].main()
 

@@ -70,15 +70,16 @@ def now_ms() -> int:
     return int(override) if override is not None else int(time.time() * 1000)
 
 
-def sidebar(active: bool = True) -> None:
+def sidebar(active: bool = True, regional: bool = True) -> None:
     """The controls every page shares; drawn by the entry script so they persist across pages. On a page that
-    reads none of them (``active`` false) they are shown disabled, with a word on why, and keep their values.
+    reads none of them (``active`` false) they are shown disabled, with a word on why, and keep their values; the
+    Region filter likewise on a page that is the whole fleet's (``regional`` false).
 
     They sit in a popover whose label says the view (range, refresh, paused): a browser draws the controls only
     when it is opened, and drawing them on every visit delayed Live ops' first chart (docs/benchmarks.md)."""
     lanes = available_lanes()
     off = not active
-    region_filter(off)
+    region_filter(off or not regional)
     with st.sidebar.popover(view_label(current_view()), icon=":material/tune:", width="stretch", key="view_settings"):
         if off:
             st.caption("These settings are for the other pages; this one does not use them.")
@@ -99,6 +100,9 @@ def sidebar(active: bool = True) -> None:
             st.caption(settings)
 
 
+REGION_HELP = (" Live ops, the wall, Watermark, Lag, Events and Health show this region's servers alone (the status "
+               "line stays the whole fleet's); Alerts, the lab, the delay advice and Lab control are the whole "
+               "fleet's. The address carries it: ?region=eu.")
 REGION_KEY = "region"
 """Session-state key and URL parameter (``?region=eu``) of the region filter: set on one page, every page keeps it,
 and a link carries it."""
@@ -119,8 +123,8 @@ def region_filter(off: bool) -> None:
     if st.session_state.get(REGION_KEY) not in options:
         st.session_state[REGION_KEY] = ALL_REGIONS
     chosen = st.sidebar.selectbox("Region", options, key=REGION_KEY, disabled=off,
-                                  help="Every page that draws servers shows this region's alone (the status line "
-                                       "stays the whole fleet's). The address carries it: ?region=eu.")
+                                  help=("This page is the whole fleet's; the filter is kept for the others."
+                                        if off else "") + REGION_HELP.strip())
     if chosen == ALL_REGIONS:
         st.query_params.pop(REGION_KEY, None)
     else:
@@ -352,10 +356,12 @@ def show_status(statuses: list[Status]) -> None:
 
 
 def live(render: Callable[[Snapshot, int], None], status: bool = True,
-         windows: Callable[[], bool] = lambda: True) -> None:
+         windows: Callable[[], bool] = lambda: True, whole: bool = False) -> None:
     """Run ``render(snapshot, now_ms)`` now and, unless paused, every refresh interval; ``status`` False: the page
     says the pipeline's health itself (the wall), and only a Redis that cannot be read is said here. ``windows()``,
-    asked each run: whether this run draws windows (False: the snapshot is read without them)."""
+    asked each run: whether this run draws windows (False: the snapshot is read without them). The snapshot is
+    the chosen region's (``dashboard.fleet.in_region``), or with ``whole`` the whole fleet's: the page judges the
+    fleet's health on it and applies the region itself (the wall's status tile)."""
     view = current_view()
 
     @st.fragment(run_every=None if view.paused else view.refresh_s)
@@ -384,7 +390,7 @@ def live(render: Callable[[Snapshot, int], None], status: bool = True,
             st.caption(f"Region {md(region)} alone (the Region filter in the sidebar); the status line is the "
                        "whole fleet's.")
         try:
-            render(in_region(snap, region), now)
+            render(snap if whole else in_region(snap, region), now)
         except Exception as exc:  # a bug or an unexpected record must not become a traceback on the page
             log.exception("rendering failed")
             st.error(f"This page could not be drawn from the data in Redis ({type(exc).__name__}: {exc}). "
@@ -428,7 +434,7 @@ def chart(where: Any, fig: Any, key: str, empty: str, *, shared: tuple | None = 
     if ready is None:
         where.info(empty)
     else:
-        where.plotly_chart(ready, key=key)
+        where.plotly_chart(ready, key=key, theme=None)
 
 
 def vega_chart(where: Any, build: Callable[[], dict | None], key: str, empty: str, *,  # noqa: ANN401
@@ -450,9 +456,9 @@ def _shared_spec(key: tuple, _build: Callable[[], dict | None]) -> dict | None:
 
 def _ready(fig: Any) -> Any:  # noqa: ANN401 - a plotly figure
     """The figure as drawn: its marks over it, its names as text; None when it has nothing to show."""
-    from dashboard.charts import frame, has_data
+    from dashboard.charts import frame, has_data, themed
 
-    return safe_figure(marked(frame(fig))) if has_data(fig) else None
+    return themed(safe_figure(marked(frame(fig)))) if has_data(fig) else None
 
 
 @st.cache_resource(show_spinner=False, ttl=TICK_TTL_S, max_entries=512)
@@ -462,10 +468,10 @@ def _shared_chart(key: tuple, _build: Callable[[], Any]) -> Any:  # noqa: ANN401
 
 def draw(where: Any, fig: Any, key: str) -> None:  # noqa: ANN401 - st or a column; a plotly figure
     """Every chart is drawn here: framed (``dashboard.charts.frame``), the names it carries as text
-    (``dashboard.text.safe_figure``)."""
-    from dashboard.charts import frame
+    (``dashboard.text.safe_figure``), in our theme (``dashboard.charts.THEME``)."""
+    from dashboard.charts import frame, themed
 
-    where.plotly_chart(safe_figure(frame(fig)), key=key)
+    where.plotly_chart(themed(safe_figure(frame(fig))), key=key, theme=None)
 
 
 def table(where: Any, data: Any, **kw: Any) -> Any:  # noqa: ANN401 - st or a column; rows; st.dataframe's options

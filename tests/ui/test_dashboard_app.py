@@ -25,6 +25,7 @@ from watermark.alerting.config import AlertConfig, ServerSilent, WatermarkFlat
 from watermark.apps.redis_server import free_port
 from watermark.schema.events import parse_entry_id
 from watermark.schema.keys import KeySchema, WindowKey
+from watermark.schema.timeutil import human_ms
 from watermark.store.alert_store import THRESHOLDS_FIELD, publish_thresholds
 from watermark.store.report import read_batches
 from watermark.store.views.online import read_online
@@ -304,7 +305,7 @@ def test_lag_page_shows_each_servers_newest_p95(env: Seeded, direct: tuple[redis
             ingest[server] = il
     assert set(newest) == {"A", "B", "C"}
     for server, (which, p95) in newest.items():
-        assert shown[f"{server} · {which} p95"] == f"{p95 / 1000:.2f} s"
+        assert shown[f"{server} · {which} p95"] == human_ms(p95)
     assert ingest["C"] > 10 * ingest["A"], "the overseas server is the slow one"
     assert any("slowest server" in c.value for c in at.caption)
     assert len(at.get("plotly_chart")) == 1

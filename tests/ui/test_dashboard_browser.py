@@ -190,8 +190,8 @@ FIGURES_JS = r"""
   const legend = p.querySelector('.legend');
   return {
     data: p.data.map(t => ({name: t.name || '', x: t.x || [], y: t.y || [], showlegend: t.showlegend})),
-    // Streamlit's theme wraps a title in <b> in the browser at each drawing of the same figure: its text is ours
-    layout: {title: {text: ((p.layout.title && p.layout.title.text) || '').replace(/<\/?b>/g, '')},
+    // as we sent it: nothing in the browser may change it (Streamlit's theme wrapped it in <b> at each drawing)
+    layout: {title: {text: (p.layout.title && p.layout.title.text) || ''},
              xaxis: {range: p._fullLayout.xaxis && p._fullLayout.xaxis.type === 'date' ? p._fullLayout.xaxis.range
                             : null},
              yaxis: {range: p._fullLayout.yaxis ? p._fullLayout.yaxis.range : null,
@@ -275,6 +275,9 @@ def audit_pages(page, url: str, shots: Path, prefix: str = "page-") -> list[str]
             page.wait_for_selector('[data-test-script-state="notRunning"]', timeout=60_000)
         page.wait_for_function(VEGA_ALL_DRAWN, timeout=60_000)  # a chart that cannot draw its rows fails here
         if name == "ops":  # data before prose: the total and the first chart above a laptop's fold
+            # both drawn first: a refresh of the page's fragment may be replacing them as the script stops
+            page.wait_for_selector('[data-testid="stVegaLiteChart"]', timeout=60_000)
+            page.wait_for_selector('[data-testid="stMetric"]', timeout=60_000)
             fold = page.evaluate(FOLD_JS)
             if fold["chart"] is None or fold["chart"] >= 800 or fold["total"] is None or fold["total"] >= 800:
                 problems.append(f"ops: the total at {fold['total']} px, the first chart at {fold['chart']} px: "
@@ -285,6 +288,8 @@ def audit_pages(page, url: str, shots: Path, prefix: str = "page-") -> list[str]
             label = f"{name}: {fig['layout']['title']['text'] or 'untitled chart'}"
             # Titles are measured here rather than counted: the page's own boxes say whether they fit.
             problems += audit(fig["data"], fig["layout"], range_ms=15 * 60_000, half_width=False, name=label)
+            if fig["layout"]["title"]["text"].startswith("<b>"):
+                problems.append(f"{label}: a title the browser changed after we sent it")
             if fig["title"] and fig["title"][2] > fig["box"][2] + 1:
                 problems.append(f"{label}: title cut at the right edge")
             if fig["legend"] and any(overlaps(fig["legend"], t) for t in fig["ticks"]):

@@ -710,6 +710,21 @@ def test_drawing_a_shared_figure_again_changes_nothing_in_it() -> None:
     assert first.layout.title.text == second.layout.title.text == "Players online"
 
 
+def test_a_chart_is_drawn_in_our_theme_and_the_figure_shared_is_not_changed() -> None:
+    """Streamlit's theme wraps ``layout.title`` in ``<b>`` at each drawing of the same figure in the browser:
+    every chart is drawn with ``theme=None`` in a template of ours (Streamlit's look), on a copy."""
+    import plotly.graph_objects as go
+
+    from dashboard import ui
+
+    fig = charts.layout(go.Figure(go.Scatter(x=[1, 2], y=[1, 2])), "Players online", "players")
+    before = fig.to_json()
+    drawn = ui._ready(fig)
+    assert fig.to_json() == before  # the shared figure is not changed
+    assert drawn.layout.template.layout.font.family == charts.FONT and drawn.layout.title.text == "Players online"
+    assert drawn.layout.template.layout.title.font.weight == 600
+
+
 def test_the_lab_draws_each_lane_by_its_distance_behind_the_newest_event() -> None:
     """Two lanes over the same events: the configured one 30 s behind the newest event time, a per-server-min lane
     held back to 90 s by a silent server; each at its own height, neither under the other."""

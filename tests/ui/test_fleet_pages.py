@@ -5,6 +5,7 @@ than a handful of lines, and every region's number equal to an independent sum o
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections import defaultdict
 
@@ -205,3 +206,39 @@ def test_a_region_chosen_is_the_one_every_page_draws_and_a_link_carries(seeded: 
     events.query_params["server"] = "eu-003"
     events.run()
     assert events.selectbox(key="events_server").value == "eu-003"
+
+
+def test_the_wall_with_a_region_chosen_keeps_the_fleets_status(seeded: Seeded,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 62: with ``region=eu`` the wall's total and its heading are eu's (an independent sum over Redis'
+    per-server counts), while its status tile says what it says for the whole fleet: one truth about health."""
+    monkeypatch.setenv("REDIS_URL", seeded.cfg.redis_url)
+    monkeypatch.setenv("PIPELINE_NAMESPACE", seeded.cfg.namespace)
+    client = redis.Redis.from_url(seeded.cfg.redis_url, decode_responses=True)
+    counts = {s: int(n) for s, n in client.hgetall(KeySchema(seeded.cfg.namespace).online_counts).items()}
+    now = int(time.time() * 1000)
+
+    def wall(**state: object) -> str:
+        at = page_test("wall", timeout=90, now_ms=now, **state)
+        assert not at.exception, [e.value for e in at.exception]
+        return " ".join(h.proto.body for h in at.get("html"))
+
+    whole, eu = wall(), wall(region="eu")
+    tile = re.compile(r'class="wall-status"[^>]*>(.*?)</div>')
+    assert tile.search(eu).group(1) == tile.search(whole).group(1)
+    assert "Players online in eu<" in eu and "Players online<" in whole
+    (n,) = re.findall(r'data-label="All servers in eu">([\d,]+)<', eu)
+    assert int(n.replace(",", "")) == sum(c for s, c in counts.items() if s.startswith("eu-")) > 0
+
+
+@pytest.mark.parametrize(("page", "regional"), [("lag", True), ("alerts", False), ("delay", False), ("lab", False)])
+def test_the_region_filter_is_offered_only_where_a_page_draws_one_region(seeded: Seeded, page: str, regional: bool,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """A page that is the whole fleet's shows the Region filter disabled, saying so, and keeps its value."""
+    monkeypatch.setenv("REDIS_URL", seeded.cfg.redis_url)
+    monkeypatch.setenv("PIPELINE_NAMESPACE", seeded.cfg.namespace)
+    at = page_test(page, timeout=90, region="eu")
+    assert not at.exception, [e.value for e in at.exception]
+    box = at.selectbox(key="region")
+    assert (box.disabled, box.value) == (not regional, "eu")
+    assert ("whole fleet's; the filter is kept" in box.help) is not regional

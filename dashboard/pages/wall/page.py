@@ -12,12 +12,12 @@ import os
 import streamlit as st
 
 from dashboard import charts, loaders, ui
-from dashboard.fleet import grouping
+from dashboard.fleet import grouping, in_region
 from dashboard.pages.live_ops import model as ops
 from dashboard.pages.wall import model, screen
 from dashboard.status import clock, human_ms, silent_servers, verdict
 from watermark.alerting.health import Health, Verdict
-from watermark.rules.online.rollup import MINUTE_MS, TOTAL
+from watermark.rules.online.rollup import MINUTE_MS, TOTAL, region_key
 from watermark.schema.config import Config
 from watermark.store.history_store import Timeline
 from watermark.store.views.snapshot import Snapshot
@@ -71,10 +71,14 @@ def as_of(snap: Snapshot, v: Verdict) -> str | None:
     return None
 
 
-def render(snap: Snapshot, now_ms: int) -> None:
-    v = verdict(snap, now_ms)
-    word, detail = status_words(snap, v, now_ms)
+def render(whole: Snapshot, now_ms: int) -> None:
+    """The wall from the whole fleet's snapshot: its status tile is the fleet's (one truth, whatever the Region
+    filter), the numbers and servers the chosen region's."""
+    v = verdict(whole, now_ms)
+    word, detail = status_words(whole, v, now_ms)
     tile = screen.status_tile(v.severity.value, word, f"{detail} · {clock(now_ms)}" if detail else clock(now_ms))
+    region = ui.current_region()
+    snap = in_region(whole, region)
     online = snap.online
     fleet = fleet_counts(snap, now_ms)
     if online is None:
@@ -82,16 +86,20 @@ def render(snap: Snapshot, now_ms: int) -> None:
         st.info("The online view has not committed a batch yet.")
         return
     g = grouping(ops.live_servers(snap), snap.regions, online.counts)
+    # the total's series: the fleet's, or with the Region filter that region's own
+    total_series = TOTAL if region is None else region_key(region)
     labels = ops.series_labels(g)
     end = now_ms - now_ms % MINUTE_MS + MINUTE_MS
     url = Config.from_env(os.environ).redis_url
-    tl = loaders.load_timeline(url, snap.namespace, tuple(labels), end - SPAN_MS, end, (),
+    series = tuple(dict.fromkeys([*labels, total_series]))
+    tl = loaders.load_timeline(url, snap.namespace, series, end - SPAN_MS, end, (),
                                ui.current_view().tick(now_ms)).with_open_minute(
         online.minutes[-1] if online.minutes else None, snap.regions)
-    before = trend(tl, TOTAL, now_ms)
-    span = covered(tl, TOTAL)
-    total = screen.Number("All servers", online.total, None if before is None else online.total - before,
-                          points(tl, TOTAL), screen.INK, span)
+    before = trend(tl, total_series, now_ms)
+    span = covered(tl, total_series)
+    total = screen.Number("All servers" if region is None else f"All servers in {region}", online.total,
+                          None if before is None else online.total - before, points(tl, total_series), screen.INK,
+                          span)
     counts, colors = g.counts(online.counts), charts.server_colors(g.labels)
     series_of = {label: s for s, label in labels.items()}
     regions = []
@@ -100,7 +108,7 @@ def render(snap: Snapshot, now_ms: int) -> None:
         then = trend(tl, series, now_ms) if series else None
         regions.append(screen.Number(label, counts[label], None if then is None else counts[label] - then,
                                      points(tl, series) if series else (), colors[label], span))
-    st.html(screen.screen(tile, screen.total_block(total, as_of(snap, v)), screen.fleet_block(fleet),
+    st.html(screen.screen(tile, screen.total_block(total, as_of(whole, v), region), screen.fleet_block(fleet),
                           screen.region_tiles(regions), firing(snap, now_ms)))
 
 
@@ -129,4 +137,4 @@ def firing(snap: Snapshot, now_ms: int) -> str:
 
 def main() -> None:
     st.html(screen.STYLE)
-    ui.live(render, status=False)
+    ui.live(render, status=False, whole=True)

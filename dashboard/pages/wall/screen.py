@@ -108,9 +108,11 @@ def status_tile(severity: str, word: str, detail: str) -> str:
             f'<span class="wall-detail">{html.escape(detail)}</span></div>')
 
 
-def total_block(total: Number, as_of: str | None) -> str:
+def total_block(total: Number, as_of: str | None, region: str | None = None) -> str:
+    """The total (with ``region``, that region's: the Region filter), its change over the hour and sparkline."""
     stale = f'<div class="wall-asof">as of {html.escape(as_of)}: no server is speaking</div>' if as_of else ""
-    return (f'<div class="wall-total"><div class="wall-label">Players online</div>'
+    where = f" in {html.escape(region)}" if region else ""
+    return (f'<div class="wall-total"><div class="wall-label">Players online{where}</div>'
             f'<div class="wall-total-n" data-label="{html.escape(total.label)}">{total.now:,}</div>'
             f'<div class="wall-change">{change_text(total.change)}</div>{stale}'
             f'{sparkline(total.points, INK, 150)}<div class="wall-span">{html.escape(total.span)}</div></div>')
