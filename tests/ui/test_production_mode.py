@@ -152,8 +152,11 @@ def test_the_production_procfile_is_the_demo_one_without_the_generator() -> None
     # no list of servers in either: every server is counted from its first event, the default lanes follow
     assert "KNOWN_SERVERS" not in production["job"] and "KNOWN_SERVERS" not in demo["job"]
     # the demo runs the lab lanes; production runs none unless LAB_LANES asks (their alerts would page)
-    assert "LAB_LANES=" in demo["job"] and production["job"].strip() == "exec wm-job"
-    assert production["dashboard"] == demo["dashboard"].replace(" exec ", " DEMO=off exec ", 1)
+    assert "LAB_LANES=" in demo["job"] and production["job"].endswith(" exec wm-job")
+    assert production["dashboard"].endswith(demo["dashboard"].replace(" exec ", " DEMO=off exec ", 1).strip())
+    # each process as its own Redis user (issue 63): wm-redis url names the part the line runs
+    for part in set(production) - {"redis"}:
+        assert production[part].strip().startswith(f"url=$(wm-redis url {part}) && REDIS_URL=$url "), part
 
 
 # --------------------------------------------------------------------------- DEMO=off ./run.sh, for real
@@ -242,8 +245,14 @@ def production(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict
         run.wait_for(r"production mode \(DEMO=off\)", timeout=60)
         run.wait_for(rf"query watermark-{ns} running", timeout=240)
         run.wait_for(r"You can now view", timeout=120)
+        # a user per part (issue 63): the test reads as an operator, its producer writes as a game server
+        passwords = json.loads((tmp_path / "redis" / "users.json").read_text())
         yield {"run": run, "keys": KeySchema(ns), "url": f"http://127.0.0.1:{port}",
-               "client": redis.Redis(port=redis_port, socket_timeout=130)}
+               "client": redis.Redis(port=redis_port, socket_timeout=130, username="wm-admin",
+                                     password=passwords["admin"]),
+               "producer": redis.Redis(port=redis_port, socket_timeout=130, username="wm-producer",
+                                       password=passwords["producer"]),
+               "anonymous": redis.Redis(port=redis_port, socket_timeout=5)}
     finally:
         run.stop()
 
@@ -268,10 +277,18 @@ def test_demo_off_run_sh_runs_on_external_events_without_a_generator(production:
     # No lab lanes in production unless LAB_LANES asks for them: their alerts would page, their series add up
     run.wait_for(r"lanes none", timeout=1)
 
-    # A game server's credential rewrites the lab's control hash (issue 63): production follows none of it.
+    # The embedded Redis has a user per part (issue 63): a game server's credential appends events and nothing
+    # else; without one Redis answers nothing.
+    run.wait_for(r"embedded Redis ready at .* a user per part", timeout=1)
+    producer: redis.Redis = production["producer"]
+    with pytest.raises(redis.exceptions.NoPermissionError):
+        producer.hset(keys.control, mapping={"delay_ms": "1", "rev": "7"})
+    with pytest.raises(redis.exceptions.AuthenticationError):
+        production["anonymous"].ping()
+    # Even an operator's write to the lab's control hash: production follows none of it.
     run.wait_for(r"lab control is off \(LAB_CONTROL, default: as DEMO\): the job keeps WATERMARK_DELAY 2s", timeout=1)
     client.hset(keys.control, mapping={"delay_ms": "1", "rev": "7"})
-    last = produce(client, keys.events, seconds=20)
+    last = produce(producer, keys.events, seconds=20)
     assert wait_for_commit(client, keys, last, timeout_s=180), f"the job did not commit up to {last}"
     assert json.loads(client.hget(keys.state, "params"))["delay_ms"] == 2_000  # WATERMARK_DELAY, not the hash's
     assert "asked for watermark delay" not in run.tail(10_000)

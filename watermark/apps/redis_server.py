@@ -17,6 +17,7 @@ from pathlib import Path
 
 import redis
 
+from watermark.apps import redis_users
 from watermark.runtime.children import die_with_parent
 from watermark.runtime.ports import free_cluster_port, free_port
 from watermark.runtime.signals import on_stop_signals
@@ -75,8 +76,9 @@ class RedisServer:
     """A redis-server child process; ``start()`` returns once it accepts connections."""
 
     def __init__(self, data_dir: str, port: int = 6379, bind: str = "127.0.0.1", maxmemory_mb: int = 0,
-                 cluster: bool = False) -> None:
+                 cluster: bool = False, aclfile: str | None = None) -> None:
         self.data_dir = Path(data_dir)
+        self.aclfile = aclfile
         self.maxmemory_mb = maxmemory_mb
         self.cluster = cluster
         self.port = port or (free_cluster_port() if cluster else free_port())
@@ -111,6 +113,8 @@ class RedisServer:
             # silent loss); the job and the writers wait and say so (docs/operations.md).
             "--maxmemory", f"{self.maxmemory_mb}mb", "--maxmemory-policy", "noeviction",
             *(["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"] if self.cluster else []),
+            # a user per part, the default user off (watermark/apps/redis_users.py)
+            *(["--aclfile", str(Path(self.aclfile).resolve())] if self.aclfile else []),
         ]
 
     def start(self) -> None:
@@ -210,12 +214,37 @@ def let_clients_leave(url: str, grace_s: float) -> None:
         pass  # the server is going anyway
 
 
-def main() -> int:
+def users_command(cfg: Config, argv: list[str]) -> int:
+    """``wm-redis acl [--setuser]``: write the users (or print them as ``ACL SETUSER`` lines for a Redis of one's
+    own); ``wm-redis url PART``: the address a part connects with (:mod:`watermark.apps.redis_users`)."""
+    if argv[0] == "url" and len(argv) == 2:
+        try:
+            print(redis_users.part_url(cfg, argv[1]))
+        except ValueError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        return 0
+    if argv[0] == "acl" and argv[1:] in ([], ["--setuser"]):
+        passwords = redis_users.ensure_users(cfg)
+        if argv[1:]:
+            print("\n".join(redis_users.setuser_lines(cfg, passwords)))
+        else:
+            print(f"users for namespace {cfg.namespace} ({cfg.stream_shards} shard(s)) in {redis_users.acl_path(cfg)}"
+                  f"; passwords in {Path(cfg.redis_data_dir) / redis_users.PASSWORDS_FILE} (mode 0600)")
+        return 0
+    print("usage: wm-redis [acl [--setuser] | url PART]", file=sys.stderr)
+    return 2
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
     try:
         cfg = Config.from_env(os.environ)
     except ConfigError as exc:
         print(f"config error: {exc}", file=sys.stderr)
         return 2
+    if args:
+        return users_command(cfg, args)
     if not cfg.embedded_redis:
         # Blocked first: sigwait takes a pending signal only if it is blocked (else the default action ends the
         # process by the signal, and a requested stop reads as rc=-15).
@@ -224,19 +253,29 @@ def main() -> int:
         signal.sigwait({signal.SIGINT, signal.SIGTERM})
         return 0
     port = int(cfg.redis_url.rsplit(":", 1)[1].split("/")[0])
-    server = RedisServer(cfg.redis_data_dir, port=port, maxmemory_mb=cfg.redis_maxmemory_mb)
+    acl = redis_users.uses_acl(cfg)
+    if acl:
+        redis_users.ensure_users(cfg)
+    server = RedisServer(cfg.redis_data_dir, port=port, maxmemory_mb=cfg.redis_maxmemory_mb,
+                         aclfile=str(redis_users.acl_path(cfg)) if acl else None)
     # Before "ready": a signal right after it must find the handler. The handler only flags the request:
     # waiting in it would wait on the wait it interrupted.
     stop = on_stop_signals().event
     numbers = server_version(server.binary)  # before the server runs: a stop's signal to the group would cut it short
     version, old = ".".join(map(str, numbers)), numbers < MIN_PREFERRED
+    if acl and numbers and old:
+        print(f"embedded Redis: production's users (a user per part, key selectors %R~) need redis-server 7 or "
+              f"newer, and {server.binary} is {version}: `apt-get install redis-server` (7.0 on Debian 12)",
+              file=sys.stderr, flush=True)
+        return 1
     try:
         server.start()
     except RuntimeError as exc:
         print(f"embedded Redis failed to start on 127.0.0.1:{port}: {exc}", file=sys.stderr)
         return 1
-    print(f"embedded Redis ready at {server.url} (redis-server {version or '?'}, data in {cfg.redis_data_dir}, AOF on)",
-          flush=True)
+    users = f", a user per part ({redis_users.acl_path(cfg)})" if acl else ""
+    print(f"embedded Redis ready at {server.url} (redis-server {version or '?'}, data in {cfg.redis_data_dir}, AOF on"
+          f"{users})", flush=True)
     if old:
         print(f"note: redis-server {version} is end of life upstream; `apt-get install redis-server` (7.0 on Debian "
               "12) and the next start uses it (decision 0014)", flush=True)
@@ -245,7 +284,7 @@ def main() -> int:
         if stop.wait(0.2):
             # The processes stopped beside us (wm-stack signals all at once) still write their last words: the
             # job its stop, the followers their last commit. Shut down once they have gone, or after a grace.
-            let_clients_leave(server.url, CLIENTS_GRACE_S)
+            let_clients_leave(redis_users.part_url(cfg, "admin") if acl else server.url, CLIENTS_GRACE_S)
             server.terminate()
             break
     code = server.proc.wait()

@@ -238,12 +238,21 @@ class BatchChannel:
             b.replicas = n
 
     def _identify(self, conn: redis.connection.Connection) -> tuple[str, int] | None:
+        """(run_id, client id) of this connection, for :meth:`_fence`; None when the user may not ask
+        (``INFO`` is not a producer's, :mod:`watermark.schema.acl`): a lost connection is then not fenced."""
         if not self.idempotent:
             return None
         conn.send_command("CLIENT", "ID")
         conn.send_command("INFO", "server")
         client_id = conn.read_response()
-        info = conn.read_response(disable_decoding=True)
+        try:
+            info = conn.read_response(disable_decoding=True)
+        except redis.exceptions.NoPermissionError as exc:
+            if not self._fence_refused:
+                log.warning("cannot tell this Redis server apart (%s): a lost connection will not be closed on the "
+                            "server before its batches are sent again (docs/operations.md, \"Redis users\")", exc)
+                self._fence_refused = True
+            return None
         text = info.decode() if isinstance(info, bytes) else str(info)
         run_id = next((line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("run_id:")),
                       "")

@@ -79,12 +79,21 @@ def open_client(url: str, **kwargs: Any) -> redis.Redis:
             cluster = _CLUSTER[url] = bool(int(probe.info("cluster").get("cluster_enabled", 0)))
         except (redis.ConnectionError, redis.TimeoutError):
             return probe  # not cached: the next client asks again
-        except redis.ResponseError:  # INFO refused (an ACL user without it): not a cluster we could use anyway
-            cluster = _CLUSTER[url] = False
+        except redis.ResponseError:  # INFO refused (a producer's user): a cluster answers CLUSTER SLOTS
+            cluster = _CLUSTER[url] = _answers_slots(probe)
             probe.close()
     if cluster:
         return RedisCluster.from_url(url, **{k: v for k, v in kwargs.items() if k != "retry"})
     return redis.Redis.from_url(url, **kwargs)
+
+
+def _answers_slots(probe: redis.Redis) -> bool:
+    """Whether the server is a Redis Cluster node, asked with ``CLUSTER SLOTS`` (a user without ``INFO``)."""
+    try:
+        probe.execute_command("CLUSTER", "SLOTS")
+    except redis.ResponseError:  # "cluster support disabled", or refused too: used as a plain server
+        return False
+    return True
 
 
 _CLUSTER: dict[str, bool] = {}
