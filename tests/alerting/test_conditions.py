@@ -60,6 +60,30 @@ def test_server_silent(age: int, behind: int, active: bool, held: bool) -> None:
         assert f.summary.startswith("1 server silent with players online (no event for 1 min or longer): B (")
 
 
+@pytest.mark.parametrize(("silent", "named"), [
+    (("eu-7",), "eu-7"),  # one silent server: the metric's and the notices' server name it
+    (("eu-7", "eu-8"), ""),  # more: the region's alert, its summary names them
+    ((), ""),
+])
+def test_server_silent_names_its_one_server_in_the_metric_and_the_notices(silent: tuple[str, ...],
+                                                                           named: str) -> None:
+    """Issue 65: a grouped ServerSilent with one silent server carries ``server`` (``wm_alerts``, the webhook's and
+    Alertmanager's annotations); its identity stays the region's, so a second silent server changes no alert."""
+    from watermark.alerting.alertmanager import postable_alerts
+    from watermark.alerting.lifecycle import AlertState
+    from watermark.apps.monitor.metrics import alert_family
+
+    fleet = (*(server(n, last=T0 - 120_000) for n in silent), server("eu-1"))
+    fleet = tuple(replace(s, region="eu") for s in fleet)
+    f = findings([obs(T0, servers=fleet)])[("server_silent", "eu")]
+    state = AlertState(rule=f.rule, subject=f.subject, status="firing", since_ms=T0, active_since_ms=T0,
+                       value=f.value, summary=f.summary, servers=f.servers)
+    (sample,) = alert_family({state.key: state}).samples
+    assert (sample.labels["server"], sample.labels["region"]) == (named, "eu")
+    (sent,) = postable_alerts([state], [], "wm", "http://x", T0, 60_000)
+    assert sent["annotations"].get("server", "") == named and sent["labels"]["region"] == "eu"
+
+
 def test_a_retired_server_is_not_silent_for_ever() -> None:
     s = replace(server(last=T0 - 700_000), retired=True)
     assert not [f for f in findings([obs(T0, servers=(s,))]).values() if f.rule == "server_silent" and f.active]

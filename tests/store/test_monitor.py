@@ -124,3 +124,22 @@ def test_a_server_the_job_forgot_but_the_online_view_keeps_is_judged_by_its_cloc
     assert servers["gone"].retired and servers["gone"].last_arrival_ms == now - 700_000
     assert not servers["here"].retired and servers["here"].last_arrival_ms == now - 1_000
     assert [s for s in servers.values() if in_view(s)] == [servers["here"]]
+
+
+@pytest.mark.parametrize(("lab_alerts", "sent"), [(False, ["main"]), (True, ["per-server-min", "main"])])
+def test_a_lab_lanes_alerts_page_nobody_unless_asked(redis_url: str, lab_alerts: bool, sent: list[str]) -> None:
+    """Issue 65: in production (``LAB_ALERTS`` off) a lane's notices reach neither the webhook's outbox nor its
+    queue; the history keeps them all, for the Alerts page."""
+    from watermark.alerting.lifecycle import Decision, Notice
+    from watermark.store.alert_store import read_outbox
+
+    client = redis.Redis.from_url(redis_url)
+    keys = KeySchema(f"mon-{uuid.uuid4().hex[:8]}")
+    m, n = monitor(client, keys)
+    m.lab_alerts = lab_alerts
+    notices = tuple(Notice(status="firing", rule="watermark_flat", subject=lane, starts_at_ms=T0, at_ms=T0)
+                    for lane in ("per-server-min", "main"))
+    m.save(Decision({}, (), notices), T0)
+    assert [o.notice.subject for o in n.taken()] == sent
+    assert [x.subject for _, x in read_outbox(client, keys)] == sent
+    assert [x.subject for x in read_alert_view(client, keys, T0).history] == ["per-server-min", "main"]

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from watermark.alerting.conditions import one_server
 from watermark.alerting.lifecycle import AlertState, Notice
 from watermark.alerting.webhook import rfc3339
 
@@ -29,7 +30,7 @@ def postable_alerts(firing: Iterable[AlertState], resolved: Iterable[Notice], na
     out = []
     for s in firing:
         n = Notice(status="firing", rule=s.rule, subject=s.subject, starts_at_ms=s.since_ms, at_ms=now_ms,
-                   value=s.value, summary=s.summary)
+                   value=s.value, summary=s.summary, servers=s.servers)
         out.append(_alert(n, namespace, source, now_ms + VALID_FOR_RESENDS * resend_ms))
     for n in resolved:
         out.append(_alert(n, namespace, source, n.ends_at_ms if n.ends_at_ms is not None else n.at_ms))
@@ -38,6 +39,8 @@ def postable_alerts(firing: Iterable[AlertState], resolved: Iterable[Notice], na
 
 def _alert(n: Notice, namespace: str, source: str, ends_at_ms: int) -> dict[str, Any]:
     annotations = {"summary": n.summary}
+    if server := one_server(n.servers, n.value):
+        annotations["server"] = server
     if n.value is not None:
         annotations["value"] = f"{n.value:g}"
     return {"labels": n.labels(namespace), "annotations": annotations, "startsAt": rfc3339(n.starts_at_ms),

@@ -81,6 +81,25 @@ def subject_labels(rule: str, subject: str) -> dict[str, str]:
     return {label: subject} if label else {}
 
 
+def pages(rule: str, subject: str, lab_alerts: bool) -> bool:
+    """Whether an alert reaches the webhook and Alertmanager: the configured pipeline's always, a lab lane's only
+    with ``lab_alerts`` (``LAB_ALERTS``, on in the demo, off in production: a lane runs for the lab, and its alerts
+    would page the team). Every alert still shows on the Alerts page, in its history and in ``wm_alerts``.
+
+    >>> pages("watermark_flat", "per-server-min", False), pages("watermark_flat", "main", False)
+    (False, True)
+    >>> pages("server_silent", "eu", False), pages("watermark_flat", "per-server-min", True)
+    (True, True)
+    """
+    return lab_alerts or subject_labels(rule, subject).get("pipeline", MAIN) == MAIN
+
+
+def one_server(servers: tuple[str, ...], value: float | None) -> str:
+    """The server a fleet alert is about when it is about one (ServerSilent in a region with one silent server),
+    else ``""``: the metric's ``server`` label and the notices' ``server`` annotation."""
+    return servers[0] if len(servers) == 1 and value == 1 else ""
+
+
 def watching(cfg: AlertConfig) -> str:
     """The thresholds in force in one line, for the page: what the monitor is watching for."""
     pd = cfg.players_drop
@@ -106,6 +125,9 @@ class Finding:
     value: float | None = None
     summary: str = ""
     held: str | None = None
+    servers: tuple[str, ...] = ()
+    """A fleet alert's silent servers, the longest silent first (at most :data:`SILENT_NAMED`): one alone is named
+    by the metric's and the notices' ``server``."""
 
 
 def evaluate(obs: Observation, memory: Memory, cfg: AlertConfig) -> list[Finding]:
@@ -310,7 +332,8 @@ def servers_silent(obs: Observation, cfg: AlertConfig) -> list[Finding]:
         n = len(silent)
         out.append(Finding("server_silent", region, True, float(n),
                            f"{n:,} server{'s' if n > 1 else ''} silent{where} with players online (no event for "
-                           f"{human_ms(after)} or longer): {named}{more}", held))
+                           f"{human_ms(after)} or longer): {named}{more}", held,
+                           tuple(s.name for s in silent[:SILENT_NAMED])))
     return out
 
 

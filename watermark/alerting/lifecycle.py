@@ -43,6 +43,8 @@ class AlertState(msgspec.Struct, frozen=True, kw_only=True):
     summary: str = ""
     held: str | None = None
     updated_ms: int = 0
+    servers: tuple[str, ...] = ()
+    """A fleet alert's servers (:attr:`watermark.alerting.conditions.Finding.servers`)."""
 
     @property
     def key(self) -> str:
@@ -71,6 +73,7 @@ class Notice(msgspec.Struct, frozen=True, kw_only=True):
     at_ms: int
     value: float | None = None
     summary: str = ""
+    servers: tuple[str, ...] = ()
 
     @property
     def alertname(self) -> str:
@@ -116,7 +119,8 @@ def step(prev: AlertState | None, f: Finding, now_ms: int, timing: Timing) -> tu
     """One alert's next state and what to send, from its previous state and this round's finding."""
     if f.active is None:
         return prev, None
-    base = dict(rule=f.rule, subject=f.subject, value=f.value, summary=f.summary, held=f.held, updated_ms=now_ms)
+    base = dict(rule=f.rule, subject=f.subject, value=f.value, summary=f.summary, held=f.held, updated_ms=now_ms,
+                servers=f.servers)
     if prev is not None and prev.status == "firing":
         return _firing(prev, f, now_ms, timing, base)
     if not f.active:
@@ -146,7 +150,8 @@ def _firing(prev: AlertState, f: Finding, now_ms: int, timing: Timing,
 def _notice(s: AlertState, status: Literal["firing", "resolved"], now_ms: int, f: Finding | None = None) -> Notice:
     return Notice(status=status, rule=s.rule, subject=s.subject, starts_at_ms=s.since_ms,
                   ends_at_ms=now_ms if status == "resolved" else None, at_ms=now_ms,
-                  value=f.value if f is not None else s.value, summary=f.summary if f is not None else s.summary)
+                  value=f.value if f is not None else s.value, summary=f.summary if f is not None else s.summary,
+                  servers=f.servers if f is not None else s.servers)
 
 
 @dataclass(frozen=True)

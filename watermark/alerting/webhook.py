@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from watermark.alerting.conditions import RULES
+from watermark.alerting.conditions import RULES, one_server
 from watermark.alerting.lifecycle import Notice, fingerprint
 
 ZERO_TIME = "0001-01-01T00:00:00Z"
@@ -55,6 +55,8 @@ def group_payload(notices: Sequence[Notice], namespace: str, external_url: str) 
 def _alert(n: Notice, namespace: str, external_url: str) -> dict[str, Any]:
     labels = n.labels(namespace)
     annotations = {"summary": n.summary, "notice_id": f"{namespace}:{n.id}"}
+    if server := one_server(n.servers, n.value):
+        annotations["server"] = server
     if n.value is not None:
         annotations["value"] = f"{n.value:g}"
     return {

@@ -102,6 +102,7 @@ class Config:
     new_servers_per_minute: int = 1_000  # the flood guard: new server names a minute admits (0: no guard)
     demo: bool = True  # DEMO: the demo's event generator runs (./run.sh); off: your own producers write the events
     lab_control: bool = True  # LAB_CONTROL: Lab control is offered and the job follows {ns}:control (default: as DEMO)
+    lab_alerts: bool = True  # LAB_ALERTS: the lab lanes' alerts reach the webhook and Alertmanager (default: as DEMO)
 
     def __post_init__(self) -> None:
         _check(self.window_ms > 0, "WINDOW", "must be positive")
@@ -247,6 +248,7 @@ class Config:
             history_days=_int(env, "HISTORY_DAYS", cls.history_days),
             demo=demo,
             lab_control=_switch(env, "LAB_CONTROL", demo),
+            lab_alerts=_switch(env, "LAB_ALERTS", demo),
         )
 
 

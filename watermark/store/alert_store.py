@@ -87,12 +87,14 @@ def read_alerts(client: redis.Redis, keys: KeySchema, on_bad: OnBad | None = Non
 
 def apply_decision(client: redis.Redis, keys: KeySchema, d: Decision, now_ms: int, *, outbox: bool,
                    history_only: int = 0, interval_ms: int = 1_000, outbox_keep: int = OUTBOX_KEEP,
-                   health: Mapping[str, Health] | None = None) -> list[tuple[str, Notice]]:
+                   health: Mapping[str, Health] | None = None,
+                   paged: Callable[[Notice], bool] = lambda n: True) -> list[tuple[str, Notice]]:
     """The round's alerts (the whole hash, so what changed while Redis was away is right too), history and,
     with a webhook, outbox (at most ``outbox_keep``, the oldest dropped and counted), in one MULTI; the outbox
     entries' IDs with their notices. The first ``history_only`` notices were decided while Redis was unreachable
-    and already handed to the webhook. ``health``: each pipeline's state this round, for the Alerts page."""
-    owed = d.notices[history_only:] if outbox else ()
+    and already handed to the webhook. ``health``: each pipeline's state this round, for the Alerts page.
+    ``paged``: which notices the outbox takes (the others are kept in the history only)."""
+    owed = [n for n in d.notices[history_only:] if paged(n)] if outbox else ()
     with home(client, keys.alerts).pipeline(transaction=True) as pipe:
         states = json.dumps({k: str(v) for k, v in (health or {}).items()})
         pipe.hset(keys.alerts_monitor, mapping={"round_ms": now_ms, "interval_ms": interval_ms, HEALTH_FIELD: states})

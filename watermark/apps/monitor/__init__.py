@@ -29,7 +29,7 @@ from prometheus_client.registry import CollectorRegistry
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from watermark.alerting.conditions import RULES, evaluate, watching
+from watermark.alerting.conditions import RULES, evaluate, pages, watching
 from watermark.alerting.config import AlertConfig
 from watermark.alerting.health import Verdict, judge_all
 from watermark.alerting.lifecycle import AlertState, Decision, Notice, step_all
@@ -94,6 +94,8 @@ class Monitor:
     last_error: str = ""
     health: dict[str, Verdict] = field(default_factory=dict)
     """Each pipeline's health after the last round (``watermark.alerting.health``): ``/metrics`` serves it."""
+    lab_alerts: bool = True
+    """Whether the lab lanes' alerts reach the webhook and Alertmanager (``LAB_ALERTS``; :func:`pages`)."""
     memory: Memory = field(init=False)
 
     def __post_init__(self) -> None:
@@ -149,8 +151,12 @@ class Monitor:
             log.info("%s %s%s: %s", n.status, n.alertname, f" {n.subject}" if n.subject else "", n.summary)
         self.save(d, now_ms, redis_ok=obs.redis_error is None)
         if self.pusher is not None:
-            self.pusher.update(d.states, d.notices)
+            self.pusher.update({k: s for k, s in d.states.items() if self.pages(s)},
+                               [n for n in d.notices if self.pages(n)])
         return d
+
+    def pages(self, a: AlertState | Notice) -> bool:
+        return pages(a.rule, a.subject, self.lab_alerts)
 
     def save(self, d: Decision, now_ms: int, redis_ok: bool = True) -> None:
         outbox = self.notifier is not None
@@ -159,12 +165,14 @@ class Monitor:
             if not redis_ok:  # not tried again within the round that found Redis away (it may hang)
                 raise redis.ConnectionError("Redis was unreachable this round")
             sent = apply_decision(self.client, self.keys, owed, now_ms, outbox=outbox, history_only=len(self.unsaved),
-                                  interval_ms=self.interval_ms, health={k: v.health for k, v in self.health.items()})
+                                  interval_ms=self.interval_ms, health={k: v.health for k, v in self.health.items()},
+                                  paged=self.pages)
         except redis.RedisError:
             self.unsaved.extend(d.notices)
             if self.notifier is not None:
                 for n in d.notices:
-                    self.notifier.offer(Outgoing(n, None))
+                    if self.pages(n):
+                        self.notifier.offer(Outgoing(n, None))
             return
         self.unsaved.clear()
         if self.notifier is not None:
@@ -297,7 +305,8 @@ def run(cfg: AlertConfig, env: Config, args: argparse.Namespace, token: str | No
         pusher = AlertmanagerPusher(cfg.alertmanager.url, keys.namespace,
                                     external_url=os.environ.get("DASHBOARD_URL", ""),
                                     resend_ms=cfg.alertmanager.resend_ms, timeout_ms=cfg.alertmanager.timeout_ms)
-    monitor = Monitor(client, keys, cfg, wall_ms(), notifier, pusher, int(args.interval * 1000), env.retire_after_ms)
+    monitor = Monitor(client, keys, cfg, wall_ms(), notifier, pusher, int(args.interval * 1000), env.retire_after_ms,
+                      lab_alerts=env.lab_alerts)
     stop = on_stop_signals().event
     if args.port:
         served = serve_metrics(args.address, args.port, env.redis_url, keys, monitor, env.history_days, token,

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator, Mapping
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from watermark.alerting.conditions import subject_labels
+from watermark.alerting.conditions import one_server, subject_labels
 from watermark.alerting.health import Health, Verdict
 from watermark.alerting.lifecycle import AlertState
 from watermark.alerting.observation import ServerObs
@@ -174,7 +174,8 @@ def alert_family(alerts: Mapping[str, AlertState]) -> Metric:
     g = GaugeMetricFamily("wm_alerts", METRICS["wm_alerts"],
                           labels=["alertname", "state", "server", "pipeline", "region"])
     for a in sorted(alerts.values(), key=lambda a: a.key):
-        subject = subject_labels(a.rule, a.subject)
+        # a fleet alert about one server (ServerSilent with one silent) names it; its identity stays the region's
+        subject = {"server": one_server(a.servers, a.value), **subject_labels(a.rule, a.subject)}
         g.add_metric([a.alertname, a.status, *(subject.get(k, "") for k in ("server", "pipeline", "region"))], 1)
     return g
 
