@@ -109,3 +109,14 @@ def test_every_default_the_docs_state_is_configs() -> None:
     wrong = [(name, var, text) for name, var, text in said
              if parse_duration_ms(text.replace(" ", "").replace("minutes", "m")) != field[var]]
     assert wrong == []
+
+
+def test_every_page_and_its_address_is_listed_as_the_app_serves_it() -> None:
+    """Issue 65: the pages' addresses are in docs/dashboard.md, each as ``dashboard.app.PAGES`` serves it (Live ops,
+    the default page, at the root)."""
+    from dashboard.app import PAGES
+
+    text = (ROOT / "docs" / "dashboard.md").read_text()
+    listed = dict(re.findall(r"^\| ([A-Z][^|]+?) \| `(/[a-z]*)` \|", text, flags=re.MULTILINE))
+    served = {p.title: "/" if name == "ops" else f"/{p.url_path}" for name, p in PAGES.items()}
+    assert listed == served
