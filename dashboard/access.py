@@ -123,6 +123,24 @@ def role(claims: Mapping[str, object] | None, operators: Operators, sign_in: boo
     return OPERATOR if _by_domain(claims, operators.domains) or _by_group(claims, operators.groups) else VIEWER
 
 
+def domain_rule_problem(metadata: Mapping[str, object]) -> str | None:
+    """Why the email-domain rule cannot be used with the provider whose discovery document is ``metadata``: it
+    says which claims it sends (``claims_supported``) and ``email_verified`` is not one, so no email of it is ever
+    vouched for; None when it lists it, or lists nothing (each ID token is then checked at sign-in).
+
+    >>> domain_rule_problem({"claims_supported": ["sub", "email"]}) is not None
+    True
+    >>> domain_rule_problem({"claims_supported": ["email", "email_verified"]}), domain_rule_problem({})
+    (None, None)
+    """
+    listed = metadata.get("claims_supported")
+    if isinstance(listed, list) and "email_verified" not in listed:
+        return (f"{OPERATORS_DOMAIN} needs a provider that vouches for emails, and this one says it sends no "
+                f"email_verified claim (claims_supported: {', '.join(map(str, listed[:12]))}): anyone could set "
+                f"an email of your domain. Use {OPERATORS_GROUP} instead")
+    return None
+
+
 def _by_domain(claims: Mapping[str, object], domains: frozenset[str]) -> bool:
     email = claims.get("email")
     if not domains or not isinstance(email, str) or email.count("@") != 1:

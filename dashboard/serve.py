@@ -14,6 +14,7 @@ An invalid setting stops it at start, naming the variable.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -21,11 +22,12 @@ import subprocess
 import sys
 import tempfile
 import threading
+import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from dashboard.access import AccessError, Operators, SignIn
+from dashboard.access import AccessError, Operators, SignIn, domain_rule_problem
 from watermark.runtime.children import die_with_parent
 from watermark.runtime.signals import on_stop_signals
 
@@ -60,6 +62,19 @@ def describe(sign_in: SignIn | None, operators: Operators, secrets: Path | None)
             f"[auth] secrets in {secrets} (mode 0600, removed at exit)")
 
 
+def provider_problem(metadata_url: str, timeout_s: float = 10.0) -> str | None:
+    """Why the provider at ``metadata_url`` cannot serve the email-domain rule (:func:`domain_rule_problem`);
+    None when it can, or when its discovery document cannot be read now (said; sign-in will say more)."""
+    try:
+        with urllib.request.urlopen(metadata_url, timeout=timeout_s) as reply:  # noqa: S310 - checked https/loopback
+            metadata = json.loads(reply.read(1_000_000))
+    except (OSError, ValueError) as exc:
+        print(f"wm-dashboard: cannot read {metadata_url} to check the provider vouches for emails ({exc}); each "
+              "ID token is still checked for email_verified at sign-in", flush=True)
+        return None
+    return domain_rule_problem(metadata) if isinstance(metadata, dict) else None
+
+
 def supervise(command: list[str]) -> int:
     """Run ``command`` in a session of its own, pass it the first stop signal this process gets, and return its
     exit code (0 when it ended on that request)."""
@@ -85,6 +100,11 @@ def main(argv: list[str] | None = None) -> None:
     except AccessError as exc:
         print(f"wm-dashboard: {exc}", file=sys.stderr)
         sys.exit(2)
+    if sign_in is not None and operators.domains:
+        problem = provider_problem(sign_in.metadata_url)
+        if problem is not None:
+            print(f"wm-dashboard: {problem}", file=sys.stderr)
+            sys.exit(2)
     streamlit = [sys.executable, "-m", "streamlit", "run", str(APP)]
     if sign_in is None:  # nothing to remove at the end: become Streamlit, as `exec streamlit run` did
         print(describe(sign_in, operators, None), flush=True)

@@ -143,3 +143,48 @@ def test_an_invalid_sign_in_names_the_variable(env: dict[str, str], error: str) 
                                       "http://[::1]:8501/oauth2callback", "https://wm.example.com/oauth2callback"])
 def test_plain_http_redirects_are_for_this_machine_only(redirect: str) -> None:
     assert SignIn.from_env({**FULL, "DASHBOARD_REDIRECT_URI": redirect}) is not None
+
+
+@pytest.mark.parametrize(("claims", "refused"), [
+    (["sub", "email", "groups"], True),  # says it sends no email_verified: the domain rule would trust any email
+    (["sub", "email", "email_verified"], False),
+    (None, False),  # says nothing: each ID token is checked at sign-in
+])
+def test_a_provider_that_vouches_for_no_email_is_refused_at_start(claims: list[str] | None, refused: bool,
+                                                                  monkeypatch: pytest.MonkeyPatch,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 63, item 5: with ``DASHBOARD_OPERATORS_DOMAIN``, ``wm-dashboard`` reads the provider's discovery
+    document (a real HTTP server here) and stops, naming the variable, if it lists claims without
+    ``email_verified``."""
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from dashboard import serve
+
+    body = json.dumps({"issuer": "x", **({"claims_supported": claims} if claims is not None else {})}).encode()
+
+    class Discovery(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Discovery)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        monkeypatch.setattr(serve, "supervise", lambda command: 0)  # what would run Streamlit
+        for k, v in {**FULL, "DASHBOARD_OPERATORS_DOMAIN": "ops.example.com",
+                     "DASHBOARD_OIDC_METADATA_URL": f"http://127.0.0.1:{server.server_port}/.well-known/x"}.items():
+            monkeypatch.setenv(k, v)
+        with pytest.raises(SystemExit) as stopped:
+            serve.main([])
+    finally:
+        server.shutdown()
+    assert stopped.value.code == (2 if refused else 0)
+    said = capsys.readouterr().err
+    assert ("DASHBOARD_OPERATORS_DOMAIN needs a provider that vouches for emails" in said) is refused
