@@ -254,8 +254,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     port = int(cfg.redis_url.rsplit(":", 1)[1].split("/")[0])
     acl = redis_users.uses_acl(cfg)
-    if acl:
-        redis_users.ensure_users(cfg)
+    # wm-redis itself waits for the others to leave as the admin user: the default user is off
+    leave_url = redis_users.url_as(cfg, "admin", redis_users.ensure_users(cfg)) if acl else None
     server = RedisServer(cfg.redis_data_dir, port=port, maxmemory_mb=cfg.redis_maxmemory_mb,
                          aclfile=str(redis_users.acl_path(cfg)) if acl else None)
     # Before "ready": a signal right after it must find the handler. The handler only flags the request:
@@ -284,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
         if stop.wait(0.2):
             # The processes stopped beside us (wm-stack signals all at once) still write their last words: the
             # job its stop, the followers their last commit. Shut down once they have gone, or after a grace.
-            let_clients_leave(redis_users.part_url(cfg, "admin") if acl else server.url, CLIENTS_GRACE_S)
+            let_clients_leave(leave_url or server.url, CLIENTS_GRACE_S)
             server.terminate()
             break
     code = server.proc.wait()

@@ -44,9 +44,11 @@ def _locked(data_dir: Path) -> Iterator[None]:
         yield
 
 
-def ensure_users(cfg: Config, data_dir: str | None = None) -> dict[str, str]:
-    """Each part's password, made once; the ACL file written again for ``cfg``'s namespace and shards."""
-    where = Path(data_dir or cfg.redis_data_dir)
+def ensure_users(cfg: Config) -> dict[str, str]:
+    """Each part's password, made once; the ACL file for ``cfg``'s namespace and shards, written when it changed.
+    Every process of a stack calls this as it starts (``wm-redis url``) while ``redis-server`` may be reading the
+    file, so a new one replaces the old whole (a rename), never a half-written one."""
+    where = Path(cfg.redis_data_dir)
     with _locked(where):
         kept = where / PASSWORDS_FILE
         passwords = json.loads(kept.read_text()) if kept.exists() else {}
@@ -56,7 +58,11 @@ def ensure_users(cfg: Config, data_dir: str | None = None) -> dict[str, str]:
             with os.fdopen(fd, "w") as out:
                 json.dump(passwords, out)
         os.chmod(kept, 0o600)
-        (where / ACL_FILE).write_text(acl_file(cfg.namespace, cfg.stream_shards, passwords))
+        acl, text = where / ACL_FILE, acl_file(cfg.namespace, cfg.stream_shards, passwords)
+        if not acl.exists() or acl.read_text() != text:
+            fresh = where / f".{ACL_FILE}.new"
+            fresh.write_text(text)
+            os.replace(fresh, acl)
         return passwords
 
 
@@ -71,9 +77,13 @@ def part_url(cfg: Config, part: str) -> str:
         raise ValueError(f"no part {part!r}: one of {', '.join(PARTS)}")
     if not uses_acl(cfg):
         return cfg.redis_url
-    password = ensure_users(cfg)[part]
+    return url_as(cfg, part, ensure_users(cfg))
+
+
+def url_as(cfg: Config, part: str, passwords: dict[str, str]) -> str:
+    """The embedded Redis' address with ``part``'s user and password."""
     rest = cfg.redis_url.split("://", 1)[1]
-    return f"redis://{quote(user_name(part))}:{quote(password, safe='')}@{rest}"
+    return f"redis://{quote(user_name(part))}:{quote(passwords[part], safe='')}@{rest}"
 
 
 def setuser_lines(cfg: Config, passwords: dict[str, str]) -> list[str]:

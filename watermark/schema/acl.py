@@ -13,7 +13,7 @@ The rule, in words:
   monitor its alerts and annotations; the dashboard lab control, its audit and annotations).
 * **admin**: everything, for an operator's ``redis-cli`` and ``wm-redis`` itself. The ``default`` user is off.
 
-Key selectors ``%R~`` / ``%W~`` need Redis 7; the generated file says so at its top.
+Key selectors ``%R~`` / ``%W~`` need Redis 7: the embedded Redis refuses production's users on an older one.
 
 >>> rules = part_rules("wm", shards=2)
 >>> rules["producer"].keys
