@@ -155,6 +155,11 @@ ALL_REGIONS = "All regions"
 """The region filter's first choice: no filter."""
 
 
+def total_label(region: str | None) -> str:
+    """What the total of players online is called: the fleet's, or under the region filter that region's."""
+    return "All servers" if region is None else f"All servers in {region}"
+
+
 def in_region(snap: Snapshot, region: str | None) -> Snapshot:
     """The snapshot a page draws with the region filter set to ``region`` (None or :data:`ALL_REGIONS`: the
     whole fleet): every per-server part keeps the servers whose events carry that region (:data:`NO_REGION`: those

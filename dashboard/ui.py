@@ -100,7 +100,7 @@ def sidebar(active: bool = True, regional: bool = True) -> None:
             st.caption(settings)
 
 
-REGION_HELP = (" Live ops, the wall, Watermark, Lag, Events and Health show this region's servers alone (the status "
+REGION_HELP = ("Live ops, the wall, Watermark, Lag, Events and Health show this region's servers alone (the status "
                "line stays the whole fleet's); Alerts, the lab, the delay advice and Lab control are the whole "
                "fleet's. The address carries it: ?region=eu.")
 REGION_KEY = "region"
@@ -123,8 +123,8 @@ def region_filter(off: bool) -> None:
     if st.session_state.get(REGION_KEY) not in options:
         st.session_state[REGION_KEY] = ALL_REGIONS
     chosen = st.sidebar.selectbox("Region", options, key=REGION_KEY, disabled=off,
-                                  help=("This page is the whole fleet's; the filter is kept for the others."
-                                        if off else "") + REGION_HELP.strip())
+                                  help=("This page is the whole fleet's; the filter is kept for the others. "
+                                        if off else "") + REGION_HELP)
     if chosen == ALL_REGIONS:
         st.query_params.pop(REGION_KEY, None)
     else:

@@ -39,7 +39,7 @@ def postable_alerts(firing: Iterable[AlertState], resolved: Iterable[Notice], na
 
 def _alert(n: Notice, namespace: str, source: str, ends_at_ms: int) -> dict[str, Any]:
     annotations = {"summary": n.summary}
-    if server := one_server(n.servers, n.value):
+    if server := one_server(n.servers):
         annotations["server"] = server
     if n.value is not None:
         annotations["value"] = f"{n.value:g}"

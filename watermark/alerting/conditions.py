@@ -94,10 +94,11 @@ def pages(rule: str, subject: str, lab_alerts: bool) -> bool:
     return lab_alerts or subject_labels(rule, subject).get("pipeline", MAIN) == MAIN
 
 
-def one_server(servers: tuple[str, ...], value: float | None) -> str:
-    """The server a fleet alert is about when it is about one (ServerSilent in a region with one silent server),
-    else ``""``: the metric's ``server`` label and the notices' ``server`` annotation."""
-    return servers[0] if len(servers) == 1 and value == 1 else ""
+def one_server(servers: tuple[str, ...]) -> str:
+    """The server a fleet alert is about when it is about one (ServerSilent in a region with one silent server:
+    its finding names up to :data:`SILENT_NAMED`), else ``""``: the metric's ``server`` label and the notices'
+    ``server`` annotation."""
+    return servers[0] if len(servers) == 1 else ""
 
 
 def watching(cfg: AlertConfig) -> str:

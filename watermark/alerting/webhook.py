@@ -55,7 +55,7 @@ def group_payload(notices: Sequence[Notice], namespace: str, external_url: str) 
 def _alert(n: Notice, namespace: str, external_url: str) -> dict[str, Any]:
     labels = n.labels(namespace)
     annotations = {"summary": n.summary, "notice_id": f"{namespace}:{n.id}"}
-    if server := one_server(n.servers, n.value):
+    if server := one_server(n.servers):
         annotations["server"] = server
     if n.value is not None:
         annotations["value"] = f"{n.value:g}"

@@ -9,7 +9,7 @@ from typing import Any
 import streamlit as st
 
 from dashboard import charts, loaders, status, ui
-from dashboard.fleet import Grouping, grouping
+from dashboard.fleet import Grouping, grouping, total_label
 from dashboard.pages.live_ops import figures, model
 from dashboard.status import clock, human_ms
 from dashboard.text import md, md_list
@@ -204,7 +204,7 @@ def _online_metric(col: Any, label: str, v: OnlineView, g: Grouping,  # noqa: AN
     """One series' players online now (the total, a server, a region or the rest) with its last hour per minute
     as a sparkline; its peak today, and what "online" means, in its help."""
     region = ui.current_region()
-    name = ("All servers" if region is None else f"All servers in {region}") if label == TOTAL else label
+    name = total_label(region) if label == TOTAL else label
     n = v.total if label == TOTAL else counts[label]
     # a region's own peak (the highest sum of one batch); the busiest-servers grouping's "rest" has none
     peak = v.peaks.get(region_key(label) if g.by == "region" and label != TOTAL else label)

@@ -12,7 +12,7 @@ import os
 import streamlit as st
 
 from dashboard import charts, loaders, ui
-from dashboard.fleet import grouping, in_region
+from dashboard.fleet import grouping, in_region, total_label
 from dashboard.pages.live_ops import model as ops
 from dashboard.pages.wall import model, screen
 from dashboard.status import clock, human_ms, silent_servers, verdict
@@ -97,7 +97,7 @@ def render(whole: Snapshot, now_ms: int) -> None:
         online.minutes[-1] if online.minutes else None, snap.regions)
     before = trend(tl, total_series, now_ms)
     span = covered(tl, total_series)
-    total = screen.Number("All servers" if region is None else f"All servers in {region}", online.total,
+    total = screen.Number(total_label(region), online.total,
                           None if before is None else online.total - before, points(tl, total_series), screen.INK,
                           span)
     counts, colors = g.counts(online.counts), charts.server_colors(g.labels)

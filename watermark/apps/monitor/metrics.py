@@ -175,7 +175,7 @@ def alert_family(alerts: Mapping[str, AlertState]) -> Metric:
                           labels=["alertname", "state", "server", "pipeline", "region"])
     for a in sorted(alerts.values(), key=lambda a: a.key):
         # a fleet alert about one server (ServerSilent with one silent) names it; its identity stays the region's
-        subject = {"server": one_server(a.servers, a.value), **subject_labels(a.rule, a.subject)}
+        subject = {"server": one_server(a.servers), **subject_labels(a.rule, a.subject)}
         g.add_metric([a.alertname, a.status, *(subject.get(k, "") for k in ("server", "pipeline", "region"))], 1)
     return g
 
