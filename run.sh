@@ -81,6 +81,8 @@ case "${1:-run}" in
         command -v prometheus >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1 || need+=(prometheus)
         command -v prometheus-alertmanager >/dev/null 2>&1 || need+=(prometheus-alertmanager)
         [ -x /usr/bin/redis-server ] || need+=(redis-server)  # Redis 7: the embedded default (decision 0014)
+        # Node.js and npm: the Node producer's test (clients/node; its test runs npm ci itself)
+        command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || need+=(nodejs npm)
         if [ ${#need[@]} -gt 0 ]; then
           if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
             echo "installing ${need[*]} for the tests (apt-get)"
