@@ -67,12 +67,72 @@ def test_the_readme_is_short_and_every_relative_link_resolves() -> None:
             assert (doc.parent / target).exists(), f"{doc.relative_to(ROOT)} links to a missing {target}"
 
 
-def test_the_architecture_key_table_names_every_key_the_schema_does() -> None:
-    """docs/architecture.md's Redis key table and ``watermark.schema.keys``' own table name the same keys: a key added
-    to one and not the other fails here (a lane's keys are its namespace's, ``{ns}.{lane}:*``)."""
+SAMPLE = 7901
+"""The first of the numbers a built key is given as its arguments (a shard, a batch, a day): each is told apart from
+the key's own words and becomes ``{}``."""
+
+
+def schema_keys() -> dict[str, str]:
+    """Every key ``KeySchema`` builds, by its property or method, as a pattern: built under namespace ``wm`` with a
+    distinct sample for each argument (``{server}`` for a name, a number from ``SAMPLE`` for a number), then the
+    namespace written ``{ns}`` and every argument ``{}``."""
+    import inspect
+    import typing
+
+    from watermark.schema import keys
+    from watermark.schema.keys import KeySchema, WindowKey
+
+    schema, numbers, built = KeySchema("wm"), iter(range(SAMPLE, SAMPLE + 99)), {}
+    for name, attr in vars(KeySchema).items():
+        if name.startswith(("_", "parse_")) or not (isinstance(attr, property) or callable(attr)):
+            continue
+        if isinstance(attr, property):
+            key = attr.fget(schema)
+        else:
+            hints = typing.get_type_hints(attr, vars(keys))
+            args = {p: WindowKey(next(numbers), next(numbers), "{server}") if hints[p] is WindowKey
+                    else next(numbers) if hints[p] is int else f"{{{p}}}"
+                    for p in list(inspect.signature(attr).parameters)[1:]}
+            key = attr(schema, **args)
+        assert key.startswith("wm:"), (name, key)
+        built[name] = "{ns}" + re.sub(r"\b79\d\d\b|\{[a-z_]+\}", "{}", key.removeprefix("wm"))
+    return built
+
+
+def key_patterns(names: set[str]) -> set[str]:
+    """Documented key names with their placeholders (``{start_ms}``, ``{g}``) written ``{}``, as ``schema_keys``."""
+    return {re.sub(r"\{(?!ns\})[^}]*\}", "{}", name) for name in names}
+
+
+def test_the_architecture_key_table_lists_every_key_the_schema_builds() -> None:
+    """Issue 64: docs/architecture.md's Redis key table lists exactly the keys ``KeySchema`` builds, each property and
+    method called (a key added to the schema and not to the table fails here, and a row the schema no longer builds).
+    A lane's keys are its namespace's, ``{ns}.{lane}:*``: the same keys, not rows of their own."""
+    built = schema_keys()
+    assert {"events", "input_shard", "window", "online_group", "history", "producer"} <= set(built)
     doc = set(re.findall(r"^\| `(\{ns\}[^`]*)`", (ROOT / "docs" / "architecture.md").read_text(), re.M))
+    documented = key_patterns(doc - {"{ns}.{lane}:*"})
+    assert len(documented) == len(doc) - 1, "two rows name one key"
+    missing = {name: key for name, key in built.items() if key not in documented}
+    assert not missing, f"KeySchema builds keys docs/architecture.md does not list: {missing}"
+    assert documented <= set(built.values()), sorted(documented - set(built.values()))
+
+
+def test_the_schemas_own_table_names_the_same_keys() -> None:
+    """``watermark.schema.keys``' docstring table names every key ``KeySchema`` builds too; the input's shards and
+    their trimmed counts are told in the ``{ns}:events`` and ``{ns}:trimmed`` rows."""
+    built = schema_keys()
+    shards = {built["input_shard"], built["trimmed_of"]}
     code = set(re.findall(r"^``(\{ns\}[^`]*)``", (ROOT / "watermark" / "schema" / "keys.py").read_text(), re.M))
-    assert doc - {"{ns}.{lane}:*"} == code
+    assert key_patterns(code) == set(built.values()) - shards
+
+
+def test_the_glossary_has_at_most_fifteen_terms() -> None:
+    """Issue 64: the glossary is the few words a reader needs, one idea each; a sixteenth term means merging two
+    (the delay is said in the watermark's row, the hand-off in the follower's)."""
+    terms = re.findall(r"^\| \*\*([^*]+)\*\* \|", (ROOT / "docs" / "glossary.md").read_text(), re.M)
+    assert 10 <= len(terms) <= 15, terms
+    assert len(set(terms)) == len(terms), terms
 
 
 LAST_LONG_SUBJECT = "5fc47ff"
