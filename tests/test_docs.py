@@ -153,24 +153,68 @@ def test_commit_subjects_after_issue_45_fit_72_characters() -> None:
     assert not long, long
 
 
-DEFAULT_SAID = re.compile(r"`([A-Z_]+)` \(([^)]*?) by default\)")
+def config_reads() -> set[str]:
+    source = (ROOT / "watermark" / "schema" / "config.py").read_text()
+    return set(re.findall(r'env(?:\.get)?\(?\s*\[?"([A-Z_]+)"', source)) | set(
+        re.findall(r'_(?:int|duration|optional_duration|switch|lane_list)\(env, "([A-Z_]+)"', source))
 
 
-def test_every_default_the_docs_state_is_configs() -> None:
-    """A default stated in prose ("`WATERMARK_DELAY` (30 s by default)") is the one ``Config`` has: docs/ingest.md
-    once said 10 minutes where the job used 30 s."""
-    from watermark.schema.timeutil import parse_duration_ms
+def as_set(value: str) -> str:
+    """A default as the docs write it ("30 s", "5 minutes", "1,000", "`wm`") as a variable's value."""
+    value = value.strip("`").replace(",", "")
+    value = re.sub(r"^(\d+(?:\.\d+)?) ?(minutes?|min)$", r"\1m", value)
+    return re.sub(r"^(\d+(?:\.\d+)?) (ms|s|h|days?)$", r"\1\2", value).removesuffix("days").removesuffix("day")
 
-    defaults = Config.from_env({})
-    field = {"WATERMARK_DELAY": defaults.delay_ms, "ONLINE_TIMEOUT": defaults.online_timeout_ms,
-             "TRIGGER_INTERVAL": defaults.trigger_ms, "WINDOW": defaults.window_ms,
-             "RETIRE_AFTER": defaults.retire_after_ms}
-    said = [(doc.name, var, text) for doc in (ROOT / "docs").glob("*.md")
-            for var, text in DEFAULT_SAID.findall(doc.read_text()) if var in field]
-    assert said, "no default is stated in the docs any more: keep this test pointing at one"
-    wrong = [(name, var, text) for name, var, text in said
-             if parse_duration_ms(text.replace(" ", "").replace("minutes", "m")) != field[var]]
+
+TABLE_DEFAULTS = {var: cells[0].strip("`") for var, cells in config_rows().items()
+                  if re.fullmatch(r"`[^`]*`", cells[0]) and var in config_reads()}
+
+
+@pytest.mark.parametrize(("var", "default"), sorted(TABLE_DEFAULTS.items()))
+def test_every_default_in_the_configuration_table_is_configs(var: str, default: str) -> None:
+    """Issue 65: the table's default column, set as it is written, changes nothing: the delay (`30s`), the timeout,
+    the trigger (`500ms`), every one. A default that names another variable (`SLIDE`: `WINDOW`) is that one's."""
+    value = re.sub(r"\$?\b([A-Z][A-Z_]+)\b", lambda m: TABLE_DEFAULTS[m.group(1)], default)
+    assert Config.from_env({var: value}) == Config.from_env({}), (var, default)
+
+
+DEFAULT_IN_PROSE = re.compile(r"`([A-Z][A-Z_]+)`\**(?:,| \()(?: ?default)? ?(\d+(?:,\d{3})*(?:\.\d+)?(?!,?\d)"
+                              r"(?: ?(?:ms|s|min|minutes|h|days))?|`[^`A-Z]+`)(?: by default)?(?:[,)]| a\b)")
+"""A variable's default said in passing: "`WATERMARK_DELAY` (30 s by default)", "`MAX_FUTURE_SKEW`** (default 5
+minutes)", "`RETIRE_AFTER`, 10 min", "`NEW_SERVERS_PER_MINUTE` (1,000)", "`PIPELINE_NAMESPACE` (default `wm`".
+Not in benchmarks.md: it records runs, each with the settings it ran with."""
+
+
+def test_every_default_said_in_passing_is_configs() -> None:
+    """Issue 65: every default a page states beside a variable Config reads, set as the page says it, changes
+    nothing. (docs/ingest.md once said 10 minutes of delay where the job used 30 s.)"""
+    reads = config_reads()
+    pages = [p for p in [ROOT / "README.md", *(ROOT / "docs").glob("*.md")] if p.name != "benchmarks.md"]
+    said = [(doc.name, var, text) for doc in pages
+            for var, text in DEFAULT_IN_PROSE.findall(re.sub(r"\s*\n\s*", " ", doc.read_text())) if var in reads]
+    assert {var for _doc, var, _text in said} >= {"WATERMARK_DELAY", "ONLINE_TIMEOUT", "RETIRE_AFTER",
+                                                  "MAX_FUTURE_SKEW", "PIPELINE_NAMESPACE"}, said
+    wrong = [(doc, var, text) for doc, var, text in said
+             if Config.from_env({var: as_set(text)}) != Config.from_env({})]
     assert wrong == []
+
+
+def test_the_lanes_and_the_trigger_as_the_docs_state_them() -> None:
+    """Issue 65: no lane unless asked (Config), the demo's two as ``./run.sh`` starts them (the Procfile), an idle
+    lane's timeout, and what the trigger's default makes of the batch records kept."""
+    from watermark.schema.config import DEFAULT_IDLE_TIMEOUT_MS
+
+    config = (ROOT / "docs" / "configuration.md").read_text()
+    demo = re.search(r"LAB_LANES=\$\{LAB_LANES-([a-z,-]+)\}", (ROOT / "Procfile").read_text())
+    assert Config.from_env({}).lanes == () and demo is not None
+    assert f"unset: none (`./run.sh`: `{demo.group(1)}`)" in config
+    assert f"The demo runs `{demo.group(1)}`; production runs none" in (ROOT / "docs" / "operations.md").read_text()
+    assert f"idle lanes default to `{DEFAULT_IDLE_TIMEOUT_MS // 1000}s`" in config
+    lab = (ROOT / "docs" / "lab.md").read_text()
+    assert f"`IDLE_TIMEOUT` (default {DEFAULT_IDLE_TIMEOUT_MS // 1000} s here)" in lab
+    minutes = re.search(r"about (\d+) minutes at the default trigger", config)
+    defaults = Config.from_env({})
+    assert minutes and int(minutes.group(1)) == defaults.progress_history * defaults.trigger_ms // 60_000
 
 
 def test_every_page_and_its_address_is_listed_as_the_app_serves_it() -> None:

@@ -23,7 +23,7 @@ from watermark.apps.follow import Follower
 from watermark.rules.simulate import Simulator, record_payload
 from watermark.schema.clock import ManualClock
 from watermark.schema.config import ConfigError
-from watermark.schema.keys import KeySchema
+from watermark.schema.keys import KeySchema, WindowKey
 from watermark.schema.records import Control, ControlChange, GeneratorStatus
 from watermark.schema.timeutil import parse_iso_us
 from watermark.store.control_store import (
@@ -420,3 +420,41 @@ def test_the_job_reads_a_requested_delay_only_with_lab_control_on(rd: redis.Redi
     rd.hset(keys.control, mapping={"delay_ms": "1", "rev": "7"})  # as a game server's credential could
     assert requested_delay(rd, keys, Config(lab_control=False)) is None
     assert requested_delay(rd, keys, Config(lab_control=True)) == 1
+
+
+def test_forget_needs_an_operator_and_refuses_a_server_with_players_online(
+        r: redis.Redis, redis_url: str, keys: KeySchema, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """``wm-control forget`` (issue 65): a part's credential is refused, a server with players online is refused with
+    who to log out, a server of which nothing is kept is said; a drained one goes (watermark.store.online.forget)."""
+    monkeypatch.setenv("PIPELINE_NAMESPACE", keys.namespace)
+    r.hset(keys.online_counts, mapping={"try-A": 0, "live": 2})
+    r.hset(keys.online("live"), mapping={"p1": 1, "p2": 1})
+    r.hset(keys.seen, mapping={"try-A": 1, "live": 1})
+    r.sadd(keys.servers, "try-A", "live")
+    windows = [WindowKey(1_000, 2_000, s) for s in ("try-A", "x:try-A", "live")]  # x:try-A: another server
+    r.zadd(keys.windows, {w.member(): w.start_ms for w in windows})
+    for w in windows:
+        r.hset(keys.window(w), "events", 1)
+    name, password = f"part-{uuid.uuid4().hex[:6]}", uuid.uuid4().hex
+    r.acl_setuser(name, enabled=True, passwords=[f"+{password}"], keys=[f"{keys.namespace}:*"], commands=["+@all"])
+    parts = urlsplit(redis_url)
+    try:
+        monkeypatch.setenv("REDIS_URL", f"redis://{name}:{password}@{parts.hostname}:{parts.port}/0")
+        assert main(["forget", "try-A"]) == 2
+        assert f"takes an operator's credential (wm-admin: REDIS_URL=$(wm-redis url admin)), and REDIS_URL is " \
+               f"{name}'s" in capsys.readouterr().err
+    finally:
+        r.acl_deluser(name)
+    monkeypatch.setenv("REDIS_URL", redis_url)  # Redis' default user: the demo's, a Redis without users
+    assert main(["forget", "live", "try-A"]) == 1
+    assert "live has 2 player(s) online: log them out first, then forget it (docs/ingest.md: " \
+           "producer.stop_server('live', ['p1', 'p2']))" in capsys.readouterr().err
+    assert r.hexists(keys.seen, "try-A") and not r.exists(keys.forget)  # nothing done
+    assert main(["forget", "try-A", "never-seen"]) == 0
+    out = capsys.readouterr().out
+    assert f"nothing of never-seen is kept in {keys.namespace}" in out and f"forgot try-A in {keys.namespace}" in out
+    assert not r.hexists(keys.seen, "try-A") and r.smembers(keys.servers) == {b"live"}
+    assert [k.decode() for k in r.hkeys(keys.forget)] == ["try-A"]  # for the online view's next batch
+    assert set(r.zrange(keys.windows, 0, -1)) == {w.member().encode() for w in windows[1:]}  # its, no other's
+    assert [bool(r.exists(keys.window(w))) for w in windows] == [False, True, True]

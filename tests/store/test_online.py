@@ -501,6 +501,51 @@ def test_a_server_drains_and_is_forgotten_and_a_crash_does_not_drain(r: redis.Re
     assert drained == {"A": 0, "B": 0} and read_online(r, keys).counts == {"A": 1, "B": 1}
 
 
+def test_a_server_an_operator_forgets_goes_with_its_own_history_once_drained(r: redis.Redis) -> None:
+    """``wm-control forget`` (issue 65: a test server's traces): the pipeline's per-server fields go at once; the
+    online view's next batch forgets the drained server as if it had retired, with its peaks, per-minute series and
+    place in the minute records; the region's and the total's figures stay. A request about a server that spoke
+    after it is void, and dropped."""
+    from watermark.rules.online.rollup import Minute
+    from watermark.store.online.forget import ask, players_online
+
+    keys = KeySchema(f"t-{uuid.uuid4().hex[:8]}")
+    params = Params(60_000, 60_000, DELAY, retire_after_ms=3_600_000)
+
+    def commit(i: int, *rows: tuple) -> None:
+        view = read_online(r, keys)
+        assert commit_online(r, keys, OnlineBatch(i, view.watermark_ms if view else 0, rows[-1][4],
+                                                  f"{rows[-1][4]}-0", events(*rows), DELAY), params, TIMEOUT)
+
+    commit(0, ("A", "p1", 100_000, "login", 100_000), ("B", "p3", 100_000, "login", 100_000))
+    commit(1, ("A", "p1", 104_000, "logout", 104_000), ("B", "p3", 104_000, "heartbeat", 104_000))
+    for i, t in enumerate(range(110_000, 140_000, 9_000), start=2):  # the minute at 60 s closes at 120 s
+        commit(i, ("B", "p3", t, "heartbeat", t))
+    r.hset(keys.seen, mapping={"A": 104_000, "B": 128_000})
+    r.hset(keys.totals, mapping={"events|A": 2, "events|B": 5, "events": 7})
+    r.sadd(keys.servers, "A", "B")
+    assert players_online(r, keys, ["A", "B"]) == {"A": 0, "B": 1}
+    assert r.exists(keys.history(0, "A")) and "A" in json.loads(r.zrange(keys.online_minutes, 0, 0)[0])["last"]
+
+    ask(r, keys, ["A"], ttl_s=60)  # now (Redis' clock): after A's last event
+    r.hset(keys.forget, "B", 105_000)  # before B's last: B spoke after it
+    assert members(r, keys.seen) == {"B": 128_000} and r.smembers(keys.servers) == {b"B"}
+    assert {k.decode() for k in r.hkeys(keys.totals)} == {"events|B", "events"}  # the total keeps every event
+    assert read_online(r, keys).counts == {"A": 0, "B": 1}  # the view: with its next batch
+
+    commit(6, ("B", "p3", 137_000, "heartbeat", 137_000))
+    assert read_online(r, keys).counts == {"B": 1}
+    assert "A" not in OnlineStateRecord.from_hash(r.hgetall(keys.online_state), "t").clocks
+    assert r.hgetall(keys.forget) == {}  # A done, B's void
+    assert not r.exists(keys.history(0, "A")) and r.exists(keys.history(0, "B"))
+    for peaks in (keys.online_peak(0), keys.online_peak_ever):
+        assert {k.decode() for k in r.hkeys(peaks)} == {"B", "*"}, peaks
+    minutes = [Minute.from_json(m) for m in r.zrange(keys.online_minutes, 0, -1)]
+    assert minutes and all("A" not in {*m.last, *m.peak, *m.causes} for m in minutes)
+    assert minutes[0].peak["*"] == 2  # A's player was counted in the total: that stays
+    assert "A" not in Minute.from_json(r.hget(keys.online_state, "minute")).peak  # the open minute too
+
+
 def test_the_players_table_is_loaded_again_once_it_holds_far_more_than_the_view_keeps(r: redis.Redis) -> None:
     """Every match a new server, every server new players: the job's copy is rebuilt from Redis once its slots or
     server codes outgrow what the view keeps, so it is bounded by the live fleet, not by every name seen."""

@@ -14,6 +14,7 @@ import re
 import time
 import uuid
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -229,25 +230,26 @@ def command_lines(pid: int) -> list[str]:
     return out
 
 
-@pytest.fixture()
-def production(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict]:
-    for var in MODE_VARS:  # unset, as for someone who only typed DEMO=off ./run.sh
-        monkeypatch.delenv(var, raising=False)
-    ns = f"prod-{uuid.uuid4().hex[:6]}"
-    redis_port, port = free_port(), free_port()
-    env = {"DEMO": "off",
-           "PORT": str(port), "REDIS_PORT": str(redis_port), "REDIS_DATA_DIR": str(tmp_path / "redis"),
-           "REDIS_URL": "", "CHECKPOINT_DIR": str(tmp_path / "ck"), "PIPELINE_NAMESPACE": ns,
-           "METRICS_PORT": str(free_port()), "SPARK_MASTER": "local[2]", "WINDOW": "10s", "WATERMARK_DELAY": "2s",
-           "TRIGGER_INTERVAL": "1s"}
-    run = Proc("run.sh", ["bash", str(ROOT / "run.sh")], env, tmp_path)
+@contextmanager
+def production_stack(tmp_path: Path, ns: str | None, **env: str) -> Iterator[dict]:
+    """``DEMO=off ./run.sh`` with its own embedded Redis on a free port, as someone who only typed that would start
+    it, on namespace ``ns`` (None: the default, ``wm``) with ``env`` besides; clients as an operator and as a game
+    server (issue 63), the processes' own addresses for either (``wm-redis url``)."""
+    redis_port, port, metrics_port = free_port(), free_port(), free_port()
+    stack = {"DEMO": "off", "PORT": str(port), "REDIS_PORT": str(redis_port), "REDIS_DATA_DIR": str(tmp_path / "redis"),
+             "REDIS_URL": "", "CHECKPOINT_DIR": str(tmp_path / "ck"), "METRICS_PORT": str(metrics_port),
+             "SPARK_MASTER": "local[2]", "WINDOW": "10s", "WATERMARK_DELAY": "2s", "TRIGGER_INTERVAL": "1s",
+             **({"PIPELINE_NAMESPACE": ns} if ns is not None else {}), **env}
+    keys = KeySchema(ns or Config.namespace)
+    run = Proc("run.sh", ["bash", str(ROOT / "run.sh")], stack, tmp_path)
     try:
         run.wait_for(r"production mode \(DEMO=off\)", timeout=60)
-        run.wait_for(rf"query watermark-{ns} running", timeout=240)
+        run.wait_for(rf"query watermark-{keys.namespace} running", timeout=240)
         run.wait_for(r"You can now view", timeout=120)
         # a user per part (issue 63): the test reads as an operator, its producer writes as a game server
         passwords = json.loads((tmp_path / "redis" / "users.json").read_text())
-        yield {"run": run, "keys": KeySchema(ns), "url": f"http://127.0.0.1:{port}",
+        yield {"run": run, "keys": keys, "url": f"http://127.0.0.1:{port}", "env": stack,
+               "metrics": f"http://127.0.0.1:{metrics_port}/metrics",
                "client": redis.Redis(port=redis_port, socket_timeout=130, username="wm-admin",
                                      password=passwords["admin"]),
                "producer": redis.Redis(port=redis_port, socket_timeout=130, username="wm-producer",
@@ -255,6 +257,14 @@ def production(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict
                "anonymous": redis.Redis(port=redis_port, socket_timeout=5)}
     finally:
         run.stop()
+
+
+@pytest.fixture()
+def production(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict]:
+    for var in MODE_VARS:  # unset, as for someone who only typed DEMO=off ./run.sh
+        monkeypatch.delenv(var, raising=False)
+    with production_stack(tmp_path, f"prod-{uuid.uuid4().hex[:6]}") as stack:
+        yield stack
 
 
 @pytest.mark.spark

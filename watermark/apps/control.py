@@ -1,7 +1,9 @@
-"""``wm-control``: show or change what the lab's generator runs and the watermark delay the job should use.
+"""``wm-control``: show or change what the lab's generator runs and the watermark delay the job should use; forget a
+test server.
 
 The request and the generator's status live in Redis (:mod:`watermark.store.control_store`); this is their
-command line.
+command line. ``wm-control forget SERVER...`` removes servers' traces from the namespace, as the job does once they
+retire (:mod:`watermark.store.online.forget`), and only with an operator's credential.
 """
 
 from __future__ import annotations
@@ -17,11 +19,14 @@ from dataclasses import asdict
 import redis
 
 from watermark.rules.scenarios import SCENARIOS, scenarios_help
+from watermark.schema.acl import user_name
 from watermark.schema.config import Config, ConfigError
 from watermark.schema.keys import KeySchema
 from watermark.schema.records import check_rate
 from watermark.schema.timeutil import format_duration_ms, parse_duration_ms
+from watermark.store.commit import params_of
 from watermark.store.control_store import read_lab, write_control
+from watermark.store.online.forget import ask, known, players_online
 from watermark.store.redis_conn import open_client
 
 # --------------------------------------------------------------------------- CLI
@@ -44,8 +49,8 @@ def _delay(text: str) -> int:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog="wm-control",
-        description="Show or change what the lab's generator runs and the watermark delay the job should use "
-                    "(REDIS_URL, PIPELINE_NAMESPACE from the environment).",
+        description="Show or change what the lab's generator runs and the watermark delay the job should use; "
+                    "forget test servers (REDIS_URL, PIPELINE_NAMESPACE from the environment).",
         epilog=scenarios_help(),
     )
     sub = p.add_subparsers(dest="command", required=True)
@@ -57,6 +62,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     run = s.add_mutually_exclusive_group()
     run.add_argument("--start", dest="running", action="store_const", const=True, default=None)
     run.add_argument("--stop", dest="running", action="store_const", const=False)
+    f = sub.add_parser("forget", help="remove test servers' traces from the namespace (an operator's credential: "
+                                      "REDIS_URL=$(wm-redis url admin)); their players must be logged out first")
+    f.add_argument("servers", nargs="+", metavar="SERVER")
     return p.parse_args(argv)
 
 
@@ -75,6 +83,8 @@ def main(argv: list[str] | None = None) -> int:
         cfg = Config.from_env(os.environ)
         keys = KeySchema(cfg.namespace)
         client = open_client(cfg.redis_url, socket_connect_timeout=2.0, socket_timeout=5.0)
+        if args.command == "forget":
+            return forget(client, keys, args.servers, params_of(cfg).ttl_s)
         if args.command == "set":
             write_control(client, keys, by=cli_user(), role="Redis credential (wm-control)",
                           scenario=args.scenario, rate=args.rate, running=args.running, delay_ms=args.delay)
@@ -86,6 +96,48 @@ def main(argv: list[str] | None = None) -> int:
                                                     else format_duration_ms(control.delay_ms)},
            "generator": None if status is None else asdict(status)}
     print(json.dumps(doc, indent=2))
+    return 0
+
+
+OPERATORS = ("default", user_name("admin"))
+"""The credentials that may forget a server: Redis' own default user (the demo, a Redis without users) and the
+operators' (``wm-admin``); never a part's, least of all a game server's (``wm-producer``)."""
+
+
+def credential(client: redis.Redis) -> str | None:
+    """The user ``client`` connects as; None when it may not even ask (``ACL WHOAMI``: a game server's)."""
+    try:
+        who = client.acl_whoami()
+    except redis.exceptions.NoPermissionError:
+        return None
+    return who.decode() if isinstance(who, bytes) else str(who)
+
+
+def forget(client: redis.Redis, keys: KeySchema, servers: list[str], ttl_s: int) -> int:
+    """``wm-control forget``: refused without an operator's credential (2) or while a server has players online (1,
+    naming them to log out); servers of which nothing is kept are said and skipped."""
+    who = credential(client)
+    if who not in OPERATORS:
+        said = f"{who}'s" if who else "a user's that may not ask who it is (ACL WHOAMI)"
+        print(f"control: error: forgetting a server takes an operator's credential ({user_name('admin')}: "
+              f"REDIS_URL=$(wm-redis url admin)), and REDIS_URL is {said}", file=sys.stderr)
+        return 2
+    servers = list(dict.fromkeys(servers))
+    online = {s: n for s, n in players_online(client, keys, servers).items() if n}
+    for server, n in online.items():
+        players = sorted(p.decode() for p in client.hkeys(keys.online(server)))[:10]
+        print(f"control: error: {server} has {n} player(s) online: log them out first, then forget it "
+              f"(docs/ingest.md: producer.stop_server({server!r}, {players!r}))", file=sys.stderr)
+    if online:
+        return 1
+    found = known(client, keys, servers)
+    for server in (s for s in servers if not found[s]):
+        print(f"nothing of {server} is kept in {keys.namespace}")
+    todo = [s for s in servers if found[s]]
+    if todo:
+        ask(client, keys, todo, ttl_s)
+        print(f"forgot {', '.join(todo)} in {keys.namespace}: their counts, regions and windows now; their clocks, "
+              "peaks and per-minute history with the online view's next batch")
     return 0
 
 

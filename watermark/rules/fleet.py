@@ -13,7 +13,9 @@ The rule, in words:
   event, drained or not.
 - **Forgotten**: retired and no player kept by the online view (none online, no logout the watermark has not
   passed): the online view drops its clock, its count and every per-server write, so what a batch costs is
-  bounded by the servers alive, not by every name ever seen. A forgotten server that speaks again starts afresh.
+  bounded by the servers alive, not by every name ever seen. An operator may forget a server before it retires
+  (``wm-control forget``: a test server's traces), once no player is kept. A forgotten server that speaks again
+  starts afresh.
 
 Any event brings a server back to live. Arrival time is Redis' clock (stream entry IDs), as for every other
 silence in the product; nothing here reads a wall clock.
@@ -146,12 +148,22 @@ def drained_after(prior_ms: int, *, had_events: bool, online_after: int, newest_
 
 
 def forgotten(*, had_events: bool, players_kept: int, heard_ms: int | None, now_ms: int | None,
-              retire_after_ms: int) -> bool:
+              retire_after_ms: int, asked_ms: int | None = None) -> bool:
     """Whether the online view forgets the server with this batch: none of its events in it, no player kept, and
-    its newest event ``retire_after_ms`` or more of arrival time ago (``heard_ms`` None: it never had a clock)."""
+    its newest event ``retire_after_ms`` or more of arrival time ago (``heard_ms`` None: it never had a clock), or
+    at or before an operator asked to forget it (``asked_ms``, Redis' clock: ``wm-control forget``, a test server).
+    A server that spoke after the request is kept: the request was about what it had sent before.
+
+    >>> forgotten(had_events=False, players_kept=0, heard_ms=5_000, now_ms=9_000, retire_after_ms=600_000,
+    ...           asked_ms=6_000)
+    True
+    >>> forgotten(had_events=False, players_kept=0, heard_ms=7_000, now_ms=9_000, retire_after_ms=600_000,
+    ...           asked_ms=6_000)
+    False
+    """
     if had_events or players_kept:
         return False
-    if heard_ms is None:
+    if heard_ms is None or (asked_ms is not None and heard_ms <= asked_ms):
         return True
     return now_ms is not None and now_ms - heard_ms >= retire_after_ms
 

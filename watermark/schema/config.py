@@ -150,8 +150,8 @@ class Config:
                "only applies with WATERMARK_MODE=per-server or an idle lane in LAB_LANES "
                "(one global watermark is never held back by a single server)")
         _check(self.online_timeout_ms > 0, "ONLINE_TIMEOUT",
-               f"({format_duration_ms(max(0, self.online_timeout_ms))}) must be positive: a player with no event "
-               "for this long in event time counts as offline")
+               f"({format_duration_ms(max(0, self.online_timeout_ms))}) must be positive: how long a player stays "
+               "online without an event, on their server's clock")
 
         _check(1 <= self.history_days <= 400, "HISTORY_DAYS",
                f"({self.history_days}) must be between 1 and 400 days (7 or more for the week-ago overlay)")

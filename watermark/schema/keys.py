@@ -88,6 +88,11 @@ key                                                type    contents
 ``{ns}:seen``                                      hash    server -> ingest ms of its newest event
                                                            (what idleness is judged by)
 ``{ns}:regions``                                   hash    server -> region, as its events carry it
+``{ns}:forget``                                    hash    server -> when (Redis ms) an operator asked to forget
+                                                           it (``wm-control forget``: a test server); the
+                                                           online view forgets it, its peaks and per-minute
+                                                           series with it, once no player is kept, and
+                                                           removes the field (or when it speaks again)
 ``{ns}:idleness``                                  stream  the job's idle decisions (``watermark.rules.fleet``):
                                                            ``server``, ``at_ms``, ``last_heard_ms``,
                                                            ``heard``, ``marker_id``, ``reason``
@@ -294,6 +299,11 @@ class KeySchema:
     @property
     def seen(self) -> str:
         return self._k("seen")
+
+    @property
+    def forget(self) -> str:
+        """Servers an operator asked to forget, with when (``watermark.store.online.forget``)."""
+        return self._k("forget")
 
     @property
     def regions(self) -> str:

@@ -289,6 +289,9 @@ class OnlinePart(_JsonRecord, frozen=True, kw_only=True):
     forgotten: tuple[str, ...] = ()
     """Servers of the group the fold forgot with this batch (``watermark.rules.fleet.forgotten``): no player kept,
     silent for RETIRE_AFTER. The view's counts drop them."""
+    erased: tuple[str, ...] = ()
+    """Those of them an operator asked to forget (``{ns}:forget``, a test server): the merge erases their own
+    history too, peaks and per-minute series."""
 
 
 ANNOTATION_KINDS = ("deploy", "maintenance", "incident", "note")

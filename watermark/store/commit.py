@@ -269,6 +269,19 @@ def forget_servers(client: redis.Redis, keys: KeySchema, now_ms: int, retire_aft
     # Servers with fields but no arrival: idle markers committed after the server was forgotten (the job had queued
     # them before) write its per-server fields again without an arrival; nothing would ever retire them.
     old += [(s, "") for s in sorted(m.decode() for m in client.smembers(keys.servers)) if s not in seen]
+    return _forget(client, keys, old, follows_fleet)
+
+
+def forget_named(client: redis.Redis, keys: KeySchema, servers: Sequence[str], follows_fleet: bool = False) -> int:
+    """:func:`forget_servers` for ``servers``, however long they have been silent: an operator's request
+    (``watermark.store.online.forget``). A server that speaks meanwhile keeps its fields. Returns how many went."""
+    seen = client.hmget(keys.seen, list(servers)) if servers else []
+    return _forget(client, keys, [(s, "" if v is None else v.decode()) for s, v in zip(servers, seen, strict=True)],
+                   follows_fleet)
+
+
+def _forget(client: redis.Redis, keys: KeySchema, old: Sequence[tuple[str, str]], follows_fleet: bool) -> int:
+    """Run :data:`_FORGET_SERVERS_LUA` on ``(server, newest arrival read)`` pairs, a chunk at a time."""
     gone = 0
     for i in range(0, len(old), FORGET_CHUNK):
         chunk = old[i:i + FORGET_CHUNK]

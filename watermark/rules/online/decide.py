@@ -72,15 +72,16 @@ def _distinct(values: np.ndarray) -> int:
 
 def decide_servers(t: PlayerTable, ev: OnlineEvents, before: Mapping[str, ClockRecord], delay_ms: int,
                    timeout_ms: int, now_ingest: int | None = None,
-                   retire_after_ms: int = Config.retire_after_ms) -> tuple[dict[str, ServerWrites],
-                                                                           dict[str, ClockRecord]]:
+                   retire_after_ms: int = Config.retire_after_ms,
+                   asked: Mapping[str, int] | None = None) -> tuple[dict[str, ServerWrites], dict[str, ClockRecord]]:
     """The batch folded into ``t`` (the job's table, changed in place), each server's players against its own
     clock (:mod:`watermark.rules.server_clock`), never another's: the batch is folded into the table once, each
     player against their own server's watermark in force, each server's clock moves with what its players did,
     and every server's players expire against its next watermark, all in whole-table array operations; only the
     clocks (a few numbers a server) are decided one server at a time. Only the servers the view still keeps are
     decided (a clock, a player, or events in the batch: :mod:`watermark.rules.fleet`), so a batch costs what the
-    live fleet costs, not every name ever seen."""
+    live fleet costs, not every name ever seen. ``asked``: the servers an operator asked to forget, with when
+    (``{ns}:forget``), forgotten once no player is kept (:func:`watermark.rules.fleet.forgotten`)."""
     if now_ingest is None:
         now_ingest = ev.newest_arrival_ms()
     shares, slots = _shares(t, ev)
@@ -104,16 +105,18 @@ def decide_servers(t: PlayerTable, ev: OnlineEvents, before: Mapping[str, ClockR
     forgotten = t.known & ~t.online & (t.last_us <= next_us)
     t.known[timed_out | forgotten] = False
     writes = _writes(t, servers, f, prior, shifted, timed_out)
-    _life(t, servers, writes, shares, before, after, timed_out, now_ingest, retire_after_ms)
+    _life(t, servers, writes, shares, before, after, timed_out, now_ingest, (retire_after_ms, asked or {}))
     return writes, after
 
 
 def _life(t: PlayerTable, servers: Sequence[str], writes: Mapping[str, ServerWrites],
           shares: Mapping[str, _BatchOf], before: Mapping[str, ClockRecord], after: dict[str, ClockRecord],
-          timed_out: np.ndarray, now_ingest: int | None, retire_after_ms: int) -> None:
+          timed_out: np.ndarray, now_ingest: int | None, forgetting: tuple[int, Mapping[str, int]]) -> None:
     """Each server's drained mark moved on (:func:`watermark.rules.fleet.drained_after`: its players counted as
     the batch's events left them, before the expiry that follows), and the servers the view forgets dropped from
-    the clocks and marked in their writes (:func:`watermark.rules.fleet.forgotten`)."""
+    the clocks and marked in their writes (:func:`watermark.rules.fleet.forgotten`, by ``forgetting``: RETIRE_AFTER
+    and the operator's requests)."""
+    retire_after_ms, asked = forgetting
     n = len(t.servers)
     expired = np.bincount(t.server[timed_out], minlength=n)
     kept = np.bincount(t.server[t.known], minlength=n)
@@ -121,7 +124,7 @@ def _life(t: PlayerTable, servers: Sequence[str], writes: Mapping[str, ServerWri
         code, share, clock = t.code[server], shares.get(server), after.get(server)
         if fleet.forgotten(had_events=share is not None, players_kept=int(kept[code]),
                            heard_ms=clock.heard_ms if clock is not None else None, now_ms=now_ingest,
-                           retire_after_ms=retire_after_ms):
+                           retire_after_ms=retire_after_ms, asked_ms=asked.get(server)):
             after.pop(server, None)
             writes[server].forget = True
             continue

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import json
 import struct
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from watermark.schema.shards import Position
@@ -87,6 +87,17 @@ class Minute:
                        None if regions is None else {str(k): int(v) for k, v in regions.items()})
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ValueError(f"not a minute record of the online view: {raw!r} ({exc})") from None
+
+    def without(self, servers: Collection[str]) -> Minute:
+        """The minute without ``servers``' own entries (forgotten at an operator's request): its regions' and the
+        total's stay, which counted their players.
+
+        >>> Minute(0, {"a": 1, "b": 2}, {"a": 1, "b": 2, "*": 3}, {"a": {"login": 1}}, {"eu": 3}).without({"a"})
+        Minute(minute_ms=0, last={'b': 2}, peak={'b': 2, '*': 3}, causes={}, regions={'eu': 3})
+        """
+        return Minute(self.minute_ms, {k: v for k, v in self.last.items() if k not in servers},
+                      {k: v for k, v in self.peak.items() if k not in servers},
+                      {k: v for k, v in self.causes.items() if k not in servers}, self.regions)
 
     def add(self, counts: Mapping[str, int], causes: Mapping[str, Mapping[str, int]],
             regions: Mapping[str, str] | None = None) -> None:

@@ -22,6 +22,7 @@ from watermark.schema.keys import KeySchema
 from watermark.schema.records import ClockRecord, OnlinePart, OnlineStateRecord
 from watermark.store import redis_conn
 from watermark.store.commit import Params, guarded, queue_packed, replicated
+from watermark.store.online.forget import read_asked
 from watermark.store.online.merge import merge_ready
 
 
@@ -103,8 +104,9 @@ def _commit_group(client: redis.Redis, keys: KeySchema, b: OnlineBatch, params: 
             names = pipe.hkeys(counts_key) or pipe.hkeys(keys.online_counts)  # the view's: before groups
             mirror.load(client, keys, [s for s in (n.decode() for n in names) if group.owns(s)], committed)
         mirror.valid = False  # until the transaction is in
+        asked = {s: at for s, at in read_asked(pipe, keys).items() if group.owns(s)}
         writes, clocks = decide_servers(mirror.players, ev, mirror.clocks if lost else prior.clocks, b.delay_ms,
-                                        timeout_ms, b.newest_arrival_ms, params.retire_after_ms)
+                                        timeout_ms, b.newest_arrival_ms, params.retire_after_ms, asked)
         for w in writes.values():
             w.rewrite = lost
         batch_servers = set(ev.server.tolist())
@@ -112,6 +114,7 @@ def _commit_group(client: redis.Redis, keys: KeySchema, b: OnlineBatch, params: 
             group=group.index, of=b.record(group.of, timeout_ms),
             counts={s: w.count for s, w in writes.items() if not w.forget},
             forgotten=tuple(s for s, w in writes.items() if w.forget),
+            erased=tuple(s for s, w in writes.items() if w.forget and s in asked),
             causes={s: w.causes for s, w in writes.items() if w.causes},
             came_online=sum(w.came_online for w in writes.values()),
             went_offline=sum(w.went_offline for w in writes.values()),
@@ -120,6 +123,10 @@ def _commit_group(client: redis.Redis, keys: KeySchema, b: OnlineBatch, params: 
             rebuilt=rebuilt or b.missed)
         pipe.multi()
         _apply(pipe, keys, writes, mirror, params.ttl_s, counts_key)
+        # a request is done once the server is forgotten, or void once it spoke after it
+        if done := [s for s, at in asked.items() if (s in writes and writes[s].forget)
+                    or (s in clocks and clocks[s].heard_ms > at)]:
+            pipe.hdel(keys.forget, *done)
         pipe.hset(key, mapping=OnlineStateRecord(last_batch=b.batch_id, clocks=clocks).to_hash(*_GROUP_FIELDS))
         pipe.expire(key, params.ttl_s)
         parts = keys.online_parts(b.batch_id)

@@ -32,6 +32,7 @@ from watermark.schema.records import CommitEntry, OnlinePart, OnlineRecord, Onli
 from watermark.store import redis_conn
 from watermark.store.commit import Params, records_kept
 from watermark.store.history_store import queue_minute
+from watermark.store.online.forget import queue_erase, read_minutes
 
 _V = TypeVar("_V")
 
@@ -161,6 +162,8 @@ def _merge(pipe: redis.client.Pipeline, keys: KeySchema, parts: Sequence[OnlineP
     """Queue the merge of one batch's parts (the pipeline is in ``multi()`` after this call's reads)."""
     first = parts[0].of  # the batch's own record is the same in every part
     rollups = _Rollups.read(pipe, keys, arrival_ms(first.end_id, first.batch_ts_ms))
+    erased = [s for p in parts for s in p.erased]  # forgotten at an operator's request: their history goes too
+    minutes = read_minutes(pipe, keys) if erased else []
     known = [v for v in (prior.max_event_us, *(p.newest_event_us for p in parts)) if v is not None]
     running = max(known) if known else None
     next_wm = (first.next_watermark_ms if first.next_watermark_ms is not None
@@ -176,6 +179,9 @@ def _merge(pipe: redis.client.Pipeline, keys: KeySchema, parts: Sequence[OnlineP
                             offline=sum(p.went_offline for p in parts), causes=causes,
                             ahead_ms=_by_server(p.ahead_ms for p in parts))
     open_minute = rollups.add(prior.minute, counts, causes)
+    if erased:
+        open_minute = open_minute.without(erased)
+        rollups.closed = rollups.closed.without(erased) if rollups.closed is not None else None
     pipe.multi()
     if forgotten := [s for p in parts for s in p.forgotten]:  # its highest ever stays: a long-lived server empty
         pipe.hdel(keys.online_counts, *forgotten)  # at night is forgotten too, and keeps its record
@@ -183,6 +189,8 @@ def _merge(pipe: redis.client.Pipeline, keys: KeySchema, parts: Sequence[OnlineP
         pipe.hset(keys.online_counts, mapping=counts)
         pipe.expire(keys.online_counts, params.ttl_s)
     rollups.queue(pipe, keys, params, record, now_ms())
+    if erased:
+        queue_erase(pipe, keys, erased, rollups.at_ms, params.history_days, minutes)
     lost = any(p.lost or p.rebuilt for p in parts)
     pipe.hset(keys.online_state, mapping=OnlineStateRecord(
         last_batch=first.batch, watermark_ms=next_wm, in_force_ms=first.watermark_ms, batch_ts_ms=first.batch_ts_ms,
