@@ -61,7 +61,7 @@ def ask(client: redis.Redis, keys: KeySchema, servers: Sequence[str], ttl_s: int
     ms) the request was made."""
     secs, micros = client.time()
     asked_ms = secs * 1000 + micros // 1000
-    pipe = client.pipeline(transaction=True)
+    pipe = client.pipeline(transaction=False)  # a Redis Cluster client too: one slot, no MULTI
     pipe.hset(keys.forget, mapping=dict.fromkeys(servers, asked_ms))
     pipe.expire(keys.forget, ttl_s)
     pipe.execute()
@@ -85,7 +85,7 @@ def forget_windows(client: redis.Redis, keys: KeySchema, servers: Sequence[str])
                    if WindowKey.parse(m).server == server]
         for i in range(0, len(members), 500):
             chunk = [WindowKey.parse(m) for m in members[i:i + 500]]
-            pipe = client.pipeline(transaction=True)
+            pipe = client.pipeline(transaction=False)  # a Redis Cluster client too: one slot, no MULTI
             pipe.zrem(keys.windows, *(w.member() for w in chunk))
             pipe.delete(*(keys.window(w) for w in chunk))
             pipe.execute()
