@@ -16,9 +16,9 @@ import time
 import pyarrow as pa  # noqa: E402
 
 from watermark.rules.simulate import generate  # noqa: E402
-from watermark.schema.events import BadEntry, parse_entry  # noqa: E402
 from watermark.spark.partial import PARTIAL_TYPE  # noqa: E402
 from watermark.spark.rows import ARROW_SCHEMA, TS, to_record_batch  # noqa: E402
+from watermark_client.events import BadEntry, parse_entry
 
 
 def baseline(entries: list[list]) -> pa.RecordBatch:

@@ -45,10 +45,10 @@ import redis  # noqa: E402
 from watermark.apps.redis_server import RedisServer  # noqa: E402
 from watermark.rules.simulate import Simulator  # noqa: E402
 from watermark.schema.config import Config  # noqa: E402
-from watermark.schema.events import parse_entry_id  # noqa: E402
 from watermark.schema.keys import KeySchema  # noqa: E402
 from watermark.store.report import read_batches, wait_for_commit  # noqa: E402
 from watermark.store.stream_writer import write  # noqa: E402
+from watermark_client.events import parse_entry_id  # noqa: E402
 
 
 @contextmanager

@@ -68,11 +68,12 @@ HERE = Path(__file__).resolve().parents[1]
 
 from watermark.apps.redis_server import LocalCluster, free_port  # noqa: E402
 from watermark.runtime.children import die_with_parent  # noqa: E402
-from watermark.schema.events import parse_entry_id  # noqa: E402
 from watermark.schema.keys import KeySchema  # noqa: E402
 from watermark.schema.shards import Position  # noqa: E402
 from watermark.spark.standalone import standalone  # noqa: E402
-from watermark.store.redis_conn import nodes, open_client  # noqa: E402
+from watermark.store.redis_conn import nodes  # noqa: E402
+from watermark_client.connection import open_client  # noqa: E402
+from watermark_client.events import parse_entry_id  # noqa: E402
 
 TARGET_MAIN_P95_MS = 1_500
 TARGET_LANE_EXTRA_MS = 1_500

@@ -28,12 +28,12 @@ from watermark.store.annotation_store import read_happenings
 from watermark.store.control_store import read_lab
 from watermark.store.history_store import Timeline, read_timeline
 from watermark.store.pipeline_status import PipelineState, read_state
-from watermark.store.redis_conn import open_client
 from watermark.store.report import WindowRow
 from watermark.store.views.events import EventRange, PlayerEvents, find_player, read_events
 from watermark.store.views.lanes import read_idleness, read_lanes, read_seen, read_tradeoff
 from watermark.store.views.online import OnlinePoints
 from watermark.store.views.snapshot import BatchPoints, Snapshot, read_snapshot, read_windows
+from watermark_client.connection import open_client
 
 TICK_TTL_S = 120
 """Reads keyed by the refresh tick: evicted two minutes on (a tick is 1-10 s, so never read again by then)."""

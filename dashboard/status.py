@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from watermark.alerting.health import Health, Severity, Verdict, judge, redis_at_limit
 from watermark.alerting.verdicts import Flat, WatermarkPoint, flat_run
 from watermark.rules.fleet import FleetSilence, Life, fleet_silence, life
-from watermark.schema.timeutil import clock, human_ms  # noqa: F401 - the pages import them from here
 from watermark.store.observe import pipeline_obs
 from watermark.store.pipeline_status import PipelineStatus
 from watermark.store.views.snapshot import BatchPoint, Snapshot
+from watermark_client.timeutil import clock, human_ms
 
 SLOW_WINDOW = 10
 """Recent batches looked at for slowness (said beside the verdict, which is :mod:`watermark.alerting.health`'s)."""

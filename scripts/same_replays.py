@@ -23,7 +23,7 @@ from pathlib import Path
 import orjson
 
 from watermark.rules.simulate import generate
-from watermark.schema.timeutil import iso_from_us
+from watermark_client.timeutil import iso_from_us
 
 ROOT = Path(__file__).resolve().parents[1]
 PARAMS = (["--window", "10m", "--delay", "5m"], ["--window", "1m", "--slide", "30s", "--delay", "20s",

@@ -209,9 +209,9 @@ def build(archive: Path) -> None:
     writes the classes it loaded as it exits. Written under another name and renamed: never used half-written."""
     from watermark.apps.redis_server import RedisServer, free_port
     from watermark.rules.simulate import generate
-    from watermark.schema.events import PAYLOAD_FIELD
     from watermark.schema.keys import KeySchema
     from watermark.store.report import wait_for_commit
+    from watermark_client.events import PAYLOAD_FIELD
 
     with tempfile.TemporaryDirectory(prefix="jvm-archive-") as tmp_dir:
         tmp = Path(tmp_dir)

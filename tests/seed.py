@@ -18,8 +18,8 @@ from watermark.apps.replay import ReplayBatch, replay
 from watermark.rules.scenarios import Scenario
 from watermark.rules.simulate import Simulator
 from watermark.schema.config import Config
-from watermark.schema.events import Event
-from watermark.schema.timeutil import iso_from_us
+from watermark_client.events import Event
+from watermark_client.timeutil import iso_from_us
 
 BAD_PAYLOADS = (b"{not json", b'{"server": "A"}', b'{"server": "B", "player_id": "p1", "event_time": "yesterday"}')
 

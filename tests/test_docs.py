@@ -231,13 +231,15 @@ def test_every_page_and_its_address_is_listed_as_the_app_serves_it() -> None:
 # Every example in a docstring runs: a rule stated once in words, once in code and once as an example (issue 64:
 # the doctests of rules/windows.py and rules/fleet.py never ran). Each module holding a ">>>" is found, not listed.
 WITH_EXAMPLES = sorted(
-    ".".join(p.relative_to(ROOT).with_suffix("").parts)
-    for package in ("watermark", "dashboard") for p in (ROOT / package).rglob("*.py")
+    ".".join(p.relative_to(base).with_suffix("").parts)
+    for base, package in ((ROOT, "watermark"), (ROOT, "dashboard"), (ROOT / "clients" / "python", "watermark_client"))
+    for p in (base / package).rglob("*.py")
     if ">>> " in p.read_text(encoding="utf-8"))
 
 
 def test_the_modules_with_examples_are_found() -> None:
-    assert {"watermark.rules.windows", "watermark.rules.fleet", "watermark.schema.acl"} <= set(WITH_EXAMPLES)
+    assert {"watermark.rules.windows", "watermark.rules.fleet", "watermark.schema.acl",
+            "watermark_client.stream"} <= set(WITH_EXAMPLES)
 
 
 @pytest.mark.parametrize("name", WITH_EXAMPLES)

@@ -9,13 +9,15 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 CODE = ("watermark", "dashboard", "bench")
+CLIENT = ROOT / "clients" / "python"
+"""Where the game servers' package ``watermark_client`` sits: a package of its own, held to the same rules."""
 
 
 def modules() -> dict[str, Path]:
     out = {}
-    for top in CODE:
-        for path in (ROOT / top).rglob("*.py"):
-            parts = path.relative_to(ROOT).with_suffix("").parts
+    for base, top in [(ROOT, top) for top in CODE] + [(CLIENT, "watermark_client")]:
+        for path in (base / top).rglob("*.py"):
+            parts = path.relative_to(base).with_suffix("").parts
             out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
     return out
 

@@ -12,8 +12,12 @@ import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-CODE = ("watermark", "dashboard", "bench")
+CLIENT = ROOT / "clients" / "python"
+PLACES = {"watermark": ROOT, "dashboard": ROOT, "bench": ROOT, "watermark_client": CLIENT}
+"""Each top-level package and the folder it sits in: the game servers' client is a package of its own."""
+CODE = tuple(PLACES)
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+CLIENT_PROJECT = tomllib.loads((CLIENT / "pyproject.toml").read_text())
 NEEDED_WITHOUT_IMPORT: set[str] = set()  # pandas was one (PySpark's Arrow path) until the online view used its index
 TEST_TOOLS = {"pytest", "pytest-xdist", "hypothesis", "ruff", "import-linter", "mypy", "playwright",
               "oidc-provider-mock"}
@@ -23,12 +27,12 @@ def dist_name(requirement: str) -> str:
     return re.split(r"[<>=!~\[; ]", requirement, maxsplit=1)[0].lower().replace("_", "-")
 
 
-def third_party_imports() -> dict[str, set[str]]:
+def third_party_imports(tops: tuple[str, ...] = CODE) -> dict[str, set[str]]:
     """Top-level module name -> the files importing it, anywhere in the file."""
     ours = set(CODE)
     found: dict[str, set[str]] = {}
-    for top in CODE:
-        for path in (ROOT / top).rglob("*.py"):
+    for top in tops:
+        for path in (PLACES[top] / top).rglob("*.py"):
             for node in ast.walk(ast.parse(path.read_text())):
                 names = []
                 if isinstance(node, ast.Import):
@@ -66,8 +70,23 @@ def test_test_tools_are_not_runtime_dependencies() -> None:
 
 
 def test_every_package_folder_ships() -> None:
-    folders = {".".join(p.parent.relative_to(ROOT).parts) for top in CODE for p in (ROOT / top).rglob("*.py")}
+    folders = {".".join(p.parent.relative_to(PLACES[top]).parts) for top in CODE
+               for p in (PLACES[top] / top).rglob("*.py")}
     assert folders == set(PROJECT["tool"]["setuptools"]["packages"])
+    assert PROJECT["tool"]["setuptools"]["package-dir"] == {"watermark_client": "clients/python/watermark_client"}
+    assert CLIENT_PROJECT["tool"]["setuptools"]["packages"] == ["watermark_client"]
+
+
+def test_the_client_needs_only_what_it_declares() -> None:
+    """The game servers' package (clients/python) imports only its own declared dependencies, and nothing of the
+    project: installed alone, it works (the next test installs it)."""
+    declared = {dist_name(r) for r in CLIENT_PROJECT["project"]["dependencies"]}
+    imported = third_party_imports(("watermark_client",))
+    assert not {"watermark", "dashboard", "bench"} & set(imported), imported
+    providers = importlib.metadata.packages_distributions()
+    dists = {d.lower().replace("_", "-") for m in imported for d in providers.get(m, [])}
+    assert dists == declared == {"redis", "hiredis", "orjson"}
+    assert {dist_name(r) for r in PROJECT["project"]["dependencies"]} >= declared
 
 
 def test_every_benchmark_imports() -> None:

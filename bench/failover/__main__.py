@@ -47,14 +47,14 @@ from bench.failover.sentinels import SentinelGroup, until
 from bench.soak import Commits, accounting, drained
 from bench.stack import HERE, Stack, redis_ms, start_job
 from watermark.apps.redis_server import RedisServer
-from watermark.client import Producer
 from watermark.rules.scenarios import game
 from watermark.rules.simulate import Simulator
 from watermark.schema.config import Config
-from watermark.schema.events import PAYLOAD_FIELD
 from watermark.schema.keys import KeySchema
-from watermark.store.redis_conn import open_client
 from watermark.store.report import online_document
+from watermark_client import Producer
+from watermark_client.connection import open_client
+from watermark_client.events import PAYLOAD_FIELD
 
 KEYS = KeySchema("wm")
 SERVERS, REGIONS = 300, 6

@@ -18,7 +18,7 @@ import pytest
 import redis
 
 from watermark.apps.redis_server import RedisServer
-from watermark.schema.events import Event, parse_entry, parse_payload
+from watermark_client.events import Event, parse_entry, parse_payload
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "ingest.md"
 FENCE = re.compile(r"^```(\w+)\n(.*?)^```", re.S | re.M)
@@ -120,7 +120,7 @@ def test_unknown_fields_are_ignored_by_the_parser() -> None:
 def test_the_reasons_listed_are_the_parsers_and_the_flood_guards() -> None:
     from watermark.rules.fleet import FLOOD_REASON
 
-    source = (DOC.parents[1] / "watermark" / "schema" / "events.py").read_text()
+    source = (DOC.parents[1] / "clients" / "python" / "watermark_client" / "events.py").read_text()
     in_code = set(re.findall(r'bad\("([a-z_]+)"', source)) | set(re.findall(r'BadEntry\("([a-z_]+)"', source))
     in_code.add(FLOOD_REASON)  # the job's, not the parser's: a new name over the minute's limit
     in_doc = set(re.findall(r"^\| `([a-z_]+)` \| ", DOC.read_text().split("## What a bad event gets")[1]

@@ -27,15 +27,15 @@ import pytest
 import redis
 
 from watermark.apps.redis_server import RedisServer, server_version
-from watermark.client import encode_event
-from watermark.client.producer import FIELDS
 from watermark.schema.acl import CONNECTION, part_rules, user_name
 from watermark.schema.config import Config, ConfigError
-from watermark.schema.events import KINDS, NAME_LIMITS, Event, bad_name, parse_entry, parse_payload
-from watermark.schema.keys import KeySchema, producer_marker_key
-from watermark.schema.shards import input_shard_key, shard_of
+from watermark.schema.keys import KeySchema
 from watermark.spark.rows import FAST_SHAPE
-from watermark.store.batch_channel import MARKER_TTL_S
+from watermark_client import encode_event
+from watermark_client.batch_channel import MARKER_TTL_S
+from watermark_client.events import KINDS, NAME_LIMITS, Event, bad_name, parse_entry, parse_payload
+from watermark_client.producer import FIELDS
+from watermark_client.stream import input_shard_key, producer_marker_key, shard_of
 
 ROOT = Path(__file__).resolve().parents[2]
 NODE_DIR = ROOT / "clients" / "node"

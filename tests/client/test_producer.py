@@ -20,13 +20,13 @@ import redis
 
 from tests.writers import write_through_losses
 from watermark.apps.redis_server import RedisServer
-from watermark.client import Producer, ProducerError, ProducerTimeout, ShardedProducer, encode_event
 from watermark.rules.simulate import generate
-from watermark.schema.events import Event, parse_entry, parse_payload
 from watermark.schema.keys import KeySchema
-from watermark.schema.timeutil import parse_iso_us
-from watermark.store.batch_channel import Batch, BatchChannel, xadd_head
 from watermark.store.stream_writer import StreamWriter
+from watermark_client import Producer, ProducerError, ProducerTimeout, ShardedProducer, encode_event
+from watermark_client.batch_channel import Batch, BatchChannel, xadd_head
+from watermark_client.events import Event, parse_entry, parse_payload
+from watermark_client.timeutil import parse_iso_us
 
 T0 = "2026-11-22T10:00:00.000Z"
 
@@ -352,7 +352,7 @@ def test_datetime_now_is_accepted() -> None:
 def test_the_producer_library_loads_no_arrow_numpy_pandas_or_spark() -> None:
     """A game server imports the producer and nothing of the pipeline's: the commits' Arrow packing lives in
     store.commit, which the producer does not import."""
-    probe = ("import sys, watermark.client\n"
+    probe = ("import sys, watermark_client\n"
              "print(sorted(m for m in ('numpy', 'pyarrow', 'pandas', 'pyspark') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

@@ -1,5 +1,5 @@
 """The sharded producer against a real redis-server: each event in its server's shard, in order, exactly once
-across killed connections and Redis restarts (``watermark.client.sharded``)."""
+across killed connections and Redis restarts (``watermark_client.sharded``)."""
 
 from __future__ import annotations
 
@@ -11,10 +11,11 @@ import redis
 
 from tests.client.test_producer import T0, own_redis, send_through_faults, stream_ids  # noqa: F401 - own_redis: a fixture
 from watermark.apps.redis_server import RedisServer
-from watermark.client import ShardedProducer
-from watermark.schema.events import Event, parse_entry
 from watermark.schema.keys import KeySchema
-from watermark.schema.shards import shard_key, shard_of
+from watermark.schema.shards import shard_key
+from watermark_client import ShardedProducer
+from watermark_client.events import Event, parse_entry
+from watermark_client.stream import shard_of
 
 SHARDS = 4
 SERVERS = [f"eu-{i}" for i in range(17)]

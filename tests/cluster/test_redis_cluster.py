@@ -18,20 +18,22 @@ from tests.store.test_online_groups import PARAMS as ONLINE
 from tests.store.test_online_groups import dump, now, random_game, run
 from tests.writers import write_through_losses
 from watermark.apps.redis_server import LocalCluster
-from watermark.client.sharded import ShardedProducer
 from watermark.rules.online.groups import Group
 from watermark.rules.scenarios import fleet
 from watermark.rules.simulate import generate
 from watermark.schema.config import Config, lane_namespace
-from watermark.schema.events import parse_entry
 from watermark.schema.keys import KeySchema
 from watermark.schema.records import ServerRecord
-from watermark.schema.shards import shard_key, shard_of
+from watermark.schema.shards import shard_key
 from watermark.store.commit import BatchSummary, Params, commit_batch
 from watermark.store.online.runner import GroupRunner
 from watermark.store.pipeline_status import read_pipeline
-from watermark.store.redis_conn import home, is_cluster, open_client, refresh, same_slot, with_retry
+from watermark.store.redis_conn import refresh, same_slot, with_retry
 from watermark.store.stream_writer import StreamWriter, WriteStats
+from watermark_client.connection import home, is_cluster, open_client
+from watermark_client.events import parse_entry
+from watermark_client.sharded import ShardedProducer
+from watermark_client.stream import shard_of
 
 PARAMS = Params(window_ms=600_000, slide_ms=600_000, delay_ms=300_000)
 T0 = 1_767_225_600_000
@@ -221,7 +223,7 @@ def test_the_jobs_idle_markers_go_to_each_shards_node_with_their_decision(c: Red
     pipeline's slot) keeps the one script."""
     from watermark.apps.job import IDLE_LUA, idle_ticker, tick_idle
     from watermark.rules.fleet import IdleDecision
-    from watermark.schema.events import IDLE_KIND, Event, Rules
+    from watermark_client.events import IDLE_KIND, Event, Rules
 
     secret = b"k" * 32
     servers = ["A", "B", "D"]  # shards 3, 1 and 0 of 4

@@ -20,11 +20,11 @@ from tests.pipeline.test_exactly_once import seeded_entries
 from tests.pipeline.test_faults import chunks
 from tests.pipeline.test_followers import clean_run, everything, follower_cfg, renamed
 from watermark.schema.config import Config
-from watermark.schema.events import PAYLOAD_FIELD
 from watermark.schema.keys import KeySchema
 from watermark.spark.checkpoint import read_offset_log
 from watermark.spark.query import pipeline_sink, start_query
-from watermark.store.redis_conn import open_client
+from watermark_client.connection import open_client
+from watermark_client.events import PAYLOAD_FIELD
 
 ADD_ALL_LUA = """
 for i = 1, #ARGV, 2 do redis.call('XADD', KEYS[1], ARGV[i], KEYS[2], ARGV[i + 1]) end

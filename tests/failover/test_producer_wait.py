@@ -12,9 +12,9 @@ import pytest
 import redis
 
 from bench.failover.sentinels import SentinelGroup, until
-from watermark.client import Producer
-from watermark.client.producer import ProducerTimeout
 from watermark.schema.keys import KeySchema
+from watermark_client import Producer
+from watermark_client.producer import ProducerTimeout
 
 T = "2026-11-28T10:00:00Z"
 

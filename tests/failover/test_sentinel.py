@@ -18,7 +18,9 @@ from watermark.schema.keys import KeySchema
 from watermark.schema.records import ServerRecord
 from watermark.store import redis_conn
 from watermark.store.commit import BatchSummary, Params, WindowAgg, commit_batch
-from watermark.store.redis_conn import ReplicasBehind, connect, open_client, with_retry
+from watermark.store.redis_conn import ReplicasBehind, connect, with_retry
+from watermark_client import connection
+from watermark_client.connection import open_client
 
 T0 = 1_767_225_600_000
 PARAMS = Params(window_ms=600_000, slide_ms=600_000, delay_ms=300_000)
@@ -35,7 +37,7 @@ def test_the_same_client_writes_on_after_sentinel_promotes_the_replica(group: Se
                            "REDIS_SENTINEL_MASTER": MASTER})
     assert not cfg.embedded_redis and cfg.redis_url.startswith("redis+sentinel://")
     client = connect(cfg.redis_url)  # what every process does with the URL
-    assert not redis_conn.is_cluster(client)
+    assert not connection.is_cluster(client)
     client.set("k", "before")
     # the replica has it: what is lost when it has not is the WAIT test's
     until(lambda: group.replicas[0].client().get("k") == b"before", "the write on the replica")

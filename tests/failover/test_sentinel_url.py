@@ -8,8 +8,9 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from watermark.schema.config import Config, ConfigError, redact_url
-from watermark.schema.sentinel import SentinelAddress, parse_sentinel_url, sentinel_url
-from watermark.store.redis_conn import TRANSIENT, sentinel_client
+from watermark.store.redis_conn import TRANSIENT
+from watermark_client.connection import sentinel_client
+from watermark_client.sentinel import SentinelAddress, parse_sentinel_url, sentinel_url
 
 
 def test_a_sentinel_url_names_the_sentinels_the_primary_and_its_settings() -> None:

@@ -24,11 +24,12 @@ from tests.seed import arrival_ids
 from watermark.apps.redis_server import free_port
 from watermark.rules.simulate import generate
 from watermark.schema.keys import KeySchema
-from watermark.schema.shards import shard_of, share
-from watermark.schema.timeutil import iso_from_us
+from watermark.schema.shards import share
 from watermark.spark.cluster import PACKAGE_DIR, is_local_master, package_zip
 from watermark.spark.standalone import Standalone, can_start, standalone
 from watermark.store.report import build_document, wait_for_commit
+from watermark_client.stream import shard_of
+from watermark_client.timeutil import iso_from_us
 
 pytestmark = pytest.mark.long  # (its Spark tests are marked one by one)
 START_TIMEOUT_S = 120
@@ -212,8 +213,8 @@ def test_the_job_over_tls_gives_what_it_gives_over_tcp_and_the_oracle(tls_redis:
                                                                       tmp_path: Path) -> None:
     """The same events through the real job on each transport at once: the check documents are equal, and the
     oracle's; the producer's raw transactions (decision 0010) and the monitor's reading go over TLS as well."""
-    from watermark.client import Producer
     from watermark.store.observe import read_stack
+    from watermark_client import Producer
 
     assert redis.Redis.from_url(tls_redis).connection_pool.connection_class is redis.SSLConnection
     with pytest.raises(redis.ConnectionError):  # it speaks TLS only: plain TCP to it gets nowhere

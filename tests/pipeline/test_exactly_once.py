@@ -20,11 +20,11 @@ from tests.procs import kill_tree
 from tests.seed import arrival_ids
 from watermark.apps.replay import route
 from watermark.rules.simulate import generate
-from watermark.schema.events import PAYLOAD_FIELD
 from watermark.schema.keys import KeySchema
-from watermark.store.redis_conn import home, open_client
 from watermark.store.report import WindowKey
 from watermark.store.report import wait_for_commit as online_committed
+from watermark_client.connection import home, open_client
+from watermark_client.events import PAYLOAD_FIELD
 
 pytestmark = [pytest.mark.spark, pytest.mark.long]
 from tests.paths import ROOT  # noqa: E402

@@ -15,13 +15,13 @@ from tests.pipeline.test_exactly_once import counted_per_window, raw_per_window,
 from tests.procs import Proc
 from watermark.apps.redis_server import RedisServer, free_port
 from watermark.schema.config import Config
-from watermark.schema.events import PAYLOAD_FIELD, parse_entry_id
 from watermark.schema.keys import KeySchema
 from watermark.spark.query import start_query
 from watermark.spark.sink import RedisSink
 from watermark.store.commit import params_of
 from watermark.store.report import wait_for_commit
 from watermark.store.views.snapshot import read_snapshot
+from watermark_client.events import PAYLOAD_FIELD, parse_entry_id
 
 pytestmark = [pytest.mark.spark, pytest.mark.long]
 
@@ -111,6 +111,16 @@ def job_on_own_redis(tmp_path: Path, prefix: str,
     return server, keys, env, job, redis.Redis.from_url(server.url, socket_timeout=60)
 
 
+def fill_until_refused(client: redis.Redis) -> None:
+    """A ballast until Redis refuses a write (``maxmemory``, noeviction)."""
+    while True:
+        pipe = client.pipeline(transaction=False)
+        for _ in range(200):
+            pipe.xadd("ballast", {"x": b"x" * 1_000})
+        if any(isinstance(x, redis.exceptions.OutOfMemoryError) for x in pipe.execute(raise_on_error=False)):
+            return
+
+
 def generator_after_first_batch(job: Proc, env: dict[str, str], tmp_path: Path, scenario: str, seed: int) -> Proc:
     """9,000 events at 600 a second, once the job's query runs."""
     job.wait_for(r"query \S+ running", timeout=180)
@@ -121,7 +131,7 @@ def generator_after_first_batch(job: Proc, env: dict[str, str], tmp_path: Path, 
 def test_redis_restart_mid_run_loses_nothing_committed(tmp_path: Path) -> None:
     """The job and the generator ride out a Redis restart (AOF on); the dashboard's reads fail, then recover;
     every event generated is in the stream once and counted once (the writer resends what it had in flight,
-    and only that: watermark.store.batch_channel). Four shards are not run again here: their writer across
+    and only that: watermark_client.batch_channel). Four shards are not run again here: their writer across
     restarts is tests/client/test_sharded_producer.py's, their job from its checkpoint the SIGKILL test's."""
     server, keys, env, job, client = job_on_own_redis(tmp_path, "restart")
     streams = [keys.events]
@@ -179,14 +189,18 @@ def test_a_full_redis_holds_the_job_and_the_generator_until_memory_is_freed(tmp_
         assert client.xread({keys.commits: "0-0"}, block=120_000), "no batch committed before Redis filled"
         client.config_set("maxmemory-policy", "noeviction")
         client.config_set("maxmemory", int(client.info("memory")["used_memory"]) + 2**20)
-        while True:  # a ballast until Redis refuses a write
-            pipe = client.pipeline(transaction=False)
-            for _ in range(200):
-                pipe.xadd("ballast", {"x": b"x" * 1_000})
-            if any(isinstance(x, redis.exceptions.OutOfMemoryError) for x in pipe.execute(raise_on_error=False)):
-                break
+        fill_until_refused(client)
         job.wait_for(r"Redis is full", timeout=120)
-        gen.wait_for(r"Redis is full", timeout=120)
+        for _ in range(120):  # the job's trim of its look-back input frees memory: fill it again until the
+            fill_until_refused(client)  # generator meets a full Redis too (it fails here if it ends first)
+            try:
+                gen.wait_for(r"Redis is full", timeout=1.0)
+                break
+            except AssertionError:
+                if not gen.running():
+                    raise
+        else:
+            raise AssertionError(f"the generator never met a full Redis:\n{gen.tail()}")
         for _ in range(5):  # the job may trim the look-back input meanwhile (MULTI is refused while full)
             trimmed = client.get(keys.trimmed)
             committed, counted = client.hmget(keys.state, "committed_id")[0], client.hget(keys.totals, "input")

@@ -15,11 +15,11 @@ from tests.oracle import T0_MS, oracle, random_event_set, to_iso, windows_part
 from watermark.apps.replay import ReplayBatch, replay
 from watermark.rules.tradeoff import GRID_MS, Tradeoff
 from watermark.schema.config import Config
-from watermark.schema.events import PAYLOAD_FIELD
 from watermark.schema.keys import KeySchema
 from watermark.spark.checkpoint import read_offset_log
 from watermark.spark.query import start_query
 from watermark.store.report import build_document
+from watermark_client.events import PAYLOAD_FIELD
 
 pytestmark = [pytest.mark.spark, pytest.mark.long]
 MIN = 60_000

@@ -18,12 +18,12 @@ from tests.procs import Proc
 from watermark.apps.redis_server import RedisServer, free_port
 from watermark.rules.fleet import IdleDecision
 from watermark.schema.config import lane_namespace
-from watermark.schema.events import IDLE_KIND, Event, Rules, parse_entry
 from watermark.schema.keys import KeySchema
-from watermark.schema.timeutil import iso_from_us
 from watermark.spark.checkpoint import job_secret
 from watermark.store.control_store import write_control
 from watermark.store.report import wait_for_commit
+from watermark_client.events import IDLE_KIND, Event, Rules, parse_entry
+from watermark_client.timeutil import iso_from_us
 
 pytestmark = pytest.mark.spark
 

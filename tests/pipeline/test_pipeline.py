@@ -20,13 +20,14 @@ from tests.oracle import oracle, random_event_set, to_ms, windows_of
 from watermark.apps.replay import load_batches, replay
 from watermark.rules.eventview import Status
 from watermark.schema.config import Config
-from watermark.schema.events import PAYLOAD_FIELD, Event
 from watermark.schema.keys import KeySchema
-from watermark.schema.shards import shard_key, shard_of
+from watermark.schema.shards import shard_key
 from watermark.spark.query import start_query
 from watermark.spark.source import RedisStreamReader, read_range
 from watermark.store.report import build_document, read_windows
 from watermark.store.views.events import read_events
+from watermark_client.events import PAYLOAD_FIELD, Event
+from watermark_client.stream import shard_of
 
 pytestmark = [pytest.mark.spark, pytest.mark.long]
 from tests.paths import DATA, ROOT  # noqa: E402

@@ -21,10 +21,10 @@ from hypothesis import strategies as st
 
 from watermark.rules.fleet import IdleDecision
 from watermark.schema.config import Config, ConfigError
-from watermark.schema.events import NO_RULES, BadEntry, Event, Rules, bad_name, parse_entry
 from watermark.schema.keys import KeySchema
-from watermark.schema.timeutil import iso_from_us
 from watermark.spark.rows import to_record_batch
+from watermark_client.events import NO_RULES, BadEntry, Event, Rules, bad_name, parse_entry
+from watermark_client.timeutil import iso_from_us
 
 INGEST_MS = 1_795_000_000_000
 SECRET = b"the job's secret, 32 bytes long."

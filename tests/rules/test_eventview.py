@@ -16,7 +16,7 @@ from watermark.rules.eventview import (
     window_boundaries,
 )
 from watermark.rules.windows import Verdict, Window
-from watermark.schema.events import Event
+from watermark_client.events import Event
 
 T = 1_767_225_600_000  # 2026-01-01T00:00:00Z, a window boundary
 S, MIN = 1_000, 60_000

@@ -11,9 +11,9 @@ import redis
 
 from watermark.rules.eventview import BatchSpan, Status, judge
 from watermark.rules.late import LateEvent, is_late
-from watermark.schema.events import Event
 from watermark.schema.keys import KeySchema
 from watermark.store.commit import BatchSummary, Params, commit_batch
+from watermark_client.events import Event
 
 MIN = 60_000
 T0 = 1_767_225_600_000

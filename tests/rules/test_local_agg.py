@@ -241,10 +241,10 @@ def test_packed_rows_cross_spark_whole(spark, redis_url: str) -> None:  # noqa: 
 
     import redis
 
-    from watermark.schema.events import PAYLOAD_FIELD, Event
     from watermark.spark.rows import unpack
     from watermark.spark.sink import aggregate
     from watermark.spark.source import StreamRange, read_range
+    from watermark_client.events import PAYLOAD_FIELD, Event
 
     stream = f"pack-{uuid.uuid4().hex[:8]}:events"
     client = redis.Redis.from_url(redis_url)

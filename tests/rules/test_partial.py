@@ -12,7 +12,6 @@ import pytest
 import redis
 
 from watermark.rules.windows import window_ranges
-from watermark.schema.events import Event, idle_marker
 from watermark.spark.partial import (
     EVENT_TIME,
     INGEST_LAG,
@@ -24,6 +23,7 @@ from watermark.spark.partial import (
 )
 from watermark.spark.rows import unpack
 from watermark.spark.source import READ_CHUNK, SourceOptions, StreamRange, read_range
+from watermark_client.events import Event, idle_marker
 
 S = 1_000_000
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from watermark.schema.config import Config, ConfigError, redact_url
-from watermark.schema.events import BadEntry, Event, parse_entry, parse_payload
 from watermark.schema.keys import KeySchema, WindowKey, parse_total_field, total_field
-from watermark.schema.timeutil import format_duration_ms, iso_from_us, parse_duration_ms, parse_iso_us
 from watermark.spark.checkpoint import parse_offset_log
+from watermark_client.events import BadEntry, Event, parse_entry, parse_payload
+from watermark_client.timeutil import format_duration_ms, iso_from_us, parse_duration_ms, parse_iso_us
 
 
 @pytest.mark.parametrize(
@@ -158,7 +158,7 @@ def test_parse_offset_log() -> None:
 
 
 def test_parse_entry_id_orders_like_redis() -> None:
-    from watermark.schema.events import parse_entry_id
+    from watermark_client.events import parse_entry_id
 
     assert parse_entry_id(b"1700000000000-12") == (1_700_000_000_000, 12)
     assert parse_entry_id("5") == (5, 0)

@@ -7,7 +7,8 @@ import zlib
 
 import pytest
 
-from watermark.schema.shards import Position, shard_key, shard_of, share
+from watermark.schema.shards import Position, shard_key, share
+from watermark_client.stream import shard_of
 
 
 def test_one_shard_is_the_layout_before_shards() -> None:

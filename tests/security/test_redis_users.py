@@ -14,12 +14,12 @@ import redis
 
 from watermark.apps import redis_users
 from watermark.apps.redis_server import RedisServer, main, server_version
-from watermark.client import Producer
-from watermark.client.sharded import ShardedProducer
-from watermark.schema.acl import PARTS, part_rules
+from watermark.schema.acl import PARTS, SERVERS, part_rules
 from watermark.schema.config import Config
 from watermark.schema.keys import KeySchema
-from watermark.schema.shards import input_shard_key
+from watermark_client import Producer
+from watermark_client.sharded import ShardedProducer
+from watermark_client.stream import input_shard_key
 
 NS = "{wm}"
 KEYS = KeySchema(NS)
@@ -130,7 +130,8 @@ def test_the_acl_file_keeps_no_password_and_the_passwords_only_their_owner_reads
     server, _ = users
     acl = (server.data_dir / redis_users.ACL_FILE).read_text()
     passwords = json.loads((server.data_dir / redis_users.PASSWORDS_FILE).read_text())
-    assert set(passwords) == set(PARTS) and not any(p in acl for p in passwords.values())
+    assert set(passwords) == {*PARTS, *SERVERS} and not any(p in acl for p in passwords.values())
+    assert "wm-replica" not in acl and "wm-sentinel" not in acl  # one Redis: no replica, no Sentinel
     assert (server.data_dir / redis_users.PASSWORDS_FILE).stat().st_mode & 0o077 == 0
 
 
@@ -161,3 +162,35 @@ def test_wm_redis_url_names_each_part_and_keeps_a_redis_of_ones_own(tmp_path: Pa
     assert main(["acl", "--setuser"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == len(PARTS) and all(ln.startswith("ACL SETUSER wm-") for ln in lines)
+
+
+def test_wm_redis_acl_prints_a_replicated_redis_its_nodes_and_sentinels_lines(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Each line's use is proved against real processes in tests/failover/test_sentinel_users.py and
+    tests/cluster/test_cluster_users.py; here what each output holds, and which passwords it gives away."""
+    monkeypatch.setenv("REDIS_DATA_DIR", str(tmp_path))
+    monkeypatch.setenv("REDIS_URL", "redis://node:6379/0")
+    for name in ("REDIS_SENTINELS", "REDIS_SENTINEL_MASTER"):
+        monkeypatch.delenv(name, raising=False)
+
+    def acl(flag: str) -> tuple[int, str]:
+        code = main(["acl", flag])
+        return code, capsys.readouterr().out
+
+    code, cluster = acl("--nodes")
+    assert code == 0 and "user wm-replica " in cluster and "wm-sentinel" not in cluster  # a Cluster has no Sentinel
+    assert acl("--sentinels") == (2, "")
+    monkeypatch.delenv("REDIS_URL")
+    monkeypatch.setenv("REDIS_SENTINELS", "s1:26379,s2:26379")
+    monkeypatch.setenv("REDIS_SENTINEL_MASTER", "prod")
+    (_, nodes), (_, replication), (_, sentinels) = acl("--nodes"), acl("--replication"), acl("--sentinels")
+    passwords = json.loads((tmp_path / redis_users.PASSWORDS_FILE).read_text())
+    assert [ln.split()[1] for ln in nodes.splitlines()] == ["default", *(f"wm-{u}" for u in (*PARTS, *SERVERS))]
+    assert replication == f"masteruser wm-replica\nmasterauth {passwords['replica']}\n"
+    assert f"sentinel auth-user prod wm-sentinel\nsentinel auth-pass prod {passwords['sentinel']}\n" in sentinels
+    # the only passwords in the clear: the ones a replica and a Sentinel send
+    told = {user for user, secret in passwords.items() if secret in nodes + replication + sentinels}
+    assert told == {"replica", "sentinel"}
+    users = {ln.split()[1]: ln for ln in sentinels.splitlines() if ln.startswith("user ")}
+    assert "+sentinel|masters" in users["wm-producer"] and "+sentinel|set" not in users["wm-producer"]
+    assert "+@all" not in users["wm-producer"] and "+@all" in users["wm-admin"]

@@ -15,7 +15,8 @@ from pyspark.sql import DataFrame, SparkSession
 
 from tests.spark.test_source_shards import SHARDS, write
 from watermark.schema.keys import KeySchema
-from watermark.schema.shards import Position, shard_key, shard_of
+from watermark.schema.shards import Position, shard_key
+from watermark_client.stream import shard_of
 
 pytestmark = pytest.mark.spark
 

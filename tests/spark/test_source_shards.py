@@ -13,13 +13,14 @@ import pytest
 import redis
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
-from watermark.schema.events import Event, parse_entry_id
 from watermark.schema.keys import KeySchema
-from watermark.schema.shards import Position, shard_key, shard_of
+from watermark.schema.shards import Position, shard_key
 from watermark.spark import local_agg
 from watermark.spark.rows import ARROW_SCHEMA
 from watermark.spark.sink import aggregate_arrow, reread
 from watermark.spark.source import COUNT_AFTER_LUA, RedisStreamBatchReader, RedisStreamReader
+from watermark_client.events import Event, parse_entry_id
+from watermark_client.stream import shard_of
 
 SHARDS = 4
 T0 = 1_767_225_600_000

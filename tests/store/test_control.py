@@ -25,7 +25,6 @@ from watermark.schema.clock import ManualClock
 from watermark.schema.config import ConfigError
 from watermark.schema.keys import KeySchema, WindowKey
 from watermark.schema.records import Control, ControlChange, GeneratorStatus
-from watermark.schema.timeutil import parse_iso_us
 from watermark.store.control_store import (
     CONTROL_AUDIT_KEEP,
     read_control,
@@ -35,6 +34,7 @@ from watermark.store.control_store import (
     write_control,
 )
 from watermark.store.redis_conn import connect
+from watermark_client.timeutil import parse_iso_us
 
 WHO = {"by": "test", "role": "operator"}  # who the control changes' audit records
 

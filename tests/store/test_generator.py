@@ -28,9 +28,9 @@ from watermark.rules.scenarios import SCENARIOS, BurstModel, DelayModel, Outage,
 from watermark.rules.simulate import Simulator, fast_payload, generate, record_payload
 from watermark.schema.clock import ManualClock
 from watermark.schema.config import ConfigError
-from watermark.schema.events import KINDS, Event, parse_entry, parse_entry_id
-from watermark.schema.timeutil import parse_iso_us
 from watermark.store.stream_writer import StreamWriter, WriteError, WriteStats, stream_last_id, write
+from watermark_client.events import KINDS, Event, parse_entry, parse_entry_id
+from watermark_client.timeutil import parse_iso_us
 
 START = parse_iso_us("2026-01-01T00:00:00Z")
 from tests.paths import ROOT as REPO  # noqa: E402
@@ -423,7 +423,8 @@ def test_explicit_ids_stay_above_the_streams_last_id(r: redis.Redis, key: str) -
 
 
 def test_a_sharded_writer_puts_each_servers_events_in_its_shard_in_arrival_order(r: redis.Redis, key: str) -> None:
-    from watermark.schema.shards import shard_key, shard_of
+    from watermark.schema.shards import shard_key
+    from watermark_client.stream import shard_of
 
     events = generate("overseas-lag", seed=3, start_us=START, rate=1000, count=3_000)
     r.xadd(shard_key(key, 2), {"e": b"old"}, id="9999999999999-5")  # one shard's last ID holds all explicit IDs
@@ -462,7 +463,7 @@ def test_rejected_xadds_raise_and_leave_the_connection_usable(r: redis.Redis, ke
 
 def test_writer_falls_back_to_redis_py_replies_without_hiredis(
         r: redis.Redis, key: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("watermark.store.redis_conn.hiredis", None)
+    monkeypatch.setattr("watermark_client.connection.hiredis", None)
     events = generate("steady", seed=2, start_us=START, rate=1000, count=500)
     assert write(r, key, events, batch_size=128).written == r.xlen(key) == 500
     r.delete(key)
@@ -530,8 +531,8 @@ def test_the_jobs_idle_markers_go_in_signed_with_their_decision(r: redis.Redis) 
     from watermark.apps.job import IDLE_LUA, idle_ticker, tick_idle
     from watermark.rules.fleet import IdleDecision
     from watermark.schema.config import Config
-    from watermark.schema.events import IDLE_KIND, Rules
     from watermark.schema.keys import KeySchema
+    from watermark_client.events import IDLE_KIND, Rules
 
     ns = f"idle-{uuid.uuid4().hex[:6]}"
     keys, secret = KeySchema(ns), b"k" * 32
@@ -551,7 +552,8 @@ def test_the_jobs_idle_markers_go_in_signed_with_their_decision(r: redis.Redis) 
     parsed = [parse_entry(f, i.decode(), Rules(idle_key=secret)) for i, f in markers]
     assert all(isinstance(e, Event) and e.kind == IDLE_KIND for e in parsed), parsed
     # with shards, each marker goes to its server's shard, read in order with the server's events
-    from watermark.schema.shards import shard_key, shard_of
+    from watermark.schema.shards import shard_key
+    from watermark_client.stream import shard_of
     sharded = watcher.with_(stream_shards=4)
     ticker.last_marker_ms.clear()
     tick_idle(r, ticker, sharded, secret, keys, script)

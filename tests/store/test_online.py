@@ -19,13 +19,13 @@ from watermark.rules.online.fold import KIND_CODES
 from watermark.rules.online.player import PlayerState, Seen, Transition, apply_events, expiry_ms, on_timer
 from watermark.rules.online.table import OnlineBatch, OnlineEvents, PlayerTable
 from watermark.schema.config import Config, ConfigError
-from watermark.schema.events import PAYLOAD_FIELD, Event
 from watermark.schema.keys import KeySchema
 from watermark.schema.records import OnlineStateRecord
 from watermark.spark.query import start_query
 from watermark.store.commit import Params
 from watermark.store.online.commit import OnlineMirror, commit_online
 from watermark.store.views.online import OnlinePoint, OnlineView, read_online
+from watermark_client.events import PAYLOAD_FIELD, Event
 
 TIMEOUT = 10_000  # ms
 DELAY = 5_000

@@ -23,11 +23,12 @@ import redis
 
 from tests.store.test_commit import PARAMS, T0, dump, summary
 from watermark.apps.redis_server import RedisServer
-from watermark.client import Producer, ProducerTimeout
 from watermark.schema.keys import KeySchema
 from watermark.store import redis_conn
 from watermark.store.commit import BatchSummary, commit_batch, free_committed_input, queue_packed
-from watermark.store.redis_conn import Transaction, is_full, with_retry
+from watermark.store.redis_conn import Transaction, with_retry
+from watermark_client import Producer, ProducerTimeout
+from watermark_client.connection import is_full
 
 
 @pytest.fixture(params=[2, 3], ids=["resp2", "resp3"])
@@ -380,7 +381,7 @@ def test_the_monitor_pages_and_the_status_line_says_redis_is_full(r: redis.Redis
 
 def test_the_backlog_gate_holds_a_writer_at_the_bound_until_the_readers_make_room(r: redis.Redis,
                                                                                   keys: KeySchema) -> None:
-    from watermark.store.batch_channel import BacklogGate
+    from watermark_client.batch_channel import BacklogGate
 
     for i in range(100):
         r.xadd(keys.events, {"e": b"{}"}, id=f"{i + 1}-0")

@@ -23,13 +23,13 @@ from tests.oracle import oracle, to_ms
 from tests.seed import Seeded, seed_pipeline
 from watermark.alerting.config import AlertConfig, ServerSilent, WatermarkFlat
 from watermark.apps.redis_server import free_port
-from watermark.schema.events import parse_entry_id
 from watermark.schema.keys import KeySchema, WindowKey
-from watermark.schema.timeutil import human_ms
 from watermark.store.alert_store import THRESHOLDS_FIELD, publish_thresholds
 from watermark.store.report import read_batches
 from watermark.store.views.online import read_online
 from watermark.store.views.snapshot import read_snapshot
+from watermark_client.events import parse_entry_id
+from watermark_client.timeutil import human_ms
 
 pytestmark = pytest.mark.spark
 from tests.paths import APP  # noqa: E402

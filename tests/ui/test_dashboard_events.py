@@ -21,10 +21,10 @@ from tests.seed import BAD_PAYLOADS, Seeded, seed_pipeline
 from watermark.apps.redis_server import free_port
 from watermark.rules.eventview import Status, dropped_pairs
 from watermark.rules.late import LateEvent
-from watermark.schema.events import Event, parse_entry_id
 from watermark.schema.keys import KeySchema, WindowKey
 from watermark.store.commit import trim_counted
 from watermark.store.views.events import find_player, read_events
+from watermark_client.events import Event, parse_entry_id
 
 pytestmark = pytest.mark.spark
 

@@ -22,8 +22,8 @@ from watermark.rules.online.rollup import day_of, parse_peaks
 from watermark.rules.scenarios import fleet
 from watermark.schema.keys import KeySchema, WindowKey
 from watermark.schema.records import OnlineStateRecord
-from watermark.schema.timeutil import clock
 from watermark.store.views.snapshot import read_snapshot
+from watermark_client.timeutil import clock
 
 pytestmark = pytest.mark.spark
 

@@ -29,9 +29,9 @@ from dashboard.testing import page_test
 from tests.procs import Proc, until
 from watermark.alerting.health import Health
 from watermark.apps.redis_server import RedisServer, free_port
-from watermark.client import Producer
 from watermark.schema.keys import KeySchema
 from watermark.store.alert_store import read_alerts
+from watermark_client import Producer
 
 pytestmark = [pytest.mark.spark, pytest.mark.long]
 

@@ -47,7 +47,7 @@ from watermark.alerting.observation import (
 )
 from watermark.alerting.verdicts import behind_limit_ms, is_behind
 from watermark.rules.fleet import Life, life
-from watermark.schema.timeutil import clock, human_ms
+from watermark_client.timeutil import clock, human_ms
 
 MINUTE_MS = 60_000
 SAMPLE_GAP_MS = 5_000

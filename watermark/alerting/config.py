@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 
 from watermark.rules.server_clock import NOTICEABLE_AHEAD_MS
 from watermark.schema.config import ConfigError
-from watermark.schema.timeutil import format_duration_ms, parse_duration_ms
+from watermark_client.timeutil import format_duration_ms, parse_duration_ms
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from watermark.alerting.conditions import RULES
 from watermark.alerting.config import AlertConfig, Timing
 from watermark.rules.fleet import FLOOD_REASON
-from watermark.schema.timeutil import format_duration_ms
+from watermark_client.timeutil import format_duration_ms
 
 GROUP = "watermark"
 MAIN_SEL = '{pipeline="main"}'

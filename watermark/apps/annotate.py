@@ -33,9 +33,9 @@ import redis
 from watermark.schema.config import Config, ConfigError, annotations_token
 from watermark.schema.keys import KeySchema
 from watermark.schema.records import ANNOTATION_KINDS, Annotation
-from watermark.schema.timeutil import parse_duration_ms
 from watermark.store.annotation_store import add_annotation, annotation_from, read_annotations
-from watermark.store.redis_conn import open_client
+from watermark_client.connection import open_client
+from watermark_client.timeutil import parse_duration_ms
 
 StartResponse = Callable[..., Any]
 WsgiApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]

@@ -23,11 +23,11 @@ from watermark.schema.acl import user_name
 from watermark.schema.config import Config, ConfigError
 from watermark.schema.keys import KeySchema
 from watermark.schema.records import check_rate
-from watermark.schema.timeutil import format_duration_ms, parse_duration_ms
 from watermark.store.commit import params_of
 from watermark.store.control_store import read_lab, write_control
 from watermark.store.online.forget import ask, known, players_online
-from watermark.store.redis_conn import open_client
+from watermark_client.connection import open_client
+from watermark_client.timeutil import format_duration_ms, parse_duration_ms
 
 # --------------------------------------------------------------------------- CLI
 

@@ -40,9 +40,9 @@ from watermark.runtime.clock import RealClock
 from watermark.runtime.signals import on_stop_signals
 from watermark.schema.config import Config, ConfigError
 from watermark.schema.keys import KeySchema
-from watermark.schema.timeutil import iso_from_us, parse_iso_us
 from watermark.store.redis_conn import connect
 from watermark.store.stream_writer import LOST_REDIS, StreamWriter, WriteError, WriteStats
+from watermark_client.timeutil import iso_from_us, parse_iso_us
 
 log = logging.getLogger("watermark.apps.generator")
 SHOWN_SERVERS = 12

@@ -24,16 +24,17 @@ from watermark.rules.fleet import IDLENESS_KEEP, IdleTicker
 from watermark.rules.fleet import summary as idle_summary
 from watermark.runtime.signals import on_stop_signals
 from watermark.schema.config import LANES, Config, ConfigError, redact_url
-from watermark.schema.events import PAYLOAD_FIELD, parse_entry_id
 from watermark.schema.keys import KeySchema
 from watermark.schema.records import StateRecord
-from watermark.schema.shards import input_shard_key, shard_of
-from watermark.schema.timeutil import format_duration_ms
 from watermark.spark.checkpoint import job_secret
 from watermark.store.commit import ParamsMismatch, check_params, forget_servers
 from watermark.store.control_store import read_control
 from watermark.store.online.moved import move_old_keys
-from watermark.store.redis_conn import connect, home, is_cluster, same_slot
+from watermark.store.redis_conn import connect, same_slot
+from watermark_client.connection import home, is_cluster
+from watermark_client.events import PAYLOAD_FIELD, parse_entry_id
+from watermark_client.stream import input_shard_key, shard_of
+from watermark_client.timeutil import format_duration_ms
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

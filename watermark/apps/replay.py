@@ -34,13 +34,13 @@ import orjson
 import redis
 
 from watermark.schema.config import Config, ConfigError, redact_url
-from watermark.schema.events import IDLE_KIND, PAYLOAD_FIELD, sign
 from watermark.schema.keys import KeySchema
-from watermark.schema.shards import input_shard_key, shard_of
-from watermark.schema.timeutil import parse_duration_ms, parse_iso_us
 from watermark.spark.checkpoint import job_secret
-from watermark.store.redis_conn import is_cluster, open_client
 from watermark.store.report import build_document, read_state, write_document
+from watermark_client.connection import is_cluster, open_client
+from watermark_client.events import IDLE_KIND, PAYLOAD_FIELD, sign
+from watermark_client.stream import input_shard_key, shard_of
+from watermark_client.timeutil import parse_duration_ms, parse_iso_us
 
 log = logging.getLogger("watermark.apps.replay")
 REPLAY_TTL_MS = 86_400_000

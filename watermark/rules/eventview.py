@@ -32,8 +32,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from watermark.rules.windows import Verdict, Window, classify, window_ranges
-from watermark.schema.events import Event, parse_entry_id
 from watermark.schema.shards import Position
+from watermark_client.events import Event, parse_entry_id
 
 
 class Status(StrEnum):

@@ -54,9 +54,9 @@ import orjson
 from msgspec.structs import replace as renew
 
 from watermark.rules.online.rollup import MINUTE_MS
-from watermark.schema.events import IDLE_KIND, IDLE_PLAYER, sign
 from watermark.schema.records import NameGuardRecord
-from watermark.schema.timeutil import iso_from_us
+from watermark_client.events import IDLE_KIND, IDLE_PLAYER, sign
+from watermark_client.timeutil import iso_from_us
 
 
 class Life(StrEnum):
@@ -250,7 +250,7 @@ class IdleDecision:
         return f"silent for {self.silent_ms / 1000:.1f} s: {since} {self.silent_ms / 1000:.1f} s before"
 
     def marker(self, key: bytes) -> bytes:
-        """The marker's payload for the input stream (``watermark.schema.events``' wire format, signed)."""
+        """The marker's payload for the input stream (``watermark_client.events``' wire format, signed)."""
         event_us = self.at_ms * 1000
         return orjson.dumps({"server": self.server, "player_id": IDLE_PLAYER, "kind": IDLE_KIND,
                              "event_time": iso_from_us(event_us), "silent_ms": self.silent_ms,

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from watermark.rules.eventview import EventPoint, WindowStatus, overall
 from watermark.rules.windows import classify, window_ranges
-from watermark.schema.events import parse_entry_id
+from watermark_client.events import parse_entry_id
 
 
 @dataclass(frozen=True, slots=True)

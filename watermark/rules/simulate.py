@@ -25,8 +25,8 @@ from watermark.rules.scenarios import (
     get_scenario,
 )
 from watermark.schema.config import ConfigError
-from watermark.schema.events import KINDS, Event
-from watermark.schema.timeutil import iso_from_us
+from watermark_client.events import KINDS, Event
+from watermark_client.timeutil import iso_from_us
 
 ASAP_TIMELINE_RATE = 100_000
 """Events per second of event time when ``rate=0`` (write as fast as possible):

@@ -33,7 +33,7 @@ GRID_MS: tuple[int, ...] = (
 GRID_FIELD = "grid"
 RETIRED_SERVERS = "*"
 """The histogram the buckets of retired servers are added to when they are forgotten (``*`` is never a server's
-name: ``watermark.schema.events.bad_name``), so a day of match servers is a bounded hash."""
+name: ``watermark_client.events.bad_name``), so a day of match servers is a bounded hash."""
 
 
 MIN_TAIL = 10

@@ -15,16 +15,12 @@ from urllib.parse import parse_qsl, urlencode, urlsplit
 
 import msgspec
 
-from watermark.schema.sentinel import is_sentinel, parse_sentinel_url, sentinel_url
-from watermark.schema.timeutil import format_duration_ms, parse_duration_ms
+from watermark_client.sentinel import is_sentinel, parse_sentinel_url, sentinel_url
+from watermark_client.stream import DEFAULT_STREAM_MAX_ENTRIES
+from watermark_client.timeutil import format_duration_ms, parse_duration_ms
 
 DEFAULT_LATE_KEEP = 200_000
 """Late events kept per pipeline (``LATE_EVENTS_KEEP``): about 30 MB of Redis at most."""
-
-DEFAULT_STREAM_MAX_ENTRIES = 2_000_000
-"""The input's bound for its writers (``STREAM_MAX_ENTRIES``, the Producer's ``max_stream_entries``): twice what the
-job keeps to look back at, so a writer waits only when the readers are behind by about a million entries (some
-300 MB of Redis)."""
 
 DEFAULT_HISTORY_DAYS = 8
 """Whole days a minute of players online is kept after its day (``HISTORY_DAYS``): a week back from any moment of
@@ -366,7 +362,7 @@ def annotations_token(env: Mapping[str, str]) -> str | None:
 
 def _redis_url(env: Mapping[str, str]) -> str:
     """``REDIS_URL``; with ``REDIS_SENTINELS`` and ``REDIS_SENTINEL_MASTER`` the ``redis+sentinel://`` URL they name
-    (:mod:`watermark.schema.sentinel`), ``REDIS_URL`` then giving only its credentials, database, TLS and options.
+    (:mod:`watermark_client.sentinel`), ``REDIS_URL`` then giving only its credentials, database, TLS and options.
     Empty: neither is set (the embedded Redis)."""
     url = env.get("REDIS_URL", "").strip()
     sentinels = env.get("REDIS_SENTINELS", "").strip()
@@ -387,7 +383,7 @@ def _redis_url(env: Mapping[str, str]) -> str:
 
 
 SECRET_OPTIONS = ("password", "sentinel_password")
-"""URL options that hold a password (``redis://h?password=...``, :mod:`watermark.schema.sentinel`)."""
+"""URL options that hold a password (``redis://h?password=...``, :mod:`watermark_client.sentinel`)."""
 
 
 def redact_url(url: str) -> str:

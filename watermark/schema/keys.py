@@ -8,7 +8,7 @@ through this module and never imports pyspark.
 key                                                type    contents
 =================================================  ======  =============================================
 ``{ns}:events``                                    stream  input: one game event per entry, field ``e``
-                                                           (JSON, see ``watermark.schema.events``); the entry
+                                                           (JSON, see ``watermark_client.events``); the entry
                                                            ID's millisecond part is the ingest time. With
                                                            ``STREAM_SHARDS`` > 1 it is shard 0 and
                                                            ``{ns}:events:{i}`` shard i (``{wm:events:i}``
@@ -186,7 +186,7 @@ key                                                type    contents
 ``{ns}:producer:{id}``                             string  one producer's marker: the sequence number of
                                                            its last batch in ``{ns}:events`` (set in the
                                                            batch's own transaction, expires a week after;
-                                                           ``watermark.store.batch_channel``)
+                                                           ``watermark_client.batch_channel``)
 =================================================  ======  =============================================
 
 Every key except the input stream, the two lab hashes, ``batch_seconds`` (a counter, like ``totals`` kept whole),
@@ -200,7 +200,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from watermark.schema.shards import input_shard_key, trimmed_key
+from watermark.schema.shards import trimmed_key
+from watermark_client.stream import events_key, input_shard_key, producer_key
 
 SEP = "|"
 
@@ -250,7 +251,7 @@ class KeySchema:
 
     @property
     def events(self) -> str:
-        return self._k("events")
+        return events_key(self.namespace)
 
     @property
     def trimmed(self) -> str:
@@ -433,7 +434,7 @@ class KeySchema:
     def producer(self, producer_id: str) -> str:
         """A producer's marker: the sequence number of its last batch written to :attr:`events`, set in the
         same transaction as the batch (decision 0010)."""
-        return self._k("producer", producer_id)
+        return producer_key(self.namespace, producer_id)
 
     def online(self, server: str) -> str:
         """Hash of the players online now on ``server``: player -> event time (us) of their latest event.
@@ -487,14 +488,6 @@ class KeySchema:
         if not text.startswith(prefix):
             raise ValueError(f"{text!r} is not a batch key of namespace {self.namespace!r}")
         return int(text[len(prefix):])
-
-
-def producer_marker_key(stream_key: str, producer_id: str) -> str:
-    """The marker of a producer writing ``stream_key``: :meth:`KeySchema.producer` of its namespace for an
-    ``{ns}:events`` stream, else beside the stream (``{stream_key}:producer:{id}``)."""
-    if stream_key.endswith(":events"):
-        return KeySchema(stream_key[: -len(":events")]).producer(producer_id)
-    return f"{stream_key}:producer:{producer_id}"
 
 
 def total_field(metric: str, qualifier: str | None = None) -> str:

@@ -35,8 +35,8 @@ import msgspec
 import numpy as np
 
 from watermark.schema.config import ConfigError
-from watermark.schema.events import bad_name
 from watermark.schema.keys import parse_total_field, total_field
+from watermark_client.events import bad_name
 
 
 class RecordError(ValueError):
@@ -204,7 +204,7 @@ class CommitEntry(msgspec.Struct, frozen=True):
 
 
 class DeadEntry(msgspec.Struct, frozen=True):
-    """A quarantined input entry: why (a stable reason code of ``watermark.schema.events``), the detail, the raw
+    """A quarantined input entry: why (a stable reason code of ``watermark_client.events``), the detail, the raw
     entry, and the batch that read it."""
 
     reason: str

@@ -15,11 +15,11 @@ IDs carry the clock of the Redis that holds it; IDs are compared only within a s
 
 from __future__ import annotations
 
-import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from watermark.schema.events import parse_entry_id
+from watermark_client.events import parse_entry_id
+from watermark_client.stream import input_shard_key
 
 SEP = ","
 START = "0-0"
@@ -34,36 +34,12 @@ def shard_key(key: str, shard: int) -> str:
     return key if shard == 0 else f"{key}:{shard}"
 
 
-def input_shard_key(events_key: str, shard: int) -> str:
-    """The input stream of ``shard``: shard 0 is the events key itself (the one-shard layout), shard ``i`` adds
-    ``:{i}``. Under a braced namespace (``{wm}:events``, meant for a Redis Cluster) shard ``i`` is
-    ``{wm:events:i}``: the whole name is its hash tag, so the shards spread over the cluster's nodes instead of all
-    sitting in the pipeline's slot (decision 0018). Without braces it is the same as :func:`shard_key`."""
-    if shard < 0:
-        raise ValueError(f"a shard is a number from 0, got {shard}")
-    if shard == 0:
-        return events_key
-    close = events_key.find("}")
-    if events_key.startswith("{") and close > 1:
-        return f"{{{events_key[1:close]}{events_key[close + 1:]}:{shard}}}"
-    return f"{events_key}:{shard}"
-
-
 def trimmed_key(events_key: str, trimmed_key0: str, shard: int) -> str:
     """Where the entries trimmed from an input shard are counted: shard 0 in ``trimmed_key0`` (``{ns}:trimmed``,
     the one-shard layout), shard ``i`` beside its stream (``{input shard}:trimmed``), in the shard's own slot so
     that the trim and its count stay one script in a Redis Cluster. Readers sum them. (A counter written before
     shards had their own holds the sum of all: read as shard 0's, the sum stays right.)"""
     return trimmed_key0 if shard == 0 else f"{input_shard_key(events_key, shard)}:trimmed"
-
-
-def shard_of(server: str, shards: int) -> int:
-    """The shard a server's events go to: CRC-32 (zlib's, the common one: ``crc32`` in Go's ``hash/crc32``,
-    Java's ``java.util.zip.CRC32``, Node's ``zlib.crc32``) of its UTF-8 name, modulo ``shards``. Any producer in any
-    language computes the same, and it never changes while ``shards`` does not."""
-    if shards < 1:
-        raise ValueError(f"shards must be >= 1, got {shards}")
-    return zlib.crc32(server.encode()) % shards if shards > 1 else 0
 
 
 @dataclass(frozen=True)

@@ -61,7 +61,7 @@ SECRET_FILE = "idle-marker.key"
 
 
 def job_secret(checkpoint_dir: str, spark: object | None = None) -> bytes:
-    """The job's secret for signing idle markers (``watermark.schema.events.sign``), kept beside its checkpoint so a
+    """The job's secret for signing idle markers (``watermark_client.events.sign``), kept beside its checkpoint so a
     restart, and a batch read again after a crash, verifies the markers it wrote before; created on first use.
     Producers write the input stream, not the checkpoint, so they cannot sign a marker."""
     scheme = urlsplit(checkpoint_dir).scheme

@@ -18,7 +18,7 @@ import redis
 from pyspark.sql.streaming import StreamingQueryListener
 
 from watermark.schema.keys import KeySchema, bucket_field
-from watermark.store.redis_conn import home, open_client
+from watermark_client.connection import home, open_client
 
 log = logging.getLogger(__name__)
 

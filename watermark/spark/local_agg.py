@@ -39,14 +39,14 @@ from watermark.rules.late import LateEvent
 from watermark.rules.online.fold import KIND_CODES
 from watermark.rules.online.table import OnlineEvents
 from watermark.rules.windows import Histograms, late_counts
-from watermark.schema.events import IDLE_KIND, parse_entry_id
 from watermark.schema.keys import WindowKey
 from watermark.schema.records import LagRecord, NameGuardRecord, ServerRecord
-from watermark.schema.timeutil import iso_from_us
 from watermark.spark import partial
 from watermark.spark.checkpoint import OffsetEntry
 from watermark.spark.window_players import Added
 from watermark.store.commit import BadRow, BatchSummary, Params, WindowAgg
+from watermark_client.events import IDLE_KIND, parse_entry_id
+from watermark_client.timeutil import iso_from_us
 
 # Tags of the items (column ``tag``).
 WINDOW, INGEST_LAG, PROCESSING_LAG, BAD, TICK, PLAYER = 0, 1, 2, 3, 4, 5

@@ -13,7 +13,6 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 
 from watermark.schema.config import Config
-from watermark.schema.events import IDLE_KIND, Rules
 from watermark.schema.keys import KeySchema
 from watermark.spark.checkpoint import job_secret
 from watermark.spark.cluster import is_local_master, ship_package
@@ -21,6 +20,7 @@ from watermark.spark.partial import PACKED
 from watermark.spark.sink import LaneSink, RedisSink
 from watermark.spark.source import RedisStreamDataSource
 from watermark.store.commit import params_of
+from watermark_client.events import IDLE_KIND, Rules
 
 
 def watermarked(events: DataFrame, cfg: Config) -> DataFrame:

@@ -15,16 +15,6 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from watermark.schema.events import (
-    KINDS,
-    NAME_LIMITS,
-    NO_RULES,
-    PAYLOAD_FIELD,
-    BadEntry,
-    Rules,
-    parse_entry,
-)
-from watermark.schema.timeutil import parse_iso_us
 from watermark.spark.partial import (
     PACKED,
     PACKED_PLAYERS,
@@ -32,6 +22,8 @@ from watermark.spark.partial import (
     PARTIAL_TYPE,
     WINDOW,
 )
+from watermark_client.events import KINDS, NAME_LIMITS, NO_RULES, PAYLOAD_FIELD, BadEntry, Rules, parse_entry
+from watermark_client.timeutil import parse_iso_us
 
 RawEntry = Sequence[Any]  # [id, [field, value, field, value, ...]] as XRANGE replies, undecoded
 PAYLOAD = PAYLOAD_FIELD.encode()

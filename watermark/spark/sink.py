@@ -32,7 +32,6 @@ from watermark.rules.windows import event_ms
 from watermark.schema.keys import KeySchema
 from watermark.schema.records import StateRecord
 from watermark.schema.shards import START, Position
-from watermark.schema.timeutil import clock
 from watermark.spark import local_agg
 from watermark.spark.checkpoint import OffsetEntry, read_offset_log
 from watermark.spark.followers import FollowerThread
@@ -52,6 +51,7 @@ from watermark.store.commit import (
 from watermark.store.online.commit import OnlineMirror, commit_online
 from watermark.store.online.handoff import hand_off
 from watermark.store.redis_conn import DriverClient, with_retry
+from watermark_client.timeutil import clock
 
 log = logging.getLogger(__name__)
 

@@ -47,14 +47,8 @@ from pyspark.sql.datasource import (
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 from pyspark.sql.types import StructType
 
-from watermark.schema.events import (
-    IDLE_KIND,
-    NO_RULES,
-    Rules,
-)
-from watermark.schema.events import parse_entry_id as parse_id
 from watermark.schema.keys import KeySchema
-from watermark.schema.shards import START, Position, input_shard_key, share
+from watermark.schema.shards import START, Position, share
 from watermark.spark.partial import (
     PACKED,
     PACKED_PLAYERS,
@@ -72,7 +66,11 @@ from watermark.spark.rows import (
 )
 from watermark.spark.window_players import Counting, PartitionPlayers
 from watermark.spark.window_players import write as write_players
-from watermark.store.redis_conn import TRANSIENT, home, open_client, refresh, with_retry
+from watermark.store.redis_conn import TRANSIENT, refresh, with_retry
+from watermark_client.connection import home, open_client
+from watermark_client.events import IDLE_KIND, NO_RULES, Rules
+from watermark_client.events import parse_entry_id as parse_id
+from watermark_client.stream import input_shard_key
 
 MAX_SEQ = 18446744073709551615
 READ_CHUNK = 10_000
@@ -199,7 +197,7 @@ def _forget(url: str, stream: str) -> None:
 
 def stream_client(url: str, stream: str) -> redis.Redis:
     """The client that reads ``stream``: the URL's own on one Redis, the plain client of the stream's node in a
-    Redis Cluster (:func:`redis_conn.home`).
+    Redis Cluster (:func:`connection.home`).
 
     Its XRANGE replies stay as hiredis builds them (``[id, [k, v, ...]]``): redis-py's conversion to
     ``(id, {k: v})`` cost more than the read itself."""

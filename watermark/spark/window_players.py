@@ -35,6 +35,7 @@ from watermark.schema.records import NONE_CLOSED_MS
 from watermark.spark.partial import in_windows
 from watermark.store import redis_conn
 from watermark.store.commit import queue_packed
+from watermark_client import connection
 
 ADD_LUA = """
 local closed = tonumber(redis.call('HGET', KEYS[2], 'sets_closed_below_ms') or 'NONE_CLOSED_MS')
@@ -142,7 +143,7 @@ def write(client: redis.Redis, keys: KeySchema, end_position: str, players: Part
             size = 0
         calls[-1].append((wk, members))
         size += len(members) + 3
-    with redis_conn.Transaction(redis_conn.home(client, added)) as pipe:
+    with redis_conn.Transaction(connection.home(client, added)) as pipe:
         pipe.multi()
         for call in calls:
             sets = [keys.players(wk) for wk, _ in call]
@@ -182,7 +183,7 @@ class Added:
 def read_added(client: redis.Redis, keys: KeySchema, end_position: str) -> Added:
     """The players the batch ending at ``end_position`` added to each of its windows (complete once Spark has read
     the batch), and the pipeline's closed bound."""
-    pipe = redis_conn.home(client, keys.state).pipeline(transaction=False)
+    pipe = connection.home(client, keys.state).pipeline(transaction=False)
     pipe.hgetall(keys.players_added(end_position))
     pipe.hget(keys.state, "sets_closed_below_ms")
     counts, closed = pipe.execute()
@@ -201,7 +202,7 @@ def drop_replayed(client: redis.Redis, keys: KeySchema, end_position: str) -> bo
     its partitions wrote its count of players added again, with zeros. Kept while a lane still needs it (it is in the
     index); otherwise every namespace had committed the batch and its count had gone: this one is dropped too.
     Whether it was."""
-    return bool(redis_conn.home(client, keys.state).eval(
+    return bool(connection.home(client, keys.state).eval(
         _DROP_UNINDEXED_LUA, 2, keys.players_added(end_position), keys.players_added_index, end_position))
 
 

@@ -20,7 +20,7 @@ from watermark.schema.config import ConfigError
 from watermark.schema.keys import KeySchema
 from watermark.schema.records import ControlChange, RecordError
 from watermark.store.control_store import control_changes
-from watermark.store.redis_conn import home
+from watermark_client.connection import home
 
 DAY_MS = 86_400_000
 NOTICE_FIELD = "n"

@@ -21,9 +21,9 @@ from watermark.alerting.lifecycle import Notice
 from watermark.rules.online.rollup import DAY_MS
 from watermark.schema.keys import KeySchema
 from watermark.schema.records import Annotation, RecordError
-from watermark.schema.timeutil import parse_duration_ms, parse_iso_us
 from watermark.store.alert_store import notices_since
-from watermark.store.redis_conn import home
+from watermark_client.connection import home
+from watermark_client.timeutil import parse_duration_ms, parse_iso_us
 
 ANNOTATIONS_KEEP = 10_000
 READ_LIMIT = 500

@@ -26,7 +26,6 @@ from watermark.rules.tradeoff import GRID_FIELD, GRID_MS, RETIRED_SERVERS, bucke
 from watermark.rules.watermarks import policy_max
 from watermark.rules.windows import event_ms, next_watermark
 from watermark.schema.config import Config
-from watermark.schema.events import parse_entry_id
 from watermark.schema.keys import KeySchema, WindowKey, total_field
 from watermark.schema.records import (
     BatchRecord,
@@ -37,8 +36,11 @@ from watermark.schema.records import (
     StateParams,
     StateRecord,
 )
-from watermark.schema.shards import START, Position, input_shard_key, lowest, shard_key
+from watermark.schema.shards import START, Position, lowest, shard_key
 from watermark.store import redis_conn
+from watermark_client import connection
+from watermark_client.events import parse_entry_id
+from watermark_client.stream import input_shard_key
 
 STREAM_KEEP_MS = 600_000
 """Committed input the trim keeps to look back at, in arrival time (within ``stream_keep_entries``)."""
@@ -328,8 +330,8 @@ def free_committed_input(client: redis.Redis, keys: KeySchema, params: Params) -
     except redis.RedisError as exc:
         return f"could not trim the committed input: {exc}"
     if gone <= 0:
-        return f"nothing trimmed: every entry of {keys.events} is still to be read; {redis_conn.memory_line(client)}"
-    return f"trimmed {gone:,} committed entries kept for look-back; {redis_conn.memory_line(client)}"
+        return f"nothing trimmed: every entry of {keys.events} is still to be read; {connection.memory_line(client)}"
+    return f"trimmed {gone:,} committed entries kept for look-back; {connection.memory_line(client)}"
 
 
 _FIXED = ("window_ms", "slide_ms", "mode", "policy")
@@ -426,9 +428,9 @@ def guarded(client: redis.Redis, guard_key: str, batch_id: int,
     ``last_batch`` field of ``guard_key`` (already in Redis), else the transaction, watching the
     guard (and ``also_watch``) and still in immediate mode for reads. The caller then calls
     ``multi()``, queues every write including the new ``last_batch``, and ``execute()``s. In a Redis Cluster the
-    transaction runs on the node of ``guard_key``'s slot (:func:`redis_conn.home`): every key it names must share
+    transaction runs on the node of ``guard_key``'s slot (:func:`connection.home`): every key it names must share
     that slot, as a braced namespace makes them (decision 0018)."""
-    with redis_conn.Transaction(redis_conn.home(client, guard_key)) as pipe:
+    with redis_conn.Transaction(connection.home(client, guard_key)) as pipe:
         pipe.watch(guard_key, *also_watch)
         last = pipe.hget(guard_key, "last_batch")
         if last is not None and int(last) >= batch_id:
@@ -705,7 +707,7 @@ def read_guard(client: redis.Redis, keys: KeySchema, batch_id: int, events: Mapp
     """``events``: each of the batch's servers' accepted events. A server is known while ``{ns}:seen`` holds it
     (the job forgets it once retired: ``forget_servers``)."""
     names = sorted(events)
-    pipe = redis_conn.home(client, keys.state).pipeline(transaction=False)
+    pipe = connection.home(client, keys.state).pipeline(transaction=False)
     pipe.hmget(keys.state, ["last_batch", "name_guard"])
     pipe.hmget(keys.seen, names)
     (last, guard), seen = pipe.execute()
@@ -732,7 +734,7 @@ def commit_batch(client: redis.Redis, keys: KeySchema, s: BatchSummary, params: 
     With ``params.wait_replicas``, done only once that many replicas have the commit, whether it was applied now or
     found already there (a batch run again after its wait failed waits again): else it raises
     :class:`redis_conn.ReplicasBehind` and the batch is not done (decision 0023)."""
-    node = redis_conn.home(client, keys.state)  # in a Redis Cluster: the node of the pipeline's slot (0018)
+    node = connection.home(client, keys.state)  # in a Redis Cluster: the node of the pipeline's slot (0018)
     applied = _commit_once(client, node, keys, s, params, now_ms)
     replicated(client, keys.state, s.batch_id, params, f"the commit of batch {s.batch_id} to {keys.namespace}")
     return applied
@@ -743,7 +745,7 @@ def replicated(client: redis.Redis, guard_key: str, batch_id: int, params: Param
     once when 0), else raise :class:`redis_conn.ReplicasBehind`: applied now or found already applied, the same
     (:func:`redis_conn.wait_replicas`, on the guard's node)."""
     if params.wait_replicas:
-        redis_conn.wait_replicas(redis_conn.home(client, guard_key), guard_key, WAITED_FIELD, batch_id,
+        redis_conn.wait_replicas(connection.home(client, guard_key), guard_key, WAITED_FIELD, batch_id,
                                  params.wait_replicas, params.wait_timeout_ms, what)
 
 

@@ -20,7 +20,7 @@ from watermark.runtime.clock import wall_ms
 from watermark.schema.config import ConfigError
 from watermark.schema.keys import KeySchema
 from watermark.schema.records import Control, ControlChange, GeneratorStatus, check_delay_ms, check_rate
-from watermark.store.redis_conn import home
+from watermark_client.connection import home
 
 CONTROL_AUDIT_KEEP = 200
 """Changes the audit keeps, newest first: a presenter's session makes tens."""

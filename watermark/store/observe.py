@@ -15,7 +15,6 @@ import redis
 from watermark.alerting.observation import MAIN, Observation, OnlineSample, PipelineObs, ServerObs
 from watermark.rules.fleet import heard, retired
 from watermark.schema.config import Config
-from watermark.schema.events import parse_entry_id
 from watermark.schema.keys import KeySchema
 from watermark.schema.records import (
     BatchRecord,
@@ -26,6 +25,7 @@ from watermark.schema.records import (
 )
 from watermark.store.pipeline_status import PipelineStatus, first_after, read_memory, read_pipeline
 from watermark.store.views.lanes import read_lanes
+from watermark_client.events import parse_entry_id
 
 
 @dataclass(frozen=True)

@@ -17,11 +17,12 @@ from dataclasses import dataclass, field
 
 import redis
 
-from watermark.schema.events import parse_entry_id
 from watermark.schema.keys import KeySchema, parse_total_field
 from watermark.schema.records import NameGuardRecord, StateParams, StateRecord
-from watermark.schema.shards import Position, input_shard_key
+from watermark.schema.shards import Position
 from watermark.store import redis_conn
+from watermark_client.events import parse_entry_id
+from watermark_client.stream import input_shard_key
 
 
 @dataclass(frozen=True)

@@ -23,8 +23,8 @@ from watermark.schema.config import Config, ConfigError
 from watermark.schema.keys import KeySchema, WindowKey
 from watermark.schema.records import BatchRecord, OnlineRecord, StateRecord
 from watermark.schema.shards import Position
-from watermark.schema.timeutil import iso_from_ms
-from watermark.store.redis_conn import open_client
+from watermark_client.connection import open_client
+from watermark_client.timeutil import iso_from_ms
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 time has come on an injected clock, many per round trip, then sleeps until the next one. It packs RESP by hand
 and reads the replies off its own connection (decision record 0008: measured several times cheaper than
 redis-py's public pipeline), one transaction per batch through the same idempotent path as the public producer
-(:mod:`watermark.store.batch_channel`, decision 0010): after a lost connection or a Redis restart the batches in
+(:mod:`watermark_client.batch_channel`, decision 0010): after a lost connection or a Redis restart the batches in
 flight are written exactly once."""
 
 from __future__ import annotations
@@ -21,10 +21,7 @@ import redis
 from watermark.rules.simulate import Record, Simulator, payload_text
 from watermark.schema.clock import Clock
 from watermark.schema.config import ConfigError
-from watermark.schema.events import Event, parse_entry_id
-from watermark.schema.keys import producer_marker_key
-from watermark.schema.shards import input_shard_key, shard_of
-from watermark.store.batch_channel import (
+from watermark_client.batch_channel import (
     LOST_REDIS,
     BacklogGate,
     Batch,
@@ -33,7 +30,9 @@ from watermark.store.batch_channel import (
     WriteError,
     xadd_head,
 )
-from watermark.store.redis_conn import FullWait, is_cluster
+from watermark_client.connection import FullWait, is_cluster
+from watermark_client.events import Event, parse_entry_id
+from watermark_client.stream import input_shard_key, producer_marker_key, shard_of
 
 __all__ = ["LOST_REDIS", "StreamWriter", "WriteError", "WriteStats", "stream_last_id", "write"]
 
@@ -86,7 +85,7 @@ class StreamWriter:
     next is built, so Redis and Python work in parallel.
 
     Each batch is one transaction that also sets this writer's marker
-    (``{ns}:producer:{producer_id}``; see :mod:`watermark.store.batch_channel`): when Redis is lost,
+    (``{ns}:producer:{producer_id}``; see :mod:`watermark_client.batch_channel`): when Redis is lost,
     :meth:`resume` on a new ``client`` writes the batches that were in flight exactly once, and goes on
     with the event it had read ahead. ``idempotent=False`` writes plain XADDs (at least once; for measuring).
 

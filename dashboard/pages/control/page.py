@@ -28,7 +28,7 @@ from watermark.rules.scenarios import SCENARIOS
 from watermark.schema.config import Config, ConfigError, Lane, redact_url
 from watermark.schema.keys import KeySchema
 from watermark.schema.records import Control
-from watermark.schema.timeutil import format_duration_ms, parse_duration_ms
+from watermark_client.timeutil import format_duration_ms, parse_duration_ms
 
 DEFAULT_RATE = 1000.0
 

@@ -54,7 +54,7 @@ from watermark.schema.config import (
 from watermark.schema.keys import KeySchema
 from watermark.store.alert_store import apply_decision, publish_thresholds, read_alerts, read_outbox
 from watermark.store.observe import StackReading, lane_keys, read_stack
-from watermark.store.redis_conn import open_client
+from watermark_client.connection import open_client
 
 log = logging.getLogger("wm-monitor")
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from watermark.schema.shards import shard_of
+from watermark_client.stream import shard_of
 
 
 @dataclass(frozen=True)

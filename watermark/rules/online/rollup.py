@@ -35,7 +35,7 @@ MINUTE_MS = 60_000
 DAY_MS = 86_400_000
 TOTAL = "*"
 """The key of all servers together, in peaks and in a minute's peak (no server is named ``*``: the name is reserved,
-``watermark.schema.events.bad_name``)."""
+``watermark_client.events.bad_name``)."""
 REGION = "region|"
 """The prefix of a region's key in peaks and in a minute's peak (:func:`region_key`): a region and a server may
 share a name."""

@@ -33,6 +33,7 @@ from watermark.store import redis_conn
 from watermark.store.commit import Params, records_kept
 from watermark.store.history_store import queue_minute
 from watermark.store.online.forget import queue_erase, read_minutes
+from watermark_client import connection
 
 _V = TypeVar("_V")
 
@@ -110,7 +111,7 @@ _VIEW_FIELDS = ("last_batch", "max_event_us", "lost_at_batch", "minute", "partia
 def _merge_next(client: redis.Redis, keys: KeySchema, groups: int, params: Params,
                 now_ms: Callable[[], int]) -> int | None:
     """Merge the lowest batch with parts, if every group's is in; None when it is not (or there is none)."""
-    home = redis_conn.home(client, keys.online_state)
+    home = connection.home(client, keys.online_state)
     while True:
         lowest = home.zrange(keys.online_parts_index, 0, 0, withscores=True)
         if not lowest:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import redis
 
 from watermark.schema.keys import KeySchema
-from watermark.store import redis_conn
+from watermark_client import connection
 
 OLD_PREFIXES = ("presence:", "present:", "loggedout:", "online:rows:", "online:batches", "online:handoff")
 """What the old layout's keys start with, past ``{ns}:`` (the new view's keys never do: see :func:`new_name`)."""
@@ -41,7 +41,7 @@ def new_name(keys: KeySchema, old: str) -> str | None:
 
 def move_old_keys(client: redis.Redis, keys: KeySchema) -> int:
     """Rename every key of the old layout in ``keys``' namespace to its new name; how many were."""
-    node = redis_conn.home(client, keys.state)
+    node = connection.home(client, keys.state)
     moved = 0
     for prefix in OLD_PREFIXES:
         for raw in node.scan_iter(match=_glob(keys.namespace + ":" + prefix) + "*", count=1_000):

@@ -19,11 +19,12 @@ import redis
 
 from watermark.rules.eventview import BatchSpan, EventPoint, Status, Step, count_statuses, judge, watermark_steps
 from watermark.rules.late import LateEvent
-from watermark.schema.events import IDLE_KIND, BadEntry, Event, parse_entry, parse_entry_id
 from watermark.schema.keys import KeySchema
 from watermark.schema.records import BatchRecord, CommitEntry, DeadEntry
-from watermark.schema.shards import Position, input_shard_key, shard_key
+from watermark.schema.shards import Position, shard_key
 from watermark.store.pipeline_status import PipelineState
+from watermark_client.events import IDLE_KIND, BadEntry, Event, parse_entry, parse_entry_id
+from watermark_client.stream import input_shard_key
 
 MAX_POINTS = 20_000
 """At most this many stream entries per read; the newest in the range are kept."""

@@ -2,13 +2,13 @@
 
 ::
 
-    from watermark.client import ShardedProducer
+    from watermark_client import ShardedProducer
 
     with ShardedProducer("redis://127.0.0.1:6379/0", namespace="wm", shards=4) as producer:
         producer.send({"server": "eu-1", "player_id": "p1", "kind": "login",
                        "event_time": "2026-11-22T10:00:01.250Z"})
 
-It is one :class:`~watermark.client.producer.Producer` per shard, each with its own marker and sending thread, so
+It is one :class:`~watermark_client.producer.Producer` per shard, each with its own marker and sending thread, so
 every guarantee of the one-stream producer holds shard by shard: each event exactly once across lost connections
 and Redis restarts, nothing dropped silently, ``send`` blocking while its shard's ``max_pending`` events wait. A
 server's events all go to one shard (``shard_of``: CRC-32 of its name), in the order ``send`` was called for them;
@@ -27,10 +27,9 @@ from typing import Any
 
 import redis
 
-from watermark.client.producer import Producer, ProducerError, ProducerStats
-from watermark.schema.events import Event
-from watermark.schema.keys import KeySchema
-from watermark.schema.shards import input_shard_key, shard_of
+from watermark_client.events import Event
+from watermark_client.producer import Producer, ProducerError, ProducerStats
+from watermark_client.stream import events_key, input_shard_key, shard_of
 
 
 class ShardedProducer:
@@ -43,7 +42,7 @@ class ShardedProducer:
                  **producer_options: Any) -> None:  # noqa: ANN401 - Producer's keywords, passed through
         if shards < 1:
             raise ValueError(f"shards must be at least 1, got {shards}")
-        base = stream_key or KeySchema(namespace).events
+        base = stream_key or events_key(namespace)
         self.producer_id = producer_id or uuid.uuid4().hex
         self.shards: tuple[Producer, ...] = ()
         made: list[Producer] = []

@@ -2,7 +2,7 @@
 
 ::
 
-    from watermark.client import Producer
+    from watermark_client import Producer
 
     with Producer("redis://127.0.0.1:6379/0", namespace="wm") as producer:
         producer.send({"server": "A", "player_id": "p1", "kind": "login",
@@ -10,7 +10,7 @@
 
 :meth:`Producer.send` validates the event with the pipeline's own parser (:func:`encode_event`: a
 ``ValueError`` names the field) and buffers it; a background thread sends the buffer in batches, one
-transaction each, through :class:`~watermark.store.batch_channel.BatchChannel` (the generator's path too):
+transaction each, through :class:`~watermark_client.batch_channel.BatchChannel` (the generator's path too):
 after a lost connection or a Redis restart it reconnects with backoff and writes the batches in flight exactly
 once. At most ``max_pending`` events wait (buffered or in flight); then ``send`` blocks, and raises
 :class:`ProducerTimeout` if no room frees up within its timeout. Nothing is dropped silently: an event
@@ -34,10 +34,7 @@ from typing import Any
 import orjson
 import redis
 
-from watermark.schema.config import DEFAULT_STREAM_MAX_ENTRIES
-from watermark.schema.events import IDLE_KIND, KINDS, BadEntry, Event, parse_payload
-from watermark.schema.keys import KeySchema, producer_marker_key
-from watermark.store.batch_channel import (
+from watermark_client.batch_channel import (
     LOST_REDIS,
     MARKER_TTL_S,
     BacklogGate,
@@ -47,9 +44,11 @@ from watermark.store.batch_channel import (
     WriteError,
     xadd_head,
 )
-from watermark.store.redis_conn import FullWait, open_client
+from watermark_client.connection import FullWait, open_client
+from watermark_client.events import IDLE_KIND, KINDS, BadEntry, Event, parse_payload
+from watermark_client.stream import DEFAULT_STREAM_MAX_ENTRIES, events_key, producer_marker_key
 
-log = logging.getLogger("watermark.client.producer")
+log = logging.getLogger(__name__)
 
 FIELDS = ("event_id", "server", "player_id", "kind", "event_time", "region")
 """The fields of the event contract (docs/ingest.md); the producer refuses others, which are typos more often
@@ -66,7 +65,7 @@ class ProducerTimeout(ProducerError, TimeoutError):
 
 def encode_event(event: Mapping[str, Any] | Event) -> bytes:
     """The payload of one event as the pipeline reads it, checked by the pipeline's own parser
-    (:func:`~watermark.schema.events.parse_payload`); a ``ValueError`` that names the field otherwise.
+    (:func:`~watermark_client.events.parse_payload`); a ``ValueError`` that names the field otherwise.
 
     ``event_time`` may be an ISO-8601 string (UTC; an offset is converted, a time without one is taken as
     UTC) or a timezone-aware ``datetime``; it is sent as UTC with ``Z``. ``player_id`` and ``event_id`` may be
@@ -131,7 +130,7 @@ class Producer:
     producers must never share one). Up to ``batch_size`` events go in one transaction; the sending thread
     waits up to ``linger_s`` for a batch to fill. ``send`` blocks while ``max_pending`` events wait and raises
     :class:`ProducerTimeout` after ``send_timeout_s``. While the stream holds ``max_stream_entries`` or more (its
-    readers are behind) no batch goes out (:class:`~watermark.store.batch_channel.BacklogGate`), nor while Redis
+    readers are behind) no batch goes out (:class:`~watermark_client.batch_channel.BacklogGate`), nor while Redis
     refuses writes because it is full: the events wait, and ``send`` then blocks, rather than anything being
     dropped. ``max_stream_entries`` None: no bound.
 
@@ -160,7 +159,7 @@ class Producer:
         self.client: redis.Redis = open_client(
             redis_url, socket_timeout=socket_timeout_s, socket_connect_timeout=min(5.0, socket_timeout_s),
             socket_keepalive=True) if isinstance(redis_url, str) else redis_url
-        self.stream_key = stream_key or KeySchema(namespace).events
+        self.stream_key = stream_key or events_key(namespace)
         self.producer_id = producer_id or uuid.uuid4().hex
         self.marker_key = producer_marker_key(self.stream_key, self.producer_id)
         self.batch_size = min(batch_size, max_pending)

@@ -1,7 +1,7 @@
 """Batches of XADDs that are written exactly once, even across a lost connection or a Redis restart.
 
 Shared by the generator's :class:`~watermark.store.stream_writer.StreamWriter` and the public
-:class:`~watermark.client.Producer` (decision record 0010). Each batch is one transaction, packed by hand as a
+:class:`~watermark_client.Producer` (decision record 0010). Each batch is one transaction, packed by hand as a
 single RESP buffer (decision 0008: redis-py's per-command packing costs more than the XADD)::
 
     MULTI
@@ -9,8 +9,8 @@ single RESP buffer (decision 0008: redis-py's per-command packing costs more tha
     SET {marker} {seq} EX {ttl}
     EXEC
 
-``{marker}`` belongs to this producer alone (``{ns}:producer:{id}``, :meth:`KeySchema.producer`) and ``seq``
-counts its batches from 1. A transaction is atomic, in memory and in the append-only file, so after a lost
+``{marker}`` belongs to this producer alone (``{ns}:producer:{id}``, :func:`~watermark_client.stream.producer_key`)
+and ``seq`` counts its batches from 1. A transaction is atomic, in memory and in the append-only file, so after a lost
 connection the marker says exactly which batches Redis has: :meth:`BatchChannel.attach` reads it on the new
 connection and sends again only the batches above it. Before that it closes the old connection on the server
 (``CLIENT KILL ID``, when the server is the same instance), so a transaction still sitting in the server's
@@ -21,7 +21,7 @@ caller builds the next. Replies are read straight off the socket with a hiredis 
 
 With ``wait_replicas`` each transaction is followed by ``WAIT {replicas} {timeout}`` on the same connection, and
 :attr:`Batch.replicas` says how many replicas had it (and everything before it: replication is one ordered stream)
-when WAIT returned. The caller decides what too few means (:class:`~watermark.client.Producer` keeps such a batch
+when WAIT returned. The caller decides what too few means (:class:`~watermark_client.Producer` keeps such a batch
 unconfirmed); :meth:`BatchChannel.wait_again` asks again.
 """
 
@@ -36,10 +36,10 @@ from typing import Any
 
 import redis
 
-from watermark.schema.shards import input_shard_key
-from watermark.store.redis_conn import EXEC, FULL, FULL_SAY_EVERY_S, MULTI, Replies, home
+from watermark_client.connection import EXEC, FULL, FULL_SAY_EVERY_S, MULTI, Replies, home
+from watermark_client.stream import input_shard_key
 
-log = logging.getLogger("watermark.store.batch_channel")
+log = logging.getLogger(__name__)
 
 LOST_REDIS = (redis.ConnectionError, redis.TimeoutError, OSError)
 """What losing Redis looks like to a writer: its raw reply path raises OSError."""

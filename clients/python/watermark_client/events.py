@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import orjson
 
-from watermark.schema.timeutil import iso_from_us, parse_iso_us
+from watermark_client.timeutil import iso_from_us, parse_iso_us
 
 PAYLOAD_FIELD = "e"
 NAME_LIMITS = {"server": 64, "region": 64, "player_id": 128, "event_id": 128}
