@@ -96,3 +96,29 @@ def test_what_a_failover_lost_before_the_replica_had_it_is_written_again_once(gr
 def test_a_wait_that_could_hang_or_duplicate_is_refused_at_start(options: dict) -> None:
     with pytest.raises(ValueError, match="wait"):
         Producer(redis.Redis(), **options)
+
+
+def test_a_connection_lost_while_asking_the_replica_again_keeps_the_batch(group: SentinelGroup) -> None:
+    """A batch the replica had not acknowledged is asked about again (``WAIT``) while nothing else is to send; the
+    connection is lost during that question. The batch stays the producer's to settle: on the next connection the
+    marker says it is written, and once the replica is back it is delivered, once (it was lost for good before:
+    taken off the unacknowledged list before the question, and put nowhere when the question failed)."""
+    stream = KeySchema(f"pa-{uuid.uuid4().hex[:8]}").events
+    replica, primary = group.replicas[0], group.primary.client()
+    with Producer(group.url, stream_key=stream, wait_replicas=1, wait_timeout_s=0.2, batch_size=50,
+                  max_backoff_s=0.2) as producer:
+        replica.signal(signal.SIGSTOP)
+        try:
+            for e in events("w", 50):
+                producer.send(e)
+            until(lambda: producer.stats.short_waits >= 2, "the batch asked about again, WAIT short of the replica")
+            waiting = until(lambda: [c["id"] for c in primary.client_list() if c.get("cmd") == "wait"],
+                            "the producer's connection asking WAIT")
+            for client_id in waiting:
+                primary.client_kill_filter(_id=client_id)
+            until(lambda: producer.stats.reconnects >= 1, "the producer reconnected")
+        finally:
+            replica.signal(signal.SIGCONT)
+        producer.flush(timeout=30)
+        assert producer.pending == 0 and producer.stats.written == 50
+    assert ids(primary, stream) == Counter({f"w-{i}": 1 for i in range(50)})

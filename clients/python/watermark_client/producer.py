@@ -365,8 +365,9 @@ class Producer:
                     self.stats.resent_batches, self.stats.recovered_batches = channel.resent, channel.recovered
                     self._settle(settled)
                 if self._unreplicated and not inflight and not self._queue:  # ask again: nothing else will
+                    replicas = channel.wait_again()  # lost meanwhile: the batch is still unacknowledged (below)
                     b = self._unreplicated.pop()
-                    b.replicas = channel.wait_again()
+                    b.replicas = replicas
                     self._settle([b])
                 sent = self._send_next()
                 if sent is None:
