@@ -130,8 +130,9 @@ def test_the_reasons_listed_are_the_parsers_and_the_flood_guards() -> None:
 
 # --------------------------------------------------------------------------- every example on DEMO=off ./run.sh
 
-EXAMPLE_EVENTS = {"try-A": 3, "try-match-7f3a2": 2, "try-B": 1}
-"""The servers the examples write to, with their events: a login, a heartbeat and a stop; a stop of two; a logout."""
+EXAMPLE_EVENTS = {"try-A": 3, "try-match-7f3a2": 2, "try-B": 1, "try-node": 2}
+"""The servers the examples write to, with their events: a login, a heartbeat and a stop; a stop of two; a logout;
+Node.js's login and logout."""
 
 
 FORGET = "wm-control forget"
@@ -145,7 +146,7 @@ def run_every_example(env: dict[str, str]) -> list[str]:
     for tag, body in FENCE.findall(DOC.read_text()):
         if tag in ("python", "bash") and FORGET not in body:
             args = [sys.executable, "-c", body] if tag == "python" else ["bash", "-euc", body]
-            done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=120)
+            done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=120, cwd=DOC.parents[1])
             assert done.returncode == 0, (tag, body, done.stderr)
             outs.append(done.stdout.strip())
     return outs
@@ -194,6 +195,7 @@ def test_every_example_runs_on_production_and_pages_nobody_and_forget_removes_th
     producer``). Every event is counted, none late; no alert is about them once ServerSilent's ``after`` (cut to 5 s
     by ALERTS_CONFIG) has passed since their last event, while a control server left with a player online pages,
     as the trial's server A did. Then ``wm-control forget``, refused to the producer's credential, removes them."""
+    from tests.client.test_node_producer import ready_node
     from tests.procs import until
     from tests.ui.test_production_mode import MODE_VARS, PAGES, production_stack
     from watermark.store.report import wait_for_commit
@@ -206,8 +208,10 @@ def test_every_example_runs_on_production_and_pages_nobody_and_forget_removes_th
         client, keys = stack["client"], stack["keys"]
         producer_url = command(stack, "wm-redis", "url", "producer").stdout.strip()
         assert producer_url.startswith("redis://wm-producer:"), producer_url
+        ready_node()  # the Node.js example's one dependency, installed from its lock file as the page says
         outs = run_every_example(shell_env(tmp_path, REDIS_URL=producer_url))
         assert outs[:2] == ["invalid event: player_id is missing", "2 players logged out"]
+        assert [json.loads(o)["written"] for o in outs if o.startswith("{")] == [2], outs  # Node.js wrote both
         last = control_event(stack, "login")  # after every example's last event
         assert wait_for_commit(client, keys, last, 180) and wait_for_commit(client, keys, last, 180, online=True)
         totals = {k.decode(): int(v) for k, v in client.hgetall(keys.totals).items()}
@@ -240,7 +244,7 @@ def forget_examples(stack: dict, producer_url: str) -> None:
     path = f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"
     done = subprocess.run(["bash", "-euc", block], env={**os.environ, **stack["env"], "PATH": path},
                           capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0 and done.stdout.startswith("forgot try-A, try-match-7f3a2, try-B in wm"), done
+    assert done.returncode == 0 and done.stdout.startswith("forgot try-A, try-match-7f3a2, try-B, try-node in wm"), done
     last = control_event(stack, "heartbeat")  # the online view's next batch
     assert wait_for_commit(client, keys, last, 120, online=True)
     kept = {key: [f.decode() for f in client.hkeys(key) if set(f.decode().split("|")) & set(EXAMPLE_EVENTS)]

@@ -147,10 +147,12 @@ def test_the_page_s_shard_example_holds() -> None:
 # -------------------------------------------------------------------------------------------------- Node and Redis
 
 
-@pytest.fixture(scope="session")
-def node() -> str:
+def ready_node() -> str:
     """The ``node`` binary, with the client's dependencies installed from its lock file (``npm ci``) if they are
-    not. No Node.js fails the tests, saying what is missing: they must not pass by not running."""
+    not, one installer at a time across the test workers (a file lock). No Node.js fails the tests, saying what is
+    missing: they must not pass by not running."""
+    import fcntl
+
     exe = shutil.which("node")
     if exe is None:
         pytest.fail("no `node` on the PATH: the Node.js producer's tests need Node.js 18.19 or newer and npm "
@@ -158,14 +160,21 @@ def node() -> str:
     version = subprocess.run([exe, "--version"], capture_output=True, text=True, check=True).stdout.strip()
     if tuple(int(n) for n in version.lstrip("v").split(".")[:2]) < (18, 19):
         pytest.fail(f"node {version} is too old: clients/node needs Node.js 18.19 or newer", pytrace=False)
-    if not (NODE_DIR / "node_modules" / "redis" / "package.json").exists():
-        npm = shutil.which("npm")
-        if npm is None:
-            pytest.fail("no `npm` on the PATH to install clients/node's dependencies (npm ci)", pytrace=False)
-        done = subprocess.run([npm, "ci", "--prefix", str(NODE_DIR), "--no-audit", "--no-fund"],
-                              capture_output=True, text=True, timeout=600, check=False)
-        assert done.returncode == 0, f"npm ci --prefix clients/node failed:\n{done.stdout}\n{done.stderr}"
+    with open(NODE_DIR / "package-lock.json") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when closed
+        if not (NODE_DIR / "node_modules" / "redis" / "package.json").exists():
+            npm = shutil.which("npm")
+            if npm is None:
+                pytest.fail("no `npm` on the PATH to install clients/node's dependencies (npm ci)", pytrace=False)
+            done = subprocess.run([npm, "ci", "--prefix", str(NODE_DIR), "--no-audit", "--no-fund"],
+                                  capture_output=True, text=True, timeout=600, check=False)
+            assert done.returncode == 0, f"npm ci --prefix clients/node failed:\n{done.stdout}\n{done.stderr}"
     return exe
+
+
+@pytest.fixture(scope="session")
+def node() -> str:
+    return ready_node()
 
 
 @dataclass
