@@ -14,7 +14,7 @@ import plotly.graph_objects as go
 from dashboard.charts import HEIGHT, Mark, span_text, tick_format, ts
 from dashboard.status import clock, human_ms
 from dashboard.text import md
-from watermark.alerting.conditions import RULES, SUBJECT_LABEL
+from watermark.alerting.conditions import RULES, SUBJECT_LABEL, one_server
 from watermark.alerting.health import Health
 from watermark.alerting.lifecycle import AlertState, Notice
 from watermark.alerting.observation import MAIN
@@ -54,8 +54,9 @@ def health_text(health: Mapping[str, Health]) -> str:
 
 
 def firing_text(alerts: Sequence[AlertState]) -> str | None:
-    """``4 alerts firing: PlayersDrop (server B), ServerSilent (servers A, C, D).``, critical first, one part
-    per alert name however many servers it covers; None when nothing fires."""
+    """``4 alerts firing: PlayersDrop (server B), ServerSilent (38 servers in eu, eu-7 in na).``, critical first,
+    one part per alert name however many servers it covers, a region's one silent server named; None when nothing
+    fires."""
     firing = [a for a in alerts if a.status == "firing"]
     if not firing:
         return None
@@ -65,10 +66,11 @@ def firing_text(alerts: Sequence[AlertState]) -> str | None:
     parts = []
     for name, group in by_name.items():
         if group[0].rule == "server_silent":  # one alert a region, its value the count of silent servers in it
-            counts = [(int(a.value or 0), a.subject) for a in group]
-            parts.append(f"{name} (" + ", ".join(f"{n:,} server{'s' if n != 1 else ''}"
+            counts = [(int(a.value or 0), a.subject, one_server(a.servers)) for a in group]
+            parts.append(f"{name} (" + ", ".join((md(alone) if n == 1 and alone else
+                                                  f"{n:,} server{'s' if n != 1 else ''}")
                                                  + (f" in {md(region)}" if region else "")
-                                                 for n, region in sorted(counts, reverse=True)[:NAMED])
+                                                 for n, region, alone in sorted(counts, reverse=True)[:NAMED])
                          + (f" and {len(counts) - NAMED} more regions" if len(counts) > NAMED else "") + ")")
             continue
         label = SUBJECT_NAMES[SUBJECT_LABEL[group[0].rule]].lower()

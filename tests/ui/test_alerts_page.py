@@ -202,10 +202,12 @@ def test_the_firing_line_counts_silent_servers_by_region() -> None:
     from dashboard.alertview import alert_rows, firing_text
 
     d = step_all({}, [Finding("server_silent", "as", True, 38.0), Finding("server_silent", "eu", True, 1.0),
-                      Finding("server_silent", "", True, 2.0)], T0, TIMING)
+                      Finding("server_silent", "", True, 2.0),
+                      Finding("server_silent", "na", True, 1.0, servers=("na-4",))], T0, TIMING)
     firing = list(d.states.values())
-    assert firing_text(firing) == "3 alerts firing: ServerSilent (38 servers in as, 2 servers, 1 server in eu)."
-    assert sorted(r["About"] for r in alert_rows(firing, T0)) == ["region as", "region eu",
+    assert firing_text(firing) == ("4 alerts firing: ServerSilent (38 servers in as, 2 servers, na-4 in na, "
+                                   "1 server in eu).")  # a region's one silent server named, as the metric does
+    assert sorted(r["About"] for r in alert_rows(firing, T0)) == ["region as", "region eu", "region na",
                                                                    "servers without a region"]
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from watermark.alerting.conditions import RULES, SUBJECT_LABEL
+from watermark.alerting.conditions import RULES, SUBJECT_LABEL, one_server
 from watermark.alerting.lifecycle import AlertState
 
 SHOWN = 6
@@ -38,8 +38,10 @@ def firing_lines(alerts: Sequence[AlertState], regions: Mapping[str, str]) -> li
 
     >>> a = AlertState(rule="players_drop", subject="eu-1", status="firing", since_ms=5, active_since_ms=5)
     >>> b = AlertState(rule="server_silent", subject="eu", status="firing", since_ms=9, active_since_ms=9, value=38)
-    >>> [line.text() for line in firing_lines([a, b], {"eu-1": "eu"})]
-    ['PlayersDrop · eu-1 in eu', 'ServerSilent · eu · 38 servers']
+    >>> c = AlertState(rule="server_silent", subject="na", status="firing", since_ms=9, active_since_ms=9, value=1,
+    ...                servers=("na-4",))
+    >>> [line.text() for line in firing_lines([a, b, c], {"eu-1": "eu"})]
+    ['PlayersDrop · eu-1 in eu', 'ServerSilent · eu · 38 servers', 'ServerSilent · na-4 in na']
     """
     lines: dict[tuple[str, str], FiringLine] = {}
     single: dict[tuple[str, str], list[str]] = {}  # a server's rule: its servers, to name one when it is alone
@@ -47,7 +49,9 @@ def firing_lines(alerts: Sequence[AlertState], regions: Mapping[str, str]) -> li
         if a.status != "firing":
             continue
         label = SUBJECT_LABEL[a.rule]
-        if a.rule == "server_silent":
+        if a.rule == "server_silent" and int(a.value or 0) == 1 and one_server(a.servers):  # one: named
+            where, n = one_server(a.servers) + (f" in {a.subject}" if a.subject else ""), 0
+        elif a.rule == "server_silent":
             where, n = a.subject or "no region", int(a.value or 0)
         elif label == "server":
             where, n = regions.get(a.subject) or "no region", 1
