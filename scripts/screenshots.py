@@ -1,7 +1,7 @@
 """Screenshots of a running dashboard, as its users see it: every page at 1280x800 (a laptop; what is above the
 fold) and the wall at 1920x1080 (a TV), into ``docs/live-*.png``.
 
-    ./run.sh &                      # or a fleet: SERVERS=300 REGIONS=6 SCENARIO=idle-server RATE=9000 ./run.sh
+    ./run.sh &                      # or a fleet: SERVERS=300 REGIONS=6 RATE=6000 ./run.sh
     .venv/bin/python scripts/screenshots.py [--url http://127.0.0.1:8501] [--out docs] [--prefix live-]
 
 Take them with the fleet running, not after it stopped: the README's pictures are what an operator sees during a
@@ -22,10 +22,17 @@ SETTLED = '[data-test-script-state="notRunning"]'
 
 
 def settle(page) -> None:  # noqa: ANN001 - playwright's Page
-    """Wait for the page's script to finish, and the refresh after it (charts drawn from the first read)."""
-    page.wait_for_selector(SETTLED, timeout=90_000)
-    page.wait_for_timeout(3_000)  # a screenshot tool, not a test: let the browser draw what the run sent
-    page.wait_for_selector(SETTLED, timeout=90_000)
+    """Wait for the page's script to finish, and the refresh after it (charts drawn from the first read). A page
+    whose refresh takes longer than its interval (a busy machine, 300 servers) is never idle: after 90 s it is
+    shot as it stands, and said so."""
+    from playwright.sync_api import TimeoutError as NotSettled
+
+    try:
+        page.wait_for_selector(SETTLED, timeout=90_000)
+        page.wait_for_timeout(3_000)  # a screenshot tool, not a test: let the browser draw what the run sent
+        page.wait_for_selector(SETTLED, timeout=90_000)
+    except NotSettled:
+        print(f"{page.url}: still running after 90 s, shot as it stands", file=sys.stderr)
 
 
 def main() -> int:
