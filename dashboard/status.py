@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from dashboard.text import md
 from watermark.alerting.health import Health, Severity, Verdict, judge, redis_at_limit
 from watermark.alerting.verdicts import Flat, WatermarkPoint, flat_run
 from watermark.rules.fleet import FleetSilence, Life, fleet_silence, life
@@ -177,7 +178,7 @@ def unreachable(url: str, error: BaseException) -> Status:
         why = "is unreachable"
     else:
         why = "answered with an error"
-    return Status(Level.ERROR, f"Redis at {url} {why} ({name}: {error}). The dashboard keeps retrying and "
+    return Status(Level.ERROR, f"Redis at {md(url)} {why} ({name}: {md(error)}). The dashboard keeps retrying and "
                                "recovers by itself once Redis is back.")
 
 

@@ -44,7 +44,7 @@ def test_a_file_names_only_what_it_changes() -> None:
     ("[late_drops]\nper_minute = true", "t.toml [late_drops] per_minute must be a number, got True"),
     ("[webhook]\nurl = \"ftp://x\"", "t.toml [webhook] url must start with http:// or https://, got 'ftp://x'"),
     ("[webhook]\nurl = 5", "t.toml [webhook] url must be a string, got 5"),
-    ("[webhook]\nurl = \"http://h:abc/x\"", "t.toml [webhook] url 'http://h:abc/x' has no host, or a port that is"),
+    ("[webhook]\nurl = \"http://h:abc/x\"", "t.toml [webhook] url 'http://h:abc/…' has no host, or a port that is"),
     ("[players_drop]\nwithin = \"2h\"", "t.toml [players_drop] within must be longer than 0s and at most 1h"),
     ("server_silent = 5", "t.toml [server_silent] must be a table of keys, got 5"),
     ("[server_silent", "t.toml: not TOML:"),
@@ -57,7 +57,7 @@ def test_bad_values_fail_at_start_naming_file_section_and_key(text: str, error: 
 
 def test_the_webhook_url_from_the_environment_is_checked_too() -> None:
     assert AlertConfig().with_webhook_url("http://h/x", "E").webhook.url == "http://h/x"
-    with pytest.raises(ConfigError, match="^E url must start with http:// or https://, got 'h:9'$"):
+    with pytest.raises(ConfigError, match="^E url must start with http:// or https://, got 'h:/…'$"):
         AlertConfig().with_webhook_url("h:9", "E")
 
 

@@ -185,6 +185,12 @@ def test_a_request_that_never_ends_is_timed_out(redis_url: str) -> None:
     ({"Host": "127.0.0.1", "Origin": "http://attacker.example", "Content-Type": "text/plain"}, 403),
     ({"Host": "127.0.0.1", "Origin": "http://attacker.example", "Content-Type": "application/json"}, 403),
     ({"Host": "127.0.0.1", "Origin": "null", "Content-Type": "text/plain"}, 403),  # a sandboxed frame, a file
+    # a page served by an address, or by another port of this machine (a dev server), is another site too
+    ({"Host": "127.0.0.1", "Origin": "http://203.0.113.7", "Content-Type": "application/json"}, 403),
+    ({"Host": "127.0.0.1", "Origin": "http://127.0.0.1:3000", "Content-Type": "application/json"}, 403),
+    ({"Host": "localhost", "Origin": "http://localhost:3000", "Content-Type": "application/json"}, 403),
+    ({"Origin": "http://attacker.example", "Content-Type": "application/json"}, 400),  # no Host at all
+    ({"Content-Type": "application/json"}, 400),
     ({"Host": "localhost", "Content-Type": "text/plain"}, 415),  # no Origin (an older browser): still no
     ({"Host": "localhost", "Content-Type": "application/x-www-form-urlencoded"}, 415),
     ({"Host": "localhost", "Content-Type": "multipart/form-data; boundary=x"}, 415),
@@ -200,6 +206,8 @@ def test_what_the_monitor_serves_still_works(open_monitor: Monitor) -> None:
         status, _ = ask(open_monitor.port, f"GET /metrics HTTP/1.1\r\nHost: {host % open_monitor.port}\r\n\r\n"
                         .encode())
         assert status == 200, host
+    status, _ = ask(open_monitor.port, b"GET /metrics HTTP/1.0\r\n\r\n")  # no Host: named nothing, served not
+    assert status == 400
     for host in ("attacker.example", "monitor.example.evil", "localhost.attacker.example", ""):
         for target in ("/metrics", "/annotations?since=7d"):
             status, body = ask(open_monitor.port, f"GET {target} HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())

@@ -247,17 +247,3 @@ def test_the_token_comes_from_the_environment_or_a_file_and_a_bad_one_stops_the_
     done = subprocess.run([sys.executable, "-m", "watermark.apps.monitor", "--port", "0"], cwd=ROOT, env=bad,
                           capture_output=True, text=True, timeout=60)  # never open: it does not start
     assert done.returncode == 2 and "error: ANNOTATIONS_TOKEN_FILE=" in done.stderr, done.stderr
-
-
-@pytest.mark.parametrize(("doc", "says"), [
-    ({"text": "deploy", "region": "eu" * 40}, "region is 80 characters long, at most 64 allowed"),
-    ({"text": "deploy", "region": "eu\u200b"}, "region"),  # an invisible character
-    ({"text": "deploy", "region": "eu\nna"}, "region"),
-    ({"text": "line one\nline two"}, "text must be one line without control characters"),
-    ({"text": "x" * 201}, "text must be 1-200 characters"),
-])
-def test_annotation_fields_have_limits(doc: dict, says: str) -> None:
-    from watermark.store.annotation_store import annotation_from
-
-    with pytest.raises(ValueError, match=says):
-        annotation_from(doc, T0)

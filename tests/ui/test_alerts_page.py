@@ -132,17 +132,6 @@ def test_the_page_shows_firing_held_history_and_the_webhook(seeded_alerts: KeySc
         assert not [c for c in df.columns if "_" in c], df.columns
 
 
-def test_a_receivers_reply_is_shown_as_text(seeded_alerts: KeySchema, redis_url: str) -> None:
-    """A receiver answering with Markdown (an image that would make every viewer's browser fetch its URL, a link)
-    is shown as its text: escaped, never rendered."""
-    client = redis.Redis.from_url(redis_url)
-    record_failure(client, seeded_alerts, "HTTP 400 ![x](http://attacker.example/pixel) [click](http://a.example)",
-                   T0 + 1_000)
-    text = " ".join(c.value for c in run_alerts(T0 + 2_000).caption)
-    assert "![x](http://attacker.example/pixel)" not in text and "[click](http://a.example)" not in text
-    assert md("![x](http://attacker.example/pixel)") in text
-
-
 def test_a_stopped_monitor_is_said_in_words(seeded_alerts: KeySchema) -> None:
     at = run_alerts(T0 + 600_000)
     assert any("The monitor last evaluated at 08:00:00 UTC, 10 min ago: is `wm-monitor` running?" in w.value

@@ -15,7 +15,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from watermark.rules.server_clock import NOTICEABLE_AHEAD_MS
-from watermark.schema.config import ConfigError
+from watermark.schema.config import ConfigError, hidden_url
 from watermark_client.timeutil import format_duration_ms, parse_duration_ms
 
 
@@ -284,12 +284,12 @@ def _check_section(s: Any, where: str) -> None:  # noqa: ANN401
         _require(s.per_minute >= 0, where, f"per_minute must not be negative, got {s.per_minute}")
     if isinstance(s, Webhook | Alertmanager) and s.url:
         _require(s.url.startswith(("http://", "https://")), where, f"url must start with http:// or https://, "
-                                                                   f"got {s.url!r}")
+                                                                   f"got {hidden_url(s.url)!r}")
         try:
             ok = bool(urlsplit(s.url).hostname) and (urlsplit(s.url).port or 0) >= 0
         except ValueError:
             ok = False
-        _require(ok, where, f"url {s.url!r} has no host, or a port that is not a number")
+        _require(ok, where, f"url {hidden_url(s.url)!r} has no host, or a port that is not a number")
 
 
 def _require(ok: bool, where: str, message: str) -> None:

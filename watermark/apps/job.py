@@ -28,7 +28,7 @@ from watermark.schema.keys import KeySchema
 from watermark.schema.records import StateRecord
 from watermark.spark.checkpoint import job_secret
 from watermark.store.commit import ParamsMismatch, check_params, forget_servers
-from watermark.store.control_store import read_control
+from watermark.store.control_store import operators_delay
 from watermark.store.online.moved import move_old_keys
 from watermark.store.redis_conn import connect, same_slot
 from watermark_client.connection import home, is_cluster
@@ -306,11 +306,20 @@ def requested_delay(client: redis.Redis, keys: KeySchema, cfg: Config) -> int | 
     if not cfg.lab_control:
         return None
     try:
-        control = read_control(client, keys)
+        delay_ms, unrecorded = operators_delay(client, keys)
     except (ConfigError, redis.RedisError) as exc:
         log.warning("cannot read the control settings: %s", exc)
         return None
-    return None if control is None else control.delay_ms
+    if unrecorded is not None and unrecorded not in _SAID_UNRECORDED:
+        _SAID_UNRECORDED.add(unrecorded)
+        log.warning("%s asks for a delay of %s that no operator's change recorded (written straight into Redis, "
+                    "not through the dashboard or wm-control): not followed", keys.control,
+                    format_duration_ms(unrecorded))
+    return delay_ms
+
+
+_SAID_UNRECORDED: set[int] = set()
+"""Unrecorded delays already said in the log (once each)."""
 
 
 def register_lanes(client: redis.Redis, keys: KeySchema, cfg: Config) -> None:

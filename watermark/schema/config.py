@@ -11,7 +11,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import msgspec
 
@@ -431,6 +431,42 @@ def shown_url(url: str) -> str:
         port = ""
     hidden = "/…" if u.path not in ("", "/") or u.query else ""
     return f"{u.scheme}://{u.hostname or ''}{port}{hidden}"
+
+
+def hidden_url(url: str) -> str:
+    """``url`` as given, for an error about the URL itself: its password, path and query replaced by ``…``, the
+    rest (scheme, user, host, port, right or wrong) kept.
+
+    >>> hidden_url("http://alice:pw@h:abc/hook/T0?token=x"), hidden_url("h:9")
+    ('http://alice:…@h:abc/…?…', 'h:/…')
+    """
+    parts = urlsplit(url)
+    userinfo, at, hostport = parts.netloc.rpartition("@")
+    user = (userinfo.partition(":")[0] + (":…" if ":" in userinfo else "") + "@") if at else ""
+    path = "/…" if parts.path not in ("", "/") else parts.path
+    return urlunsplit((parts.scheme, user + hostport, path, "…" if parts.query else "", ""))
+
+
+def scrub_url(text: str, url: str) -> str:
+    """``text`` (an error about ``url``) without what :func:`shown_url` leaves out of ``url``: the URL whole, its
+    user and password, its path and its query, each replaced by ``…`` wherever it shows (an error may quote the
+    address, or a part of it it could not parse).
+
+    >>> scrub_url("InvalidURL: nonnumeric port: 's3cret@127.0.0.1'", "http://alice:s3cret@127.0.0.1/hook/T0/x")
+    "InvalidURL: nonnumeric port: '…@127.0.0.1'"
+    >>> scrub_url("HTTP 500 <urlopen error for /hook/T0/x?token=abc>", "http://h/hook/T0/x?token=abc")
+    'HTTP 500 <urlopen error for …?…>'
+    """
+    if not url:
+        return text
+    parts = urlsplit(url)
+    userinfo = parts.netloc.rpartition("@")[0]
+    secrets = {url, userinfo, userinfo.partition(":")[2], parts.query}
+    if parts.path not in ("", "/"):
+        secrets.add(parts.path)
+    for secret in sorted((s for s in secrets if s), key=len, reverse=True):
+        text = text.replace(secret, "…")
+    return text
 
 
 def _check(ok: bool, var: str, message: str) -> None:

@@ -42,12 +42,27 @@ def _time_ms(value: object, name: str) -> int:
     raise ValueError(f"{name} must be an ISO-8601 time (2026-11-26T21:40:00Z) or Unix milliseconds, got {value!r}")
 
 
+MAX_PAST_MS = 400 * DAY_MS
+"""How far back an annotation may start: the longest ``HISTORY_DAYS`` a chart can show."""
+MAX_AHEAD_MS = 7 * DAY_MS
+"""How far ahead an annotation may start (a maintenance announced for next week): no further, so a note dated
+years ahead cannot push the real ones out of the newest :data:`ANNOTATIONS_KEEP`."""
+MAX_SPAN_MS = 31 * DAY_MS
+"""The longest an annotation may last."""
+
+
 def annotation_from(doc: Mapping[str, Any], now_ms: int) -> Annotation:
-    """An annotation from what a person gave (the command's options or the HTTP body), or ValueError saying why."""
+    """An annotation from what a person gave (the command's options or the HTTP body), or ValueError saying why:
+    its times within :data:`MAX_PAST_MS` before and :data:`MAX_AHEAD_MS` after now, at most :data:`MAX_SPAN_MS`
+    long."""
     start = _time_ms(doc["start"], "start") if doc.get("start") is not None else now_ms
     end = _time_ms(doc["end"], "end") if doc.get("end") is not None else None
     if doc.get("for") is not None:
         end = start + parse_duration_ms(str(doc["for"]))
+    if not now_ms - MAX_PAST_MS <= start <= now_ms + MAX_AHEAD_MS:
+        raise ValueError("start must be within 400 days before and 7 days after now")
+    if end is not None and end - start > MAX_SPAN_MS:
+        raise ValueError("an annotation lasts at most 31 days")
     try:
         return Annotation(id=uuid.uuid4().hex[:12], text=str(doc.get("text") or ""),
                           kind=str(doc.get("kind") or "note"), start_ms=start, end_ms=end,

@@ -47,6 +47,28 @@ def read_control(client: redis.Redis, keys: KeySchema) -> Control | None:
     return _known(Control.from_hash(raw)) if raw else None
 
 
+def operators_delay(client: redis.Redis, keys: KeySchema) -> tuple[int | None, int | None]:
+    """The delay the control hash asks for, as ``(delay_ms, None)`` when the newest change of the delay in the
+    audit (:func:`write_control`: an operator's, with who and when) set that same delay, else ``(None, the
+    unrecorded delay)``: a write straight into the hash, by any credential that may write it, is not an operator's
+    and is not followed. ``(None, None)``: no delay asked for. One round trip, on the control's node."""
+    pipe = home(client, keys.control).pipeline(transaction=False)
+    pipe.hgetall(keys.control)
+    pipe.xrevrange(keys.control_audit, count=CONTROL_AUDIT_KEEP)
+    raw, entries = pipe.execute()
+    asked = _known(Control.from_hash(raw)).delay_ms if raw else None
+    if asked is None:
+        return None, None
+    for change in control_changes(entries):
+        try:
+            fields = json.loads(change.change)
+        except ValueError:
+            continue
+        if "delay_ms" in fields:
+            return (asked, None) if str(fields["delay_ms"]) == str(asked) else (None, asked)
+    return None, asked
+
+
 def read_lab(client: redis.Redis, keys: KeySchema) -> tuple[Control | None, GeneratorStatus | None]:
     """Request and generator status in one round trip (read commands only)."""
     pipe = client.pipeline(transaction=False)

@@ -16,9 +16,9 @@ from collections.abc import Callable, Mapping, Sequence
 from watermark.alerting.alertmanager import postable_alerts
 from watermark.alerting.lifecycle import AlertState, Notice
 from watermark.alerting.webhook import backoff_ms
-from watermark.apps.monitor.notify import post
+from watermark.apps.monitor.notify import ReceiverError, post
 from watermark.runtime.clock import wall_ms
-from watermark.schema.config import shown_url
+from watermark.schema.config import scrub_url, shown_url
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +82,8 @@ class AlertmanagerPusher(threading.Thread):
                 self.push()
             except Exception as exc:  # noqa: BLE001 - refused, reset, a 4xx or 5xx: said once, tried again
                 attempt += 1
-                error = f"{type(exc).__name__}: {exc}"
+                error = scrub_url(str(exc) if isinstance(exc, ReceiverError) else f"{type(exc).__name__}: {exc}",
+                                  self.url)
                 if error != self.last_error:
                     log.warning("alertmanager %s: %s (trying again)", shown_url(self.url), error)
                     self.last_error = error

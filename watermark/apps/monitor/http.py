@@ -101,7 +101,9 @@ def admit(method: str, headers: Mapping[str, str], gate: Gate) -> Refusal | None
     '400 Bad Request'
     """
     host = headers.get("host")
-    if host is not None and not gate.serves(host):
+    if host is None:
+        return Refusal("400 Bad Request", "a request names the server it is for: HTTP/1.1 needs a Host header")
+    if not gate.serves(host):
         return Refusal("421 Misdirected Request",
                        f"Host {host[:100]!r} is not a name this monitor serves; add it to METRICS_HOSTS")
     if method in ("GET", "HEAD"):
@@ -118,12 +120,25 @@ def admit(method: str, headers: Mapping[str, str], gate: Gate) -> Refusal | None
     if (refusal := _token_refusal(headers.get("authorization", ""), gate)) is not None:
         return refusal
     origin = headers.get("origin")
-    if origin is not None and not gate.serves(urlsplit(origin).netloc if "://" in origin else ""):
+    if origin is not None and not _same_site(origin, host, gate):
         return Refusal("403 Forbidden", f"a POST from another site ({origin[:100]!r}) is refused")
     kind = headers.get("content-type", "").partition(";")[0].strip().lower()
     if gate.token is None and kind != "application/json":
         return Refusal("415 Unsupported Media Type", "POST /annotations takes Content-Type: application/json")
     return None
+
+
+def _same_site(origin: str, host: str, gate: Gate) -> bool:
+    """Whether a browser's ``Origin`` is this server itself (the ``Host`` it asked, port included) or a name
+    configured in ``METRICS_HOSTS``: a page of any other site, this machine's other ports included, is not.
+
+    >>> g = Gate(hosts=frozenset({"ops.example"}))
+    >>> [_same_site(o, "127.0.0.1:9108", g) for o in ("http://127.0.0.1:9108", "http://127.0.0.1:3000",
+    ...                                                "http://203.0.113.7", "https://ops.example", "null")]
+    [True, False, False, True, False]
+    """
+    netloc = urlsplit(origin).netloc.lower() if "://" in origin else ""
+    return bool(netloc) and (netloc == host.strip().lower() or _hostname(netloc) in gate.hosts)
 
 
 def _token_refusal(authorization: str, gate: Gate) -> Refusal | None:

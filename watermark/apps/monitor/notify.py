@@ -9,6 +9,7 @@ recorded, rather than block every later notice.
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import queue
@@ -18,13 +19,14 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 import redis
 
 from watermark.alerting.lifecycle import Notice
 from watermark.alerting.webhook import backoff_ms, group_key, group_payload
 from watermark.runtime.clock import wall_ms
-from watermark.schema.config import shown_url
+from watermark.schema.config import scrub_url, shown_url
 from watermark.schema.keys import KeySchema
 from watermark.store.alert_store import OUTBOX_KEEP, acknowledge, record_failure, still_owed, was_delivered
 
@@ -43,15 +45,42 @@ class Rejected(Exception):
 
 
 def post(url: str, body: object, timeout_s: float) -> None:
-    req = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
-                                 headers={"Content-Type": "application/json"})
+    """POST ``body`` as JSON to a receiver. A user and password in ``url`` (``https://user:pw@host/hook``) go as
+    HTTP Basic authentication, never on the request line. What it raises never holds the URL's secrets (its
+    password, path or query: :func:`~watermark.schema.config.scrub_url`): the log and the Alerts page show it."""
+    address, auth = split_credentials(url)
+    headers = {"Content-Type": "application/json", **({"Authorization": auth} if auth else {})}
+    req = urllib.request.Request(address, data=json.dumps(body).encode(), method="POST", headers=headers)
     try:
         with urllib.request.urlopen(req, timeout=timeout_s) as resp:  # noqa: S310 - the configured receiver
             resp.read()
     except urllib.error.HTTPError as exc:
         if 400 <= exc.code < 500 and exc.code not in (408, 429):
-            raise Rejected(f"HTTP {exc.code} {str(exc.reason)[:200]}") from None
-        raise
+            raise Rejected(scrub_url(f"HTTP {exc.code} {str(exc.reason)[:200]}", url)) from None
+        raise ReceiverError(scrub_url(f"HTTP {exc.code} {str(exc.reason)[:200]}", url)) from None
+    except (OSError, ValueError) as exc:  # refused, reset, timed out, a URL urllib cannot send to
+        raise ReceiverError(scrub_url(f"{type(exc).__name__}: {exc}", url)) from None
+
+
+class ReceiverError(OSError):
+    """The receiver could not be reached or answered 5xx (tried again); its text holds no secret of the URL."""
+
+
+def split_credentials(url: str) -> tuple[str, str]:
+    """``url`` without its user and password, and the Basic ``Authorization`` header they make ("" without).
+
+    >>> split_credentials("https://alice:s3cret@hooks.example.com/x")
+    ('https://hooks.example.com/x', 'Basic YWxpY2U6czNjcmV0')
+    >>> split_credentials("http://127.0.0.1:9093")
+    ('http://127.0.0.1:9093', '')
+    """
+    parts = urlsplit(url)
+    userinfo, at, host = parts.netloc.rpartition("@")
+    if not at:
+        return url, ""
+    user, _, password = userinfo.partition(":")
+    token = base64.b64encode(f"{unquote(user)}:{unquote(password)}".encode()).decode()
+    return urlunsplit(parts._replace(netloc=host)), f"Basic {token}"
 
 
 class Notifier(threading.Thread):
@@ -141,7 +170,8 @@ class Notifier(threading.Thread):
                     self._ack(x, delivered=False)
                 return False
             except Exception as exc:  # noqa: BLE001 - any other failure (refused, reset, a bad reply) is retried
-                self._failed(f"{ids}: {type(exc).__name__}: {exc}")
+                said = str(exc) if isinstance(exc, ReceiverError) else f"{type(exc).__name__}: {exc}"
+                self._failed(f"{ids}: {said}")
                 self.stopping.wait(backoff_ms(attempt, self.max_backoff_ms) / 1000)
                 continue
             for x in owed:
@@ -178,6 +208,7 @@ class Notifier(threading.Thread):
             log.warning("webhook: delivered %s but could not acknowledge it: %s", item.notice.id, exc)
 
     def _failed(self, error: str) -> None:
+        error = scrub_url(error, self.url)
         log.warning("webhook %s: %s", shown_url(self.url), error)
         try:
             record_failure(self.client, self.keys, error, self.clock())
