@@ -65,7 +65,7 @@ def test_the_webhook_retries_with_backoff_and_delivers_each_notice_once(r: redis
         assert hook.attempts == 3 and [alert_line(b) for b in hook.bodies] == [("firing", "ServerSilent", "B")]
     view = read_alert_view(r, k, T0)
     assert view.webhook.delivered == 1 and view.webhook.failures == 2 and view.webhook.waiting == 0
-    assert "HTTP Error 500" in (view.webhook.last_error or "")
+    assert "HTTP 500" in (view.webhook.last_error or "")
 
 
 def test_a_rejected_notice_is_dropped_with_the_error_recorded_not_retried_forever(r: redis.Redis) -> None:

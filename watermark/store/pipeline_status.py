@@ -12,6 +12,7 @@ pipeline's committed position names, so a reader needs no setting of its own.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -190,9 +191,10 @@ def read_pipeline(client: redis.Redis, keys: KeySchema, input_keys: KeySchema | 
     return fixed.status(oldest)
 
 
-_SHARDS: dict[str, int] = {}
-"""Per input stream, how many shards the last committed position read named: what the next read asks about
-(read again when that changed)."""
+_SHARDS: weakref.WeakKeyDictionary[redis.Redis, dict[str, int]] = weakref.WeakKeyDictionary()
+"""Per client and input stream, how many shards the last committed position it read named: what its next read
+asks about (read again when that changed). Per client: another client (another Redis, another user) starts from
+one shard, never from a count it may not read."""
 
 
 def read_state(client: redis.Redis, keys: KeySchema) -> PipelineState | None:
@@ -255,7 +257,7 @@ def read_fixed(client: redis.Redis, keys: KeySchema, input_keys: KeySchema,
     n = len(guards)
     tries = 0
     while True:
-        shards = _SHARDS.get(input_keys.events, 1)
+        shards = _SHARDS.get(client, {}).get(input_keys.events, 1)
         pipe = client.pipeline(transaction=False)
         for g in guards:
             pipe.hget(g, "last_batch")
@@ -273,12 +275,14 @@ def read_fixed(client: redis.Redis, keys: KeySchema, input_keys: KeySchema,
         for g in guards:
             pipe.hget(g, "last_batch")
         replies = pipe.execute(raise_on_error=False)
-        fixed = _parse_fixed(replies[n:-n], keys, shards)
         tries += 1
-        named = shards_named(fixed.state, shards)
+        state_h = replies[n]  # the shards the state names, before the shards' own replies are judged: a shard
+        named = shards if isinstance(state_h, Exception) else shards_named(  # no longer named may be refused
+            PipelineState.from_hash(state_h, keys.state), shards)  # (an ACL user of fewer shards), not an error
         if named != shards and tries <= FIXED_READ_TRIES:  # the shards changed (or a first read): read them all
-            _SHARDS[input_keys.events] = named
+            _SHARDS.setdefault(client, {})[input_keys.events] = named
             continue
+        fixed = _parse_fixed(replies[n:-n], keys, shards)
         if replies[:n] == replies[-n:] or tries >= FIXED_READ_TRIES:
             return fixed
 
