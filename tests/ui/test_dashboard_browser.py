@@ -165,6 +165,15 @@ def test_dashboard_in_a_real_browser_follows_the_live_pipeline(stack: dict) -> N
         page.wait_for_selector(".js-plotly-plot .main-svg", timeout=60_000)
         page.screenshot(path=str(shots / "dashboard-delay.png"), full_page=True)
 
+        # Who changed the lab's control, beside the annotations, as an operator reads it (issue 63, item 2)
+        from watermark.store.control_store import write_control
+
+        write_control(client, keys, by="ana@studio.example", role="operator", scenario="steady")
+        page.goto(stack["url"] + "/alerts")
+        page.wait_for_function("() => document.body.innerText.replace(/\\u2060/g, '')"
+                               ".includes('Last: {\"scenario\": \"steady\"} by ana@studio.example (operator) at')",
+                               timeout=60_000)
+
         # The wall once everything is committed: its totals hold still to be compared with Redis'.
         problems += check_wall(page, stack["url"], client, keys, shots / "page-wall.png")
         browser.close()

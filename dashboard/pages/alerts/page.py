@@ -123,6 +123,8 @@ def control_changes(v: AlertView) -> None:
     if not changes:
         st.caption("Nobody has changed the lab's control settings.")
         return
+    last = changes[0]
+    st.caption(f"Last: {md(last.change)} by {md(last.by)} ({md(last.role)}) at {clock(last.at_ms)}.")
     ui.table(st, pd.DataFrame({"When (UTC)": [iso_from_ms(c.at_ms) for c in changes], "Who": [c.by for c in changes],
                                "Role": [c.role for c in changes], "Change": [c.change for c in changes],
                                "Rev": [c.rev for c in changes]}), hide_index=True)
