@@ -416,7 +416,6 @@ def test_the_job_reads_a_requested_delay_only_with_lab_control_on(rd: redis.Redi
     """Production (``LAB_CONTROL`` off) reads nothing of the control hash, whoever wrote it (issue 63)."""
     from watermark.apps.job import requested_delay
     from watermark.schema.config import Config
-
     from watermark.store.control_store import write_control
 
     write_control(rd, keys, by="ana@example.com", role="operator", delay_ms=20_000)
