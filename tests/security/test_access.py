@@ -188,3 +188,19 @@ def test_a_provider_that_vouches_for_no_email_is_refused_at_start(claims: list[s
     assert stopped.value.code == (2 if refused else 0)
     said = capsys.readouterr().err
     assert ("DASHBOARD_OPERATORS_DOMAIN needs a provider that vouches for emails" in said) is refused
+
+
+def test_the_launcher_refuses_a_plain_http_redirect_beyond_this_machine() -> None:
+    """The refusal where it matters: ``wm-dashboard`` itself stops at start (exit 2), naming the variable, before
+    Streamlit serves anything."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("DASHBOARD_")}, **FULL,
+           "DASHBOARD_REDIRECT_URI": "http://wm.example.com/oauth2callback"}
+    done = subprocess.run([sys.executable, "-c", "from dashboard.serve import main; main()"], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert "DASHBOARD_REDIRECT_URI='http://wm.example.com/oauth2callback' is plain http:// beyond this machine" \
+        in done.stderr

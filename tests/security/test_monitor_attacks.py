@@ -217,3 +217,19 @@ def test_what_the_monitor_serves_still_works(open_monitor: Monitor) -> None:
     status, body = ask(open_monitor.port, post(same_site))
     assert status == 201 and json.loads(body)["text"] == "planted"
     assert open_monitor.stored() == ["planted"]
+
+
+@pytest.mark.parametrize("token", ["x" * 31, "s3cret-token"])
+def test_a_short_token_stops_the_monitor_at_start(redis_url: str, token: str) -> None:
+    """A guessable token is refused where it would be used: the monitor itself exits 2 naming it, never serving."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.procs import ROOT
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "REDIS_URL": redis_url, "ANNOTATIONS_TOKEN": token}
+    env.pop("ANNOTATIONS_TOKEN_FILE", None)
+    done = subprocess.run([sys.executable, "-m", "watermark.apps.monitor", "--port", "0"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and f"is {len(token)} characters: at least 32 are needed" in done.stderr, done.stderr

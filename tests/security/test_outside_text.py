@@ -1,7 +1,8 @@
-"""Text from outside the project stays text, and the receivers' secrets stay secret (issue 63, item 6): a
-receiver's reply and a Redis error shown as text, a receiver's password, path and query kept out of the log and
-the Alerts page, a spreadsheet's formula kept from running, an annotation's fields within limits. Each test is an
-attack that worked once; it fails if it works again."""
+"""What reaches the project from outside is held to what its sender may do (issue 63, items 2 and 6): a delay
+written straight into the lab's control hash is not followed; a receiver's reply and a Redis error are shown as
+text; a receiver's password, path and query stay out of the log and the Alerts page; a spreadsheet's formula is
+kept from running; an annotation's fields stay within limits. Each test is an attack that worked once; it fails if
+it works again."""
 
 from __future__ import annotations
 
@@ -20,6 +21,52 @@ from tests.ui.test_alerts_page import T0, run_alerts, seeded_alerts  # noqa: F40
 from watermark.apps.redis_server import free_port
 from watermark.schema.keys import KeySchema
 from watermark.store.alert_store import record_failure
+
+
+@pytest.fixture()
+def keys() -> KeySchema:
+    return KeySchema(f"sec-{uuid.uuid4().hex[:8]}")
+
+
+@pytest.fixture()
+def rd(redis_url: str) -> Iterator[redis.Redis]:
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    yield client
+    client.close()
+
+
+def test_the_job_reads_a_requested_delay_only_with_lab_control_on(rd: redis.Redis, keys: KeySchema) -> None:
+    """Production (``LAB_CONTROL`` off) reads nothing of the control hash, whoever wrote it (issue 63)."""
+    from watermark.apps.job import requested_delay
+    from watermark.schema.config import Config
+    from watermark.store.control_store import write_control
+
+    write_control(rd, keys, by="ana@example.com", role="operator", delay_ms=20_000)
+    assert requested_delay(rd, keys, Config(lab_control=False)) is None
+    assert requested_delay(rd, keys, Config(lab_control=True)) == 20_000
+
+
+def test_a_delay_written_straight_into_the_hash_is_not_followed(rd: redis.Redis, keys: KeySchema,
+                                                                 caplog: pytest.LogCaptureFixture) -> None:
+    """With lab control on, the job follows only a delay an operator's change recorded (the audit): a write
+    straight into ``{ns}:control`` by a credential that may write it (the job's, the online groups', the
+    dashboard's) is said in the log and not followed (issue 63, item 2)."""
+    from watermark.apps.job import requested_delay
+    from watermark.schema.config import Config
+    from watermark.store.control_store import write_control
+
+    on = Config(lab_control=True)
+    rd.hset(keys.control, mapping={"delay_ms": "1", "rev": "7"})
+    with caplog.at_level("WARNING", logger="watermark.apps.job"):
+        assert requested_delay(rd, keys, on) is None
+    assert "no operator's change recorded" in caplog.text
+    write_control(rd, keys, by="ana@example.com", role="operator", delay_ms=20_000)
+    assert requested_delay(rd, keys, on) == 20_000
+    write_control(rd, keys, by="ana@example.com", role="operator", scenario="steady")  # not about the delay
+    assert requested_delay(rd, keys, on) == 20_000
+    rd.hset(keys.control, "delay_ms", "2")  # after an operator's change: still not theirs
+    assert requested_delay(rd, keys, on) is None
+
 
 SECRET_URL = "http://alice:s3cretpw@127.0.0.1:{port}/services/T0/B0/hooktoken?token=qtoken"
 SECRETS = ("s3cretpw", "hooktoken", "qtoken", "/services/T0")

@@ -412,39 +412,6 @@ def test_a_generator_behind_its_schedule_says_so(r: redis.Redis, rd: redis.Redis
     assert GeneratorStatus.from_hash(seen["late"]).lag_ms >= 1_500
 
 
-def test_the_job_reads_a_requested_delay_only_with_lab_control_on(rd: redis.Redis, keys: KeySchema) -> None:
-    """Production (``LAB_CONTROL`` off) reads nothing of the control hash, whoever wrote it (issue 63)."""
-    from watermark.apps.job import requested_delay
-    from watermark.schema.config import Config
-    from watermark.store.control_store import write_control
-
-    write_control(rd, keys, by="ana@example.com", role="operator", delay_ms=20_000)
-    assert requested_delay(rd, keys, Config(lab_control=False)) is None
-    assert requested_delay(rd, keys, Config(lab_control=True)) == 20_000
-
-
-def test_a_delay_written_straight_into_the_hash_is_not_followed(rd: redis.Redis, keys: KeySchema,
-                                                                 caplog: pytest.LogCaptureFixture) -> None:
-    """With lab control on, the job follows only a delay an operator's change recorded (the audit): a write
-    straight into ``{ns}:control`` by a credential that may write it (the job's, the online groups', the
-    dashboard's) is said in the log and not followed (issue 63, item 2)."""
-    from watermark.apps.job import requested_delay
-    from watermark.schema.config import Config
-    from watermark.store.control_store import write_control
-
-    on = Config(lab_control=True)
-    rd.hset(keys.control, mapping={"delay_ms": "1", "rev": "7"})
-    with caplog.at_level("WARNING", logger="watermark.apps.job"):
-        assert requested_delay(rd, keys, on) is None
-    assert "no operator's change recorded" in caplog.text
-    write_control(rd, keys, by="ana@example.com", role="operator", delay_ms=20_000)
-    assert requested_delay(rd, keys, on) == 20_000
-    write_control(rd, keys, by="ana@example.com", role="operator", scenario="steady")  # not about the delay
-    assert requested_delay(rd, keys, on) == 20_000
-    rd.hset(keys.control, "delay_ms", "2")  # after an operator's change: still not theirs
-    assert requested_delay(rd, keys, on) is None
-
-
 def test_forget_needs_an_operator_and_refuses_a_server_with_players_online(
         r: redis.Redis, redis_url: str, keys: KeySchema, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
