@@ -51,14 +51,14 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
 fi
 # shellcheck disable=SC1091
 source .venv/bin/activate
-# PYSPARK_PYTHON is left to watermark.spark.query.build_session (set it to override): the venv's interpreter,
-# started through watermark/spark/spark-worker-python on a local master so workers skip Spark's pyspark.zip.
+# PYSPARK_PYTHON is left to streaming.spark.query.build_session (set it to override): the venv's interpreter,
+# started through streaming/spark/spark-worker-python on a local master so workers skip Spark's pyspark.zip.
 export PYSPARK_DRIVER_PYTHON="$PWD/.venv/bin/python"
 # Local Spark binds to 127.0.0.1; on a cluster the driver needs an address the workers can reach.
 case "${SPARK_MASTER:-local}" in local|local\[*) export SPARK_LOCAL_IP=${SPARK_LOCAL_IP:-127.0.0.1} ;; esac
 
 case "${1:-run}" in
-  # wm-stack (watermark/apps/stack.py) runs the Procfile: one stack per data, stopped together, no orphans.
+  # wm-stack (streaming/apps/stack.py) runs the Procfile: one stack per data, stopped together, no orphans.
   run) demo=$(printf %s "${DEMO:-on}" | tr '[:upper:]' '[:lower:]')  # as Config reads it
        case "$demo" in
          on) procfile=Procfile ;;

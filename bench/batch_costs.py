@@ -21,7 +21,7 @@ import uuid
 import redis  # noqa: E402
 
 from bench.run import cfg_for, preload, scratch_redis, warm_up  # noqa: E402
-from watermark.schema.keys import KeySchema  # noqa: E402
+from streaming.schema.keys import KeySchema  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -29,7 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--events", type=int, default=300_000)
     p.add_argument("--batch", type=int, default=50_000)
     args = p.parse_args(argv)
-    from watermark.spark.query import build_session, start_query
+    from streaming.spark.query import build_session, start_query
 
     with scratch_redis() as (tmp, server):
         run = uuid.uuid4().hex[:6]

@@ -26,25 +26,25 @@ import pyarrow as pa
 import redis
 
 from bench.run import scratch_redis
-from watermark.rules.online.groups import Group
-from watermark.rules.online.table import OnlineBatch
-from watermark.rules.scenarios import game
-from watermark.rules.simulate import Simulator
-from watermark.rules.windows import next_watermark
-from watermark.schema.config import Config
-from watermark.schema.keys import KeySchema
-from watermark.spark import local_agg
-from watermark.spark.checkpoint import OffsetEntry
-from watermark.spark.query import source_options
-from watermark.spark.rows import ARROW_SCHEMA
-from watermark.spark.sink import LaneSink, aggregate_arrow
-from watermark.spark.source import SourceOptions, StreamRange, read_partition
-from watermark.spark.window_players import read_added
-from watermark.store.commit import commit_batch, params_of
-from watermark.store.online.commit import OnlineMirror, commit_online
-from watermark.store.online.handoff import hand_off
-from watermark.store.online.runner import GroupRunner
-from watermark.store.stream_writer import write
+from streaming.rules.online.groups import Group
+from streaming.rules.online.table import OnlineBatch
+from streaming.rules.scenarios import game
+from streaming.rules.simulate import Simulator
+from streaming.rules.windows import next_watermark
+from streaming.schema.config import Config
+from streaming.schema.keys import KeySchema
+from streaming.spark import local_agg
+from streaming.spark.checkpoint import OffsetEntry
+from streaming.spark.query import source_options
+from streaming.spark.rows import ARROW_SCHEMA
+from streaming.spark.sink import LaneSink, aggregate_arrow
+from streaming.spark.source import SourceOptions, StreamRange, read_partition
+from streaming.spark.window_players import read_added
+from streaming.store.commit import commit_batch, params_of
+from streaming.store.online.commit import OnlineMirror, commit_online
+from streaming.store.online.handoff import hand_off
+from streaming.store.online.runner import GroupRunner
+from streaming.store.stream_writer import write
 
 LANES = ("per-server-min", "per-server-min-idle")
 GROUP_STEP = "online: group "

@@ -20,11 +20,11 @@ import time
 
 import redis  # noqa: E402
 
-from watermark.apps.redis_server import RedisServer  # noqa: E402
-from watermark.rules.scenarios import SCENARIOS  # noqa: E402
-from watermark.rules.simulate import Simulator  # noqa: E402
-from watermark.runtime.clock import RealClock  # noqa: E402
-from watermark.store.stream_writer import LINGER_US, write  # noqa: E402
+from streaming.apps.redis_server import RedisServer  # noqa: E402
+from streaming.rules.scenarios import SCENARIOS  # noqa: E402
+from streaming.rules.simulate import Simulator  # noqa: E402
+from streaming.runtime.clock import RealClock  # noqa: E402
+from streaming.store.stream_writer import LINGER_US, write  # noqa: E402
 
 
 def rate_of(n: int, seconds: float) -> str:

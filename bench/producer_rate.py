@@ -22,10 +22,10 @@ import time
 
 import redis
 
-from watermark.apps.redis_server import RedisServer, redis_server_binary
-from watermark.rules.simulate import Simulator
-from watermark.runtime.ports import free_port
-from watermark.store.stream_writer import StreamWriter
+from streaming.apps.redis_server import RedisServer, redis_server_binary
+from streaming.rules.simulate import Simulator
+from streaming.runtime.ports import free_port
+from streaming.store.stream_writer import StreamWriter
 from watermark_client import Producer
 
 START_US = 1_767_225_600_000_000  # 2026-01-01: fixed, so runs are comparable

@@ -5,7 +5,7 @@
 Each round runs two fresh processes, one per setting, alternating: one with
 ``PYSPARK_PYTHON`` set to this interpreter (Spark's own default: workers import
 pyspark from ``$SPARK_HOME/python/lib/pyspark.zip``, compiled from source in
-every new process), one with the session's default (``watermark/spark/spark-worker-python``:
+every new process), one with the session's default (``streaming/spark/spark-worker-python``:
 the installed package and its bytecode). Each process builds a session, runs a
 warm-up query, then starts the query ``--starts`` times over 1,000 pre-loaded
 events and records the time from ``start()`` to the first trigger (Spark's
@@ -33,8 +33,8 @@ def child(starts: int) -> None:
     import redis
 
     from bench.run import cfg_for, preload, scratch_redis, warm_up
-    from watermark.schema.keys import KeySchema
-    from watermark.spark.query import build_session, start_query
+    from streaming.schema.keys import KeySchema
+    from streaming.spark.query import build_session, start_query
 
     out: list[dict[str, float]] = []
     with scratch_redis() as (tmp, server):

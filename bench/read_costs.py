@@ -6,7 +6,7 @@ Pre-loads events and reads them as one source partition does (XRANGE in
 chunks of ``READ_CHUNK``, each chunk parsed into an Arrow record batch),
 timing the XRANGE replies and the parsing apart. The XRANGE is timed twice
 per round, alternating: with the cyclic garbage collector running (how
-redis-py is normally called) and paused (``watermark.spark.source.xrange_entries``), so the
+redis-py is normally called) and paused (``streaming.spark.source.xrange_entries``), so the
 ratio between them is measured on the same machine in the same minute.
 """
 
@@ -22,9 +22,9 @@ import uuid
 import redis  # noqa: E402
 
 from bench.run import preload, scratch_redis  # noqa: E402
-from watermark.schema.keys import KeySchema  # noqa: E402
-from watermark.spark.rows import to_record_batch  # noqa: E402
-from watermark.spark.source import READ_CHUNK, stream_client, xrange_entries  # noqa: E402
+from streaming.schema.keys import KeySchema  # noqa: E402
+from streaming.spark.rows import to_record_batch  # noqa: E402
+from streaming.spark.source import READ_CHUNK, stream_client, xrange_entries  # noqa: E402
 
 
 def read_all(client: redis.Redis, stream: str, paused: bool) -> tuple[float, float, int]:

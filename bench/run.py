@@ -42,12 +42,12 @@ os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
 import redis  # noqa: E402
 
-from watermark.apps.redis_server import RedisServer  # noqa: E402
-from watermark.rules.simulate import Simulator  # noqa: E402
-from watermark.schema.config import Config  # noqa: E402
-from watermark.schema.keys import KeySchema  # noqa: E402
-from watermark.store.report import read_batches, wait_for_commit  # noqa: E402
-from watermark.store.stream_writer import write  # noqa: E402
+from streaming.apps.redis_server import RedisServer  # noqa: E402
+from streaming.rules.simulate import Simulator  # noqa: E402
+from streaming.schema.config import Config  # noqa: E402
+from streaming.schema.keys import KeySchema  # noqa: E402
+from streaming.store.report import read_batches, wait_for_commit  # noqa: E402
+from streaming.store.stream_writer import write  # noqa: E402
 from watermark_client.events import parse_entry_id  # noqa: E402
 
 
@@ -90,7 +90,7 @@ def drain_rate(url: str, keys: KeySchema, chunk: int = 10_000) -> tuple[int, flo
 
 def warm_up(spark, cfg: Config, n: int = 20_000) -> None:  # noqa: ANN001
     """A short run first, as a long-lived job would have had: Python workers started, the JVM's JIT warm."""
-    from watermark.spark.query import start_query
+    from streaming.spark.query import start_query
 
     preload(redis.Redis.from_url(cfg.redis_url), KeySchema(cfg.namespace), n)
     query = start_query(spark, cfg, trigger_ms=0)
@@ -100,7 +100,7 @@ def warm_up(spark, cfg: Config, n: int = 20_000) -> None:  # noqa: ANN001
 
 def throughput(spark, cfg: Config, n: int) -> tuple[float, list[str]]:  # noqa: ANN001
     """Seconds from starting the query to all ``n`` events committed, and where each batch was aggregated."""
-    from watermark.spark.query import start_query
+    from streaming.spark.query import start_query
 
     t = time.perf_counter()
     query = start_query(spark, cfg, trigger_ms=0)
@@ -114,13 +114,13 @@ def throughput(spark, cfg: Config, n: int) -> tuple[float, list[str]]:  # noqa: 
 
 
 def freshness(spark, cfg: Config, rate: int, seconds: int) -> dict:  # noqa: ANN001
-    from watermark.spark.query import start_query
+    from streaming.spark.query import start_query
 
     keys = KeySchema(cfg.namespace)
     client = redis.Redis.from_url(cfg.redis_url, socket_timeout=120)
     query = start_query(spark, cfg)  # the live trigger
     env = {**os.environ, "PYTHONPATH": str(ROOT), "REDIS_URL": cfg.redis_url, "PIPELINE_NAMESPACE": cfg.namespace}
-    gen = subprocess.run([sys.executable, "-m", "watermark.apps.generator", "--scenario", "steady", "--rate", str(rate),
+    gen = subprocess.run([sys.executable, "-m", "streaming.apps.generator", "--scenario", "steady", "--rate", str(rate),
                           "--count", str(rate * seconds), "--seed", "3", "--log-every", "60"],
                          env=env, cwd=ROOT, capture_output=True, text=True)
     assert gen.returncode == 0, gen.stderr
@@ -216,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--only", choices=("all", "throughput", "freshness"), default="all",
                    help="one measure alone, without the dashboard load (bench/compare.py uses it)")
     args = p.parse_args(argv)
-    from watermark.spark.query import build_session
+    from streaming.spark.query import build_session
 
     results: dict = {"machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
                                  "platform": platform.platform(), "when": time.strftime("%Y-%m-%d %H:%M UTC",

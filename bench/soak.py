@@ -4,7 +4,7 @@
     python -m bench.soak --rate 10000 --minutes 20 --churn matches --servers 300 --timeline-scale 0.1 --pages 60
 
 ``--churn matches`` (or ``rolling-deploy``) plays a fleet whose servers are replaced as they play
-(``watermark.rules.scenarios.Churn``) on ``--servers`` slots: with ``--timeline-scale 0.1`` a match lasts 18 s,
+(``streaming.rules.scenarios.Churn``) on ``--servers`` slots: with ``--timeline-scale 0.1`` a match lasts 18 s,
 so 300 slots name about 20,000 servers in 20 minutes, an Agones day compressed; RETIRE_AFTER is scaled the same
 way (``--retire-after``, default 10 min times the scale). It also samples what a fleet must not grow: the names the
 pipeline has seen, the servers in the live views, ``/metrics``' series and scrape time, idle markers a minute,
@@ -68,7 +68,7 @@ from bench.stack import (
     tree_cpu_s,
     tree_rss_mb,
 )
-from watermark.schema.config import Config
+from streaming.schema.config import Config
 
 SERIES = ("redis_used_mb", "redis_rss_mb", "keys", "stream_entries", "stream_span_s", "redis_dir_mb",
           "aof_rewrites", "checkpoint_mb", "job_rss_mb", "job_cores", "redis_cores", "generator_cores",

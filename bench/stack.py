@@ -33,7 +33,7 @@ cost per 10,000 events/s stays flat as the rate rises grows with the events; one
 ``--base REV`` measures the tree at a git revision (exported to a scratch directory) instead of this checkout.
 
 ``--redis-nodes N`` (N > 1) runs Redis as a Redis Cluster of N primaries on this machine
-(:class:`watermark.apps.redis_server.LocalCluster`, decision 0018) with the namespace ``{wm}``; Redis' CPU and peak
+(:class:`streaming.apps.redis_server.LocalCluster`, decision 0018) with the namespace ``{wm}``; Redis' CPU and peak
 memory are the nodes' sums. With ``STREAM_SHARDS`` in the environment the input's shards spread over the nodes.
 
 The stack keeps 200 s of input (``STREAM_KEEP_ENTRIES``) so that every entry of the window can be timed after it;
@@ -66,12 +66,12 @@ import redis
 
 HERE = Path(__file__).resolve().parents[1]
 
-from watermark.apps.redis_server import LocalCluster, free_port  # noqa: E402
-from watermark.runtime.children import die_with_parent  # noqa: E402
-from watermark.schema.keys import KeySchema  # noqa: E402
-from watermark.schema.shards import Position  # noqa: E402
-from watermark.spark.standalone import standalone  # noqa: E402
-from watermark.store.redis_conn import nodes  # noqa: E402
+from streaming.apps.redis_server import LocalCluster, free_port  # noqa: E402
+from streaming.runtime.children import die_with_parent  # noqa: E402
+from streaming.schema.keys import KeySchema  # noqa: E402
+from streaming.schema.shards import Position  # noqa: E402
+from streaming.spark.standalone import standalone  # noqa: E402
+from streaming.store.redis_conn import nodes  # noqa: E402
 from watermark_client.connection import open_client  # noqa: E402
 from watermark_client.events import parse_entry_id  # noqa: E402
 
@@ -427,7 +427,7 @@ def entry_keys(client: redis.Redis, lo_ms: int, hi_ms: int, shards: int,
 def run(code_root: Path, rate: int, seconds: float, warmup: float, drain: float, label: str,
         workers: int = 0, worker_cores: int = 1, redis_nodes: int = 1) -> Result:
     """One run; with ``workers``, the job's executors on a Spark standalone cluster of that many workers of
-    ``worker_cores`` cores each on this machine (``watermark.spark.standalone``), the driver in the job; with
+    ``worker_cores`` cores each on this machine (``streaming.spark.standalone``), the driver in the job; with
     ``redis_nodes`` > 1, Redis as a Redis Cluster of that many primaries."""
     with tempfile.TemporaryDirectory(prefix="stack-bench-") as tmpdir, ExitStack() as daemons:
         tmp = Path(tmpdir)

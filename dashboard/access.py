@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from watermark.schema.config import is_loopback
+from streaming.schema.config import is_loopback
 
 VIEWER = "viewer"
 OPERATOR = "operator"

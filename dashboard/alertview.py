@@ -14,11 +14,11 @@ import plotly.graph_objects as go
 from dashboard.charts import HEIGHT, Mark, span_text, tick_format, ts
 from dashboard.status import clock, human_ms
 from dashboard.text import md
-from watermark.alerting.conditions import RULES, SUBJECT_LABEL, one_server
-from watermark.alerting.health import Health
-from watermark.alerting.lifecycle import AlertState, Notice
-from watermark.alerting.observation import MAIN
-from watermark.store.alert_store import DAY_MS
+from streaming.alerting.conditions import RULES, SUBJECT_LABEL, one_server
+from streaming.alerting.health import Health
+from streaming.alerting.lifecycle import AlertState, Notice
+from streaming.alerting.observation import MAIN
+from streaming.store.alert_store import DAY_MS
 
 SEVERITY_COLOR = {"critical": "#d62728", "warning": "#ff7f0e"}
 SUBJECT_NAMES = {"server": "Server", "pipeline": "Pipeline", "region": "Region", "": ""}

@@ -27,7 +27,7 @@ from dashboard.pages.lag import page as lag
 from dashboard.pages.live_ops import page as live_ops
 from dashboard.pages.wall import page as wall
 from dashboard.pages.watermark import page as watermark
-from watermark.schema.config import Config, ConfigError
+from streaming.schema.config import Config, ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
 

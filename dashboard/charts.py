@@ -25,11 +25,11 @@ from datetime import UTC, datetime, timedelta
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from watermark.rules.online.rollup import TOTAL
-from watermark.schema.records import Annotation, LagRecord
-from watermark.store.history_store import Timeline
-from watermark.store.views.online import OnlinePoint
-from watermark.store.views.snapshot import BatchPoint, WindowRow
+from streaming.rules.online.rollup import TOTAL
+from streaming.schema.records import Annotation, LagRecord
+from streaming.store.history_store import Timeline
+from streaming.store.views.online import OnlinePoint
+from streaming.store.views.snapshot import BatchPoint, WindowRow
 from watermark_client.timeutil import human_ms
 
 PALETTE = ("#1f77b4", "#9467bd", "#17becf", "#e377c2", "#393b79", "#7f7f7f", "#a55194", "#0e6e7a", "#6b6ecf",

@@ -18,12 +18,12 @@ from typing import TypeVar
 
 import msgspec
 
-from watermark.rules.online.rollup import TOTAL, Minute, region_key
-from watermark.schema.keys import WindowKey
-from watermark.schema.records import ServerRecord
-from watermark.store.report import WindowRow
-from watermark.store.views.online import OnlinePoint
-from watermark.store.views.snapshot import BatchPoint, Snapshot
+from streaming.rules.online.rollup import TOTAL, Minute, region_key
+from streaming.schema.keys import WindowKey
+from streaming.schema.records import ServerRecord
+from streaming.store.report import WindowRow
+from streaming.store.views.online import OnlinePoint
+from streaming.store.views.snapshot import BatchPoint, Snapshot
 
 MAX_SERIES = 8
 """The most lines or bar groups a chart draws; past it, servers are grouped."""

@@ -18,21 +18,21 @@ import redis
 import streamlit as st
 
 from dashboard.charts import Mark, annotation_marks
-from watermark.rules.fleet import IdleDecision
-from watermark.rules.tradeoff import Tradeoff
-from watermark.schema.config import Lane
-from watermark.schema.keys import KeySchema
-from watermark.schema.records import Control, GeneratorStatus
-from watermark.store.alert_store import AlertView, read_alert_view
-from watermark.store.annotation_store import read_happenings
-from watermark.store.control_store import read_lab
-from watermark.store.history_store import Timeline, read_timeline
-from watermark.store.pipeline_status import PipelineState, read_state
-from watermark.store.report import WindowRow
-from watermark.store.views.events import EventRange, PlayerEvents, find_player, read_events
-from watermark.store.views.lanes import read_idleness, read_lanes, read_seen, read_tradeoff
-from watermark.store.views.online import OnlinePoints
-from watermark.store.views.snapshot import BatchPoints, Snapshot, read_snapshot, read_windows
+from streaming.rules.fleet import IdleDecision
+from streaming.rules.tradeoff import Tradeoff
+from streaming.schema.config import Lane
+from streaming.schema.keys import KeySchema
+from streaming.schema.records import Control, GeneratorStatus
+from streaming.store.alert_store import AlertView, read_alert_view
+from streaming.store.annotation_store import read_happenings
+from streaming.store.control_store import read_lab
+from streaming.store.history_store import Timeline, read_timeline
+from streaming.store.pipeline_status import PipelineState, read_state
+from streaming.store.report import WindowRow
+from streaming.store.views.events import EventRange, PlayerEvents, find_player, read_events
+from streaming.store.views.lanes import read_idleness, read_lanes, read_seen, read_tradeoff
+from streaming.store.views.online import OnlinePoints
+from streaming.store.views.snapshot import BatchPoints, Snapshot, read_snapshot, read_windows
 from watermark_client.connection import open_client
 
 TICK_TTL_S = 120
@@ -122,7 +122,7 @@ def load_events(url: str, namespace: str, server: str | None, range_ms: int, ref
 def load_timeline(url: str, namespace: str, series: tuple[str, ...], start_ms: int, end_ms: int,
                   week_ago: tuple[str, ...], tick: int) -> Timeline:
     """Players online over a range: one read per (series, range, tick) for all sessions; O((regions or servers) x
-    days) commands (``watermark.store.history_store``)."""
+    days) commands (``streaming.store.history_store``)."""
     return read_timeline(redis_client(url), KeySchema(namespace), series, start_ms, end_ms, week_ago)
 
 

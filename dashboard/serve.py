@@ -28,8 +28,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from dashboard.access import AccessError, Operators, SignIn, domain_rule_problem
-from watermark.runtime.children import die_with_parent
-from watermark.runtime.signals import on_stop_signals
+from streaming.runtime.children import die_with_parent
+from streaming.runtime.signals import on_stop_signals
 
 APP = Path(__file__).resolve().parent / "app.py"
 

@@ -1,6 +1,6 @@
 """The status line: what a person must know before trusting the charts, in plain words.
 
-Pure: a :class:`~watermark.store.views.snapshot.Snapshot` and the time in, messages out, so
+Pure: a :class:`~streaming.store.views.snapshot.Snapshot` and the time in, messages out, so
 every message is unit-tested with a hand-built snapshot and an injected clock.
 """
 
@@ -10,16 +10,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from dashboard.text import md
-from watermark.alerting.health import Health, Severity, Verdict, judge, redis_at_limit
-from watermark.alerting.verdicts import Flat, WatermarkPoint, flat_run
-from watermark.rules.fleet import FleetSilence, Life, fleet_silence, life
-from watermark.store.observe import pipeline_obs
-from watermark.store.pipeline_status import PipelineStatus
-from watermark.store.views.snapshot import BatchPoint, Snapshot
+from streaming.alerting.health import Health, Severity, Verdict, judge, redis_at_limit
+from streaming.alerting.verdicts import Flat, WatermarkPoint, flat_run
+from streaming.rules.fleet import FleetSilence, Life, fleet_silence, life
+from streaming.store.observe import pipeline_obs
+from streaming.store.pipeline_status import PipelineStatus
+from streaming.store.views.snapshot import BatchPoint, Snapshot
 from watermark_client.timeutil import clock, human_ms
 
 SLOW_WINDOW = 10
-"""Recent batches looked at for slowness (said beside the verdict, which is :mod:`watermark.alerting.health`'s)."""
+"""Recent batches looked at for slowness (said beside the verdict, which is :mod:`streaming.alerting.health`'s)."""
 
 Level = Severity
 """A message's weight: the health verdict's severity (one scale for the status line, the lab and the alerts)."""

@@ -35,12 +35,12 @@ from dashboard.loaders import (
 )
 from dashboard.status import Level, Status, assess, clock, human_ms, unreachable
 from dashboard.text import csv_safe, md, safe_figure
-from watermark.schema.config import Config, ConfigError, Lane, redact_url
-from watermark.schema.keys import KeySchema
-from watermark.store.annotation_store import add_annotation, annotation_from
-from watermark.store.control_store import write_control
-from watermark.store.pipeline_status import PipelineState
-from watermark.store.views.snapshot import Snapshot
+from streaming.schema.config import Config, ConfigError, Lane, redact_url
+from streaming.schema.keys import KeySchema
+from streaming.store.annotation_store import add_annotation, annotation_from
+from streaming.store.control_store import write_control
+from streaming.store.pipeline_status import PipelineState
+from streaming.store.views.snapshot import Snapshot
 
 log = logging.getLogger("dashboard")
 

@@ -5,7 +5,7 @@
 Runs the repository's hand-made event set through ``wm-replay`` (the live job's source, query and sink, with the
 online view, the two default lab lanes and the flood guard at one new name a minute, so that it refuses some) and
 follows one batch: its partitions read again in this process as a Python worker reads them, then the sink's call
-with its ``df``. Every call into a ``watermark`` module that is handed the batch's rows (the entries XRANGE read, the
+with its ``df``. Every call into a ``streaming`` module that is handed the batch's rows (the entries XRANGE read, the
 DataFrame, an Arrow table, record batch or column) is a *stop*; consecutive stops in one module are one. Then:
 
 - *places*: the modules the rows stop in;
@@ -13,7 +13,7 @@ DataFrame, an Arrow table, record batch or column) is a *stop*; consecutive stop
   store, alerting, rules, schema); the partitions' last stop to the sink's first is one, from a worker to the driver;
 - *returns*: stops in a module the rows had already left.
 
-Once :func:`watermark.spark.local_agg.read` has read the rows, the batch is records; ``--records`` follows those too
+Once :func:`streaming.spark.local_agg.read` has read the rows, the batch is records; ``--records`` follows those too
 (each follower judges the batch under its own watermark and commits it, so the records come back to the same
 modules once a follower). A straight way goes down the layers and comes back to a module it left at most about
 twice (issue 45, item 4).
@@ -100,9 +100,9 @@ def summarise(stops: list[tuple[str, str]]) -> dict:
 def trace(batch: int, records: bool = False) -> dict:
     """Replay the hand-made case and follow batch ``batch`` from its partitions' read through the sink (Redis:
     ``REDIS_URL``, or an embedded one; a SparkSession already running is used)."""
-    from watermark.apps import replay
-    from watermark.spark.sink import RedisSink
-    from watermark.spark.source import SourceOptions, ranges, read_partition
+    from streaming.apps import replay
+    from streaming.spark.sink import RedisSink
+    from streaming.spark.source import SourceOptions, ranges, read_partition
 
     trails: dict[str, Trail] = {}
     call = RedisSink.__call__

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import orjson
 
-from watermark.rules.simulate import generate
+from streaming.rules.simulate import generate
 from watermark_client.timeutil import iso_from_us
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -53,7 +53,8 @@ def export(rev: str, into: Path) -> Path:
 
 
 def replay(tree: Path, case: Path, params: list[str], out: Path) -> dict:
-    module = "watermark.apps.replay" if (tree / "watermark" / "apps" / "replay.py").exists() else "streaming.replay"
+    old = (tree / "watermark" / "apps" / "replay.py").exists()  # a commit before the pipeline moved (issue 64)
+    module = "watermark.apps.replay" if old else "streaming.apps.replay"
     env = {**os.environ, "PYTHONPATH": str(tree), "SPARK_LOCAL_IP": "127.0.0.1"}
     env.pop("REDIS_URL", None)  # each run starts an embedded Redis of its own
     proc = subprocess.run([sys.executable, "-m", module, str(case), *params, "--out", str(out)], cwd=tree, env=env,

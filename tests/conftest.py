@@ -9,8 +9,8 @@ from collections.abc import Iterator
 import pytest
 import redis
 
+from streaming.apps.redis_server import LocalCluster, RedisServer
 from tests.procs import BASE_OPTS, spark_submit_opts
-from watermark.apps.redis_server import LocalCluster, RedisServer
 
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -73,8 +73,8 @@ def r(redis_url: str) -> Iterator[redis.Redis]:
 
 @pytest.fixture(scope="session")
 def spark(redis_url: str):  # noqa: ANN201 - SparkSession, imported lazily
-    from watermark.schema.config import Config
-    from watermark.spark.query import build_session
+    from streaming.schema.config import Config
+    from streaming.spark.query import build_session
 
     session = build_session(Config(redis_url=redis_url, spark_master="local[2]"), app_name="tests", ui=False)
     yield session

@@ -1,5 +1,5 @@
 """An independent model of a week of players online: per-minute counts per server, region and total, the day's
-and the highest peaks, written from the rule in docs/decisions/0012 alone (no import of watermark.rules).
+and the highest peaks, written from the rule in docs/decisions/0012 alone (no import of streaming.rules).
 
 Input: the batches in order, each its arrival (ms) and the players online per server after it; the servers'
 regions. A minute (of arrival time) holds the counts after its last batch and, per series, the highest count

@@ -1,6 +1,6 @@
 """An independent oracle for the check document, written from the issue's rules alone.
 
-It shares no code with ``watermark/``: it works in integer milliseconds with
+It shares no code with ``streaming/``: it works in integer milliseconds with
 its own ISO parsing, so a bug in the product's window math or late rule shows
 up as a difference rather than being reproduced.
 """

@@ -32,7 +32,7 @@ from pathlib import Path
 import psutil
 import redis
 
-from watermark.spark.standalone import spark_home
+from streaming.spark.standalone import spark_home
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -207,10 +207,10 @@ def maps(archive: Path) -> None:
 def build(archive: Path) -> None:
     """A real job on an embedded Redis commits a few events and is stopped as an operator stops it; its JVM
     writes the classes it loaded as it exits. Written under another name and renamed: never used half-written."""
-    from watermark.apps.redis_server import RedisServer, free_port
-    from watermark.rules.simulate import generate
-    from watermark.schema.keys import KeySchema
-    from watermark.store.report import wait_for_commit
+    from streaming.apps.redis_server import RedisServer, free_port
+    from streaming.rules.simulate import generate
+    from streaming.schema.keys import KeySchema
+    from streaming.store.report import wait_for_commit
     from watermark_client.events import PAYLOAD_FIELD
 
     with tempfile.TemporaryDirectory(prefix="jvm-archive-") as tmp_dir:
@@ -229,7 +229,7 @@ def build(archive: Path) -> None:
                    "CHECKPOINT_DIR": str(tmp / "ck"), "SPARK_MASTER": "local[2]", "TRIGGER_INTERVAL": "200ms",
                    "SPARK_SUBMIT_OPTS": f"{BASE_OPTS} -XX:ArchiveClassesAtExit={partial}"}
             with (tmp / "job.log").open("wb") as log:
-                job = subprocess.Popen([sys.executable, "-m", "watermark.apps.job"], env=env, cwd=ROOT,
+                job = subprocess.Popen([sys.executable, "-m", "streaming.apps.job"], env=env, cwd=ROOT,
                                        start_new_session=True, stdout=log, stderr=subprocess.STDOUT)
             jvms: list[psutil.Process] = []
             try:

@@ -14,10 +14,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from watermark.apps.replay import ReplayBatch, replay
-from watermark.rules.scenarios import Scenario
-from watermark.rules.simulate import Simulator
-from watermark.schema.config import Config
+from streaming.apps.replay import ReplayBatch, replay
+from streaming.rules.scenarios import Scenario
+from streaming.rules.simulate import Simulator
+from streaming.schema.config import Config
 from watermark_client.events import Event
 from watermark_client.timeutil import iso_from_us
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from dashboard import access
-from watermark.schema.config import Config, ConfigError
+from streaming.schema.config import Config, ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
 ROW = re.compile(r"^\| `([A-Z_]+)` \|(.*)\|$")
@@ -52,7 +52,7 @@ def test_each_documented_error_is_the_one_config_raises(var: str, cells: list[st
 
 
 def test_every_variable_config_reads_is_documented() -> None:
-    source = (ROOT / "watermark" / "schema" / "config.py").read_text()
+    source = (ROOT / "streaming" / "schema" / "config.py").read_text()
     read = set(re.findall(r'env(?:\.get)?\(?\s*\[?"([A-Z_]+)"', source)) | set(
         re.findall(r'_(?:int|duration|optional_duration|switch)\(env, "([A-Z_]+)"', source))
     assert read and read <= set(config_rows()), sorted(read - set(config_rows()))
@@ -79,8 +79,8 @@ def schema_keys() -> dict[str, str]:
     import inspect
     import typing
 
-    from watermark.schema import keys
-    from watermark.schema.keys import KeySchema, WindowKey
+    from streaming.schema import keys
+    from streaming.schema.keys import KeySchema, WindowKey
 
     schema, numbers, built = KeySchema("wm"), iter(range(SAMPLE, SAMPLE + 99)), {}
     for name, attr in vars(KeySchema).items():
@@ -119,11 +119,11 @@ def test_the_architecture_key_table_lists_every_key_the_schema_builds() -> None:
 
 
 def test_the_schemas_own_table_names_the_same_keys() -> None:
-    """``watermark.schema.keys``' docstring table names every key ``KeySchema`` builds too; the input's shards and
+    """``streaming.schema.keys``' docstring table names every key ``KeySchema`` builds too; the input's shards and
     their trimmed counts are told in the ``{ns}:events`` and ``{ns}:trimmed`` rows."""
     built = schema_keys()
     shards = {built["input_shard"], built["trimmed_of"]}
-    code = set(re.findall(r"^``(\{ns\}[^`]*)``", (ROOT / "watermark" / "schema" / "keys.py").read_text(), re.M))
+    code = set(re.findall(r"^``(\{ns\}[^`]*)``", (ROOT / "streaming" / "schema" / "keys.py").read_text(), re.M))
     assert key_patterns(code) == set(built.values()) - shards
 
 
@@ -154,7 +154,7 @@ def test_commit_subjects_after_issue_45_fit_72_characters() -> None:
 
 
 def config_reads() -> set[str]:
-    source = (ROOT / "watermark" / "schema" / "config.py").read_text()
+    source = (ROOT / "streaming" / "schema" / "config.py").read_text()
     return set(re.findall(r'env(?:\.get)?\(?\s*\[?"([A-Z_]+)"', source)) | set(
         re.findall(r'_(?:int|duration|optional_duration|switch|lane_list)\(env, "([A-Z_]+)"', source))
 
@@ -202,7 +202,7 @@ def test_every_default_said_in_passing_is_configs() -> None:
 def test_the_lanes_and_the_trigger_as_the_docs_state_them() -> None:
     """Issue 65: no lane unless asked (Config), the demo's two as ``./run.sh`` starts them (the Procfile), an idle
     lane's timeout, and what the trigger's default makes of the batch records kept."""
-    from watermark.schema.config import DEFAULT_IDLE_TIMEOUT_MS
+    from streaming.schema.config import DEFAULT_IDLE_TIMEOUT_MS
 
     config = (ROOT / "docs" / "configuration.md").read_text()
     demo = re.search(r"LAB_LANES=\$\{LAB_LANES-([a-z,-]+)\}", (ROOT / "Procfile").read_text())
@@ -232,13 +232,13 @@ def test_every_page_and_its_address_is_listed_as_the_app_serves_it() -> None:
 # the doctests of rules/windows.py and rules/fleet.py never ran). Each module holding a ">>>" is found, not listed.
 WITH_EXAMPLES = sorted(
     ".".join(p.relative_to(base).with_suffix("").parts)
-    for base, package in ((ROOT, "watermark"), (ROOT, "dashboard"), (ROOT / "clients" / "python", "watermark_client"))
+    for base, package in ((ROOT, "streaming"), (ROOT, "dashboard"), (ROOT / "clients" / "python", "watermark_client"))
     for p in (base / package).rglob("*.py")
     if ">>> " in p.read_text(encoding="utf-8"))
 
 
 def test_the_modules_with_examples_are_found() -> None:
-    assert {"watermark.rules.windows", "watermark.rules.fleet", "watermark.schema.acl",
+    assert {"streaming.rules.windows", "streaming.rules.fleet", "streaming.schema.acl",
             "watermark_client.stream"} <= set(WITH_EXAMPLES)
 
 

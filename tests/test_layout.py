@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-CODE = ("watermark", "dashboard", "bench")
+CODE = ("streaming", "dashboard", "bench")
 CLIENT = ROOT / "clients" / "python"
 """Where the game servers' package ``watermark_client`` sits: a package of its own, held to the same rules."""
 
@@ -122,7 +122,7 @@ def test_no_code_edits_sys_path() -> None:
 
 # The one exception: the simulator's per-event loop, inlined because a call per event costs more than the event
 # (bench/generator_rate.py measures it); it is the generator's whole hot path.
-LONG_ON_PURPOSE = {("watermark/rules/simulate.py", "_records")}
+LONG_ON_PURPOSE = {("streaming/rules/simulate.py", "_records")}
 
 
 def test_no_function_is_longer_than_sixty_lines() -> None:
@@ -137,7 +137,7 @@ def test_no_function_is_longer_than_sixty_lines() -> None:
 # What makes a module impure although it imports nothing forbidden: the wall clock, the environment, chance.
 IMPURE_CALLS = ("os.environ", "os.getenv", "time.time", "time.time_ns", "time.monotonic", "datetime.now",
                 "datetime.utcnow", "random.SystemRandom")
-PURE_CORE = ("watermark/schema", "watermark/rules", "watermark/alerting")
+PURE_CORE = ("streaming/schema", "streaming/rules", "streaming/alerting")
 
 
 def test_the_pure_core_reads_no_clock_no_environment() -> None:
@@ -152,15 +152,15 @@ def test_the_pure_core_reads_no_clock_no_environment() -> None:
     assert not found, found
 
 
-# Issue 45: the online view's one module (watermark/store/presence_store.py, 911 lines) became a pure fold and a
+# Issue 45: the online view's one module (streaming/store/presence_store.py, 911 lines) became a pure fold and a
 # thin store. These are the modules it became.
-ONLINE_VIEW = ("watermark/rules/online/table.py", "watermark/rules/online/decide.py",
-               "watermark/rules/online/groups.py", "watermark/store/online/commit.py",
-               "watermark/store/online/merge.py", "watermark/store/views/online.py")
+ONLINE_VIEW = ("streaming/rules/online/table.py", "streaming/rules/online/decide.py",
+               "streaming/rules/online/groups.py", "streaming/store/online/commit.py",
+               "streaming/store/online/merge.py", "streaming/store/views/online.py")
 
 
 def test_the_online_view_stays_split() -> None:
-    assert not (ROOT / "watermark/store/presence_store.py").exists(), "the online view's fold goes in rules/online"
+    assert not (ROOT / "streaming/store/presence_store.py").exists(), "the online view's fold goes in rules/online"
     long = {path: n for path in ONLINE_VIEW if (n := len((ROOT / path).read_text().splitlines())) >= 400}
     assert not long, long
 
@@ -168,15 +168,15 @@ def test_the_online_view_stays_split() -> None:
 def test_one_word_for_the_online_view_in_module_names() -> None:
     """The glossary's word is "online view": no module of code, tests or bench is named after "presence" again
     (``rules/presence*.py`` became ``rules/online/player.py``, ``fold.py`` and ``rollup.py``)."""
-    found = [str(p.relative_to(ROOT)) for d in ("watermark", "dashboard", "tests", "bench", "scripts")
+    found = [str(p.relative_to(ROOT)) for d in ("streaming", "dashboard", "tests", "bench", "scripts")
              for p in (ROOT / d).rglob("*.py") if "presence" in p.stem or "presence" in p.parent.name]
     assert not found, found
     # nor a key: the view's are {ns}:online:*, the hand-off's {ns}:handoff:* (the old ones are renamed at start)
-    key_words = set(re.findall(r'self\._k\("([a-z_]+)"', (ROOT / "watermark/schema/keys.py").read_text()))
+    key_words = set(re.findall(r'self\._k\("([a-z_]+)"', (ROOT / "streaming/schema/keys.py").read_text()))
     assert {"online", "handoff"} <= key_words and not key_words & {"presence", "present", "loggedout"}, key_words
     # nor a name or a word in code and its docs: the classes are Online* (OnlineBatch, OnlineMirror, ...), a row
     # per accepted event a player row; only the rename of the old keys says the old word
-    said = [f"{p.relative_to(ROOT)}:{n}" for d in ("watermark", "dashboard", "bench", "scripts")
+    said = [f"{p.relative_to(ROOT)}:{n}" for d in ("streaming", "dashboard", "bench", "scripts")
             for p in (ROOT / d).rglob("*.py") if p.name != "moved.py"
             for n, line in enumerate(p.read_text().splitlines(), 1) if "presence" in line.lower()]
     assert not said, said
@@ -184,15 +184,15 @@ def test_one_word_for_the_online_view_in_module_names() -> None:
 
 def test_one_lane_type() -> None:
     """A lane crosses processes as ``schema.config.Lane`` alone: the old types do not come back."""
-    found = [str(p.relative_to(ROOT)) for d in ("watermark", "dashboard", "bench")
+    found = [str(p.relative_to(ROOT)) for d in ("streaming", "dashboard", "bench")
              for p in (ROOT / d).rglob("*.py") if re.search(r"\bclass Lane(Spec|Record)?\b", p.read_text())]
-    assert found == ["watermark/schema/config.py"], found
-    assert not (ROOT / "watermark/schema/lanes.py").exists()
+    assert found == ["streaming/schema/config.py"], found
+    assert not (ROOT / "streaming/schema/lanes.py").exists()
 
 
 def test_no_rule_imports_redis() -> None:
     """The import-linter contract says so too; this says it where the tests run."""
-    found = [str(p.relative_to(ROOT)) for p in (ROOT / "watermark/rules").rglob("*.py")
+    found = [str(p.relative_to(ROOT)) for p in (ROOT / "streaming/rules").rglob("*.py")
              if any(m == "redis" or m.startswith("redis.") for m in imports(p))]
     assert not found, found
 
@@ -204,3 +204,11 @@ def test_every_table_and_chart_is_drawn_through_the_one_place_that_makes_names_s
     direct = {str(p.relative_to(ROOT)): n for name, p in modules().items() if name.startswith("dashboard")
               and name != "dashboard.ui" and (n := len(re.findall(r"\.(?:dataframe|plotly_chart)\(", p.read_text())))}
     assert direct == {}
+
+
+def test_the_top_level_is_the_designs() -> None:
+    """The design names the top level: ``dashboard/``, ``streaming/`` (the pipeline, once ``watermark/``),
+    ``tests/``, ``requirements.txt``, ``Procfile``, ``README.md``, beside what the project needs (issue 64)."""
+    assert not (ROOT / "watermark").exists(), "watermark/ is back: the pipeline lives in streaming/"
+    for name in ("dashboard", "streaming", "tests", "requirements.txt", "Procfile", "README.md"):
+        assert (ROOT / name).exists(), name

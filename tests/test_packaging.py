@@ -13,7 +13,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 CLIENT = ROOT / "clients" / "python"
-PLACES = {"watermark": ROOT, "dashboard": ROOT, "bench": ROOT, "watermark_client": CLIENT}
+PLACES = {"streaming": ROOT, "dashboard": ROOT, "bench": ROOT, "watermark_client": CLIENT}
 """Each top-level package and the folder it sits in: the game servers' client is a package of its own."""
 CODE = tuple(PLACES)
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
@@ -82,7 +82,7 @@ def test_the_client_needs_only_what_it_declares() -> None:
     project: installed alone, it works (the next test installs it)."""
     declared = {dist_name(r) for r in CLIENT_PROJECT["project"]["dependencies"]}
     imported = third_party_imports(("watermark_client",))
-    assert not {"watermark", "dashboard", "bench"} & set(imported), imported
+    assert not {"streaming", "dashboard", "bench"} & set(imported), imported
     providers = importlib.metadata.packages_distributions()
     dists = {d.lower().replace("_", "-") for m in imported for d in providers.get(m, [])}
     assert dists == declared == {"redis", "hiredis", "orjson"}

@@ -1,11 +1,11 @@
-"""Driving the generator's writer through lost connections, as its command does (``watermark.apps.generator``)."""
+"""Driving the generator's writer through lost connections, as its command does (``streaming.apps.generator``)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from typing import Any
 
-from watermark.store.stream_writer import LOST_REDIS, StreamWriter
+from streaming.store.stream_writer import LOST_REDIS, StreamWriter
 
 
 def write_through_losses(writer: StreamWriter, it: Iterator[Any]) -> int:

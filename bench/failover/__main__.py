@@ -7,7 +7,7 @@
 A primary, two replicas and three Sentinels on the loopback (``bench/failover/sentinels.py``); the ``Procfile``'s
 ``job`` and ``monitor`` as ``bench/stack.py`` starts them, given the Sentinels (``REDIS_URL=redis+sentinel://``) and
 ``REDIS_WAIT_REPLICAS=1``; the job folds the online view. A ``Producer`` with ``wait_replicas=1`` writes a steady
-fleet of 300 servers in 6 regions (``watermark.rules.simulate``, seeded) at ``--rate``. At ``--kills`` moments drawn
+fleet of 300 servers in 6 regions (``streaming.rules.simulate``, seeded) at ``--rate``. At ``--kills`` moments drawn
 from the seed the primary is SIGKILLed; Sentinel promotes a replica (the other follows it) and the killed one is
 started again as a replica. With ``--lag-s``, every replica is stopped (SIGSTOP) that long before each kill and let
 go right after it: commits and producers wait ``REDIS_WAIT_TIMEOUT`` a try meanwhile, and what was acknowledged
@@ -46,12 +46,12 @@ import redis
 from bench.failover.sentinels import SentinelGroup, until
 from bench.soak import Commits, accounting, drained
 from bench.stack import HERE, Stack, redis_ms, start_job
-from watermark.apps.redis_server import RedisServer
-from watermark.rules.scenarios import game
-from watermark.rules.simulate import Simulator
-from watermark.schema.config import Config
-from watermark.schema.keys import KeySchema
-from watermark.store.report import online_document
+from streaming.apps.redis_server import RedisServer
+from streaming.rules.scenarios import game
+from streaming.rules.simulate import Simulator
+from streaming.schema.config import Config
+from streaming.schema.keys import KeySchema
+from streaming.store.report import online_document
 from watermark_client import Producer
 from watermark_client.connection import open_client
 from watermark_client.events import PAYLOAD_FIELD

@@ -20,9 +20,9 @@ from urllib.parse import quote
 
 import redis
 
-from watermark.apps.redis_server import redis_server_binary
-from watermark.runtime.children import die_with_parent
-from watermark.runtime.ports import free_port
+from streaming.apps.redis_server import redis_server_binary
+from streaming.runtime.children import die_with_parent
+from streaming.runtime.ports import free_port
 
 MASTER = "wm-primary"
 DOWN_AFTER_MS = 1_000

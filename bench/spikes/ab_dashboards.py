@@ -26,7 +26,7 @@ import redis
 from bench.soak import churn_env
 from bench.soak import parse_args as soak_args
 from bench.stack import Stack, start_job
-from watermark.runtime.children import die_with_parent
+from streaming.runtime.children import die_with_parent
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -22,7 +22,7 @@ import uuid
 from pathlib import Path
 
 from bench.run import scratch_redis
-from watermark.apps.redis_server import free_port
+from streaming.apps.redis_server import free_port
 
 TOKEN = "bench-token-of-at-least-thirty-two-characters"
 
@@ -70,7 +70,7 @@ def main() -> int:
         port = free_port()
         env = {**os.environ, "PYTHONPATH": args.checkout, "REDIS_URL": url, "METRICS_PORT": str(port),
                "PIPELINE_NAMESPACE": f"b-{uuid.uuid4().hex[:6]}", "ANNOTATIONS_TOKEN": TOKEN}
-        proc = subprocess.Popen([sys.executable, "-m", "watermark.apps.monitor"], cwd=args.checkout, env=env,
+        proc = subprocess.Popen([sys.executable, "-m", "streaming.apps.monitor"], cwd=args.checkout, env=env,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         try:
             assert proc.stdout is not None

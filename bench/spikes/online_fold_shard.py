@@ -8,7 +8,7 @@ players applied to its copy), for one shard's batch of ``--events`` heartbeats a
 Spark's local scheduler gives a shard's task to whichever Python worker is free: in a 200-batch run with two
 shards on ``local[2]``, a shard's batch went to the worker that read its previous batch 218 times in 404, as by
 chance. A copy of the state in the worker is therefore stale about half the time. Each step runs the real code
-(``watermark.rules.online``, ``watermark.store.online.commit``) on a scratch Redis, one process, no Spark.
+(``streaming.rules.online``, ``streaming.store.online.commit``) on a scratch Redis, one process, no Spark.
 """
 
 from __future__ import annotations
@@ -21,12 +21,12 @@ import numpy as np
 import redis
 
 from bench.run import scratch_redis
-from watermark.rules.online.fold import Prior, fold
-from watermark.rules.online.table import OnlineBatch, OnlineEvents, PlayerTable
-from watermark.schema.config import Config
-from watermark.schema.keys import KeySchema
-from watermark.store.commit import params_of, queue_packed
-from watermark.store.online.commit import OnlineMirror, commit_online
+from streaming.rules.online.fold import Prior, fold
+from streaming.rules.online.table import OnlineBatch, OnlineEvents, PlayerTable
+from streaming.schema.config import Config
+from streaming.schema.keys import KeySchema
+from streaming.store.commit import params_of, queue_packed
+from streaming.store.online.commit import OnlineMirror, commit_online
 
 TIMEOUT_MS = 30_000
 START_US = 1_767_225_600_000_000

@@ -17,8 +17,8 @@ import pyarrow as pa
 import redis
 
 from bench.run import scratch_redis
-from watermark.schema.keys import KeySchema
-from watermark.spark.window_players import PartitionPlayers, write
+from streaming.schema.keys import KeySchema
+from streaming.spark.window_players import PartitionPlayers, write
 
 CHUNK = 10_000  # the source's READ_CHUNK: a partition's events come in chunks this size
 

@@ -16,8 +16,8 @@ from collections.abc import Iterator, Sequence
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
-from watermark.schema.config import Config
-from watermark.spark.query import build_session
+from streaming.schema.config import Config
+from streaming.spark.query import build_session
 
 SHARDS_OPTION, BATCHES_OPTION = "shards", "batches"
 

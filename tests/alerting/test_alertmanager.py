@@ -12,14 +12,14 @@ from pathlib import Path
 
 import pytest
 
+from streaming.alerting.alertmanager import VALID_FOR_RESENDS, postable_alerts
+from streaming.alerting.lifecycle import AlertState, Notice
+from streaming.alerting.webhook import rfc3339
+from streaming.apps.monitor.alertmanager import AlertmanagerPusher
+from streaming.apps.redis_server import free_port
+from streaming.runtime.clock import wall_ms
 from tests.procs import Proc
 from tests.receiver import Receiver, alert_lines, receiving
-from watermark.alerting.alertmanager import VALID_FOR_RESENDS, postable_alerts
-from watermark.alerting.lifecycle import AlertState, Notice
-from watermark.alerting.webhook import rfc3339
-from watermark.apps.monitor.alertmanager import AlertmanagerPusher
-from watermark.apps.redis_server import free_port
-from watermark.runtime.clock import wall_ms
 
 NOW = 1_764_000_000_000
 SERVERS = [f"{r}-{i:03d}" for r in ("eu", "na", "as") for i in range(1, 101)]

@@ -7,10 +7,10 @@ from dataclasses import replace
 
 import pytest
 
-from watermark.alerting.conditions import Finding, evaluate, note_delays, players_drop
-from watermark.alerting.config import AlertConfig
-from watermark.alerting.observation import MAIN, Memory, Observation, OnlineSample, OnlineWindow, PipelineObs, ServerObs
-from watermark.schema.records import NameGuardRecord
+from streaming.alerting.conditions import Finding, evaluate, note_delays, players_drop
+from streaming.alerting.config import AlertConfig
+from streaming.alerting.observation import MAIN, Memory, Observation, OnlineSample, OnlineWindow, PipelineObs, ServerObs
+from streaming.schema.records import NameGuardRecord
 
 CFG = AlertConfig()
 T0 = 1_800_000_000_000
@@ -69,9 +69,9 @@ def test_server_silent_names_its_one_server_in_the_metric_and_the_notices(silent
                                                                            named: str) -> None:
     """Issue 65: a grouped ServerSilent with one silent server carries ``server`` (``wm_alerts``, the webhook's and
     Alertmanager's annotations); its identity stays the region's, so a second silent server changes no alert."""
-    from watermark.alerting.alertmanager import postable_alerts
-    from watermark.alerting.lifecycle import AlertState
-    from watermark.apps.monitor.metrics import alert_family
+    from streaming.alerting.alertmanager import postable_alerts
+    from streaming.alerting.lifecycle import AlertState
+    from streaming.apps.monitor.metrics import alert_family
 
     fleet = (*(server(n, last=T0 - 120_000) for n in silent), server("eu-1"))
     fleet = tuple(replace(s, region="eu") for s in fleet)
@@ -261,7 +261,7 @@ def test_a_monitor_just_started_settles_first() -> None:
 
 
 def test_the_page_says_what_is_watched_in_one_line() -> None:
-    from watermark.alerting.conditions import watching
+    from streaming.alerting.conditions import watching
 
     assert watching(CFG) == ("PlayersDrop: down over 50 % within 5 min, not counting players who moved to "
                              "another server (RegionPlayersDrop: a region's sum) · ServerSilent: 1 min with players "

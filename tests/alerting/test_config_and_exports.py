@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from watermark.alerting.conditions import RULES
-from watermark.alerting.config import AlertConfig, to_toml
-from watermark.alerting.lifecycle import Notice, fingerprint
-from watermark.alerting.promrules import prometheus_rules
-from watermark.alerting.webhook import ZERO_TIME, backoff_ms, payload, rfc3339
-from watermark.schema.config import ConfigError
+from streaming.alerting.conditions import RULES
+from streaming.alerting.config import AlertConfig, to_toml
+from streaming.alerting.lifecycle import Notice, fingerprint
+from streaming.alerting.promrules import prometheus_rules
+from streaming.alerting.webhook import ZERO_TIME, backoff_ms, payload, rfc3339
+from streaming.schema.config import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -106,7 +106,7 @@ def _metric_names(text: str) -> set[str]:
 
 
 def test_the_rules_and_the_grafana_dashboard_use_only_metrics_the_monitor_serves() -> None:
-    from watermark.apps.monitor.metrics import METRICS
+    from streaming.apps.monitor.metrics import METRICS
 
     served = set(METRICS)
     grafana = json.loads((ROOT / "ops" / "grafana" / "watermark.json").read_text())
@@ -117,7 +117,7 @@ def test_the_rules_and_the_grafana_dashboard_use_only_metrics_the_monitor_serves
 
 
 def test_every_metric_is_documented() -> None:
-    from watermark.apps.monitor.metrics import METRICS
+    from streaming.apps.monitor.metrics import METRICS
 
     doc = (ROOT / "docs" / "alerts.md").read_text()
     assert [m for m in METRICS if f"`{m}`" not in doc] == []

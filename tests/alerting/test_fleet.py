@@ -1,4 +1,4 @@
-"""A fleet's life as tables: the server life rule (``watermark.rules.fleet``) at its edges, then the alerts over a
+"""A fleet's life as tables: the server life rule (``streaming.rules.fleet``) at its edges, then the alerts over a
 rolling deploy, a match ending, a crash, a region outage and a single silent long-lived server. No Redis, no
 Spark: observations as the monitor reads them, judged by the same rules."""
 
@@ -8,11 +8,11 @@ from dataclasses import dataclass
 
 import pytest
 
+from streaming.alerting.observation import Observation, OnlineSample, ServerObs
+from streaming.rules.fleet import Life, admit, drained_after, forgotten, life
+from streaming.schema.config import Config
+from streaming.schema.records import NameGuardRecord
 from tests.alerting.test_conditions import T0, findings, obs, pipeline
-from watermark.alerting.observation import Observation, OnlineSample, ServerObs
-from watermark.rules.fleet import Life, admit, drained_after, forgotten, life
-from watermark.schema.config import Config
-from watermark.schema.records import NameGuardRecord
 
 MIN = 60_000
 LIFE = {"silent_after_ms": MIN, "retire_after_ms": 10 * MIN}
@@ -324,7 +324,7 @@ def replace_obs(o: Observation, **changes: object) -> Observation:
 def test_the_monitors_memory_keeps_the_servers_still_read_only() -> None:
     """A day of match servers must not grow the monitor: what it remembers per server goes once no reading names
     the server (forgotten once retired)."""
-    from watermark.alerting.observation import Memory
+    from streaming.alerting.observation import Memory
 
     memory = Memory(started_ms=0, reach_ms=60_000)
     named = (ServerObs(name="m1", last_arrival_ms=T0, dropped=1, newest_event_ms=T0, clock_ahead_ms=5),

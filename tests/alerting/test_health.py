@@ -1,4 +1,4 @@
-"""The pipeline's health as a table: one row per state and per boundary (``watermark.alerting.health``)."""
+"""The pipeline's health as a table: one row per state and per boundary (``streaming.alerting.health``)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from dataclasses import replace
 import pytest
 from prometheus_client.core import Metric
 
-from watermark.alerting.config import AlertConfig, Freshness, JobQuiet, WatermarkFlat
-from watermark.alerting.health import (
+from streaming.alerting.config import AlertConfig, Freshness, JobQuiet, WatermarkFlat
+from streaming.alerting.health import (
     Health,
     Severity,
     Verdict,
@@ -18,11 +18,11 @@ from watermark.alerting.health import (
     redis_at_limit,
     silence_of,
 )
-from watermark.alerting.observation import MAIN, Memory, Observation, PipelineObs, ServerObs
-from watermark.alerting.verdicts import Flat
-from watermark.apps.monitor.metrics import health_families
-from watermark.rules.fleet import FleetSilence
-from watermark.schema.config import ConfigError
+from streaming.alerting.observation import MAIN, Memory, Observation, PipelineObs, ServerObs
+from streaming.alerting.verdicts import Flat
+from streaming.apps.monitor.metrics import health_families
+from streaming.rules.fleet import FleetSilence
+from streaming.schema.config import ConfigError
 
 NOW = 1_767_225_600_000
 CFG = AlertConfig()  # quiet limit max(5 x 1 s, 10 s) = 10 s; behind over 1 s + 5 s; stalled after 1 min

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from watermark.alerting.conditions import Finding
-from watermark.alerting.config import Timing
-from watermark.alerting.lifecycle import AlertState, Notice, fingerprint, step, step_all
-from watermark.schema.records import RecordError
+from streaming.alerting.conditions import Finding
+from streaming.alerting.config import Timing
+from streaming.alerting.lifecycle import AlertState, Notice, fingerprint, step, step_all
+from streaming.schema.records import RecordError
 
 T = Timing(for_ms=10_000, clear_ms=30_000)
 

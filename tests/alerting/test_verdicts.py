@@ -1,11 +1,11 @@
-"""The health verdicts the alerts, the status line and the lab share (watermark.alerting.verdicts), as tables."""
+"""The health verdicts the alerts, the status line and the lab share (streaming.alerting.verdicts), as tables."""
 
 from __future__ import annotations
 
 import pytest
 
-from watermark.alerting.config import AlertConfig
-from watermark.alerting.verdicts import Flat, WatermarkPoint, flat_run, is_behind
+from streaming.alerting.config import AlertConfig
+from streaming.alerting.verdicts import Flat, WatermarkPoint, flat_run, is_behind
 
 CFG = AlertConfig()  # trigger + 5 s is behind; a watermark unmoved 60 s while events arrive is stalled
 AFTER = CFG.watermark_flat.after_ms

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from watermark.apps.redis_server import RedisServer
+from streaming.apps.redis_server import RedisServer
 from watermark_client.events import Event, parse_entry, parse_payload
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "ingest.md"
@@ -118,7 +118,7 @@ def test_unknown_fields_are_ignored_by_the_parser() -> None:
 
 
 def test_the_reasons_listed_are_the_parsers_and_the_flood_guards() -> None:
-    from watermark.rules.fleet import FLOOD_REASON
+    from streaming.rules.fleet import FLOOD_REASON
 
     source = (DOC.parents[1] / "clients" / "python" / "watermark_client" / "events.py").read_text()
     in_code = set(re.findall(r'bad\("([a-z_]+)"', source)) | set(re.findall(r'BadEntry\("([a-z_]+)"', source))
@@ -163,7 +163,7 @@ def alerts(stack: dict) -> list[dict[str, str]]:
     ever sent (``{ns}:alerts:history``): each as its labels."""
     import urllib.request
 
-    from watermark.alerting.conditions import one_server, subject_labels
+    from streaming.alerting.conditions import one_server, subject_labels
 
     with urllib.request.urlopen(stack["metrics"], timeout=10) as reply:  # noqa: S310 - the test's own monitor
         text = reply.read().decode()
@@ -195,11 +195,11 @@ def test_every_example_runs_on_production_and_pages_nobody_and_forget_removes_th
     producer``). Every event is counted, none late; no alert is about them once ServerSilent's ``after`` (cut to 5 s
     by ALERTS_CONFIG) has passed since their last event, while a control server left with a player online pages,
     as the trial's server A did. Then ``wm-control forget``, refused to the producer's credential, removes them."""
+    from streaming.store.report import wait_for_commit
+    from streaming.store.views.snapshot import read_snapshot
     from tests.client.test_node_producer import ready_node
     from tests.procs import until
     from tests.ui.test_production_mode import MODE_VARS, PAGES, production_stack
-    from watermark.store.report import wait_for_commit
-    from watermark.store.views.snapshot import read_snapshot
 
     for var in (*MODE_VARS, "PIPELINE_NAMESPACE", "REDIS_URL"):
         monkeypatch.delenv(var, raising=False)
@@ -234,7 +234,7 @@ def test_every_example_runs_on_production_and_pages_nobody_and_forget_removes_th
 def forget_examples(stack: dict, producer_url: str) -> None:
     """``wm-control forget``: refused to a game server's credential; as an operator it removes the examples'
     servers from the pipeline at once and from the online view with its next batch."""
-    from watermark.store.report import wait_for_commit
+    from streaming.store.report import wait_for_commit
 
     client, keys = stack["client"], stack["keys"]
     refused = command(stack, "wm-control", "forget", *EXAMPLE_EVENTS, REDIS_URL=producer_url)

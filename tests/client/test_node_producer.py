@@ -26,11 +26,11 @@ import pyarrow.compute as pc
 import pytest
 import redis
 
-from watermark.apps.redis_server import RedisServer, server_version
-from watermark.schema.acl import CONNECTION, part_rules, user_name
-from watermark.schema.config import Config, ConfigError
-from watermark.schema.keys import KeySchema
-from watermark.spark.rows import FAST_SHAPE
+from streaming.apps.redis_server import RedisServer, server_version
+from streaming.schema.acl import CONNECTION, part_rules, user_name
+from streaming.schema.config import Config, ConfigError
+from streaming.schema.keys import KeySchema
+from streaming.spark.rows import FAST_SHAPE
 from watermark_client import encode_event
 from watermark_client.batch_channel import MARKER_TTL_S
 from watermark_client.events import KINDS, NAME_LIMITS, Event, bad_name, parse_entry, parse_payload
@@ -191,7 +191,7 @@ def stand(tmp_path: Path) -> Iterator[Stand]:
     server.start()
     admin = redis.Redis(port=server.port, socket_timeout=10)
     url = server.url
-    if server_version(server.binary) >= (7, 0):  # production's users need Redis 7 (watermark.schema.acl)
+    if server_version(server.binary) >= (7, 0):  # production's users need Redis 7 (streaming.schema.acl)
         password = secrets.token_urlsafe(16)
         line = part_rules(NS)["producer"].line(user_name("producer"), password)
         admin.execute_command("ACL", "SETUSER", *line.split()[1:])

@@ -18,11 +18,11 @@ from typing import Any
 import pytest
 import redis
 
+from streaming.apps.redis_server import RedisServer
+from streaming.rules.simulate import generate
+from streaming.schema.keys import KeySchema
+from streaming.store.stream_writer import StreamWriter
 from tests.writers import write_through_losses
-from watermark.apps.redis_server import RedisServer
-from watermark.rules.simulate import generate
-from watermark.schema.keys import KeySchema
-from watermark.store.stream_writer import StreamWriter
 from watermark_client import Producer, ProducerError, ProducerTimeout, ShardedProducer, encode_event
 from watermark_client.batch_channel import Batch, BatchChannel, xadd_head
 from watermark_client.events import Event, parse_entry, parse_payload

@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 import redis
 
+from streaming.apps.redis_server import RedisServer
+from streaming.schema.keys import KeySchema
+from streaming.schema.shards import shard_key
 from tests.client.test_producer import T0, own_redis, send_through_faults, stream_ids  # noqa: F401 - own_redis: a fixture
-from watermark.apps.redis_server import RedisServer
-from watermark.schema.keys import KeySchema
-from watermark.schema.shards import shard_key
 from watermark_client import ShardedProducer
 from watermark_client.events import Event, parse_entry
 from watermark_client.stream import shard_of

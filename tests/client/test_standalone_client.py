@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 import redis
 
+from streaming.apps.redis_server import RedisServer
 from tests.client.test_ingest_doc import DOC, FENCE
-from watermark.apps.redis_server import RedisServer
 from watermark_client.events import Event, parse_entry
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -27,7 +27,7 @@ PROBE = textwrap.dedent("""
 
     from watermark_client import Producer
 
-    absent = [m for m in ("pyspark", "streamlit", "pandas", "pyarrow", "watermark", "dashboard")
+    absent = [m for m in ("pyspark", "streamlit", "pandas", "pyarrow", "streaming", "dashboard")
               if importlib.util.find_spec(m) is not None]
     installed = sorted(d.metadata["Name"].lower() for d in importlib.metadata.distributions())
     with Producer(sys.argv[1], namespace=sys.argv[2]) as producer:

@@ -19,14 +19,14 @@ import pytest
 import redis
 
 from bench.failover.sentinels import until
+from streaming.apps.redis_server import LocalCluster, RedisServer, main
+from streaming.apps.redis_users import PASSWORDS_FILE
+from streaming.store.observe import read_stack
+from streaming.store.views.snapshot import read_snapshot
 from tests.failover.test_producer_wait import ids
 from tests.pipeline.test_exactly_once import job_env
 from tests.procs import Proc
 from tests.security.test_redis_users import KEYS, NS, REFUSED
-from watermark.apps.redis_server import LocalCluster, RedisServer, main
-from watermark.apps.redis_users import PASSWORDS_FILE
-from watermark.store.observe import read_stack
-from watermark.store.views.snapshot import read_snapshot
 from watermark_client.connection import open_client
 from watermark_client.sharded import ShardedProducer
 from watermark_client.stream import shard_of
@@ -132,9 +132,9 @@ def test_the_producers_the_job_and_the_online_groups_count_every_event_once_each
     homes = {admin.get_node_from_key(KEYS.input_shard(k)).port for k in range(SHARDS)}
     assert len(homes) >= 2  # the shards are on several nodes
     env = {"DEMO": "off", "REDIS_WAIT_REPLICAS": "0"}
-    job = Proc.python("job", ["watermark.apps.job"], {**job_env(users.url("job"), NS, tmp_path / "ck", SHARDS, 2),
+    job = Proc.python("job", ["streaming.apps.job"], {**job_env(users.url("job"), NS, tmp_path / "ck", SHARDS, 2),
                                                       **env}, tmp_path)
-    online = Proc.python("online", ["watermark.apps.online"],
+    online = Proc.python("online", ["streaming.apps.online"],
                          {**job_env(users.url("online"), NS, tmp_path / "ck", SHARDS, 2), **env}, tmp_path)
     try:
         with ShardedProducer(users.url("producer"), namespace=NS, shards=SHARDS, batch_size=25) as producer:

@@ -13,23 +13,23 @@ import redis
 from redis.cluster import RedisCluster
 
 from bench.failover.sentinels import until
+from streaming.apps.redis_server import LocalCluster
+from streaming.rules.online.groups import Group
+from streaming.rules.scenarios import fleet
+from streaming.rules.simulate import generate
+from streaming.schema.config import Config, lane_namespace
+from streaming.schema.keys import KeySchema
+from streaming.schema.records import ServerRecord
+from streaming.schema.shards import shard_key
+from streaming.store.commit import BatchSummary, Params, commit_batch
+from streaming.store.online.runner import GroupRunner
+from streaming.store.pipeline_status import read_pipeline
+from streaming.store.redis_conn import refresh, same_slot, with_retry
+from streaming.store.stream_writer import StreamWriter, WriteStats
 from tests.store.online.test_handoff import hand_off_twice
 from tests.store.test_online_groups import PARAMS as ONLINE
 from tests.store.test_online_groups import dump, now, random_game, run
 from tests.writers import write_through_losses
-from watermark.apps.redis_server import LocalCluster
-from watermark.rules.online.groups import Group
-from watermark.rules.scenarios import fleet
-from watermark.rules.simulate import generate
-from watermark.schema.config import Config, lane_namespace
-from watermark.schema.keys import KeySchema
-from watermark.schema.records import ServerRecord
-from watermark.schema.shards import shard_key
-from watermark.store.commit import BatchSummary, Params, commit_batch
-from watermark.store.online.runner import GroupRunner
-from watermark.store.pipeline_status import read_pipeline
-from watermark.store.redis_conn import refresh, same_slot, with_retry
-from watermark.store.stream_writer import StreamWriter, WriteStats
 from watermark_client.connection import home, is_cluster, open_client
 from watermark_client.events import parse_entry
 from watermark_client.sharded import ShardedProducer
@@ -137,7 +137,7 @@ def test_the_generator_writes_each_shard_on_its_node_exactly_once_through_lost_c
 
 def test_the_job_refuses_a_namespace_without_braces_in_a_cluster(c: RedisCluster, redis_cluster: LocalCluster,
                                                                   caplog: pytest.LogCaptureFixture) -> None:
-    from watermark.apps.job import prepare
+    from streaming.apps.job import prepare
 
     cfg = Config(redis_url=redis_cluster.url, namespace=f"plain{uuid.uuid4().hex[:6]}")
     assert prepare(c, cfg, cfg, []) is None
@@ -154,7 +154,7 @@ def test_a_plain_redis_gets_a_plain_client(redis_url: str) -> None:
 def test_the_monitors_reading_works_on_a_cluster(c: RedisCluster, keys: KeySchema, online_reach: int) -> None:
     """What /metrics and each alert round read (``read_stack``), with and without the online history: a cluster's
     pipeline refuses keyless commands such as ECHO (the metrics' placeholder was one: /metrics answered 500)."""
-    from watermark.store.observe import read_stack
+    from streaming.store.observe import read_stack
 
     c.xadd(keys.input_shard(2), {"e": b"{}"})
     s = BatchSummary(0, 0, T0, "0-0,0-0,0-0", "0-0,0-0,0-0", [], {"A": ServerRecord(rows=1, max_event_us=T0 * 1000)},
@@ -221,8 +221,8 @@ def test_the_jobs_idle_markers_go_to_each_shards_node_with_their_decision(c: Red
     """On a cluster a marker for a server whose shard has a slot of its own is written there, its decision in the
     job's ``{ns}:idleness`` after it (two calls, decision 0018), naming the marker's ID; a server of shard 0 (the
     pipeline's slot) keeps the one script."""
-    from watermark.apps.job import IDLE_LUA, idle_ticker, tick_idle
-    from watermark.rules.fleet import IdleDecision
+    from streaming.apps.job import IDLE_LUA, idle_ticker, tick_idle
+    from streaming.rules.fleet import IdleDecision
     from watermark_client.events import IDLE_KIND, Event, Rules
 
     secret = b"k" * 32

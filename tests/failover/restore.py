@@ -9,11 +9,11 @@ from pathlib import Path
 import redis
 from pyspark.sql import SparkSession
 
+from streaming.schema.keys import KeySchema
+from streaming.spark.query import pipeline_sink, start_query
 from tests.pipeline.test_exactly_once import seeded_entries
 from tests.pipeline.test_faults import chunks
 from tests.pipeline.test_followers import clean_run, everything, follower_cfg, renamed
-from watermark.schema.keys import KeySchema
-from watermark.spark.query import pipeline_sink, start_query
 from watermark_client.events import PAYLOAD_FIELD
 
 Saved = dict[bytes, tuple[bytes, int]]

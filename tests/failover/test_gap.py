@@ -12,11 +12,11 @@ import pytest
 import redis
 from prometheus_client.samples import Sample
 
+from streaming.apps.monitor.metrics import health_families
+from streaming.schema.keys import KeySchema
+from streaming.store.commit import commit_batch
+from streaming.store.views.snapshot import read_snapshot
 from tests.failover.test_sentinel import PARAMS, T0, summary
-from watermark.apps.monitor.metrics import health_families
-from watermark.schema.keys import KeySchema
-from watermark.store.commit import commit_batch
-from watermark.store.views.snapshot import read_snapshot
 
 
 def _samples(verdicts: dict) -> dict[str, float]:
@@ -64,7 +64,7 @@ def test_a_lab_lane_starting_late_is_not_a_lost_commit(r: redis.Redis) -> None:
 
 
 def test_a_follower_whose_commits_redis_lost_is_not_built_on(r: redis.Redis, redis_url: str) -> None:
-    from watermark.spark.sink import FollowerBehind, LaneSink, RedisSink
+    from streaming.spark.sink import FollowerBehind, LaneSink, RedisSink
 
     keys = KeySchema(f"fol-{uuid.uuid4().hex[:8]}")
     lane = LaneSink(KeySchema(f"{keys.namespace}.lane"), replace(PARAMS, trims=False))

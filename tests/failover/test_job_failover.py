@@ -16,13 +16,13 @@ import redis
 from pyspark.sql import SparkSession
 
 from bench.failover.sentinels import SentinelGroup, until
+from streaming.schema.config import Config
+from streaming.schema.keys import KeySchema
+from streaming.spark.checkpoint import read_offset_log
+from streaming.spark.query import pipeline_sink, start_query
 from tests.pipeline.test_exactly_once import seeded_entries
 from tests.pipeline.test_faults import chunks
 from tests.pipeline.test_followers import clean_run, everything, follower_cfg, renamed
-from watermark.schema.config import Config
-from watermark.schema.keys import KeySchema
-from watermark.spark.checkpoint import read_offset_log
-from watermark.spark.query import pipeline_sink, start_query
 from watermark_client.connection import open_client
 from watermark_client.events import PAYLOAD_FIELD
 

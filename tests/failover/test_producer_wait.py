@@ -12,7 +12,7 @@ import pytest
 import redis
 
 from bench.failover.sentinels import SentinelGroup, until
-from watermark.schema.keys import KeySchema
+from streaming.schema.keys import KeySchema
 from watermark_client import Producer
 from watermark_client.producer import ProducerTimeout
 

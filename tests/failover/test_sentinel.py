@@ -13,12 +13,12 @@ import pytest
 import redis
 
 from bench.failover.sentinels import MASTER, SentinelGroup, until
-from watermark.schema.config import Config
-from watermark.schema.keys import KeySchema
-from watermark.schema.records import ServerRecord
-from watermark.store import redis_conn
-from watermark.store.commit import BatchSummary, Params, WindowAgg, commit_batch
-from watermark.store.redis_conn import ReplicasBehind, connect, with_retry
+from streaming.schema.config import Config
+from streaming.schema.keys import KeySchema
+from streaming.schema.records import ServerRecord
+from streaming.store import redis_conn
+from streaming.store.commit import BatchSummary, Params, WindowAgg, commit_batch
+from streaming.store.redis_conn import ReplicasBehind, connect, with_retry
 from watermark_client import connection
 from watermark_client.connection import open_client
 
@@ -135,9 +135,9 @@ def test_the_online_views_commit_is_done_only_once_its_replica_has_it(group: Sen
     """The online view commits apart from the pipeline (the job's fold, or a ``wm-online`` group): it waits too."""
     import numpy as np
 
-    from watermark.rules.online.fold import KIND_CODES
-    from watermark.rules.online.table import OnlineBatch, OnlineEvents
-    from watermark.store.online.commit import commit_online
+    from streaming.rules.online.fold import KIND_CODES
+    from streaming.rules.online.table import OnlineBatch, OnlineEvents
+    from streaming.store.online.commit import commit_online
 
     def login(batch: int, player: str) -> OnlineBatch:
         ev = OnlineEvents(np.array(["A"], object), np.array([player], object), np.array([T0 * 1000], np.int64),

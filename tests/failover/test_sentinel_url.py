@@ -7,8 +7,8 @@ import pytest
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from watermark.schema.config import Config, ConfigError, redact_url
-from watermark.store.redis_conn import TRANSIENT
+from streaming.schema.config import Config, ConfigError, redact_url
+from streaming.store.redis_conn import TRANSIENT
 from watermark_client.connection import sentinel_client
 from watermark_client.sentinel import SentinelAddress, parse_sentinel_url, sentinel_url
 

@@ -18,14 +18,14 @@ import pytest
 import redis
 
 from bench.failover.sentinels import MASTER, SentinelGroup, Users, until
+from streaming.apps.redis_server import main
+from streaming.apps.redis_users import PASSWORDS_FILE
+from streaming.store.observe import read_stack
+from streaming.store.views.snapshot import read_snapshot
 from tests.failover.test_producer_wait import ids
 from tests.pipeline.test_exactly_once import job_env
 from tests.procs import Proc
 from tests.security.test_redis_users import KEYS, NS, REFUSED
-from watermark.apps.redis_server import main
-from watermark.apps.redis_users import PASSWORDS_FILE
-from watermark.store.observe import read_stack
-from watermark.store.views.snapshot import read_snapshot
 from watermark_client import Producer
 from watermark_client.connection import open_client
 
@@ -86,7 +86,7 @@ def test_the_job_and_a_producer_go_on_through_a_failover_each_on_its_own_user(
     _, passwords = generated
     env = {**job_env(as_part(group, passwords, "job"), NS, tmp_path / "ck", 1, 0), "DEMO": "off",
            "REDIS_WAIT_REPLICAS": "1", "REDIS_WAIT_TIMEOUT": "1s"}
-    job = Proc.python("job", ["watermark.apps.job"], env, tmp_path)
+    job = Proc.python("job", ["streaming.apps.job"], env, tmp_path)
     sent = 0
     try:
         with Producer(as_part(group, passwords, "producer"), namespace=NS, wait_replicas=1, wait_timeout_s=1.0,

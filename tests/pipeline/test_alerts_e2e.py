@@ -20,15 +20,15 @@ import redis
 from streamlit.testing.v1 import AppTest
 
 from dashboard.testing import page_test
+from streaming.alerting.config import AlertConfig
+from streaming.alerting.promrules import prometheus_rules
+from streaming.apps.monitor import read_config
+from streaming.apps.redis_server import RedisServer, free_port
+from streaming.schema.keys import KeySchema
+from streaming.store.alert_store import read_alerts
+from streaming.store.control_store import write_control
 from tests.procs import Proc, until
 from tests.receiver import Receiver, alert_lines, receiving
-from watermark.alerting.config import AlertConfig
-from watermark.alerting.promrules import prometheus_rules
-from watermark.apps.monitor import read_config
-from watermark.apps.redis_server import RedisServer, free_port
-from watermark.schema.keys import KeySchema
-from watermark.store.alert_store import read_alerts
-from watermark.store.control_store import write_control
 
 WHO = {"by": "test", "role": "operator"}  # who the control changes' audit records
 
@@ -104,12 +104,12 @@ class Stack:
         (tmp / "alerts.toml").write_text(CONFIG.format(url=hook.url))
         self.cfg = read_config(str(tmp / "alerts.toml"))
         self.metrics_port = free_port()
-        self.procs = [Proc.python("job", ["watermark.apps.job"], env, tmp)]
+        self.procs = [Proc.python("job", ["streaming.apps.job"], env, tmp)]
         self.procs[0].wait_for(rf"query watermark-{self.ns} running", timeout=240)
         write_control(self.client, self.keys, **WHO, scenario="steady", rate=200, running=True, now_ms=_now())
-        self.procs.append(Proc.python("generator", ["watermark.apps.generator", "--follow", "--timeline-scale", "0.2"],
+        self.procs.append(Proc.python("generator", ["streaming.apps.generator", "--follow", "--timeline-scale", "0.2"],
                                       env, tmp))
-        self.procs.append(Proc.python("monitor", ["watermark.apps.monitor", "--config", str(tmp / "alerts.toml"),
+        self.procs.append(Proc.python("monitor", ["streaming.apps.monitor", "--config", str(tmp / "alerts.toml"),
                                                   "--port", str(self.metrics_port), "--interval", "0.5"], env, tmp))
         self.procs[-1].wait_for("monitor: /metrics on", timeout=60)
         prom, self.prom_port = prometheus(tmp, self.metrics_port, self.cfg, tmp)
@@ -182,7 +182,7 @@ def test_a_silent_server_fires_server_silent_everywhere_and_never_a_players_drop
         stack: tuple[Stack, Receiver], monkeypatch: pytest.MonkeyPatch) -> None:
     s, hook = stack
     s.switch("idle-server")  # B produces nothing from 6 s to 24 s
-    # one ServerSilent for the servers without a region, naming B (watermark.rules.fleet: silent with players)
+    # one ServerSilent for the servers without a region, naming B (streaming.rules.fleet: silent with players)
     hook.wait_for(lambda bodies: any(a["status"] == "firing" and a["labels"]["alertname"] == "ServerSilent" and
                                      "silent with players online" in a["annotations"]["summary"] and
                                      ": B (" in a["annotations"]["summary"] for b in bodies for a in b["alerts"]),

@@ -17,17 +17,17 @@ from pathlib import Path
 import pytest
 import redis
 
+from streaming.apps.redis_server import free_port
+from streaming.rules.simulate import generate
+from streaming.schema.keys import KeySchema
+from streaming.schema.shards import share
+from streaming.spark.cluster import CLIENT_DIR, PACKAGE_DIR, is_local_master, package_zip
+from streaming.spark.standalone import Standalone, can_start, standalone
+from streaming.store.report import build_document, wait_for_commit
 from tests.oracle import T0_MS, oracle
 from tests.pipeline.test_exactly_once import load
 from tests.procs import Proc
 from tests.seed import arrival_ids
-from watermark.apps.redis_server import free_port
-from watermark.rules.simulate import generate
-from watermark.schema.keys import KeySchema
-from watermark.schema.shards import share
-from watermark.spark.cluster import PACKAGE_DIR, is_local_master, package_zip
-from watermark.spark.standalone import Standalone, can_start, standalone
-from watermark.store.report import build_document, wait_for_commit
 from watermark_client.stream import shard_of
 from watermark_client.timeutil import iso_from_us
 
@@ -61,16 +61,22 @@ def test_which_masters_run_executors_elsewhere(master: str, local: bool) -> None
 def test_package_zip_is_importable_alone_and_named_by_content(tmp_path: Path) -> None:
     first, again = package_zip(out_dir=tmp_path / "a"), package_zip(out_dir=tmp_path / "b")
     assert first.name == again.name and first.read_bytes() == again.read_bytes()  # same code, same file
-    assert first.name.startswith("watermark-") and first.suffix == ".zip"
+    assert first.name.startswith("streaming-") and first.suffix == ".zip"
+    client = package_zip(CLIENT_DIR, out_dir=tmp_path / "a")  # shipped beside it: the event format's package
+    probe = "import watermark_client.events as e; print(e.__file__)"
+    out = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(client)},
+                         capture_output=True, text=True, timeout=120)
+    assert client.name.startswith("watermark_client-") and out.stdout.strip() == str(
+        client / "watermark_client" / "events.py"), out.stderr
     # Only the zip on the path, run from elsewhere: how an executor's Python worker imports the source.
-    probe = "import watermark.spark.source as s, watermark.spark.sink; print(s.__file__)"
+    probe = "import streaming.spark.source as s, streaming.spark.sink; print(s.__file__)"
     env = {**os.environ, "PYTHONPATH": str(first)}  # ahead of the installed package, as on an executor
     out = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, env=env, capture_output=True, text=True,
                          timeout=120)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == str(first / "watermark" / "spark" / "source.py")
+    assert out.stdout.strip() == str(first / "streaming" / "spark" / "source.py")
 
-    changed = tmp_path / "copy" / "watermark"
+    changed = tmp_path / "copy" / "streaming"
     shutil.copytree(PACKAGE_DIR, changed, ignore=shutil.ignore_patterns("__pycache__"))
     (changed / "rules" / "windows.py").write_text((changed / "rules" / "windows.py").read_text() + "\n# changed\n")
     assert package_zip(changed, out_dir=tmp_path / "a").name != first.name  # new code, new name: shipped anew
@@ -87,7 +93,7 @@ def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalo
     picks = iter(range(4))
     with socket.create_server(("127.0.0.1", 0)) as taken, pytest.MonkeyPatch.context() as mp:
         held = taken.getsockname()[1]
-        mp.setattr("watermark.spark.standalone.free_port", lambda: held if next(picks, None) == 2 else free_port())
+        mp.setattr("streaming.spark.standalone.free_port", lambda: held if next(picks, None) == 2 else free_port())
         with standalone(tmp_path_factory.mktemp("spark-cluster"), workers=2, cores=1,
                         timeout_s=START_TIMEOUT_S) as cluster:
             assert held not in {int(ui.rsplit(":", 1)[1]) for ui in cluster.worker_uis}, cluster
@@ -107,7 +113,7 @@ def start_job(name: str, redis_url: str, master: str, entries: list[tuple[str, b
         "MAX_FUTURE_SKEW": "off", "MAX_EVENTS_PER_BATCH": str(BATCH_CAP), "TRIGGER_INTERVAL": "200ms",
         "SPARK_MASTER": master, "RETENTION": "36500d",
     }
-    return keys, Proc.python(name, ["watermark.apps.job"], env, tmp_path), last
+    return keys, Proc.python(name, ["streaming.apps.job"], env, tmp_path), last
 
 
 def sharded_batches(servers: list[str], shards: int, cap: int) -> list[int]:
@@ -184,7 +190,7 @@ def _openssl(*args: str, cwd: Path) -> None:
 def tls_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A redis-server that speaks only TLS, its certificate signed by a CA made here: the URL to reach it, the
     CA to check it by in the URL (``ssl_ca_certs``) as a user would write it."""
-    from watermark.apps.redis_server import redis_server_binary
+    from streaming.apps.redis_server import redis_server_binary
 
     if shutil.which("openssl") is None:
         pytest.fail("openssl is missing: apt-get install openssl")
@@ -213,7 +219,7 @@ def test_the_job_over_tls_gives_what_it_gives_over_tcp_and_the_oracle(tls_redis:
                                                                       tmp_path: Path) -> None:
     """The same events through the real job on each transport at once: the check documents are equal, and the
     oracle's; the producer's raw transactions (decision 0010) and the monitor's reading go over TLS as well."""
-    from watermark.store.observe import read_stack
+    from streaming.store.observe import read_stack
     from watermark_client import Producer
 
     assert redis.Redis.from_url(tls_redis).connection_pool.connection_class is redis.SSLConnection

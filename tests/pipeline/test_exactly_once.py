@@ -15,14 +15,14 @@ from pathlib import Path
 import pytest
 import redis
 
+from streaming.apps.replay import route
+from streaming.rules.simulate import generate
+from streaming.schema.keys import KeySchema
+from streaming.store.report import WindowKey
+from streaming.store.report import wait_for_commit as online_committed
 from tests.oracle import T0_MS, to_ms, windows_of
 from tests.procs import kill_tree
 from tests.seed import arrival_ids
-from watermark.apps.replay import route
-from watermark.rules.simulate import generate
-from watermark.schema.keys import KeySchema
-from watermark.store.report import WindowKey
-from watermark.store.report import wait_for_commit as online_committed
 from watermark_client.connection import home, open_client
 from watermark_client.events import PAYLOAD_FIELD
 
@@ -36,8 +36,8 @@ WINDOW_MS, SLIDE_MS, DELAY_MS = 60_000, 30_000, 10_000
 
 
 def start_job(redis_url: str, ns: str, checkpoint: Path, log: Path, shards: int = 1,
-              groups: int = 0, module: str = "watermark.apps.job") -> subprocess.Popen[bytes]:
-    """The job (or, with ``module="watermark.apps.online"``, ``wm-online`` with every group as a child, as
+              groups: int = 0, module: str = "streaming.apps.job") -> subprocess.Popen[bytes]:
+    """The job (or, with ``module="streaming.apps.online"``, ``wm-online`` with every group as a child, as
     ``./run.sh`` starts it) in its own process group; kill() takes what it started (the JVM, in a session of its
     own; the groups) down with it: a real crash."""
     return subprocess.Popen([sys.executable, "-m", module], env=job_env(redis_url, ns, checkpoint, shards, groups),
@@ -47,7 +47,7 @@ def start_job(redis_url: str, ns: str, checkpoint: Path, log: Path, shards: int 
 def start_online(redis_url: str, ns: str, checkpoint: Path, log: Path, shards: int,
                  groups: int) -> subprocess.Popen[bytes] | None:
     """``wm-online`` beside the job when the online view is folded by groups (None without them)."""
-    return start_job(redis_url, ns, checkpoint, log, shards, groups, "watermark.apps.online") if groups else None
+    return start_job(redis_url, ns, checkpoint, log, shards, groups, "streaming.apps.online") if groups else None
 
 
 def job_env(redis_url: str, ns: str, checkpoint: Path, shards: int, groups: int) -> dict[str, str]:

@@ -11,16 +11,16 @@ import redis
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
 
+from streaming.apps.redis_server import RedisServer, free_port
+from streaming.schema.config import Config
+from streaming.schema.keys import KeySchema
+from streaming.spark.query import start_query
+from streaming.spark.sink import RedisSink
+from streaming.store.commit import params_of
+from streaming.store.report import wait_for_commit
+from streaming.store.views.snapshot import read_snapshot
 from tests.pipeline.test_exactly_once import counted_per_window, raw_per_window, seeded_entries, snapshot
 from tests.procs import Proc
-from watermark.apps.redis_server import RedisServer, free_port
-from watermark.schema.config import Config
-from watermark.schema.keys import KeySchema
-from watermark.spark.query import start_query
-from watermark.spark.sink import RedisSink
-from watermark.store.commit import params_of
-from watermark.store.report import wait_for_commit
-from watermark.store.views.snapshot import read_snapshot
 from watermark_client.events import PAYLOAD_FIELD, parse_entry_id
 
 pytestmark = [pytest.mark.spark, pytest.mark.long]
@@ -107,7 +107,7 @@ def job_on_own_redis(tmp_path: Path, prefix: str,
     env = {"REDIS_URL": server.url, "PIPELINE_NAMESPACE": keys.namespace, "WINDOW": "10s", "WATERMARK_DELAY": "2s",
            "TRIGGER_INTERVAL": "1s", "CHECKPOINT_DIR": str(tmp_path / "ck"), "SPARK_MASTER": "local[2]",
            "STREAM_SHARDS": str(shards)}
-    job = Proc.python("job", ["watermark.apps.job"], env, tmp_path)
+    job = Proc.python("job", ["streaming.apps.job"], env, tmp_path)
     return server, keys, env, job, redis.Redis.from_url(server.url, socket_timeout=60)
 
 
@@ -124,7 +124,7 @@ def fill_until_refused(client: redis.Redis) -> None:
 def generator_after_first_batch(job: Proc, env: dict[str, str], tmp_path: Path, scenario: str, seed: int) -> Proc:
     """9,000 events at 600 a second, once the job's query runs."""
     job.wait_for(r"query \S+ running", timeout=180)
-    return Proc.python("generator", ["watermark.apps.generator", "--scenario", scenario, "--rate", "600",
+    return Proc.python("generator", ["streaming.apps.generator", "--scenario", scenario, "--rate", "600",
                                      "--count", "9000", "--seed", str(seed), "--log-every", "1"], env, tmp_path)
 
 

@@ -1,7 +1,7 @@
 """The followers (lab lanes and the online view) committing off the batch's path.
 
 The job hands each batch's followers to a background thread once the pipeline's commit is in
-(:class:`watermark.spark.sink.RedisSink` with ``background``). What must hold: the same Redis as a sink that
+(:class:`streaming.spark.sink.RedisSink` with ``background``). What must hold: the same Redis as a sink that
 commits them in the batch, and after a crash between Spark's commit of a batch and its followers' commit,
 the next run catches them up from the stream so that nothing is lost or counted twice.
 """
@@ -16,14 +16,14 @@ import pytest
 import redis
 from pyspark.sql import SparkSession
 
+from streaming.schema.config import Config, lane_namespace
+from streaming.schema.keys import KeySchema
+from streaming.spark.followers import FollowerThread
+from streaming.spark.query import pipeline_sink, start_query
+from streaming.spark.sink import RedisSink
+from streaming.store.commit import params_of
 from tests.pipeline.test_exactly_once import seeded_entries, snapshot
 from tests.pipeline.test_faults import chunks, xadd_all
-from watermark.schema.config import Config, lane_namespace
-from watermark.schema.keys import KeySchema
-from watermark.spark.followers import FollowerThread
-from watermark.spark.query import pipeline_sink, start_query
-from watermark.spark.sink import RedisSink
-from watermark.store.commit import params_of
 
 LANES = ("per-server-min", "per-server-max")
 

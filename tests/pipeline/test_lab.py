@@ -11,14 +11,14 @@ import pytest
 import redis
 from pyspark.sql import SparkSession
 
+from streaming.apps.replay import ReplayBatch, replay
+from streaming.rules.tradeoff import GRID_MS, Tradeoff
+from streaming.schema.config import Config
+from streaming.schema.keys import KeySchema
+from streaming.spark.checkpoint import read_offset_log
+from streaming.spark.query import start_query
+from streaming.store.report import build_document
 from tests.oracle import T0_MS, oracle, random_event_set, to_iso, windows_part
-from watermark.apps.replay import ReplayBatch, replay
-from watermark.rules.tradeoff import GRID_MS, Tradeoff
-from watermark.schema.config import Config
-from watermark.schema.keys import KeySchema
-from watermark.spark.checkpoint import read_offset_log
-from watermark.spark.query import start_query
-from watermark.store.report import build_document
 from watermark_client.events import PAYLOAD_FIELD
 
 pytestmark = [pytest.mark.spark, pytest.mark.long]
@@ -196,7 +196,7 @@ def test_a_lane_goes_on_across_a_restart_as_if_none_happened(spark: SparkSession
     """Lanes are judged by the pipeline's sink from the same read; each keeps its watermarks (combined and per
     server) in its own state, so stopping the query half-way and starting it again changes nothing: the lane's
     document equals the oracle's for an uninterrupted per-server run."""
-    from watermark.schema.config import lane_namespace
+    from streaming.schema.config import lane_namespace
 
     lines = random_event_set(17, batches=8, per_batch=15)
     batches = to_batches(lines)

@@ -14,14 +14,14 @@ import orjson
 import pytest
 import redis
 
+from streaming.apps.redis_server import RedisServer, free_port
+from streaming.rules.fleet import IdleDecision
+from streaming.schema.config import lane_namespace
+from streaming.schema.keys import KeySchema
+from streaming.spark.checkpoint import job_secret
+from streaming.store.control_store import write_control
+from streaming.store.report import wait_for_commit
 from tests.procs import Proc
-from watermark.apps.redis_server import RedisServer, free_port
-from watermark.rules.fleet import IdleDecision
-from watermark.schema.config import lane_namespace
-from watermark.schema.keys import KeySchema
-from watermark.spark.checkpoint import job_secret
-from watermark.store.control_store import write_control
-from watermark.store.report import wait_for_commit
 from watermark_client.events import IDLE_KIND, Event, Rules, parse_entry
 from watermark_client.timeutil import iso_from_us
 
@@ -70,7 +70,7 @@ def test_lanes_idle_markers_and_a_delay_change(tmp_path: Path) -> None:
     env = {"REDIS_URL": server.url, "PIPELINE_NAMESPACE": ns, "WINDOW": "10s", "WATERMARK_DELAY": "2s",
            "TRIGGER_INTERVAL": "1s", "CHECKPOINT_DIR": str(tmp_path / "ck"), "SPARK_MASTER": "local[2]",
            "LAB_LANES": "per-server-min,per-server-min-idle", "IDLE_TIMEOUT": "3s"}  # no KNOWN_SERVERS
-    job = Proc.python("job", ["watermark.apps.job"], env, tmp_path)
+    job = Proc.python("job", ["streaming.apps.job"], env, tmp_path)
     client = redis.Redis.from_url(server.url, socket_timeout=60)
     try:
         # one query serves the pipeline, both lanes and the online view

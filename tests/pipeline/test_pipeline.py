@@ -16,16 +16,16 @@ import redis
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from streaming.apps.replay import load_batches, replay
+from streaming.rules.eventview import Status
+from streaming.schema.config import Config
+from streaming.schema.keys import KeySchema
+from streaming.schema.shards import shard_key
+from streaming.spark.query import start_query
+from streaming.spark.source import RedisStreamReader, read_range
+from streaming.store.report import build_document, read_windows
+from streaming.store.views.events import read_events
 from tests.oracle import oracle, random_event_set, to_ms, windows_of
-from watermark.apps.replay import load_batches, replay
-from watermark.rules.eventview import Status
-from watermark.schema.config import Config
-from watermark.schema.keys import KeySchema
-from watermark.schema.shards import shard_key
-from watermark.spark.query import start_query
-from watermark.spark.source import RedisStreamReader, read_range
-from watermark.store.report import build_document, read_windows
-from watermark.store.views.events import read_events
 from watermark_client.events import PAYLOAD_FIELD, Event
 from watermark_client.stream import shard_of
 
@@ -313,7 +313,7 @@ def test_replay_command_line(redis_url: str, tmp_path: Path) -> None:
     out = tmp_path / "out.json"
     env = {**os.environ, "REDIS_URL": redis_url, "PYTHONPATH": str(ROOT)}
     proc = subprocess.run(
-        [sys.executable, "-m", "watermark.apps.replay", str(DATA / "handmade.jsonl"), "--window", "10m",
+        [sys.executable, "-m", "streaming.apps.replay", str(DATA / "handmade.jsonl"), "--window", "10m",
          "--delay", "5m", "--out", str(out)], env=env, capture_output=True, text=True, timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -323,7 +323,7 @@ def test_replay_command_line(redis_url: str, tmp_path: Path) -> None:
 def test_replay_rejects_a_line_without_batch(tmp_path: Path) -> None:
     line = {"server": "A", "player_id": "p", "event_time": "2026-01-01T00:00:00Z"}
     path = write_lines(tmp_path / "bad.jsonl", [line])
-    proc = subprocess.run([sys.executable, "-m", "watermark.apps.replay", str(path), "--window", "10m",
+    proc = subprocess.run([sys.executable, "-m", "streaming.apps.replay", str(path), "--window", "10m",
                            "--delay", "5m"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2
     assert "bad.jsonl:1: 'batch' must be an integer" in proc.stderr
@@ -335,11 +335,11 @@ def test_a_flood_of_new_names_is_quarantined_past_the_minutes_limit(spark: Spark
     the busiest five are admitted, the other eight names' events are quarantined as ``name_flood`` under their
     entry IDs, nothing of theirs reaches a window, the seen servers or the online view, and one NameFlood alert
     names the burst. The refused events still moved Spark's watermark, and so the sink's."""
-    from watermark.alerting.conditions import evaluate
-    from watermark.alerting.config import AlertConfig
-    from watermark.alerting.observation import Memory
-    from watermark.store.commit import read_guard
-    from watermark.store.observe import read_stack
+    from streaming.alerting.conditions import evaluate
+    from streaming.alerting.config import AlertConfig
+    from streaming.alerting.observation import Memory
+    from streaming.store.commit import read_guard
+    from streaming.store.observe import read_stack
 
     cfg = cfg_for(redis_url, tmp_path, 60_000, 60_000, 10_000, new_servers_per_minute=5)
     keys = KeySchema(cfg.namespace)

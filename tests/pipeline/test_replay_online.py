@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
+from streaming.apps.replay import main
 from tests.oracle import T0_MS, online_oracle, to_iso
 from tests.paths import ROOT
-from watermark.apps.replay import main
 
 pytestmark = pytest.mark.spark
 DELAY, TIMEOUT = 5_000, 10_000
@@ -92,7 +92,7 @@ def test_replay_reports_who_is_online_after_each_batch(spark: SparkSession, redi
 def test_replay_refuses_a_bad_timeout(tmp_path: Path) -> None:
     path = tmp_path / "events.jsonl"
     path.write_text('{"server": "A", "player_id": "p", "event_time": "2026-01-01T00:00:00Z", "batch": 0}\n')
-    proc = subprocess.run([sys.executable, "-m", "watermark.apps.replay", str(path), "--window", "1m", "--delay", "5s",
+    proc = subprocess.run([sys.executable, "-m", "streaming.apps.replay", str(path), "--window", "1m", "--delay", "5s",
                            "--online-timeout", "0s"], capture_output=True, text=True, timeout=60,
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert proc.returncode == 2 and "--online-timeout must be positive" in proc.stderr
@@ -129,7 +129,7 @@ def test_an_arrival_that_is_neither_a_time_nor_an_entry_id_is_refused(tmp_path: 
     path = tmp_path / "events.jsonl"
     path.write_text('{"server": "A", "player_id": "p", "event_time": "2026-01-01T00:00:00Z", "batch": 0, '
                     '"arrival": "soon"}\n')
-    proc = subprocess.run([sys.executable, "-m", "watermark.apps.replay", str(path), "--window", "1m", "--delay", "5s"],
+    proc = subprocess.run([sys.executable, "-m", "streaming.apps.replay", str(path), "--window", "1m", "--delay", "5s"],
                           capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert proc.returncode == 2 and "'arrival' must be an ISO-8601 time or a stream entry ID" in proc.stderr
 
@@ -149,7 +149,7 @@ def test_a_batchs_rows_go_down_the_layers_once(spark: SparkSession, redis_url: s
     monkeypatch.setenv("REDIS_URL", redis_url)
     found = batch_path.trace(2)
     modules = [stop["module"] for stop in found["path"]]
-    assert modules[-1] == "watermark.spark.local_agg", modules  # the last place that sees rows
-    assert [stop["module"] for stop in found["path"] if stop["return"]] == ["watermark.spark.rows"] * 2, modules
+    assert modules[-1] == "streaming.spark.local_agg", modules  # the last place that sees rows
+    assert [stop["module"] for stop in found["path"] if stop["return"]] == ["streaming.spark.rows"] * 2, modules
     assert found["climbs"] == 1, modules  # from a worker's partition to the driver
     assert any("refuse" in f for stop in found["path"] for f in stop["functions"]), "the guard refused nothing"

@@ -24,9 +24,9 @@ import psutil
 import pytest
 import redis
 
+from streaming.apps.redis_server import free_port
+from streaming.schema.keys import KeySchema
 from tests.procs import ROOT, Proc
-from watermark.apps.redis_server import free_port
-from watermark.schema.keys import KeySchema
 
 STOP_LIMIT_S = 10  # the issue's bound for the whole stack
 MAX_LINES = 20
@@ -34,7 +34,7 @@ MAX_LINES = 20
 
 def _embedded_redis(tmp_path: Path, port: int, name: str) -> Proc:
     env = {"REDIS_PORT": str(port), "REDIS_DATA_DIR": str(tmp_path / "redis"), "REDIS_URL": ""}
-    proc = Proc.python(name, ["watermark.apps.redis_server"], env, tmp_path)
+    proc = Proc.python(name, ["streaming.apps.redis_server"], env, tmp_path)
     proc.wait_for(r"embedded Redis ready", timeout=60)
     return proc
 
@@ -73,7 +73,7 @@ def test_with_redis_url_set_wm_redis_waits_and_a_stop_is_quiet(tmp_path: Path, r
                                                                sig: signal.Signals) -> None:
     """With ``REDIS_URL`` (an external Redis, a cluster) the Procfile's ``redis`` only waits; a stop ends it with
     0, not by the signal (it was ``rc=-15`` in wm-stack's log)."""
-    proc = Proc.python("redis-url", ["watermark.apps.redis_server"], {"REDIS_URL": redis_url}, tmp_path)
+    proc = Proc.python("redis-url", ["streaming.apps.redis_server"], {"REDIS_URL": redis_url}, tmp_path)
     try:
         proc.wait_for(r"REDIS_URL is set", timeout=60)
         os.killpg(proc.popen.pid, sig)
@@ -87,7 +87,7 @@ def test_the_embedded_redis_takes_its_maxmemory_and_never_evicts(tmp_path: Path)
     port = free_port()
     env = {"REDIS_PORT": str(port), "REDIS_DATA_DIR": str(tmp_path / "redis"), "REDIS_URL": "",
            "REDIS_MAXMEMORY_MB": "64"}
-    proc = Proc.python("redis-capped", ["watermark.apps.redis_server"], env, tmp_path)
+    proc = Proc.python("redis-capped", ["streaming.apps.redis_server"], env, tmp_path)
     try:
         proc.wait_for(r"embedded Redis ready", timeout=60)
         got = redis.Redis(port=port).config_get("maxmemory*")
@@ -179,7 +179,7 @@ class Setup:
 
     def start(self, wait: bool = True) -> Proc:
         self.runs += 1
-        proc = Proc(f"stack-{self.runs}", [sys.executable, "-m", "watermark.apps.stack", "-f", str(self.procfile)],
+        proc = Proc(f"stack-{self.runs}", [sys.executable, "-m", "streaming.apps.stack", "-f", str(self.procfile)],
                     self.env, self.tmp)
         if wait:
             proc.wait_for(r"embedded Redis ready", timeout=60)

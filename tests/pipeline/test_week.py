@@ -17,18 +17,18 @@ import redis
 from pyspark.sql import SparkSession
 from streamlit.testing.v1 import AppTest
 
+from streaming.apps.replay import ReplayBatch, replay
+from streaming.rules.online.rollup import DAY_MS, MINUTE_MS, TOTAL, Point, parse_peaks, resample
+from streaming.rules.scenarios import fleet
+from streaming.rules.simulate import Simulator
+from streaming.schema.config import Config
+from streaming.schema.keys import KeySchema
+from streaming.schema.records import Annotation
+from streaming.store.annotation_store import add_annotation
+from streaming.store.history_store import read_history, read_timeline
 from tests import history_model
 from tests.paths import APP
 from tests.seed import arrival_ids
-from watermark.apps.replay import ReplayBatch, replay
-from watermark.rules.online.rollup import DAY_MS, MINUTE_MS, TOTAL, Point, parse_peaks, resample
-from watermark.rules.scenarios import fleet
-from watermark.rules.simulate import Simulator
-from watermark.schema.config import Config
-from watermark.schema.keys import KeySchema
-from watermark.schema.records import Annotation
-from watermark.store.annotation_store import add_annotation
-from watermark.store.history_store import read_history, read_timeline
 
 pytestmark = pytest.mark.spark
 

@@ -1,4 +1,4 @@
-"""The interpreter Spark starts for Python workers on a local master (watermark/spark/spark-worker-python)."""
+"""The interpreter Spark starts for Python workers on a local master (streaming/spark/spark-worker-python)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from watermark.spark.query import WORKER_PYTHON, worker_python
+from streaming.spark.query import WORKER_PYTHON, worker_python
 
 HOME = "/opt/spark-home"
 ZIP = f"{HOME}/python/lib/pyspark.zip"

@@ -19,10 +19,10 @@ import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from watermark.rules.fleet import IdleDecision
-from watermark.schema.config import Config, ConfigError
-from watermark.schema.keys import KeySchema
-from watermark.spark.rows import to_record_batch
+from streaming.rules.fleet import IdleDecision
+from streaming.schema.config import Config, ConfigError
+from streaming.schema.keys import KeySchema
+from streaming.spark.rows import to_record_batch
 from watermark_client.events import NO_RULES, BadEntry, Event, Rules, bad_name, parse_entry
 from watermark_client.timeutil import iso_from_us
 
@@ -300,9 +300,9 @@ def test_every_entry_becomes_exactly_the_row_the_parser_says(batch: list[dict[by
 @pytest.mark.parametrize("fleet", [False, True])
 def test_well_formed_events_take_the_fast_path_with_the_same_result(fleet: bool,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    from watermark.rules.scenarios import fleet as make_fleet
-    from watermark.rules.simulate import Simulator, generate
-    from watermark.spark import rows
+    from streaming.rules.scenarios import fleet as make_fleet
+    from streaming.rules.simulate import Simulator, generate
+    from streaming.spark import rows
 
     start_us = (INGEST_MS - 60_000) * 1000
     if fleet:  # events carrying their region
@@ -353,7 +353,7 @@ def test_the_query_accounts_for_every_entry(spark_query: dict, batch: list[dict[
 
 @pytest.fixture(scope="module")
 def spark_query(spark, redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> dict:  # noqa: ANN001
-    from watermark.spark.query import start_query
+    from streaming.spark.query import start_query
 
     ns = f"fuzz-{uuid.uuid4().hex[:8]}"
     cfg = Config(redis_url=redis_url, embedded_redis=False, namespace=ns, window_ms=60_000, slide_ms=60_000,

@@ -1,4 +1,4 @@
-"""The pure half of a batch's commit (``watermark.store.commit.plan_commit``): what it writes, decided from the batch
+"""The pure half of a batch's commit (``streaming.store.commit.plan_commit``): what it writes, decided from the batch
 and what Redis held before it, as a table; no Redis."""
 
 from __future__ import annotations
@@ -7,10 +7,10 @@ from dataclasses import replace
 
 import pytest
 
-from watermark.rules.late import LateEvent
-from watermark.schema.config import Config
-from watermark.schema.records import ServerRecord
-from watermark.store.commit import (
+from streaming.rules.late import LateEvent
+from streaming.schema.config import Config
+from streaming.schema.records import ServerRecord
+from streaming.store.commit import (
     BatchSummary,
     Params,
     Prior,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from dashboard.pages.events import figures as event_charts
-from watermark.rules.eventview import (
+from streaming.rules.eventview import (
     BatchSpan,
     Status,
     Step,
@@ -15,7 +15,7 @@ from watermark.rules.eventview import (
     watermark_steps,
     window_boundaries,
 )
-from watermark.rules.windows import Verdict, Window
+from streaming.rules.windows import Verdict, Window
 from watermark_client.events import Event
 
 T = 1_767_225_600_000  # 2026-01-01T00:00:00Z, a window boundary

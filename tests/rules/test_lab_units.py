@@ -10,13 +10,13 @@ import pytest
 
 from dashboard.pages.lab.model import findings
 from dashboard.status import Level, clock, stall
-from watermark.alerting.config import AlertConfig, WatermarkFlat
-from watermark.rules.fleet import IdleDecision, IdleTicker, summary
-from watermark.rules.tradeoff import GRID_MS, Tradeoff, bucket, hist_field, parse_hist_field
-from watermark.rules.watermarks import ServerWatermarks, policy_max
-from watermark.schema.config import DEFAULT_IDLE_TIMEOUT_MS, LANES, Config, ConfigError, Lane, lane_config
-from watermark.schema.records import RecordError, decode_json
-from watermark.store.views.snapshot import BatchPoint, PipelineState, ServerTotals, Snapshot, StreamInfo, Totals
+from streaming.alerting.config import AlertConfig, WatermarkFlat
+from streaming.rules.fleet import IdleDecision, IdleTicker, summary
+from streaming.rules.tradeoff import GRID_MS, Tradeoff, bucket, hist_field, parse_hist_field
+from streaming.rules.watermarks import ServerWatermarks, policy_max
+from streaming.schema.config import DEFAULT_IDLE_TIMEOUT_MS, LANES, Config, ConfigError, Lane, lane_config
+from streaming.schema.records import RecordError, decode_json
+from streaming.store.views.snapshot import BatchPoint, PipelineState, ServerTotals, Snapshot, StreamInfo, Totals
 
 
 @pytest.mark.parametrize(("slack_ms", "expected"), [
@@ -298,6 +298,6 @@ def test_the_idle_log_is_one_line_per_change_at_three_hundred_servers() -> None:
                                                   (400_000 - 600_000 + 1, False), (400_000 - 600_000, True),
                                                   (0 - 600_000, True)])
 def test_a_server_retires_when_silent_for_retire_after_or_longer(last_ms: int, retired: bool) -> None:
-    from watermark.rules.fleet import retired as retired_servers
+    from streaming.rules.fleet import retired as retired_servers
 
     assert retired_servers({"A": last_ms}, 400_000, 600_000) == ({"A": last_ms} if retired else {})

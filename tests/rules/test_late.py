@@ -1,4 +1,4 @@
-"""The late events kept for the Events page (``watermark.rules.late``): the record, its verdicts by the same rule as
+"""The late events kept for the Events page (``streaming.rules.late``): the record, its verdicts by the same rule as
 the stream's events, and the bounded, exactly-once keep against a real Redis."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ from dataclasses import replace
 import pytest
 import redis
 
-from watermark.rules.eventview import BatchSpan, Status, judge
-from watermark.rules.late import LateEvent, is_late
-from watermark.schema.keys import KeySchema
-from watermark.store.commit import BatchSummary, Params, commit_batch
+from streaming.rules.eventview import BatchSpan, Status, judge
+from streaming.rules.late import LateEvent, is_late
+from streaming.schema.keys import KeySchema
+from streaming.store.commit import BatchSummary, Params, commit_batch
 from watermark_client.events import Event
 
 MIN = 60_000

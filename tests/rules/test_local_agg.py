@@ -1,5 +1,5 @@
-"""The sink's aggregation (watermark.spark.local_agg) against a plain-Python oracle built on the window math: the
-source's partial aggregates (watermark.spark.partial) and player rows of random entries, summed across partitions;
+"""The sink's aggregation (streaming.spark.local_agg) against a plain-Python oracle built on the window math: the
+source's partial aggregates (streaming.spark.partial) and player rows of random entries, summed across partitions;
 and the real source's packed rows through Spark, unpacked on the driver, against the same rows read in-process."""
 
 from __future__ import annotations
@@ -11,14 +11,14 @@ from collections import Counter
 import pyarrow as pa
 import pytest
 
-from watermark.rules.online.fold import KIND_CODES
-from watermark.rules.windows import window_ranges
-from watermark.schema.keys import WindowKey
-from watermark.schema.records import NONE_CLOSED_MS
-from watermark.spark import local_agg
-from watermark.spark.local_agg import BAD, INGEST_LAG, PLAYER, PROCESSING_LAG, TICK, WINDOW, BatchTable
-from watermark.spark.partial import PARTIAL_TYPE, PartitionPartials
-from watermark.spark.window_players import Added, PartitionPlayers
+from streaming.rules.online.fold import KIND_CODES
+from streaming.rules.windows import window_ranges
+from streaming.schema.keys import WindowKey
+from streaming.schema.records import NONE_CLOSED_MS
+from streaming.spark import local_agg
+from streaming.spark.local_agg import BAD, INGEST_LAG, PLAYER, PROCESSING_LAG, TICK, WINDOW, BatchTable
+from streaming.spark.partial import PARTIAL_TYPE, PartitionPartials
+from streaming.spark.window_players import Added, PartitionPlayers
 
 S = 1_000_000
 _TS = pa.timestamp("us", tz="UTC")
@@ -168,7 +168,7 @@ def test_one_event_by_hand() -> None:
 
 def partition_players(entries: list[dict], window_ms: int, slide_ms: int,
                       partitions: int = 2) -> dict[tuple[int, str], set[str]]:
-    """Each window's players as the partitions count them (watermark.spark.window_players), each partition's
+    """Each window's players as the partitions count them (streaming.spark.window_players), each partition's
     distinct ones put together as the shared set in Redis does."""
     out: dict[tuple[int, str], set[str]] = {}
     size = -(-len(entries) // partitions) if entries else 0
@@ -235,15 +235,15 @@ def test_a_row_of_one_event_is_refused() -> None:
 
 @pytest.mark.spark
 def test_packed_rows_cross_spark_whole(spark, redis_url: str) -> None:  # noqa: ANN001
-    """The source's rows through Spark and unpacked on the driver (watermark.spark.sink.aggregate) give the same
+    """The source's rows through Spark and unpacked on the driver (streaming.spark.sink.aggregate) give the same
     aggregate as the same partitions read in this process, with no JVM between: packing loses nothing."""
     import uuid
 
     import redis
 
-    from watermark.spark.rows import unpack
-    from watermark.spark.sink import aggregate
-    from watermark.spark.source import StreamRange, read_range
+    from streaming.spark.rows import unpack
+    from streaming.spark.sink import aggregate
+    from streaming.spark.source import StreamRange, read_range
     from watermark_client.events import PAYLOAD_FIELD, Event
 
     stream = f"pack-{uuid.uuid4().hex[:8]}:events"
@@ -274,8 +274,8 @@ def test_a_batch_judged_with_servers_too_far_apart_to_key_together_counts_the_sa
     times span more than one int64 key holds; both give each window the same count."""
     import numpy as np
 
-    from watermark.schema.records import ServerRecord
-    from watermark.store.commit import Params
+    from streaming.schema.records import ServerRecord
+    from streaming.store.commit import Params
 
     hist = {"A": (np.array([1_000_000, 5_000_000], np.int64), np.array([2, 3])),
             "B": (np.array([2**61, 2**61 + 1_000_000], np.int64), np.array([1, 4]))}

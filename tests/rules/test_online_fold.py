@@ -1,4 +1,4 @@
-"""The vectorised batch fold against the per-player rule it implements (watermark.rules.online.player), as a table of
+"""The vectorised batch fold against the per-player rule it implements (streaming.rules.online.player), as a table of
 edge cases and on random batches: same new states, same transitions in the same order, same late/stale."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import random
 import numpy as np
 import pytest
 
-from watermark.rules.online.fold import CAUSES, KIND_CODES, Prior, fold
-from watermark.rules.online.player import PlayerState, Seen, Transition, apply_events, on_timer
+from streaming.rules.online.fold import CAUSES, KIND_CODES, Prior, fold
+from streaming.rules.online.player import PlayerState, Seen, Transition, apply_events, on_timer
 
 TIMEOUT = 10_000
 

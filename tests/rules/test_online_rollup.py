@@ -1,4 +1,4 @@
-"""The online view per minute and per day (watermark.rules.online.rollup) as tables, and through the real commit
+"""The online view per minute and per day (streaming.rules.online.rollup) as tables, and through the real commit
 against Redis: the minute records, the open minute and the day's peaks the dashboard reads; a week of minutes as
 tables: the slot layout, the ranges read back, the resampling a week's chart uses, when a day's record goes, the
 regions' peaks (a week through Redis: tests/store/test_history.py)."""
@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 import redis
 
-from watermark.rules.online.fold import KIND_CODES
-from watermark.rules.online.rollup import (
+from streaming.rules.online.fold import KIND_CODES
+from streaming.rules.online.rollup import (
     DAY_BYTES,
     DAY_MS,
     MINUTE_MS,
@@ -37,11 +37,11 @@ from watermark.rules.online.rollup import (
     slot_offset,
     step_for,
 )
-from watermark.rules.online.table import OnlineBatch, OnlineEvents
-from watermark.schema.keys import KeySchema
-from watermark.store.commit import Params
-from watermark.store.online.commit import OnlineMirror, commit_online
-from watermark.store.views.online import read_online
+from streaming.rules.online.table import OnlineBatch, OnlineEvents
+from streaming.schema.keys import KeySchema
+from streaming.store.commit import Params
+from streaming.store.online.commit import OnlineMirror, commit_online
+from streaming.store.views.online import read_online
 
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z, a minute and a day boundary
 
@@ -235,7 +235,7 @@ def test_how_long_a_day_is_kept(now: int, keep: int, floor: int, expected_s: int
 def test_a_minute_keeps_the_total_every_region_and_only_the_busiest_servers() -> None:
     """A fleet of matches names thousands of servers a day: a day record each would grow with every name, so a
     minute is kept for the total, each region and the SERVER_SERIES busiest servers only."""
-    from watermark.rules.online.rollup import SERVER_SERIES, kept_series, minute_slots
+    from streaming.rules.online.rollup import SERVER_SERIES, kept_series, minute_slots
 
     last = {f"m-{i:04d}": i % 50 for i in range(1_000)}
     regions = {s: ("eu" if i % 2 else "na") for i, s in enumerate(last)}

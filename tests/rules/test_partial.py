@@ -1,4 +1,4 @@
-"""The source's partial aggregates (watermark.spark.partial): exact against a plain count of the events, however
+"""The source's partial aggregates (streaming.spark.partial): exact against a plain count of the events, however
 the events are folded, and as the source emits them from a real Redis stream."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import pyarrow.compute as pc
 import pytest
 import redis
 
-from watermark.rules.windows import window_ranges
-from watermark.spark.partial import (
+from streaming.rules.windows import window_ranges
+from streaming.spark.partial import (
     EVENT_TIME,
     INGEST_LAG,
     PACKED,
@@ -21,8 +21,8 @@ from watermark.spark.partial import (
     WINDOW,
     PartitionPartials,
 )
-from watermark.spark.rows import unpack
-from watermark.spark.source import READ_CHUNK, SourceOptions, StreamRange, read_range
+from streaming.spark.rows import unpack
+from streaming.spark.source import READ_CHUNK, SourceOptions, StreamRange, read_range
 from watermark_client.events import Event, idle_marker
 
 S = 1_000_000
@@ -39,7 +39,7 @@ def as_counts(server: pa.Array, partial: pa.StructArray) -> dict[tuple, tuple]:
 
 
 def oracle(events: list[tuple[str, str, int, int]], window_ms: int, slide_ms: int) -> dict[tuple, tuple]:
-    """(server, player, ingest, event) counted one at a time, windows from watermark.rules.windows (a window's
+    """(server, player, ingest, event) counted one at a time, windows from streaming.rules.windows (a window's
     players are not the partials' business: the sink takes them from the player rows)."""
     n: Counter = Counter()
     lo: dict[tuple, int] = {}

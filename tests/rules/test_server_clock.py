@@ -1,4 +1,4 @@
-"""The per-server clock's rule (``watermark.rules.server_clock``) as tables, without Redis or Spark; the whole
+"""The per-server clock's rule (``streaming.rules.server_clock``) as tables, without Redis or Spark; the whole
 online view against its independent model is tests/store/test_server_clocks.py."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 from msgspec.structs import replace
 
-from watermark.rules import server_clock
-from watermark.schema.records import ClockRecord
+from streaming.rules import server_clock
+from streaming.schema.records import ClockRecord
 
 S = 1_000_000  # 1 s in us
 DELAY, JUMP = 5_000, 30_000

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from watermark.schema.config import Config, ConfigError, redact_url
-from watermark.schema.keys import KeySchema, WindowKey, parse_total_field, total_field
-from watermark.spark.checkpoint import parse_offset_log
+from streaming.schema.config import Config, ConfigError, redact_url
+from streaming.schema.keys import KeySchema, WindowKey, parse_total_field, total_field
+from streaming.spark.checkpoint import parse_offset_log
 from watermark_client.events import BadEntry, Event, parse_entry, parse_payload
 from watermark_client.timeutil import format_duration_ms, iso_from_us, parse_duration_ms, parse_iso_us
 
@@ -76,7 +76,7 @@ def test_redact_url_hides_password() -> None:
 
 
 def test_progress_from_json() -> None:
-    from watermark.spark.listener import Progress
+    from streaming.spark.listener import Progress
 
     doc = {"batchId": 7, "timestamp": "2026-11-22T01:00:00.000Z", "numInputRows": 120,
            "inputRowsPerSecond": 60.0, "processedRowsPerSecond": "NaN",
@@ -168,7 +168,7 @@ def test_parse_entry_id_orders_like_redis() -> None:
 def test_with_retry_backs_off_then_gives_up_by_attempts_or_deadline() -> None:
     import redis
 
-    from watermark.store.redis_conn import with_retry
+    from streaming.store.redis_conn import with_retry
 
     calls: list[int] = []
 
@@ -200,7 +200,7 @@ def test_with_retry_backs_off_then_gives_up_by_attempts_or_deadline() -> None:
 def test_with_retry_does_not_retry_other_errors() -> None:
     import redis
 
-    from watermark.store.redis_conn import with_retry
+    from streaming.store.redis_conn import with_retry
 
     def wrong() -> None:
         raise redis.ResponseError("WRONGTYPE")
@@ -212,7 +212,7 @@ def test_with_retry_does_not_retry_other_errors() -> None:
 def test_an_error_whose_text_is_gone_still_logs_a_line() -> None:
     """A py4j error asks the JVM for its text; once the JVM is gone (SIGTERM to the process group) str() raises,
     and stopping the job must not fail on it."""
-    from watermark.apps.job import first_line
+    from streaming.apps.job import first_line
 
     class GoneWithTheJVM(Exception):
         def __str__(self) -> str:
@@ -224,7 +224,7 @@ def test_an_error_whose_text_is_gone_still_logs_a_line() -> None:
 
 
 def test_the_online_record_reads_back_and_a_bad_one_says_what_is_wrong() -> None:
-    from watermark.schema.records import OnlineRecord, RecordError
+    from streaming.schema.records import OnlineRecord, RecordError
 
     rec = OnlineRecord(batch=4, watermark_ms=9_000, in_force_ms=8_000, batch_ts_ms=10_000, counts={"A": 3},
                          online=2, offline=1, causes={"A": {"login": 2, "timeout": 1}})
@@ -249,7 +249,7 @@ OLD_STATE = {b"last_batch": b"7", b"watermark_ms": b"1767225600000", b"next_wate
 
 
 def test_the_state_hash_reads_back_and_writes_the_same_fields() -> None:
-    from watermark.schema.records import StateParams, StateRecord
+    from streaming.schema.records import StateParams, StateRecord
 
     rec = StateRecord.from_hash(OLD_STATE, "wm:state")
     assert (rec.last_batch, rec.max_event_us, rec.lost_at_batch, rec.stopped_ms) == (7, 1767225630000000, None, None)
@@ -263,7 +263,7 @@ def test_the_state_hash_reads_back_and_writes_the_same_fields() -> None:
 
 
 def test_a_partial_state_read_keeps_the_defaults_and_a_bad_field_is_named() -> None:
-    from watermark.schema.records import NONE_CLOSED_MS, OnlineStateRecord, RecordError, StateRecord
+    from streaming.schema.records import NONE_CLOSED_MS, OnlineStateRecord, RecordError, StateRecord
 
     part = StateRecord.from_hash({"last_batch": None, "max_event_us": b"5", "sets_closed_below_ms": None}, "h")
     assert (part.last_batch, part.max_event_us, part.sets_closed_below_ms, part.committed_id) == (

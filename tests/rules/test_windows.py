@@ -7,7 +7,7 @@ import random
 import numpy as np
 import pytest
 
-from watermark.rules.windows import (
+from streaming.rules.windows import (
     Verdict,
     Window,
     advance_watermark,
@@ -149,7 +149,7 @@ def test_late_counts_equal_classify_event_by_event() -> None:
 def test_late_counts_of_many_servers_at_once_equal_one_server_at_a_time() -> None:
     """Histograms.late_counts against late_counts per server: random servers, events far apart and windows
     before, inside and past every server's events (the bounds clipped to its segment)."""
-    from watermark.rules.windows import Histograms
+    from streaming.rules.windows import Histograms
 
     rng = random.Random(9)
     for _ in range(100):
@@ -170,7 +170,7 @@ def test_late_counts_of_many_servers_at_once_equal_one_server_at_a_time() -> Non
 
 
 def test_event_times_too_far_apart_to_key_together_say_so() -> None:
-    from watermark.rules.windows import Histograms
+    from streaming.rules.windows import Histograms
 
     far = {"A": (np.array([0], np.int64), np.array([1])), "B": (np.array([2**61], np.int64), np.array([1]))}
     assert Histograms.of(far) is None

@@ -1,5 +1,5 @@
 """A child started with ``die_with_parent`` gets SIGTERM when its parent dies; only from the main thread, where
-the parent's death is the process's (watermark.runtime.children)."""
+the parent's death is the process's (streaming.runtime.children)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import subprocess
 import sys
 import threading
 
-from watermark.runtime.children import die_with_parent
+from streaming.runtime.children import die_with_parent
 
 # The child reports the signal the kernel will send it when its parent dies (PR_GET_PDEATHSIG).
 REPORT = ("import ctypes; v = ctypes.c_int(); ctypes.CDLL(None).prctl(2, ctypes.byref(v)); print(v.value)")

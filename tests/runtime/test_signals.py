@@ -1,4 +1,4 @@
-"""A stop signal sets its event without a lock in the handler (watermark.runtime.signals)."""
+"""A stop signal sets its event without a lock in the handler (streaming.runtime.signals)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ def test_a_signal_arriving_while_the_main_thread_holds_the_events_lock_still_set
     would wait for itself forever."""
     done = run("""
         import os, signal, threading
-        from watermark.runtime.signals import on_stop_signals
+        from streaming.runtime.signals import on_stop_signals
         request = on_stop_signals()
         with request.event._cond:             # as inside Event.wait
             os.kill(os.getpid(), signal.SIGTERM)
@@ -38,7 +38,7 @@ def test_a_signal_arriving_while_the_main_thread_holds_the_events_lock_still_set
 def test_the_note_is_said_once_per_signal_and_a_second_signal_can_interrupt() -> None:
     done = run("""
         import os, signal, threading
-        from watermark.runtime.signals import on_stop_signals
+        from streaming.runtime.signals import on_stop_signals
         said = []
         noted = threading.Semaphore(0)
         request = on_stop_signals(note=lambda s: (said.append(s), noted.release()), interrupt_again=True)
@@ -63,7 +63,7 @@ def test_signals_not_asked_for_are_left_alone() -> None:
     job, SIGHUP or SIGINT come ignored, and they must stay so."""
     done = run("""
         import os, signal
-        from watermark.runtime.signals import on_stop_signals
+        from streaming.runtime.signals import on_stop_signals
         before = {s: signal.getsignal(s) for s in (signal.SIGHUP, signal.SIGINT, signal.SIGTERM)}
         on_stop_signals((signal.SIGTERM,))
         assert signal.getsignal(signal.SIGHUP) is before[signal.SIGHUP]

@@ -10,16 +10,16 @@ from types import ModuleType
 import pytest
 
 import dashboard
-import watermark
+import streaming
 
-PACKAGES = (watermark, dashboard)
+PACKAGES = (streaming, dashboard)
 
 
 def modules() -> list[str]:
     out = []
     for pkg in PACKAGES:
         for info in pkgutil.walk_packages(pkg.__path__, f"{pkg.__name__}."):
-            if info.name.endswith(".page") or info.name.startswith("watermark.spark"):
+            if info.name.endswith(".page") or info.name.startswith("streaming.spark"):
                 continue  # pages run as Streamlit scripts; Spark's modules import PySpark
             out.append(info.name)
     return sorted(out)
@@ -37,5 +37,5 @@ def test_the_examples_hold(name: str) -> None:
 
 
 def test_the_rules_have_examples() -> None:
-    assert {"watermark.rules.windows", "watermark.rules.fleet", "watermark.apps.monitor.http",
+    assert {"streaming.rules.windows", "streaming.rules.fleet", "streaming.apps.monitor.http",
             "dashboard.pages.wall.model"} <= set(with_examples())

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import MISSING, fields
 
-from watermark.schema.config import Config
-from watermark.store.commit import Params, params_of
+from streaming.schema.config import Config
+from streaming.store.commit import Params, params_of
 
 DERIVED = {"servers", "trims", "readers", "players_lanes", "new_servers_per_minute"}
 """Fields ``params_of`` derives from several settings (a lane's or the pipeline's), not one default each."""

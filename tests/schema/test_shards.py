@@ -1,5 +1,5 @@
 """The shard rules as tables: which shard a server goes to, positions over shards, and a capped batch's share of
-each shard (``watermark.schema.shards``)."""
+each shard (``streaming.schema.shards``)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import zlib
 
 import pytest
 
-from watermark.schema.shards import Position, shard_key, share
+from streaming.schema.shards import Position, shard_key, share
 from watermark_client.stream import shard_of
 
 

@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 import redis
 
+from streaming.apps.annotate import annotations_app, beside
+from streaming.apps.monitor.http import MAX_CONNECTIONS, Gate, serve
+from streaming.apps.redis_server import free_port
+from streaming.schema.keys import KeySchema
+from streaming.store.annotation_store import read_annotations
 from tests.procs import Proc
-from watermark.apps.annotate import annotations_app, beside
-from watermark.apps.monitor.http import MAX_CONNECTIONS, Gate, serve
-from watermark.apps.redis_server import free_port
-from watermark.schema.keys import KeySchema
-from watermark.store.annotation_store import read_annotations
 
 TOKEN = "t0ken-for-the-attack-tests-0123456789"
 NO_TOKEN = {"ANNOTATIONS_TOKEN": "", "ANNOTATIONS_TOKEN_FILE": ""}
@@ -44,7 +44,7 @@ class Monitor:
 
 def start_monitor(redis_url: str, tmp_path: Path, env: dict[str, str]) -> Monitor:
     keys, port = KeySchema(f"t-{uuid.uuid4().hex[:8]}"), free_port()
-    proc = Proc.python(f"monitor-{port}", ["watermark.apps.monitor"], {
+    proc = Proc.python(f"monitor-{port}", ["streaming.apps.monitor"], {
         "REDIS_URL": redis_url, "PIPELINE_NAMESPACE": keys.namespace, "METRICS_ADDRESS": "127.0.0.1",
         "METRICS_PORT": str(port), **NO_TOKEN, **env}, tmp_path)
     proc.wait_for(r"monitor: /metrics on", 60)
@@ -230,6 +230,6 @@ def test_a_short_token_stops_the_monitor_at_start(redis_url: str, token: str) ->
 
     env = {**os.environ, "PYTHONPATH": str(ROOT), "REDIS_URL": redis_url, "ANNOTATIONS_TOKEN": token}
     env.pop("ANNOTATIONS_TOKEN_FILE", None)
-    done = subprocess.run([sys.executable, "-m", "watermark.apps.monitor", "--port", "0"], cwd=ROOT, env=env,
+    done = subprocess.run([sys.executable, "-m", "streaming.apps.monitor", "--port", "0"], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and f"is {len(token)} characters: at least 32 are needed" in done.stderr, done.stderr

@@ -17,10 +17,10 @@ import pytest
 import redis
 
 from dashboard.text import md
+from streaming.apps.redis_server import free_port
+from streaming.schema.keys import KeySchema
+from streaming.store.alert_store import record_failure
 from tests.ui.test_alerts_page import T0, run_alerts, seeded_alerts  # noqa: F401 - the fixture, used by name
-from watermark.apps.redis_server import free_port
-from watermark.schema.keys import KeySchema
-from watermark.store.alert_store import record_failure
 
 
 @pytest.fixture()
@@ -37,9 +37,9 @@ def rd(redis_url: str) -> Iterator[redis.Redis]:
 
 def test_the_job_reads_a_requested_delay_only_with_lab_control_on(rd: redis.Redis, keys: KeySchema) -> None:
     """Production (``LAB_CONTROL`` off) reads nothing of the control hash, whoever wrote it (issue 63)."""
-    from watermark.apps.job import requested_delay
-    from watermark.schema.config import Config
-    from watermark.store.control_store import write_control
+    from streaming.apps.job import requested_delay
+    from streaming.schema.config import Config
+    from streaming.store.control_store import write_control
 
     write_control(rd, keys, by="ana@example.com", role="operator", delay_ms=20_000)
     assert requested_delay(rd, keys, Config(lab_control=False)) is None
@@ -51,13 +51,13 @@ def test_a_delay_written_straight_into_the_hash_is_not_followed(rd: redis.Redis,
     """With lab control on, the job follows only a delay an operator's change recorded (the audit): a write
     straight into ``{ns}:control`` by a credential that may write it (the job's, the online groups', the
     dashboard's) is said in the log and not followed (issue 63, item 2)."""
-    from watermark.apps.job import requested_delay
-    from watermark.schema.config import Config
-    from watermark.store.control_store import write_control
+    from streaming.apps.job import requested_delay
+    from streaming.schema.config import Config
+    from streaming.store.control_store import write_control
 
     on = Config(lab_control=True)
     rd.hset(keys.control, mapping={"delay_ms": "1", "rev": "7"})
-    with caplog.at_level("WARNING", logger="watermark.apps.job"):
+    with caplog.at_level("WARNING", logger="streaming.apps.job"):
         assert requested_delay(rd, keys, on) is None
     assert "no operator's change recorded" in caplog.text
     write_control(rd, keys, by="ana@example.com", role="operator", delay_ms=20_000)
@@ -119,7 +119,7 @@ def receiver() -> Iterator[int]:
 
 
 def test_a_receivers_password_goes_as_basic_auth_never_on_the_line(receiver: int) -> None:
-    from watermark.apps.monitor.notify import post
+    from streaming.apps.monitor.notify import post
 
     post(SECRET_URL.format(port=receiver), {"x": 1}, timeout_s=5)
     assert Receiver.seen == [("/services/T0/B0/hooktoken?token=qtoken",
@@ -128,7 +128,7 @@ def test_a_receivers_password_goes_as_basic_auth_never_on_the_line(receiver: int
 
 @pytest.mark.parametrize("status", [400, 500])
 def test_a_receivers_refusal_says_nothing_of_its_secrets(receiver: int, status: int) -> None:
-    from watermark.apps.monitor.notify import ReceiverError, Rejected, post
+    from streaming.apps.monitor.notify import ReceiverError, Rejected, post
 
     Receiver.status = status
     with pytest.raises(Rejected if status == 400 else ReceiverError) as caught:
@@ -141,7 +141,7 @@ def test_an_unreachable_receiver_keeps_its_secrets_out_of_the_log_and_the_page(
         url: str, redis_url: str, caplog: pytest.LogCaptureFixture) -> None:
     """Nothing listens there (and the second URL has no port: urllib once quoted ``alice:s3cretpw@127.0.0.1`` as
     a port it could not read): the failure the monitor logs and stores for the Alerts page names no secret."""
-    from watermark.apps.monitor.notify import Notifier, ReceiverError, post
+    from streaming.apps.monitor.notify import Notifier, ReceiverError, post
 
     url = url.format(port=free_port())
     with pytest.raises(ReceiverError) as caught:
@@ -149,7 +149,7 @@ def test_an_unreachable_receiver_keeps_its_secrets_out_of_the_log_and_the_page(
     keys = KeySchema(f"sec-{uuid.uuid4().hex[:8]}")
     client = redis.Redis.from_url(redis_url)
     notifier = Notifier(url, client, keys, external_url="", timeout_ms=5_000, max_backoff_ms=1_000)
-    with caplog.at_level(logging.WARNING, logger="watermark.apps.monitor.notify"):
+    with caplog.at_level(logging.WARNING, logger="streaming.apps.monitor.notify"):
         notifier._failed(f"n-1: {caught.value}")  # what the delivery loop says of a failed POST
     stored = client.hget(keys.alerts_webhook, "last_error").decode()
     for said in (str(caught.value), caplog.text, stored):
@@ -195,14 +195,14 @@ DAY = 86_400_000
     ({"text": "deploy", "start": T0, "end": T0 + 32 * DAY}, "at most 31 days"),
 ])
 def test_annotation_fields_have_limits(doc: dict, says: str) -> None:
-    from watermark.store.annotation_store import annotation_from
+    from streaming.store.annotation_store import annotation_from
 
     with pytest.raises(ValueError, match=says):
         annotation_from(doc, T0)
 
 
 def test_annotations_within_the_limits_are_taken() -> None:
-    from watermark.store.annotation_store import annotation_from
+    from streaming.store.annotation_store import annotation_from
 
     for doc in ({"text": "deploy"}, {"text": "maintenance", "start": T0 + 6 * DAY, "for": "4h"},
                 {"text": "old", "start": T0 - 399 * DAY, "end": T0 - 398 * DAY}):

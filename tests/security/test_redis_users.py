@@ -1,7 +1,7 @@
 """A Redis user per part (issue 63, item 1), against a real ``redis-server`` loading the ACL file ``wm-redis acl``
 writes: a game server's credential appends events exactly once through the public ``Producer`` and is refused
 everything else it tries; the monitor and the dashboard write only their own keys; without a user Redis answers
-nothing. The rules themselves, as a table, in :mod:`watermark.schema.acl`'s doctest and below."""
+nothing. The rules themselves, as a table, in :mod:`streaming.schema.acl`'s doctest and below."""
 
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 import redis
 
-from watermark.apps import redis_users
-from watermark.apps.redis_server import RedisServer, main, server_version
-from watermark.schema.acl import PARTS, SERVERS, part_rules
-from watermark.schema.config import Config
-from watermark.schema.keys import KeySchema
+from streaming.apps import redis_users
+from streaming.apps.redis_server import RedisServer, main, server_version
+from streaming.schema.acl import PARTS, SERVERS, part_rules
+from streaming.schema.config import Config
+from streaming.schema.keys import KeySchema
 from watermark_client import Producer
 from watermark_client.sharded import ShardedProducer
 from watermark_client.stream import input_shard_key

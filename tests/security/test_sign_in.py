@@ -23,12 +23,12 @@ import redis
 
 from dashboard.testing import page_test
 from dashboard.text import JOINER
+from streaming.apps.redis_server import free_port
+from streaming.schema.keys import KeySchema
+from streaming.store.annotation_store import read_annotations
+from streaming.store.control_store import read_control
 from tests.procs import Proc
 from tests.ui.test_dashboard_browser import CHROMIUM, CHROMIUM_ARGS
-from watermark.apps.redis_server import free_port
-from watermark.schema.keys import KeySchema
-from watermark.store.annotation_store import read_annotations
-from watermark.store.control_store import read_control
 
 CLIENT_SECRET = "client-" + uuid.uuid4().hex
 COOKIE_SECRET = "cookie-" + uuid.uuid4().hex

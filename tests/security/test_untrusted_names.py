@@ -15,14 +15,14 @@ import redis
 from pyspark.sql import SparkSession
 
 from dashboard.text import JOINER
+from streaming.apps.redis_server import free_port
+from streaming.rules.scenarios import fleet
+from streaming.schema.keys import KeySchema
+from streaming.store.alert_store import read_alerts
+from streaming.store.views.snapshot import read_snapshot
 from tests.procs import ROOT, Proc, until
 from tests.seed import Seeded, seed_pipeline
 from tests.ui.test_dashboard_browser import CHROMIUM, CHROMIUM_ARGS, TAB_DRAWN
-from watermark.apps.redis_server import free_port
-from watermark.rules.scenarios import fleet
-from watermark.schema.keys import KeySchema
-from watermark.store.alert_store import read_alerts
-from watermark.store.views.snapshot import read_snapshot
 
 pytestmark = [pytest.mark.spark, pytest.mark.browser]
 
@@ -82,7 +82,7 @@ def served(seeded: Seeded, tmp_path_factory: pytest.TempPathFactory) -> Iterator
     env = {"REDIS_URL": seeded.cfg.redis_url, "PIPELINE_NAMESPACE": seeded.cfg.namespace}
     (tmp / "alerts.toml").write_text('[server_silent]\nafter = "5s"\n')
     port = free_port()
-    procs = [Proc.python("monitor", ["watermark.apps.monitor", "--config", str(tmp / "alerts.toml"), "--port", "0"],
+    procs = [Proc.python("monitor", ["streaming.apps.monitor", "--config", str(tmp / "alerts.toml"), "--port", "0"],
                          env, tmp),
              Proc.python("dashboard", ["streamlit", "run", str(ROOT / "dashboard" / "app.py"), "--server.port",
                                        str(port), "--server.address", "127.0.0.1", "--server.headless", "true",

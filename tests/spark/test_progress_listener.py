@@ -1,5 +1,5 @@
 """The progress listener under a real Spark streaming query: each batch's report (as the JVM's JSON, not PySpark's
-field-by-field conversion) in the batch's record, only the named query's (``watermark.spark.listener``)."""
+field-by-field conversion) in the batch's record, only the named query's (``streaming.spark.listener``)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ import redis
 from py4j.java_gateway import JavaObject
 from pyspark.sql import DataFrame, SparkSession
 
+from streaming.schema.keys import KeySchema
+from streaming.spark.listener import JsonListener, ProgressListener, ProgressWriter
 from tests.spark.test_source_shards import write
-from watermark.schema.keys import KeySchema
-from watermark.spark.listener import JsonListener, ProgressListener, ProgressWriter
 
 pytestmark = pytest.mark.spark
 

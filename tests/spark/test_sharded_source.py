@@ -1,6 +1,6 @@
 """The sharded source under a real Spark streaming query: compound offsets (one entry ID a shard) go through
 Spark's offset log and back, a capped run shares its cap among the shards, and a restart from the checkpoint reads
-every entry of every shard once (``watermark.schema.shards``)."""
+every entry of every shard once (``streaming.schema.shards``)."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ import pytest
 import redis
 from pyspark.sql import DataFrame, SparkSession
 
+from streaming.schema.keys import KeySchema
+from streaming.schema.shards import Position, shard_key
 from tests.spark.test_source_shards import SHARDS, write
-from watermark.schema.keys import KeySchema
-from watermark.schema.shards import Position, shard_key
 from watermark_client.stream import shard_of
 
 pytestmark = pytest.mark.spark

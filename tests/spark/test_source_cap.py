@@ -13,8 +13,8 @@ import pytest
 import redis
 from pyspark.sql.streaming.datasource import ReadMaxRows
 
-from watermark.schema.keys import KeySchema
-from watermark.spark.source import RedisStreamReader
+from streaming.schema.keys import KeySchema
+from streaming.spark.source import RedisStreamReader
 
 IDS = [f"{i}-0" for i in range(1, 11)]  # entries 1-0 .. 10-0
 

@@ -1,6 +1,6 @@
 """The source over N shards against a real Redis: the same entries as one stream, each once, under a cap shared by
-backlog, and the sink's re-read of a batch between two positions (``watermark.schema.shards``,
-``watermark.spark.source``)."""
+backlog, and the sink's re-read of a batch between two positions (``streaming.schema.shards``,
+``streaming.spark.source``)."""
 
 from __future__ import annotations
 
@@ -13,12 +13,12 @@ import pytest
 import redis
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
-from watermark.schema.keys import KeySchema
-from watermark.schema.shards import Position, shard_key
-from watermark.spark import local_agg
-from watermark.spark.rows import ARROW_SCHEMA
-from watermark.spark.sink import aggregate_arrow, reread
-from watermark.spark.source import COUNT_AFTER_LUA, RedisStreamBatchReader, RedisStreamReader
+from streaming.schema.keys import KeySchema
+from streaming.schema.shards import Position, shard_key
+from streaming.spark import local_agg
+from streaming.spark.rows import ARROW_SCHEMA
+from streaming.spark.sink import aggregate_arrow, reread
+from streaming.spark.source import COUNT_AFTER_LUA, RedisStreamBatchReader, RedisStreamReader
 from watermark_client.events import Event, parse_entry_id
 from watermark_client.stream import shard_of
 

@@ -1,4 +1,4 @@
-"""The windows' players counted by the partitions (watermark.spark.window_players, decision 0019), on a real Redis:
+"""The windows' players counted by the partitions (streaming.spark.window_players, decision 0019), on a real Redis:
 the configured pipeline and two lanes with their own watermarks, batches read by two partitions (one of them run
 twice, as a retried task is), committed by the real commits; every namespace's players per window against a plain
 model of the rule (the distinct players of the events of the batches that namespace accepted the window in)."""
@@ -12,12 +12,12 @@ import pyarrow as pa
 import pytest
 import redis
 
-from watermark.rules.windows import window_ranges
-from watermark.schema.keys import KeySchema, WindowKey
-from watermark.schema.records import ServerRecord
-from watermark.spark.window_players import PartitionPlayers, drop_replayed, read_added, write
-from watermark.store.commit import BatchSummary, Params, WindowAgg, commit_batch
-from watermark.store.redis_conn import ReplicasBehind
+from streaming.rules.windows import window_ranges
+from streaming.schema.keys import KeySchema, WindowKey
+from streaming.schema.records import ServerRecord
+from streaming.spark.window_players import PartitionPlayers, drop_replayed, read_added, write
+from streaming.store.commit import BatchSummary, Params, WindowAgg, commit_batch
+from streaming.store.redis_conn import ReplicasBehind
 
 WINDOW_MS, SLIDE_MS = 10_000, 5_000
 T0 = 1_767_225_600_000

@@ -8,13 +8,13 @@ import uuid
 
 import redis
 
+from streaming.alerting.conditions import Finding
+from streaming.alerting.config import Timing
+from streaming.alerting.lifecycle import Decision, Notice, step_all
+from streaming.apps.monitor.notify import Notifier, Outgoing
+from streaming.schema.keys import KeySchema
+from streaming.store.alert_store import apply_decision, read_alert_view, read_alerts, read_outbox
 from tests.receiver import alert_line, alert_lines, receiving
-from watermark.alerting.conditions import Finding
-from watermark.alerting.config import Timing
-from watermark.alerting.lifecycle import Decision, Notice, step_all
-from watermark.apps.monitor.notify import Notifier, Outgoing
-from watermark.schema.keys import KeySchema
-from watermark.store.alert_store import apply_decision, read_alert_view, read_alerts, read_outbox
 
 T0 = 1_800_000_000_000
 NOW = lambda: T0  # noqa: E731 - the injected clock

@@ -21,16 +21,16 @@ from pathlib import Path
 import pytest
 import redis
 
+from streaming.alerting.config import AlertConfig
+from streaming.apps import annotate
+from streaming.apps.monitor import Monitor, serve_metrics
+from streaming.apps.redis_server import free_port
+from streaming.schema.config import ConfigError, annotations_token, is_loopback
+from streaming.schema.keys import KeySchema
+from streaming.schema.records import Annotation
+from streaming.store import annotation_store
+from streaming.store.annotation_store import add_annotation, read_annotations
 from tests.procs import ROOT, Proc
-from watermark.alerting.config import AlertConfig
-from watermark.apps import annotate
-from watermark.apps.monitor import Monitor, serve_metrics
-from watermark.apps.redis_server import free_port
-from watermark.schema.config import ConfigError, annotations_token, is_loopback
-from watermark.schema.keys import KeySchema
-from watermark.schema.records import Annotation
-from watermark.store import annotation_store
-from watermark.store.annotation_store import add_annotation, read_annotations
 
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 HOUR = 3_600_000
@@ -50,9 +50,9 @@ def test_a_range_reads_the_annotations_that_overlap_it(r: redis.Redis) -> None:
 
 
 def test_the_time_charts_read_the_annotations_and_the_alerts_of_their_range(r: redis.Redis) -> None:
-    from watermark.alerting.lifecycle import Decision, Notice
-    from watermark.store.alert_store import apply_decision
-    from watermark.store.annotation_store import read_happenings
+    from streaming.alerting.lifecycle import Decision, Notice
+    from streaming.store.alert_store import apply_decision
+    from streaming.store.annotation_store import read_happenings
 
     keys = KeySchema(f"t-{uuid.uuid4().hex[:8]}")
     add_annotation(r, keys, note("patch 1.4.2", T0 + HOUR), 8, T0)
@@ -149,7 +149,7 @@ def monitor_on_all_interfaces(redis_url: str, tmp_path: Path, env: dict[str, str
                               ready: str) -> Iterator[tuple[str, redis.Redis, KeySchema]]:
     """A real ``wm-monitor`` bound to 0.0.0.0, reached through 127.0.0.1 once it printed ``ready``."""
     keys, port = KeySchema(f"t-{uuid.uuid4().hex[:8]}"), free_port()
-    proc = Proc.python("monitor", ["watermark.apps.monitor"], {
+    proc = Proc.python("monitor", ["streaming.apps.monitor"], {
         "REDIS_URL": redis_url, "PIPELINE_NAMESPACE": keys.namespace, "METRICS_ADDRESS": "0.0.0.0",
         "METRICS_PORT": str(port), **env}, tmp_path)
     try:
@@ -192,7 +192,7 @@ def test_beyond_loopback_without_a_token_posts_are_refused_and_the_monitor_says_
 
 def wm_annotate(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     """The command in a process of its own: what a person sees, exit status and all."""
-    return subprocess.run([sys.executable, "-m", "watermark.apps.annotate", *args], cwd=ROOT, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "streaming.apps.annotate", *args], cwd=ROOT, capture_output=True,
                           text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT), **NO_TOKEN, **env})
 
 
@@ -244,6 +244,6 @@ def test_the_token_comes_from_the_environment_or_a_file_and_a_bad_one_stops_the_
         with pytest.raises(ConfigError, match=says):
             annotations_token(env)
     bad = {**os.environ, "PYTHONPATH": str(ROOT), **NO_TOKEN, "ANNOTATIONS_TOKEN_FILE": str(tmp_path / "absent")}
-    done = subprocess.run([sys.executable, "-m", "watermark.apps.monitor", "--port", "0"], cwd=ROOT, env=bad,
+    done = subprocess.run([sys.executable, "-m", "streaming.apps.monitor", "--port", "0"], cwd=ROOT, env=bad,
                           capture_output=True, text=True, timeout=60)  # never open: it does not start
     assert done.returncode == 2 and "error: ANNOTATIONS_TOKEN_FILE=" in done.stderr, done.stderr

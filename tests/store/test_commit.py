@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import redis
 
-from watermark.schema.keys import KeySchema
-from watermark.schema.records import LagRecord, ServerRecord
-from watermark.store.commit import (
+from streaming.schema.keys import KeySchema
+from streaming.schema.records import LagRecord, ServerRecord
+from streaming.store.commit import (
     BadRow,
     BatchSummary,
     Params,
@@ -21,7 +21,7 @@ from watermark.store.commit import (
     check_params,
     commit_batch,
 )
-from watermark.store.report import build_document
+from streaming.store.report import build_document
 
 PARAMS = Params(window_ms=600_000, slide_ms=600_000, delay_ms=300_000)
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z in ms
@@ -179,7 +179,7 @@ def test_a_reader_held_back_keeps_what_it_still_needs(r: redis.Redis, keys: KeyS
 
 
 def test_wait_for_commit_answers_from_the_commits_stream(r: redis.Redis, keys: KeySchema) -> None:
-    from watermark.store.report import wait_for_commit
+    from streaming.store.report import wait_for_commit
 
     assert not wait_for_commit(r, keys, "1-0", timeout_s=0.05)  # nothing committed yet
     assert commit_batch(r, keys, summary(0, 0, T0), PARAMS)  # ends at entry 1-0
@@ -246,7 +246,7 @@ def test_an_empty_or_uneven_histogram_is_refused() -> None:
 ])
 def test_the_trim_keeps_ten_minutes_or_about_a_million_entries(start_id: str, end_id: str, entries: int,
                                                                kept_ms: int) -> None:
-    from watermark.store.commit import keep_ms
+    from streaming.store.commit import keep_ms
 
     s = BatchSummary(0, 0, T0, start_id, end_id, [], {"A": ServerRecord(rows=entries)}, [])
     assert keep_ms(s, Params(60_000, 60_000, 0)) == kept_ms
@@ -269,7 +269,7 @@ def test_a_commit_record_gone_under_a_running_job_is_recorded_as_lost_history(
 
 
 def test_a_batch_record_reads_back_exactly_and_a_bad_one_says_what_is_wrong(r: redis.Redis, keys: KeySchema) -> None:
-    from watermark.schema.records import BatchRecord, CommitEntry, RecordError
+    from streaming.schema.records import BatchRecord, CommitEntry, RecordError
 
     assert commit_batch(r, keys, summary(0, 0, T0 + 420_000), PARAMS)
     raw = r.hget(keys.batch(0), "sink")
@@ -285,8 +285,8 @@ def test_a_batch_record_reads_back_exactly_and_a_bad_one_says_what_is_wrong(r: r
 
 def test_read_pipeline_says_what_the_snapshot_says_in_a_fixed_number_of_commands(r: redis.Redis,
                                                                                 keys: KeySchema) -> None:
-    from watermark.store.pipeline_status import read_pipeline
-    from watermark.store.views.snapshot import read_snapshot
+    from streaming.store.pipeline_status import read_pipeline
+    from streaming.store.views.snapshot import read_snapshot
 
     def commands(read: object) -> int:
         before = r.info("stats")["total_commands_processed"]
@@ -316,8 +316,8 @@ def test_with_shards_what_waits_is_every_shards_and_the_oldest_is_the_oldest_of_
                                                                                       keys: KeySchema) -> None:
     """Status and snapshot read every shard the committed position names (no setting of their own): waiting is
     the sum, the oldest waiting entry the oldest of each shard's first uncommitted one, the head the newest."""
-    from watermark.store.pipeline_status import read_pipeline
-    from watermark.store.views.snapshot import read_snapshot
+    from streaming.store.pipeline_status import read_pipeline
+    from streaming.store.views.snapshot import read_snapshot
 
     for k, ids in enumerate([(1, 5, 9), (2, 3, 4, 8), (6,)]):
         for i in ids:
@@ -344,7 +344,7 @@ def test_fewer_shards_than_a_namespace_has_read_are_refused_at_start_more_are_no
 
 
 def test_with_shards_wait_for_commit_waits_for_every_shard(r: redis.Redis, keys: KeySchema) -> None:
-    from watermark.store.report import wait_for_commit
+    from streaming.store.report import wait_for_commit
 
     s = BatchSummary(0, 0, T0, "0-0,0-0", "5-0,2-0", [], {}, [])
     assert commit_batch(r, keys, s, PARAMS)
@@ -356,8 +356,8 @@ def test_with_shards_late_events_and_dead_letters_go_to_their_shards_streams(r: 
                                                                              keys: KeySchema) -> None:
     """Two shards' entries with the same ID: each kept in its own shard's late or dead stream, none lost to the
     other's (one stream would refuse the second XADD of an ID, or drop it as not newer than the newest kept)."""
-    from watermark.rules.late import LateEvent
-    from watermark.schema.shards import shard_key
+    from streaming.rules.late import LateEvent
+    from streaming.schema.shards import shard_key
 
     late = [LateEvent(f"{T0 + 5}-0", server, "p1", None, T0 * 1000, 0, T0 + 60_000, shard)
             for server, shard in (("A", 0), ("B", 1))]
@@ -375,8 +375,8 @@ def test_with_shards_late_events_and_dead_letters_go_to_their_shards_streams(r: 
 
 
 def test_a_stop_is_said_on_the_commit_record_and_the_next_commit_clears_it(r: redis.Redis, keys: KeySchema) -> None:
-    from watermark.apps.job import record_stop
-    from watermark.store.pipeline_status import PipelineState
+    from streaming.apps.job import record_stop
+    from streaming.store.pipeline_status import PipelineState
 
     record_stop(r, keys)
     assert not r.exists(keys.state)  # nothing committed: nothing to say
@@ -394,7 +394,7 @@ def test_what_waits_stays_exact_when_someone_else_trims_the_input_on_redis_7(r: 
     committed changes nothing of what waits. Redis 6.2 has no such count: there the job counts its own trims, and
     one by anyone else reads as fewer waiting (docs/operations.md); entries deleted before the job read them are
     no longer waiting either way once none follows the committed one."""
-    from watermark.store.pipeline_status import read_pipeline
+    from streaming.store.pipeline_status import read_pipeline
 
     for i in range(10):
         r.xadd(keys.events, {"e": b"{}"}, id=f"{i + 1}-0")
@@ -431,7 +431,7 @@ def test_retired_servers_per_server_fields_are_forgotten_and_a_server_that_spoke
     """``forget_servers``: a fleet's per-server fields (seen, region, the servers set, per-server totals) stay
     bounded by the servers heard within RETIRE_AFTER; the overall totals keep every event; a server whose newest
     arrival moved after it was read is left as it is."""
-    from watermark.store.commit import SERVER_METRICS, forget_servers
+    from streaming.store.commit import SERVER_METRICS, forget_servers
 
     keys = KeySchema(f"t-{uuid.uuid4().hex[:8]}")
     r.hset(keys.seen, mapping={"old": 1_000, "back": 1_000, "live": 600_000})
@@ -463,8 +463,8 @@ def test_a_forgotten_servers_delay_buckets_join_the_retired_ones_and_the_advice_
     """The delay trade-off's per-server buckets of a forgotten server are added to the retired servers' histogram:
     the hash stays bounded by the live fleet, and the advice over every server is the same as before. A namespace
     following the fleet forgets the server's running max too; one with fixed servers keeps it."""
-    from watermark.rules.tradeoff import RETIRED_SERVERS, Tradeoff
-    from watermark.store.commit import forget_servers
+    from streaming.rules.tradeoff import RETIRED_SERVERS, Tradeoff
+    from streaming.store.commit import forget_servers
 
     keys = KeySchema(f"t-{uuid.uuid4().hex[:8]}")
     r.hset(keys.seen, mapping={"m1": 1_000, "m2": 2_000, "live": 650_000})
@@ -484,7 +484,7 @@ def test_a_server_with_fields_but_no_arrival_is_forgotten_too(r: redis.Redis) ->
     """Idle markers the job queued before it forgot a server are committed after: they write the server's fields
     (the servers set, ``ticks|S``) again but no arrival. The next sweep forgets it, or it would count as a live
     server for ever; one that sends a real event meanwhile is kept."""
-    from watermark.store.commit import forget_servers
+    from streaming.store.commit import forget_servers
 
     keys = KeySchema(f"t-{uuid.uuid4().hex[:8]}")
     r.hset(keys.seen, mapping={"live": 650_000})
@@ -500,7 +500,7 @@ def test_a_reader_that_reads_again_decodes_only_the_batches_it_has_not_seen(r: r
                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     """``BatchPoints`` keeps the records it decoded: each read decodes the new ones only, ends equal to a fresh read,
     reads a record written again (its ``progress`` changed) again, and leaves out one that is gone."""
-    from watermark.store.views import snapshot
+    from streaming.store.views import snapshot
 
     decoded: list[bytes] = []
     real = snapshot.batch_point
@@ -529,7 +529,7 @@ def test_a_snapshot_without_windows_is_the_same_snapshot_but_its_windows(r: redi
     """Live ops reads the snapshot without windows but on its Windows tab: everything else it shows is the same."""
     from dataclasses import replace
 
-    from watermark.store.views import snapshot
+    from streaming.store.views import snapshot
 
     for b in range(3):
         assert commit_batch(r, keys, summary(b, T0, T0 + 1000 * b), PARAMS)

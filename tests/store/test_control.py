@@ -17,15 +17,14 @@ from urllib.parse import urlsplit
 import pytest
 import redis
 
-from tests.store.test_generator import no_sleeping
-from watermark.apps.control import cli_user, main
-from watermark.apps.follow import Follower
-from watermark.rules.simulate import Simulator, record_payload
-from watermark.schema.clock import ManualClock
-from watermark.schema.config import ConfigError
-from watermark.schema.keys import KeySchema, WindowKey
-from watermark.schema.records import Control, ControlChange, GeneratorStatus
-from watermark.store.control_store import (
+from streaming.apps.control import cli_user, main
+from streaming.apps.follow import Follower
+from streaming.rules.simulate import Simulator, record_payload
+from streaming.schema.clock import ManualClock
+from streaming.schema.config import ConfigError
+from streaming.schema.keys import KeySchema, WindowKey
+from streaming.schema.records import Control, ControlChange, GeneratorStatus
+from streaming.store.control_store import (
     CONTROL_AUDIT_KEEP,
     read_control,
     read_control_audit,
@@ -33,7 +32,8 @@ from watermark.store.control_store import (
     seed_control,
     write_control,
 )
-from watermark.store.redis_conn import connect
+from streaming.store.redis_conn import connect
+from tests.store.test_generator import no_sleeping
 from watermark_client.timeutil import parse_iso_us
 
 WHO = {"by": "test", "role": "operator"}  # who the control changes' audit records
@@ -416,7 +416,7 @@ def test_forget_needs_an_operator_and_refuses_a_server_with_players_online(
         r: redis.Redis, redis_url: str, keys: KeySchema, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
     """``wm-control forget`` (issue 65): a part's credential is refused, a server with players online is refused with
-    who to log out, a server of which nothing is kept is said; a drained one goes (watermark.store.online.forget)."""
+    who to log out, a server of which nothing is kept is said; a drained one goes (streaming.store.online.forget)."""
     monkeypatch.setenv("PIPELINE_NAMESPACE", keys.namespace)
     r.hset(keys.online_counts, mapping={"try-A": 0, "live": 2})
     r.hset(keys.online("live"), mapping={"p1": 1, "p2": 1})

@@ -22,13 +22,13 @@ import redis
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from streaming.apps.generator import main, parse_args
+from streaming.rules.scenarios import SCENARIOS, BurstModel, DelayModel, Outage, Scenario, ServerProfile, get_scenario
+from streaming.rules.simulate import Simulator, fast_payload, generate, record_payload
+from streaming.schema.clock import ManualClock
+from streaming.schema.config import ConfigError
+from streaming.store.stream_writer import StreamWriter, WriteError, WriteStats, stream_last_id, write
 from tests.seed import arrival_ids
-from watermark.apps.generator import main, parse_args
-from watermark.rules.scenarios import SCENARIOS, BurstModel, DelayModel, Outage, Scenario, ServerProfile, get_scenario
-from watermark.rules.simulate import Simulator, fast_payload, generate, record_payload
-from watermark.schema.clock import ManualClock
-from watermark.schema.config import ConfigError
-from watermark.store.stream_writer import StreamWriter, WriteError, WriteStats, stream_last_id, write
 from watermark_client.events import KINDS, Event, parse_entry, parse_entry_id
 from watermark_client.timeutil import parse_iso_us
 
@@ -423,7 +423,7 @@ def test_explicit_ids_stay_above_the_streams_last_id(r: redis.Redis, key: str) -
 
 
 def test_a_sharded_writer_puts_each_servers_events_in_its_shard_in_arrival_order(r: redis.Redis, key: str) -> None:
-    from watermark.schema.shards import shard_key
+    from streaming.schema.shards import shard_key
     from watermark_client.stream import shard_of
 
     events = generate("overseas-lag", seed=3, start_us=START, rate=1000, count=3_000)
@@ -492,7 +492,7 @@ def test_cli_config_errors_exit_2_without_traceback(capsys: pytest.CaptureFixtur
 def cli(redis_url: str, namespace: str, *args: str) -> subprocess.Popen[str]:
     env = {**os.environ, "REDIS_URL": redis_url, "PIPELINE_NAMESPACE": namespace,
            "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
-    return subprocess.Popen([sys.executable, "-m", "watermark.apps.generator", *args], cwd=REPO, env=env,
+    return subprocess.Popen([sys.executable, "-m", "streaming.apps.generator", *args], cwd=REPO, env=env,
                             stderr=subprocess.PIPE, text=True)
 
 
@@ -528,10 +528,10 @@ def test_cli_stops_cleanly_on_sigterm(r: redis.Redis, redis_url: str) -> None:
 def test_the_jobs_idle_markers_go_in_signed_with_their_decision(r: redis.Redis) -> None:
     """The job's other writer of the input: each marker and its decision in one script call, the script
     registered once a run, which keeps working after Redis lost its script cache (a restart)."""
-    from watermark.apps.job import IDLE_LUA, idle_ticker, tick_idle
-    from watermark.rules.fleet import IdleDecision
-    from watermark.schema.config import Config
-    from watermark.schema.keys import KeySchema
+    from streaming.apps.job import IDLE_LUA, idle_ticker, tick_idle
+    from streaming.rules.fleet import IdleDecision
+    from streaming.schema.config import Config
+    from streaming.schema.keys import KeySchema
     from watermark_client.events import IDLE_KIND, Rules
 
     ns = f"idle-{uuid.uuid4().hex[:6]}"
@@ -552,7 +552,7 @@ def test_the_jobs_idle_markers_go_in_signed_with_their_decision(r: redis.Redis) 
     parsed = [parse_entry(f, i.decode(), Rules(idle_key=secret)) for i, f in markers]
     assert all(isinstance(e, Event) and e.kind == IDLE_KIND for e in parsed), parsed
     # with shards, each marker goes to its server's shard, read in order with the server's events
-    from watermark.schema.shards import shard_key
+    from streaming.schema.shards import shard_key
     from watermark_client.stream import shard_of
     sharded = watcher.with_(stream_shards=4)
     ticker.last_marker_ms.clear()
@@ -601,7 +601,7 @@ def test_a_scaled_timeline_brings_the_outage_forward_and_keeps_the_delays() -> N
 
 
 def test_a_fleet_deals_its_servers_over_regions_each_with_its_delay() -> None:
-    from watermark.rules.scenarios import REGION_DELAYS, fleet, game
+    from streaming.rules.scenarios import REGION_DELAYS, fleet, game
 
     f = fleet(300, 6)
     names = [s.name for s in f.servers]
@@ -621,7 +621,7 @@ def test_a_fleet_deals_its_servers_over_regions_each_with_its_delay() -> None:
 
 
 def test_a_fleets_events_carry_their_region_through_every_payload_path(r: redis.Redis, key: str) -> None:
-    from watermark.rules.scenarios import fleet
+    from streaming.rules.scenarios import fleet
 
     sim = Simulator(fleet(30, 3), seed=5, start_us=START, rate=0, count=3_000)
     events = list(sim)
@@ -652,7 +652,7 @@ def test_the_generator_says_why_servers_do_not_apply(capsys: pytest.CaptureFixtu
     ("fast", (START // 1000 + 2 * 86_400_000 + 21 * 3_600_000) // 1000, 1.0),
 ])
 def test_the_daily_curve_peaks_in_the_local_evening_and_scales(curve: str, t_ms: int, share: float) -> None:
-    from watermark.rules.scenarios import DailyCurve
+    from streaming.rules.scenarios import DailyCurve
 
     c = {"utc": DailyCurve(), "eu": DailyCurve(offset_ms=3_600_000), "fast": DailyCurve(day_ms=86_400)}[curve]
     assert c.share(t_ms) == pytest.approx(share)
@@ -661,7 +661,7 @@ def test_the_daily_curve_peaks_in_the_local_evening_and_scales(curve: str, t_ms:
 def test_a_fleets_players_come_in_the_evening_and_leave_at_night_a_day_in_minutes() -> None:
     """A compressed day (``--timeline-scale 0.001``: 86.4 s) of eu-001 against its curve: the players online, as its
     logins and logouts say, are the curve's share of its full house at the evening's peak and before dawn."""
-    from watermark.rules.scenarios import fleet
+    from streaming.rules.scenarios import fleet
 
     f = fleet(3, 3).scaled(0.001)
     curve = f.server("eu-001").daily
@@ -683,7 +683,7 @@ def test_a_fleets_players_come_in_the_evening_and_leave_at_night_a_day_in_minute
 
 def test_a_fleet_without_its_daily_curve_keeps_a_full_house() -> None:
     """DAILY_CURVE=off (the benchmark's): the same fleet, every server's players online whatever the hour."""
-    from watermark.rules.scenarios import fleet, game
+    from streaming.rules.scenarios import fleet, game
 
     assert all(p.daily is not None for p in fleet(30, 3).servers)
     flat = fleet(30, 3, daily=False)
@@ -711,16 +711,16 @@ def test_players_online_carry_over_into_a_following_simulation() -> None:
 @pytest.mark.parametrize(("scenario", "servers"), [("rolling-deploy", None), ("matches", None), ("matches", 12)])
 def test_a_fleet_that_is_replaced_as_it_plays_drains_each_server_and_keeps_its_players(
         r: redis.Redis, scenario: str, servers: int | None) -> None:
-    """Rolling deploys and a server per match (``watermark.rules.scenarios.Churn``) through the online view's own
+    """Rolling deploys and a server per match (``streaming.rules.scenarios.Churn``) through the online view's own
     fold: every replaced server ends drained (its players logged out there and in on its successor), none times a
     player out, and the players online in all never dip while servers come and go."""
-    from watermark.rules.fleet import drained
-    from watermark.rules.online.table import OnlineBatch, OnlineEvents
-    from watermark.rules.scenarios import game
-    from watermark.schema.keys import KeySchema
-    from watermark.schema.records import OnlineStateRecord
-    from watermark.store.commit import Params
-    from watermark.store.online.commit import OnlineMirror, commit_online
+    from streaming.rules.fleet import drained
+    from streaming.rules.online.table import OnlineBatch, OnlineEvents
+    from streaming.rules.scenarios import game
+    from streaming.schema.keys import KeySchema
+    from streaming.schema.records import OnlineStateRecord
+    from streaming.store.commit import Params
+    from streaming.store.online.commit import OnlineMirror, commit_online
 
     start_us = 1_800_000_000_000_000
     sim = Simulator(game(scenario, servers).scaled(0.1), seed=3, start_us=start_us, rate=300, count=30_000)

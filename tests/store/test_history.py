@@ -11,15 +11,15 @@ import uuid
 import numpy as np
 import redis
 
+from streaming.rules.online.fold import KIND_CODES
+from streaming.rules.online.rollup import DAY_MS, MINUTE_MS, TOTAL, WEEK_MS, Point, parse_peaks, shifted
+from streaming.rules.online.table import OnlineBatch, OnlineEvents
+from streaming.schema.keys import KeySchema
+from streaming.store.commit import Params
+from streaming.store.history_store import HistoryRead, read_history
+from streaming.store.online.commit import OnlineMirror, commit_online
+from streaming.store.views.online import read_online
 from tests import history_model
-from watermark.rules.online.fold import KIND_CODES
-from watermark.rules.online.rollup import DAY_MS, MINUTE_MS, TOTAL, WEEK_MS, Point, parse_peaks, shifted
-from watermark.rules.online.table import OnlineBatch, OnlineEvents
-from watermark.schema.keys import KeySchema
-from watermark.store.commit import Params
-from watermark.store.history_store import HistoryRead, read_history
-from watermark.store.online.commit import OnlineMirror, commit_online
-from watermark.store.views.online import read_online
 
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 REGIONS = {"eu-001": "eu", "eu-002": "eu", "eu-003": "eu", "us-001": "us", "us-002": "us"}
@@ -133,8 +133,8 @@ def test_a_full_day_of_one_series_is_11520_bytes_and_its_memory_is_bounded(r: re
     """The figure docs/operations.md multiplies out: a series' day written minute by minute as the job writes it
     is 11,520 bytes and 12,344 bytes of Redis memory with its key (jemalloc's 12 KB class; SETRANGE's growth leaves
     no slack at the end), so 307 series x 9 days at 300 servers are 34.1 MB plus the keyspace: 34.3 MB measured."""
-    from watermark.rules.online.rollup import Minute
-    from watermark.store.history_store import queue_minute
+    from streaming.rules.online.rollup import Minute
+    from streaming.store.history_store import queue_minute
 
     keys = KeySchema(f"t-{uuid.uuid4().hex[:8]}")
     for m in range(0, 1440, 60):

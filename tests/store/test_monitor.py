@@ -9,13 +9,13 @@ import uuid
 import pytest
 import redis
 
-from watermark.alerting.config import AlertConfig, WatermarkFlat
-from watermark.apps.monitor import Monitor, load_config, monitor_client, read_config, shown_url
-from watermark.apps.monitor.notify import Notifier, Outgoing
-from watermark.apps.redis_server import free_port
-from watermark.schema.config import ConfigError
-from watermark.schema.keys import KeySchema
-from watermark.store.alert_store import THRESHOLDS_FIELD, read_alert_view, read_alerts, thresholds_from
+from streaming.alerting.config import AlertConfig, WatermarkFlat
+from streaming.apps.monitor import Monitor, load_config, monitor_client, read_config, shown_url
+from streaming.apps.monitor.notify import Notifier, Outgoing
+from streaming.apps.redis_server import free_port
+from streaming.schema.config import ConfigError
+from streaming.schema.keys import KeySchema
+from streaming.store.alert_store import THRESHOLDS_FIELD, read_alert_view, read_alerts, thresholds_from
 
 T0 = 1_800_000_000_000
 
@@ -108,9 +108,9 @@ def test_a_server_the_job_forgot_but_the_online_view_keeps_is_judged_by_its_cloc
     it: its last arrival is then its clock's, so it is retired, not a server in the live views that never spoke."""
     import uuid
 
-    from watermark.apps.monitor.metrics import in_view
-    from watermark.schema.records import ClockRecord, OnlineStateRecord
-    from watermark.store.observe import read_stack
+    from streaming.apps.monitor.metrics import in_view
+    from streaming.schema.records import ClockRecord, OnlineStateRecord
+    from streaming.store.observe import read_stack
 
     client = redis.Redis.from_url(redis_url)
     keys = KeySchema(f"t-{uuid.uuid4().hex[:8]}")
@@ -130,8 +130,8 @@ def test_a_server_the_job_forgot_but_the_online_view_keeps_is_judged_by_its_cloc
 def test_a_lab_lanes_alerts_page_nobody_unless_asked(redis_url: str, lab_alerts: bool, sent: list[str]) -> None:
     """Issue 65: in production (``LAB_ALERTS`` off) a lane's notices reach neither the webhook's outbox nor its
     queue; the history keeps them all, for the Alerts page."""
-    from watermark.alerting.lifecycle import Decision, Notice
-    from watermark.store.alert_store import read_outbox
+    from streaming.alerting.lifecycle import Decision, Notice
+    from streaming.store.alert_store import read_outbox
 
     client = redis.Redis.from_url(redis_url)
     keys = KeySchema(f"mon-{uuid.uuid4().hex[:8]}")

@@ -14,17 +14,17 @@ from pyspark.sql import SparkSession
 from streamlit.testing.v1 import AppTest
 
 from dashboard.charts import online_over_batches
+from streaming.rules.online.fold import KIND_CODES
+from streaming.rules.online.player import PlayerState, Seen, Transition, apply_events, expiry_ms, on_timer
+from streaming.rules.online.table import OnlineBatch, OnlineEvents, PlayerTable
+from streaming.schema.config import Config, ConfigError
+from streaming.schema.keys import KeySchema
+from streaming.schema.records import OnlineStateRecord
+from streaming.spark.query import start_query
+from streaming.store.commit import Params
+from streaming.store.online.commit import OnlineMirror, commit_online
+from streaming.store.views.online import OnlinePoint, OnlineView, read_online
 from tests.oracle import T0_MS, online_oracle, random_online_batches
-from watermark.rules.online.fold import KIND_CODES
-from watermark.rules.online.player import PlayerState, Seen, Transition, apply_events, expiry_ms, on_timer
-from watermark.rules.online.table import OnlineBatch, OnlineEvents, PlayerTable
-from watermark.schema.config import Config, ConfigError
-from watermark.schema.keys import KeySchema
-from watermark.schema.records import OnlineStateRecord
-from watermark.spark.query import start_query
-from watermark.store.commit import Params
-from watermark.store.online.commit import OnlineMirror, commit_online
-from watermark.store.views.online import OnlinePoint, OnlineView, read_online
 from watermark_client.events import PAYLOAD_FIELD, Event
 
 TIMEOUT = 10_000  # ms
@@ -468,7 +468,7 @@ def test_live_ops_says_what_a_loss_did_to_the_online_view(lost_at: int | None, u
 
 
 def test_a_server_drains_and_is_forgotten_and_a_crash_does_not_drain(r: redis.Redis) -> None:
-    """``watermark.rules.fleet`` in the online view: A's players log out (drained at that arrival), C's time out
+    """``streaming.rules.fleet`` in the online view: A's players log out (drained at that arrival), C's time out
     (not drained: they were there when it fell silent); once silent for RETIRE_AFTER with no player kept, both
     are forgotten (no clock, no count: what a batch costs is the live fleet's); A speaking again starts afresh."""
     keys = KeySchema(f"t-{uuid.uuid4().hex[:8]}")
@@ -506,8 +506,8 @@ def test_a_server_an_operator_forgets_goes_with_its_own_history_once_drained(r: 
     online view's next batch forgets the drained server as if it had retired, with its peaks, per-minute series and
     place in the minute records; the region's and the total's figures stay. A request about a server that spoke
     after it is void, and dropped."""
-    from watermark.rules.online.rollup import Minute
-    from watermark.store.online.forget import ask, players_online
+    from streaming.rules.online.rollup import Minute
+    from streaming.store.online.forget import ask, players_online
 
     keys = KeySchema(f"t-{uuid.uuid4().hex[:8]}")
     params = Params(60_000, 60_000, DELAY, retire_after_ms=3_600_000)
@@ -570,8 +570,8 @@ def test_a_reader_that_reads_again_decodes_only_the_online_records_it_has_not_se
     """``OnlinePoints`` keeps the per-batch records it decoded: each read decodes the new ones only and ends equal to
     a fresh read of the newest ``last``; when Redis no longer holds the kept span (emptied, a pipeline started
     afresh, a record written again) it reads everything again."""
-    from watermark.schema.records import OnlineRecord
-    from watermark.store.views import online
+    from streaming.schema.records import OnlineRecord
+    from streaming.store.views import online
 
     keys = KeySchema(f"pts-{uuid.uuid4().hex[:8]}")
     decoded: list[bytes] = []

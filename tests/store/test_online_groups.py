@@ -14,15 +14,15 @@ from collections.abc import Callable
 
 import redis
 
+from streaming.rules.online.groups import Group
+from streaming.rules.online.table import OnlineBatch
+from streaming.schema.keys import KeySchema
+from streaming.schema.records import OnlineRecord
+from streaming.store.commit import Params
+from streaming.store.online.commit import OnlineMirror, commit_online
 from tests.store.test_online import events
 from tests.store.test_server_clocks import DELAY, T0, TIMEOUT, game
 from tests.store.test_server_clocks import random_game as clock_game
-from watermark.rules.online.groups import Group
-from watermark.rules.online.table import OnlineBatch
-from watermark.schema.keys import KeySchema
-from watermark.schema.records import OnlineRecord
-from watermark.store.commit import Params
-from watermark.store.online.commit import OnlineMirror, commit_online
 
 PARAMS = Params(60_000, 60_000, DELAY)
 NOW_MS = T0 + 7 * 86_400_000  # one wall clock for every run: the records' updated_ms and expiries alike

@@ -1,4 +1,4 @@
-"""watermark.store.redis_conn.Transaction: a commit's transaction on a connection of its own, through redis-py's
+"""streaming.store.redis_conn.Transaction: a commit's transaction on a connection of its own, through redis-py's
 public API, gives what redis-py's pipeline gives (the same writes, a watched key that changed refuses it whole, a
 refused command raises naming it), on a real redis-server, over RESP2 and RESP3; its connection goes back to the
 pool unwatched, and one lost while watching is never read on without the WATCH.
@@ -21,12 +21,12 @@ import pyarrow as pa
 import pytest
 import redis
 
+from streaming.apps.redis_server import RedisServer
+from streaming.schema.keys import KeySchema
+from streaming.store import redis_conn
+from streaming.store.commit import BatchSummary, commit_batch, free_committed_input, queue_packed
+from streaming.store.redis_conn import Transaction, with_retry
 from tests.store.test_commit import PARAMS, T0, dump, summary
-from watermark.apps.redis_server import RedisServer
-from watermark.schema.keys import KeySchema
-from watermark.store import redis_conn
-from watermark.store.commit import BatchSummary, commit_batch, free_committed_input, queue_packed
-from watermark.store.redis_conn import Transaction, with_retry
 from watermark_client import Producer, ProducerTimeout
 from watermark_client.connection import is_full
 
@@ -79,7 +79,7 @@ def test_a_watched_key_that_changed_refuses_the_whole_transaction(client: redis.
 def test_a_guarded_commit_whose_record_changed_is_decided_again_and_lands_once(client: redis.Redis) -> None:
     """The job forgets a retired server's running max in a lane's record while the lane commits (``forget_servers``):
     the commit's transaction is refused (``WatchError``), and ``with_retry`` reads and decides again."""
-    from watermark.store.redis_conn import with_retry
+    from streaming.store.redis_conn import with_retry
 
     state, total = _k(), _k()
     client.hset(state, mapping={"last_batch": 4, "max_event_us|gone": 9, "max_event_us|live": 7})
@@ -284,7 +284,7 @@ def test_a_commit_refused_while_full_writes_nothing_waits_and_lands_once_when_me
         if len(pauses) == 3:
             r.delete(BALLAST)
 
-    with caplog.at_level(logging.ERROR, logger="watermark.store.redis_conn"):
+    with caplog.at_level(logging.ERROR, logger="streaming.store.redis_conn"):
         applied = with_retry(lambda: commit_batch(r, keys, summary(0, 0, T0 + 420_000), PARAMS), "commit of batch 0",
                              sleep=pause, when_full=lambda: "nothing to free here")
     assert applied
@@ -356,11 +356,11 @@ def test_the_monitor_pages_and_the_status_line_says_redis_is_full(r: redis.Redis
     """What the monitor and the pages read from a full Redis: the RedisFull alert's condition, the metric's
     figures and the status line's first message."""
     from dashboard.status import Level, assess
-    from watermark.alerting.conditions import evaluate
-    from watermark.alerting.config import AlertConfig
-    from watermark.alerting.observation import Memory
-    from watermark.store.observe import read_stack
-    from watermark.store.views.snapshot import read_snapshot
+    from streaming.alerting.conditions import evaluate
+    from streaming.alerting.config import AlertConfig
+    from streaming.alerting.observation import Memory
+    from streaming.store.observe import read_stack
+    from streaming.store.views.snapshot import read_snapshot
 
     assert commit_batch(r, keys, summary(0, 0, T0 + 420_000), PARAMS)
     fill(r)

@@ -9,12 +9,12 @@ from urllib.parse import urlsplit
 import pytest
 import redis
 
-from watermark.schema.config import Config, redact_url
-from watermark.schema.keys import KeySchema
-from watermark.schema.records import ServerRecord
-from watermark.store.commit import BatchSummary, Params, WindowAgg, commit_batch
-from watermark.store.pipeline_status import read_pipeline
-from watermark.store.views.snapshot import read_snapshot
+from streaming.schema.config import Config, redact_url
+from streaming.schema.keys import KeySchema
+from streaming.schema.records import ServerRecord
+from streaming.store.commit import BatchSummary, Params, WindowAgg, commit_batch
+from streaming.store.pipeline_status import read_pipeline
+from streaming.store.views.snapshot import read_snapshot
 
 
 @pytest.fixture()

@@ -1,5 +1,5 @@
 """One clock cannot take the others' players offline: the online view judges each server's players by that
-server's own clock (``watermark.rules.server_clock``), checked through the real commit (real redis-server)
+server's own clock (``streaming.rules.server_clock``), checked through the real commit (real redis-server)
 against the independent model (tests/oracle.py ``online_oracle``) on games made for it: one event far ahead,
 a server whose clock runs ahead, one behind, one silent, one returning; and random ones."""
 
@@ -11,18 +11,18 @@ import uuid
 import pytest
 import redis
 
+from streaming.alerting.conditions import evaluate
+from streaming.alerting.config import AlertConfig
+from streaming.alerting.observation import Memory
+from streaming.rules.online.table import OnlineBatch
+from streaming.schema.keys import KeySchema
+from streaming.schema.records import OnlineRecord, OnlineStateRecord
+from streaming.store.commit import Params
+from streaming.store.observe import read_stack
+from streaming.store.online.commit import OnlineMirror, commit_online
+from streaming.store.views.online import read_online
 from tests.oracle import online_oracle
 from tests.store.test_online import events
-from watermark.alerting.conditions import evaluate
-from watermark.alerting.config import AlertConfig
-from watermark.alerting.observation import Memory
-from watermark.rules.online.table import OnlineBatch
-from watermark.schema.keys import KeySchema
-from watermark.schema.records import OnlineRecord, OnlineStateRecord
-from watermark.store.commit import Params
-from watermark.store.observe import read_stack
-from watermark.store.online.commit import OnlineMirror, commit_online
-from watermark.store.views.online import read_online
 
 DELAY, TIMEOUT = 5_000, 30_000
 T0 = 1_700_000_000_000

@@ -12,11 +12,11 @@ from streamlit.testing.v1 import AppTest
 from dashboard.alertview import Span, alert_marks, alert_rows, spans
 from dashboard.testing import page_test
 from dashboard.text import md
-from watermark.alerting.conditions import Finding, watching
-from watermark.alerting.config import AlertConfig, Timing
-from watermark.alerting.lifecycle import AlertState, Notice, step_all
-from watermark.schema.keys import KeySchema
-from watermark.store.alert_store import acknowledge, apply_decision, record_failure
+from streaming.alerting.conditions import Finding, watching
+from streaming.alerting.config import AlertConfig, Timing
+from streaming.alerting.lifecycle import AlertState, Notice, step_all
+from streaming.schema.keys import KeySchema
+from streaming.store.alert_store import acknowledge, apply_decision, record_failure
 
 T0 = 1_800_000_000_000
 TIMING = {r: Timing(0, 0) for r in ("server_silent", "players_drop", "late_drops", "clock_ahead")}
@@ -149,7 +149,7 @@ def test_no_monitor_yet_and_nothing_fired_are_said_in_words(redis_url: str, monk
 
 def test_the_lab_control_changes_show_beside_the_annotations_with_who_and_role(
         seeded_alerts: KeySchema, redis_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    from watermark.store.control_store import write_control
+    from streaming.store.control_store import write_control
 
     client = redis.Redis.from_url(redis_url)
     write_control(client, seeded_alerts, by="ana@ops.example.com", role="operator", delay_ms=20_000, now_ms=T0)
@@ -186,7 +186,7 @@ def test_the_firing_line_names_eight_servers_of_an_outage_and_counts_the_rest() 
 
 
 def test_the_firing_line_counts_silent_servers_by_region() -> None:
-    """ServerSilent is one alert a region (watermark.alerting.conditions.servers_silent): the line gives the counts,
+    """ServerSilent is one alert a region (streaming.alerting.conditions.servers_silent): the line gives the counts,
     the largest first, never a list of thousands of servers."""
     from dashboard.alertview import alert_rows, firing_text
 

@@ -1,7 +1,7 @@
 """Every dashboard page under Streamlit's AppTest, against a real Redis seeded by the real pipeline.
 
 The numbers each page shows are checked against Redis read directly (not
-through ``watermark.store.views.snapshot``) and against the independent oracle, and the whole
+through ``streaming.store.views.snapshot``) and against the independent oracle, and the whole
 run must leave Redis untouched: the dashboard never writes.
 """
 
@@ -19,15 +19,15 @@ from streamlit.testing.v1 import AppTest
 
 from dashboard import charts, loaders
 from dashboard.testing import page_test
+from streaming.alerting.config import AlertConfig, ServerSilent, WatermarkFlat
+from streaming.apps.redis_server import free_port
+from streaming.schema.keys import KeySchema, WindowKey
+from streaming.store.alert_store import THRESHOLDS_FIELD, publish_thresholds
+from streaming.store.report import read_batches
+from streaming.store.views.online import read_online
+from streaming.store.views.snapshot import read_snapshot
 from tests.oracle import oracle, to_ms
 from tests.seed import Seeded, seed_pipeline
-from watermark.alerting.config import AlertConfig, ServerSilent, WatermarkFlat
-from watermark.apps.redis_server import free_port
-from watermark.schema.keys import KeySchema, WindowKey
-from watermark.store.alert_store import THRESHOLDS_FIELD, publish_thresholds
-from watermark.store.report import read_batches
-from watermark.store.views.online import read_online
-from watermark.store.views.snapshot import read_snapshot
 from watermark_client.events import parse_entry_id
 from watermark_client.timeutil import human_ms
 
@@ -473,8 +473,8 @@ def scrape(url: str, namespace: str) -> dict[tuple[str, tuple[tuple[str, str], .
     from prometheus_client.parser import text_string_to_metric_families
     from prometheus_client.registry import CollectorRegistry
 
-    from watermark.apps.monitor.metrics import StackCollector
-    from watermark.store.observe import lane_keys, read_stack
+    from streaming.apps.monitor.metrics import StackCollector
+    from streaming.store.observe import lane_keys, read_stack
 
     client, keys = redis.Redis.from_url(url), KeySchema(namespace)
     registry = CollectorRegistry(auto_describe=False)
@@ -520,10 +520,10 @@ def test_metrics_equal_the_dashboard_and_the_oracle(seeded: Seeded) -> None:
 
 def test_live_ops_shows_what_the_monitor_has_firing(env: Seeded, direct: tuple[redis.Redis, KeySchema]) -> None:
     """A wall screen on the headline page sees an alert without a click; without one it shows nothing more."""
-    from watermark.alerting.conditions import Finding
-    from watermark.alerting.config import Timing
-    from watermark.alerting.lifecycle import step_all
-    from watermark.store.alert_store import apply_decision
+    from streaming.alerting.conditions import Finding
+    from streaming.alerting.config import Timing
+    from streaming.alerting.lifecycle import step_all
+    from streaming.store.alert_store import apply_decision
 
     client, keys = direct
     now = int(client.hget(keys.state, "updated_ms"))

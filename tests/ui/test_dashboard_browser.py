@@ -21,11 +21,11 @@ from pathlib import Path
 import pytest
 import redis
 
+from streaming.apps.redis_server import free_port
+from streaming.schema.keys import KeySchema
+from streaming.store.report import wait_for_commit
 from tests.oracle import oracle
 from tests.procs import ROOT, Proc
-from watermark.apps.redis_server import free_port
-from watermark.schema.keys import KeySchema
-from watermark.store.report import wait_for_commit
 
 pytestmark = [pytest.mark.spark, pytest.mark.browser, pytest.mark.long]
 CHROMIUM = "/usr/bin/chromium"
@@ -67,14 +67,14 @@ def stack(redis_url: str, tmp_path: Path) -> Iterator[dict]:
     port = free_port()
     procs: dict[str, Proc] = {}
     try:
-        procs["job"] = Proc.python("job", ["watermark.apps.job"], env, tmp_path)
+        procs["job"] = Proc.python("job", ["streaming.apps.job"], env, tmp_path)
         procs["dashboard"] = Proc.python("dashboard", [
             "streamlit", "run", str(ROOT / "dashboard" / "app.py"), "--server.port", str(port),
             "--server.address", "127.0.0.1", "--server.headless", "true", "--browser.gatherUsageStats", "false",
         ], env, tmp_path)
         # The monitor, with a short silence and a low late rate: the Alerts page has something to show.
         (tmp_path / "alerts.toml").write_text('[server_silent]\nafter = "5s"\n[late_drops]\nper_minute = 20\n')
-        procs["monitor"] = Proc.python("monitor", ["watermark.apps.monitor", "--config", str(tmp_path / "alerts.toml"),
+        procs["monitor"] = Proc.python("monitor", ["streaming.apps.monitor", "--config", str(tmp_path / "alerts.toml"),
                                                    "--port", "0"], env, tmp_path)
         procs["dashboard"].wait_for(r"You can now view", timeout=60)
         procs["job"].wait_for(r"query \S+ running", timeout=180)
@@ -109,7 +109,7 @@ def test_dashboard_in_a_real_browser_follows_the_live_pipeline(stack: dict) -> N
     if not shots.is_absolute():
         shots = ROOT / shots
     # 40 s of overseas-lag traffic: C's 0.5-25 s delays against a 2 s watermark delay drop some of its events.
-    gen = Proc.python("generator", ["watermark.apps.generator", "--scenario", "overseas-lag", "--rate", "200",
+    gen = Proc.python("generator", ["streaming.apps.generator", "--scenario", "overseas-lag", "--rate", "200",
                                     "--count", "8000", "--seed", "11", "--log-every", "2"],
                       stack["env"], stack["log_dir"])
     stack["procs"]["generator"] = gen
@@ -166,7 +166,7 @@ def test_dashboard_in_a_real_browser_follows_the_live_pipeline(stack: dict) -> N
         page.screenshot(path=str(shots / "dashboard-delay.png"), full_page=True)
 
         # Who changed the lab's control, beside the annotations, as an operator reads it (issue 63, item 2)
-        from watermark.store.control_store import write_control
+        from streaming.store.control_store import write_control
 
         write_control(client, keys, by="ana@studio.example", role="operator", scenario="steady")
         page.goto(stack["url"] + "/alerts")
@@ -239,8 +239,8 @@ def test_every_page_at_300_servers_in_a_real_browser(redis_url: str, tmp_path: P
     of 300 servers (``docs/live-*.png``, from a running fleet: scripts/screenshots.py)."""
     from playwright.sync_api import sync_playwright
 
+    from streaming.rules.scenarios import fleet
     from tests.seed import seed_pipeline
-    from watermark.rules.scenarios import fleet
 
     assert Path(CHROMIUM).exists(), f"{CHROMIUM} is missing: `apt-get install chromium` (.ci/run does)"
     seeded = seed_pipeline(redis_url, tmp_path, scenario=fleet(300, 6), rate=6_000, count=180_000,
@@ -251,7 +251,7 @@ def test_every_page_at_300_servers_in_a_real_browser(redis_url: str, tmp_path: P
     procs = [Proc.python("dashboard", ["streamlit", "run", str(ROOT / "dashboard" / "app.py"), "--server.port",
                                        str(port), "--server.address", "127.0.0.1", "--server.headless", "true",
                                        "--browser.gatherUsageStats", "false"], env, tmp_path),
-             Proc.python("monitor", ["watermark.apps.monitor", "--port", "0"], env, tmp_path)]
+             Proc.python("monitor", ["streaming.apps.monitor", "--port", "0"], env, tmp_path)]
     try:
         procs[0].wait_for(r"You can now view", timeout=60)
         with sync_playwright() as pw:

@@ -20,13 +20,13 @@ from streamlit.testing.v1 import AppTest
 from dashboard.pages.control.model import generator_line
 from dashboard.status import Level
 from dashboard.testing import page_test
-from watermark.apps.follow import Follower
-from watermark.apps.redis_server import free_port
-from watermark.rules.scenarios import SCENARIOS
-from watermark.schema.clock import ManualClock
-from watermark.schema.keys import KeySchema
-from watermark.schema.records import Control, GeneratorStatus
-from watermark.store.control_store import read_control, write_control
+from streaming.apps.follow import Follower
+from streaming.apps.redis_server import free_port
+from streaming.rules.scenarios import SCENARIOS
+from streaming.schema.clock import ManualClock
+from streaming.schema.keys import KeySchema
+from streaming.schema.records import Control, GeneratorStatus
+from streaming.store.control_store import read_control, write_control
 
 PAGE = "control"
 NOW = 1_800_000_000_000
@@ -205,7 +205,7 @@ def test_generator_line(control: Control, gen: GeneratorStatus | None, level: Le
 def seed_tradeoff(rd: redis.Redis, keys: KeySchema, buckets: dict[str, dict[int, int]]) -> None:
     """The job's state (delay 30 s) and a trade-off histogram: per server, bucket -> pairs (a pair in bucket b is
     dropped by the first b grid delays)."""
-    from watermark.rules.tradeoff import GRID_FIELD, GRID_MS, hist_field
+    from streaming.rules.tradeoff import GRID_FIELD, GRID_MS, hist_field
 
     rd.hset(keys.state, mapping={"last_batch": "4", "watermark_ms": str(NOW - 60_000),
                                  "next_watermark_ms": str(NOW - 30_000), "max_event_us": str(NOW * 1000),

@@ -16,14 +16,14 @@ from pyspark.sql import SparkSession
 from streamlit.testing.v1 import AppTest
 
 from dashboard.testing import page_test
+from streaming.apps.redis_server import free_port
+from streaming.rules.eventview import Status, dropped_pairs
+from streaming.rules.late import LateEvent
+from streaming.schema.keys import KeySchema, WindowKey
+from streaming.store.commit import trim_counted
+from streaming.store.views.events import find_player, read_events
 from tests.oracle import event_status, judged
 from tests.seed import BAD_PAYLOADS, Seeded, seed_pipeline
-from watermark.apps.redis_server import free_port
-from watermark.rules.eventview import Status, dropped_pairs
-from watermark.rules.late import LateEvent
-from watermark.schema.keys import KeySchema, WindowKey
-from watermark.store.commit import trim_counted
-from watermark.store.views.events import find_player, read_events
 from watermark_client.events import Event, parse_entry_id
 
 pytestmark = pytest.mark.spark
@@ -302,6 +302,6 @@ def test_the_page_finds_a_player_by_id_and_time(env: World, client: redis.Redis)
 ])
 def test_the_late_events_kept_are_read_below_what_each_shard_shows_and_within_the_range(
         cut: tuple | None, firsts: list, below: list) -> None:
-    from watermark.store.views.events import below_shown
+    from streaming.store.views.events import below_shown
 
     assert below_shown(cut, firsts, 3, 40) == below

@@ -10,11 +10,11 @@ import redis
 
 from dashboard import charts
 from dashboard.status import Level, assess, human_ms, stall, unreachable
-from watermark.alerting.config import AlertConfig, Freshness, WatermarkFlat
-from watermark.schema.keys import WindowKey
-from watermark.schema.records import LagRecord, RecordError, ServerRecord
-from watermark.store.views import snapshot as data
-from watermark.store.views.snapshot import (
+from streaming.alerting.config import AlertConfig, Freshness, WatermarkFlat
+from streaming.schema.keys import WindowKey
+from streaming.schema.records import LagRecord, RecordError, ServerRecord
+from streaming.store.views import snapshot as data
+from streaming.store.views.snapshot import (
     BatchPoint,
     PipelineState,
     Snapshot,
@@ -322,7 +322,7 @@ def test_the_dashboard_never_imports_pyspark() -> None:
     import subprocess
     import sys
 
-    code = ("import sys; import watermark.store.views.snapshot, dashboard.status, dashboard.charts, dashboard.ui; "
+    code = ("import sys; import streaming.store.views.snapshot, dashboard.status, dashboard.charts, dashboard.ui; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] == 'pyspark'))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
@@ -340,7 +340,7 @@ def test_redis_failures_say_what_went_wrong(error: Exception, phrase: str) -> No
 
 def test_online_per_minute_and_transitions_per_minute() -> None:
     from dashboard.pages.live_ops import figures
-    from watermark.rules.online.rollup import TOTAL, Minute
+    from streaming.rules.online.rollup import TOTAL, Minute
 
     minutes = [Minute(60_000, {"A": 3, "B": 1}, {"A": 4, "B": 1, TOTAL: 5},
                       {"A": {"login": 3, "heartbeat": 1, "logout": 1}, "B": {"event": 1, "timeout": 2}}),
@@ -377,8 +377,8 @@ def test_online_per_minute_and_transitions_per_minute() -> None:
 
 
 def test_a_weeks_chart_draws_each_series_the_week_ago_dotted_and_the_marks_in_its_range() -> None:
-    from watermark.rules.online.rollup import DAY_MS, TOTAL, Point, region_key
-    from watermark.store.history_store import Timeline
+    from streaming.rules.online.rollup import DAY_MS, TOTAL, Point, region_key
+    from streaming.store.history_store import Timeline
 
     t0 = 1_767_225_600_000
     tl = Timeline(t0, t0 + DAY_MS, 60_000,
@@ -406,8 +406,8 @@ def test_a_weeks_chart_draws_each_series_the_week_ago_dotted_and_the_marks_in_it
 def test_a_time_chart_names_the_span_its_data_covers_and_ticks_it_apart() -> None:
     """Issue 62, item 7: a chart asked for 24 h holding 10 minutes says so under its title, and its ticks carry
     seconds (else plotly's 15 s ticks read "05:31 05:31 05:31"); a day of data ticks in minutes, a week by day."""
-    from watermark.rules.online.rollup import DAY_MS, TOTAL, Point
-    from watermark.store.history_store import Timeline
+    from streaming.rules.online.rollup import DAY_MS, TOTAL, Point
+    from streaming.store.history_store import Timeline
 
     t0 = 1_767_225_600_000
     for covered, fmt, subtitle in (
@@ -425,8 +425,8 @@ def test_a_time_chart_names_the_span_its_data_covers_and_ticks_it_apart() -> Non
 
 def test_an_alert_bands_label_is_dark_on_light_never_cut_and_whole_on_hover() -> None:
     """Issue 62, item 7: labels were orange on an orange band, or cut to "Se" at the right edge."""
-    from watermark.rules.online.rollup import TOTAL, Point
-    from watermark.store.history_store import Timeline
+    from streaming.rules.online.rollup import TOTAL, Point
+    from streaming.store.history_store import Timeline
 
     t0 = 1_767_225_600_000
     tl = Timeline(t0, t0 + 600_000, 60_000, {TOTAL: [Point(t0 + m, 5, 5) for m in range(0, 600_001, 60_000)]}, {})
@@ -445,7 +445,7 @@ def test_an_alert_bands_label_is_dark_on_light_never_cut_and_whole_on_hover() ->
 
 def test_the_online_chart_leaves_out_a_batch_before_any_event() -> None:
     """Its watermark is the epoch: drawn, it would stretch the time axis to 1970."""
-    from watermark.store.views.online import OnlinePoint
+    from streaming.store.views.online import OnlinePoint
 
     history = [OnlinePoint(0, 0, 1, {}, 0, 0), OnlinePoint(1, 1_767_225_600_000, 2, {"A": 1}, 1, 0)]
     fig = charts.online_over_batches(history, ["A"])
@@ -495,8 +495,8 @@ def test_every_chart_keeps_the_rules(name: str) -> None:
 
 
 def test_the_history_chart_keeps_the_rules() -> None:
-    from watermark.rules.online.rollup import DAY_MS, TOTAL, Point
-    from watermark.store.history_store import Timeline
+    from streaming.rules.online.rollup import DAY_MS, TOTAL, Point
+    from streaming.store.history_store import Timeline
 
     pts = {s: [Point(T + m * MIN, 3 + m % 5, 4 + m % 5) for m in range(0, 600, 7)] for s in (TOTAL, "A", "B", "C")}
     tl = Timeline(T - 14 * 60 * MIN, T + 10 * 60 * MIN, MIN, pts, {TOTAL: pts[TOTAL][:40]})
@@ -612,7 +612,7 @@ def test_the_lab_table_names_the_servers_that_dropped_most(dropped: dict[str, in
 # ------------------------------------------------------------------------------------------- the wall
 
 def _alert(rule: str, subject: str, since: int = 0, value: float | None = None, status: str = "firing"):  # noqa: ANN202
-    from watermark.alerting.lifecycle import AlertState
+    from streaming.alerting.lifecycle import AlertState
 
     return AlertState(rule=rule, subject=subject, status=status, since_ms=since, active_since_ms=since, value=value)
 
@@ -731,7 +731,7 @@ def test_the_lab_draws_each_lane_by_its_distance_behind_the_newest_event() -> No
     """Two lanes over the same events: the configured one 30 s behind the newest event time, a per-server-min lane
     held back to 90 s by a silent server; each at its own height, neither under the other."""
     from dashboard.pages.lab.model import lanes_watermarks
-    from watermark.schema.config import Lane
+    from streaming.schema.config import Lane
 
     newest = T + 5 * MIN
     main = tuple(batch(i, T, newest - 30_000, running_max_event_us=newest * 1000) for i in range(3))
@@ -757,7 +757,7 @@ def test_the_fleet_at_a_glance_counts_each_regions_servers_by_state() -> None:
 
 def test_the_slowest_clocks_are_ranked_by_the_worse_lag_the_lag_page_heads() -> None:
     from dashboard.pages.live_ops.model import slowest_clocks
-    from watermark.schema.records import LagRecord, ServerRecord
+    from streaming.schema.records import LagRecord, ServerRecord
 
     def lag(p95: float | None) -> LagRecord | None:
         return None if p95 is None else LagRecord(p95 / 2, p95, p95 * 2)

@@ -7,10 +7,10 @@ import random
 from collections import defaultdict
 
 from dashboard.fleet import MAX_SERIES, NO_REGION, grouping
-from watermark.rules.online.rollup import Minute
-from watermark.schema.keys import WindowKey
-from watermark.store.report import WindowRow
-from watermark.store.views.online import OnlinePoint
+from streaming.rules.online.rollup import Minute
+from streaming.schema.keys import WindowKey
+from streaming.store.report import WindowRow
+from streaming.store.views.online import OnlinePoint
 
 SERVERS = [f"{r}-{k:03d}" for k in range(1, 51) for r in ("eu", "na", "sa", "as", "oc", "af")]
 REGIONS = {s: s.split("-")[0] for s in SERVERS}
@@ -97,8 +97,8 @@ def test_a_past_minute_is_drawn_from_its_own_servers_not_todays() -> None:
 
 def test_a_lanes_watermark_chart_draws_the_servers_holding_it_back() -> None:
     from dashboard.pages.lab.model import server_watermarks
-    from watermark.schema.config import Lane
-    from watermark.store.views.snapshot import BatchPoint
+    from streaming.schema.config import Lane
+    from streaming.store.views.snapshot import BatchPoint
 
     marks = {s: 1_800_000_000_000 + 1_000 * i for i, s in enumerate(SERVERS)}
     point = BatchPoint(batch=1, batch_ts_ms=1_800_000_100_000, watermark_ms=0, next_watermark_ms=min(marks.values()),

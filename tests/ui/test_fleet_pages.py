@@ -16,13 +16,13 @@ from pyspark.sql import SparkSession
 from streamlit.testing.v1 import AppTest
 
 from dashboard.testing import page_test
+from streaming.rules.online.rollup import day_of, parse_peaks
+from streaming.rules.scenarios import fleet
+from streaming.schema.keys import KeySchema, WindowKey
+from streaming.schema.records import OnlineStateRecord
+from streaming.store.views.snapshot import read_snapshot
 from tests.paths import APP
 from tests.seed import Seeded, seed_pipeline
-from watermark.rules.online.rollup import day_of, parse_peaks
-from watermark.rules.scenarios import fleet
-from watermark.schema.keys import KeySchema, WindowKey
-from watermark.schema.records import OnlineStateRecord
-from watermark.store.views.snapshot import read_snapshot
 from watermark_client.timeutil import clock
 
 pytestmark = pytest.mark.spark

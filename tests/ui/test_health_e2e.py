@@ -26,11 +26,11 @@ from streamlit.testing.v1 import AppTest
 
 from dashboard import loaders
 from dashboard.testing import page_test
+from streaming.alerting.health import Health
+from streaming.apps.redis_server import RedisServer, free_port
+from streaming.schema.keys import KeySchema
+from streaming.store.alert_store import read_alerts
 from tests.procs import Proc, until
-from watermark.alerting.health import Health
-from watermark.apps.redis_server import RedisServer, free_port
-from watermark.schema.keys import KeySchema
-from watermark.store.alert_store import read_alerts
 from watermark_client import Producer
 
 pytestmark = [pytest.mark.spark, pytest.mark.long]
@@ -117,13 +117,13 @@ class Stack:
                     "SPARK_MASTER": "local[2]", "LAB_LANES": "", "MAX_EVENTS_PER_BATCH": "100"}
         (tmp / "alerts.toml").write_text(CONFIG)
         self.metrics_port = free_port()
-        self.monitor = Proc.python("monitor", ["watermark.apps.monitor", "--config", str(tmp / "alerts.toml"),
+        self.monitor = Proc.python("monitor", ["streaming.apps.monitor", "--config", str(tmp / "alerts.toml"),
                                                "--port", str(self.metrics_port), "--interval", "0.25"], self.env, tmp)
         self.monitor.wait_for("monitor: /metrics on", timeout=60)
         self.job: Proc | None = None
 
     def start_job(self) -> None:
-        self.job = Proc.python("job", ["watermark.apps.job"], self.env, self.tmp)
+        self.job = Proc.python("job", ["streaming.apps.job"], self.env, self.tmp)
 
     def signal_job(self, sig: int) -> None:
         assert self.job is not None

@@ -15,14 +15,14 @@ from streamlit.testing.v1 import AppTest
 
 from dashboard.status import human_ms
 from dashboard.testing import page_test
+from streaming.apps.job import register_lanes
+from streaming.apps.replay import replay
+from streaming.rules.fleet import IdleDecision
+from streaming.rules.tradeoff import GRID_MS
+from streaming.schema.config import Config
+from streaming.schema.keys import KeySchema
 from tests.oracle import T0_MS, oracle, to_iso
 from tests.pipeline.test_lab import to_batches
-from watermark.apps.job import register_lanes
-from watermark.apps.replay import replay
-from watermark.rules.fleet import IdleDecision
-from watermark.rules.tradeoff import GRID_MS
-from watermark.schema.config import Config
-from watermark.schema.keys import KeySchema
 
 pytestmark = pytest.mark.spark
 

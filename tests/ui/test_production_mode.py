@@ -27,12 +27,12 @@ from streamlit.testing.v1 import AppTest
 from dashboard.app import shown_pages
 from dashboard.status import assess
 from dashboard.testing import page_test
+from streaming.apps.redis_server import free_port
+from streaming.schema.config import Config, ConfigError
+from streaming.schema.keys import KeySchema
+from streaming.store.report import wait_for_commit
+from streaming.store.views.snapshot import Snapshot, read_snapshot
 from tests.procs import ROOT, Proc
-from watermark.apps.redis_server import free_port
-from watermark.schema.config import Config, ConfigError
-from watermark.schema.keys import KeySchema
-from watermark.store.report import wait_for_commit
-from watermark.store.views.snapshot import Snapshot, read_snapshot
 
 PAGES = ["ops", "alerts", "watermark", "lag", "events",
          "health", "lab", "delay"]

@@ -1,6 +1,6 @@
 """Batches of XADDs that are written exactly once, even across a lost connection or a Redis restart.
 
-Shared by the generator's :class:`~watermark.store.stream_writer.StreamWriter` and the public
+Shared by the generator's :class:`~streaming.store.stream_writer.StreamWriter` and the public
 :class:`~watermark_client.Producer` (decision record 0010). Each batch is one transaction, packed by hand as a
 single RESP buffer (decision 0008: redis-py's per-command packing costs more than the XADD)::
 
@@ -239,7 +239,7 @@ class BatchChannel:
 
     def _identify(self, conn: redis.connection.Connection) -> tuple[str, int] | None:
         """(run_id, client id) of this connection, for :meth:`_fence`; None when the user may not ask
-        (``INFO`` is not a producer's, :mod:`watermark.schema.acl`): a lost connection is then not fenced."""
+        (``INFO`` is not a producer's, :mod:`streaming.schema.acl`): a lost connection is then not fenced."""
         if not self.idempotent:
             return None
         conn.send_command("CLIENT", "ID")

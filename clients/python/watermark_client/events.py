@@ -69,7 +69,7 @@ def bad_name(field: str, value: str) -> str | None:
 KINDS = ("login", "heartbeat", "logout")
 IDLE_KIND = "idle"
 """An idle marker: the pipeline's declaration that a silent server has nothing older than its event time
-(``watermark.rules.fleet``). It moves that server's watermark in per-server lanes with idleness on and is never
+(``streaming.rules.fleet``). It moves that server's watermark in per-server lanes with idleness on and is never
 counted as an event or a player."""
 IDLE_PLAYER = "*"
 ACCEPTED_KINDS = (*KINDS, IDLE_KIND)

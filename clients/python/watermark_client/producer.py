@@ -221,7 +221,7 @@ class Producer:
         """Say that ``server`` is going away (Agones' Shutdown, a pod's preStop): a ``logout`` for each of its
         ``players`` still connected, at ``event_time`` (default now), then :meth:`flush`. Its players are offline at
         once, as logged out (they log in wherever they reconnect), and the server is drained: out of the live views,
-        no ``ServerSilent`` (``watermark.rules.fleet``). Returns how many logouts it sent."""
+        no ``ServerSilent`` (``streaming.rules.fleet``). Returns how many logouts it sent."""
         at = event_time if event_time is not None else datetime.now(UTC)
         n = 0
         for player in dict.fromkeys(players):

@@ -1,5 +1,5 @@
 """A Redis reached through Redis Sentinel, named by one URL string (decision 0023). No redis-py here: the
-schema parses, :func:`watermark.store.redis_conn.open_client` connects.
+schema parses, :func:`streaming.store.redis_conn.open_client` connects.
 
 Every process takes one Redis address (``REDIS_URL``, ``Config.redis_url``, the Spark source's ``url`` option, the
 producer's argument), so a primary found through Sentinels is one more form of that string, and it reaches every

@@ -1,6 +1,6 @@
 """Where a producer writes: the input stream of a namespace and its shards, a producer's marker beside it, and
 the bound writers keep on the stream's length (docs/wire-format.md). Plain names, no Redis: the pipeline's
-:class:`~watermark.schema.keys.KeySchema` builds these keys from here.
+:class:`~streaming.schema.keys.KeySchema` builds these keys from here.
 
 >>> events_key("wm"), input_shard_key("wm:events", 2), input_shard_key("{wm}:events", 2)
 ('wm:events', 'wm:events:2', '{wm:events:2}')

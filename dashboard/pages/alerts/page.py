@@ -14,9 +14,9 @@ from dashboard import alertview, loaders, ui
 from dashboard.charts import has_data
 from dashboard.status import clock, human_ms, unreachable
 from dashboard.text import md
-from watermark.schema.config import Config, ConfigError, redact_url
-from watermark.schema.records import ANNOTATION_KINDS
-from watermark.store.alert_store import OUTBOX_KEEP, AlertView, WebhookStatus
+from streaming.schema.config import Config, ConfigError, redact_url
+from streaming.schema.records import ANNOTATION_KINDS
+from streaming.store.alert_store import OUTBOX_KEEP, AlertView, WebhookStatus
 from watermark_client.timeutil import iso_from_ms
 
 STALE_ROUNDS = 5  # the monitor counts as stopped when it has not evaluated for this many rounds

@@ -7,8 +7,8 @@ every case is unit-tested with hand-built values and an injected clock.
 from __future__ import annotations
 
 from dashboard.status import Level, Status, clock, human_ms
-from watermark.schema.records import RUNNING, Control, GeneratorStatus
-from watermark.store.control_store import STATUS_STALE_MS
+from streaming.schema.records import RUNNING, Control, GeneratorStatus
+from streaming.store.control_store import STATUS_STALE_MS
 from watermark_client.timeutil import format_duration_ms
 
 START_HINT = "start it with `wm-generator --follow` (`./run.sh` does); it applies these settings"

@@ -1,7 +1,7 @@
 """Lab control: switch, start and stop the generator's scenario, and ask the job for another watermark delay.
 
 The one page that writes to Redis, and only when a button is pressed: it
-stores the request in ``{ns}:control`` (``watermark.store.control_store``); the generator
+stores the request in ``{ns}:control`` (``streaming.store.control_store``); the generator
 in follow mode and the job apply it and say so. With a read-only Redis user the
 page still shows everything and says why it cannot change anything.
 
@@ -24,10 +24,10 @@ import streamlit as st
 from dashboard import loaders, ui
 from dashboard.pages.control.model import delay_line, generator_line, rate_text
 from dashboard.status import assess, unreachable
-from watermark.rules.scenarios import SCENARIOS
-from watermark.schema.config import Config, ConfigError, Lane, redact_url
-from watermark.schema.keys import KeySchema
-from watermark.schema.records import Control
+from streaming.rules.scenarios import SCENARIOS
+from streaming.schema.config import Config, ConfigError, Lane, redact_url
+from streaming.schema.keys import KeySchema
+from streaming.schema.records import Control
 from watermark_client.timeutil import format_duration_ms, parse_duration_ms
 
 DEFAULT_RATE = 1000.0

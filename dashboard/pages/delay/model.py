@@ -10,7 +10,7 @@ import plotly.graph_objects as go
 from dashboard.charts import WALL_CLOCK, layout, server_colors
 from dashboard.fleet import grouping
 from dashboard.status import human_ms
-from watermark.rules.tradeoff import Tradeoff
+from streaming.rules.tradeoff import Tradeoff
 
 
 def delay_text(ms: int | None) -> str:

@@ -1,6 +1,6 @@
 """Choosing the delay: what each candidate watermark delay would have dropped, and what it costs in latency.
 
-Exact, from the sink's trade-off histogram (``watermark.rules.tradeoff``): every
+Exact, from the sink's trade-off histogram (``streaming.rules.tradeoff``): every
 (event, window) pair the pipeline has seen, by the smallest delay that would
 have kept it. A larger delay keeps more late data and closes every window that
 much later.
@@ -17,8 +17,8 @@ import streamlit as st
 from dashboard import loaders, ui
 from dashboard.pages.delay import model
 from dashboard.status import assess, human_ms, unreachable
-from watermark.rules.tradeoff import RETIRED_SERVERS, Candidate, Evidence, Tradeoff
-from watermark.schema.config import Config, redact_url
+from streaming.rules.tradeoff import RETIRED_SERVERS, Candidate, Evidence, Tradeoff
+from streaming.schema.config import Config, redact_url
 
 RETIRED_LABEL = "(retired servers, summed)"
 """The row of the servers forgotten once retired: their pairs still count in the advice."""

@@ -14,8 +14,8 @@ import plotly.graph_objects as go
 
 from dashboard.charts import WALL_CLOCK, WATERMARK, layout, ts
 from dashboard.text import plot
-from watermark.rules.eventview import STATUS_LABELS, EventPoint, Status, Step, window_boundaries
-from watermark.rules.windows import Verdict
+from streaming.rules.eventview import STATUS_LABELS, EventPoint, Status, Step, window_boundaries
+from streaming.rules.windows import Verdict
 
 STATUS_COLORS: dict[Status, str] = {
     Status.ON_TIME: "#2ca02c",

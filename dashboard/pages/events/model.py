@@ -6,9 +6,9 @@ from collections.abc import Sequence
 
 from dashboard.pages.events import figures
 from dashboard.status import clock
-from watermark.rules.eventview import STATUS_LABELS, EventPoint
-from watermark.store.views.events import PlayerEvents
-from watermark.store.views.snapshot import Snapshot
+from streaming.rules.eventview import STATUS_LABELS, EventPoint
+from streaming.store.views.events import PlayerEvents
+from streaming.store.views.snapshot import Snapshot
 
 ALL = "all servers"
 """The server selector's choice for every server."""

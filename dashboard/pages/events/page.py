@@ -12,10 +12,10 @@ from dashboard import loaders, ui
 from dashboard.pages.events import figures, model
 from dashboard.status import clock, human_ms
 from dashboard.text import md
-from watermark.rules.eventview import STATUS_LABELS, Status
-from watermark.schema.config import Config
-from watermark.store.views.events import EventRange
-from watermark.store.views.snapshot import Snapshot
+from streaming.rules.eventview import STATUS_LABELS, Status
+from streaming.schema.config import Config
+from streaming.store.views.events import EventRange
+from streaming.store.views.snapshot import Snapshot
 
 TABLE_ROWS = 1_000
 METRIC_LABELS: dict[Status, str] = {s: label[0].upper() + label[1:] for s, label in STATUS_LABELS.items()}

@@ -6,7 +6,7 @@ import streamlit as st
 
 from dashboard import charts, ui
 from dashboard.status import human_ms
-from watermark.store.views.snapshot import Snapshot
+from streaming.store.views.snapshot import Snapshot
 
 
 def render(snap: Snapshot, now_ms: int) -> None:

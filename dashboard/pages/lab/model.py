@@ -17,8 +17,8 @@ from dashboard.charts import PALETTE, layout, server_colors, time_axis, ts
 from dashboard.fleet import MAX_SERIES
 from dashboard.status import Level, Status, clock, human_ms, stall
 from dashboard.text import md
-from watermark.schema.config import Lane
-from watermark.store.views.snapshot import Snapshot
+from streaming.schema.config import Lane
+from streaming.store.views.snapshot import Snapshot
 
 
 @dataclass(frozen=True)

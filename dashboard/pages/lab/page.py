@@ -13,8 +13,8 @@ import streamlit as st
 from dashboard import loaders, ui
 from dashboard.pages.lab import model
 from dashboard.status import assess, clock, human_ms, unreachable
-from watermark.rules.fleet import IdleDecision
-from watermark.schema.config import DEFAULT_IDLE_TIMEOUT_MS, Config, redact_url
+from streaming.rules.fleet import IdleDecision
+from streaming.schema.config import DEFAULT_IDLE_TIMEOUT_MS, Config, redact_url
 
 SETUP_HINT = ("No lab lanes run beside this pipeline. Start the job with `LAB_LANES=per-server-min,"
               "per-server-min-idle,per-server-max` (`./run.sh` starts the first two by default), then switch to the "

@@ -8,8 +8,8 @@ from dashboard import charts, ui
 from dashboard.fleet import MAX_SERIES, latest_per_server
 from dashboard.status import human_ms
 from dashboard.text import md
-from watermark.schema.records import ServerRecord
-from watermark.store.views.snapshot import Snapshot
+from streaming.schema.records import ServerRecord
+from streaming.store.views.snapshot import Snapshot
 
 HEADLINED = 4
 """Servers whose lag is headlined as a number: the slowest, each in a column wide enough to read."""

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from dashboard.charts import BEHIND, HEIGHT, LATE, NEUTRAL, ON_TIME, Mark, server_colors, span_text
-from watermark.rules.online.rollup import MINUTE_MS, Minute
+from streaming.rules.online.rollup import MINUTE_MS, Minute
 
 HOUR_MS = 3_600_000
 """What the charts show: the last hour."""

@@ -9,12 +9,12 @@ from dashboard import charts
 from dashboard.fleet import NO_REGION, Grouping, latest_per_server
 from dashboard.status import clock, human_ms
 from dashboard.text import md
-from watermark.alerting.health import Verdict
-from watermark.rules.fleet import in_view
-from watermark.rules.online.rollup import TOTAL, region_key
-from watermark.rules.server_clock import NOTICEABLE_AHEAD_MS
-from watermark.store.views.online import OnlineView
-from watermark.store.views.snapshot import Snapshot, WindowRow
+from streaming.alerting.health import Verdict
+from streaming.rules.fleet import in_view
+from streaming.rules.online.rollup import TOTAL, region_key
+from streaming.rules.server_clock import NOTICEABLE_AHEAD_MS
+from streaming.store.views.online import OnlineView
+from streaming.store.views.snapshot import Snapshot, WindowRow
 
 
 def window_status(w: WindowRow | None, bounds: tuple[int, int] | None, watermark_ms: int,
@@ -66,7 +66,7 @@ def peak_rows(v: OnlineView, g: Grouping, labels: Mapping[str, str]) -> list[dic
 
 def clock_notes(v: OnlineView, shown: int = 8, retired: Collection[str] = ()) -> list[str]:
     """Servers whose clock runs ahead (by how much) and servers gone silent, in words: each server's players
-    are judged by its own clock (watermark.rules.server_clock), so neither takes another's players offline."""
+    are judged by its own clock (streaming.rules.server_clock), so neither takes another's players offline."""
     notes = []
     ahead = sorted(((c.ahead_ms, s) for s, c in v.clocks.items() if c.ahead_ms > NOTICEABLE_AHEAD_MS), reverse=True)
     if ahead:
@@ -87,7 +87,7 @@ def clock_notes(v: OnlineView, shown: int = 8, retired: Collection[str] = ()) ->
 
 
 def silent_note(silent: Mapping[str, int], now_ms: int, after_ms: int, shown: int = 8) -> str | None:
-    """The servers silent by ServerSilent's rule (``watermark.rules.fleet.life``), the longest first: the same
+    """The servers silent by ServerSilent's rule (``streaming.rules.fleet.life``), the longest first: the same
     servers the alert counts and the Servers table marks "silent"."""
     if not silent:
         return None
@@ -125,7 +125,7 @@ def window_table(windows: tuple[WindowRow, ...], limit: int | None = None) -> li
 
 
 def as_of(v: Verdict) -> str | None:
-    """When the numbers last moved, if most servers are silent (the one rule: ``watermark.alerting.health``), for
+    """When the numbers last moved, if most servers are silent (the one rule: ``streaming.alerting.health``), for
     the headline's label; None while servers speak."""
     if v.fleet is not None and v.fleet.heard_ms:
         return clock(v.fleet.heard_ms)
@@ -136,7 +136,7 @@ STATES = ("live", "silent", "drained", "retired")
 
 
 def states_by_region(snap: Snapshot, silent: Collection[str]) -> list[dict[str, object]]:
-    """Servers by state in each region (``watermark.rules.fleet``: silent by ServerSilent's rule), regions in one
+    """Servers by state in each region (``streaming.rules.fleet``: silent by ServerSilent's rule), regions in one
     order (by name, those without one last), and the fleet's total: a fleet at a glance.
 
     Drained and retired servers count under the region their events carried, while the page still knows it."""

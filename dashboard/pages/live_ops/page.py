@@ -13,11 +13,11 @@ from dashboard.fleet import Grouping, grouping, total_label
 from dashboard.pages.live_ops import figures, model
 from dashboard.status import clock, human_ms
 from dashboard.text import md, md_list
-from watermark.rules.online.rollup import DAY_MS, MINUTE_MS, TOTAL, region_key
-from watermark.schema.config import Config
-from watermark.store.history_store import Timeline
-from watermark.store.views.online import OnlineView
-from watermark.store.views.snapshot import Snapshot, WindowRow, open_at_loss
+from streaming.rules.online.rollup import DAY_MS, MINUTE_MS, TOTAL, region_key
+from streaming.schema.config import Config
+from streaming.store.history_store import Timeline
+from streaming.store.views.online import OnlineView
+from streaming.store.views.snapshot import Snapshot, WindowRow, open_at_loss
 
 
 def distinct_players(snap: Snapshot, current: dict, last_final: dict, bounds: object, g: Grouping) -> None:
@@ -148,7 +148,7 @@ def shared(snap: Snapshot) -> tuple:
 
 HELP_ONLINE = ("From the online view: players whose latest event is a login or heartbeat and who have been silent "
                "for less than the timeout of their own server's event time (every batch folds its events into each "
-               "player's state, watermark/rules/online/player.py). The line: the last hour, a point a minute.")
+               "player's state, streaming/rules/online/player.py). The line: the last hour, a point a minute.")
 
 
 def online_now(snap: Snapshot, g: Grouping) -> None:

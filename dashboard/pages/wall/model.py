@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from watermark.alerting.conditions import RULES, SUBJECT_LABEL, one_server
-from watermark.alerting.lifecycle import AlertState
+from streaming.alerting.conditions import RULES, SUBJECT_LABEL, one_server
+from streaming.alerting.lifecycle import AlertState
 
 SHOWN = 6
 """Lines of the firing list a 1080-pixel screen holds beside its chart; the rest are counted in one more."""

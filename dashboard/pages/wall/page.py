@@ -16,11 +16,11 @@ from dashboard.fleet import grouping, in_region, total_label
 from dashboard.pages.live_ops import model as ops
 from dashboard.pages.wall import model, screen
 from dashboard.status import clock, human_ms, silent_servers, verdict
-from watermark.alerting.health import Health, Verdict
-from watermark.rules.online.rollup import MINUTE_MS, TOTAL, region_key
-from watermark.schema.config import Config
-from watermark.store.history_store import Timeline
-from watermark.store.views.snapshot import Snapshot
+from streaming.alerting.health import Health, Verdict
+from streaming.rules.online.rollup import MINUTE_MS, TOTAL, region_key
+from streaming.schema.config import Config
+from streaming.store.history_store import Timeline
+from streaming.store.views.snapshot import Snapshot
 
 SPAN_MS = 6 * 3_600_000
 """The trend each sparkline draws: an evening's shape, at a minute a point."""

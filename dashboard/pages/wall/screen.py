@@ -3,7 +3,7 @@
 A TV across a room (1920x1080, dark, high contrast), top to bottom:
 
 1. **The status tile**, full width: green, amber or red, in words (the pipeline's health by the one rule,
-   :mod:`watermark.alerting.health`), with the two figures behind it.
+   :mod:`streaming.alerting.health`), with the two figures behind it.
 2. **Players online**: the total in digits at least 120 px tall, its change over the hour (▲▼), "as of" when no
    server is speaking, and its sparkline (six hours, its own scale); beside it **the regions** as small multiples,
    each its name and number in its line's colour, its change over the hour and its own sparkline on its own scale,
@@ -120,7 +120,7 @@ def total_block(total: Number, as_of: str | None, region: str | None = None) -> 
 
 @dataclass(frozen=True)
 class Fleet:
-    """Servers by state (``watermark.rules.fleet.life``): in the live views (live and silent), drained, retired."""
+    """Servers by state (``streaming.rules.fleet.life``): in the live views (live and silent), drained, retired."""
 
     live: int
     silent: int

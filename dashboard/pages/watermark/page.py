@@ -8,7 +8,7 @@ from dashboard import charts, ui
 from dashboard.fleet import Grouping, grouping
 from dashboard.status import clock, human_ms
 from dashboard.text import md
-from watermark.store.views.snapshot import Snapshot
+from streaming.store.views.snapshot import Snapshot
 
 
 def server_drops(snap: Snapshot, g: Grouping) -> None:

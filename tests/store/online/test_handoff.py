@@ -12,15 +12,15 @@ import uuid
 import pytest
 import redis
 
+from streaming.rules.online.groups import Group
+from streaming.schema.config import ConfigError
+from streaming.schema.keys import KeySchema
+from streaming.schema.records import HandoffBatch
+from streaming.store.online.handoff import hand_off, handed_off
+from streaming.store.online.runner import GroupRunner
 from tests.store.test_online import events
 from tests.store.test_online_groups import PARAMS, dump, now, random_game, random_order, run
 from tests.store.test_server_clocks import DELAY, T0, TIMEOUT
-from watermark.rules.online.groups import Group
-from watermark.schema.config import ConfigError
-from watermark.schema.keys import KeySchema
-from watermark.schema.records import HandoffBatch
-from watermark.store.online.handoff import hand_off, handed_off
-from watermark.store.online.runner import GroupRunner
 
 TTL_S = 3_600
 

@@ -9,8 +9,8 @@ import uuid
 
 import redis
 
-from watermark.schema.keys import KeySchema
-from watermark.store.online.moved import move_old_keys, new_name
+from streaming.schema.keys import KeySchema
+from streaming.store.online.moved import move_old_keys, new_name
 
 
 def test_an_old_layout_is_renamed_once_and_keeps_everything(r: redis.Redis) -> None:

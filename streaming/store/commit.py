@@ -1,0 +1,811 @@
+"""Merging one batch's summary into Redis: one MULTI/EXEC, guarded by the batch id.
+
+This is the exactly-once step. The guard (``state.last_batch``) is read under
+WATCH; a batch at or below it is already in Redis (Spark replays a batch whose
+commit it did not record before a crash) and is skipped. Everything a batch
+changes goes in one transaction, so a crash leaves Redis at a batch boundary.
+No pyspark here: the Spark side only builds a :class:`BatchSummary`.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import redis
+
+from streaming.rules.late import LateEvent
+from streaming.rules.tradeoff import GRID_FIELD, GRID_MS, RETIRED_SERVERS, bucket, hist_field
+from streaming.rules.watermarks import policy_max
+from streaming.rules.windows import event_ms, next_watermark
+from streaming.schema.config import Config
+from streaming.schema.keys import KeySchema, WindowKey, total_field
+from streaming.schema.records import (
+    BatchRecord,
+    CommitEntry,
+    DeadEntry,
+    NameGuardRecord,
+    ServerRecord,
+    StateParams,
+    StateRecord,
+)
+from streaming.schema.shards import START, Position, lowest, shard_key
+from streaming.store import redis_conn
+from watermark_client import connection
+from watermark_client.events import parse_entry_id
+from watermark_client.stream import input_shard_key
+
+STREAM_KEEP_MS = 600_000
+"""Committed input the trim keeps to look back at, in arrival time (within ``stream_keep_entries``)."""
+
+
+@dataclass(frozen=True)
+class Params:
+    """How a namespace is built. Window, slide and watermark mode must not change on restart; the delay may
+    (the presenter's lever): every batch record keeps the delay it ran with."""
+
+    window_ms: int
+    slide_ms: int
+    delay_ms: int
+    # Every default below is the configuration's (Config): one place says what a setting is when unset.
+    retention_ms: int = Config.retention_ms
+    progress_history: int = Config.progress_history
+    progress_bytes: int = Config.progress_mb * 2**20  # ... and at most about this many bytes of them
+    stream_keep_ms: int = STREAM_KEEP_MS
+    stream_keep_entries: int = Config.stream_keep_entries  # ... and about this many entries at most
+    ttl_ms: int | None = Config.key_ttl_ms  # key TTL; None: retention_ms
+    trigger_ms: int = Config.trigger_ms  # not semantic: the dashboard judges batch health against it
+    mode: str = Config.watermark_mode  # or "per-server": one watermarked input per server in `servers`
+    policy: str = Config.watermark_policy  # per-server: Spark's multipleWatermarkPolicy
+    servers: tuple[str, ...] = ()
+    idle_timeout_ms: int | None = Config.idle_timeout_ms  # per-server: idle markers move a silent server's watermark
+    trims: bool = True  # a lab lane reads its parent's input and leaves trimming to it
+    readers: tuple[str, ...] = ()  # state hashes of everything else that commits from our input (lanes, online
+    # view): their ``committed_id`` holds the trim back, so nothing one of them still needs is trimmed
+    late_keep: int = Config.late_events_keep  # late events kept in ``{ns}:late`` (streaming.rules.late), all shards'
+    shards: int = Config.stream_shards  # input streams (streaming.schema.shards): each has its own late and dead stream
+    history_days: int = Config.history_days  # whole days each minute of players online is kept after its own
+    retire_after_ms: int = Config.retire_after_ms  # a server silent this long with no player kept is forgotten
+    new_servers_per_minute: int = 0  # the flood guard (streaming.rules.fleet.admit), off unless given: the
+    # pipeline's is the configuration's (params_of); a lane reads the batch the pipeline's guard left
+    wait_replicas: int = Config.wait_replicas
+    """A commit is done once this many replicas have acknowledged it (``WAIT``, ``REDIS_WAIT_REPLICAS``; decision
+    0023); 0: at once."""
+    wait_timeout_ms: int = Config.wait_timeout_ms
+    """How long a commit waits for them (``REDIS_WAIT_TIMEOUT``) before it fails
+    (:class:`redis_conn.ReplicasBehind`)."""
+    players_lanes: tuple[str, ...] | None = ()
+    """The windows' players' sets (decision 0019): a tuple when this namespace's partitions count them (the pipeline),
+    holding the state hashes of the lanes that read the same counts: the slowest of them and the pipeline decides
+    when a set and a batch's count go. None for a lane: it only adds the counts to its windows."""
+
+    @property
+    def ttl_s(self) -> int:
+        return max(1, (self.ttl_ms or self.retention_ms) // 1000)
+
+    def semantic(self) -> StateParams:
+        return StateParams(window_ms=self.window_ms, slide_ms=self.slide_ms, delay_ms=self.delay_ms, mode=self.mode,
+                           policy=self.policy)
+
+    @property
+    def per_server(self) -> bool:
+        return self.mode == "per-server"
+
+    @property
+    def late_keep_per_shard(self) -> int:
+        """Each shard's late stream keeps its share of ``late_keep`` (rounded up): the bound stays about
+        ``late_keep`` however many shards there are."""
+        return -(-self.late_keep // self.shards)
+
+
+@dataclass
+class WindowAgg:
+    start_ms: int
+    end_ms: int
+    server: str
+    events: int = 0
+    dropped: int = 0
+    late: int = 0
+    players: int = 0  # accepted players the batch added to the window (streaming.spark.window_players)
+
+    @property
+    def key(self) -> WindowKey:
+        return WindowKey(self.start_ms, self.end_ms, self.server)
+
+
+@dataclass(frozen=True)
+class BadRow:
+    entry_id: str
+    reason: str
+    detail: str
+    raw: str
+    shard: int = 0
+    """The input shard it was read from: kept in that shard's dead stream under its entry ID."""
+
+
+@dataclass
+class BatchSummary:
+    batch_id: int
+    watermark_ms: int
+    batch_ts_ms: int
+    start_id: str
+    end_id: str
+    windows: list[WindowAgg]
+    servers: dict[str, ServerRecord]
+    bad: list[BadRow]
+    server_watermarks: dict[str, int] | None = None  # per-server mode: Spark's per-input map after the batch
+    server_heard_ms: dict[str, int] | None = None  # a lane following the fleet: when each of those last spoke
+    next_watermark_ms: int | None = None  # per-server mode: the combined watermark for the next batch
+    aggregation: str = "driver"  # where the batch was counted (the driver, since the source packs its rows)
+    late_events: list[LateEvent] = field(default_factory=list)  # behind the watermark: kept in {ns}:late
+    regions: dict[str, str] = field(default_factory=dict)  # each server's region, as its events carry it
+    refused: tuple[str, ...] = ()  # new names the flood guard refused: their events are in `bad`
+    refused_max_event_us: int | None = None  # ... whose times Spark's watermark saw all the same
+    name_guard: NameGuardRecord | None = None  # the guard's minute after the batch (None: unchanged)
+
+    @property
+    def parsed(self) -> int:
+        return sum(s.rows for s in self.servers.values())
+
+    @property
+    def ticks(self) -> int:
+        return sum(s.ticks for s in self.servers.values())
+
+    @property
+    def input(self) -> int:
+        return self.parsed + self.ticks + len(self.bad)
+
+    @property
+    def max_event_us(self) -> int | None:
+        """The batch's newest event time, refused names' included: Spark's watermark had read them before the
+        guard judged (``streaming.rules.fleet.admit``)."""
+        times = [s.max_event_us for s in self.servers.values() if s.max_event_us is not None]
+        return max([*times, self.refused_max_event_us] if self.refused_max_event_us is not None else times,
+                   default=None)
+
+    @property
+    def min_event_us(self) -> int | None:
+        return min((s.min_event_us for s in self.servers.values() if s.min_event_us is not None), default=None)
+
+
+def params_of(cfg: Config) -> Params:
+    return Params(window_ms=cfg.window_ms, slide_ms=cfg.slide_ms, delay_ms=cfg.delay_ms,
+                  retention_ms=cfg.retention_ms, progress_history=cfg.progress_history,
+                  progress_bytes=cfg.progress_mb * 2**20,
+                  ttl_ms=cfg.key_ttl_ms, trigger_ms=cfg.trigger_ms, mode=cfg.watermark_mode,
+                  policy=cfg.watermark_policy,
+                  servers=tuple(sorted(cfg.known_servers or ())) if cfg.watermark_mode == "per-server" else (),
+                  idle_timeout_ms=cfg.idle_timeout_ms, trims=cfg.input_namespace is None,
+                  readers=readers_of(cfg), stream_keep_entries=cfg.stream_keep_entries,
+                  late_keep=cfg.late_events_keep, history_days=cfg.history_days, shards=cfg.stream_shards,
+                  retire_after_ms=cfg.retire_after_ms,
+                  new_servers_per_minute=cfg.new_servers_per_minute if cfg.input_namespace is None else 0,
+                  wait_replicas=cfg.wait_replicas, wait_timeout_ms=cfg.wait_timeout_ms,
+                  players_lanes=None if cfg.input_namespace is not None else tuple(
+                      KeySchema(c.namespace).state for c in cfg.lane_configs()))
+
+
+def readers_of(cfg: Config) -> tuple[str, ...]:
+    """The state hashes whose ``committed_id`` holds back the trim of the input: each lab lane's and the
+    online view's (:func:`online_reader`). They commit after the pipeline (in the job on a thread of their own,
+    while the next batch runs); a reader held back (a failing commit, a crash before it committed) keeps the
+    entries it still needs, which is what lets the next run catch it up (:meth:`RedisSink.catch_up`)."""
+    if cfg.input_namespace is not None:
+        return ()  # a lane trims nothing
+    return (*(KeySchema(c.namespace).state for c in cfg.lane_configs()),
+            online_reader(KeySchema(cfg.namespace), cfg.online_groups))
+
+
+def online_reader(keys: KeySchema, groups: int) -> str:
+    """The hash whose ``last_batch`` and ``committed_id`` say how far the online view has taken the input: its own
+    state, or with groups (decision 0020) its hand-off's (the groups read no input: the job hands it over)."""
+    return keys.handoff_guard if groups else keys.online_state
+
+
+class ParamsMismatch(RuntimeError):
+    pass
+
+
+_TRIM_LUA = """
+local n = redis.call('XTRIM', KEYS[1], 'MINID', '~', ARGV[1], 'LIMIT', 0)
+if n > 0 then redis.call('INCRBY', KEYS[2], n) end
+return n
+"""
+"""Trim the input and count what went, in one step: ``{ns}:trimmed`` plus the entries left minus those
+committed is exactly how many wait, without walking the stream (Redis 6 has no ``entries-added``).
+``LIMIT 0``: an approximate trim otherwise frees at most 100 x ``stream-node-max-entries`` (10,000) entries a
+call, and at two trims a second the stream outgrew its bound above about 20,000 events/s."""
+
+
+_FORGET_SERVERS_LUA = """
+local n = tonumber(ARGV[1])
+local buckets, fleet = tonumber(ARGV[n + 2]), ARGV[n + 3] == '1'
+local gone = 0
+for i = n + 4, #ARGV, 2 do
+  local s, v = ARGV[i], ARGV[i + 1]
+  local now = redis.call('HGET', KEYS[1], s)
+  if now == v or (v == '' and not now) then
+    redis.call('HDEL', KEYS[1], s)
+    redis.call('HDEL', KEYS[2], s)
+    redis.call('SREM', KEYS[3], s)
+    for m = 2, n + 1 do redis.call('HDEL', KEYS[4], ARGV[m] .. '|' .. s) end
+    for b = 0, buckets - 1 do
+      local f = s .. '|' .. b
+      local pairs = redis.call('HGET', KEYS[5], f)
+      if pairs then
+        redis.call('HINCRBY', KEYS[5], 'RETIRED|' .. b, pairs)
+        redis.call('HDEL', KEYS[5], f)
+      end
+    end
+    if fleet then redis.call('HDEL', KEYS[6], 'max_event_us|' .. s) end
+    gone = gone + 1
+  end
+end
+return gone
+""".replace("RETIRED", RETIRED_SERVERS)
+"""Forget servers whose newest arrival is still the one read (``''``: a server with no arrival, still none): one
+that spoke again since is kept. Its delay
+trade-off buckets are added to the retired servers' (:data:`RETIRED_SERVERS`): the advice over every server stays
+exact. In a namespace following the fleet, its running max goes too, as its watermark did
+(``rules.watermarks``)."""
+SERVER_METRICS = ("events", "dropped", "late", "rows", "ticks")
+"""The per-server fields of ``{ns}:totals`` (:func:`_totals`)."""
+FORGET_CHUNK = 500
+
+
+def forget_servers(client: redis.Redis, keys: KeySchema, now_ms: int, retire_after_ms: int,
+                   follows_fleet: bool = False) -> int:
+    """Drop the per-server fields of every server silent for ``retire_after_ms`` (``streaming.rules.fleet``: retired),
+    and of every server with fields but no arrival, from the namespace's ``seen``, ``regions``, ``servers`` and
+    per-server totals; the overall totals keep every event. A server that speaks again starts its own counts
+    afresh. Returns how many went."""
+    seen = {k.decode(): v.decode() for k, v in client.hgetall(keys.seen).items()}
+    old = [(s, v) for s, v in sorted(seen.items()) if now_ms - int(v) >= retire_after_ms]
+    # Servers with fields but no arrival: idle markers committed after the server was forgotten (the job had queued
+    # them before) write its per-server fields again without an arrival; nothing would ever retire them.
+    old += [(s, "") for s in sorted(m.decode() for m in client.smembers(keys.servers)) if s not in seen]
+    return _forget(client, keys, old, follows_fleet)
+
+
+def forget_named(client: redis.Redis, keys: KeySchema, servers: Sequence[str], follows_fleet: bool = False) -> int:
+    """:func:`forget_servers` for ``servers``, however long they have been silent: an operator's request
+    (``streaming.store.online.forget``). A server that speaks meanwhile keeps its fields. Returns how many went."""
+    seen = client.hmget(keys.seen, list(servers)) if servers else []
+    return _forget(client, keys, [(s, "" if v is None else v.decode()) for s, v in zip(servers, seen, strict=True)],
+                   follows_fleet)
+
+
+def _forget(client: redis.Redis, keys: KeySchema, old: Sequence[tuple[str, str]], follows_fleet: bool) -> int:
+    """Run :data:`_FORGET_SERVERS_LUA` on ``(server, newest arrival read)`` pairs, a chunk at a time."""
+    gone = 0
+    for i in range(0, len(old), FORGET_CHUNK):
+        chunk = old[i:i + FORGET_CHUNK]
+        gone += int(client.eval(_FORGET_SERVERS_LUA, 6, keys.seen, keys.regions, keys.servers, keys.totals,
+                                keys.tradeoff, keys.state, len(SERVER_METRICS), *SERVER_METRICS, len(GRID_MS) + 1,
+                                "1" if follows_fleet else "0", *(x for pair in chunk for x in pair)))
+    return gone
+
+
+def trim_counted(client: redis.Redis, keys: KeySchema, min_id: str, approximate: bool = True, shard: int = 0) -> None:
+    """Trim input shard ``shard`` below ``min_id`` and add what went to its trimmed count (``{ns}:trimmed`` for
+    shard 0; queued when ``client`` is a pipeline). The stream and its count share a slot (decision 0018), so this
+    is one script on one node in a Redis Cluster too. Approximate trims free whole stream nodes only: cheap, and
+    the count is still exact."""
+    script = _TRIM_LUA if approximate else _TRIM_LUA.replace("'~', ", "").replace(", 'LIMIT', 0", "")
+    client.execute_command("EVAL", script, 2, keys.input_shard(shard), keys.trimmed_of(shard), min_id)
+
+
+def trim_position(client: redis.Redis, keys: KeySchema, below: str,
+                  shards: Callable[[int], bool] | None = None) -> None:
+    """:func:`trim_counted` each shard the position ``below`` names (those ``shards`` accepts: default all), below
+    its entry ID (a shard at ``0-0``: kept whole)."""
+    for k, min_id in enumerate(Position.of(below).ids):
+        if min_id != START and (shards is None or shards(k)):
+            trim_counted(client, keys, min_id, shard=k)
+
+
+def free_committed_input(client: redis.Redis, keys: KeySchema, params: Params) -> str:
+    """When Redis is full: trim the input kept only to look back at (``STREAM_KEEP_*``), everything below what every
+    reader has committed, and say what went. Safe under ``maxmemory``: XTRIM frees memory and is not refused,
+    and nothing a reader still needs is below that point (the same rule as each commit's trim, without the
+    look-back)."""
+    if not params.trims:
+        return ""
+    try:
+        done = [client.hget(keys.state, "committed_id"), *(client.hget(r, "committed_id") for r in params.readers)]
+        if any(d is None for d in done):
+            return "nothing trimmed: a reader has committed nothing yet"
+        low = lowest([d.decode() if isinstance(d, bytes) else d for d in done])
+        streams = [input_shard_key(keys.events, k) for k in range(Position.of(low).shards)]
+        before = sum(client.xlen(st) for st in streams)
+        trim_position(client, keys, low)
+        gone = before - sum(client.xlen(st) for st in streams)
+    except redis.RedisError as exc:
+        return f"could not trim the committed input: {exc}"
+    if gone <= 0:
+        return f"nothing trimmed: every entry of {keys.events} is still to be read; {connection.memory_line(client)}"
+    return f"trimmed {gone:,} committed entries kept for look-back; {connection.memory_line(client)}"
+
+
+_FIXED = ("window_ms", "slide_ms", "mode", "policy")
+
+
+def check_params(client: redis.Redis, keys: KeySchema, params: Params) -> int | None:
+    """Refuse to continue a namespace with a different window, slide or watermark mode (its numbers would mix),
+    or with fewer input shards than it has read (``STREAM_SHARDS`` lowered: the others would never be read).
+
+    Returns the delay it last ran with (None for a new namespace), so the caller can log a change of delay,
+    which is allowed: batch records keep the delay each batch ran with."""
+    raw, committed = client.hmget(keys.state, ["params", "committed_id"])
+    if committed is not None:  # fewer shards than the position read: their entries would never be read
+        try:
+            Position.parse(committed.decode(), params.shards)
+        except ValueError as exc:
+            raise ParamsMismatch(f"namespace {keys.namespace!r}: {exc}") from None
+    old = StateRecord.from_hash({"params": raw}, keys.state).params
+    if old is None:
+        return None
+    new = params.semantic()
+    changed = {k: (getattr(old, k), getattr(new, k)) for k in _FIXED if getattr(old, k) != getattr(new, k)}
+    if changed:
+        what = ", ".join(f"{k} {a} -> {b}" for k, (a, b) in changed.items())
+        raise ParamsMismatch(
+            f"namespace {keys.namespace!r} was built with {old.to_json()}, the job now has {new.to_json()} "
+            f"({what}): use a fresh PIPELINE_NAMESPACE and CHECKPOINT_DIR to change window, slide or watermark mode"
+        )
+    return old.delay_ms
+
+
+def batch_record(s: BatchSummary, next_wm_ms: int, running_max_us: int | None, delay_ms: int) -> BatchRecord:
+    """The deterministic per-batch record stored at ``{ns}:batch:{id}`` field ``sink``."""
+    return BatchRecord(
+        batch=s.batch_id, watermark_ms=s.watermark_ms, next_watermark_ms=next_wm_ms, delay_ms=delay_ms,
+        server_watermarks=s.server_watermarks, ticks=s.ticks, batch_ts_ms=s.batch_ts_ms, start_id=s.start_id,
+        end_id=s.end_id, input=s.input, parsed=s.parsed, quarantined=len(s.bad),
+        events=sum(w.events for w in s.windows), dropped=sum(w.dropped for w in s.windows),
+        late=sum(w.late for w in s.windows), min_event_us=s.min_event_us, max_event_us=s.max_event_us,
+        running_max_event_us=running_max_us,
+        servers=dict(sorted(s.servers.items())),
+        bad=_count_reasons(s.bad), aggregation=s.aggregation, refused=s.refused)
+
+
+def _tradeoff_counts(windows: Sequence[WindowAgg], driver_ms: int | None) -> dict[str, int]:
+    """This batch's (event, window) pairs per server and slack bucket (see :mod:`streaming.rules.tradeoff`)."""
+    out: dict[str, int] = {}
+    for w in windows:
+        n = w.events + w.dropped
+        if n:
+            f = hist_field(w.server, bucket(None if driver_ms is None else driver_ms - w.end_ms))
+            out[f] = out.get(f, 0) + n
+    return out
+
+
+def players_closed(next_wm: int, prior: Prior) -> int:
+    """The pipeline's bound below which every window is closed for it and for every lane (decision 0019): the
+    lowest watermark any of them applies to its next batch, never lower than before. A lane that has not committed
+    yet holds it where it is (its first watermark is not known)."""
+    if any(v is None for v in prior.lanes_next_ms):
+        return prior.sets_closed_below_ms
+    return max(prior.sets_closed_below_ms, min([next_wm, *(v for v in prior.lanes_next_ms if v is not None)]))
+
+
+def players_added_done(batch_id: int, prior: Prior) -> int:
+    """Batches up to this one have been committed by the pipeline and every lane that has a commit: their counts of
+    players added can go (a lane without one starts with the batch being committed, from the sink's table)."""
+    return min([batch_id, *(v for v in prior.lanes_last if v is not None)])
+
+
+def keep_ms(s: BatchSummary, params: Params) -> int:
+    """How much committed input (ms of arrival time before the batch time) the trim keeps: ``stream_keep_ms``,
+    or less when at the batch's own arrival rate that would be more than ``stream_keep_entries`` entries, so
+    that at game scale the stream (Redis' memory, its append-only file) stays bounded. Counting entries
+    exactly would mean walking them; the rate of the batch just read is known for free."""
+    start_ms = Position.of(s.start_id).newest_ms()
+    span_ms = Position.of(s.end_id).newest_ms() - start_ms
+    if s.input <= 0 or span_ms <= 0 or start_ms == 0:
+        return params.stream_keep_ms
+    return min(params.stream_keep_ms, params.stream_keep_entries * span_ms // s.input)
+
+
+def _count_reasons(bad: list[BadRow]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for b in bad:
+        out[b.reason] = out.get(b.reason, 0) + 1
+    return dict(sorted(out.items()))
+
+
+@contextmanager
+def guarded(client: redis.Redis, guard_key: str, batch_id: int,
+            *also_watch: str) -> Iterator[redis_conn.Transaction | None]:
+    """The frame of an exactly-once commit: yields None when ``batch_id`` is at or below the
+    ``last_batch`` field of ``guard_key`` (already in Redis), else the transaction, watching the
+    guard (and ``also_watch``) and still in immediate mode for reads. The caller then calls
+    ``multi()``, queues every write including the new ``last_batch``, and ``execute()``s. In a Redis Cluster the
+    transaction runs on the node of ``guard_key``'s slot (:func:`connection.home`): every key it names must share
+    that slot, as a braced namespace makes them (decision 0018)."""
+    with redis_conn.Transaction(connection.home(client, guard_key)) as pipe:
+        pipe.watch(guard_key, *also_watch)
+        last = pipe.hget(guard_key, "last_batch")
+        if last is not None and int(last) >= batch_id:
+            pipe.unwatch()
+            yield None
+        else:
+            yield pipe
+
+
+@dataclass(frozen=True)
+class Prior:
+    """What a batch's commit reads back (under ``WATCH``) before deciding its writes."""
+
+    lost_at: int | None
+    """The batch Redis came back empty before (kept, or found now), else None."""
+    max_event_us: int | None
+    sets_closed_below_ms: int
+    server_max: dict[str, int]
+    """Per-server mode: each server's input max so far (``max_event_us|S``)."""
+    late_top: dict[int, tuple[int, int]]
+    """Per shard the batch has late events of, the newest late event kept there (``(0, 0)``: none)."""
+    readers_done: tuple[str, ...]
+    """Each other reader's committed position (``0-0``: nothing yet): the trim keeps what they have not committed."""
+    lanes_next_ms: tuple[int | None, ...] = ()
+    """The pipeline's: each lane's watermark for its next batch (None: no commit yet)."""
+    lanes_last: tuple[int | None, ...] = ()
+    """The pipeline's: each lane's last committed batch (None: none)."""
+    lost_commits: tuple[int, int] | None = None
+    """The first and last batch whose commits Redis lost while keeping an older one (kept, or found now), else
+    None."""
+
+
+@dataclass(frozen=True)
+class PlayersWrites:
+    """The pipeline's upkeep of its windows' players' sets (decision 0019)."""
+
+    added: str | None
+    """The batch's end position, whose count of players added is indexed under the batch (None: it read nothing)."""
+    added_done: int
+    """Counts of batches up to this one go."""
+    closed_ms: int
+    """Sets of windows ending at or below this go."""
+
+
+@dataclass(frozen=True)
+class BatchWrites:
+    """Every write of one batch, decided (:func:`plan_commit`) before one transaction applies them
+    (:func:`apply_writes`)."""
+
+    batch_id: int
+    end_id: str
+    totals: dict[str, int]
+    servers: tuple[str, ...]
+    seen: dict[str, int]
+    regions: dict[str, str]
+    tradeoff: dict[str, int]
+    windows: list[WindowAgg]
+    players: PlayersWrites | None
+    windows_end_below_ms: int
+    """Windows starting below this leave the index (they ended a whole retention before the watermark)."""
+    late: list[LateEvent]
+    bad: list[BadRow]
+    record: BatchRecord
+    state: StateRecord
+    trim_below: str | None
+
+
+def read_prior(pipe: redis.client.Pipeline, keys: KeySchema, s: BatchSummary, params: Params) -> Prior:
+    names = ["last_batch", "lost_at_batch", "lost_from_batch", "lost_to_batch", "max_event_us", "sets_closed_below_ms",
+             *(total_field("max_event_us", srv) for srv in params.servers if params.per_server)]
+    if params.per_server and not params.servers:  # servers come and go: every server's field there is
+        state = StateRecord.from_hash(pipe.hgetall(keys.state), keys.state)
+    else:
+        state = StateRecord.from_hash(dict(zip(names, pipe.hmget(keys.state, names), strict=True)), keys.state)
+    lost_at = state.lost_at_batch
+    gap = None if state.lost_from_batch is None else (state.lost_from_batch, state.lost_to_batch or 0)
+    # No commit record, yet Spark ran batches before this one: Redis came back empty (a lane starts its
+    # record with its first batch, whenever it was added, so only the pipeline judges this).
+    if state.last_batch is None and s.batch_id > 0 and params.trims:
+        lost_at = s.batch_id
+    # A record behind this batch by more than one, though every batch Spark runs commits (an empty one too): Redis
+    # lost the commits between and kept an older one (a failover to a replica that did not have them yet: decision
+    # 0023). The sink commits them again from the input first where it can (RedisSink.mend); here they are said.
+    elif state.last_batch is not None and s.batch_id > state.last_batch + 1 and params.trims:
+        gap = (state.last_batch + 1, s.batch_id - 1)
+    late_shards = sorted({e.shard for e in s.late_events})
+    tops = [pipe.xrevrange(shard_key(keys.late, k), count=1) for k in late_shards]
+    # A reader's committed ID only grows: reading it before the transaction is safe.
+    done = [pipe.hget(reader, "committed_id") for reader in params.readers]
+    # A lane's watermark and last batch only grow: read before the transaction, they can only hold a removal back.
+    lanes = [pipe.hmget(lane, ["next_watermark_ms", "last_batch"]) for lane in params.players_lanes or ()]
+    return Prior(
+        lost_at=lost_at, lost_commits=gap, max_event_us=state.max_event_us,
+        sets_closed_below_ms=state.sets_closed_below_ms,
+        server_max=dict(state.server_max_event_us),
+        late_top={k: parse_entry_id(top[0][0]) if top else (0, 0) for k, top in zip(late_shards, tops, strict=True)},
+        readers_done=tuple((d.decode() if isinstance(d, bytes) else d) if d else START for d in done),
+        lanes_next_ms=tuple(None if v is None else int(v) for v, _ in lanes),
+        lanes_last=tuple(None if v is None else int(v) for _, v in lanes))
+
+
+def plan_commit(s: BatchSummary, params: Params, prior: Prior, now_ms: int) -> BatchWrites:
+    """The batch's writes, decided from the batch and what Redis held before it: pure."""
+    known = [v for v in (s.max_event_us, prior.max_event_us) if v is not None]
+    running_max = max(known) if known else None
+    if s.next_watermark_ms is not None:  # per-server: combined from each input's watermark by the sink
+        next_wm = max(s.watermark_ms, s.next_watermark_ms)
+    else:
+        next_wm = next_watermark(s.watermark_ms, running_max, params.delay_ms)
+    record = batch_record(s, next_wm, running_max, params.delay_ms)
+    if params.per_server:
+        driver = policy_max({k: event_ms(v) for k, v in prior.server_max.items()}, params.servers, params.policy)
+    else:
+        driver = event_ms(prior.max_event_us) if prior.max_event_us is not None else None
+    server_max = dict(prior.server_max)
+    for srv, st in s.servers.items():
+        top = st.input_max_us(params.idle_timeout_ms is not None)
+        if (srv in params.servers or not params.servers) and top is not None:
+            server_max[srv] = max(top, server_max.get(srv, top))
+    # Entries before this batch's start are in a batch Spark has committed, and so are those below every
+    # other reader's committed ID: safe to trim. Shard by shard; the look-back kept is arrival time, the same for all.
+    look_back = f"{max(0, s.batch_ts_ms - keep_ms(s, params))}-0"
+    start = Position.of(s.start_id)
+    keep_from = Position.of(lowest([s.start_id, ",".join([look_back] * start.shards), *prior.readers_done]))
+    players = None if params.players_lanes is None else PlayersWrites(
+        added=s.end_id if s.end_id != s.start_id else None, added_done=players_added_done(s.batch_id, prior),
+        closed_ms=players_closed(next_wm, prior))
+    closed = prior.sets_closed_below_ms if players is None else players.closed_ms
+    state = StateRecord(
+        last_batch=s.batch_id, watermark_ms=s.watermark_ms, next_watermark_ms=next_wm, max_event_us=running_max,
+        server_max_event_us=server_max, server_watermarks=s.server_watermarks, server_heard_ms=s.server_heard_ms,
+        delay_ms=params.delay_ms,
+        committed_id=s.end_id, lost_at_batch=prior.lost_at,
+        lost_from_batch=prior.lost_commits[0] if prior.lost_commits else None,
+        lost_to_batch=prior.lost_commits[1] if prior.lost_commits else None,
+        stopped_ms=None,  # running again
+        sets_closed_below_ms=closed, params=params.semantic(),
+        trigger_ms=params.trigger_ms, updated_ms=now_ms, name_guard=s.name_guard)
+    return BatchWrites(
+        batch_id=s.batch_id, end_id=s.end_id, totals=_totals(s, record), servers=tuple(s.servers),
+        seen={srv: st.max_ingest_us // 1000 for srv, st in s.servers.items() if st.max_ingest_us is not None},
+        regions=dict(s.regions),
+        tradeoff=_tradeoff_counts(s.windows, driver), windows=s.windows, players=players,
+        windows_end_below_ms=next_wm - params.retention_ms - params.window_ms,
+        late=[e for e in s.late_events if parse_entry_id(e.entry_id) > prior.late_top.get(e.shard, (0, 0))],
+        bad=s.bad,
+        record=record, state=state,
+        trim_below=str(keep_from) if params.trims and any(i != START for i in keep_from.ids) else None)
+
+
+def _totals(s: BatchSummary, record: BatchRecord) -> dict[str, int]:
+    """The increments of ``{ns}:totals``: overall, per server and per quarantine reason."""
+    totals: dict[str, int] = {"input": s.input, "parsed": s.parsed, "quarantined": len(s.bad),
+                              "events": record.events, "dropped": record.dropped, "late": record.late,
+                              "ticks": s.ticks}
+    for name, st in s.servers.items():
+        for metric in SERVER_METRICS:
+            totals[total_field(metric, name)] = getattr(st, metric)
+    for reason, n in record.bad.items():
+        totals[total_field("bad", reason)] = n
+    return totals
+
+
+def apply_writes(pipe: redis.client.Pipeline, keys: KeySchema, w: BatchWrites, params: Params,
+                 in_slot: Callable[[int], bool] | None = None) -> None:
+    """Queue the batch's writes in the transaction (after ``multi()``); the caller executes it. The trim takes
+    the input shards ``in_slot`` accepts (default: all)."""
+    ttl_s = params.ttl_s
+    totals = redis_conn.Bulk()  # one call for every server's five counts, not a command each
+    totals.hincrby(keys.totals, w.totals)
+    totals.queue(pipe, None)
+    if w.servers:
+        pipe.sadd(keys.servers, *w.servers)
+        pipe.expire(keys.servers, ttl_s)
+    if w.seen:
+        pipe.hset(keys.seen, mapping=w.seen)
+        pipe.expire(keys.seen, ttl_s)
+    if w.regions:
+        pipe.hset(keys.regions, mapping=w.regions)
+        pipe.expire(keys.regions, ttl_s)
+    if w.tradeoff:
+        pipe.hset(keys.tradeoff, GRID_FIELD, json.dumps(GRID_MS))
+        tradeoff = redis_conn.Bulk()  # a histogram field per delay and server: hundreds at 300 servers
+        tradeoff.hincrby(keys.tradeoff, w.tradeoff)
+        tradeoff.queue(pipe, ttl_s)
+    _queue_windows(pipe, keys, w, ttl_s)
+    _queue_kept(pipe, keys, w, params)
+    bkey = keys.batch(w.batch_id)
+    record = w.record.encode()
+    pipe.hset(bkey, "sink", record)
+    pipe.expire(bkey, ttl_s)
+    pipe.zadd(keys.batches, {str(w.batch_id): w.batch_id})
+    pipe.eval(_FORGET_LUA, 1, keys.batches, w.batch_id - records_kept(params, len(record)), keys.batch(""))
+    pipe.expire(keys.batches, ttl_s)
+    pipe.hset(keys.state, mapping=w.state.to_hash())
+    if w.trim_below is not None:
+        trim_position(pipe, keys, w.trim_below, shards=in_slot)
+    pipe.xadd(keys.commits, CommitEntry(w.batch_id, w.end_id).fields(), maxlen=1000, approximate=True)
+
+
+DEAD_KEEP = 100_000
+"""Quarantined entries kept to look at (``{ns}:dead``, the newest; about: whole stream nodes go). Their count by
+reason is in the totals, exact whatever went; without a bound a producer sending bad input kept the stream
+growing for as long as it did (its TTL is refreshed by every batch that adds to it)."""
+
+
+_FORGET_LUA = """
+local gone = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])
+for _, b in ipairs(gone) do redis.call('UNLINK', ARGV[2] .. b) end
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])
+return #gone
+"""
+"""An index's members scored at or below ``ARGV[1]`` leave it and their keys (``ARGV[2]`` and the member) leave Redis,
+together.
+For the batch records: left to their TTL (a day), the records of a day's batches stayed (172,800 per query at the
+500 ms trigger, about 100 KB each at 300 servers); for the windows' players' sets and the batches' counts of them."""
+
+
+def records_kept(params: Params, record_bytes: int) -> int:
+    """How many batch records a query keeps: ``PROGRESS_HISTORY``, fewer when they would take more than
+    ``PROGRESS_BYTES`` at the newest record's size (at least 10)."""
+    return max(10, min(params.progress_history, params.progress_bytes // max(1, record_bytes)))
+
+
+def _queue_windows(pipe: redis.client.Pipeline, keys: KeySchema, w: BatchWrites, ttl_s: int) -> None:
+    index: dict[str, int] = {}
+    bulk = redis_conn.Bulk()  # a window per server: at 300 servers 1,000 HINCRBYs and EXPIREs as one script
+    for win in w.windows:
+        wk = win.key
+        bulk.hincrby(keys.window(wk), {"events": win.events, "dropped": win.dropped, "late": win.late,
+                                       "players": win.players})
+        index[wk.member()] = wk.start_ms
+    bulk.queue(pipe, ttl_s)
+    if index:
+        pipe.zadd(keys.windows, index)
+    if w.players is not None:  # the pipeline's upkeep of the shared sets and the batches' counts
+        if w.players.added is not None:
+            pipe.zadd(keys.players_added_index, {w.players.added: w.batch_id})
+        pipe.eval(_FORGET_LUA, 1, keys.players_added_index, w.players.added_done, keys.players_added(""))
+        pipe.expire(keys.players_added_index, ttl_s)
+        pipe.eval(_FORGET_LUA, 1, keys.players_index, w.players.closed_ms, keys.players_index + ":")
+    pipe.zremrangebyscore(keys.windows, "-inf", f"({w.windows_end_below_ms}")
+    pipe.expire(keys.windows, ttl_s)
+
+
+def _queue_kept(pipe: redis.client.Pipeline, keys: KeySchema, w: BatchWrites, params: Params) -> None:
+    """The late events (exact ``MAXLEN``: ``totals.kept`` less the streams' lengths is what the bound evicted) and
+    the quarantined entries, each under its input entry ID in its shard's stream (IDs are unique only there)."""
+    for e in w.late:
+        pipe.xadd(shard_key(keys.late, e.shard), e.fields(), id=e.entry_id, maxlen=params.late_keep_per_shard,
+                  approximate=False)
+    if w.late:
+        pipe.hincrby(keys.totals, "kept", len(w.late))
+    for k in sorted({e.shard for e in w.late}):
+        pipe.expire(shard_key(keys.late, k), params.ttl_s)
+    for b in w.bad:
+        pipe.xadd(shard_key(keys.dead, b.shard), DeadEntry(b.reason, b.detail, b.raw, w.batch_id).fields(),
+                  id=b.entry_id, maxlen=DEAD_KEEP, approximate=True)
+    for k in sorted({b.shard for b in w.bad}):
+        pipe.expire(shard_key(keys.dead, k), params.ttl_s)
+
+
+@dataclass(frozen=True)
+class GuardPrior:
+    """What the flood guard judges a batch against (``streaming.rules.fleet.admit``): the names the pipeline
+    does not know, its guard's minute, and, for a batch the pipeline has already committed, the names it refused."""
+
+    new: dict[str, int]
+    record: NameGuardRecord
+    committed_refusal: tuple[str, ...] | None = None
+
+
+def read_guard(client: redis.Redis, keys: KeySchema, batch_id: int, events: Mapping[str, int]) -> GuardPrior:
+    """``events``: each of the batch's servers' accepted events. A server is known while ``{ns}:seen`` holds it
+    (the job forgets it once retired: ``forget_servers``)."""
+    names = sorted(events)
+    pipe = connection.home(client, keys.state).pipeline(transaction=False)
+    pipe.hmget(keys.state, ["last_batch", "name_guard"])
+    pipe.hmget(keys.seen, names)
+    (last, guard), seen = pipe.execute()
+    record = (NameGuardRecord() if guard is None
+              else NameGuardRecord.decode(guard, f"{keys.state} field name_guard"))
+    new = {n: events[n] for n, at in zip(names, seen, strict=True) if at is None}
+    if last is None or int(last) < batch_id:
+        return GuardPrior(new, record)
+    raw = client.hget(keys.batch(batch_id), "sink")  # committed: what it refused, not what today would
+    refused = () if raw is None else BatchRecord.decode(raw, keys.batch(batch_id)).refused
+    return GuardPrior(new, record, tuple(refused))
+
+
+WAITED_FIELD = "wait_batch"
+"""The field of ``{ns}:state`` a commit writes before it waits for replicas (:func:`redis_conn.wait_replicas`): the
+batch whose commit it waited for."""
+
+
+def commit_batch(client: redis.Redis, keys: KeySchema, s: BatchSummary, params: Params,
+                 now_ms: Callable[[], int] = lambda: int(time.time() * 1000)) -> bool:
+    """Apply the batch once: read what it depends on, decide its writes, apply them in one transaction
+    guarded by the batch id. Returns False when it was already committed.
+
+    With ``params.wait_replicas``, done only once that many replicas have the commit, whether it was applied now or
+    found already there (a batch run again after its wait failed waits again): else it raises
+    :class:`redis_conn.ReplicasBehind` and the batch is not done (decision 0023)."""
+    node = connection.home(client, keys.state)  # in a Redis Cluster: the node of the pipeline's slot (0018)
+    applied = _commit_once(client, node, keys, s, params, now_ms)
+    replicated(client, keys.state, s.batch_id, params, f"the commit of batch {s.batch_id} to {keys.namespace}")
+    return applied
+
+
+def replicated(client: redis.Redis, guard_key: str, batch_id: int, params: Params, what: str) -> None:
+    """Return once ``params.wait_replicas`` replicas have the commit of ``batch_id`` guarded by ``guard_key`` (at
+    once when 0), else raise :class:`redis_conn.ReplicasBehind`: applied now or found already applied, the same
+    (:func:`redis_conn.wait_replicas`, on the guard's node)."""
+    if params.wait_replicas:
+        redis_conn.wait_replicas(connection.home(client, guard_key), guard_key, WAITED_FIELD, batch_id,
+                                 params.wait_replicas, params.wait_timeout_ms, what)
+
+
+def _commit_once(client: redis.Redis, node: redis.Redis, keys: KeySchema, s: BatchSummary, params: Params,
+                 now_ms: Callable[[], int]) -> bool:
+    with guarded(node, keys.state, s.batch_id) as pipe:
+        if pipe is None:
+            return False
+        writes = plan_commit(s, params, read_prior(pipe, keys, s, params), now_ms())
+        pipe.multi()
+        in_slot = None if node is client else (lambda k: redis_conn.same_slot(keys.input_shard(k), keys.state))
+        apply_writes(pipe, keys, writes, params, in_slot=in_slot)
+        redis_conn.execute(pipe)
+    if writes.trim_below is not None and in_slot is not None:
+        # In a Redis Cluster an input shard on a slot of its own is trimmed after the commit, by its own script
+        # (the trim and its count stay one step, so what waits stays exact); a crash before it leaves the next
+        # commit a bigger trim (decision 0018).
+        trim_position(client, keys, writes.trim_below, shards=lambda k: not in_slot(k))
+    return True
+
+
+PACK_BULK = 512
+"""Arguments a column needs before :func:`queue_packed` packs it with Arrow: a dozen Arrow calls cost more than
+hiredis packing a few hundred arguments (at 300 servers most commands are small: packing them all with Arrow made
+the commits 1.6 times as long, ``bench/driver_costs.py --servers 300``)."""
+
+
+def queue_packed(pipe: redis_conn.Transaction | redis.client.Pipeline, command: str, key: str, *columns: Any,
+                 head: Sequence[Any] = ()) -> None:
+    """``pipe.execute_command(command, key, *arguments)``, the arguments the columns' elements taken in turn (one
+    column: SADD's members; two: HSET's fields and values), in a transaction begun with ``multi()``, packed for
+    Redis in a few Arrow operations rather than a Python call per argument. A column is an Arrow array, a numpy
+    array or a list, of str or integers. The big commands of a commit are a value per event: the online view's
+    HSET of every player a batch heard from and each window's SADD of its players, in three namespaces (the
+    configured pipeline and two lanes); at 100,000 events/s, 50,000 players a batch, packing them one by one was
+    most of the lanes' commits (``bench/driver_costs.py``). The same bytes as the connection packs. A short column
+    (:data:`PACK_BULK`), or a pipe not in a transaction of ours, gets a plain command. ``head``: arguments between
+    the key and the columns' (a script's keys and first arguments, with ``EVAL`` and the script as the key)."""
+    if not isinstance(pipe, redis_conn.Transaction) or pipe.queued is None or len(columns[0]) < PACK_BULK:
+        pipe.execute_command(command, key, *head, *_interleaved(columns))
+        return
+    cols = [_strings(c) for c in columns]
+    parts: list[Any] = []
+    for c in cols:
+        parts += ["$", pc.cast(pc.binary_length(c), pa.string()), "\r\n", c, "\r\n"]
+    body = pc.binary_join_element_wise(*parts, "")
+    offsets = np.frombuffer(body.buffers()[1], np.int32)
+    start, end = int(offsets[body.offset]), int(offsets[body.offset + len(body)])
+    words = [str(a).encode() if not isinstance(a, bytes) else a for a in (command, key, *head)]
+    packed_head = b"*%d\r\n" % (len(words) + len(cols) * len(body)) + b"".join(
+        b"$%d\r\n%s\r\n" % (len(w), w) for w in words)
+    pipe.queue(command, packed_head + memoryview(body.buffers()[2])[start:end].tobytes())
+
+
+def _strings(column: Any) -> pa.Array:
+    a = column if isinstance(column, pa.Array) else pa.array(column)
+    return a if pa.types.is_string(a.type) else pc.cast(a, pa.string())
+
+
+def _interleaved(columns: tuple[Any, ...]) -> list[Any]:
+    lists = [c.to_pylist() if isinstance(c, pa.Array) else c.tolist() if isinstance(c, np.ndarray) else c
+             for c in columns]
+    return lists[0] if len(lists) == 1 else [x for row in zip(*lists, strict=True) for x in row]
