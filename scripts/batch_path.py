@@ -66,7 +66,7 @@ class Trail:
     def profile(self, frame: FrameType, event: str, arg: object) -> None:
         if event == "call":
             module = frame.f_globals.get("__name__", "")
-            if not module.startswith("watermark."):
+            if not module.startswith("streaming."):
                 return
             code = frame.f_code
             n = code.co_argcount + code.co_kwonlyargcount + bool(code.co_flags & 0x04) + bool(code.co_flags & 0x08)

@@ -179,7 +179,8 @@ def test_job_on_a_standalone_cluster_matches_local_mode_and_the_oracle(
     for worker, work_dir in zip(workers, spark_cluster.work_dirs, strict=True):
         assert [e["appid"] for e in worker["executors"]] == [apps[0]["id"]], worker
         app_dir = work_dir / apps[0]["id"]
-        assert len(list(app_dir.glob("*/watermark-*.zip"))) == 1, sorted(p.name for p in app_dir.rglob("*"))
+        shipped = [len(list(app_dir.glob(f"*/{name}-*.zip"))) for name in ("streaming", "watermark_client")]
+        assert shipped == [1, 1], sorted(p.name for p in app_dir.rglob("*"))  # the pipeline and its client package
 
 
 def _openssl(*args: str, cwd: Path) -> None:
