@@ -19,7 +19,7 @@ import pytest
 import redis
 
 from bench.failover.sentinels import until
-from streaming.apps.redis_server import LocalCluster, RedisServer, main
+from streaming.apps.redis_server import LocalCluster, RedisServer, main, redis_server_binary, server_version
 from streaming.apps.redis_users import PASSWORDS_FILE
 from streaming.store.observe import read_stack
 from streaming.store.views.snapshot import read_snapshot
@@ -62,6 +62,8 @@ def printed(*args: str) -> str:
 @pytest.fixture(scope="module")
 def users(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Users]:
     """What an operator runs for a Redis Cluster of their own (``REDIS_URL`` names a node), loaded on every node."""
+    if server_version(redis_server_binary()) < (7, 0):  # CI's second pass runs tests/cluster on Redis 6.2
+        pytest.skip("a user per part needs Redis 7 (key selectors %R~)")
     data = tmp_path_factory.mktemp("cluster-users")
     with pytest.MonkeyPatch.context() as env:
         for name in ("REDIS_SENTINELS", "REDIS_SENTINEL_MASTER", "DEMO"):
