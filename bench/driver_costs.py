@@ -40,10 +40,11 @@ from streaming.spark.rows import ARROW_SCHEMA
 from streaming.spark.sink import LaneSink, aggregate_arrow
 from streaming.spark.source import SourceOptions, StreamRange, read_partition
 from streaming.spark.window_players import read_added
-from streaming.store.commit import commit_batch, params_of
+from streaming.store.commit import commit_batch
 from streaming.store.online.commit import OnlineMirror, commit_online
 from streaming.store.online.handoff import hand_off
 from streaming.store.online.runner import GroupRunner
+from streaming.store.params import params_for
 from streaming.store.stream_writer import write
 
 LANES = ("per-server-min", "per-server-min-idle")
@@ -80,9 +81,9 @@ def measure(url: str, servers: int, rate: int, seconds: float, trigger_ms: int, 
     start_ms = int(time.time() * 1000) - int(seconds * 1000) - 60_000
     sim = Simulator(scenario, seed=1, start_us=start_ms * 1000, rate=rate, count=int(rate * seconds))
     write(client, keys.events, sim, explicit_ids=True)
-    params = params_of(cfg)
+    params = params_for(cfg)
     opts = SourceOptions(source_options(cfg, pre_aggregate=True))
-    lanes = [LaneSink(KeySchema(c.namespace), params_of(c)) for c in cfg.lane_configs()]
+    lanes = [LaneSink(KeySchema(c.namespace), params_for(c)) for c in cfg.lane_configs()]
     mirror = OnlineMirror()
     runners = [GroupRunner(client, keys, Group(g, groups), params) for g in range(groups)]
     costs = Costs(servers)

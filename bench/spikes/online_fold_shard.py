@@ -25,8 +25,9 @@ from streaming.rules.online.fold import Prior, fold
 from streaming.rules.online.table import OnlineBatch, OnlineEvents, PlayerTable
 from streaming.schema.config import Config
 from streaming.schema.keys import KeySchema
-from streaming.store.commit import params_of, queue_packed
+from streaming.store.commit import queue_packed
 from streaming.store.online.commit import OnlineMirror, commit_online
+from streaming.store.params import params_for
 
 TIMEOUT_MS = 30_000
 START_US = 1_767_225_600_000_000
@@ -106,7 +107,7 @@ def measure(url: str, players: int, events: int, servers: int, repeat: int) -> d
     ns = f"fold-{players}"
     cfg = Config(redis_url=url, embedded_redis=False, namespace=ns, checkpoint_dir=f"/tmp/{ns}",
                  online_timeout_ms=TIMEOUT_MS)
-    client, keys, params = redis.Redis.from_url(url), KeySchema(ns), params_of(cfg)
+    client, keys, params = redis.Redis.from_url(url), KeySchema(ns), params_for(cfg)
     rng = np.random.default_rng(1)
     warm, other = OnlineMirror(), OnlineMirror()  # other: a second worker's copy, caught up
     commit_online(client, keys, batch(0, players, events, servers, rng), params, TIMEOUT_MS, warm)

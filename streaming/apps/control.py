@@ -23,9 +23,9 @@ from streaming.schema.acl import user_name
 from streaming.schema.config import Config, ConfigError
 from streaming.schema.keys import KeySchema
 from streaming.schema.records import check_rate
-from streaming.store.commit import params_of
 from streaming.store.control_store import read_lab, write_control
 from streaming.store.online.forget import ask, known, players_online
+from streaming.store.params import params_for
 from watermark_client.connection import open_client
 from watermark_client.timeutil import format_duration_ms, parse_duration_ms
 
@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
         keys = KeySchema(cfg.namespace)
         client = open_client(cfg.redis_url, socket_connect_timeout=2.0, socket_timeout=5.0)
         if args.command == "forget":
-            return forget(client, keys, args.servers, params_of(cfg).ttl_s)
+            return forget(client, keys, args.servers, params_for(cfg).ttl_s)
         if args.command == "set":
             write_control(client, keys, by=cli_user(), role="Redis credential (wm-control)",
                           scenario=args.scenario, rate=args.rate, running=args.running, delay_ms=args.delay)

@@ -27,9 +27,10 @@ from streaming.schema.config import LANES, Config, ConfigError, redact_url
 from streaming.schema.keys import KeySchema
 from streaming.schema.records import StateRecord
 from streaming.spark.checkpoint import job_secret
-from streaming.store.commit import ParamsMismatch, check_params, forget_servers
+from streaming.store.commit import check_params, forget_servers
 from streaming.store.control_store import operators_delay
 from streaming.store.online.moved import move_old_keys
+from streaming.store.params import ParamsMismatch, params_for
 from streaming.store.redis_conn import connect, same_slot
 from watermark_client.connection import home, is_cluster
 from watermark_client.events import PAYLOAD_FIELD, parse_entry_id
@@ -89,8 +90,6 @@ def main() -> int:
 def prepare(client: redis.Redis, cfg: Config, own: Config, lanes: list[Config]) -> list[RunningQuery] | None:
     """The one pipeline to run (its query reads the input once; its sink also serves every lab lane and the
     online players), with the delay the presenter asked for; None when a namespace was built otherwise."""
-    from streaming.store.commit import params_of
-
     keys = KeySchema(cfg.namespace)
     if is_cluster(client) and not cfg.namespace.startswith("{"):
         log.error("REDIS_URL names a Redis Cluster: PIPELINE_NAMESPACE must be braced, for example {%s}, so that "
@@ -103,7 +102,7 @@ def prepare(client: redis.Redis, cfg: Config, own: Config, lanes: list[Config]) 
                  "no change of %s", format_duration_ms(cfg.delay_ms), keys.control)
     for c in (own, *lanes):
         try:
-            before = check_params(client, KeySchema(c.namespace), params_of(c.with_(delay_ms=delay_ms)))
+            before = check_params(client, KeySchema(c.namespace), params_for(c.with_(delay_ms=delay_ms)))
         except ParamsMismatch as exc:
             log.error("%s", exc)
             return None
@@ -123,12 +122,10 @@ def supervise(client: redis.Redis, cfg: Config, own: Config, lanes: list[Config]
     one from its checkpoint, follow the presenter's delay, write idle markers."""
     from streaming.spark.listener import ProgressListener, ProgressWriter
     from streaming.spark.query import build_session
-    from streaming.store.commit import params_of
-
     keys = KeySchema(cfg.namespace)
     spark = build_session(cfg, own_session=True)
     writer = ProgressWriter(cfg.redis_url, [keys, *(KeySchema(c.namespace) for c in lanes)],
-                            ttl_s=params_of(cfg).ttl_s)
+                            ttl_s=params_for(cfg).ttl_s)
     writer.start()
     spark.streams.addListener(ProgressListener(writer, runs[0].name))
     # One pipeline with idleness decides when a server is idle; its markers go into the shared input.

@@ -62,8 +62,8 @@ def _fold(cfg: Config, index: int, stop: threading.Event) -> int:
     # or Arrow (about 80 MB of memory each).
     from streaming.rules.online.groups import Group
     from streaming.schema.keys import KeySchema
-    from streaming.store.commit import params_of
     from streaming.store.online.runner import GroupRunner
+    from streaming.store.params import params_for
     from streaming.store.redis_conn import connect
 
     try:
@@ -72,7 +72,7 @@ def _fold(cfg: Config, index: int, stop: threading.Event) -> int:
         log.error("%s", exc)
         return 1
     group = Group(index, cfg.online_groups)
-    runner = GroupRunner(client, KeySchema(cfg.namespace), group, params_of(cfg))
+    runner = GroupRunner(client, KeySchema(cfg.namespace), group, params_for(cfg))
     log.info("folding group %d of %d of %s at %s", index, group.of, cfg.namespace, redact_url(cfg.redis_url))
     try:
         while not stop.is_set():

@@ -44,7 +44,8 @@ from streaming.schema.records import LagRecord, NameGuardRecord, ServerRecord
 from streaming.spark import partial
 from streaming.spark.checkpoint import OffsetEntry
 from streaming.spark.window_players import Added
-from streaming.store.commit import BadRow, BatchSummary, Params, WindowAgg
+from streaming.store.commit import BadRow, BatchSummary, WindowAgg
+from streaming.store.params import Params
 from watermark_client.events import IDLE_KIND, parse_entry_id
 from watermark_client.timeutil import iso_from_us
 

@@ -19,7 +19,7 @@ from streaming.spark.cluster import is_local_master, ship_package
 from streaming.spark.partial import PACKED
 from streaming.spark.sink import LaneSink, RedisSink
 from streaming.spark.source import RedisStreamDataSource
-from streaming.store.commit import params_of
+from streaming.store.params import params_for
 from watermark_client.events import IDLE_KIND, Rules
 
 
@@ -123,8 +123,8 @@ def pipeline_sink(cfg: Config, background: bool = False) -> RedisSink:
     """The sink of the job's one query: the configured pipeline, its lab lanes and the online players (with
     ``background``, the lanes and the online players commit on a thread of their own: see
     :class:`RedisSink`)."""
-    lanes = [LaneSink(KeySchema(c.namespace), params_of(c)) for c in cfg.lane_configs()]
-    return RedisSink(cfg.redis_url, KeySchema(cfg.namespace), params_of(cfg), cfg.checkpoint_dir, lanes=lanes,
+    lanes = [LaneSink(KeySchema(c.namespace), params_for(c)) for c in cfg.lane_configs()]
+    return RedisSink(cfg.redis_url, KeySchema(cfg.namespace), params_for(cfg), cfg.checkpoint_dir, lanes=lanes,
                      online_timeout_ms=cfg.online_timeout_ms, background=background, online_groups=cfg.online_groups,
                      source_options=source_options(cfg, pre_aggregate=True, spark=SparkSession.getActiveSession()))
 
@@ -163,7 +163,7 @@ def source_options(cfg: Config, pre_aggregate: bool, spark: SparkSession | None 
         "preAggregate": str(pre_aggregate).lower(),
         "windowMs": str(cfg.window_ms), "slideMs": str(cfg.slide_ms),
         # the partitions count the windows' players into this pipeline's sets (decision 0019)
-        **({"windowPlayers": cfg.namespace, "playersTtlS": str(params_of(cfg).ttl_s),
+        **({"windowPlayers": cfg.namespace, "playersTtlS": str(params_for(cfg).ttl_s),
             "waitReplicas": str(cfg.wait_replicas), "waitTimeoutMs": str(cfg.wait_timeout_ms)}
            if pre_aggregate else {}),
         **Rules(cfg.max_future_skew_ms, cfg.known_servers, job_secret(cfg.checkpoint_dir, spark)).to_options(),

@@ -41,15 +41,14 @@ from streaming.spark.source import SourceOptions, ranges, read_partition
 from streaming.spark.window_players import Added, drop_replayed, no_players, read_added
 from streaming.store.commit import (
     BatchSummary,
-    Params,
     commit_batch,
     free_committed_input,
-    online_reader,
     read_guard,
     replicated,
 )
 from streaming.store.online.commit import OnlineMirror, commit_online
 from streaming.store.online.handoff import hand_off
+from streaming.store.params import Params, online_reader
 from streaming.store.redis_conn import DriverClient, with_retry
 from watermark_client.timeutil import clock
 

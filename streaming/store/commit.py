@@ -25,7 +25,6 @@ from streaming.rules.late import LateEvent
 from streaming.rules.tradeoff import GRID_FIELD, GRID_MS, RETIRED_SERVERS, bucket, hist_field
 from streaming.rules.watermarks import policy_max
 from streaming.rules.windows import event_ms, next_watermark
-from streaming.schema.config import Config
 from streaming.schema.keys import KeySchema, WindowKey, total_field
 from streaming.schema.records import (
     BatchRecord,
@@ -33,76 +32,14 @@ from streaming.schema.records import (
     DeadEntry,
     NameGuardRecord,
     ServerRecord,
-    StateParams,
     StateRecord,
 )
 from streaming.schema.shards import START, Position, lowest, shard_key
 from streaming.store import redis_conn
+from streaming.store.params import Params, ParamsMismatch
 from watermark_client import connection
 from watermark_client.events import parse_entry_id
 from watermark_client.stream import input_shard_key
-
-STREAM_KEEP_MS = 600_000
-"""Committed input the trim keeps to look back at, in arrival time (within ``stream_keep_entries``)."""
-
-
-@dataclass(frozen=True)
-class Params:
-    """How a namespace is built. Window, slide and watermark mode must not change on restart; the delay may
-    (the presenter's lever): every batch record keeps the delay it ran with."""
-
-    window_ms: int
-    slide_ms: int
-    delay_ms: int
-    # Every default below is the configuration's (Config): one place says what a setting is when unset.
-    retention_ms: int = Config.retention_ms
-    progress_history: int = Config.progress_history
-    progress_bytes: int = Config.progress_mb * 2**20  # ... and at most about this many bytes of them
-    stream_keep_ms: int = STREAM_KEEP_MS
-    stream_keep_entries: int = Config.stream_keep_entries  # ... and about this many entries at most
-    ttl_ms: int | None = Config.key_ttl_ms  # key TTL; None: retention_ms
-    trigger_ms: int = Config.trigger_ms  # not semantic: the dashboard judges batch health against it
-    mode: str = Config.watermark_mode  # or "per-server": one watermarked input per server in `servers`
-    policy: str = Config.watermark_policy  # per-server: Spark's multipleWatermarkPolicy
-    servers: tuple[str, ...] = ()
-    idle_timeout_ms: int | None = Config.idle_timeout_ms  # per-server: idle markers move a silent server's watermark
-    trims: bool = True  # a lab lane reads its parent's input and leaves trimming to it
-    readers: tuple[str, ...] = ()  # state hashes of everything else that commits from our input (lanes, online
-    # view): their ``committed_id`` holds the trim back, so nothing one of them still needs is trimmed
-    late_keep: int = Config.late_events_keep  # late events kept in ``{ns}:late`` (streaming.rules.late), all shards'
-    shards: int = Config.stream_shards  # input streams (streaming.schema.shards): each has its own late and dead stream
-    history_days: int = Config.history_days  # whole days each minute of players online is kept after its own
-    retire_after_ms: int = Config.retire_after_ms  # a server silent this long with no player kept is forgotten
-    new_servers_per_minute: int = 0  # the flood guard (streaming.rules.fleet.admit), off unless given: the
-    # pipeline's is the configuration's (params_of); a lane reads the batch the pipeline's guard left
-    wait_replicas: int = Config.wait_replicas
-    """A commit is done once this many replicas have acknowledged it (``WAIT``, ``REDIS_WAIT_REPLICAS``; decision
-    0023); 0: at once."""
-    wait_timeout_ms: int = Config.wait_timeout_ms
-    """How long a commit waits for them (``REDIS_WAIT_TIMEOUT``) before it fails
-    (:class:`redis_conn.ReplicasBehind`)."""
-    players_lanes: tuple[str, ...] | None = ()
-    """The windows' players' sets (decision 0019): a tuple when this namespace's partitions count them (the pipeline),
-    holding the state hashes of the lanes that read the same counts: the slowest of them and the pipeline decides
-    when a set and a batch's count go. None for a lane: it only adds the counts to its windows."""
-
-    @property
-    def ttl_s(self) -> int:
-        return max(1, (self.ttl_ms or self.retention_ms) // 1000)
-
-    def semantic(self) -> StateParams:
-        return StateParams(window_ms=self.window_ms, slide_ms=self.slide_ms, delay_ms=self.delay_ms, mode=self.mode,
-                           policy=self.policy)
-
-    @property
-    def per_server(self) -> bool:
-        return self.mode == "per-server"
-
-    @property
-    def late_keep_per_shard(self) -> int:
-        """Each shard's late stream keeps its share of ``late_keep`` (rounded up): the bound stays about
-        ``late_keep`` however many shards there are."""
-        return -(-self.late_keep // self.shards)
 
 
 @dataclass
@@ -173,44 +110,6 @@ class BatchSummary:
     @property
     def min_event_us(self) -> int | None:
         return min((s.min_event_us for s in self.servers.values() if s.min_event_us is not None), default=None)
-
-
-def params_of(cfg: Config) -> Params:
-    return Params(window_ms=cfg.window_ms, slide_ms=cfg.slide_ms, delay_ms=cfg.delay_ms,
-                  retention_ms=cfg.retention_ms, progress_history=cfg.progress_history,
-                  progress_bytes=cfg.progress_mb * 2**20,
-                  ttl_ms=cfg.key_ttl_ms, trigger_ms=cfg.trigger_ms, mode=cfg.watermark_mode,
-                  policy=cfg.watermark_policy,
-                  servers=tuple(sorted(cfg.known_servers or ())) if cfg.watermark_mode == "per-server" else (),
-                  idle_timeout_ms=cfg.idle_timeout_ms, trims=cfg.input_namespace is None,
-                  readers=readers_of(cfg), stream_keep_entries=cfg.stream_keep_entries,
-                  late_keep=cfg.late_events_keep, history_days=cfg.history_days, shards=cfg.stream_shards,
-                  retire_after_ms=cfg.retire_after_ms,
-                  new_servers_per_minute=cfg.new_servers_per_minute if cfg.input_namespace is None else 0,
-                  wait_replicas=cfg.wait_replicas, wait_timeout_ms=cfg.wait_timeout_ms,
-                  players_lanes=None if cfg.input_namespace is not None else tuple(
-                      KeySchema(c.namespace).state for c in cfg.lane_configs()))
-
-
-def readers_of(cfg: Config) -> tuple[str, ...]:
-    """The state hashes whose ``committed_id`` holds back the trim of the input: each lab lane's and the
-    online view's (:func:`online_reader`). They commit after the pipeline (in the job on a thread of their own,
-    while the next batch runs); a reader held back (a failing commit, a crash before it committed) keeps the
-    entries it still needs, which is what lets the next run catch it up (:meth:`RedisSink.catch_up`)."""
-    if cfg.input_namespace is not None:
-        return ()  # a lane trims nothing
-    return (*(KeySchema(c.namespace).state for c in cfg.lane_configs()),
-            online_reader(KeySchema(cfg.namespace), cfg.online_groups))
-
-
-def online_reader(keys: KeySchema, groups: int) -> str:
-    """The hash whose ``last_batch`` and ``committed_id`` say how far the online view has taken the input: its own
-    state, or with groups (decision 0020) its hand-off's (the groups read no input: the job hands it over)."""
-    return keys.handoff_guard if groups else keys.online_state
-
-
-class ParamsMismatch(RuntimeError):
-    pass
 
 
 _TRIM_LUA = """

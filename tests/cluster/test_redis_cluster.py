@@ -21,11 +21,12 @@ from streaming.schema.config import Config, lane_namespace
 from streaming.schema.keys import KeySchema
 from streaming.schema.records import ServerRecord
 from streaming.schema.shards import shard_key
-from streaming.store.commit import BatchSummary, Params, commit_batch
+from streaming.store.commit import BatchSummary, commit_batch
 from streaming.store.online.runner import GroupRunner
 from streaming.store.pipeline_status import read_pipeline
 from streaming.store.redis_conn import refresh, same_slot, with_retry
 from streaming.store.stream_writer import StreamWriter, WriteStats
+from tests.schema.params import built_params
 from tests.store.online.test_handoff import hand_off_twice
 from tests.store.test_online_groups import PARAMS as ONLINE
 from tests.store.test_online_groups import dump, now, random_game, run
@@ -35,7 +36,7 @@ from watermark_client.events import parse_entry
 from watermark_client.sharded import ShardedProducer
 from watermark_client.stream import shard_of
 
-PARAMS = Params(window_ms=600_000, slide_ms=600_000, delay_ms=300_000)
+PARAMS = built_params(600_000, 600_000, 300_000)
 T0 = 1_767_225_600_000
 
 

@@ -17,13 +17,14 @@ from streaming.schema.config import Config
 from streaming.schema.keys import KeySchema
 from streaming.schema.records import ServerRecord
 from streaming.store import redis_conn
-from streaming.store.commit import BatchSummary, Params, WindowAgg, commit_batch
+from streaming.store.commit import BatchSummary, WindowAgg, commit_batch
 from streaming.store.redis_conn import ReplicasBehind, connect, with_retry
+from tests.schema.params import built_params
 from watermark_client import connection
 from watermark_client.connection import open_client
 
 T0 = 1_767_225_600_000
-PARAMS = Params(window_ms=600_000, slide_ms=600_000, delay_ms=300_000)
+PARAMS = built_params(600_000, 600_000, 300_000)
 
 
 def summary(batch_id: int, events: int = 2) -> BatchSummary:
@@ -67,7 +68,7 @@ def test_a_transaction_sent_to_a_demoted_primary_is_refused_as_read_only_and_ret
 def test_a_commit_is_done_only_once_its_replica_has_it(group: SentinelGroup) -> None:
     client = open_client(group.url, socket_timeout=10)
     keys = KeySchema(f"wait-{uuid.uuid4().hex[:8]}")
-    params = Params(window_ms=600_000, slide_ms=600_000, delay_ms=300_000, wait_replicas=1, wait_timeout_ms=300)
+    params = built_params(600_000, 600_000, 300_000, wait_replicas=1, wait_timeout_ms=300)
     started = time.monotonic()
     assert commit_batch(client, keys, summary(0), params)
     acked_s = time.monotonic() - started

@@ -16,7 +16,7 @@ from streaming.schema.config import Config
 from streaming.schema.keys import KeySchema
 from streaming.spark.query import start_query
 from streaming.spark.sink import RedisSink
-from streaming.store.commit import params_of
+from streaming.store.params import params_for
 from streaming.store.report import wait_for_commit
 from streaming.store.views.snapshot import read_snapshot
 from tests.pipeline.test_exactly_once import counted_per_window, raw_per_window, seeded_entries, snapshot
@@ -76,7 +76,7 @@ def test_a_failed_batch_is_retried_without_double_counting(spark: SparkSession, 
 
     flaky = cfg(f"flaky-{run}")
     keys = KeySchema(flaky.namespace)
-    sink = FailingSink(redis_url, keys, params_of(flaky), flaky.checkpoint_dir, fail_batch=2,
+    sink = FailingSink(redis_url, keys, params_for(flaky), flaky.checkpoint_dir, fail_batch=2,
                        after_commit=after_commit, online_timeout_ms=flaky.online_timeout_ms)
     query = start_query(spark, flaky, sink=sink, trigger_ms=0)
     for part in parts[:2]:

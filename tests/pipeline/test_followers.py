@@ -21,7 +21,7 @@ from streaming.schema.keys import KeySchema
 from streaming.spark.followers import FollowerThread
 from streaming.spark.query import pipeline_sink, start_query
 from streaming.spark.sink import RedisSink
-from streaming.store.commit import params_of
+from streaming.store.params import params_for
 from tests.pipeline.test_exactly_once import seeded_entries, snapshot
 from tests.pipeline.test_faults import chunks, xadd_all
 
@@ -69,7 +69,7 @@ def test_the_follower_thread_close_raises_the_pending_failure() -> None:
 
 def test_a_background_sink_needs_the_source_options() -> None:
     with pytest.raises(ValueError, match="needs source_options"):
-        RedisSink("redis://127.0.0.1:1/0", KeySchema("x"), params_of(Config()), "ck", background=True)
+        RedisSink("redis://127.0.0.1:1/0", KeySchema("x"), params_for(Config()), "ck", background=True)
 
 
 class StopsBeforeFollowers(RedisSink):

@@ -12,16 +12,17 @@ from streaming.schema.config import Config
 from streaming.schema.records import ServerRecord
 from streaming.store.commit import (
     BatchSummary,
-    Params,
     Prior,
     WindowAgg,
     plan_commit,
     players_added_done,
     players_closed,
 )
+from streaming.store.params import Params
+from tests.schema.params import built_params
 
 T0 = 1_767_225_600_000
-PARAMS = Params(window_ms=60_000, slide_ms=60_000, delay_ms=10_000, stream_keep_ms=600_000)
+PARAMS = built_params(60_000, 60_000, 10_000)
 EMPTY = Prior(lost_at=None, max_event_us=None, sets_closed_below_ms=0, server_max={}, late_top={}, readers_done=())
 
 

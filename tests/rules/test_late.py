@@ -12,7 +12,8 @@ import redis
 from streaming.rules.eventview import BatchSpan, Status, judge
 from streaming.rules.late import LateEvent, is_late
 from streaming.schema.keys import KeySchema
-from streaming.store.commit import BatchSummary, Params, commit_batch
+from streaming.store.commit import BatchSummary, commit_batch
+from tests.schema.params import built_params
 from watermark_client.events import Event
 
 MIN = 60_000
@@ -45,7 +46,7 @@ def test_the_record_reads_back_and_a_bad_one_says_what_it_is() -> None:
         LateEvent.from_fields("17-2", {b"s": b"A", b"t": b"soon"})
 
 
-PARAMS = Params(window_ms=MIN, slide_ms=MIN, delay_ms=10_000, late_keep=3)
+PARAMS = built_params(MIN, MIN, 10_000, late_events_keep=3)
 
 
 def batch(batch_id: int, late_ids: list[str]) -> BatchSummary:

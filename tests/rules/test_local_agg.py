@@ -275,12 +275,12 @@ def test_a_batch_judged_with_servers_too_far_apart_to_key_together_counts_the_sa
     import numpy as np
 
     from streaming.schema.records import ServerRecord
-    from streaming.store.commit import Params
+    from tests.schema.params import built_params
 
     hist = {"A": (np.array([1_000_000, 5_000_000], np.int64), np.array([2, 3])),
             "B": (np.array([2**61, 2**61 + 1_000_000], np.int64), np.array([1, 4]))}
     windows = [(0, "A", 5, 1), (2**61 // 1000, "B", 5, 1)]
-    params = Params(window_ms=10_000, slide_ms=10_000, delay_ms=0)
+    params = built_params(10_000, 10_000, 0)
     servers = {"A": ServerRecord(), "B": ServerRecord()}
     far = BatchTable(windows, servers, hist, [])
     assert far.hists is None  # judged server by server

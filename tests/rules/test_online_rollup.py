@@ -39,9 +39,9 @@ from streaming.rules.online.rollup import (
 )
 from streaming.rules.online.table import OnlineBatch, OnlineEvents
 from streaming.schema.keys import KeySchema
-from streaming.store.commit import Params
 from streaming.store.online.commit import OnlineMirror, commit_online
 from streaming.store.views.online import read_online
+from tests.schema.params import built_params
 
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z, a minute and a day boundary
 
@@ -98,7 +98,7 @@ def events(*rows: tuple[str, str, int, str]) -> OnlineEvents:
 
 def test_the_commit_keeps_minutes_and_the_days_peaks(r: redis.Redis) -> None:
     keys = KeySchema(f"t-{uuid.uuid4().hex[:8]}")
-    params, mirror = Params(60_000, 60_000, 5_000), OnlineMirror()
+    params, mirror = built_params(60_000, 60_000, 5_000), OnlineMirror()
     batches = [  # (arrival, events): two minutes, then a batch of the next day; its newest entry arrived then
         (T0 + 1_000, [("A", "p1", 100_000, "login"), ("A", "p2", 100_000, "login")]),
         (T0 + 2_000, [("A", "p1", 101_000, "logout"), ("B", "p3", 101_000, "login")]),

@@ -1,26 +1,46 @@
-"""A namespace's build parameters come from the configuration: ``Params`` has no default of its own."""
+"""A namespace's build parameters come from the configuration: ``Params`` has no default of its own, and
+:func:`params_for` builds exactly what the job built before it was the one builder."""
 
 from __future__ import annotations
 
-from dataclasses import MISSING, fields
+from dataclasses import MISSING, asdict, fields
 
 from streaming.schema.config import Config
-from streaming.store.commit import Params, params_of
+from streaming.store.params import Params, params_for
 
-DERIVED = {"servers", "trims", "readers", "players_lanes", "new_servers_per_minute"}
-"""Fields ``params_of`` derives from several settings (a lane's or the pipeline's), not one default each."""
+TODAY = dict(window_ms=60_000, slide_ms=60_000, delay_ms=30_000, retention_ms=86_400_000, progress_history=10_000,
+             progress_bytes=134_217_728, stream_keep_ms=600_000, stream_keep_entries=1_000_000, ttl_ms=None,
+             trigger_ms=500, mode="global", policy="min", servers=(), idle_timeout_ms=None, trims=True,
+             late_keep=200_000, shards=1, history_days=8, retire_after_ms=600_000, new_servers_per_minute=1_000,
+             wait_replicas=0, wait_timeout_ms=1_000)
+"""What the job built for the default configuration before Params lost its defaults (written down then)."""
 
 
-def test_every_default_of_params_is_the_configurations() -> None:
-    cfg = Config()
-    built = params_of(cfg)
-    bare = Params(window_ms=cfg.window_ms, slide_ms=cfg.slide_ms, delay_ms=cfg.delay_ms)
-    differ = {f.name: (getattr(bare, f.name), getattr(built, f.name)) for f in fields(Params)
-              if f.default is not MISSING and f.name not in DERIVED and getattr(bare, f.name) != getattr(built, f.name)}
-    assert differ == {}
+def test_params_has_no_default() -> None:
+    assert [f.name for f in fields(Params) if f.default is not MISSING or f.default_factory is not MISSING] == []
+
+
+def test_the_default_pipeline_is_built_as_it_was() -> None:
+    assert asdict(params_for(Config())) == {**TODAY, "readers": ("wm:online:state",), "players_lanes": ()}
+
+
+def test_a_pipeline_with_lanes_and_its_lane_are_built_as_they_were() -> None:
+    cfg = Config(lanes=("global", "per-server-min-idle"))
+    lanes = ("wm.global:state", "wm.per-server-min-idle:state")
+    assert asdict(params_for(cfg)) == {**TODAY, "readers": (*lanes, "wm:online:state"), "players_lanes": lanes}
+    lane = cfg.lane_configs()[1]
+    assert asdict(params_for(lane)) == {**TODAY, "mode": "per-server", "idle_timeout_ms": 20_000, "trims": False,
+                                        "readers": (), "new_servers_per_minute": 0, "players_lanes": None}
+
+
+def test_per_server_inputs_and_online_groups_are_built_as_they_were() -> None:
+    cfg = Config(watermark_mode="per-server", known_servers=frozenset({"b", "a"}), idle_timeout_ms=5_000,
+                 online_groups=2)
+    assert asdict(params_for(cfg)) == {**TODAY, "mode": "per-server", "servers": ("a", "b"), "idle_timeout_ms": 5_000,
+                                       "readers": ("wm:handoff:guard",), "players_lanes": ()}
 
 
 def test_the_flood_guard_is_the_pipelines_only() -> None:
     cfg = Config()
-    assert params_of(cfg).new_servers_per_minute == cfg.new_servers_per_minute
-    assert params_of(cfg.with_(input_namespace="wm")).new_servers_per_minute == 0  # a lane reads the pipeline's
+    assert params_for(cfg).new_servers_per_minute == cfg.new_servers_per_minute
+    assert params_for(cfg.with_(input_namespace="wm")).new_servers_per_minute == 0  # a lane reads the pipeline's

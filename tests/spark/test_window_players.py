@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import random
 import uuid
+from dataclasses import replace
 
 import pyarrow as pa
 import pytest
@@ -16,8 +17,9 @@ from streaming.rules.windows import window_ranges
 from streaming.schema.keys import KeySchema, WindowKey
 from streaming.schema.records import ServerRecord
 from streaming.spark.window_players import PartitionPlayers, drop_replayed, read_added, write
-from streaming.store.commit import BatchSummary, Params, WindowAgg, commit_batch
+from streaming.store.commit import BatchSummary, WindowAgg, commit_batch
 from streaming.store.redis_conn import ReplicasBehind
+from tests.schema.params import built_params
 
 WINDOW_MS, SLIDE_MS = 10_000, 5_000
 T0 = 1_767_225_600_000
@@ -61,8 +63,9 @@ def test_every_namespace_counts_each_windows_distinct_players_exactly(r: redis.R
     ns = f"wp-{uuid.uuid4().hex[:6]}"
     keys = {name: KeySchema(ns if name == "pipe" else f"{ns}.{name}") for name in DELAYS}
     lanes = tuple(keys[n].state for n in DELAYS if n != "pipe")
-    params = {name: Params(WINDOW_MS, SLIDE_MS, delay, players_lanes=lanes if name == "pipe" else None)
-              for name, delay in DELAYS.items()}
+    # the lanes here are no catalogue lanes of a Config: the pipeline is told their state hashes
+    params = {name: replace(built_params(WINDOW_MS, SLIDE_MS, delay), players_lanes=lanes) if name == "pipe"
+              else built_params(WINDOW_MS, SLIDE_MS, delay, input_namespace=ns) for name, delay in DELAYS.items()}
     model: dict[str, dict[WindowKey, set[str]]] = {name: {} for name in DELAYS}
     sets_gone = 0
     for b in range(60):
@@ -102,8 +105,8 @@ def test_a_lane_behind_keeps_the_counts_it_needs_and_closed_windows_get_no_set(r
     up from them); the partitions add nothing to a window every namespace has closed."""
     ns = f"wp-{uuid.uuid4().hex[:6]}"
     pipe, lane = KeySchema(ns), KeySchema(f"{ns}.slow")
-    params = Params(WINDOW_MS, SLIDE_MS, 0, players_lanes=(lane.state,))
-    lane_params = Params(WINDOW_MS, SLIDE_MS, 0, players_lanes=None)
+    params = replace(built_params(WINDOW_MS, SLIDE_MS, 0), players_lanes=(lane.state,))  # a lane of no catalogue
+    lane_params = built_params(WINDOW_MS, SLIDE_MS, 0, input_namespace=ns)
     ev = [("A", "p1", T0 + 1_000), ("A", "p2", T0 + 2_000)]
     for b in range(3):
         write(r, pipe, f"{b + 1}-0", count(ev), ttl_s=3_600)
@@ -130,7 +133,7 @@ def test_a_batch_read_again_after_its_count_went_leaves_no_count_behind(r: redis
     pipe = KeySchema(ns)
     ev = [("A", "p1", T0 + 1_000)]
     write(r, pipe, "1-0", count(ev), ttl_s=3_600)
-    assert commit_batch(r, pipe, judged(0, ev, 0, read_added(r, pipe, "1-0")), Params(WINDOW_MS, SLIDE_MS, 0))
+    assert commit_batch(r, pipe, judged(0, ev, 0, read_added(r, pipe, "1-0")), built_params(WINDOW_MS, SLIDE_MS, 0))
     assert not r.exists(pipe.players_added("1-0"))  # no lane: gone with the commit
     write(r, pipe, "1-0", count(ev), ttl_s=3_600)  # the replay's read
     assert r.exists(pipe.players_added("1-0"))

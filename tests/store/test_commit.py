@@ -15,15 +15,15 @@ from streaming.schema.records import LagRecord, ServerRecord
 from streaming.store.commit import (
     BadRow,
     BatchSummary,
-    Params,
-    ParamsMismatch,
     WindowAgg,
     check_params,
     commit_batch,
 )
+from streaming.store.params import Params, ParamsMismatch
 from streaming.store.report import build_document
+from tests.schema.params import built_params
 
-PARAMS = Params(window_ms=600_000, slide_ms=600_000, delay_ms=300_000)
+PARAMS = built_params(600_000, 600_000, 300_000)
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z in ms
 
 
@@ -92,7 +92,7 @@ def test_changed_window_params_are_refused(r: redis.Redis, keys: KeySchema) -> N
     commit_batch(r, keys, summary(0, 0, T0), PARAMS)
     check_params(r, keys, PARAMS)  # same params: fine
     with pytest.raises(ParamsMismatch, match="use a fresh PIPELINE_NAMESPACE"):
-        check_params(r, keys, Params(window_ms=60_000, slide_ms=60_000, delay_ms=300_000))
+        check_params(r, keys, built_params(60_000, 60_000, 300_000))
 
 
 @pytest.mark.parametrize(("batch_ts_ms", "keep_from"), [
@@ -170,7 +170,7 @@ def test_a_reader_held_back_keeps_what_it_still_needs(r: redis.Redis, keys: KeyS
     elif held_at is None:
         r.hset(reader, "committed_id", f"{T0 + 4_000}-0")
     s = BatchSummary(0, 0, T0 + 86_400_000, f"{T0 + 3_000}-0", f"{T0 + 4_000}-0", [], {}, [])
-    assert commit_batch(r, keys, s, Params(600_000, 600_000, 300_000, readers=(reader,)))
+    assert commit_batch(r, keys, s, built_params(600_000, 600_000, 300_000, readers=(reader,)))
     ids = [int(e[0].split(b"-")[0]) - T0 for e in r.xrange(keys.events)]
     assert ids == list(range(ids[0], 5_000)) and ids[0] <= keep_from, "trimmed an entry a reader still needs"
     if keep_from:
@@ -249,7 +249,7 @@ def test_the_trim_keeps_ten_minutes_or_about_a_million_entries(start_id: str, en
     from streaming.store.commit import keep_ms
 
     s = BatchSummary(0, 0, T0, start_id, end_id, [], {"A": ServerRecord(rows=entries)}, [])
-    assert keep_ms(s, Params(60_000, 60_000, 0)) == kept_ms
+    assert keep_ms(s, built_params(60_000, 60_000, 0)) == kept_ms
 
 
 @pytest.mark.parametrize(("params", "lost_at"), [

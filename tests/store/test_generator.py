@@ -719,13 +719,13 @@ def test_a_fleet_that_is_replaced_as_it_plays_drains_each_server_and_keeps_its_p
     from streaming.rules.scenarios import game
     from streaming.schema.keys import KeySchema
     from streaming.schema.records import OnlineStateRecord
-    from streaming.store.commit import Params
     from streaming.store.online.commit import OnlineMirror, commit_online
+    from tests.schema.params import built_params
 
     start_us = 1_800_000_000_000_000
     sim = Simulator(game(scenario, servers).scaled(0.1), seed=3, start_us=start_us, rate=300, count=30_000)
     keys, mirror = KeySchema(f"churn-{uuid.uuid4().hex[:8]}"), OnlineMirror()
-    params = Params(60_000, 60_000, 2_000, retire_after_ms=3_600_000)
+    params = built_params(60_000, 60_000, 2_000, retire_after_ms=3_600_000)
     batches: dict[int, list[tuple[int, Event]]] = defaultdict(list)
     for arrival, ev in sim:
         batches[arrival // 1_000_000].append((arrival, ev))

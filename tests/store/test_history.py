@@ -15,11 +15,11 @@ from streaming.rules.online.fold import KIND_CODES
 from streaming.rules.online.rollup import DAY_MS, MINUTE_MS, TOTAL, WEEK_MS, Point, parse_peaks, shifted
 from streaming.rules.online.table import OnlineBatch, OnlineEvents
 from streaming.schema.keys import KeySchema
-from streaming.store.commit import Params
 from streaming.store.history_store import HistoryRead, read_history
 from streaming.store.online.commit import OnlineMirror, commit_online
 from streaming.store.views.online import read_online
 from tests import history_model
+from tests.schema.params import built_params
 
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 REGIONS = {"eu-001": "eu", "eu-002": "eu", "eu-003": "eu", "us-001": "us", "us-002": "us"}
@@ -70,7 +70,7 @@ def model_counts(batches: list[tuple[int, list[tuple[str, str, str]]]]) -> list[
 
 
 def commit_all(r: redis.Redis, keys: KeySchema, batches: list[tuple[int, list[tuple[str, str, str]]]]) -> None:
-    params, mirror = Params(60_000, 60_000, 5_000, history_days=8, retire_after_ms=9 * DAY_MS), OnlineMirror()
+    params, mirror = built_params(60_000, 60_000, 5_000, history_days=8, retire_after_ms=9 * DAY_MS), OnlineMirror()
     r.hset(keys.regions, mapping=REGIONS)  # as the pipeline's own commit writes it from the events
     for i, (at, evs) in enumerate(batches):
         ev = OnlineEvents(np.array([e[0] for e in evs], object), np.array([e[1] for e in evs], object),

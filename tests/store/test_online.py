@@ -21,10 +21,10 @@ from streaming.schema.config import Config, ConfigError
 from streaming.schema.keys import KeySchema
 from streaming.schema.records import OnlineStateRecord
 from streaming.spark.query import start_query
-from streaming.store.commit import Params
 from streaming.store.online.commit import OnlineMirror, commit_online
 from streaming.store.views.online import OnlinePoint, OnlineView, read_online
 from tests.oracle import T0_MS, online_oracle, random_online_batches
+from tests.schema.params import built_params
 from watermark_client.events import PAYLOAD_FIELD, Event
 
 TIMEOUT = 10_000  # ms
@@ -166,7 +166,7 @@ def members(r: redis.Redis, key: str) -> dict[str, int]:
 
 def test_commit_is_applied_once(r: redis.Redis) -> None:
     keys = KeySchema(f"t-{uuid.uuid4().hex[:8]}")
-    params = Params(60_000, 60_000, DELAY)
+    params = built_params(60_000, 60_000, DELAY)
     b0 = OnlineBatch(0, 0, 1, "1-0", events(("A", "p1", 100_000, "login"), ("A", "p2", 100_000, "login")), DELAY)
     b1 = OnlineBatch(1, 95_000, 2, "2-0", events(("A", "p1", 101_000, "logout")), DELAY)
     assert commit_online(r, keys, b0, params, TIMEOUT)
@@ -187,7 +187,7 @@ def test_commit_expires_players_the_batch_does_not_touch(r: redis.Redis) -> None
     logout is forgotten once it passes it. A silent server's clock runs on by arrival time. Transitions are
     counted per server and cause."""
     keys = KeySchema(f"t-{uuid.uuid4().hex[:8]}")
-    params = Params(60_000, 60_000, DELAY)
+    params = built_params(60_000, 60_000, DELAY)
     first = events(("A", "p1", 100_000, "login", 1_000), ("A", "p2", 100_000, "login", 1_000),
                    ("B", "p3", 103_000, "logout", 1_000))
     assert commit_online(r, keys, OnlineBatch(0, 0, 1, "1-0", first, DELAY), params, TIMEOUT)
@@ -229,7 +229,7 @@ def commit_all(r: redis.Redis, keys: KeySchema, batches: list[list[tuple]], mirr
             flush(r, keys)
             mirror = OnlineMirror() if new_mirror else mirror
         b = OnlineBatch(i, wm, 1_000 + i, f"{i + 1}-0", events(*batch), DELAY)
-        assert commit_online(r, keys, b, Params(60_000, 60_000, DELAY), TIMEOUT, mirror)
+        assert commit_online(r, keys, b, built_params(60_000, 60_000, DELAY), TIMEOUT, mirror)
         view = read_online(r, keys)
         assert view is not None
         views.append(view)
@@ -472,7 +472,7 @@ def test_a_server_drains_and_is_forgotten_and_a_crash_does_not_drain(r: redis.Re
     (not drained: they were there when it fell silent); once silent for RETIRE_AFTER with no player kept, both
     are forgotten (no clock, no count: what a batch costs is the live fleet's); A speaking again starts afresh."""
     keys = KeySchema(f"t-{uuid.uuid4().hex[:8]}")
-    params = Params(60_000, 60_000, DELAY, retire_after_ms=60_000)
+    params = built_params(60_000, 60_000, DELAY, retire_after_ms=60_000)
 
     def commit(i: int, *rows: tuple) -> dict:
         view = read_online(r, keys)
@@ -510,7 +510,7 @@ def test_a_server_an_operator_forgets_goes_with_its_own_history_once_drained(r: 
     from streaming.store.online.forget import ask, players_online
 
     keys = KeySchema(f"t-{uuid.uuid4().hex[:8]}")
-    params = Params(60_000, 60_000, DELAY, retire_after_ms=3_600_000)
+    params = built_params(60_000, 60_000, DELAY, retire_after_ms=3_600_000)
 
     def commit(i: int, *rows: tuple) -> None:
         view = read_online(r, keys)
@@ -550,7 +550,7 @@ def test_the_players_table_is_loaded_again_once_it_holds_far_more_than_the_view_
     """Every match a new server, every server new players: the job's copy is rebuilt from Redis once its slots or
     server codes outgrow what the view keeps, so it is bounded by the live fleet, not by every name seen."""
     keys = KeySchema(f"t-{uuid.uuid4().hex[:8]}")
-    params = Params(60_000, 60_000, DELAY, retire_after_ms=1_000)
+    params = built_params(60_000, 60_000, DELAY, retire_after_ms=1_000)
     mirror = OnlineMirror()
     sizes = []
     for i in range(4 * PlayerTable.SLACK // 50):  # 50 new players a batch: 16,384 in all

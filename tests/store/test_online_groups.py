@@ -18,13 +18,13 @@ from streaming.rules.online.groups import Group
 from streaming.rules.online.table import OnlineBatch
 from streaming.schema.keys import KeySchema
 from streaming.schema.records import OnlineRecord
-from streaming.store.commit import Params
 from streaming.store.online.commit import OnlineMirror, commit_online
+from tests.schema.params import built_params
 from tests.store.test_online import events
 from tests.store.test_server_clocks import DELAY, T0, TIMEOUT, game
 from tests.store.test_server_clocks import random_game as clock_game
 
-PARAMS = Params(60_000, 60_000, DELAY)
+PARAMS = built_params(60_000, 60_000, DELAY)
 NOW_MS = T0 + 7 * 86_400_000  # one wall clock for every run: the records' updated_ms and expiries alike
 
 

@@ -12,9 +12,10 @@ import redis
 from streaming.schema.config import Config, redact_url
 from streaming.schema.keys import KeySchema
 from streaming.schema.records import ServerRecord
-from streaming.store.commit import BatchSummary, Params, WindowAgg, commit_batch
+from streaming.store.commit import BatchSummary, WindowAgg, commit_batch
 from streaming.store.pipeline_status import read_pipeline
 from streaming.store.views.snapshot import read_snapshot
+from tests.schema.params import built_params
 
 
 @pytest.fixture()
@@ -31,7 +32,7 @@ def acl_user(r: redis.Redis, redis_url: str) -> Iterator[tuple[str, str, str]]:
 def test_the_dashboard_reads_with_a_read_only_acl_user(r: redis.Redis, acl_user: tuple[str, str, str]) -> None:
     url, _, ns = acl_user
     keys = KeySchema(ns)
-    params = Params(window_ms=60_000, slide_ms=60_000, delay_ms=10_000)
+    params = built_params(60_000, 60_000, 10_000)
     summary = BatchSummary(batch_id=0, watermark_ms=0, batch_ts_ms=1_000, start_id="0-0", end_id="1-0",
                            windows=[WindowAgg(0, 60_000, "A", events=2, players=2)],
                            servers={"A": ServerRecord(rows=2, events=2, min_event_us=1, max_event_us=2)}, bad=[])
@@ -61,7 +62,7 @@ def test_the_job_side_works_with_an_acl_user_and_password_in_the_url(r: redis.Re
         keys = KeySchema(ns)
         summary = BatchSummary(batch_id=0, watermark_ms=0, batch_ts_ms=1_000, start_id="0-0", end_id="1-0",
                                windows=[], servers={}, bad=[])
-        assert commit_batch(redis.Redis.from_url(url), keys, summary, Params(60_000, 60_000, 0))
+        assert commit_batch(redis.Redis.from_url(url), keys, summary, built_params(60_000, 60_000, 0))
     finally:
         r.acl_deluser(name)
 

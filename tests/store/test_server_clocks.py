@@ -17,11 +17,11 @@ from streaming.alerting.observation import Memory
 from streaming.rules.online.table import OnlineBatch
 from streaming.schema.keys import KeySchema
 from streaming.schema.records import OnlineRecord, OnlineStateRecord
-from streaming.store.commit import Params
 from streaming.store.observe import read_stack
 from streaming.store.online.commit import OnlineMirror, commit_online
 from streaming.store.views.online import read_online
 from tests.oracle import online_oracle
+from tests.schema.params import built_params
 from tests.store.test_online import events
 
 DELAY, TIMEOUT = 5_000, 30_000
@@ -64,7 +64,7 @@ def commit_all(r: redis.Redis, batches: list[list[tuple]], keys: KeySchema | Non
     mirror, out = OnlineMirror(), []
     for i, batch in enumerate(batches):
         b = OnlineBatch(i, 0, T0 + i * 1000, f"{i + 1}-0", events(*batch), DELAY)
-        assert commit_online(r, keys, b, Params(60_000, 60_000, DELAY), TIMEOUT, mirror)
+        assert commit_online(r, keys, b, built_params(60_000, 60_000, DELAY), TIMEOUT, mirror)
         view = read_online(r, keys)
         assert view is not None
         out.append({s: n for s, n in view.counts.items() if n})
@@ -180,7 +180,7 @@ def alerts_over(r: redis.Redis, batches: list[list[tuple]], cfg: AlertConfig) ->
     memory, mirror, out = Memory(started_ms=T0 - 3_600_000, reach_ms=400_000), OnlineMirror(), []
     for i, batch in enumerate(batches):
         b = OnlineBatch(i, 0, T0 + i * 1000, f"{i + 1}-0", events(*batch), DELAY)
-        assert commit_online(r, keys, b, Params(60_000, 60_000, DELAY), TIMEOUT, mirror)
+        assert commit_online(r, keys, b, built_params(60_000, 60_000, DELAY), TIMEOUT, mirror)
         reading = read_stack(r, keys, {}, T0 + i * 1000, memory.last_online_batch(), 400)
         memory.remember(reading.obs)
         out.append({(f.rule, f.subject): bool(f.active) and f.held is None

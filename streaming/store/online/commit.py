@@ -21,9 +21,10 @@ from streaming.rules.online.table import OnlineBatch, PlayerTable
 from streaming.schema.keys import KeySchema
 from streaming.schema.records import ClockRecord, OnlinePart, OnlineStateRecord
 from streaming.store import redis_conn
-from streaming.store.commit import Params, guarded, queue_packed, replicated
+from streaming.store.commit import guarded, queue_packed, replicated
 from streaming.store.online.forget import read_asked
 from streaming.store.online.merge import merge_ready
+from streaming.store.params import Params
 
 
 class OnlineMirror:

@@ -30,9 +30,10 @@ from streaming.rules.windows import next_watermark
 from streaming.schema.keys import KeySchema
 from streaming.schema.records import CommitEntry, OnlinePart, OnlineRecord, OnlineStateRecord
 from streaming.store import redis_conn
-from streaming.store.commit import Params, records_kept
+from streaming.store.commit import records_kept
 from streaming.store.history_store import queue_minute
 from streaming.store.online.forget import queue_erase, read_minutes
+from streaming.store.params import Params
 from watermark_client import connection
 
 _V = TypeVar("_V")
