@@ -15,15 +15,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from streaming.rules.scenarios import (
-    DELAY_BITS,
-    MAX_PLAYERS,
-    MIN_PLAYERS,
-    Churn,
-    Scenario,
-    ServerProfile,
-    get_scenario,
-)
+from streaming.rules.scenarios import Churn, Scenario, get_scenario
+from streaming.rules.server_profiles import DELAY_BITS, MAX_PLAYERS, MIN_PLAYERS, ServerProfile
 from streaming.schema.config import ConfigError
 from watermark_client.events import KINDS, Event
 from watermark_client.timeutil import iso_from_us
