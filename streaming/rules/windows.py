@@ -63,17 +63,61 @@ def is_closed(window_end_ms: int, watermark_ms: int) -> bool:
     return window_end_ms <= watermark_ms
 
 
+def late_below_us(watermark_ms: int) -> int:
+    """The late rule's bound, the one place it is written: an event whose time (us) is below it arrived behind the
+    watermark in force (``watermark_ms``), dropped from a closed window or counted late in an open one. Spark's
+    side filters a batch's events with it in one vectorised comparison
+    (:func:`streaming.spark.local_agg.late_events`, proven equal to :func:`is_late` by tests/rules/test_local_agg.py).
+
+    >>> late_below_us(60_000)
+    60000000
+    """
+    return watermark_ms * US_PER_MS
+
+
+def is_late(event_us: int, watermark_ms: int) -> bool:
+    """The late rule: behind the watermark it met (:func:`late_below_us`); called for each event judged.
+
+    >>> is_late(59_999_999, 60_000), is_late(60_000_000, 60_000)
+    (True, False)
+    """
+    return event_us < late_below_us(watermark_ms)
+
+
 def classify(event_us: int, window: Window, watermark_ms: int) -> Verdict:
     if is_closed(window.end_ms, watermark_ms):
         return Verdict.DROPPED
-    if event_us < watermark_ms * US_PER_MS:
+    if is_late(event_us, watermark_ms):
         return Verdict.LATE_ACCEPTED
     return Verdict.ON_TIME
 
 
+def never_back(in_force_ms: int, candidate_ms: int) -> int:
+    """A watermark never goes back: the next one is ``candidate_ms`` unless the one in force is higher. Every
+    advance below applies it, and so does Spark's combination of its inputs
+    (:meth:`streaming.rules.watermarks.ServerWatermarks.combined`)."""
+    return max(in_force_ms, candidate_ms)
+
+
+def server_watermark(own_ms: int | None, newest_ms: int, delay_ms: int) -> int:
+    """One input's watermark after a batch with its events, called for each input the batch had events of: the
+    newest event time (ms) minus the delay, never below the input's own (``own_ms``; None: the input has none yet,
+    and its first batch sets it). The one place the advance is written: :func:`next_watermark` applies it to the
+    pipeline's, :class:`streaming.rules.watermarks.ServerWatermarks` to each of Spark's inputs and
+    :mod:`streaming.rules.server_clock` to each server's clock.
+
+    >>> server_watermark(60_000, 200_000, 30_000), server_watermark(60_000, 50_000, 30_000)
+    (170000, 60000)
+    >>> server_watermark(None, 50_000, 30_000)
+    20000
+    """
+    candidate = newest_ms - delay_ms
+    return candidate if own_ms is None else never_back(own_ms, candidate)
+
+
 def next_watermark(in_force_ms: int, newest_us: int | None, delay_ms: int) -> int:
-    """The watermark's rule, the one place it is written: the watermark in force for the next batch is the larger
-    of the one in force and the newest event time seen minus the delay; it never goes back, and a batch with no
+    """The watermark's rule: the watermark in force for the next batch is the larger of the one in force and the
+    newest event time seen minus the delay (:func:`server_watermark`); it never goes back, and a batch with no
     event leaves it as it was.
 
     >>> next_watermark(60_000, 200_000_000, 30_000), next_watermark(60_000, 50_000_000, 30_000)
@@ -81,7 +125,28 @@ def next_watermark(in_force_ms: int, newest_us: int | None, delay_ms: int) -> in
     """
     if newest_us is None:
         return in_force_ms
-    return max(in_force_ms, event_ms(newest_us) - delay_ms)
+    return server_watermark(in_force_ms, event_ms(newest_us), delay_ms)
+
+
+def advance_pipeline(in_force_ms: int, running_us: int | None, newest_us: Iterable[int | None], delay_ms: int,
+                     combined_ms: int | None = None) -> tuple[int | None, int]:
+    """The pipeline's running maximum event time and its next watermark after a batch, called when a batch is
+    committed (the pipeline's commit plan, the online view's merge). ``running_us``: the running maximum before it
+    (None: no event yet); ``newest_us``: the batch's newest event times (None: a share with none); the next
+    watermark is :func:`next_watermark` of the running maximum, or with one input per server Spark's combined
+    watermark (``combined_ms``, :meth:`streaming.rules.watermarks.ServerWatermarks.combined`), never below the one
+    in force.
+
+    >>> advance_pipeline(60_000, 150_000_000, [200_000_000, None], 30_000)
+    (200000000, 170000)
+    >>> advance_pipeline(60_000, 150_000_000, [], 30_000, combined_ms=40_000)
+    (150000000, 60000)
+    """
+    known = [v for v in (running_us, *newest_us) if v is not None]
+    running = max(known) if known else None
+    if combined_ms is not None:
+        return running, never_back(in_force_ms, combined_ms)
+    return running, next_watermark(in_force_ms, running, delay_ms)
 
 
 def advance_watermark(watermark_ms: int, event_times_us: Iterable[int], delay_ms: int) -> int:

@@ -18,8 +18,9 @@ import redis
 from streaming.rules.online.decide import ServerWrites, decide_servers
 from streaming.rules.online.groups import ALL, Group
 from streaming.rules.online.table import OnlineBatch, PlayerTable
+from streaming.rules.online.view import group_part, requests_done, resume
 from streaming.schema.keys import KeySchema
-from streaming.schema.records import ClockRecord, OnlinePart, OnlineStateRecord
+from streaming.schema.records import ClockRecord, OnlineStateRecord
 from streaming.store import redis_conn
 from streaming.store.commit import guarded, queue_packed, replicated
 from streaming.store.online.forget import read_asked
@@ -93,40 +94,25 @@ def _commit_group(client: redis.Redis, keys: KeySchema, b: OnlineBatch, params: 
     key, counts_key = keys.online_group(group.index, group.of), keys.online_group_counts(group.index, group.of)
     with guarded(client, key, b.batch_id, counts_key) as pipe:
         prior = _group_prior(pipe, keys, group) if pipe is not None else None  # None: committed, by the guard
-        if prior is None or (prior.last_batch is not None and prior.last_batch >= b.batch_id):
+        start = resume(prior.last_batch, b.batch_id, mirror.batch, mirror.valid) if prior is not None else None
+        if prior is None or start is None or start.applied:
             mirror.valid = False
             return False
-        committed = prior.last_batch
-        lost = committed is None and mirror.batch is not None and mirror.valid
-        # Redis has no view and the job no copy, yet batches ran before (a restart after Redis came back
-        # empty): rebuilt from new events only, so partial until every online player has sent one more.
-        rebuilt = committed is None and not lost and b.batch_id > 0
-        if not lost and (not mirror.valid or mirror.batch != committed):
+        if start.load:
             names = pipe.hkeys(counts_key) or pipe.hkeys(keys.online_counts)  # the view's: before groups
-            mirror.load(client, keys, [s for s in (n.decode() for n in names) if group.owns(s)], committed)
+            mirror.load(client, keys, [s for s in (n.decode() for n in names) if group.owns(s)], prior.last_batch)
         mirror.valid = False  # until the transaction is in
         asked = {s: at for s, at in read_asked(pipe, keys).items() if group.owns(s)}
-        writes, clocks = decide_servers(mirror.players, ev, mirror.clocks if lost else prior.clocks, b.delay_ms,
-                                        timeout_ms, b.newest_arrival_ms, params.retire_after_ms, asked)
+        writes, clocks = decide_servers(mirror.players, ev, mirror.clocks if start.lost else prior.clocks,
+                                        b.delay_ms, timeout_ms, b.newest_arrival_ms, params.retire_after_ms, asked)
         for w in writes.values():
-            w.rewrite = lost
-        batch_servers = set(ev.server.tolist())
-        part = OnlinePart(
-            group=group.index, of=b.record(group.of, timeout_ms),
-            counts={s: w.count for s, w in writes.items() if not w.forget},
-            forgotten=tuple(s for s, w in writes.items() if w.forget),
-            erased=tuple(s for s, w in writes.items() if w.forget and s in asked),
-            causes={s: w.causes for s, w in writes.items() if w.causes},
-            came_online=sum(w.came_online for w in writes.values()),
-            went_offline=sum(w.went_offline for w in writes.values()),
-            ahead_ms={s: c.ahead_ms for s, c in clocks.items() if c.ahead_ms > 0 and s in batch_servers},
-            clocks=clocks, newest_event_us=int(ev.event_us.max()) if len(ev.event_us) else None, lost=lost,
-            rebuilt=rebuilt or b.missed)
+            w.rewrite = start.lost
+        part = group_part(group, b.record(group.of, timeout_ms), writes, clocks, asked, ev.server.tolist(),
+                          int(ev.event_us.max()) if len(ev.event_us) else None, start.lost,
+                          start.rebuilt or b.missed)
         pipe.multi()
         _apply(pipe, keys, writes, mirror, params.ttl_s, counts_key)
-        # a request is done once the server is forgotten, or void once it spoke after it
-        if done := [s for s, at in asked.items() if (s in writes and writes[s].forget)
-                    or (s in clocks and clocks[s].heard_ms > at)]:
+        if done := requests_done(asked, writes, clocks):
             pipe.hdel(keys.forget, *done)
         pipe.hset(key, mapping=OnlineStateRecord(last_batch=b.batch_id, clocks=clocks).to_hash(*_GROUP_FIELDS))
         pipe.expire(key, params.ttl_s)

@@ -9,9 +9,8 @@ each group's commit.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TypeVar
 
 import redis
 
@@ -26,7 +25,7 @@ from streaming.rules.online.rollup import (
     raise_peaks,
     roll,
 )
-from streaming.rules.windows import next_watermark
+from streaming.rules.online.view import merge
 from streaming.schema.keys import KeySchema
 from streaming.schema.records import CommitEntry, OnlinePart, OnlineRecord, OnlineStateRecord
 from streaming.store import redis_conn
@@ -35,8 +34,6 @@ from streaming.store.history_store import queue_minute
 from streaming.store.online.forget import queue_erase, read_minutes
 from streaming.store.params import Params
 from watermark_client import connection
-
-_V = TypeVar("_V")
 
 
 @dataclass
@@ -164,44 +161,24 @@ def _merge(pipe: redis.client.Pipeline, keys: KeySchema, parts: Sequence[OnlineP
     """Queue the merge of one batch's parts (the pipeline is in ``multi()`` after this call's reads)."""
     first = parts[0].of  # the batch's own record is the same in every part
     rollups = _Rollups.read(pipe, keys, arrival_ms(first.end_id, first.batch_ts_ms))
-    erased = [s for p in parts for s in p.erased]  # forgotten at an operator's request: their history goes too
-    minutes = read_minutes(pipe, keys) if erased else []
-    known = [v for v in (prior.max_event_us, *(p.newest_event_us for p in parts)) if v is not None]
-    running = max(known) if known else None
-    next_wm = (first.next_watermark_ms if first.next_watermark_ms is not None
-               else next_watermark(first.watermark_ms, running, first.delay_ms))
-    next_wm = max(first.watermark_ms, next_wm)
-    partial_until = prior.partial_until_ms
-    if any(p.rebuilt for p in parts):
-        newest_ms = running // 1000 if running is not None else next_wm + first.delay_ms
-        partial_until = newest_ms + first.timeout_ms
-    counts, causes = _by_server(p.counts for p in parts), _by_server(p.causes for p in parts)
-    record = OnlineRecord(batch=first.batch, watermark_ms=next_wm, in_force_ms=first.watermark_ms,
-                            batch_ts_ms=first.batch_ts_ms, counts=counts, online=sum(p.came_online for p in parts),
-                            offline=sum(p.went_offline for p in parts), causes=causes,
-                            ahead_ms=_by_server(p.ahead_ms for p in parts))
-    open_minute = rollups.add(prior.minute, counts, causes)
-    if erased:
-        open_minute = open_minute.without(erased)
-        rollups.closed = rollups.closed.without(erased) if rollups.closed is not None else None
+    m = merge(parts, prior.max_event_us, prior.lost_at_batch, prior.partial_until_ms)
+    minutes = read_minutes(pipe, keys) if m.erased else []
+    open_minute = rollups.add(prior.minute, m.record.counts, m.record.causes)
+    if m.erased:
+        open_minute = open_minute.without(m.erased)
+        rollups.closed = rollups.closed.without(m.erased) if rollups.closed is not None else None
     pipe.multi()
-    if forgotten := [s for p in parts for s in p.forgotten]:  # its highest ever stays: a long-lived server empty
-        pipe.hdel(keys.online_counts, *forgotten)  # at night is forgotten too, and keeps its record
-    if counts:
-        pipe.hset(keys.online_counts, mapping=counts)
+    if m.forgotten:  # its highest ever stays: a long-lived server empty
+        pipe.hdel(keys.online_counts, *m.forgotten)  # at night is forgotten too, and keeps its record
+    if m.record.counts:
+        pipe.hset(keys.online_counts, mapping=m.record.counts)
         pipe.expire(keys.online_counts, params.ttl_s)
-    rollups.queue(pipe, keys, params, record, now_ms())
-    if erased:
-        queue_erase(pipe, keys, erased, rollups.at_ms, params.history_days, minutes)
-    lost = any(p.lost or p.rebuilt for p in parts)
+    rollups.queue(pipe, keys, params, m.record, now_ms())
+    if m.erased:
+        queue_erase(pipe, keys, m.erased, rollups.at_ms, params.history_days, minutes)
     pipe.hset(keys.online_state, mapping=OnlineStateRecord(
-        last_batch=first.batch, watermark_ms=next_wm, in_force_ms=first.watermark_ms, batch_ts_ms=first.batch_ts_ms,
-        timeout_ms=first.timeout_ms, updated_ms=now_ms(), max_event_us=running, committed_id=first.end_id,
-        lost_at_batch=first.batch if lost else prior.lost_at_batch, minute=open_minute.to_json(),
-        partial_until_ms=partial_until, clocks=_by_server(p.clocks for p in parts)).to_hash())
+        last_batch=first.batch, watermark_ms=m.record.watermark_ms, in_force_ms=first.watermark_ms,
+        batch_ts_ms=first.batch_ts_ms, timeout_ms=first.timeout_ms, updated_ms=now_ms(), max_event_us=m.running_us,
+        committed_id=first.end_id, lost_at_batch=m.lost_at_batch, minute=open_minute.to_json(),
+        partial_until_ms=m.partial_until_ms, clocks=m.clocks).to_hash())
     pipe.xadd(keys.online_commits, CommitEntry(first.batch, first.end_id).fields(), maxlen=1000, approximate=True)
-
-
-def _by_server(maps: Iterable[Mapping[str, _V]]) -> dict[str, _V]:
-    """The groups' maps of their servers as one, in server order: the order one fold of every server writes."""
-    return dict(sorted((s, v) for m in maps for s, v in m.items()))
