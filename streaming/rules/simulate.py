@@ -1,8 +1,8 @@
 """Simulated game servers, pure: given a scenario, seed, start time and rate, :class:`Simulator` yields
 ``(arrival_us, Event)`` in arrival order, each event held back until its arrival time (its server's delay), so
 arrival order differs from event-time order as it does on a real network. Same inputs, same sequence; tests
-and replays never sleep. The payload fast path builds each event's wire format byte-identical to
-``Event.payload()``, several times cheaper."""
+and replays never sleep. The payload fast path (``streaming.rules.payloads``) builds each event's wire format
+byte-identical to ``Event.payload()``, several times cheaper."""
 
 from __future__ import annotations
 
@@ -15,63 +15,19 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from streaming.rules.payloads import Record, fast_payload, iso_from_ms, payload_text, record_payload
 from streaming.rules.scenarios import Churn, Scenario, get_scenario
 from streaming.rules.server_profiles import DELAY_BITS, MAX_PLAYERS, MIN_PLAYERS, ServerProfile
 from streaming.schema.config import ConfigError
-from watermark_client.events import KINDS, Event
-from watermark_client.timeutil import iso_from_us
+from watermark_client.events import Event
+
+__all__ = ["Record", "Simulator", "exodus_target", "fast_payload", "generate", "payload_text", "record_payload"]
+"""What callers import from here: the simulator, and the payload fast path beside it (``streaming.rules.payloads``)."""
 
 ASAP_TIMELINE_RATE = 100_000
 """Events per second of event time when ``rate=0`` (write as fast as possible):
 close to what one process writes, so event time stays near wall-clock time."""
 _RING_MS = 1 << 15  # ~33 s: normal delays stay in the ring, late bursts go beyond
-
-_ISO_SECOND: dict[int, str] = {}
-_KIND_SET = frozenset(KINDS)
-_QUOTES_IN_PAYLOAD = 20  # 5 keys + 5 string values, each quoted
-
-
-def _iso_ms(ms: int) -> str:
-    """``iso_from_us(ms * 1000)`` with the date-time part cached per second (strftime is slow)."""
-    sec, frac = divmod(ms, 1000)
-    prefix = _ISO_SECOND.get(sec)
-    if prefix is None:
-        if len(_ISO_SECOND) > 65_536:
-            _ISO_SECOND.clear()
-        prefix = _ISO_SECOND[sec] = iso_from_us(sec * 1_000_000)[:-5]  # strip ".000Z"
-    return f"{prefix}.{frac:03d}Z"
-
-
-def payload_text(ev: Event) -> str:
-    """``ev.payload()`` as latin-1 text (one char per byte), built with an f-string.
-
-    Anything orjson would escape, or that is not a plain string, falls back to
-    ``Event.payload()``, so the bytes are always identical.
-    """
-    t = ev.event_time_us
-    if t % 1000 or ev.kind not in _KIND_SET or type(ev.event_id) is not str or type(ev.player_id) is not str \
-            or type(ev.server) is not str or ev.region is not None:  # the template has no region
-        return ev.payload().decode("latin-1")
-    text = (f'{{"event_id":"{ev.event_id}","server":"{ev.server}","player_id":"{ev.player_id}",'
-            f'"kind":"{ev.kind}","event_time":"{_iso_ms(t // 1000)}"}}')
-    if text.count('"') != _QUOTES_IN_PAYLOAD or "\\" in text or not text.isascii() or not text.isprintable():
-        return ev.payload().decode("latin-1")
-    return text
-
-
-def fast_payload(ev: Event) -> bytes:
-    """Byte-identical to ``ev.payload()``, several times cheaper."""
-    return payload_text(ev).encode("latin-1")
-
-
-def record_payload(rec: Record, region: str | None = None) -> bytes:
-    """The payload of a :meth:`Simulator.records` tuple (``region``: its server's, from
-    :attr:`Simulator.regions`); no escaping checks, because generated names are validated ASCII. Same
-    template as the writer's inline copy."""
-    _arrival, _seq, server, player, _event_time_us, kind, event_id, iso = rec
-    tail = f',"region":"{region}"}}' if region is not None else "}"
-    return (f'{{"event_id":"{event_id}","server":"{server}","player_id":"{player}",'
-            f'"kind":"{kind}","event_time":"{iso}"{tail}').encode()
 
 
 @dataclass(frozen=True)
@@ -154,14 +110,6 @@ class _ServerState:
         return (self, self.index, self.name, self.prefix, self.online, self.offline, self.target, self.churn,
                 self.rand, self.bits, self.delays, self.burst_spec, self.burst_late, self.outages, self.skew_us,
                 self.exodus)
-
-
-Record = tuple[int, int, str, str, int, str, str, str]
-"""``(arrival_us, seq, server, player_id, event_time_us, kind, event_id, event_time_iso)``.
-
-``seq`` is the generation index, which breaks arrival-time ties deterministically;
-``event_time_iso`` is formatted here, where event times come in order and
-consecutive events mostly share a millisecond, rather than in arrival order."""
 
 _PICK_BITS = 16
 
@@ -260,7 +208,7 @@ class Simulator:
             if before is not None and before[0] < g and before[1]:  # moved: out of the old one, into the new
                 at_ms = start_ms + churn.starts_ms(k, n, g)
                 old = names.get((slot, before[0])) or Churn.name(slot, before[0])
-                yield (arrival, seq, old, player, at_ms * 1000, "logout", f"{event_id}-out", _iso_ms(at_ms))
+                yield (arrival, seq, old, player, at_ms * 1000, "logout", f"{event_id}-out", iso_from_ms(at_ms))
                 if kind != "login":
                     yield (arrival, seq, name, player, event_us, "login", f"{event_id}-in", iso)
             players[(slot, player)] = (g, kind != "logout")
@@ -316,7 +264,7 @@ class Simulator:
                     base += 1
                 if made >= limit:
                     continue
-                iso = _iso_ms(t_ms)
+                iso = iso_from_ms(t_ms)
 
             (state, k, name, prefix, online, offline, target, churn, rand, bits, delays, burst, burst_late, outages,
              skew, exodus) = pick[choose(_PICK_BITS)]
@@ -384,7 +332,7 @@ class Simulator:
             seqs[k] = seq + 1
             rec = (arrival, made, name, player, t_ms * 1000 + skew, kind,
                    prefix + str(1_000_000_000 + seq)[1:] if seq < 1_000_000_000 else f"{prefix}{seq}",
-                   _iso_ms(t_ms + skew // 1000) if skew else iso)
+                   iso_from_ms(t_ms + skew // 1000) if skew else iso)
             arrival_ms = arrival // 1000
             if arrival_ms - base < _RING_MS:
                 ring[arrival_ms & mask].append(rec)
@@ -412,3 +360,4 @@ def exodus_target(exodus: tuple[tuple[int, int, int, int], ...], t: int, target:
 def generate(scenario: str | Scenario, seed: int, start_us: int, rate: float, count: int) -> list[tuple[int, Event]]:
     """``count`` events as ``(arrival_us, event)`` in arrival order (see :class:`Simulator`)."""
     return list(Simulator(scenario, seed=seed, start_us=start_us, rate=rate, count=count))
+
