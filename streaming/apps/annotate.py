@@ -90,7 +90,9 @@ def beside(other: WsgiApp, annotations: WsgiApp) -> WsgiApp:
     return app
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
+def parse_args(argv: list[str] | None, settings: Config | None = None) -> argparse.Namespace:
+    """The command line; ``--url``'s default is the environment's, as ``settings`` (:class:`Config`) read it."""
+    settings = settings or Config()
     p = argparse.ArgumentParser(prog="wm-annotate", description=__doc__.split("\n\n")[0])
     p.add_argument("text", nargs="?", help='what happened, e.g. "patch 1.4.2"')
     p.add_argument("--kind", default="note", choices=ANNOTATION_KINDS)
@@ -101,7 +103,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     span.add_argument("--for", dest="duration", help="how long it lasted, e.g. 30m")
     p.add_argument("--list", action="store_true", help="print the annotations of the last --since instead")
     p.add_argument("--since", default="7d", help="with --list: how far back (default 7d)")
-    p.add_argument("--url", default=os.environ.get("ANNOTATIONS_URL") or None,
+    p.add_argument("--url", default=settings.annotations_url,
                    help="a monitor (http://host:9108): add and list through its /annotations, sending "
                         "ANNOTATIONS_TOKEN (ANNOTATIONS_URL; default: straight to Redis)")
     args = p.parse_args(argv)
@@ -153,12 +155,16 @@ def over_http(args: argparse.Namespace, token: str | None) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
+    try:
+        cfg = Config.from_env(os.environ)
+    except ConfigError as exc:
+        print(f"annotate: error: {exc}", file=sys.stderr)
+        return 2
+    args = parse_args(argv, cfg)
     now = int(time.time() * 1000)
     try:
         if args.url:
             return over_http(args, annotations_token(os.environ))
-        cfg = Config.from_env(os.environ)
         keys = KeySchema(cfg.namespace)
         client = open_client(cfg.redis_url, socket_connect_timeout=2.0, socket_timeout=5.0)
         if args.list:

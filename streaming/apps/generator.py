@@ -72,11 +72,6 @@ class _Progress:
         self.t_last, self.n_last = now, stats.written
 
 
-def _env_int(name: str) -> int | None:
-    text = os.environ.get(name, "").strip()
-    return _positive_int(text) if text else None
-
-
 def _nonneg_int(text: str) -> int:
     try:
         value = int(text)
@@ -94,7 +89,9 @@ def _positive_int(text: str) -> int:
     return value
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+def parse_args(argv: list[str] | None = None, settings: Config | None = None) -> argparse.Namespace:
+    """The command line; its defaults are the environment's, as ``settings`` (:class:`Config`) read it."""
+    settings = settings or Config()
     p = argparse.ArgumentParser(
         prog="wm-generator",
         description="Simulated game servers writing events to the input Redis Stream (REDIS_URL, "
@@ -114,19 +111,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="entry IDs from the simulated arrival time instead of Redis' clock")
     p.add_argument("--batch-size", type=_positive_int, default=2_000, help="max XADDs per round trip (default: 2000)")
     p.add_argument("--log-every", type=float, default=5.0, help="seconds between summary lines (default: 5)")
-    p.add_argument("--timeline-scale", type=float, default=os.environ.get("TIMELINE_SCALE") or "1",
+    p.add_argument("--timeline-scale", type=float, default=settings.timeline_scale,
                    help="run the scenario's timeline (when outages, exoduses and late bursts start, last and recur, "
                         "how late a burst arrives, how long a day of the fleet's daily curve lasts) this many times "
                         "as slow: 0.1 makes a 90 s outage 9 s, 0.001 a week about 10 minutes "
                         "(default: $TIMELINE_SCALE, else 1)")
-    p.add_argument("--servers", type=_positive_int, default=_env_int("SERVERS"),
+    p.add_argument("--servers", type=_positive_int, default=settings.generator_servers,
                    help="play the steady game on this many servers named like eu-017, each event carrying its "
                         "region, players online following each region's evening (default: $SERVERS, else the "
                         "scenario's three)")
-    p.add_argument("--regions", type=_positive_int, default=_env_int("REGIONS"),
+    p.add_argument("--regions", type=_positive_int, default=settings.generator_regions,
                    help="with --servers: deal them over this many regions, each with its own network delay "
                         "(default: $REGIONS, else 6)")
-    p.add_argument("--daily-curve", choices=("on", "off"), default=(os.environ.get("DAILY_CURVE") or "on").lower(),
+    p.add_argument("--daily-curve", choices=("on", "off"), default="on" if settings.daily_curve else "off",
                    help="with --servers: players come in through each region's evening and leave at night (on), or "
                         "a full house all day (off: a benchmark's load must not depend on the hour) "
                         "(default: $DAILY_CURVE, else on)")
@@ -139,11 +136,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s generator %(message)s")
-    args = parse_args(argv)
+    try:
+        cfg = Config.from_env(os.environ)
+    except ConfigError as exc:
+        print(f"generator: error: {exc}", file=sys.stderr)
+        return 2
+    args = parse_args(argv, cfg)
     stop = threading.Event()
     clock = RealClock(stop)
     try:
-        cfg = Config.from_env(os.environ)
         start_us = parse_iso_us(args.start) if args.start else clock.now_us()
         seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**31)
         if args.follow and (args.count is not None or args.start):

@@ -186,10 +186,10 @@ def ports(cfg: Config, lines: list[Line]) -> list[tuple[int, str]]:
     out = []
     if cfg.embedded_redis and "redis" in names:
         out.append((int(cfg.redis_url.rsplit(":", 1)[1].split("/")[0]), "Redis"))
-    if "dashboard" in names and os.environ.get("DASHBOARD_PORT"):
-        out.append((int(os.environ["DASHBOARD_PORT"]), "the dashboard"))
-    if "monitor" in names and os.environ.get("METRICS_PORT"):
-        out.append((int(os.environ["METRICS_PORT"]), "the monitor's /metrics"))
+    if "dashboard" in names and cfg.dashboard_port:
+        out.append((cfg.dashboard_port, "the dashboard"))
+    if "monitor" in names and cfg.metrics_port is not None:
+        out.append((cfg.metrics_port, "the monitor's /metrics"))
     return out
 
 

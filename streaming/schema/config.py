@@ -99,6 +99,20 @@ class Config:
     demo: bool = True  # DEMO: the demo's event generator runs (./run.sh); off: your own producers write the events
     lab_control: bool = True  # LAB_CONTROL: Lab control is offered and the job follows {ns}:control (default: as DEMO)
     lab_alerts: bool = True  # LAB_ALERTS: the lab lanes' alerts reach the webhook and Alertmanager (default: as DEMO)
+    # The commands' own settings (wm-monitor, wm-annotate, wm-generator, the stack): read here like every other.
+    alerts_config: str | None = None  # ALERTS_CONFIG: the alerts' thresholds (TOML); None: ops/alerts.toml if present
+    alert_webhook_url: str | None = None  # ALERT_WEBHOOK_URL: overrides [webhook] url; None: the file's
+    alertmanager_url: str | None = None  # ALERTMANAGER_URL: overrides [alertmanager] url; None: the file's
+    dashboard_url: str = ""  # DASHBOARD_URL: where a notice's generatorURL points
+    metrics_port: int | None = None  # METRICS_PORT: wm-monitor's /metrics (0: none); None: unset, its 9108
+    metrics_address: str = "127.0.0.1"  # METRICS_ADDRESS: where /metrics and /annotations listen
+    metrics_hosts: frozenset[str] = frozenset()  # METRICS_HOSTS: Host names served beside addresses and localhost
+    annotations_url: str | None = None  # ANNOTATIONS_URL: wm-annotate's monitor; None: straight to Redis
+    dashboard_port: int | None = None  # DASHBOARD_PORT: the dashboard's port, as ./run.sh sets it; None: unset
+    timeline_scale: float = 1.0  # TIMELINE_SCALE: the generator plays its scenario's timeline this many times slower
+    generator_servers: int | None = None  # SERVERS: the generator's steady game on this many servers; None: 3
+    generator_regions: int | None = None  # REGIONS: ... dealt over this many regions; None: 6
+    daily_curve: bool = True  # DAILY_CURVE: with SERVERS, players follow each region's evening (off: a full house)
 
     def __post_init__(self) -> None:
         _check(self.window_ms > 0, "WINDOW", "must be positive")
@@ -245,7 +259,28 @@ class Config:
             demo=demo,
             lab_control=_switch(env, "LAB_CONTROL", demo),
             lab_alerts=_switch(env, "LAB_ALERTS", demo),
+            **_commands(env),
         )
+
+
+def _commands(env: Mapping[str, str]) -> dict[str, Any]:
+    """The commands' own settings (:class:`Config`'s last fields), as ``from_env`` reads them."""
+    return dict(
+        alerts_config=env.get("ALERTS_CONFIG"),
+        alert_webhook_url=env.get("ALERT_WEBHOOK_URL"),
+        alertmanager_url=env.get("ALERTMANAGER_URL"),
+        dashboard_url=env.get("DASHBOARD_URL", ""),
+        metrics_port=_port(env, "METRICS_PORT"),
+        metrics_address=env.get("METRICS_ADDRESS") or Config.metrics_address,
+        metrics_hosts=frozenset(h.strip().lower().rstrip(".") for h in (env.get("METRICS_HOSTS") or "").split(",")
+                                if h.strip()),
+        annotations_url=env.get("ANNOTATIONS_URL") or None,
+        dashboard_port=_port(env, "DASHBOARD_PORT"),
+        timeline_scale=_float(env, "TIMELINE_SCALE", Config.timeline_scale),
+        generator_servers=_positive(env, "SERVERS"),
+        generator_regions=_positive(env, "REGIONS"),
+        daily_curve=_switch(env, "DAILY_CURVE", Config.daily_curve),
+    )
 
 
 # --------------------------------------------------------------------------- lab lanes
@@ -521,6 +556,36 @@ def _lane_list(env: Mapping[str, str], var: str) -> tuple[str, ...]:
     if len(set(names)) != len(names):
         raise ConfigError(f"{var}={raw!r} names a lane twice")
     return names
+
+
+def _port(env: Mapping[str, str], var: str) -> int | None:
+    """A port number (0-65535); unset or empty: None."""
+    raw = (env.get(var) or "").strip()
+    if not raw:
+        return None
+    if not raw.isdigit() or int(raw) > 65_535:
+        raise ConfigError(f"{var}={raw!r} is not a port number (0-65535)")
+    return int(raw)
+
+
+def _positive(env: Mapping[str, str], var: str) -> int | None:
+    """A positive integer; unset or empty: None."""
+    raw = (env.get(var) or "").strip()
+    if not raw:
+        return None
+    value = _int(env, var, 0)
+    _check(value > 0, var, f"({value}) must be positive")
+    return value
+
+
+def _float(env: Mapping[str, str], var: str, default: float) -> float:
+    raw = (env.get(var) or "").strip()
+    if not raw:
+        return default
+    try:
+        return float(raw)
+    except ValueError:
+        raise ConfigError(f"{var}={raw!r} is not a number") from None
 
 
 def _int(env: Mapping[str, str], var: str, default: int) -> int:

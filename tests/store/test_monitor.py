@@ -13,7 +13,7 @@ from streaming.alerting.config import AlertConfig, WatermarkFlat
 from streaming.apps.monitor import Monitor, load_config, monitor_client, read_config, shown_url
 from streaming.apps.monitor.notify import Notifier, Outgoing
 from streaming.apps.redis_server import free_port
-from streaming.schema.config import ConfigError
+from streaming.schema.config import Config, ConfigError
 from streaming.schema.keys import KeySchema
 from streaming.store.alert_store import THRESHOLDS_FIELD, read_alert_view, read_alerts, thresholds_from
 
@@ -93,9 +93,9 @@ def test_the_webhook_address_shown_keeps_no_secret(monkeypatch: object) -> None:
     assert shown_url("") == ""
 
 
-def test_the_environment_names_the_webhook(monkeypatch) -> None:  # noqa: ANN001 - pytest's MonkeyPatch
-    monkeypatch.setenv("ALERT_WEBHOOK_URL", "http://127.0.0.1:9/hook")
-    assert load_config("ops/alerts.toml").webhook.url == "http://127.0.0.1:9/hook"
+def test_the_environment_names_the_webhook() -> None:
+    env = Config.from_env({"ALERT_WEBHOOK_URL": "http://127.0.0.1:9/hook"})
+    assert load_config("ops/alerts.toml", env).webhook.url == "http://127.0.0.1:9/hook"
 
 
 def test_a_missing_file_says_so() -> None:

@@ -190,26 +190,23 @@ def scrape_reader(url: str, keys: KeySchema, monitor: Monitor) -> StackCollector
     return StackCollector(read, lambda: dict(monitor.health))
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
+def parse_args(argv: list[str] | None, settings: Config | None = None) -> argparse.Namespace:
+    """The command line; its defaults are the environment's, as ``settings`` (:class:`Config`) read it."""
+    settings = settings or Config()
     p = argparse.ArgumentParser(prog="wm-monitor", description=__doc__.split("\n\n")[0])
-    p.add_argument("--config", default=os.environ.get("ALERTS_CONFIG"),
+    p.add_argument("--config", default=settings.alerts_config,
                    help=f"alerts' thresholds (TOML); default: ALERTS_CONFIG, else {DEFAULT_CONFIG} if present")
-    p.add_argument("--port", type=_port, default=None,
+    p.add_argument("--port", type=_port,
+                   default=DEFAULT_METRICS_PORT if settings.metrics_port is None else settings.metrics_port,
                    help=f"/metrics port (METRICS_PORT, default {DEFAULT_METRICS_PORT}; 0: no endpoint)")
-    p.add_argument("--address", default=os.environ.get("METRICS_ADDRESS") or "127.0.0.1",
+    p.add_argument("--address", default=settings.metrics_address,
                    help="/metrics address (METRICS_ADDRESS, default 127.0.0.1; 0.0.0.0 for a Prometheus elsewhere)")
-    p.add_argument("--hosts", type=_hosts, default=_hosts(os.environ.get("METRICS_HOSTS") or ""),
+    p.add_argument("--hosts", type=_hosts, default=settings.metrics_hosts,
                    help="the Host names served beside IP addresses and localhost, comma-separated (METRICS_HOSTS; "
                         "e.g. the Kubernetes service Prometheus scrapes): any other is refused (421)")
     p.add_argument("--interval", type=float, default=1.0, help="seconds between evaluations")
     p.add_argument("--prometheus-rules", action="store_true", help="print the equivalent Prometheus rules, exit")
-    args = p.parse_args(argv)
-    if args.port is None:
-        try:
-            args.port = _port(os.environ.get("METRICS_PORT") or str(DEFAULT_METRICS_PORT))
-        except argparse.ArgumentTypeError as exc:
-            p.error(f"METRICS_PORT: {exc}")
-    return args
+    return p.parse_args(argv)
 
 
 def _hosts(text: str) -> frozenset[str]:
@@ -231,22 +228,28 @@ def read_config(path: str) -> AlertConfig:
     return AlertConfig.from_toml(text, path)
 
 
-def load_config(path: str | None) -> AlertConfig:
+def load_config(path: str | None, settings: Config) -> AlertConfig:
+    """The alerts' configuration: the file at ``path`` (else the default file, if present), with the webhook's and
+    Alertmanager's addresses the environment gives (``settings``) in place of the file's."""
     if path is None:
         path = DEFAULT_CONFIG if os.path.exists(DEFAULT_CONFIG) else None
     cfg = read_config(path) if path else AlertConfig()
-    url = os.environ.get("ALERT_WEBHOOK_URL")
+    url = settings.alert_webhook_url
     cfg = cfg if url is None else cfg.with_webhook_url(url, "ALERT_WEBHOOK_URL")
-    am = os.environ.get("ALERTMANAGER_URL")
+    am = settings.alertmanager_url
     return cfg if am is None else cfg.with_alertmanager_url(am, "ALERTMANAGER_URL")
 
 
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    args = parse_args(argv)
     try:
-        cfg = load_config(args.config)
         env = Config.from_env(os.environ)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    args = parse_args(argv, env)
+    try:
+        cfg = load_config(args.config, env)
         token = annotations_token(os.environ)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -297,13 +300,13 @@ def run(cfg: AlertConfig, env: Config, args: argparse.Namespace, token: str | No
     client = monitor_client(env.redis_url)
     notifier = None
     if cfg.webhook.url:
-        notifier = Notifier(cfg.webhook.url, client, keys, external_url=os.environ.get("DASHBOARD_URL", ""),
+        notifier = Notifier(cfg.webhook.url, client, keys, external_url=env.dashboard_url,
                             timeout_ms=cfg.webhook.timeout_ms, max_backoff_ms=cfg.webhook.max_backoff_ms,
                             group_wait_ms=cfg.webhook.group_wait_ms)
     pusher = None
     if cfg.alertmanager.url:
         pusher = AlertmanagerPusher(cfg.alertmanager.url, keys.namespace,
-                                    external_url=os.environ.get("DASHBOARD_URL", ""),
+                                    external_url=env.dashboard_url,
                                     resend_ms=cfg.alertmanager.resend_ms, timeout_ms=cfg.alertmanager.timeout_ms)
     monitor = Monitor(client, keys, cfg, wall_ms(), notifier, pusher, int(args.interval * 1000), env.retire_after_ms,
                       lab_alerts=env.lab_alerts)
