@@ -3,12 +3,13 @@ or counted late), one record each, so "why was this event dropped?" still answer
 input stream has been trimmed.
 
 The sink takes them from the batch's accepted events (the source's player rows carry each event's entry
-ID, server, player, kind and event time), keeps those with ``event time < watermark in force`` and writes them
-in the pipeline's commit, under its batch-id guard, to the stream ``{ns}:late``. Each record has the entry ID
-of the input entry it came from (so arrival times and IDs are the input's), the batch that read it and the
-watermark it met: the verdict per window is re-derived from those with :func:`streaming.rules.windows.classify`,
-the rule that counted it. The stream is bounded (``LATE_EVENTS_KEEP``, exact ``MAXLEN``); the totals' field
-``kept`` counts every record ever written, so ``kept - XLEN`` is exactly how many the bound evicted.
+ID, server, player, kind and event time), keeps those behind the watermark in force (the late rule,
+:func:`streaming.rules.windows.is_late`) and writes them in the pipeline's commit, under its batch-id guard, to
+the stream ``{ns}:late``. Each record has the entry ID of the input entry it came from (so arrival times and IDs
+are the input's), the batch that read it and the watermark it met: the verdict per window is re-derived from
+those with :func:`streaming.rules.windows.classify`, the rule that counted it. The stream is bounded
+(``LATE_EVENTS_KEEP``, exact ``MAXLEN``); the totals' field ``kept`` counts every record ever written, so
+``kept - XLEN`` is exactly how many the bound evicted.
 """
 
 from __future__ import annotations
@@ -62,7 +63,3 @@ class LateEvent:
             windows=tuple(WindowStatus(w, v) for w, v in zip(windows, verdicts, strict=True)),
             status=overall(verdicts), shard=self.shard)
 
-
-def is_late(event_time_us: int, watermark_ms: int) -> bool:
-    """Behind the watermark it met: dropped from a closed window or counted late in an open one."""
-    return event_time_us < watermark_ms * 1000

@@ -39,7 +39,7 @@ from __future__ import annotations
 import numpy as np
 from msgspec.structs import replace
 
-from streaming.rules.windows import event_ms, next_watermark
+from streaming.rules.windows import event_ms, server_watermark
 from streaming.schema.records import ClockRecord
 
 
@@ -106,14 +106,15 @@ def step_back(prior: ClockRecord, event_us: np.ndarray, players: int, now_ms: in
         return replace(prior, behind_since_ms=now_ms)
     if now_ms - prior.behind_since_ms < jump_ms:
         return prior
-    return ClockRecord(watermark_ms=event_ms(newest) - delay_ms, clock_us=newest, heard_ms=now_ms,
-                       clock_at_heard_us=newest, ahead_ms=prior.ahead_ms)
+    # set back: its watermark starts again from the newest event, not held at the one before
+    return ClockRecord(watermark_ms=server_watermark(None, event_ms(newest), delay_ms), clock_us=newest,
+                       heard_ms=now_ms, clock_at_heard_us=newest, ahead_ms=prior.ahead_ms)
 
 
 def _set(prior: ClockRecord | None, clock_us: int, heard_ms: int, at_heard_us: int, delay_ms: int,
          ahead: int) -> ClockRecord:
     in_force = prior.watermark_ms if prior is not None else 0
-    return ClockRecord(watermark_ms=next_watermark(in_force, clock_us, delay_ms), clock_us=clock_us,
+    return ClockRecord(watermark_ms=server_watermark(in_force, event_ms(clock_us), delay_ms), clock_us=clock_us,
                        heard_ms=heard_ms, clock_at_heard_us=at_heard_us, ahead_ms=ahead,
                        behind_since_ms=prior.behind_since_ms if prior is not None else 0)
 

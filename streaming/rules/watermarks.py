@@ -17,6 +17,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from streaming.rules.windows import never_back, server_watermark
+
 POLICIES = {"min": min, "max": max}
 
 
@@ -50,9 +52,7 @@ class ServerWatermarks:
             self._retire(spoke or {}, now_ms)
         for s in self.servers or sorted(set(self.values) | set(max_event_ms)):
             if s in max_event_ms:
-                new = max_event_ms[s] - self.delay_ms
-                if s not in self.values or new > self.values[s]:
-                    self.values[s] = new
+                self.values[s] = server_watermark(self.values.get(s), max_event_ms[s], self.delay_ms)
             else:
                 self.values.setdefault(s, 0)
         return dict(self.values)
@@ -71,7 +71,7 @@ class ServerWatermarks:
         """The global watermark for the next batch, given the one in force for this one."""
         if not self.values:
             return in_force_ms
-        return max(in_force_ms, POLICIES[self.policy](self.values.values()))
+        return never_back(in_force_ms, POLICIES[self.policy](self.values.values()))
 
     def holder(self) -> str | None:
         """The server whose watermark the policy picks (the one holding the others back under ``min``)."""

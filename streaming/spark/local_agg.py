@@ -38,7 +38,7 @@ from streaming.rules.fleet import FLOOD_REASON
 from streaming.rules.late import LateEvent
 from streaming.rules.online.fold import KIND_CODES
 from streaming.rules.online.table import OnlineEvents
-from streaming.rules.windows import Histograms, late_counts
+from streaming.rules.windows import Histograms, late_below_us, late_counts
 from streaming.schema.keys import WindowKey
 from streaming.schema.records import LagRecord, NameGuardRecord, ServerRecord
 from streaming.spark import partial
@@ -202,9 +202,11 @@ _KIND_NAMES = {code: name for name, code in KIND_CODES.items()}
 
 def late_events(t: pa.Table, batch_id: int, watermark_ms: int) -> list[LateEvent]:
     """The batch's accepted events behind ``watermark_ms``, in arrival order, to be kept
-    (:mod:`streaming.rules.late`). Usually none: one vectorised filter finds them."""
+    (:mod:`streaming.rules.late`). Usually none: one vectorised filter finds them, by the late rule's bound
+    (:func:`streaming.rules.windows.late_below_us`; tests/rules/test_local_agg.py proves it equal to
+    :func:`streaming.rules.windows.is_late` event by event)."""
     tags = t.column("tag")
-    part = t.filter(pc.and_(pc.equal(tags, PLAYER), pc.less(t.column("a"), watermark_ms * 1000)))
+    part = t.filter(pc.and_(pc.equal(tags, PLAYER), pc.less(t.column("a"), late_below_us(watermark_ms))))
     out = [LateEvent(entry_id, server, player, _KIND_NAMES.get(code), event_us, batch_id, watermark_ms, shard or 0)
            for server, event_us, player, entry_id, code, shard in zip(
                *(part.column(c).to_pylist() for c in ("server", "a", "b", "c", "min_ev", "shard")), strict=True)]

@@ -24,7 +24,7 @@ import redis
 from streaming.rules.late import LateEvent
 from streaming.rules.tradeoff import GRID_FIELD, GRID_MS, RETIRED_SERVERS, bucket, hist_field
 from streaming.rules.watermarks import policy_max
-from streaming.rules.windows import event_ms, next_watermark
+from streaming.rules.windows import advance_pipeline, event_ms
 from streaming.schema.keys import KeySchema, WindowKey, total_field
 from streaming.schema.records import (
     BatchRecord,
@@ -433,12 +433,9 @@ def read_prior(pipe: redis.client.Pipeline, keys: KeySchema, s: BatchSummary, pa
 
 def plan_commit(s: BatchSummary, params: Params, prior: Prior, now_ms: int) -> BatchWrites:
     """The batch's writes, decided from the batch and what Redis held before it: pure."""
-    known = [v for v in (s.max_event_us, prior.max_event_us) if v is not None]
-    running_max = max(known) if known else None
-    if s.next_watermark_ms is not None:  # per-server: combined from each input's watermark by the sink
-        next_wm = max(s.watermark_ms, s.next_watermark_ms)
-    else:
-        next_wm = next_watermark(s.watermark_ms, running_max, params.delay_ms)
+    # per server, the next watermark is combined from each input's by the sink (s.next_watermark_ms)
+    running_max, next_wm = advance_pipeline(s.watermark_ms, prior.max_event_us, (s.max_event_us,), params.delay_ms,
+                                            s.next_watermark_ms)
     record = batch_record(s, next_wm, running_max, params.delay_ms)
     if params.per_server:
         driver = policy_max({k: event_ms(v) for k, v in prior.server_max.items()}, params.servers, params.policy)

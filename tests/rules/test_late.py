@@ -10,7 +10,8 @@ import pytest
 import redis
 
 from streaming.rules.eventview import BatchSpan, Status, judge
-from streaming.rules.late import LateEvent, is_late
+from streaming.rules.late import LateEvent
+from streaming.rules.windows import is_late
 from streaming.schema.keys import KeySchema
 from streaming.store.commit import BatchSummary, commit_batch
 from tests.schema.params import built_params

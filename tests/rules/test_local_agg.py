@@ -12,7 +12,7 @@ import pyarrow as pa
 import pytest
 
 from streaming.rules.online.fold import KIND_CODES
-from streaming.rules.windows import window_ranges
+from streaming.rules.windows import event_ms, is_late, window_ranges
 from streaming.schema.keys import WindowKey
 from streaming.schema.records import NONE_CLOSED_MS
 from streaming.spark import local_agg
@@ -148,6 +148,28 @@ def test_local_aggregate_matches_the_oracle(seed: int, window_ms: int, slide_ms:
     tags = Counter(k[0] for k in expected)
     assert all(tags[t] for t in (WINDOW, INGEST_LAG, PROCESSING_LAG, BAD, TICK, PLAYER))  # every kind of item
     assert any(v[0] > 1 for k, v in expected.items() if k[0] == WINDOW)  # groups of several events
+
+
+@pytest.mark.parametrize(("seed", "window_ms", "slide_ms"), CASES[:3])
+def test_the_late_events_filter_is_the_late_rule(seed: int, window_ms: int, slide_ms: int) -> None:
+    """local_agg.late_events (one vectorised comparison with the rule's bound, windows.late_below_us) keeps exactly
+    the accepted events windows.is_late calls late, one event at a time: at watermarks on each event's own
+    millisecond and next to it (an event on the bound is not late, a microsecond below it is), before every event
+    and after every one."""
+    entries = random_entries(seed)
+    table = local_agg.aggregate(as_table(as_read(entries, window_ms, slide_ms)))
+    events = [r for r in entries if accepted(r)]
+    rng = random.Random(seed)
+    times = [r["event_time"] for r in rng.sample(events, 6)]
+    marks = {m for t in times for m in (event_ms(t), event_ms(t) + 1, t // 1000)}
+    marks |= {min(r["event_time"] for r in events) // 1000 - 1, max(r["event_time"] for r in events) // 1000 + 1}
+    for watermark_ms in sorted(marks):
+        got = local_agg.late_events(table, 3, watermark_ms)
+        expected = sorted(((r["shard"], tuple(map(int, r["entry_id"].split("-")))), r["entry_id"], r["server"],
+                           r["player_id"], r["kind"], r["event_time"])
+                          for r in events if is_late(r["event_time"], watermark_ms))
+        assert [(e.entry_id, e.server, e.player_id, e.kind, e.event_time_us) for e in got] == [e[1:] for e in expected]
+        assert all(e.batch == 3 and e.watermark_ms == watermark_ms for e in got)
 
 
 def test_one_event_by_hand() -> None:

@@ -10,11 +10,14 @@ import pytest
 from streaming.rules.windows import (
     Verdict,
     Window,
+    advance_pipeline,
     advance_watermark,
     classify,
     event_ms,
     is_closed,
+    is_late,
     late_counts,
+    server_watermark,
     window_ranges,
 )
 
@@ -95,6 +98,45 @@ def test_classify(event_us: int, window: Window, watermark_ms: int, verdict: Ver
 )
 def test_advance_watermark(watermark_ms: int, event_times_us: list[int], delay_ms: int, expected: int) -> None:
     assert advance_watermark(watermark_ms, event_times_us, delay_ms) == expected
+
+
+@pytest.mark.parametrize(
+    ("own_ms", "newest_ms", "delay_ms", "expected"),
+    [
+        (60_000, 200_000, 30_000, 170_000),  # the newest event minus the delay
+        (60_000, 50_000, 30_000, 60_000),  # never below the input's own
+        (60_000, 90_000, 30_000, 60_000),  # equal: as it was
+        (None, 50_000, 30_000, 20_000),  # the input's first batch sets it, whatever it is
+        (None, 10_000, 30_000, -20_000),  # ... below zero too, as Spark's per-input map keeps it
+    ],
+)
+def test_one_inputs_watermark_advances_with_its_newest_event(own_ms: int | None, newest_ms: int, delay_ms: int,
+                                                             expected: int) -> None:
+    assert server_watermark(own_ms, newest_ms, delay_ms) == expected
+
+
+@pytest.mark.parametrize(
+    ("in_force_ms", "running_us", "newest_us", "combined_ms", "expected"),
+    [
+        (60_000, None, [], None, (None, 60_000)),  # no event ever: the one in force
+        (60_000, 150 * S, [None], None, (150 * S, 120_000)),  # a batch without events: from the running max
+        (60_000, 150 * S, [100 * S], None, (150 * S, 120_000)),  # an older batch: the running max stands
+        (60_000, 150 * S, [100 * S, 200 * S], None, (200 * S, 170_000)),  # the newest of every share
+        (60_000, None, [70 * S], None, (70 * S, 60_000)),  # never below the one in force
+        (60_000, 150 * S, [200 * S], 90_000, (200 * S, 90_000)),  # per server: Spark's combined one
+        (60_000, 150 * S, [200 * S], 40_000, (200 * S, 60_000)),  # ... never below the one in force
+    ],
+)
+def test_the_pipelines_watermark_advances_over_its_running_max(in_force_ms: int, running_us: int | None,
+                                                              newest_us: list[int | None], combined_ms: int | None,
+                                                              expected: tuple[int | None, int]) -> None:
+    assert advance_pipeline(in_force_ms, running_us, newest_us, 30_000, combined_ms) == expected
+
+
+@pytest.mark.parametrize(("event_us", "watermark_ms", "late"),
+                         [(60_000_000 - 1, 60_000, True), (60_000_000, 60_000, False), (-1, 0, True), (0, 0, False)])
+def test_an_event_below_the_watermark_is_late(event_us: int, watermark_ms: int, late: bool) -> None:
+    assert is_late(event_us, watermark_ms) is late
 
 
 def test_event_ms_truncates_toward_zero_like_spark() -> None:
