@@ -172,7 +172,7 @@ def test_one_word_for_the_online_view_in_module_names() -> None:
              for p in (ROOT / d).rglob("*.py") if "presence" in p.stem or "presence" in p.parent.name]
     assert not found, found
     # nor a key: the view's are {ns}:online:*, the hand-off's {ns}:handoff:* (the old ones are renamed at start)
-    key_words = set(re.findall(r'self\._k\("([a-z_]+)"', (ROOT / "streaming/schema/keys.py").read_text()))
+    key_words = set(re.findall(r'self\._k\("([a-z_]+)"', (ROOT / "streaming/schema/namespace_keys.py").read_text()))
     assert {"online", "handoff"} <= key_words and not key_words & {"presence", "present", "loggedout"}, key_words
     # nor a name or a word in code and its docs: the classes are Online* (OnlineBatch, OnlineMirror, ...), a row
     # per accepted event a player row; only the rename of the old keys says the old word

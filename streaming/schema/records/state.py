@@ -7,7 +7,7 @@ import json
 
 import msgspec
 
-from streaming.schema.keys import parse_total_field, total_field
+from streaming.schema.key_fields import parse_total_field, total_field
 from streaming.schema.records.batch import NameGuardRecord
 from streaming.schema.records.codec import HashRecord, hash_text, json_field
 
