@@ -134,6 +134,35 @@ def test_no_function_is_longer_than_sixty_lines() -> None:
     assert set(long) == LONG_ON_PURPOSE, sorted(set(long) - LONG_ON_PURPOSE)
 
 
+
+LONG_FOR_NOW = {
+    "streaming/store/commit.py": "being split by issue 64",
+    "streaming/spark/source.py": "being split by issue 64",
+    "streaming/spark/sink.py": "being split by issue 64",
+    "streaming/schema/config.py": "being split by issue 64",
+    "dashboard/charts.py": "being split by issue 64",
+    "dashboard/ui.py": "being split by issue 64",
+    "streaming/apps/job.py": "being split by issue 64",
+    "tests/store/test_generator.py": "being split by issue 64",
+    "tests/store/test_online.py": "being split by issue 64",
+    "tests/store/test_commit.py": "being split by issue 64",
+    "tests/store/test_redis_conn.py": "being split by issue 64",
+    "clients/python/watermark_client/producer.py": "being split by issue 64",
+    "tests/ui/test_dashboard_units.py": "being split by issue 64",
+    "tests/ui/test_dashboard_app.py": "being split by issue 64",
+    "tests/client/test_node_producer.py": "being split by issue 64",
+    "tests/store/test_control.py": "being split by issue 64",
+}
+"""The modules still over the limit, each with why: the list only shrinks."""
+
+
+def test_no_module_is_longer_than_four_hundred_lines() -> None:
+    """Issue 64: modules a person can read, tests and benchmarks included: none over 400 lines, each split by what
+    its parts are for."""
+    long = {str(p.relative_to(ROOT)): n for d in ("streaming", "dashboard", "clients", "tests", "bench", "scripts")
+            for p in (ROOT / d).rglob("*.py") if (n := len(p.read_text().splitlines())) > 400}
+    assert set(long) <= set(LONG_FOR_NOW), {p: n for p, n in long.items() if p not in LONG_FOR_NOW}
+
 # What makes a module impure although it imports nothing forbidden: the wall clock, the environment, chance.
 IMPURE_CALLS = ("os.environ", "os.getenv", "time.time", "time.time_ns", "time.monotonic", "datetime.now",
                 "datetime.utcnow", "random.SystemRandom")
