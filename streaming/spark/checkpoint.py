@@ -46,9 +46,11 @@ def read_offset_log(checkpoint_dir: str, batch_id: int, spark: object | None = N
         return parse_offset_log(path.read_text(), batch_id)
     if spark is None:
         raise ValueError(f"reading {checkpoint_dir} needs a SparkSession")
-    jvm = spark._jvm  # type: ignore[attr-defined]
+    from streaming.spark import pyspark_private  # pyspark imported only for a checkpoint on Hadoop's file systems
+
+    jvm = pyspark_private.jvm(spark)  # type: ignore[arg-type]
     hpath = jvm.org.apache.hadoop.fs.Path(f"{checkpoint_dir.rstrip('/')}/offsets/{batch_id}")
-    fs = hpath.getFileSystem(spark._jsc.hadoopConfiguration())  # type: ignore[attr-defined]
+    fs = hpath.getFileSystem(pyspark_private.hadoop_configuration(spark))  # type: ignore[arg-type]
     stream = fs.open(hpath)
     try:
         text = jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8")
@@ -81,9 +83,11 @@ def job_secret(checkpoint_dir: str, spark: object | None = None) -> bytes:
         return path.read_bytes()
     if spark is None:
         raise ValueError(f"the idle-marker secret in {checkpoint_dir} needs a SparkSession")
-    jvm = spark._jvm  # type: ignore[attr-defined]
+    from streaming.spark import pyspark_private
+
+    jvm = pyspark_private.jvm(spark)  # type: ignore[arg-type]
     hpath = jvm.org.apache.hadoop.fs.Path(f"{checkpoint_dir.rstrip('/')}/{SECRET_FILE}")
-    fs = hpath.getFileSystem(spark._jsc.hadoopConfiguration())  # type: ignore[attr-defined]
+    fs = hpath.getFileSystem(pyspark_private.hadoop_configuration(spark))  # type: ignore[arg-type]
     if not fs.exists(hpath):
         out = fs.create(hpath, False)
         try:

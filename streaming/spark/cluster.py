@@ -60,7 +60,13 @@ def ship_package(sc: SparkContext) -> list[Path]:
     shipped = []
     for package_dir in (PACKAGE_DIR, CLIENT_DIR):
         path = package_zip(package_dir)
-        if path.name not in (sc._python_includes or []):  # noqa: SLF001 - the list addPyFile appends to
+        if path.name not in added_files(sc):
             sc.addPyFile(str(path))
         shipped.append(path)
     return shipped
+
+
+def added_files(sc: SparkContext) -> set[str]:
+    """The names of the files added to ``sc`` so far (``SparkContext.listFiles``: ``addPyFile`` adds its file
+    there too, as a URI); a zip named by its content is shipped once."""
+    return {uri.rstrip("/").rsplit("/", 1)[-1] for uri in sc.listFiles}

@@ -15,9 +15,9 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 import redis
-from pyspark.sql.streaming import StreamingQueryListener
 
 from streaming.schema.keys import KeySchema, bucket_field
+from streaming.spark.pyspark_private import JvmSideListener
 from watermark_client.connection import home, open_client
 
 log = logging.getLogger(__name__)
@@ -97,30 +97,24 @@ class ProgressWriter(threading.Thread):
         self.join(timeout=5)
 
 
-class ProgressListener(StreamingQueryListener):
+class ProgressListener(JvmSideListener):
     """Offers each progress report of the query named ``query_name`` (every query's when None) to ``writer``.
 
     PySpark hands a Python listener each event converted field by field over py4j (``QueryProgressEvent.fromJObject``:
     a round trip to the JVM for every key of every map in the report). Profiled on the driver at 68,750 events/s
     that conversion was a sixth of the driver's Python samples, under the interpreter lock the sink's threads need
     (docs/scaling.md). So the JVM is given :class:`JsonListener`, which asks only for the report as JSON (two
-    round trips, as ``StreamingQuery.lastProgress`` does); should PySpark stop building its wrapper through
-    ``_jlistener``, PySpark's own conversion runs and :meth:`onQueryProgress` reads what it built."""
+    round trips, as ``StreamingQuery.lastProgress`` does); should PySpark stop taking it
+    (:class:`~streaming.spark.pyspark_private.JvmSideListener`), PySpark's own conversion runs and
+    :meth:`onQueryProgress` reads what it built."""
 
     def __init__(self, writer: ProgressWriter, query_name: str | None = None) -> None:
         self.writer = writer
         self.query_name = query_name
 
-    @property
-    def _jlistener(self) -> object:
-        from pyspark import SparkContext
-
-        made = getattr(self, "_jlistenerobj", None)
-        if made is None:
-            jvm = SparkContext._jvm
-            assert jvm is not None, "a listener is registered on a running SparkSession"
-            made = self._jlistenerobj = jvm.PythonStreamingQueryListenerWrapper(JsonListener(self))
-        return made
+    def jvm_side(self) -> JsonListener:
+        """Called once, when the listener is first added to a query manager."""
+        return JsonListener(self)
 
     def onQueryStarted(self, event: object) -> None:
         pass

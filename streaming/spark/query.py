@@ -7,7 +7,7 @@ import sys
 from functools import reduce
 from pathlib import Path
 
-from pyspark import SparkConf, SparkContext
+from pyspark import SparkConf
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
@@ -17,6 +17,7 @@ from streaming.schema.keys import KeySchema
 from streaming.spark.checkpoint import job_secret
 from streaming.spark.cluster import is_local_master, ship_package
 from streaming.spark.partial import PACKED
+from streaming.spark.pyspark_private import context_in_own_session
 from streaming.spark.sink import LaneSink, RedisSink
 from streaming.spark.source import RedisStreamDataSource
 from streaming.store.params import params_for
@@ -108,9 +109,7 @@ def build_session(cfg: Config, app_name: str = "watermark-pipeline", ui: bool = 
     })
     conf = SparkConf().setAll(list(settings.items()))
     if own_session:
-        from pyspark.java_gateway import launch_gateway
-
-        SparkContext(conf=conf, gateway=launch_gateway(conf, popen_kwargs={"start_new_session": True}))
+        context_in_own_session(conf)
     spark = SparkSession.builder.config(conf=conf).getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     if not local:
