@@ -17,7 +17,9 @@ connection and sends again only the batches above it. Before that it closes the 
 buffers cannot run after the resend.
 
 Up to ``depth`` batches are in flight on the connection (sent, not yet confirmed), so Redis works on one while the
-caller builds the next. Replies are read straight off the socket with a hiredis ``Reader`` (:class:`Replies`).
+caller builds the next. The connection is the channel's own, its replies read straight off its socket with a
+hiredis ``Reader`` (:class:`~watermark_client.own_connection.OwnConnection`, decision 0026); where it cannot connect
+as the client does, one of the client's pool, read through redis-py's public API (:class:`Replies`).
 
 With ``wait_replicas`` each transaction is followed by ``WAIT {replicas} {timeout}`` on the same connection, and
 :attr:`Batch.replicas` says how many replicas had it (and everything before it: replication is one ordered stream)
@@ -32,12 +34,15 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis
 
-from watermark_client.connection import EXEC, FULL, FULL_SAY_EVERY_S, MULTI, Replies, home
+from watermark_client.connection import EXEC, FULL, FULL_SAY_EVERY_S, MULTI, Replies, home, own_connection
 from watermark_client.stream import input_shard_key
+
+if TYPE_CHECKING:
+    from watermark_client.own_connection import OwnConnection
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +52,6 @@ LOST_REDIS = (redis.ConnectionError, redis.TimeoutError, OSError)
 MARKER_TTL_S = 7 * 86_400
 """How long a producer's marker outlives its last batch: a producer cut off from Redis for longer than this may
 write its in-flight batches twice (decision 0010)."""
-
 
 
 class WriteError(RuntimeError):
@@ -164,9 +168,9 @@ class BatchChannel:
         self.seq = 0
         self.inflight: deque[Batch] = deque()
         self._settled: list[Batch] = []  # confirmed by an attach that then failed: the next one returns them
-        self.conn: redis.connection.Connection | None = None
-        self._pool: redis.ConnectionPool | None = None
-        self._replies: Replies | None = None
+        self.conn: redis.connection.AbstractConnection | OwnConnection | None = None
+        self._pool: redis.ConnectionPool | None = None  # where the connection goes back (None: the channel's own)
+        self._replies: Replies | OwnConnection | None = None
         self._server: tuple[str, int] | None = None  # (run_id, client id) of the connection in use
         self._fence_refused = False
         self.recovered = 0
@@ -180,18 +184,21 @@ class BatchChannel:
     # ------------------------------------------------------------------ connection
 
     def attach(self, client: redis.Redis) -> list[Batch]:
-        """Take a connection from ``client``'s pool; if batches were in flight on a lost one, settle them: the
-        ones Redis has are confirmed, the others sent again and confirmed. Returns the settled batches in
-        order (each confirmed exactly once, by this call or by :meth:`confirm`). Batches settled by an attach
-        that then failed (the connection lost again while sending the rest) are returned by the next one:
-        they are in Redis, and their sender must hear it once."""
+        """Connect (the channel's own connection, else one of ``client``'s pool: see the module's docstring); if
+        batches were in flight on a lost one, settle them: the ones Redis has are confirmed, the others sent again
+        and confirmed. Returns the settled batches in order (each confirmed exactly once, by this call or by
+        :meth:`confirm`). Batches settled by an attach that then failed (the connection lost again while sending
+        the rest) are returned by the next one: they are in Redis, and their sender must hear it once."""
         self.detach()
-        pool = home(client, self.stream_key).connection_pool  # a cluster's: the stream's node (decision 0018)
-        conn = pool.get_connection()
+        node = home(client, self.stream_key)  # a cluster's: the stream's node (decision 0018)
+        own = own_connection(node)
+        conn = own or node.connection_pool.get_connection()
         try:
             conn.connect()
-            self.conn, self._pool = conn, pool
-            self._replies = Replies(conn)
+            self.conn, self._pool = conn, None if own else node.connection_pool
+            self._replies = own or Replies(conn)  # type: ignore[arg-type]
+            if own is None:
+                conn.register_connect_callback(self._refuse_reconnect)  # type: ignore[union-attr]
             old, self._server = self._server, self._identify(conn)
             if not self.inflight:
                 return self._take_settled()
@@ -237,7 +244,7 @@ class BatchChannel:
         for b in unknown:
             b.replicas = n
 
-    def _identify(self, conn: redis.connection.Connection) -> tuple[str, int] | None:
+    def _identify(self, conn: redis.connection.AbstractConnection | OwnConnection) -> tuple[str, int] | None:
         """(run_id, client id) of this connection, for :meth:`_fence`; None when the user may not ask
         (``INFO`` is not a producer's, :mod:`streaming.schema.acl`): a lost connection is then not fenced."""
         if not self.idempotent:
@@ -294,11 +301,19 @@ class BatchChannel:
         """Give the connection back (``broken``: disconnect it first, its replies are not all read)."""
         conn, pool = self.conn, self._pool
         self.conn = self._pool = self._replies = None
-        if conn is None or pool is None:
+        if conn is None:
             return
-        if broken or self.inflight:
+        if pool is None or broken or self.inflight:  # (the channel's own is never reused)
             conn.disconnect()
+        if pool is None:
+            return
+        conn.deregister_connect_callback(self._refuse_reconnect)  # type: ignore[union-attr]
         pool.release(conn)
+
+    def _refuse_reconnect(self, conn: object) -> None:
+        """Called by redis-py when a connection of its pool the channel holds connects again: redis-py would
+        quietly send on a new socket, and a lost connection must go through :meth:`attach`."""
+        raise redis.ConnectionError("the connection was lost: attach again")
 
     # ------------------------------------------------------------------ batches
 
@@ -321,8 +336,8 @@ class BatchChannel:
 
     def _send(self, batch: Batch) -> None:
         conn = self.conn
-        if conn is None or self._replies is None or getattr(conn, "_sock", None) is not self._replies.sock:
-            # (redis-py would quietly open a new socket: a lost connection must go through attach)
+        if conn is None or self._replies is None or (self._pool is None and not conn.is_connected):
+            # (one of redis-py's connecting again refuses to: _refuse_reconnect)
             raise redis.ConnectionError("the connection was lost: attach again")
         if not self.idempotent:
             conn.send_packed_command([batch.frames], check_health=False)

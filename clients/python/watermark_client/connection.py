@@ -1,6 +1,6 @@
 """How a client reaches Redis: one server, a Redis Cluster or the primary Sentinels name
 (:func:`open_client`), the node that holds a key (:func:`home`), waiting while Redis is full (:class:`FullWait`),
-and batched replies read straight off a connection's socket (:class:`Replies`). The producers and the pipeline
+and batched replies read off a connection a writer holds alone (:class:`Replies`). The producers and the pipeline
 share it; it needs redis-py and nothing of the pipeline."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis
 from redis.backoff import NoBackoff
@@ -18,6 +18,9 @@ from redis.retry import Retry
 from redis.sentinel import Sentinel
 
 from watermark_client.sentinel import is_sentinel, parse_sentinel_url
+
+if TYPE_CHECKING:
+    from watermark_client.own_connection import OwnConnection
 
 log = logging.getLogger(__name__)
 
@@ -162,45 +165,37 @@ try:
 except ImportError:  # pragma: no cover - redis-py works without it, only slower
     hiredis = None
 
-"""The error code of a write sent to a replica: raw replies keep it (redis-py's parser makes it ``ReadOnlyError``)."""
 MULTI = b"*1\r\n$5\r\nMULTI\r\n"
 EXEC = b"*1\r\n$4\r\nEXEC\r\n"
 
 
+def own_connection(client: redis.Redis) -> OwnConnection | None:
+    """A connection of our own to where ``client`` (a plain client: a cluster's node through :func:`home`)
+    connects, for a writer that holds it alone and reads its replies in batches
+    (:class:`~watermark_client.own_connection.OwnConnection`, decision 0026); None without hiredis, or where it
+    cannot connect as the client does: the writer then takes one of the client's pool."""
+    if hiredis is None:
+        return None
+    from watermark_client.own_connection import OwnConnection
+
+    return OwnConnection.of(client)
+
+
 class Replies:
-    """Reads batched replies straight off the connection's socket with a hiredis Reader.
+    """Reads batched replies through redis-py's public ``read_response``, one call a reply (~0.9 us each: hiredis
+    parses underneath); for a writer on one of redis-py's connections, where :func:`own_connection` gives none
+    (whose :meth:`~watermark_client.own_connection.OwnConnection.read` takes ~0.2 us a reply, decision 0026). Error
+    replies come back as exception objects, never raised."""
 
-    redis-py's ``read_response`` costs about 3 us per reply (more than Redis takes
-    for the XADD); this is ~0.3 us. Only used on a connection its channel holds
-    exclusively, so no other reader shares the socket. Without hiredis it falls
-    back to ``read_response``.
-    """
-
-    def __init__(self, conn: redis.connection.Connection) -> None:
+    def __init__(self, conn: redis.connection.AbstractConnection) -> None:
         self.conn = conn
-        sock = getattr(conn, "_sock", None)
-        self.reader = hiredis.Reader() if hiredis is not None and sock is not None else None
-        self.sock = sock
 
     def read(self, n: int) -> list[Any]:
-        """The next ``n`` replies; error replies come back as exception objects, never raised."""
-        reader = self.reader
+        """The next ``n`` replies."""
         out: list[Any] = []
-        if reader is None:
-            for _ in range(n):
-                try:
-                    out.append(self.conn.read_response(disable_decoding=True))
-                except redis.ResponseError as exc:
-                    out.append(exc)
-            return out
-        gets, recv, feed, append = reader.gets, self.sock.recv, reader.feed, out.append
-        while len(out) < n:
-            reply = gets()
-            if reply is False:
-                data = recv(1 << 18)
-                if not data:
-                    raise redis.ConnectionError("Redis closed the connection while replies were pending")
-                feed(data)
-                continue
-            append(reply)
+        for _ in range(n):
+            try:
+                out.append(self.conn.read_response(disable_decoding=True))
+            except redis.ResponseError as exc:
+                out.append(exc)
         return out
