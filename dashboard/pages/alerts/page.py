@@ -134,7 +134,7 @@ def main() -> None:
     st.title("Alerts")
     view = ui.current_view()
 
-    @st.fragment(run_every=None if view.paused else view.refresh_s)
+    @ui.refreshing("alerts")
     def tick() -> None:
         now = ui.now_ms()
         try:

@@ -36,7 +36,7 @@ DEFAULT_RATE = 1000.0
 def _status(cfg: Config) -> None:
     view = ui.current_view()
 
-    @st.fragment(run_every=None if view.paused else view.refresh_s)
+    @ui.refreshing("control")
     def tick() -> None:
         now = ui.now_ms()
         try:

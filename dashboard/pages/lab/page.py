@@ -45,7 +45,7 @@ def idle_decisions(decisions: list[tuple[str, IdleDecision]], idle_after_ms: int
 def render(cfg: Config) -> None:
     view = ui.current_view()
 
-    @st.fragment(run_every=None if view.paused else view.refresh_s)
+    @ui.refreshing("lab")
     def tick() -> None:
         now = ui.now_ms()
         lanes = ui.available_lanes()
