@@ -34,6 +34,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from msgspec.structs import replace
 
+from streaming.rules.commit.batch import BadRow, BatchSummary, WindowAgg
 from streaming.rules.fleet import FLOOD_REASON
 from streaming.rules.late import LateEvent
 from streaming.rules.online.fold import KIND_CODES
@@ -44,7 +45,6 @@ from streaming.schema.records import LagRecord, NameGuardRecord, ServerRecord
 from streaming.spark import partial
 from streaming.spark.checkpoint import OffsetEntry
 from streaming.spark.window_players import Added
-from streaming.store.commit import BadRow, BatchSummary, WindowAgg
 from streaming.store.params import Params
 from watermark_client.events import IDLE_KIND, parse_entry_id
 from watermark_client.timeutil import iso_from_us

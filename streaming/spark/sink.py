@@ -24,6 +24,7 @@ import pyarrow as pa
 import redis
 from pyspark.sql import DataFrame
 
+from streaming.rules.commit.batch import BatchSummary
 from streaming.rules.fleet import admit
 from streaming.rules.online.rollup import MINUTE_MS
 from streaming.rules.online.table import OnlineBatch, OnlineEvents
@@ -39,13 +40,7 @@ from streaming.spark.local_agg import REGIONS_META, BatchTable, Guard, Refusal
 from streaming.spark.rows import ARROW_SCHEMA, packed_regions, unpack
 from streaming.spark.source import SourceOptions, ranges, read_partition
 from streaming.spark.window_players import Added, drop_replayed, no_players, read_added
-from streaming.store.commit import (
-    BatchSummary,
-    commit_batch,
-    free_committed_input,
-    read_guard,
-    replicated,
-)
+from streaming.store.commit import commit_batch, free_committed_input, read_guard, replicated
 from streaming.store.online.commit import OnlineMirror, commit_online
 from streaming.store.online.handoff import hand_off
 from streaming.store.params import Params, online_reader

@@ -4,7 +4,9 @@ This is the exactly-once step. The guard (``state.last_batch``) is read under
 WATCH; a batch at or below it is already in Redis (Spark replays a batch whose
 commit it did not record before a crash) and is skipped. Everything a batch
 changes goes in one transaction, so a crash leaves Redis at a batch boundary.
-No pyspark here: the Spark side only builds a :class:`BatchSummary`.
+No pyspark here: the Spark side only builds a :class:`streaming.rules.commit.batch.BatchSummary`, and the
+batch's writes are decided by :func:`streaming.rules.commit.plan.plan_commit`, pure: this module reads what
+the plan needs, applies the writes and runs the scripts.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import json
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -21,17 +23,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import redis
 
-from streaming.rules.late import LateEvent
-from streaming.rules.tradeoff import GRID_FIELD, GRID_MS, RETIRED_SERVERS, bucket, hist_field
-from streaming.rules.watermarks import policy_max
-from streaming.rules.windows import advance_pipeline, event_ms
-from streaming.schema.keys import KeySchema, WindowKey, total_field
+from streaming.rules.commit.batch import BatchSummary
+from streaming.rules.commit.plan import SERVER_METRICS, BatchWrites, Prior, losses, plan_commit
+from streaming.rules.tradeoff import GRID_FIELD, GRID_MS, RETIRED_SERVERS
+from streaming.schema.keys import KeySchema, total_field
 from streaming.schema.records import (
     BatchRecord,
     CommitEntry,
     DeadEntry,
     NameGuardRecord,
-    ServerRecord,
     StateRecord,
 )
 from streaming.schema.shards import START, Position, lowest, shard_key
@@ -40,77 +40,6 @@ from streaming.store.params import Params, ParamsMismatch
 from watermark_client import connection
 from watermark_client.events import parse_entry_id
 from watermark_client.stream import input_shard_key
-
-
-@dataclass
-class WindowAgg:
-    start_ms: int
-    end_ms: int
-    server: str
-    events: int = 0
-    dropped: int = 0
-    late: int = 0
-    players: int = 0  # accepted players the batch added to the window (streaming.spark.window_players)
-
-    @property
-    def key(self) -> WindowKey:
-        return WindowKey(self.start_ms, self.end_ms, self.server)
-
-
-@dataclass(frozen=True)
-class BadRow:
-    entry_id: str
-    reason: str
-    detail: str
-    raw: str
-    shard: int = 0
-    """The input shard it was read from: kept in that shard's dead stream under its entry ID."""
-
-
-@dataclass
-class BatchSummary:
-    batch_id: int
-    watermark_ms: int
-    batch_ts_ms: int
-    start_id: str
-    end_id: str
-    windows: list[WindowAgg]
-    servers: dict[str, ServerRecord]
-    bad: list[BadRow]
-    server_watermarks: dict[str, int] | None = None  # per-server mode: Spark's per-input map after the batch
-    server_heard_ms: dict[str, int] | None = None  # a lane following the fleet: when each of those last spoke
-    next_watermark_ms: int | None = None  # per-server mode: the combined watermark for the next batch
-    aggregation: str = "driver"  # where the batch was counted (the driver, since the source packs its rows)
-    late_events: list[LateEvent] = field(default_factory=list)  # behind the watermark: kept in {ns}:late
-    regions: dict[str, str] = field(default_factory=dict)  # each server's region, as its events carry it
-    refused: tuple[str, ...] = ()  # new names the flood guard refused: their events are in `bad`
-    refused_max_event_us: int | None = None  # ... whose times Spark's watermark saw all the same
-    name_guard: NameGuardRecord | None = None  # the guard's minute after the batch (None: unchanged)
-
-    @property
-    def parsed(self) -> int:
-        return sum(s.rows for s in self.servers.values())
-
-    @property
-    def ticks(self) -> int:
-        return sum(s.ticks for s in self.servers.values())
-
-    @property
-    def input(self) -> int:
-        return self.parsed + self.ticks + len(self.bad)
-
-    @property
-    def max_event_us(self) -> int | None:
-        """The batch's newest event time, refused names' included: Spark's watermark had read them before the
-        guard judged (``streaming.rules.fleet.admit``)."""
-        times = [s.max_event_us for s in self.servers.values() if s.max_event_us is not None]
-        return max([*times, self.refused_max_event_us] if self.refused_max_event_us is not None else times,
-                   default=None)
-
-    @property
-    def min_event_us(self) -> int | None:
-        return min((s.min_event_us for s in self.servers.values() if s.min_event_us is not None), default=None)
-
 
 _TRIM_LUA = """
 local n = redis.call('XTRIM', KEYS[1], 'MINID', '~', ARGV[1], 'LIMIT', 0)
@@ -154,8 +83,6 @@ that spoke again since is kept. Its delay
 trade-off buckets are added to the retired servers' (:data:`RETIRED_SERVERS`): the advice over every server stays
 exact. In a namespace following the fleet, its running max goes too, as its watermark did
 (``rules.watermarks``)."""
-SERVER_METRICS = ("events", "dropped", "late", "rows", "ticks")
-"""The per-server fields of ``{ns}:totals`` (:func:`_totals`)."""
 FORGET_CHUNK = 500
 
 
@@ -262,64 +189,6 @@ def check_params(client: redis.Redis, keys: KeySchema, params: Params) -> int | 
     return old.delay_ms
 
 
-def batch_record(s: BatchSummary, next_wm_ms: int, running_max_us: int | None, delay_ms: int) -> BatchRecord:
-    """The deterministic per-batch record stored at ``{ns}:batch:{id}`` field ``sink``."""
-    return BatchRecord(
-        batch=s.batch_id, watermark_ms=s.watermark_ms, next_watermark_ms=next_wm_ms, delay_ms=delay_ms,
-        server_watermarks=s.server_watermarks, ticks=s.ticks, batch_ts_ms=s.batch_ts_ms, start_id=s.start_id,
-        end_id=s.end_id, input=s.input, parsed=s.parsed, quarantined=len(s.bad),
-        events=sum(w.events for w in s.windows), dropped=sum(w.dropped for w in s.windows),
-        late=sum(w.late for w in s.windows), min_event_us=s.min_event_us, max_event_us=s.max_event_us,
-        running_max_event_us=running_max_us,
-        servers=dict(sorted(s.servers.items())),
-        bad=_count_reasons(s.bad), aggregation=s.aggregation, refused=s.refused)
-
-
-def _tradeoff_counts(windows: Sequence[WindowAgg], driver_ms: int | None) -> dict[str, int]:
-    """This batch's (event, window) pairs per server and slack bucket (see :mod:`streaming.rules.tradeoff`)."""
-    out: dict[str, int] = {}
-    for w in windows:
-        n = w.events + w.dropped
-        if n:
-            f = hist_field(w.server, bucket(None if driver_ms is None else driver_ms - w.end_ms))
-            out[f] = out.get(f, 0) + n
-    return out
-
-
-def players_closed(next_wm: int, prior: Prior) -> int:
-    """The pipeline's bound below which every window is closed for it and for every lane (decision 0019): the
-    lowest watermark any of them applies to its next batch, never lower than before. A lane that has not committed
-    yet holds it where it is (its first watermark is not known)."""
-    if any(v is None for v in prior.lanes_next_ms):
-        return prior.sets_closed_below_ms
-    return max(prior.sets_closed_below_ms, min([next_wm, *(v for v in prior.lanes_next_ms if v is not None)]))
-
-
-def players_added_done(batch_id: int, prior: Prior) -> int:
-    """Batches up to this one have been committed by the pipeline and every lane that has a commit: their counts of
-    players added can go (a lane without one starts with the batch being committed, from the sink's table)."""
-    return min([batch_id, *(v for v in prior.lanes_last if v is not None)])
-
-
-def keep_ms(s: BatchSummary, params: Params) -> int:
-    """How much committed input (ms of arrival time before the batch time) the trim keeps: ``stream_keep_ms``,
-    or less when at the batch's own arrival rate that would be more than ``stream_keep_entries`` entries, so
-    that at game scale the stream (Redis' memory, its append-only file) stays bounded. Counting entries
-    exactly would mean walking them; the rate of the batch just read is known for free."""
-    start_ms = Position.of(s.start_id).newest_ms()
-    span_ms = Position.of(s.end_id).newest_ms() - start_ms
-    if s.input <= 0 or span_ms <= 0 or start_ms == 0:
-        return params.stream_keep_ms
-    return min(params.stream_keep_ms, params.stream_keep_entries * span_ms // s.input)
-
-
-def _count_reasons(bad: list[BadRow]) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for b in bad:
-        out[b.reason] = out.get(b.reason, 0) + 1
-    return dict(sorted(out.items()))
-
-
 @contextmanager
 def guarded(client: redis.Redis, guard_key: str, batch_id: int,
             *also_watch: str) -> Iterator[redis_conn.Transaction | None]:
@@ -339,64 +208,6 @@ def guarded(client: redis.Redis, guard_key: str, batch_id: int,
             yield pipe
 
 
-@dataclass(frozen=True)
-class Prior:
-    """What a batch's commit reads back (under ``WATCH``) before deciding its writes."""
-
-    lost_at: int | None
-    """The batch Redis came back empty before (kept, or found now), else None."""
-    max_event_us: int | None
-    sets_closed_below_ms: int
-    server_max: dict[str, int]
-    """Per-server mode: each server's input max so far (``max_event_us|S``)."""
-    late_top: dict[int, tuple[int, int]]
-    """Per shard the batch has late events of, the newest late event kept there (``(0, 0)``: none)."""
-    readers_done: tuple[str, ...]
-    """Each other reader's committed position (``0-0``: nothing yet): the trim keeps what they have not committed."""
-    lanes_next_ms: tuple[int | None, ...] = ()
-    """The pipeline's: each lane's watermark for its next batch (None: no commit yet)."""
-    lanes_last: tuple[int | None, ...] = ()
-    """The pipeline's: each lane's last committed batch (None: none)."""
-    lost_commits: tuple[int, int] | None = None
-    """The first and last batch whose commits Redis lost while keeping an older one (kept, or found now), else
-    None."""
-
-
-@dataclass(frozen=True)
-class PlayersWrites:
-    """The pipeline's upkeep of its windows' players' sets (decision 0019)."""
-
-    added: str | None
-    """The batch's end position, whose count of players added is indexed under the batch (None: it read nothing)."""
-    added_done: int
-    """Counts of batches up to this one go."""
-    closed_ms: int
-    """Sets of windows ending at or below this go."""
-
-
-@dataclass(frozen=True)
-class BatchWrites:
-    """Every write of one batch, decided (:func:`plan_commit`) before one transaction applies them
-    (:func:`apply_writes`)."""
-
-    batch_id: int
-    end_id: str
-    totals: dict[str, int]
-    servers: tuple[str, ...]
-    seen: dict[str, int]
-    regions: dict[str, str]
-    tradeoff: dict[str, int]
-    windows: list[WindowAgg]
-    players: PlayersWrites | None
-    windows_end_below_ms: int
-    """Windows starting below this leave the index (they ended a whole retention before the watermark)."""
-    late: list[LateEvent]
-    bad: list[BadRow]
-    record: BatchRecord
-    state: StateRecord
-    trim_below: str | None
-
-
 def read_prior(pipe: redis.client.Pipeline, keys: KeySchema, s: BatchSummary, params: Params) -> Prior:
     names = ["last_batch", "lost_at_batch", "lost_from_batch", "lost_to_batch", "max_event_us", "sets_closed_below_ms",
              *(total_field("max_event_us", srv) for srv in params.servers if params.per_server)]
@@ -404,17 +215,9 @@ def read_prior(pipe: redis.client.Pipeline, keys: KeySchema, s: BatchSummary, pa
         state = StateRecord.from_hash(pipe.hgetall(keys.state), keys.state)
     else:
         state = StateRecord.from_hash(dict(zip(names, pipe.hmget(keys.state, names), strict=True)), keys.state)
-    lost_at = state.lost_at_batch
-    gap = None if state.lost_from_batch is None else (state.lost_from_batch, state.lost_to_batch or 0)
-    # No commit record, yet Spark ran batches before this one: Redis came back empty (a lane starts its
-    # record with its first batch, whenever it was added, so only the pipeline judges this).
-    if state.last_batch is None and s.batch_id > 0 and params.trims:
-        lost_at = s.batch_id
-    # A record behind this batch by more than one, though every batch Spark runs commits (an empty one too): Redis
-    # lost the commits between and kept an older one (a failover to a replica that did not have them yet: decision
-    # 0023). The sink commits them again from the input first where it can (RedisSink.mend); here they are said.
-    elif state.last_batch is not None and s.batch_id > state.last_batch + 1 and params.trims:
-        gap = (state.last_batch + 1, s.batch_id - 1)
+    lost_at, gap = losses(state.last_batch, state.lost_at_batch,
+                          None if state.lost_from_batch is None else (state.lost_from_batch, state.lost_to_batch or 0),
+                          s.batch_id, params.trims)
     late_shards = sorted({e.shard for e in s.late_events})
     tops = [pipe.xrevrange(shard_key(keys.late, k), count=1) for k in late_shards]
     # A reader's committed ID only grows: reading it before the transaction is safe.
@@ -429,65 +232,6 @@ def read_prior(pipe: redis.client.Pipeline, keys: KeySchema, s: BatchSummary, pa
         readers_done=tuple((d.decode() if isinstance(d, bytes) else d) if d else START for d in done),
         lanes_next_ms=tuple(None if v is None else int(v) for v, _ in lanes),
         lanes_last=tuple(None if v is None else int(v) for _, v in lanes))
-
-
-def plan_commit(s: BatchSummary, params: Params, prior: Prior, now_ms: int) -> BatchWrites:
-    """The batch's writes, decided from the batch and what Redis held before it: pure."""
-    # per server, the next watermark is combined from each input's by the sink (s.next_watermark_ms)
-    running_max, next_wm = advance_pipeline(s.watermark_ms, prior.max_event_us, (s.max_event_us,), params.delay_ms,
-                                            s.next_watermark_ms)
-    record = batch_record(s, next_wm, running_max, params.delay_ms)
-    if params.per_server:
-        driver = policy_max({k: event_ms(v) for k, v in prior.server_max.items()}, params.servers, params.policy)
-    else:
-        driver = event_ms(prior.max_event_us) if prior.max_event_us is not None else None
-    server_max = dict(prior.server_max)
-    for srv, st in s.servers.items():
-        top = st.input_max_us(params.idle_timeout_ms is not None)
-        if (srv in params.servers or not params.servers) and top is not None:
-            server_max[srv] = max(top, server_max.get(srv, top))
-    # Entries before this batch's start are in a batch Spark has committed, and so are those below every
-    # other reader's committed ID: safe to trim. Shard by shard; the look-back kept is arrival time, the same for all.
-    look_back = f"{max(0, s.batch_ts_ms - keep_ms(s, params))}-0"
-    start = Position.of(s.start_id)
-    keep_from = Position.of(lowest([s.start_id, ",".join([look_back] * start.shards), *prior.readers_done]))
-    players = None if params.players_lanes is None else PlayersWrites(
-        added=s.end_id if s.end_id != s.start_id else None, added_done=players_added_done(s.batch_id, prior),
-        closed_ms=players_closed(next_wm, prior))
-    closed = prior.sets_closed_below_ms if players is None else players.closed_ms
-    state = StateRecord(
-        last_batch=s.batch_id, watermark_ms=s.watermark_ms, next_watermark_ms=next_wm, max_event_us=running_max,
-        server_max_event_us=server_max, server_watermarks=s.server_watermarks, server_heard_ms=s.server_heard_ms,
-        delay_ms=params.delay_ms,
-        committed_id=s.end_id, lost_at_batch=prior.lost_at,
-        lost_from_batch=prior.lost_commits[0] if prior.lost_commits else None,
-        lost_to_batch=prior.lost_commits[1] if prior.lost_commits else None,
-        stopped_ms=None,  # running again
-        sets_closed_below_ms=closed, params=params.semantic(),
-        trigger_ms=params.trigger_ms, updated_ms=now_ms, name_guard=s.name_guard)
-    return BatchWrites(
-        batch_id=s.batch_id, end_id=s.end_id, totals=_totals(s, record), servers=tuple(s.servers),
-        seen={srv: st.max_ingest_us // 1000 for srv, st in s.servers.items() if st.max_ingest_us is not None},
-        regions=dict(s.regions),
-        tradeoff=_tradeoff_counts(s.windows, driver), windows=s.windows, players=players,
-        windows_end_below_ms=next_wm - params.retention_ms - params.window_ms,
-        late=[e for e in s.late_events if parse_entry_id(e.entry_id) > prior.late_top.get(e.shard, (0, 0))],
-        bad=s.bad,
-        record=record, state=state,
-        trim_below=str(keep_from) if params.trims and any(i != START for i in keep_from.ids) else None)
-
-
-def _totals(s: BatchSummary, record: BatchRecord) -> dict[str, int]:
-    """The increments of ``{ns}:totals``: overall, per server and per quarantine reason."""
-    totals: dict[str, int] = {"input": s.input, "parsed": s.parsed, "quarantined": len(s.bad),
-                              "events": record.events, "dropped": record.dropped, "late": record.late,
-                              "ticks": s.ticks}
-    for name, st in s.servers.items():
-        for metric in SERVER_METRICS:
-            totals[total_field(metric, name)] = getattr(st, metric)
-    for reason, n in record.bad.items():
-        totals[total_field("bad", reason)] = n
-    return totals
 
 
 def apply_writes(pipe: redis.client.Pipeline, keys: KeySchema, w: BatchWrites, params: Params,

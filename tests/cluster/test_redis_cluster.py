@@ -14,6 +14,7 @@ from redis.cluster import RedisCluster
 
 from bench.failover.sentinels import until
 from streaming.apps.redis_server import LocalCluster
+from streaming.rules.commit.batch import BatchSummary
 from streaming.rules.online.groups import Group
 from streaming.rules.scenarios import fleet
 from streaming.rules.simulate import generate
@@ -21,7 +22,7 @@ from streaming.schema.config import Config, lane_namespace
 from streaming.schema.keys import KeySchema
 from streaming.schema.records import ServerRecord
 from streaming.schema.shards import shard_key
-from streaming.store.commit import BatchSummary, commit_batch
+from streaming.store.commit import commit_batch
 from streaming.store.online.runner import GroupRunner
 from streaming.store.pipeline_status import read_pipeline
 from streaming.store.redis_conn import refresh, same_slot, with_retry

@@ -13,11 +13,12 @@ import pytest
 import redis
 
 from bench.failover.sentinels import MASTER, SentinelGroup, until
+from streaming.rules.commit.batch import BatchSummary, WindowAgg
 from streaming.schema.config import Config
 from streaming.schema.keys import KeySchema
 from streaming.schema.records import ServerRecord
 from streaming.store import redis_conn
-from streaming.store.commit import BatchSummary, WindowAgg, commit_batch
+from streaming.store.commit import commit_batch
 from streaming.store.redis_conn import ReplicasBehind, connect, with_retry
 from tests.schema.params import built_params
 from watermark_client import connection

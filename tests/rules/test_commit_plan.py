@@ -1,5 +1,5 @@
-"""The pure half of a batch's commit (``streaming.store.commit.plan_commit``): what it writes, decided from the batch
-and what Redis held before it, as a table; no Redis."""
+"""The pure half of a batch's commit (``streaming.rules.commit.plan.plan_commit``): what it writes, decided from the
+batch and what Redis held before it, as a table; no Redis."""
 
 from __future__ import annotations
 
@@ -7,17 +7,11 @@ from dataclasses import replace
 
 import pytest
 
+from streaming.rules.commit.batch import BatchSummary, WindowAgg
+from streaming.rules.commit.plan import Prior, losses, plan_commit, players_added_done, players_closed
 from streaming.rules.late import LateEvent
 from streaming.schema.config import Config
 from streaming.schema.records import ServerRecord
-from streaming.store.commit import (
-    BatchSummary,
-    Prior,
-    WindowAgg,
-    plan_commit,
-    players_added_done,
-    players_closed,
-)
 from streaming.store.params import Params
 from tests.schema.params import built_params
 
@@ -138,3 +132,23 @@ def test_a_lane_keeps_no_sets_and_an_empty_batch_indexes_no_count() -> None:
     empty = plan_commit(batch(start_id=f"{T0 + 1_000_000}-0"), PARAMS, EMPTY, now_ms=1)
     assert empty.players is not None and empty.players.added is None
     assert plan_commit(batch(), PARAMS, EMPTY, now_ms=1).players.added == f"{T0 + 1_000_000}-0"
+
+
+# (Redis' last batch, the losses it records already, the batch, the pipeline?) -> what Redis lost, after the read
+LOSSES = [
+    ((None, None, None, 0, True), (None, None)),  # the first batch: nothing before it
+    ((None, None, None, 5, True), (5, None)),  # no record, yet batches ran: Redis came back empty before batch 5
+    ((None, None, None, 5, False), (None, None)),  # a lane starts its record with its first batch: no loss
+    ((4, None, None, 5, True), (None, None)),  # the batch after the last: nothing lost
+    ((2, None, None, 5, True), (None, (3, 4))),  # an older record: the commits of 3 and 4 lost
+    ((2, 1, (0, 0), 5, False), (1, (0, 0))),  # a lane: what the record says stands
+    ((4, 1, (2, 3), 5, True), (1, (2, 3))),  # losses recorded before stand
+    ((2, 1, (0, 0), 5, True), (1, (3, 4))),  # a new gap replaces the one recorded
+]
+
+
+@pytest.mark.parametrize(("read", "lost"), LOSSES)
+def test_what_redis_lost_is_said_from_the_record_read_back(
+        read: tuple[int | None, int | None, tuple[int, int] | None, int, bool],
+        lost: tuple[int | None, tuple[int, int] | None]) -> None:
+    assert losses(*read) == lost

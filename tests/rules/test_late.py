@@ -9,11 +9,12 @@ from dataclasses import replace
 import pytest
 import redis
 
+from streaming.rules.commit.batch import BatchSummary
 from streaming.rules.eventview import BatchSpan, Status, judge
 from streaming.rules.late import LateEvent
 from streaming.rules.windows import is_late
 from streaming.schema.keys import KeySchema
-from streaming.store.commit import BatchSummary, commit_batch
+from streaming.store.commit import commit_batch
 from tests.schema.params import built_params
 from watermark_client.events import Event
 

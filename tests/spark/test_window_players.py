@@ -13,11 +13,12 @@ import pyarrow as pa
 import pytest
 import redis
 
+from streaming.rules.commit.batch import BatchSummary, WindowAgg
 from streaming.rules.windows import window_ranges
 from streaming.schema.keys import KeySchema, WindowKey
 from streaming.schema.records import ServerRecord
 from streaming.spark.window_players import PartitionPlayers, drop_replayed, read_added, write
-from streaming.store.commit import BatchSummary, WindowAgg, commit_batch
+from streaming.store.commit import commit_batch
 from streaming.store.redis_conn import ReplicasBehind
 from tests.schema.params import built_params
 

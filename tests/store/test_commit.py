@@ -10,15 +10,10 @@ import numpy as np
 import pytest
 import redis
 
+from streaming.rules.commit.batch import BadRow, BatchSummary, WindowAgg
 from streaming.schema.keys import KeySchema
 from streaming.schema.records import LagRecord, ServerRecord
-from streaming.store.commit import (
-    BadRow,
-    BatchSummary,
-    WindowAgg,
-    check_params,
-    commit_batch,
-)
+from streaming.store.commit import check_params, commit_batch
 from streaming.store.params import Params, ParamsMismatch
 from streaming.store.report import build_document
 from tests.schema.params import built_params
@@ -246,7 +241,7 @@ def test_an_empty_or_uneven_histogram_is_refused() -> None:
 ])
 def test_the_trim_keeps_ten_minutes_or_about_a_million_entries(start_id: str, end_id: str, entries: int,
                                                                kept_ms: int) -> None:
-    from streaming.store.commit import keep_ms
+    from streaming.rules.commit.plan import keep_ms
 
     s = BatchSummary(0, 0, T0, start_id, end_id, [], {"A": ServerRecord(rows=entries)}, [])
     assert keep_ms(s, built_params(60_000, 60_000, 0)) == kept_ms
@@ -431,7 +426,8 @@ def test_retired_servers_per_server_fields_are_forgotten_and_a_server_that_spoke
     """``forget_servers``: a fleet's per-server fields (seen, region, the servers set, per-server totals) stay
     bounded by the servers heard within RETIRE_AFTER; the overall totals keep every event; a server whose newest
     arrival moved after it was read is left as it is."""
-    from streaming.store.commit import SERVER_METRICS, forget_servers
+    from streaming.rules.commit.plan import SERVER_METRICS
+    from streaming.store.commit import forget_servers
 
     keys = KeySchema(f"t-{uuid.uuid4().hex[:8]}")
     r.hset(keys.seen, mapping={"old": 1_000, "back": 1_000, "live": 600_000})

@@ -22,9 +22,10 @@ import pytest
 import redis
 
 from streaming.apps.redis_server import RedisServer
+from streaming.rules.commit.batch import BatchSummary
 from streaming.schema.keys import KeySchema
 from streaming.store import redis_conn
-from streaming.store.commit import BatchSummary, commit_batch, free_committed_input, queue_packed
+from streaming.store.commit import commit_batch, free_committed_input, queue_packed
 from streaming.store.redis_conn import Transaction, with_retry
 from tests.store.test_commit import PARAMS, T0, dump, summary
 from watermark_client import Producer, ProducerTimeout

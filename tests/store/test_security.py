@@ -9,10 +9,11 @@ from urllib.parse import urlsplit
 import pytest
 import redis
 
+from streaming.rules.commit.batch import BatchSummary, WindowAgg
 from streaming.schema.config import Config, redact_url
 from streaming.schema.keys import KeySchema
 from streaming.schema.records import ServerRecord
-from streaming.store.commit import BatchSummary, WindowAgg, commit_batch
+from streaming.store.commit import commit_batch
 from streaming.store.pipeline_status import read_pipeline
 from streaming.store.views.snapshot import read_snapshot
 from tests.schema.params import built_params
