@@ -140,7 +140,6 @@ LONG_FOR_NOW = {
     "streaming/spark/source.py": "being split by issue 64",
     "streaming/spark/sink.py": "being split by issue 64",
     "streaming/schema/config.py": "being split by issue 64",
-    "dashboard/charts.py": "being split by issue 64",
     "dashboard/ui.py": "being split by issue 64",
     "streaming/apps/job.py": "being split by issue 64",
     "tests/store/test_generator.py": "being split by issue 64",
