@@ -118,11 +118,11 @@ def test_a_chart_is_drawn_in_our_theme_and_the_figure_shared_is_not_changed() ->
     every chart is drawn with ``theme=None`` in a template of ours (Streamlit's look), on a copy."""
     import plotly.graph_objects as go
 
-    from dashboard import ui
+    from dashboard.ui import drawing
 
     fig = charts.layout(go.Figure(go.Scatter(x=[1, 2], y=[1, 2])), "Players online", "players")
     before = fig.to_json()
-    drawn = ui._ready(fig)
+    drawn = drawing._ready(fig)
     assert fig.to_json() == before  # the shared figure is not changed
     assert drawn.layout.template.layout.font.family == charts.FONT and drawn.layout.title.text == "Players online"
     assert drawn.layout.template.layout.title.font.weight == 600
