@@ -14,6 +14,13 @@ from dashboard import access
 from streaming.schema.config import Config, ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def config_source() -> str:
+    """The configuration's code as one text: every module of ``streaming/schema/config/``."""
+    return "\n".join(p.read_text() for p in sorted((ROOT / "streaming" / "schema" / "config").glob("*.py")))
+
+
 ROW = re.compile(r"^\| `([A-Z_]+)` \|(.*)\|$")
 EXAMPLE = re.compile(r"`([A-Z_]+)=([^`]*)`: (.*)$")
 ACCESS_VARS = {v for v in vars(access).values() if isinstance(v, str) and v.startswith("DASHBOARD_")}
@@ -52,7 +59,7 @@ def test_each_documented_error_is_the_one_config_raises(var: str, cells: list[st
 
 
 def test_every_variable_config_reads_is_documented() -> None:
-    source = (ROOT / "streaming" / "schema" / "config.py").read_text()
+    source = config_source()
     read = set(re.findall(r'env(?:\.get)?\(?\s*\[?"([A-Z_]+)"', source)) | set(
         re.findall(r'_(?:int|duration|optional_duration|switch)\(env, "([A-Z_]+)"', source))
     assert read and read <= set(config_rows()), sorted(read - set(config_rows()))
@@ -154,7 +161,7 @@ def test_commit_subjects_after_issue_45_fit_72_characters() -> None:
 
 
 def config_reads() -> set[str]:
-    source = (ROOT / "streaming" / "schema" / "config.py").read_text()
+    source = config_source()
     return set(re.findall(r'env(?:\.get)?\(?\s*\[?"([A-Z_]+)"', source)) | set(
         re.findall(r'_(?:int|duration|optional_duration|switch|lane_list)\(env, "([A-Z_]+)"', source))
 
