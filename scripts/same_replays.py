@@ -55,7 +55,9 @@ def export(rev: str, into: Path) -> Path:
 def replay(tree: Path, case: Path, params: list[str], out: Path) -> dict:
     old = (tree / "watermark" / "apps" / "replay.py").exists()  # a commit before the pipeline moved (issue 64)
     module = "watermark.apps.replay" if old else "streaming.apps.replay"
-    env = {**os.environ, "PYTHONPATH": str(tree), "SPARK_LOCAL_IP": "127.0.0.1"}
+    client = tree / "clients" / "python"  # the client package, its own since issue 65: this tree's, not the venv's
+    path = os.pathsep.join([str(tree), *([str(client)] if client.is_dir() else [])])
+    env = {**os.environ, "PYTHONPATH": path, "SPARK_LOCAL_IP": "127.0.0.1"}
     env.pop("REDIS_URL", None)  # each run starts an embedded Redis of its own
     proc = subprocess.run([sys.executable, "-m", module, str(case), *params, "--out", str(out)], cwd=tree, env=env,
                           capture_output=True, text=True, timeout=900)
