@@ -9,6 +9,9 @@ of a batch says, and what the merged parts make of the view. Pure: :mod:`streami
   has sent one more, ``newest event + timeout`` (:func:`partial_until`).
 - **The mirror is loaded** from Redis first unless the view was lost or the mirror reflects the batch Redis last
   committed.
+- **A batch's parts** are merged once every group's part is in; dropped when the view has the batch already, or
+  when a group without a part has committed a later batch (its part can never come: Redis lost it with the rest
+  and the group went on); otherwise waited for (:func:`merge_step`).
 - **Merged,** the groups' parts make one record: their counts, causes, clocks and lags by server, their
   transitions summed, and the pipeline's watermark advanced over their newest events
   (:func:`streaming.rules.windows.advance_pipeline`).
@@ -122,6 +125,26 @@ def merge(parts: Sequence[OnlinePart], max_event_us: int | None, lost_at_batch: 
     return Merged(record=record, running_us=running, lost_at_batch=first.batch if lost else lost_at_batch,
                   partial_until_ms=partial_until_ms, clocks=by_server(p.clocks for p in parts),
                   forgotten=[s for p in parts for s in p.forgotten], erased=[s for p in parts for s in p.erased])
+
+
+def merge_step(batch_id: int, merged_last: int | None, groups: int, parts: Iterable[int],
+               groups_last: Mapping[int, int | None]) -> str:
+    """What becomes of batch ``batch_id``'s parts, ``parts`` the groups whose part is in, ``merged_last`` the
+    view's last merged batch, ``groups_last`` each group's last committed batch (read for the groups without a
+    part): ``"merge"``, ``"drop"`` (merged already, or never whole) or ``"wait"``.
+
+    >>> merge_step(7, 6, 2, [0, 1], {}), merge_step(7, 7, 2, [0], {}), merge_step(7, 6, 2, [0], {1: 8})
+    ('merge', 'drop', 'drop')
+    >>> merge_step(7, 6, 2, [0], {1: 6}), merge_step(7, None, 2, [], {0: None, 1: None})
+    ('wait', 'wait')
+    """
+    if merged_last is not None and merged_last >= batch_id:
+        return "drop"
+    have = set(parts)
+    if len(have) == groups:
+        return "merge"
+    missing = (groups_last.get(g) for g in range(groups) if g not in have)
+    return "drop" if any(last is not None and last >= batch_id for last in missing) else "wait"
 
 
 def partial_until(running_us: int | None, next_wm: int, delay_ms: int, timeout_ms: int) -> int:

@@ -25,7 +25,7 @@ from streaming.rules.online.rollup import (
     raise_peaks,
     roll,
 )
-from streaming.rules.online.view import merge
+from streaming.rules.online.view import merge, merge_step
 from streaming.schema.keys import KeySchema
 from streaming.schema.records import CommitEntry, OnlinePart, OnlineRecord, OnlineStateRecord
 from streaming.store import redis_conn
@@ -124,11 +124,13 @@ def _merge_next(client: redis.Redis, keys: KeySchema, groups: int, params: Param
                 prior = OnlineStateRecord.from_hash(
                     dict(zip(_VIEW_FIELDS, pipe.hmget(keys.online_state, _VIEW_FIELDS), strict=True)),
                     keys.online_state)
-                done = prior.last_batch is not None and prior.last_batch >= batch_id
-                merge = not done and len(raw) == groups
-                if not done and not merge and not _never_whole(pipe, keys, groups, raw, batch_id):
+                have = {int(k) for k in raw}
+                missing = [g for g in range(groups) if g not in have]
+                step = merge_step(batch_id, prior.last_batch, groups, have, _groups_last(pipe, keys, groups, missing))
+                if step == "wait":
                     pipe.unwatch()
                     return None
+                merge = step == "merge"
                 if merge:
                     parts = sorted((OnlinePart.decode(v, f"{parts_key} {k.decode()}") for k, v in raw.items()),
                                    key=lambda p: p.group)
@@ -144,16 +146,14 @@ def _merge_next(client: redis.Redis, keys: KeySchema, groups: int, params: Param
             return batch_id
 
 
-def _never_whole(pipe: redis.client.Pipeline, keys: KeySchema, groups: int, raw: Mapping[bytes, bytes],
-                 batch_id: int) -> bool:
-    """A group without a part in the batch has committed a later one: its part can never come (Redis lost it with
-    the rest, the group went on). The batch is dropped; the groups' parts after a loss say so in the view."""
-    for g in range(groups):
-        if str(g).encode() not in raw:
-            last = pipe.hget(keys.online_group(g, groups), "last_batch")
-            if last is not None and int(last) >= batch_id:
-                return True
-    return False
+def _groups_last(pipe: redis.client.Pipeline, keys: KeySchema, groups: int, missing: Sequence[int]
+                 ) -> dict[int, int | None]:
+    """The last batch each group in ``missing`` committed (read while watched, for :func:`merge_step`)."""
+    out: dict[int, int | None] = {}
+    for g in missing:
+        last = pipe.hget(keys.online_group(g, groups), "last_batch")
+        out[g] = None if last is None else int(last)
+    return out
 
 
 def _merge(pipe: redis.client.Pipeline, keys: KeySchema, parts: Sequence[OnlinePart], prior: OnlineStateRecord,

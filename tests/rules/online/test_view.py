@@ -9,7 +9,16 @@ import pytest
 from streaming.rules.online.decide import ServerWrites
 from streaming.rules.online.groups import Group
 from streaming.rules.online.table import PlayerTimes
-from streaming.rules.online.view import Resume, by_server, group_part, merge, partial_until, requests_done, resume
+from streaming.rules.online.view import (
+    Resume,
+    by_server,
+    group_part,
+    merge,
+    merge_step,
+    partial_until,
+    requests_done,
+    resume,
+)
 from streaming.schema.records import ClockRecord, HandoffBatch, OnlinePart
 
 S = 1_000_000  # one second in microseconds
@@ -169,3 +178,21 @@ def test_the_merge_sums_the_groups_parts_in_server_order() -> None:
     assert list(m.clocks) == ["a", "b"]
     assert (m.forgotten, m.erased) == (["x", "y"], ["x"])
     assert by_server([{"b": 1}, {}, {"a": 2}]) == {"a": 2, "b": 1}
+
+
+# A batch's parts: merged once every group's is in; dropped when the view has the batch already or a group without
+# a part has committed a later batch (its part can never come); otherwise waited for. (batch 7, 3 groups)
+@pytest.mark.parametrize(("merged_last", "parts", "groups_last", "step"), [
+    (6, [0, 1, 2], {}, "merge"),                 # every part in
+    (None, [0, 1, 2], {}, "merge"),              # the view's first batch
+    (7, [0, 1, 2], {}, "drop"),                  # merged already (by another group)
+    (9, [0], {1: 9, 2: 9}, "drop"),              # merged already, parts missing
+    (6, [0, 1], {2: 6}, "wait"),                 # group 2 has not committed batch 7 yet
+    (6, [0, 1], {2: None}, "wait"),              # group 2 has committed nothing yet
+    (6, [0, 1], {2: 7}, "drop"),                 # group 2 committed batch 7 without a part: never whole
+    (6, [0], {1: 6, 2: 8}, "drop"),              # one missing group is past the batch
+    (6, [], {0: 6, 1: 6, 2: 6}, "wait"),         # no part in yet
+])
+def test_a_batch_is_merged_once_whole_dropped_once_merged_or_never_whole(
+        merged_last: int | None, parts: list[int], groups_last: dict[int, int | None], step: str) -> None:
+    assert merge_step(7, merged_last, 3, parts, groups_last) == step
