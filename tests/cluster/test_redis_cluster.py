@@ -223,7 +223,7 @@ def test_the_jobs_idle_markers_go_to_each_shards_node_with_their_decision(c: Red
     """On a cluster a marker for a server whose shard has a slot of its own is written there, its decision in the
     job's ``{ns}:idleness`` after it (two calls, decision 0018), naming the marker's ID; a server of shard 0 (the
     pipeline's slot) keeps the one script."""
-    from streaming.apps.job import IDLE_LUA, idle_ticker, tick_idle
+    from streaming.apps.fleet_upkeep import IDLE_LUA, idle_ticker, tick_idle
     from streaming.rules.fleet import IdleDecision
     from watermark_client.events import IDLE_KIND, Event, Rules
 

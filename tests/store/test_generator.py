@@ -528,7 +528,7 @@ def test_cli_stops_cleanly_on_sigterm(r: redis.Redis, redis_url: str) -> None:
 def test_the_jobs_idle_markers_go_in_signed_with_their_decision(r: redis.Redis) -> None:
     """The job's other writer of the input: each marker and its decision in one script call, the script
     registered once a run, which keeps working after Redis lost its script cache (a restart)."""
-    from streaming.apps.job import IDLE_LUA, idle_ticker, tick_idle
+    from streaming.apps.fleet_upkeep import IDLE_LUA, idle_ticker, tick_idle
     from streaming.rules.fleet import IdleDecision
     from streaming.schema.config import Config
     from streaming.schema.keys import KeySchema
