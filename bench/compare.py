@@ -3,10 +3,9 @@
     python bench/compare.py --base <git rev> [--events 1000000] [--rounds 2]
     python bench/compare.py --base <git rev> --measure freshness [--rate 50000] [--rounds 2]
 
-Exports ``--base`` into a temporary directory and runs ``bench/run.py --only
+Exports ``--base`` into a temporary directory and runs each tree's own ``bench/run.py --only
 throughput`` (or ``--only freshness``: XADD -> window in Redis at one generator
-rate, 1 s trigger) with this checkout's script against the base code and against this
-checkout's code, alternating ``base, head, base, head, ...`` so that a busy
+rate, 1 s trigger) against its own code, alternating ``base, head, base, head, ...`` so that a busy
 spell on the machine hits both. Each run has its own embedded Redis, Spark
 session and pre-loaded stream. Prints every run and the ratio of the medians:
 the only before/after figure worth quoting on a noisy machine.
@@ -37,8 +36,12 @@ def export(rev: str, into: Path) -> Path:
 
 
 def run_once(code_root: Path, measure: str, args: list[str], out: Path) -> dict:
-    env = {**os.environ, "BENCH_CODE_ROOT": str(code_root), "PYTHONPATH": str(code_root)}
-    proc = subprocess.run([sys.executable, str(HERE / "bench" / "run.py"), "--only", measure, *args,
+    """One run of the tree's own ``bench/run.py`` (the same measurement in every tree since the pipeline moved to
+    ``streaming/``, whose imports it follows) with only that tree, and its client package, on the path."""
+    client = code_root / "clients" / "python"
+    path = os.pathsep.join([str(code_root), *([str(client)] if client.is_dir() else [])])
+    env = {**os.environ, "BENCH_CODE_ROOT": str(code_root), "PYTHONPATH": path}
+    proc = subprocess.run([sys.executable, str(code_root / "bench" / "run.py"), "--only", measure, *args,
                            "--out", str(out)], cwd=code_root, env=env, capture_output=True, text=True)
     if proc.returncode != 0:
         raise SystemExit(f"bench run against {code_root} failed:\n{proc.stderr[-4000:]}")
