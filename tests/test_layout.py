@@ -139,7 +139,6 @@ LONG_FOR_NOW = {
     "streaming/store/commit.py": "being split by issue 64",
     "streaming/spark/source.py": "being split by issue 64",
     "streaming/spark/sink.py": "being split by issue 64",
-    "tests/store/test_generator.py": "being split by issue 64",
     "tests/store/test_online.py": "being split by issue 64",
     "tests/store/test_commit.py": "being split by issue 64",
     "tests/store/test_redis_conn.py": "being split by issue 64",

@@ -27,7 +27,7 @@ from streaming.store.control_store import (
 )
 from streaming.store.redis_conn import connect
 from tests.store.control.test_control_hash import WHO
-from tests.store.test_generator import no_sleeping
+from tests.store.generator.test_writer import no_sleeping
 from watermark_client.timeutil import parse_iso_us
 
 START = parse_iso_us("2026-01-01T00:00:00Z")
