@@ -16,8 +16,8 @@ from streaming.schema.acl import CONNECTION, part_rules
 from streaming.schema.config import Config, ConfigError
 from streaming.spark.rows import FAST_SHAPE
 from watermark_client.batch_channel import MARKER_TTL_S
+from watermark_client.encode import FIELDS
 from watermark_client.events import NAME_LIMITS, bad_name
-from watermark_client.producer import FIELDS
 from watermark_client.stream import input_shard_key, producer_marker_key, shard_of
 
 ROOT = Path(__file__).resolve().parents[2]
