@@ -36,10 +36,10 @@ from streaming.schema.keys import KeySchema
 from streaming.spark import local_agg
 from streaming.spark.checkpoint import OffsetEntry
 from streaming.spark.query import source_options
-from streaming.spark.rows import ARROW_SCHEMA
 from streaming.spark.sink import LaneSink, aggregate_arrow
 from streaming.spark.source import SourceOptions, StreamRange, read_partition
 from streaming.spark.window_players import read_added
+from streaming.store.batch.arrow_pack import ARROW_SCHEMA
 from streaming.store.commit import commit_batch
 from streaming.store.online.commit import OnlineMirror, commit_online
 from streaming.store.online.handoff import hand_off

@@ -16,8 +16,8 @@ import time
 import pyarrow as pa  # noqa: E402
 
 from streaming.rules.simulate import generate  # noqa: E402
-from streaming.spark.partial import PARTIAL_TYPE  # noqa: E402
-from streaming.spark.rows import ARROW_SCHEMA, TS, to_record_batch  # noqa: E402
+from streaming.spark.rows import to_record_batch  # noqa: E402
+from streaming.store.batch.arrow_pack import ARROW_SCHEMA, PARTIAL_TYPE, TS  # noqa: E402
 from watermark_client.events import BadEntry, parse_entry
 
 

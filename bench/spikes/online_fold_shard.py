@@ -25,7 +25,7 @@ from streaming.rules.online.fold import Prior, fold
 from streaming.rules.online.table import OnlineBatch, OnlineEvents, PlayerTable
 from streaming.schema.config import Config
 from streaming.schema.keys import KeySchema
-from streaming.store.commit import queue_packed
+from streaming.store.batch.arrow_pack import queue_packed
 from streaming.store.online.commit import OnlineMirror, commit_online
 from streaming.store.params import params_for
 

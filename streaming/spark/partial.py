@@ -32,12 +32,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from streaming.store.batch.arrow_pack import PACKED, PACKED_PLAYERS, PARTIAL_TYPE  # noqa: F401 - until the source's split
+
 WINDOW, INGEST_LAG, EVENT_TIME, PLAYER = "window", "ingest_lag", "event_time", "player"
-PACKED, PACKED_PLAYERS = "packed", "packed_players"
-"""``of`` of a row that carries many partial rows of one server as Arrow IPC bytes (``blob``): window and lag
-rows (its ``event_time`` is their latest, for ``withWatermark``), or player rows (no event time)."""
-PARTIAL_TYPE = pa.struct([("of", pa.string()), ("key_us", pa.int64()), ("n", pa.int64()),
-                          ("min_event_us", pa.int64()), ("max_event_us", pa.int64())])
 # As Spark declares the same column (streaming.spark.source.SCHEMA).
 PARTIAL_DDL = "partial struct<of: string, key_us: bigint, n: bigint, min_event_us: bigint, max_event_us: bigint>"
 

@@ -1,9 +1,8 @@
-"""A batch's rows in Arrow: the source's schema, stream entries parsed into rows, and rows packed and unpacked.
+"""A batch's rows in Arrow: Spark's schema of the source's rows, and stream entries parsed into rows.
 
 The source (:mod:`streaming.spark.source`) makes the rows, and packs its partial and player rows into one blob a
-partition (:func:`pack`: Spark moves bytes, not a JVM row each); the sink reads them back with :func:`unpack`. One
-module, so that the schema, the packing and the unpacking cannot drift apart. (The online view's hand-off packs
-something else, the view's events, at the store's floor: :mod:`streaming.store.online.handoff`.)
+partition; the packing, its unpacking and the rows' Arrow schema are one module with the pipeline's other Arrow
+packings, at the store's floor (:mod:`streaming.store.batch.arrow_pack`), so that they cannot drift apart.
 """
 
 from __future__ import annotations
@@ -15,13 +14,15 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from streaming.spark.partial import (
-    PACKED,
-    PACKED_PLAYERS,
-    PARTIAL_DDL,
+from streaming.spark.partial import PARTIAL_DDL
+from streaming.store.batch.arrow_pack import (  # noqa: F401 - ROW_SCHEMA, partial_batch, pack: the source's, for now
+    ARROW_SCHEMA,
     PARTIAL_TYPE,
-    WINDOW,
+    ROW_SCHEMA,
+    TS,
+    partial_batch,
 )
+from streaming.store.batch.arrow_pack import pack_rows as pack  # noqa: F401 - the source's import, until its split
 from watermark_client.events import KINDS, NAME_LIMITS, NO_RULES, PAYLOAD_FIELD, BadEntry, Rules, parse_entry
 from watermark_client.timeutil import parse_iso_us
 
@@ -32,97 +33,7 @@ SCHEMA = (
     "kind string, event_time timestamp, error string, error_detail string, raw string, shard int, " + PARTIAL_DDL
     + ", blob binary"
 )
-TS = pa.timestamp("us", tz="UTC")
-"""The type of the rows' times: microseconds, UTC."""
-ARROW_SCHEMA = pa.schema([
-    ("entry_id", pa.string()), ("ingest_time", TS), ("event_id", pa.string()), ("server", pa.string()),
-    ("player_id", pa.string()), ("kind", pa.string()), ("event_time", TS), ("error", pa.string()),
-    ("error_detail", pa.string()), ("raw", pa.string()), ("shard", pa.int32()), ("partial", PARTIAL_TYPE),
-    ("blob", pa.binary()),
-])
-ROW_SCHEMA = pa.schema([f for f in ARROW_SCHEMA if f.name != "blob"])
-"""The rows a packed row carries (:func:`pack`, :func:`unpack`)."""
-
-
-def pack(rows: pa.RecordBatch, of: str, regions: Mapping[str, str] | None = None) -> pa.RecordBatch:
-    """``rows`` (in :data:`ROW_SCHEMA`) as rows carrying them as one Arrow IPC stream in ``blob``.
-
-    Spark turns every row it is handed into a JVM row and back into Arrow for the driver, a few
-    microseconds a row: with hundreds of thousands of players a batch's partial rows are about as many as
-    its events, and that conversion cost more than the rest of the batch. Packed, Spark moves a byte string;
-    the sink unpacks it (:func:`unpack`). ``PACKED`` rows come as one row per server, so ``withWatermark`` (one per
-    server in per-server mode) sees each server's latest event time in the batch as before and the server's
-    region rides along (``player_id``); the first of them carries the blob of every server's rows, the others
-    none (a blob per server cost hundreds of small IPC streams per partition to write and to read with hundreds
-    of servers: ``bench/driver_costs.py``). Player rows never move a watermark: one row carries them."""
-    blob = _ipc(rows)
-    if of != PACKED:
-        return _packed_rows([None], [None], [rows.num_rows], [blob], of, {})
-    encoded = pc.dictionary_encode(rows.column("server"))
-    servers = encoded.dictionary.to_pylist()  # in order of first appearance
-    codes = encoded.indices
-    latest = (pa.table({"code": codes, "t": rows.column("event_time")}).group_by("code", use_threads=False)
-              .aggregate([("t", "max"), ([], "count_all")]).sort_by("code"))
-    return _packed_rows(servers, latest.column("t_max").to_pylist(), latest.column("count_all").to_pylist(),
-                        [blob] + [None] * (len(servers) - 1), of, regions or {})
-
-
-def _ipc(rows: pa.RecordBatch) -> bytes:
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, ROW_SCHEMA) as writer:
-        writer.write_batch(rows)
-    return sink.getvalue().to_pybytes()
-
-
-def _packed_rows(servers: list[str | None], latest: list, counts: list[int], blobs: list[bytes | None], of: str,
-                 regions: Mapping[str, str]) -> pa.RecordBatch:
-    n = len(servers)
-    columns = {"server": pa.array(servers, pa.string()), "event_time": pa.array(latest, TS),
-               "player_id": pa.array([regions.get(s) if s is not None else None for s in servers], pa.string()),
-               "partial": pa.array([{"of": of, "key_us": None, "n": k, "min_event_us": None, "max_event_us": None}
-                                    for k in counts], PARTIAL_TYPE),
-               "blob": pa.array(blobs, pa.binary())}
-    return pa.RecordBatch.from_arrays([columns.get(f.name, pa.nulls(n, f.type)) for f in ARROW_SCHEMA],
-                                      schema=ARROW_SCHEMA)
-
-
-def packed_regions(table: pa.Table) -> dict[str, str]:
-    """Each server's region from the packed window rows that carry one (``player_id``; :func:`read_range`)."""
-    partial = table.column("partial").combine_chunks()
-    carried = pc.and_(pc.fill_null(pc.equal(partial.field("of"), PACKED), False), table.column("player_id").is_valid())
-    if not pc.any(carried).as_py():
-        return {}
-    rows = table.filter(carried)
-    return dict(zip(rows.column("server").to_pylist(), rows.column("player_id").to_pylist(), strict=True))
-
-
-def unpack(table: pa.Table) -> pa.Table:
-    """The rows of a batch with the packed rows (:func:`pack`) replaced by the rows their blobs carry (blob column
-    dropped)."""
-    blob = table.column("blob")
-    if not blob.null_count < len(blob):
-        return table.drop_columns(["blob"])
-    of = pc.struct_field(table.column("partial"), "of")
-    packed = pc.fill_null(pc.is_in(of, pa.array([PACKED, PACKED_PLAYERS])), False)
-    plain = table.filter(pc.invert(packed)).drop_columns(["blob"])
-    schema = plain.schema
-    parts = [plain]
-    for chunk in blob.chunks:
-        for value in chunk:
-            if value.is_valid:
-                parts.append(pa.ipc.open_stream(value.as_buffer()).read_all().select(schema.names).cast(schema))
-    return pa.concat_tables(parts)
-
-
-def partial_batch(server: pa.Array, partial: pa.StructArray) -> pa.RecordBatch:
-    """Partial rows in the source's schema: ``server`` and ``partial`` set, and a window
-    row's ``event_time`` (its latest event, for ``withWatermark``); every other column null."""
-    n = len(server)
-    window = pc.equal(partial.field("of"), WINDOW)
-    event_time = pc.cast(pc.if_else(window, partial.field("max_event_us"), pa.scalar(None, pa.int64())), TS)
-    columns = {"server": server, "partial": partial, "event_time": event_time}
-    return pa.RecordBatch.from_arrays([columns.get(f.name, pa.nulls(n, f.type)) for f in ROW_SCHEMA],
-                                      schema=ROW_SCHEMA)
+"""The source's rows as Spark declares them (their Arrow schema: ``arrow_pack.ARROW_SCHEMA``)."""
 
 
 # The shape of a well-formed event as writers produce it: keys in the documented order, event_id and kind

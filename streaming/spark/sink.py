@@ -37,9 +37,9 @@ from streaming.spark import local_agg
 from streaming.spark.checkpoint import OffsetEntry, read_offset_log
 from streaming.spark.followers import FollowerThread
 from streaming.spark.local_agg import REGIONS_META, BatchTable, Guard, Refusal
-from streaming.spark.rows import ARROW_SCHEMA, packed_regions, unpack
 from streaming.spark.source import SourceOptions, ranges, read_partition
 from streaming.spark.window_players import Added, drop_replayed, no_players, read_added
+from streaming.store.batch.arrow_pack import ARROW_SCHEMA, packed_regions, unpack_rows
 from streaming.store.commit import commit_batch, free_committed_input, read_guard, replicated
 from streaming.store.online.commit import OnlineMirror, commit_online
 from streaming.store.online.handoff import hand_off
@@ -56,10 +56,9 @@ def aggregate(df: DataFrame) -> pa.Table:
     The source has already folded each partition's accepted events into partial aggregates
     (:mod:`streaming.spark.partial`: per window, and the two lag histograms, exact integers) and player rows
     (the online view's input), counted each window's players in Redis (:mod:`streaming.spark.window_players`), and
-    packed them
-    (:func:`streaming.spark.rows.pack`); quarantined entries and idle markers come one row each. The driver
-    collects them as Arrow, unpacks them and sums the items with Arrow (:func:`streaming.spark.local_agg.aggregate`):
-    the batch costs one Spark job and nothing is cached. The
+    packed them (:func:`streaming.store.batch.arrow_pack.pack_rows`); quarantined entries and idle markers come one
+    row each. The driver collects them as Arrow, unpacks them and sums the items with Arrow
+    (:func:`streaming.spark.local_agg.aggregate`): the batch costs one Spark job and nothing is cached. The
     DataFrame must come from the source with ``preAggregate=true`` (:func:`streaming.spark.query.read_events`); a
     row of a single accepted event fails the batch with :data:`NOT_PRE_AGGREGATED`.
 
@@ -73,7 +72,7 @@ def aggregate_arrow(rows: pa.Table) -> pa.Table:
     """:func:`aggregate` of the source's rows as Arrow (the columns it selects), wherever they were read; the
     servers' regions ride along in the schema's metadata."""
     regions = packed_regions(rows)
-    t = local_agg.aggregate(unpack(rows))
+    t = local_agg.aggregate(unpack_rows(rows))
     return t.replace_schema_metadata({REGIONS_META: json.dumps(regions).encode()}) if regions else t
 
 

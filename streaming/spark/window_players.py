@@ -34,7 +34,7 @@ from streaming.schema.keys import KeySchema, WindowKey
 from streaming.schema.records import NONE_CLOSED_MS
 from streaming.spark.partial import in_windows
 from streaming.store import redis_conn
-from streaming.store.commit import queue_packed
+from streaming.store.batch.arrow_pack import queue_packed
 from watermark_client import connection
 
 ADD_LUA = """

@@ -16,11 +16,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
 
-import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
 import redis
 
 from streaming.rules.commit.batch import BatchSummary
@@ -405,47 +401,3 @@ def _commit_once(client: redis.Redis, node: redis.Redis, keys: KeySchema, s: Bat
         # commit a bigger trim (decision 0018).
         trim_position(client, keys, writes.trim_below, shards=lambda k: not in_slot(k))
     return True
-
-
-PACK_BULK = 512
-"""Arguments a column needs before :func:`queue_packed` packs it with Arrow: a dozen Arrow calls cost more than
-hiredis packing a few hundred arguments (at 300 servers most commands are small: packing them all with Arrow made
-the commits 1.6 times as long, ``bench/driver_costs.py --servers 300``)."""
-
-
-def queue_packed(pipe: redis_conn.Transaction | redis.client.Pipeline, command: str, key: str, *columns: Any,
-                 head: Sequence[Any] = ()) -> None:
-    """``pipe.execute_command(command, key, *arguments)``, the arguments the columns' elements taken in turn (one
-    column: SADD's members; two: HSET's fields and values), in a transaction begun with ``multi()``, packed for
-    Redis in a few Arrow operations rather than a Python call per argument. A column is an Arrow array, a numpy
-    array or a list, of str or integers. The big commands of a commit are a value per event: the online view's
-    HSET of every player a batch heard from and each window's SADD of its players, in three namespaces (the
-    configured pipeline and two lanes); at 100,000 events/s, 50,000 players a batch, packing them one by one was
-    most of the lanes' commits (``bench/driver_costs.py``). The same bytes as the connection packs. A short column
-    (:data:`PACK_BULK`), or a pipe not in a transaction of ours, gets a plain command. ``head``: arguments between
-    the key and the columns' (a script's keys and first arguments, with ``EVAL`` and the script as the key)."""
-    if not isinstance(pipe, redis_conn.Transaction) or pipe.queued is None or len(columns[0]) < PACK_BULK:
-        pipe.execute_command(command, key, *head, *_interleaved(columns))
-        return
-    cols = [_strings(c) for c in columns]
-    parts: list[Any] = []
-    for c in cols:
-        parts += ["$", pc.cast(pc.binary_length(c), pa.string()), "\r\n", c, "\r\n"]
-    body = pc.binary_join_element_wise(*parts, "")
-    offsets = np.frombuffer(body.buffers()[1], np.int32)
-    start, end = int(offsets[body.offset]), int(offsets[body.offset + len(body)])
-    words = [str(a).encode() if not isinstance(a, bytes) else a for a in (command, key, *head)]
-    packed_head = b"*%d\r\n" % (len(words) + len(cols) * len(body)) + b"".join(
-        b"$%d\r\n%s\r\n" % (len(w), w) for w in words)
-    pipe.queue(command, packed_head + memoryview(body.buffers()[2])[start:end].tobytes())
-
-
-def _strings(column: Any) -> pa.Array:
-    a = column if isinstance(column, pa.Array) else pa.array(column)
-    return a if pa.types.is_string(a.type) else pc.cast(a, pa.string())
-
-
-def _interleaved(columns: tuple[Any, ...]) -> list[Any]:
-    lists = [c.to_pylist() if isinstance(c, pa.Array) else c.tolist() if isinstance(c, np.ndarray) else c
-             for c in columns]
-    return lists[0] if len(lists) == 1 else [x for row in zip(*lists, strict=True) for x in row]

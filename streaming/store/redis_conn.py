@@ -206,8 +206,8 @@ class Transaction(CoreCommands):
     Reads run at once (after :meth:`watch`, as a redis-py pipeline's do before ``multi()``); after :meth:`multi`
     every command is packed and queued, and :meth:`execute` sends MULTI, the commands and EXEC in one write and
     reads the replies raw (no response callbacks: the commits read none). Big columns are queued packed with Arrow
-    (:func:`streaming.store.commit.queue_packed`: the same bytes as the connection packs). Every command method of
-    redis-py's clients works here (``CoreCommands``), each going through :meth:`execute_command`.
+    (:func:`streaming.store.batch.arrow_pack.queue_packed`: the same bytes as the connection packs). Every command
+    method of redis-py's clients works here (``CoreCommands``), each going through :meth:`execute_command`.
 
     No retry inside: a connection lost while watching ends the transaction with a ``ConnectionError`` (a redis-py
     client would reconnect and read on without the WATCH), and the caller's :func:`with_retry` starts again on a

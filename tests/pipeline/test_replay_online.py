@@ -150,6 +150,7 @@ def test_a_batchs_rows_go_down_the_layers_once(spark: SparkSession, redis_url: s
     found = batch_path.trace(2)
     modules = [stop["module"] for stop in found["path"]]
     assert modules[-1] == "streaming.spark.local_agg", modules  # the last place that sees rows
-    assert [stop["module"] for stop in found["path"] if stop["return"]] == ["streaming.spark.rows"] * 2, modules
-    assert found["climbs"] == 1, modules  # from a worker's partition to the driver
+    assert [stop["module"] for stop in found["path"] if stop["return"]] == ["streaming.store.batch.arrow_pack"], modules
+    # from a worker's partition to the driver, and from the packing module's floor (the store's) to the sum's
+    assert found["climbs"] == 2, modules
     assert any("refuse" in f for stop in found["path"] for f in stop["functions"]), "the guard refused nothing"

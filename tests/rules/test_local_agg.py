@@ -17,8 +17,9 @@ from streaming.schema.keys import WindowKey
 from streaming.schema.records import NONE_CLOSED_MS
 from streaming.spark import local_agg
 from streaming.spark.local_agg import BAD, INGEST_LAG, PLAYER, PROCESSING_LAG, TICK, WINDOW, BatchTable
-from streaming.spark.partial import PARTIAL_TYPE, PartitionPartials
+from streaming.spark.partial import PartitionPartials
 from streaming.spark.window_players import Added, PartitionPlayers
+from streaming.store.batch.arrow_pack import PARTIAL_TYPE
 
 S = 1_000_000
 _TS = pa.timestamp("us", tz="UTC")
@@ -263,9 +264,9 @@ def test_packed_rows_cross_spark_whole(spark, redis_url: str) -> None:  # noqa: 
 
     import redis
 
-    from streaming.spark.rows import unpack
     from streaming.spark.sink import aggregate
     from streaming.spark.source import StreamRange, read_range
+    from streaming.store.batch.arrow_pack import unpack_rows as unpack
     from watermark_client.events import PAYLOAD_FIELD, Event
 
     stream = f"pack-{uuid.uuid4().hex[:8]}:events"

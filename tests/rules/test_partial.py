@@ -21,8 +21,8 @@ from streaming.spark.partial import (
     WINDOW,
     PartitionPartials,
 )
-from streaming.spark.rows import unpack
 from streaming.spark.source import READ_CHUNK, SourceOptions, StreamRange, read_range
+from streaming.store.batch.arrow_pack import unpack_rows as unpack
 from watermark_client.events import Event, idle_marker
 
 S = 1_000_000

@@ -16,9 +16,9 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 from streaming.schema.keys import KeySchema
 from streaming.schema.shards import Position, shard_key
 from streaming.spark import local_agg
-from streaming.spark.rows import ARROW_SCHEMA
 from streaming.spark.sink import aggregate_arrow, reread
 from streaming.spark.source import COUNT_AFTER_LUA, RedisStreamBatchReader, RedisStreamReader
+from streaming.store.batch.arrow_pack import ARROW_SCHEMA
 from watermark_client.events import Event, parse_entry_id
 from watermark_client.stream import shard_of
 

@@ -14,7 +14,7 @@ import pytest
 import redis
 
 from streaming.store import redis_conn
-from streaming.store.commit import queue_packed
+from streaming.store.batch.arrow_pack import queue_packed
 from streaming.store.redis_conn import Transaction, with_retry
 
 

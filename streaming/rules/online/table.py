@@ -93,7 +93,7 @@ class OnlineBatch:
 @dataclass(frozen=True)
 class PlayerTimes:
     """Players (``names``, str) with the event time (us) of each one's latest event applied, as arrays: what a
-    server's hash gets written (:func:`streaming.store.commit.queue_packed`)."""
+    server's hash gets written (:func:`streaming.store.batch.arrow_pack.queue_packed`)."""
 
     names: np.ndarray
     us: np.ndarray

@@ -22,7 +22,8 @@ from streaming.rules.online.view import group_part, requests_done, resume
 from streaming.schema.keys import KeySchema
 from streaming.schema.records import ClockRecord, OnlineStateRecord
 from streaming.store import redis_conn
-from streaming.store.commit import guarded, queue_packed, replicated
+from streaming.store.batch.arrow_pack import queue_packed
+from streaming.store.commit import guarded, replicated
 from streaming.store.online.forget import read_asked
 from streaming.store.online.merge import merge_ready
 from streaming.store.params import Params

@@ -17,8 +17,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
 import redis
 
 from streaming.rules.online.groups import group_of
@@ -26,6 +24,7 @@ from streaming.rules.online.table import OnlineEvents
 from streaming.schema.keys import KeySchema
 from streaming.schema.records import HandoffBatch
 from streaming.store import redis_conn
+from streaming.store.batch.arrow_pack import pack_events, unpack_events
 from streaming.store.commit import guarded
 
 BATCHES_KEPT = 10_000
@@ -35,29 +34,6 @@ ROWS_KEPT_S = 60
 view says it is partial from there. It bounds Redis' memory for the shares at a minute of input, about 45 bytes an
 event (270 MB at 100,000 events/s), where the key TTL (a day by default) would let a group away fill Redis."""
 BATCH_FIELD = "b"
-
-_SCHEMA = pa.schema([("server", pa.dictionary(pa.int32(), pa.string())), ("player", pa.string()),
-                     ("event_us", pa.int64()), ("entry", pa.int64()), ("kind", pa.int8()), ("ingest_ms", pa.int64())])
-
-
-def pack(ev: OnlineEvents) -> bytes:
-    """The events as Arrow IPC: a few copies of their columns, no Python per event."""
-    table = pa.table([pc.dictionary_encode(pa.array(ev.server, pa.string())), pa.array(ev.player, pa.string()),
-                      pa.array(ev.event_us, pa.int64()), pa.array(ev.entry, pa.int64()), pa.array(ev.kind, pa.int8()),
-                      pa.array(ev.arrivals(), pa.int64())], schema=_SCHEMA)
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, _SCHEMA) as writer:
-        writer.write_table(table)
-    return sink.getvalue().to_pybytes()
-
-
-def unpack(raw: bytes) -> OnlineEvents:
-    t = pa.ipc.open_stream(raw).read_all()
-    if not t.num_rows:
-        return OnlineEvents.empty()
-    return OnlineEvents(pc.cast(t.column("server"), pa.string()).to_numpy(zero_copy_only=False),
-                          t.column("player").to_numpy(zero_copy_only=False), t.column("event_us").to_numpy(),
-                          t.column("entry").to_numpy(), t.column("kind").to_numpy(), t.column("ingest_ms").to_numpy())
 
 
 def split(ev: OnlineEvents, groups: int) -> list[OnlineEvents]:
@@ -85,7 +61,7 @@ def hand_off(client: redis.Redis, keys: KeySchema, batch: HandoffBatch, events: 
             return False
         pipe.multi()
         for g, share in enumerate(shares):
-            pipe.set(keys.handoff_rows(batch.batch, g), pack(share), ex=min(ttl_s, ROWS_KEPT_S))
+            pipe.set(keys.handoff_rows(batch.batch, g), pack_events(share), ex=min(ttl_s, ROWS_KEPT_S))
         pipe.xadd(keys.handoff_batches, {BATCH_FIELD: batch.encode()}, maxlen=BATCHES_KEPT, approximate=True)
         pipe.expire(keys.handoff_batches, ttl_s)
         # committed_id: where the hand-off is in the input, which the trim keeps until then (a reader's mark)
@@ -117,4 +93,4 @@ def batches_after(client: redis.Redis, keys: KeySchema, after_id: str, count: in
 def rows_of(client: redis.Redis, keys: KeySchema, batch_id: int, group: int) -> OnlineEvents | None:
     """Group ``group``'s share of a batch; None when it is gone (its TTL passed, or Redis lost it)."""
     raw = client.get(keys.handoff_rows(batch_id, group))
-    return None if raw is None else unpack(raw)
+    return None if raw is None else unpack_events(raw)
