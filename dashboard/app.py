@@ -1,6 +1,6 @@
 """The dashboard's entry script: ``streamlit run dashboard/app.py``.
 
-Draws the shared controls, then the chosen page. Each page is a folder under ``pages/`` whose ``page.main`` draws
+Draws the shared controls, then the chosen page. Each page is a folder under ``screens/`` whose ``page.main`` draws
 it; the navigation below names them. Lab control, the one page that writes, is in the navigation only when
 ``LAB_CONTROL`` is on (by default in the demo, off in production mode: ``DEMO=off``). With sign-in configured
 (``wm-dashboard``, decision 0022) a signed-out browser gets the sign-in page alone, whatever its URL path; a viewer
@@ -17,16 +17,16 @@ from pathlib import Path
 import streamlit as st
 
 from dashboard import ui  # the installed package (pip install -e .): `streamlit run` adds only this folder
-from dashboard.pages.alerts import page as alerts
-from dashboard.pages.control import page as control
-from dashboard.pages.delay import page as delay
-from dashboard.pages.events import page as events
-from dashboard.pages.health import page as health
-from dashboard.pages.lab import page as lab
-from dashboard.pages.lag import page as lag
-from dashboard.pages.live_ops import page as live_ops
-from dashboard.pages.wall import page as wall
-from dashboard.pages.watermark import page as watermark
+from dashboard.screens.alerts import page as alerts
+from dashboard.screens.control import page as control
+from dashboard.screens.delay import page as delay
+from dashboard.screens.events import page as events
+from dashboard.screens.health import page as health
+from dashboard.screens.lab import page as lab
+from dashboard.screens.lag import page as lag
+from dashboard.screens.live_ops import page as live_ops
+from dashboard.screens.wall import page as wall
+from dashboard.screens.watermark import page as watermark
 from streaming.schema.config import Config, ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -246,7 +246,7 @@ WITH_EXAMPLES = sorted(
 
 def test_the_modules_with_examples_are_found() -> None:
     assert {"streaming.rules.windows", "streaming.rules.fleet", "streaming.schema.acl", "streaming.apps.monitor.http",
-            "dashboard.pages.wall.model", "watermark_client.stream"} <= set(WITH_EXAMPLES)
+            "dashboard.screens.wall.model", "watermark_client.stream"} <= set(WITH_EXAMPLES)
 
 
 @pytest.mark.parametrize("name", WITH_EXAMPLES)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from dashboard.pages.events import figures as event_charts
+from dashboard.screens.events import figures as event_charts
 from streaming.rules.eventview import (
     BatchSpan,
     Status,

@@ -8,7 +8,7 @@ from dataclasses import replace
 import msgspec
 import pytest
 
-from dashboard.pages.lab.model import findings
+from dashboard.screens.lab.model import findings
 from dashboard.status import Level, clock, stall
 from streaming.alerting.config import AlertConfig, WatermarkFlat
 from streaming.rules.fleet import IdleDecision, IdleTicker, summary
@@ -209,7 +209,7 @@ def test_findings_for_max_and_idleness() -> None:
 
 
 def test_tradeoff_chart_has_a_line_per_server_and_the_two_delays() -> None:
-    from dashboard.pages.delay.model import tradeoff_chart
+    from dashboard.screens.delay.model import tradeoff_chart
 
     t = Tradeoff.from_hash({"A|0": "90", "A|3": "10", "B|5": "4"})
     fig = tradeoff_chart(t, current_delay_ms=30_000, recommended_ms=5_000)

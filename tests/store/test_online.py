@@ -459,7 +459,7 @@ def test_online_chart_has_each_servers_count_after_each_batch() -> None:
 ])
 def test_live_ops_says_what_a_loss_did_to_the_online_view(lost_at: int | None, until: int | None, watermark: int,
                                                          phrase: str | None) -> None:
-    from dashboard.pages.live_ops.model import online_loss_note
+    from dashboard.screens.live_ops.model import online_loss_note
     view = OnlineView(last_batch=9, watermark_ms=T0_MS + watermark, timeout_ms=TIMEOUT, updated_ms=0, batch_ts_ms=0,
                       counts={"A": 3}, history=(), lost_at_batch=lost_at,
                       partial_until_ms=None if until is None else T0_MS + until)

@@ -156,7 +156,7 @@ def test_random_games_match_the_model(r: redis.Redis, seed: int) -> None:
 
 def test_live_ops_names_a_clock_ahead_and_a_silent_server(r: redis.Redis) -> None:
     """From the committed view: A runs 90 s ahead, B falls silent at 20 s; C is right and sends on."""
-    from dashboard.pages.live_ops.model import clock_notes
+    from dashboard.screens.live_ops.model import clock_notes
 
     keys = KeySchema(f"clk-{uuid.uuid4().hex[:8]}")
     commit_all(r, game(80, {"A": 5, "B": 5, "C": 5}, offset_ms={"A": 90_000}, silent={"B": (20, 80)}), keys)

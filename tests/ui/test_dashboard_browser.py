@@ -261,7 +261,12 @@ def test_every_page_at_300_servers_in_a_real_browser(redis_url: str, tmp_path: P
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
             page = browser.new_page()
-            problems = audit_pages(page, f"http://127.0.0.1:{port}", shots, prefix="page-300-")
+            # A deep link is this dashboard process's first session, as a wall screen reloading after a restart is
+            page.goto(f"http://127.0.0.1:{port}/alerts")
+            page.get_by_role("heading", name="Alerts").first.wait_for(timeout=60_000)
+            page.wait_for_selector('[data-test-script-state="notRunning"]', timeout=60_000)
+            problems = ["the first visit said: Page not found"] if page.get_by_text("Page not found").count() else []
+            problems += audit_pages(page, f"http://127.0.0.1:{port}", shots, prefix="page-300-")
             problems += check_wall(page, f"http://127.0.0.1:{port}", redis.Redis.from_url(redis_url),
                                    KeySchema(seeded.cfg.namespace), shots / "page-300-wall.png")
             browser.close()

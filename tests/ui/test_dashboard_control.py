@@ -17,7 +17,7 @@ import pytest
 import redis
 from streamlit.testing.v1 import AppTest
 
-from dashboard.pages.control.model import generator_line
+from dashboard.screens.control.model import generator_line
 from dashboard.status import Level
 from dashboard.testing import page_test
 from streaming.apps.follow import Follower

@@ -96,7 +96,7 @@ def test_a_past_minute_is_drawn_from_its_own_servers_not_todays() -> None:
 
 
 def test_a_lanes_watermark_chart_draws_the_servers_holding_it_back() -> None:
-    from dashboard.pages.lab.model import server_watermarks
+    from dashboard.screens.lab.model import server_watermarks
     from streaming.schema.config import Lane
     from streaming.store.views.snapshot import BatchPoint
 

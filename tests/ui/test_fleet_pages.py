@@ -143,7 +143,7 @@ def test_sessions_viewing_the_same_tick_share_each_chart(seeded: Seeded, monkeyp
     """Many viewers cost one: a chart of Live ops is built once for every session drawing the same view in a
     refresh tick, and again for a view that differs (another range)."""
     from dashboard import loaders
-    from dashboard.pages.live_ops import figures
+    from dashboard.screens.live_ops import figures
 
     monkeypatch.setenv("REDIS_URL", seeded.cfg.redis_url)
     monkeypatch.setenv("PIPELINE_NAMESPACE", seeded.cfg.namespace)

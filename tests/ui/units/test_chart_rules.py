@@ -162,6 +162,6 @@ def test_a_provisional_part_shares_its_series_legend_entry() -> None:
      "eu-100 40, eu-200 12, eu-007 3 and 2 more servers"),
 ])
 def test_the_lab_table_names_the_servers_that_dropped_most(dropped: dict[str, int], said: str) -> None:
-    from dashboard.pages.lab.model import dropped_by_server
+    from dashboard.screens.lab.model import dropped_by_server
 
     assert dropped_by_server(dropped) == said

@@ -95,7 +95,7 @@ def test_redis_failures_say_what_went_wrong(error: Exception, phrase: str) -> No
 
 
 def test_online_per_minute_and_transitions_per_minute() -> None:
-    from dashboard.pages.live_ops import figures
+    from dashboard.screens.live_ops import figures
     from streaming.rules.online.rollup import TOTAL, Minute
 
     minutes = [Minute(60_000, {"A": 3, "B": 1}, {"A": 4, "B": 1, TOTAL: 5},

@@ -20,7 +20,7 @@ def _alert(rule: str, subject: str, since: int = 0, value: float | None = None, 
 
 def test_the_wall_counts_what_fires_by_alert_and_region() -> None:
     """300 servers silent in three regions and a handful of drops are five lines, critical first, not 300."""
-    from dashboard.pages.wall.model import firing_lines
+    from dashboard.screens.wall.model import firing_lines
 
     regions = {f"eu-{i}": "eu" for i in range(5)} | {"as-1": "as"}
     alerts = [_alert("server_silent", "eu", 10, 200), _alert("server_silent", "na", 20, 90),
@@ -38,7 +38,7 @@ def test_the_wall_counts_what_fires_by_alert_and_region() -> None:
 def test_the_wall_shows_names_as_text_and_each_region_on_its_own_scale() -> None:
     from base64 import b64decode
 
-    from dashboard.pages.wall import screen
+    from dashboard.screens.wall import screen
 
     hostile = screen.Number('<img src="http://x/i">', 5, -2, (1, 2, None, 3), charts.PALETTE[0], "06:00–07:00 UTC")
     tiles = screen.region_tiles([hostile, screen.Number("eu", 50_000, 120, (49_000, 50_000), charts.PALETTE[1])])
@@ -131,7 +131,7 @@ def test_a_chart_is_drawn_in_our_theme_and_the_figure_shared_is_not_changed() ->
 def test_the_lab_draws_each_lane_by_its_distance_behind_the_newest_event() -> None:
     """Two lanes over the same events: the configured one 30 s behind the newest event time, a per-server-min lane
     held back to 90 s by a silent server; each at its own height, neither under the other."""
-    from dashboard.pages.lab.model import lanes_watermarks
+    from dashboard.screens.lab.model import lanes_watermarks
     from streaming.schema.config import Lane
 
     newest = T + 5 * MIN
@@ -144,7 +144,7 @@ def test_the_lab_draws_each_lane_by_its_distance_behind_the_newest_event() -> No
 
 
 def test_the_fleet_at_a_glance_counts_each_regions_servers_by_state() -> None:
-    from dashboard.pages.live_ops.model import states_by_region
+    from dashboard.screens.live_ops.model import states_by_region
 
     s = replace(snap(state(), MOVING, servers=("eu-1", "eu-2", "na-1", "x")),
                 regions={"eu-1": "eu", "eu-2": "eu", "na-1": "na", "eu-9": "eu", "na-8": "na"},
@@ -157,7 +157,7 @@ def test_the_fleet_at_a_glance_counts_each_regions_servers_by_state() -> None:
 
 
 def test_the_slowest_clocks_are_ranked_by_the_worse_lag_the_lag_page_heads() -> None:
-    from dashboard.pages.live_ops.model import slowest_clocks
+    from dashboard.screens.live_ops.model import slowest_clocks
     from streaming.schema.records import LagRecord, ServerRecord
 
     def lag(p95: float | None) -> LagRecord | None:

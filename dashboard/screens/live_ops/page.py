@@ -10,7 +10,7 @@ import streamlit as st
 
 from dashboard import charts, loaders, status, ui
 from dashboard.fleet import Grouping, grouping, total_label
-from dashboard.pages.live_ops import figures, model
+from dashboard.screens.live_ops import figures, model
 from dashboard.status import clock, human_ms
 from dashboard.text import md, md_list
 from streaming.rules.online.rollup import DAY_MS, MINUTE_MS, TOTAL, region_key

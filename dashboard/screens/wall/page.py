@@ -13,8 +13,8 @@ import streamlit as st
 
 from dashboard import charts, loaders, ui
 from dashboard.fleet import grouping, in_region, total_label
-from dashboard.pages.live_ops import model as ops
-from dashboard.pages.wall import model, screen
+from dashboard.screens.live_ops import model as ops
+from dashboard.screens.wall import model, screen
 from dashboard.status import clock, human_ms, silent_servers, verdict
 from streaming.alerting.health import Health, Verdict
 from streaming.rules.online.rollup import MINUTE_MS, TOTAL, region_key

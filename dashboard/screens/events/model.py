@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from dashboard.pages.events import figures
+from dashboard.screens.events import figures
 from dashboard.status import clock
 from streaming.rules.eventview import STATUS_LABELS, EventPoint
 from streaming.store.views.events import PlayerEvents

@@ -9,7 +9,7 @@ import redis
 import streamlit as st
 
 from dashboard import loaders, ui
-from dashboard.pages.events import figures, model
+from dashboard.screens.events import figures, model
 from dashboard.status import clock, human_ms
 from dashboard.text import md
 from streaming.rules.eventview import STATUS_LABELS, Status

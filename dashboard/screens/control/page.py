@@ -22,7 +22,7 @@ import redis
 import streamlit as st
 
 from dashboard import loaders, ui
-from dashboard.pages.control.model import delay_line, generator_line, rate_text
+from dashboard.screens.control.model import delay_line, generator_line, rate_text
 from dashboard.status import assess, unreachable
 from streaming.rules.scenarios import SCENARIOS
 from streaming.schema.config import Config, ConfigError, Lane, redact_url

@@ -11,7 +11,7 @@ import redis
 import streamlit as st
 
 from dashboard import loaders, ui
-from dashboard.pages.lab import model
+from dashboard.screens.lab import model
 from dashboard.status import assess, clock, human_ms, unreachable
 from streaming.rules.fleet import IdleDecision
 from streaming.schema.config import DEFAULT_IDLE_TIMEOUT_MS, Config, redact_url

@@ -15,7 +15,7 @@ import redis
 import streamlit as st
 
 from dashboard import loaders, ui
-from dashboard.pages.delay import model
+from dashboard.screens.delay import model
 from dashboard.status import assess, human_ms, unreachable
 from streaming.rules.tradeoff import RETIRED_SERVERS, Candidate, Evidence, Tradeoff
 from streaming.schema.config import Config, redact_url
