@@ -38,8 +38,8 @@ from streaming.spark.checkpoint import OffsetEntry
 from streaming.spark.query import source_options
 from streaming.spark.sink import LaneSink, aggregate_arrow
 from streaming.spark.source import SourceOptions, StreamRange, read_partition
-from streaming.spark.window_players import read_added
 from streaming.store.batch.arrow_pack import ARROW_SCHEMA
+from streaming.store.batch.window_players import read_added
 from streaming.store.commit import commit_batch
 from streaming.store.online.commit import OnlineMirror, commit_online
 from streaming.store.online.handoff import hand_off

@@ -18,7 +18,8 @@ import redis
 
 from bench.run import scratch_redis
 from streaming.schema.keys import KeySchema
-from streaming.spark.window_players import PartitionPlayers, write
+from streaming.spark.window_players import PartitionPlayers
+from streaming.store.batch.window_players import write_partition_players
 
 CHUNK = 10_000  # the source's READ_CHUNK: a partition's events come in chunks this size
 
@@ -46,7 +47,8 @@ def main(argv: list[str] | None = None) -> int:
             part.windows()
             t2 = time.perf_counter()
             client.config_resetstat()
-            write(client, keys, f"{rep + 1}-0", part, 3_600)  # makes the windows again, then packs and sends
+            # makes the windows again, then packs and sends
+            write_partition_players(client, keys, f"{rep + 1}-0", part.windows(), 3_600)
             t3 = time.perf_counter()
             redis_ms = client.info("commandstats")["cmdstat_eval"]["usec"] / 1000
             print(f"batch {rep + 1}: in windows {1e3 * (t1 - t0):.1f} ms, distinct {1e3 * (t2 - t1):.1f} ms, "

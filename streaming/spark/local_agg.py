@@ -34,7 +34,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from msgspec.structs import replace
 
-from streaming.rules.commit.batch import BadRow, BatchSummary, WindowAgg
+from streaming.rules.commit.batch import Added, BadRow, BatchSummary, WindowAgg
 from streaming.rules.fleet import FLOOD_REASON
 from streaming.rules.late import LateEvent
 from streaming.rules.online.fold import KIND_CODES
@@ -44,7 +44,6 @@ from streaming.schema.keys import WindowKey
 from streaming.schema.records import LagRecord, NameGuardRecord, ServerRecord
 from streaming.spark import partial
 from streaming.spark.checkpoint import OffsetEntry
-from streaming.spark.window_players import Added
 from streaming.store.params import Params
 from watermark_client.events import IDLE_KIND, parse_entry_id
 from watermark_client.timeutil import iso_from_us
@@ -260,7 +259,7 @@ class BatchTable:
     @classmethod
     def read(cls, t: pa.Table, batch_ts_ms: int, window_ms: int, added: Added) -> BatchTable:
         """``added``: what the batch's partitions added to each window's players
-        (:func:`streaming.spark.window_players.read_added`)."""
+        (:func:`streaming.store.batch.window_players.read_added`)."""
         tags = t.column("tag")
         per_window = t.filter(pc.equal(tags, WINDOW)).group_by(["a", "server"], use_threads=False).aggregate(
             [("n", "sum")])

@@ -24,7 +24,7 @@ import pyarrow as pa
 import redis
 from pyspark.sql import DataFrame
 
-from streaming.rules.commit.batch import BatchSummary
+from streaming.rules.commit.batch import Added, BatchSummary, no_players
 from streaming.rules.fleet import admit
 from streaming.rules.online.rollup import MINUTE_MS
 from streaming.rules.online.table import OnlineBatch, OnlineEvents
@@ -38,8 +38,8 @@ from streaming.spark.checkpoint import OffsetEntry, read_offset_log
 from streaming.spark.followers import FollowerThread
 from streaming.spark.local_agg import REGIONS_META, BatchTable, Guard, Refusal
 from streaming.spark.source import SourceOptions, ranges, read_partition
-from streaming.spark.window_players import Added, drop_replayed, no_players, read_added
 from streaming.store.batch.arrow_pack import ARROW_SCHEMA, packed_regions, unpack_rows
+from streaming.store.batch.window_players import drop_replayed, read_added
 from streaming.store.commit import commit_batch, free_committed_input, read_guard, replicated
 from streaming.store.online.commit import OnlineMirror, commit_online
 from streaming.store.online.handoff import hand_off

@@ -19,8 +19,9 @@ its two lanes: three SADDs a player). Now the partition that reads the events do
   ``sets_closed_below_ms``, which the pipeline's commit raises: :func:`streaming.store.commit.commit_batch`); a
   batch's hash goes once the pipeline and every lane have committed the batch.
 
-In a Redis Cluster every key here is in the pipeline's slot (decision 0018): one script call names the set, the hash,
-the sets' index and the state together.
+This module gathers a partition's players (:class:`PartitionPlayers`); the partition writes them through the store's
+one port for it, :func:`streaming.store.batch.window_players.write_partition_players`, the one place Spark code
+writes Redis outside the sink's commit.
 """
 
 from __future__ import annotations
@@ -31,43 +32,8 @@ import pyarrow as pa
 import redis
 
 from streaming.schema.keys import KeySchema, WindowKey
-from streaming.schema.records import NONE_CLOSED_MS
 from streaming.spark.partial import in_windows
-from streaming.store import redis_conn
-from streaming.store.batch.arrow_pack import queue_packed
-from watermark_client import connection
-
-ADD_LUA = """
-local closed = tonumber(redis.call('HGET', KEYS[2], 'sets_closed_below_ms') or 'NONE_CLOSED_MS')
-local ttl, a, total = ARGV[1], 2, 0
-for i = 4, #KEYS do
-  local member, ending, k = ARGV[a], tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
-  local first, last = a + 3, a + 2 + k
-  a = last + 1
-  if ending > closed then
-    local n = 0
-    for j = first, last, 7000 do
-      n = n + redis.call('SADD', KEYS[i], unpack(ARGV, j, math.min(j + 6999, last)))
-    end
-    redis.call('EXPIRE', KEYS[i], ttl)
-    redis.call('ZADD', KEYS[3], ending, member)
-    redis.call('HINCRBY', KEYS[1], member, n)
-    total = total + n
-  end
-end
-redis.call('EXPIRE', KEYS[1], ttl)
-redis.call('EXPIRE', KEYS[3], ttl)
-return total
-""".replace("NONE_CLOSED_MS", str(NONE_CLOSED_MS))
-"""KEYS: the batch's hash, the pipeline's state, the sets' index, then one set per window; ARGV: the TTL (s), then per
-window its member, its end (ms), how many players follow, and those players (added in slices of 7,000: Lua's
-``unpack`` takes about 8,000 values). A window every namespace has closed gets nothing. The count is written even
-when SADD added none: the driver then knows the window was seen (a field missing for an open window fails the batch
-rather than counting no player)."""
-
-CALL_ARGS = 100_000
-"""Arguments a script call takes at most (a window with more players has a call of its own): one call for the
-hundreds of small windows of a partition at 300 servers, a bounded buffer for a large one."""
+from streaming.store.batch.window_players import write_partition_players
 
 
 class PartitionPlayers:
@@ -127,86 +93,6 @@ class Counting:
 
 def write(client: redis.Redis, keys: KeySchema, end_position: str, players: PartitionPlayers, ttl_s: int,
           wait: tuple[int, int] = (0, 0)) -> int:
-    """Add the partition's players to their windows' sets and count what each added into the batch's hash, in one
-    transaction on the pipeline's node; how many script calls it took. Safe to run again (see the module). With
-    ``wait`` (replicas, timeout in ms) it returns once that many replicas have the transaction (``WAIT`` on its
-    connection), or raises :class:`streaming.store.redis_conn.ReplicasBehind`."""
-    windows = players.windows()
-    if not windows:
-        return 0
-    added, state, index = keys.players_added(end_position), keys.state, keys.players_index
-    calls: list[list[tuple[WindowKey, pa.Array]]] = [[]]
-    size = 0
-    for wk, members in windows:
-        if calls[-1] and size + len(members) > CALL_ARGS:
-            calls.append([])
-            size = 0
-        calls[-1].append((wk, members))
-        size += len(members) + 3
-    with redis_conn.Transaction(connection.home(client, added)) as pipe:
-        pipe.multi()
-        for call in calls:
-            sets = [keys.players(wk) for wk, _ in call]
-            argv = pa.concat_arrays([a for wk, members in call for a in (
-                pa.array([wk.member(), str(wk.end_ms), str(len(members))], pa.string()), members)])
-            queue_packed(pipe, "EVAL", ADD_LUA, argv, head=(3 + len(sets), added, state, index, *sets, ttl_s))
-        redis_conn.execute(pipe)
-        replicas, timeout_ms = wait
-        if replicas:  # on the transaction's own connection: WAIT covers what it wrote
-            redis_conn.enough_replicas(int(pipe.execute_command("WAIT", replicas, timeout_ms)), replicas,
-                                       timeout_ms, f"players up to {end_position}")
-    return len(calls)
-
-
-@dataclass(frozen=True)
-class Added:
-    """What one batch added to its windows' players (:func:`read_added`)."""
-
-    counts: dict[str, int]
-    """Window member (:meth:`WindowKey.member`) -> players the batch added to it."""
-    closed_ms: int
-    """Windows ending at or below this are closed for every namespace: the partitions counted none of their players."""
-
-    def of(self, wk: WindowKey) -> int:
-        """The players the batch added to ``wk``; a window the partitions did not count and that is not closed
-        fails the batch (its players would silently be none)."""
-        n = self.counts.get(wk.member())
-        if n is not None:
-            return n
-        if wk.end_ms <= self.closed_ms:
-            return 0
-        raise ValueError(f"window {wk.member()} has events in the batch but no count of its players: the source "
-                         "must be read with preAggregate=true and windowPlayers naming the pipeline "
-                         "(streaming.spark.query.source_options), whose partitions count them")
-
-
-def read_added(client: redis.Redis, keys: KeySchema, end_position: str) -> Added:
-    """The players the batch ending at ``end_position`` added to each of its windows (complete once Spark has read
-    the batch), and the pipeline's closed bound."""
-    pipe = connection.home(client, keys.state).pipeline(transaction=False)
-    pipe.hgetall(keys.players_added(end_position))
-    pipe.hget(keys.state, "sets_closed_below_ms")
-    counts, closed = pipe.execute()
-    return Added({(k.decode() if isinstance(k, bytes) else k): int(v) for k, v in counts.items()},
-                 int(closed) if closed else NONE_CLOSED_MS)
-
-
-_DROP_UNINDEXED_LUA = """
-if redis.call('ZSCORE', KEYS[2], ARGV[1]) then return 0 end
-return redis.call('DEL', KEYS[1])
-"""
-
-
-def drop_replayed(client: redis.Redis, keys: KeySchema, end_position: str) -> bool:
-    """After a batch the pipeline had already committed was read again (Spark replays its last batch after a crash):
-    its partitions wrote its count of players added again, with zeros. Kept while a lane still needs it (it is in the
-    index); otherwise every namespace had committed the batch and its count had gone: this one is dropped too.
-    Whether it was."""
-    return bool(connection.home(client, keys.state).eval(
-        _DROP_UNINDEXED_LUA, 2, keys.players_added(end_position), keys.players_added_index, end_position))
-
-
-def no_players() -> Added:
-    """For a read whose windows' players nobody needs (the online view's catch-up): every window counts none."""
-    return Added({}, 1 << 62)
-
+    """The partition's players through the store's port (:func:`write_partition_players`); for the source, until its
+    split lands and it calls the port itself."""
+    return write_partition_players(client, keys, end_position, players.windows(), ttl_s, wait)

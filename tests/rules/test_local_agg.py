@@ -11,6 +11,7 @@ from collections import Counter
 import pyarrow as pa
 import pytest
 
+from streaming.rules.commit.batch import Added
 from streaming.rules.online.fold import KIND_CODES
 from streaming.rules.windows import event_ms, is_late, window_ranges
 from streaming.schema.keys import WindowKey
@@ -18,7 +19,7 @@ from streaming.schema.records import NONE_CLOSED_MS
 from streaming.spark import local_agg
 from streaming.spark.local_agg import BAD, INGEST_LAG, PLAYER, PROCESSING_LAG, TICK, WINDOW, BatchTable
 from streaming.spark.partial import PartitionPartials
-from streaming.spark.window_players import Added, PartitionPlayers
+from streaming.spark.window_players import PartitionPlayers
 from streaming.store.batch.arrow_pack import PARTIAL_TYPE
 
 S = 1_000_000

@@ -17,7 +17,8 @@ from streaming.rules.commit.batch import BatchSummary, WindowAgg
 from streaming.rules.windows import window_ranges
 from streaming.schema.keys import KeySchema, WindowKey
 from streaming.schema.records import ServerRecord
-from streaming.spark.window_players import PartitionPlayers, drop_replayed, read_added, write
+from streaming.spark.window_players import PartitionPlayers
+from streaming.store.batch.window_players import drop_replayed, read_added, write_partition_players
 from streaming.store.commit import commit_batch
 from streaming.store.redis_conn import ReplicasBehind
 from tests.schema.params import built_params
@@ -74,7 +75,7 @@ def test_every_namespace_counts_each_windows_distinct_players_exactly(r: redis.R
         end = f"{b + 1}-0"
         half = len(events) // 2
         for part in (events[:half], events[half:], events[:half]):  # the first partition's task runs twice
-            write(r, keys["pipe"], end, count(part), ttl_s=3_600)
+            write_partition_players(r, keys["pipe"], end, count(part).windows(), ttl_s=3_600)
         added = read_added(r, keys["pipe"], end)
         for name in DELAYS:  # the pipeline first, then its lanes, as the sink commits them
             wm = int(r.hget(keys[name].state, "next_watermark_ms") or 0)
@@ -110,7 +111,7 @@ def test_a_lane_behind_keeps_the_counts_it_needs_and_closed_windows_get_no_set(r
     lane_params = built_params(WINDOW_MS, SLIDE_MS, 0, input_namespace=ns)
     ev = [("A", "p1", T0 + 1_000), ("A", "p2", T0 + 2_000)]
     for b in range(3):
-        write(r, pipe, f"{b + 1}-0", count(ev), ttl_s=3_600)
+        write_partition_players(r, pipe, f"{b + 1}-0", count(ev).windows(), ttl_s=3_600)
         added = read_added(r, pipe, f"{b + 1}-0")
         assert commit_batch(r, pipe, judged(b, ev, 0, added), params)
         if b == 0:
@@ -121,7 +122,7 @@ def test_a_lane_behind_keeps_the_counts_it_needs_and_closed_windows_get_no_set(r
                                                     b"1767225595000:1767225605000:A": b"0"}
     # a window ending at or below the bound is closed for everyone: nothing is added or counted
     r.hset(pipe.state, "sets_closed_below_ms", T0 + 10_000)
-    write(r, pipe, "9-0", count([("A", "p9", T0 + 500)]), ttl_s=3_600)
+    write_partition_players(r, pipe, "9-0", count([("A", "p9", T0 + 500)]).windows(), ttl_s=3_600)
     assert r.hgetall(pipe.players_added("9-0")) == {}
     assert not r.sismember(pipe.players(WindowKey(T0, T0 + 10_000, "A")), "p9")
     assert read_added(r, pipe, "9-0").of(WindowKey(T0, T0 + 10_000, "A")) == 0
@@ -133,14 +134,14 @@ def test_a_batch_read_again_after_its_count_went_leaves_no_count_behind(r: redis
     ns = f"wp-{uuid.uuid4().hex[:6]}"
     pipe = KeySchema(ns)
     ev = [("A", "p1", T0 + 1_000)]
-    write(r, pipe, "1-0", count(ev), ttl_s=3_600)
+    write_partition_players(r, pipe, "1-0", count(ev).windows(), ttl_s=3_600)
     assert commit_batch(r, pipe, judged(0, ev, 0, read_added(r, pipe, "1-0")), built_params(WINDOW_MS, SLIDE_MS, 0))
     assert not r.exists(pipe.players_added("1-0"))  # no lane: gone with the commit
-    write(r, pipe, "1-0", count(ev), ttl_s=3_600)  # the replay's read
+    write_partition_players(r, pipe, "1-0", count(ev).windows(), ttl_s=3_600)  # the replay's read
     assert r.exists(pipe.players_added("1-0"))
     assert drop_replayed(r, pipe, "1-0") and not r.exists(pipe.players_added("1-0"))
     r.zadd(pipe.players_added_index, {"2-0": 1})  # a batch a lane has not committed yet
-    write(r, pipe, "2-0", count(ev), ttl_s=3_600)
+    write_partition_players(r, pipe, "2-0", count(ev).windows(), ttl_s=3_600)
     assert not drop_replayed(r, pipe, "2-0") and r.exists(pipe.players_added("2-0"))
 
 
@@ -152,6 +153,6 @@ def test_a_partition_asked_to_wait_for_a_replica_is_not_done_without_one(r: redi
     pipe = KeySchema(ns)
     ev = [("A", "p1", T0 + 1_000), ("A", "p2", T0 + 1_500)]
     with pytest.raises(ReplicasBehind, match="0 of 1 replica"):
-        write(r, pipe, "1-0", count(ev), ttl_s=3_600, wait=(1, 10))
-    write(r, pipe, "1-0", count(ev), ttl_s=3_600)  # the retry
+        write_partition_players(r, pipe, "1-0", count(ev).windows(), ttl_s=3_600, wait=(1, 10))
+    write_partition_players(r, pipe, "1-0", count(ev).windows(), ttl_s=3_600)  # the retry
     assert sum(read_added(r, pipe, "1-0").counts.values()) == 4  # two players in each of the events' two windows

@@ -81,3 +81,30 @@ class BatchSummary:
     @property
     def min_event_us(self) -> int | None:
         return min((s.min_event_us for s in self.servers.values() if s.min_event_us is not None), default=None)
+
+
+@dataclass(frozen=True)
+class Added:
+    """What one batch added to its windows' players (:func:`streaming.store.batch.window_players.read_added`)."""
+
+    counts: dict[str, int]
+    """Window member (:meth:`WindowKey.member`) -> players the batch added to it."""
+    closed_ms: int
+    """Windows ending at or below this are closed for every namespace: the partitions counted none of their players."""
+
+    def of(self, wk: WindowKey) -> int:
+        """The players the batch added to ``wk``; a window the partitions did not count and that is not closed
+        fails the batch (its players would silently be none)."""
+        n = self.counts.get(wk.member())
+        if n is not None:
+            return n
+        if wk.end_ms <= self.closed_ms:
+            return 0
+        raise ValueError(f"window {wk.member()} has events in the batch but no count of its players: the source "
+                         "must be read with preAggregate=true and windowPlayers naming the pipeline "
+                         "(streaming.spark.query.source_options), whose partitions count them")
+
+
+def no_players() -> Added:
+    """For a read whose windows' players nobody needs (the online view's catch-up): every window counts none."""
+    return Added({}, 1 << 62)
