@@ -33,6 +33,7 @@ from streaming.rules.simulate import Simulator
 from streaming.rules.windows import next_watermark
 from streaming.schema.config import Config
 from streaming.schema.keys import KeySchema
+from streaming.schema.params import params_for
 from streaming.spark import local_agg
 from streaming.spark.checkpoint import OffsetEntry
 from streaming.spark.query import source_options
@@ -44,7 +45,6 @@ from streaming.store.commit import commit_batch
 from streaming.store.online.commit import OnlineMirror, commit_online
 from streaming.store.online.handoff import hand_off
 from streaming.store.online.runner import GroupRunner
-from streaming.store.params import params_for
 from streaming.store.stream_writer import write
 
 LANES = ("per-server-min", "per-server-min-idle")

@@ -25,9 +25,9 @@ from streaming.rules.online.fold import Prior, fold
 from streaming.rules.online.table import OnlineBatch, OnlineEvents, PlayerTable
 from streaming.schema.config import Config
 from streaming.schema.keys import KeySchema
+from streaming.schema.params import params_for
 from streaming.store.batch.arrow_pack import queue_packed
 from streaming.store.online.commit import OnlineMirror, commit_online
-from streaming.store.params import params_for
 
 TIMEOUT_MS = 30_000
 START_US = 1_767_225_600_000_000

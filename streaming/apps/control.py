@@ -22,10 +22,10 @@ from streaming.rules.scenarios import SCENARIOS, scenarios_help
 from streaming.schema.acl import user_name
 from streaming.schema.config import Config, ConfigError
 from streaming.schema.keys import KeySchema
+from streaming.schema.params import params_for
 from streaming.schema.records import check_rate
 from streaming.store.control_store import read_lab, write_control
 from streaming.store.online.forget import ask, known, players_online
-from streaming.store.params import params_for
 from watermark_client.connection import open_client
 from watermark_client.timeutil import format_duration_ms, parse_duration_ms
 

@@ -23,12 +23,12 @@ from streaming.apps.fleet_upkeep import FORGET_EVERY_S, IDLE_LUA, forget_retired
 from streaming.runtime.signals import on_stop_signals
 from streaming.schema.config import LANES, Config, ConfigError, redact_url
 from streaming.schema.keys import KeySchema
+from streaming.schema.params import ParamsMismatch, params_for
 from streaming.schema.records import StateRecord
 from streaming.spark.checkpoint import job_secret
 from streaming.store.commit import check_params
 from streaming.store.control_store import operators_delay
 from streaming.store.online.moved import move_old_keys
-from streaming.store.params import ParamsMismatch, params_for
 from streaming.store.redis_conn import connect
 from watermark_client.connection import home, is_cluster
 from watermark_client.timeutil import format_duration_ms

@@ -62,8 +62,8 @@ def _fold(cfg: Config, index: int, stop: threading.Event) -> int:
     # or Arrow (about 80 MB of memory each).
     from streaming.rules.online.groups import Group
     from streaming.schema.keys import KeySchema
+    from streaming.schema.params import params_for
     from streaming.store.online.runner import GroupRunner
-    from streaming.store.params import params_for
     from streaming.store.redis_conn import connect
 
     try:

@@ -41,10 +41,10 @@ from streaming.rules.online.fold import KIND_CODES
 from streaming.rules.online.table import OnlineEvents
 from streaming.rules.windows import Histograms, late_below_us, late_counts
 from streaming.schema.keys import WindowKey
+from streaming.schema.params import Params
 from streaming.schema.records import LagRecord, NameGuardRecord, ServerRecord
 from streaming.spark import partial
 from streaming.spark.checkpoint import OffsetEntry
-from streaming.store.params import Params
 from watermark_client.events import IDLE_KIND, parse_entry_id
 from watermark_client.timeutil import iso_from_us
 

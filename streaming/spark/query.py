@@ -14,13 +14,13 @@ from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 
 from streaming.schema.config import Config
 from streaming.schema.keys import KeySchema
+from streaming.schema.params import params_for
 from streaming.spark.checkpoint import job_secret
 from streaming.spark.cluster import is_local_master, ship_package
 from streaming.spark.pyspark_private import context_in_own_session
 from streaming.spark.sink import LaneSink, RedisSink
 from streaming.spark.source import RedisStreamDataSource
 from streaming.store.batch.arrow_pack import PACKED
-from streaming.store.params import params_for
 from watermark_client.events import IDLE_KIND, Rules
 
 

@@ -31,6 +31,7 @@ from streaming.rules.online.table import OnlineBatch, OnlineEvents
 from streaming.rules.watermarks import ServerWatermarks
 from streaming.rules.windows import event_ms
 from streaming.schema.keys import KeySchema
+from streaming.schema.params import Params, online_reader
 from streaming.schema.records import StateRecord
 from streaming.schema.shards import START, Position
 from streaming.spark import local_agg
@@ -43,7 +44,6 @@ from streaming.store.batch.window_players import drop_replayed, read_added
 from streaming.store.commit import commit_batch, free_committed_input, read_guard, replicated
 from streaming.store.online.commit import OnlineMirror, commit_online
 from streaming.store.online.handoff import hand_off
-from streaming.store.params import Params, online_reader
 from streaming.store.redis_conn import DriverClient, with_retry
 from watermark_client.timeutil import clock
 

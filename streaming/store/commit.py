@@ -23,6 +23,7 @@ from streaming.rules.commit.batch import BatchSummary
 from streaming.rules.commit.plan import SERVER_METRICS, BatchWrites, Prior, losses, plan_commit
 from streaming.rules.tradeoff import GRID_FIELD, GRID_MS, RETIRED_SERVERS
 from streaming.schema.keys import KeySchema, total_field
+from streaming.schema.params import Params, ParamsMismatch
 from streaming.schema.records import (
     BatchRecord,
     CommitEntry,
@@ -32,7 +33,6 @@ from streaming.schema.records import (
 )
 from streaming.schema.shards import START, Position, lowest, shard_key
 from streaming.store import redis_conn
-from streaming.store.params import Params, ParamsMismatch
 from watermark_client import connection
 from watermark_client.events import parse_entry_id
 from watermark_client.stream import input_shard_key

@@ -14,9 +14,9 @@ from pyspark.sql import SparkSession
 from streaming.apps.redis_server import RedisServer, free_port
 from streaming.schema.config import Config
 from streaming.schema.keys import KeySchema
+from streaming.schema.params import params_for
 from streaming.spark.query import start_query
 from streaming.spark.sink import RedisSink
-from streaming.store.params import params_for
 from streaming.store.report import wait_for_commit
 from streaming.store.views.snapshot import read_snapshot
 from tests.pipeline.test_exactly_once import counted_per_window, raw_per_window, seeded_entries, snapshot

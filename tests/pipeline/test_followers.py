@@ -18,10 +18,10 @@ from pyspark.sql import SparkSession
 
 from streaming.schema.config import Config, lane_namespace
 from streaming.schema.keys import KeySchema
+from streaming.schema.params import params_for
 from streaming.spark.followers import FollowerThread
 from streaming.spark.query import pipeline_sink, start_query
 from streaming.spark.sink import RedisSink
-from streaming.store.params import params_for
 from tests.pipeline.test_exactly_once import seeded_entries, snapshot
 from tests.pipeline.test_faults import chunks, xadd_all
 

@@ -11,8 +11,8 @@ from streaming.rules.commit.batch import BatchSummary, WindowAgg
 from streaming.rules.commit.plan import Prior, losses, plan_commit, players_added_done, players_closed
 from streaming.rules.late import LateEvent
 from streaming.schema.config import Config
+from streaming.schema.params import Params
 from streaming.schema.records import ServerRecord
-from streaming.store.params import Params
 from tests.schema.params import built_params
 
 T0 = 1_767_225_600_000

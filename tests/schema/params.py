@@ -6,7 +6,7 @@ from dataclasses import replace
 from typing import Any
 
 from streaming.schema.config import Config
-from streaming.store.params import Params, params_for
+from streaming.schema.params import Params, params_for
 
 
 def built_params(window_ms: int, slide_ms: int, delay_ms: int, readers: tuple[str, ...] = (),

@@ -1,5 +1,5 @@
 """One configuration: every setting is read from the environment by ``streaming.schema.config.Config`` alone, and
-a namespace's :class:`Params` is built by ``streaming.store.params.params_for`` alone."""
+a namespace's :class:`Params` is built by ``streaming.schema.params.params_for`` alone."""
 
 from __future__ import annotations
 
@@ -50,4 +50,4 @@ def test_params_are_built_in_one_place() -> None:
              for p in (ROOT / d).rglob("*.py")
              for node in ast.walk(ast.parse(p.read_text()))
              if isinstance(node, ast.Call) and ast.unparse(node.func) in ("Params", "params.Params")]
-    assert len(built) == 1 and built[0].startswith("streaming/store/params.py:"), built
+    assert len(built) == 1 and built[0].startswith("streaming/schema/params.py:"), built

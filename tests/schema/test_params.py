@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import MISSING, asdict, fields
 
 from streaming.schema.config import Config
-from streaming.store.params import Params, params_for
+from streaming.schema.params import Params, params_for
 
 TODAY = dict(window_ms=60_000, slide_ms=60_000, delay_ms=30_000, retention_ms=86_400_000, progress_history=10_000,
              progress_bytes=134_217_728, stream_keep_ms=600_000, stream_keep_entries=1_000_000, ttl_ms=None,

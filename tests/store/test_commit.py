@@ -12,9 +12,9 @@ import redis
 
 from streaming.rules.commit.batch import BadRow, BatchSummary, WindowAgg
 from streaming.schema.keys import KeySchema
+from streaming.schema.params import Params, ParamsMismatch
 from streaming.schema.records import LagRecord, ServerRecord
 from streaming.store.commit import check_params, commit_batch
-from streaming.store.params import Params, ParamsMismatch
 from streaming.store.report import build_document
 from tests.schema.params import built_params
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
 
 from streaming.rules.commit.batch import BadRow, BatchSummary, WindowAgg
 from streaming.rules.late import LateEvent
@@ -15,40 +14,10 @@ from streaming.rules.tradeoff import bucket, hist_field
 from streaming.rules.watermarks import policy_max
 from streaming.rules.windows import advance_pipeline, event_ms
 from streaming.schema.keys import total_field
-from streaming.schema.records import BatchRecord, StateParams, StateRecord
+from streaming.schema.params import Params
+from streaming.schema.records import BatchRecord, StateRecord
 from streaming.schema.shards import START, Position, lowest
 from watermark_client.events import parse_entry_id
-
-
-class PlanParams(Protocol):
-    """What the plan reads of a namespace's parameters (:class:`streaming.store.params.Params`)."""
-
-    @property
-    def window_ms(self) -> int: ...
-    @property
-    def delay_ms(self) -> int: ...
-    @property
-    def retention_ms(self) -> int: ...
-    @property
-    def stream_keep_ms(self) -> int: ...
-    @property
-    def stream_keep_entries(self) -> int: ...
-    @property
-    def trigger_ms(self) -> int: ...
-    @property
-    def policy(self) -> str: ...
-    @property
-    def servers(self) -> tuple[str, ...]: ...
-    @property
-    def idle_timeout_ms(self) -> int | None: ...
-    @property
-    def trims(self) -> bool: ...
-    @property
-    def players_lanes(self) -> tuple[str, ...] | None: ...
-    @property
-    def per_server(self) -> bool: ...
-    def semantic(self) -> StateParams: ...
-
 
 SERVER_METRICS = ("events", "dropped", "late", "rows", "ticks")
 """The per-server fields of ``{ns}:totals`` (:func:`_totals`)."""
@@ -93,7 +62,7 @@ def players_added_done(batch_id: int, prior: Prior) -> int:
     return min([batch_id, *(v for v in prior.lanes_last if v is not None)])
 
 
-def keep_ms(s: BatchSummary, params: PlanParams) -> int:
+def keep_ms(s: BatchSummary, params: Params) -> int:
     """How much committed input (ms of arrival time before the batch time) the trim keeps: ``stream_keep_ms``,
     or less when at the batch's own arrival rate that would be more than ``stream_keep_entries`` entries, so
     that at game scale the stream (Redis' memory, its append-only file) stays bounded. Counting entries
@@ -192,7 +161,7 @@ def losses(last_batch: int | None, lost_at: int | None, lost_commits: tuple[int,
     return lost_at, lost_commits
 
 
-def plan_commit(s: BatchSummary, params: PlanParams, prior: Prior, now_ms: int) -> BatchWrites:
+def plan_commit(s: BatchSummary, params: Params, prior: Prior, now_ms: int) -> BatchWrites:
     """The batch's writes, decided from the batch and what Redis held before it (``prior``, read under the batch's
     guard by :func:`streaming.store.commit.read_prior`); called once a batch, in its commit's transaction."""
     # per server, the next watermark is combined from each input's by the sink (s.next_watermark_ms)

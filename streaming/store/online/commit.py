@@ -20,13 +20,13 @@ from streaming.rules.online.groups import ALL, Group
 from streaming.rules.online.table import OnlineBatch, PlayerTable
 from streaming.rules.online.view import group_part, requests_done, resume
 from streaming.schema.keys import KeySchema
+from streaming.schema.params import Params
 from streaming.schema.records import ClockRecord, OnlineStateRecord
 from streaming.store import redis_conn
 from streaming.store.batch.arrow_pack import queue_packed
 from streaming.store.commit import guarded, replicated
 from streaming.store.online.forget import read_asked
 from streaming.store.online.merge import merge_ready
-from streaming.store.params import Params
 
 
 class OnlineMirror:

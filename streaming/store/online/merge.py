@@ -27,12 +27,12 @@ from streaming.rules.online.rollup import (
 )
 from streaming.rules.online.view import merge, merge_step
 from streaming.schema.keys import KeySchema
+from streaming.schema.params import Params
 from streaming.schema.records import CommitEntry, OnlinePart, OnlineRecord, OnlineStateRecord
 from streaming.store import redis_conn
 from streaming.store.commit import records_kept
 from streaming.store.history_store import queue_minute
 from streaming.store.online.forget import queue_erase, read_minutes
-from streaming.store.params import Params
 from watermark_client import connection
 
 

@@ -12,10 +12,10 @@ from streaming.rules.online.groups import Group
 from streaming.rules.online.table import OnlineBatch, OnlineEvents
 from streaming.schema.config import ConfigError
 from streaming.schema.keys import KeySchema
+from streaming.schema.params import Params
 from streaming.schema.records import HandoffBatch
 from streaming.store.online.commit import OnlineMirror, commit_online, last_committed
 from streaming.store.online.handoff import ROWS_KEPT_S, batches_after, rows_of
-from streaming.store.params import Params
 from streaming.store.redis_conn import with_retry
 
 log = logging.getLogger("streaming.store.online")
