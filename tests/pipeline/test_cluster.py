@@ -69,12 +69,12 @@ def test_package_zip_is_importable_alone_and_named_by_content(tmp_path: Path) ->
     assert client.name.startswith("watermark_client-") and out.stdout.strip() == str(
         client / "watermark_client" / "events.py"), out.stderr
     # Only the zip on the path, run from elsewhere: how an executor's Python worker imports the source.
-    probe = "import streaming.spark.source as s, streaming.spark.sink; print(s.__file__)"
+    probe = "import streaming.spark.source.read as s, streaming.spark.sink; print(s.__file__)"  # a sub-package too
     env = {**os.environ, "PYTHONPATH": str(first)}  # ahead of the installed package, as on an executor
     out = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, env=env, capture_output=True, text=True,
                          timeout=120)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == str(first / "streaming" / "spark" / "source.py")
+    assert out.stdout.strip() == str(first / "streaming" / "spark" / "source" / "read.py")
 
     changed = tmp_path / "copy" / "streaming"
     shutil.copytree(PACKAGE_DIR, changed, ignore=shutil.ignore_patterns("__pycache__"))
