@@ -30,6 +30,7 @@ from pathlib import Path
 from dashboard.access import AccessError, Operators, SignIn, domain_rule_problem
 from streaming.runtime.children import die_with_parent
 from streaming.runtime.signals import on_stop_signals
+from streaming.schema.config import Config
 
 APP = Path(__file__).resolve().parent / "app.py"
 
@@ -95,8 +96,7 @@ def supervise(command: list[str]) -> int:
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
     try:
-        sign_in = SignIn.from_env(os.environ)
-        operators = Operators.from_env(os.environ)
+        sign_in, operators = Config.sign_in_from(os.environ), Config.operators_from(os.environ)
     except AccessError as exc:
         print(f"wm-dashboard: {exc}", file=sys.stderr)
         sys.exit(2)

@@ -10,6 +10,7 @@ import streamlit as st
 
 from dashboard import access
 from dashboard.text import md
+from streaming.schema.config import Config
 
 
 @dataclass(frozen=True)
@@ -48,12 +49,16 @@ def current_access() -> Access:
     claims = {k: v for k, v in user.items() if k not in ("is_logged_in", "tokens")} if user.get("is_logged_in") \
         else None
     shut = problem = None
-    if not sign_in and any((os.environ.get(v) or "").strip() for v in access.REQUIRED):
+    try:
+        asked = Config.sign_in_from(os.environ) is not None
+    except access.AccessError:  # some of it set, not all: asked for (wm-dashboard refuses to start so)
+        asked = True
+    if not sign_in and asked:
         shut = ("Sign-in is configured (`DASHBOARD_OIDC_*`) but this dashboard was started without it, so it shows "
                 "nothing: start it with `wm-dashboard` (the Procfile does), which hands Streamlit the `[auth]` "
                 "secrets.")
     try:
-        operators = access.Operators.from_env(os.environ)
+        operators = Config.operators_from(os.environ)
     except access.AccessError as exc:
         operators, problem = access.Operators(), f"Nobody is an operator: {exc}."
     return Access(sign_in, claims, access.role(claims, operators, sign_in), problem, shut)

@@ -14,9 +14,6 @@ READS_ON_PURPOSE = {
     "streaming/spark/standalone.py": "JAVA_HOME: whether Java is there before a Spark process is launched",
     "streaming/apps/redis_server.py": "REDIS_SERVER_BIN and PATH: which redis-server binary runs; asked by tests "
                                       "and benchmarks that build no Config, as a program looks up its binary",
-    "dashboard/ui/access.py": "whether DASHBOARD_OIDC_* sign-in is asked for: dashboard/access.py's secrets "
-                              "(SignIn, Operators), kept out of Config as ANNOTATIONS_TOKEN is, read by the dashboard "
-                              "alone",
 }
 """Reads of the environment that are no setting of the pipeline's, each with its reason."""
 

@@ -10,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dashboard.access import OPERATOR, VIEWER, AccessError, Operators, SignIn, role, toml_string
+from streaming.schema.config import Config, ConfigError
 
 DOMAIN = Operators(domains=frozenset({"ops.example.com"}))
 GROUP = Operators(groups=frozenset({"ops"}))
@@ -86,6 +87,18 @@ def test_an_invalid_operator_rule_names_the_variable(env: dict[str, str], error:
 FULL = {"DASHBOARD_OIDC_METADATA_URL": "https://id.example.com/.well-known/openid-configuration",
         "DASHBOARD_OIDC_CLIENT_ID": "wm-dashboard", "DASHBOARD_OIDC_CLIENT_SECRET": 's3"cr\\et',
         "DASHBOARD_COOKIE_SECRET": "c" * 32, "DASHBOARD_REDIRECT_URI": "https://wm.example.com/oauth2callback"}
+
+
+def test_the_sign_in_settings_are_the_configurations_and_its_secrets_stay_out_of_its_repr() -> None:
+    """One configuration (issue 64): ``Config.from_env`` reads the dashboard's sign-in and operator rule too, a bad
+    one is a configuration error, and neither secret shows where a Config or its sign-in is printed or logged."""
+    cfg = Config.from_env({**FULL, "DASHBOARD_OPERATORS_GROUP": "ops"})
+    assert cfg.sign_in == SignIn.from_env(FULL) and cfg.operators == Operators(groups=frozenset({"ops"}))
+    assert Config.from_env({}).sign_in is None and not Config.from_env({}).operators.configured
+    shown = repr(cfg) + repr(cfg.sign_in) + str(cfg.sign_in)
+    assert FULL["DASHBOARD_OIDC_CLIENT_SECRET"] not in shown and FULL["DASHBOARD_COOKIE_SECRET"] not in shown
+    with pytest.raises(ConfigError, match="DASHBOARD_OPERATORS_DOMAIN"):
+        Config.from_env({"DASHBOARD_OPERATORS_DOMAIN": "not a domain"})
 
 
 def test_sign_in_is_off_without_settings_and_on_with_all_of_them() -> None:

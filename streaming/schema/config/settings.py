@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -27,6 +27,7 @@ from streaming.schema.config.parse import (
     env_positive,
     env_switch,
 )
+from streaming.schema.config.signin import Operators, SignIn
 from streaming.schema.config.urls import redact_url
 from watermark_client.sentinel import is_sentinel, parse_sentinel_url, sentinel_url
 from watermark_client.stream import DEFAULT_STREAM_MAX_ENTRIES
@@ -122,6 +123,10 @@ class Config:
     generator_servers: int | None = None  # SERVERS: the generator's steady game on this many servers; None: 3
     generator_regions: int | None = None  # REGIONS: ... dealt over this many regions; None: 6
     daily_curve: bool = True  # DAILY_CURVE: with SERVERS, players follow each region's evening (off: a full house)
+    sign_in: SignIn | None = field(default=None, repr=False)
+    """The dashboard's sign-in provider (``DASHBOARD_OIDC_*``: :meth:`sign_in_from`); None: sign-in off."""
+    operators: Operators = Operators()
+    """Who is an operator on the dashboard (``DASHBOARD_OPERATORS_*``: :meth:`operators_from`)."""
 
     def __post_init__(self) -> None:
         check(self.window_ms > 0, "WINDOW", "must be positive")
@@ -220,6 +225,17 @@ class Config:
     def with_(self, **changes: Any) -> Config:  # noqa: ANN401 - any field of the dataclass, checked again
         return replace(self, **changes)
 
+    @staticmethod
+    def sign_in_from(env: Mapping[str, str]) -> SignIn | None:
+        """The dashboard's sign-in provider in ``env`` (part of :meth:`from_env`; alone, the dashboard decides who
+        may look even while another setting is invalid, which every page then names)."""
+        return SignIn.from_env(env)
+
+    @staticmethod
+    def operators_from(env: Mapping[str, str]) -> Operators:
+        """The dashboard's operator rule in ``env`` (part of :meth:`from_env`, and alone as :meth:`sign_in_from`)."""
+        return Operators.from_env(env)
+
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Config:
         """The settings in ``env``: a command passes ``os.environ`` (the schema reads no environment itself)."""
@@ -289,6 +305,8 @@ def _commands(env: Mapping[str, str]) -> dict[str, Any]:
         generator_servers=env_positive(env, "SERVERS"),
         generator_regions=env_positive(env, "REGIONS"),
         daily_curve=env_switch(env, "DAILY_CURVE", Config.daily_curve),
+        sign_in=Config.sign_in_from(env),
+        operators=Config.operators_from(env),
     )
 
 
