@@ -44,7 +44,8 @@ import orjson
 import redis
 
 from bench.failover.sentinels import SentinelGroup, until
-from bench.soak import Commits, accounting, drained
+from bench.harness.soak_report import accounting, drained
+from bench.harness.soak_sampling import Commits
 from bench.stack import HERE, Stack, redis_ms, start_job
 from streaming.apps.redis_server import RedisServer
 from streaming.rules.scenarios import game
