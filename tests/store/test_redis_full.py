@@ -19,7 +19,7 @@ from streaming.rules.commit.batch import BatchSummary
 from streaming.schema.keys import KeySchema
 from streaming.store.commit import commit_batch, free_committed_input
 from streaming.store.redis_conn import with_retry
-from tests.store.test_commit import PARAMS, T0, dump, summary
+from tests.store.commit.batches import PARAMS, T0, dump, summary
 from watermark_client import Producer, ProducerTimeout
 from watermark_client.connection import is_full
 
