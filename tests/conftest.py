@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import os
 import sys
+import uuid
 from collections.abc import Iterator
 
 import pytest
 import redis
 
 from streaming.apps.redis_server import LocalCluster, RedisServer
+from streaming.schema.keys import KeySchema
 from tests.procs import BASE_OPTS, spark_submit_opts
 
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -67,6 +69,20 @@ def redis_url(redis_server: RedisServer) -> str:
 @pytest.fixture()
 def r(redis_url: str) -> Iterator[redis.Redis]:
     client = redis.Redis.from_url(redis_url)
+    yield client
+    client.close()
+
+
+@pytest.fixture()
+def keys() -> KeySchema:
+    """A namespace of the test's own: tests sharing the one Redis never meet."""
+    return KeySchema(f"t-{uuid.uuid4().hex[:8]}")
+
+
+@pytest.fixture()
+def rd(redis_url: str) -> Iterator[redis.Redis]:
+    """A client of the shared Redis whose replies are text."""
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
     yield client
     client.close()
 

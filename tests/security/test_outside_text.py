@@ -23,18 +23,6 @@ from streaming.store.alert_store import record_failure
 from tests.ui.test_alerts_page import T0, run_alerts, seeded_alerts  # noqa: F401 - the fixture, used by name
 
 
-@pytest.fixture()
-def keys() -> KeySchema:
-    return KeySchema(f"sec-{uuid.uuid4().hex[:8]}")
-
-
-@pytest.fixture()
-def rd(redis_url: str) -> Iterator[redis.Redis]:
-    client = redis.Redis.from_url(redis_url, decode_responses=True)
-    yield client
-    client.close()
-
-
 def test_the_job_reads_a_requested_delay_only_with_lab_control_on(rd: redis.Redis, keys: KeySchema) -> None:
     """Production (``LAB_CONTROL`` off) reads nothing of the control hash, whoever wrote it (issue 63)."""
     from streaming.apps.job import requested_delay

@@ -6,7 +6,6 @@ monitor and the status line say so."""
 from __future__ import annotations
 
 import logging
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -38,11 +37,6 @@ def r(tmp_path: Path) -> Iterator[redis.Redis]:
     finally:
         client.close()
         server.stop()
-
-
-@pytest.fixture()
-def keys() -> KeySchema:
-    return KeySchema(f"full-{uuid.uuid4().hex[:8]}")
 
 
 def fill(r: redis.Redis, headroom_mb: int = 2) -> None:

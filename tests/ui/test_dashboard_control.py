@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import threading
 import uuid
-from collections.abc import Iterator
 from urllib.parse import urlsplit
 
 import pytest
@@ -38,13 +37,6 @@ def keys(redis_url: str, monkeypatch: pytest.MonkeyPatch) -> KeySchema:
     monkeypatch.setenv("REDIS_URL", redis_url)
     monkeypatch.setenv("PIPELINE_NAMESPACE", ns)
     return KeySchema(ns)
-
-
-@pytest.fixture()
-def rd(redis_url: str) -> Iterator[redis.Redis]:
-    client = redis.Redis.from_url(redis_url, decode_responses=True)
-    yield client
-    client.close()
 
 
 def dirty(client: redis.Redis) -> int:
