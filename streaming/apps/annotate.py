@@ -30,6 +30,7 @@ from urllib.parse import parse_qs, urlencode
 import msgspec
 import redis
 
+from streaming.apps import config_or_exit
 from streaming.schema.config import Config, ConfigError, annotations_token
 from streaming.schema.keys import KeySchema
 from streaming.schema.records import ANNOTATION_KINDS, Annotation
@@ -155,11 +156,7 @@ def over_http(args: argparse.Namespace, token: str | None) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    try:
-        cfg = Config.from_env(os.environ)
-    except ConfigError as exc:
-        print(f"annotate: error: {exc}", file=sys.stderr)
-        return 2
+    cfg = config_or_exit("annotate")
     args = parse_args(argv, cfg)
     now = int(time.time() * 1000)
     try:

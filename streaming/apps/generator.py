@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import random
 import signal
 import sys
@@ -34,6 +33,7 @@ from collections.abc import Callable
 
 import redis
 
+from streaming.apps import config_or_exit
 from streaming.rules.scenarios import SCENARIOS, game, scenarios_help
 from streaming.rules.simulate import Simulator
 from streaming.runtime.clock import RealClock
@@ -136,11 +136,7 @@ def parse_args(argv: list[str] | None = None, settings: Config | None = None) ->
 
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s generator %(message)s")
-    try:
-        cfg = Config.from_env(os.environ)
-    except ConfigError as exc:
-        print(f"generator: error: {exc}", file=sys.stderr)
-        return 2
+    cfg = config_or_exit("generator")
     args = parse_args(argv, cfg)
     stop = threading.Event()
     clock = RealClock(stop)

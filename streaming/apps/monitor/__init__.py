@@ -35,6 +35,7 @@ from streaming.alerting.health import Verdict, judge_all
 from streaming.alerting.lifecycle import AlertState, Decision, Notice, step_all
 from streaming.alerting.observation import Memory, Observation
 from streaming.alerting.promrules import prometheus_rules
+from streaming.apps import config_or_exit
 from streaming.apps.annotate import annotations_app, beside
 from streaming.apps.monitor.alertmanager import AlertmanagerPusher
 from streaming.apps.monitor.http import REFUSED_WITHOUT_TOKEN, Gate, Server, serve
@@ -242,11 +243,7 @@ def load_config(path: str | None, settings: Config) -> AlertConfig:
 
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    try:
-        env = Config.from_env(os.environ)
-    except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    env = config_or_exit("monitor")
     args = parse_args(argv, env)
     try:
         cfg = load_config(args.config, env)
