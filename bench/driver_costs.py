@@ -37,7 +37,7 @@ from streaming.schema.params import params_for
 from streaming.spark import local_agg
 from streaming.spark.checkpoint import OffsetEntry
 from streaming.spark.query import source_options
-from streaming.spark.sink import LaneSink, aggregate_arrow
+from streaming.spark.sink import LaneSink
 from streaming.spark.source import SourceOptions, StreamRange, read_partition
 from streaming.store.batch.arrow_pack import ARROW_SCHEMA
 from streaming.store.batch.window_players import read_added
@@ -96,7 +96,7 @@ def measure(url: str, servers: int, rate: int, seconds: float, trigger_ms: int, 
         rows = _timed(c, "read (executors)", lambda lo=lo, hi=hi: pa.Table.from_batches(
             list(read_partition(opts, StreamRange(lo, hi, batch_end=hi))), schema=ARROW_SCHEMA).select(
                 [*local_agg.COLUMNS, "blob"]))
-        table = _timed(c, "sum", lambda rows=rows: aggregate_arrow(rows))
+        table = _timed(c, "sum", lambda rows=rows: local_agg.aggregate_arrow(rows))
         entry = OffsetEntry(batch_id, watermark_ms, hi_ms, ({"id": hi},))
 
         def judge(table=table, entry=entry, batch_id=batch_id, lo=lo, hi=hi):  # noqa: ANN001, ANN202

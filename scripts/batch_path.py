@@ -101,6 +101,7 @@ def trace(batch: int, records: bool = False) -> dict:
     """Replay the hand-made case and follow batch ``batch`` from its partitions' read through the sink (Redis:
     ``REDIS_URL``, or an embedded one; a SparkSession already running is used)."""
     from streaming.apps import replay
+    from streaming.spark.checkpoint import batch_range
     from streaming.spark.sink import RedisSink
     from streaming.spark.source import SourceOptions, ranges, read_partition
 
@@ -115,7 +116,7 @@ def trace(batch: int, records: bool = False) -> dict:
         trails["sink"] = follow(lambda: call(self, df, batch_id), records)
         # The same batch's partitions read again in this process, as a Python worker reads them (after the sink:
         # what they add to the windows' players is then already there, and the batch's numbers stay as they were).
-        _, start_id, end_id = self.bounds(batch_id, df.sparkSession)
+        _, start_id, end_id = batch_range(self.checkpoint_dir, batch_id, df.sparkSession)
         opts = SourceOptions(self.source_options)
         trails["source"] = follow(lambda: [list(read_partition(opts, part))
                                            for part in ranges(start_id, end_id, opts.shards, batch_end=end_id)])

@@ -110,7 +110,8 @@ def readers_of(cfg: Config) -> tuple[str, ...]:
     """The state hashes whose ``committed_id`` holds back the trim of the input: each lab lane's and the
     online view's (:func:`online_reader`). They commit after the pipeline (in the job on a thread of their own,
     while the next batch runs); a reader held back (a failing commit, a crash before it committed) keeps the
-    entries it still needs, which is what lets the next run catch it up (:meth:`RedisSink.catch_up`)."""
+    entries it still needs, which is what lets the next run catch it up
+    (:meth:`streaming.spark.recovery.Recovery.catch_up`)."""
     if cfg.input_namespace is not None:
         return ()  # a lane trims nothing
     return (*(KeySchema(c.namespace).state for c in cfg.lane_configs()),

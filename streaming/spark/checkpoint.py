@@ -59,6 +59,17 @@ def read_offset_log(checkpoint_dir: str, batch_id: int, spark: object | None = N
     return parse_offset_log(text, batch_id)
 
 
+def batch_range(checkpoint_dir: str, batch_id: int, spark: object | None = None) -> tuple[OffsetEntry, str, str]:
+    """Batch ``batch_id``'s offset log entry and its entry ID range ``(start, end]`` (positions)."""
+    entry = read_offset_log(checkpoint_dir, batch_id, spark)
+    end_id = (entry.source_offsets[0] or {}).get("id", "0-0")
+    start_id = "0-0"
+    if batch_id > 0:
+        prev = read_offset_log(checkpoint_dir, batch_id - 1, spark)
+        start_id = (prev.source_offsets[0] or {}).get("id", "0-0")
+    return entry, start_id, end_id
+
+
 SECRET_FILE = "idle-marker.key"
 
 

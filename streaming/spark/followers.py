@@ -4,7 +4,7 @@ The sink hands each batch's followers (the lab lanes and the online view) to a :
 pipeline's own commit is in, so that Spark starts the next batch while they commit. Submitting the next
 piece first waits for the previous one and re-raises its failure: a batch's followers never run before the
 previous batch's, and a follower that failed fails the batch after it, which the job then restarts from the
-checkpoint (:meth:`streaming.spark.sink.RedisSink.catch_up` commits what the failure left out). No Spark here.
+checkpoint (:meth:`streaming.spark.recovery.Recovery.catch_up` commits what the failure left out). No Spark here.
 """
 
 from __future__ import annotations

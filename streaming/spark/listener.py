@@ -11,7 +11,9 @@ import json
 import logging
 import queue
 import threading
-from collections.abc import Sequence
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 
 import redis
@@ -156,3 +158,22 @@ class JsonListener:
 
     class Java:
         implements = ["org.apache.spark.sql.streaming.PythonStreamingQueryListener"]
+
+
+class Phases:
+    """Wall milliseconds of the sink's steps in one batch: ``with phases("commit"): ...`` (a step timed twice adds
+    up); written beside the batch's record (field ``phases``)."""
+
+    def __init__(self) -> None:
+        self.ms: dict[str, int] = {}
+
+    @contextmanager
+    def __call__(self, name: str) -> Iterator[None]:
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.ms[name] = self.ms.get(name, 0) + round((time.perf_counter() - t0) * 1000)
+
+    def to_json(self) -> str:
+        return json.dumps(self.ms, separators=(",", ":"))

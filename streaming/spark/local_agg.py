@@ -26,25 +26,29 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from dataclasses import replace as replace_table
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from msgspec.structs import replace
 
-from streaming.rules.commit.batch import Added, BadRow, BatchSummary, WindowAgg
+from streaming.rules.commit.batch import Added, BadRow
+from streaming.rules.commit.judge import NO_REFUSAL, BatchTable, Refusal
 from streaming.rules.fleet import FLOOD_REASON
 from streaming.rules.late import LateEvent
 from streaming.rules.online.fold import KIND_CODES
 from streaming.rules.online.table import OnlineEvents
-from streaming.rules.windows import Histograms, late_below_us, late_counts
+from streaming.rules.windows import late_below_us
 from streaming.schema.keys import WindowKey
 from streaming.schema.params import Params
-from streaming.schema.records import LagRecord, NameGuardRecord, ServerRecord
+from streaming.schema.records import LagRecord, ServerRecord
 from streaming.spark import partial
 from streaming.spark.checkpoint import OffsetEntry
+from streaming.store.batch.arrow_pack import packed_regions, unpack_rows
 from watermark_client.events import IDLE_KIND, parse_entry_id
 from watermark_client.timeutil import iso_from_us
 
@@ -145,18 +149,31 @@ REGIONS_META = b"regions"
 """The aggregate's schema metadata key for each server's region (JSON), read off the packed rows."""
 
 
-@dataclass(frozen=True)
-class Refusal:
-    """What the flood guard refused in a batch: the names, why, their newest event time (set by :func:`read`), and
-    the guard's minute after the batch (None: unchanged, or already committed)."""
+def aggregate_frame(df: Any) -> pa.Table:
+    """The batch's items summed, from one Spark job whose result is small (``df``: the batch's DataFrame).
 
-    names: tuple[str, ...] = ()
-    detail: str = ""
-    max_event_us: int | None = None
-    record: NameGuardRecord | None = None
+    The source has already folded each partition's accepted events into partial aggregates
+    (:mod:`streaming.spark.partial`: per window, and the two lag histograms, exact integers) and player rows
+    (the online view's input), counted each window's players in Redis (:mod:`streaming.spark.window_players`), and
+    packed them (:func:`streaming.store.batch.arrow_pack.pack_rows`); quarantined entries and idle markers come one
+    row each. The driver collects them as Arrow, unpacks them and sums the items with Arrow
+    (:func:`aggregate`): the batch costs one Spark job and nothing is cached. The
+    DataFrame must come from the source with ``preAggregate=true`` (:func:`streaming.spark.query.read_events`); a
+    row of a single accepted event fails the batch with :data:`NOT_PRE_AGGREGATED`.
+
+    Nothing in the query depends on the batch (watermark, batch time), so Spark's plan is the same for
+    every batch: which windows are closed, which events are late and the processing lag follow from the
+    result and the watermark afterwards (:func:`read`)."""
+    return aggregate_arrow(df.select(*COLUMNS, "blob").toArrow())
 
 
-NO_REFUSAL = Refusal()
+def aggregate_arrow(rows: pa.Table) -> pa.Table:
+    """:func:`aggregate_frame` of the source's rows as Arrow (the columns it selects), wherever they were read; the
+    servers' regions ride along in the schema's metadata."""
+    unpacked, regions = unpack_rows(rows), packed_regions(rows)
+    t = aggregate(unpacked)
+    return t.replace_schema_metadata({REGIONS_META: json.dumps(regions).encode()}) if regions else t
+
 
 Guard = Callable[[Mapping[str, int]], Refusal]
 """The flood guard's decision: called by :func:`read` with each server's accepted events in the batch, once."""
@@ -176,9 +193,21 @@ def read(t: pa.Table, batch_id: int, entry: OffsetEntry, params: Params, added: 
         if refusal.names:
             t, newest = refuse(t, frozenset(refusal.names), FLOOD_REASON, refusal.detail)
             refusal = replace_table(refusal, max_event_us=newest)
-    return replace_table(BatchTable.read(t, entry.batch_ts_ms, params.window_ms, added), refusal=refusal,
+    return replace_table(batch_table(t, entry.batch_ts_ms, params.window_ms, added), refusal=refusal,
                          late=late_events(t, batch_id, entry.watermark_ms),
                          aggregate=t if online else None)
+
+
+def batch_of(df: Any, batch_id: int, entry: OffsetEntry, params: Params, players: Callable[[], Added],
+             guard: Guard | None, online: bool, phases: Callable[[str], AbstractContextManager[None]]) -> BatchTable:
+    """The batch's DataFrame ``df`` as its records, in one Spark job: collected, unpacked and summed
+    (:func:`aggregate_frame`, the ``read`` phase), then read once (:func:`read`, in the ``sum`` phase). ``players``
+    is called once Spark has read the batch: what its partitions added to its windows' players. Called once a batch
+    by the sink."""
+    with phases("read"):  # Spark's job: the source partitions read, parse and pre-aggregate
+        table = aggregate_frame(df)
+    with phases("sum"):
+        return read(table, batch_id, entry, params, players(), guard, online)
 
 
 def online_events(t: pa.Table) -> OnlineEvents:
@@ -213,119 +242,45 @@ def late_events(t: pa.Table, batch_id: int, watermark_ms: int) -> list[LateEvent
     return out
 
 
-@dataclass(frozen=True)
-class BatchTable:
-    """A batch's aggregate read once: everything in it that no watermark changes, shared by the configured
-    pipeline and its lanes. ``windows``: (start ms, server, (event, window) pairs, players the batch added) per
-    window; ``servers``: each server's input figures (rows, event time range, lags, idle markers) before any
-    window is judged; ``event_hist``: each server's events per event time, ascending (late counts come from it)."""
-
-    windows: list[tuple[int, str, int, int]]
-    servers: dict[str, ServerRecord]
-    event_hist: dict[str, tuple[np.ndarray, np.ndarray]]
-    bad: list[BadRow]
-    regions: dict[str, str] = field(default_factory=dict)
-    """Each server's region as its events carry it (none when they carry none)."""
-    refusal: Refusal = NO_REFUSAL
-    """What the flood guard refused (their events are in ``bad``). Spark's watermark read their newest event time
-    before the guard judged, so every watermark here does too."""
-    late: list[LateEvent] = field(default_factory=list)
-    """The accepted events behind the pipeline's watermark, in arrival order, for the Events page (lanes keep
-    none)."""
-    aggregate: pa.Table | None = None
-    """The aggregate itself, for the online view (None when the pipeline has none): :func:`online_events` reads its
-    PLAYER items on the followers' thread, off the pipeline's commit. Not a filtered copy: with one, the whole stack
-    at 300 servers and 50,000 events/s was slower in every run (docs/benchmarks.md)."""
-    hists: Histograms | None = None
-    """``event_hist`` keyed together, so a judgement counts every server's late events in one pass (None: judged
-    server by server)."""
-
-    def __post_init__(self) -> None:
-        if self.hists is None:  # frozen: set once, here
-            object.__setattr__(self, "hists", Histograms.of(self.event_hist))
-
-    def _late_counts(self, accepted: list[WindowAgg], watermark_ms: int) -> list[int]:
-        """Each accepted window's late events: every server's at once, or server by server where their event
-        times span too much to key together."""
-        if not accepted:
-            return []
-        starts = np.array([w.start_ms for w in accepted], np.int64)
-        ends = np.array([w.end_ms for w in accepted], np.int64)
-        if self.hists is not None:
-            return self.hists.late_counts([w.server for w in accepted], starts, ends, watermark_ms).tolist()
-        return [int(late_counts(starts[i:i + 1], ends[i:i + 1], *self.event_hist[w.server], watermark_ms)[0])
-                for i, w in enumerate(accepted)]
-
-    @classmethod
-    def read(cls, t: pa.Table, batch_ts_ms: int, window_ms: int, added: Added) -> BatchTable:
-        """``added``: what the batch's partitions added to each window's players
-        (:func:`streaming.store.batch.window_players.read_added`)."""
-        tags = t.column("tag")
-        per_window = t.filter(pc.equal(tags, WINDOW)).group_by(["a", "server"], use_threads=False).aggregate(
-            [("n", "sum")])
-        windows = [(ws // 1000, server, n, added.of(WindowKey(ws // 1000, ws // 1000 + window_ms, server)))
-                   for ws, server, n in zip(*(per_window.column(c).to_pylist() for c in ("a", "server", "n_sum")),
-                                            strict=True)]
-        servers: dict[str, ServerRecord] = {}
-        ingest = _Runs.of(t, INGEST_LAG)
-        if ingest is not None:  # every server's figures in whole-array passes: 300 servers a batch
-            at = ingest.starts
-            rows = np.add.reduceat(ingest.n, at).tolist()
-            lo, hi = np.minimum.reduceat(ingest.min_ev, at).tolist(), np.maximum.reduceat(ingest.max_ev, at).tolist()
-            newest = np.maximum.reduceat(ingest.max_ev + ingest.a, at).tolist()  # the newest arrival
-            lags = LagRecord.from_histograms(ingest.a, ingest.n, at)
-            for i, server in enumerate(ingest.servers):
-                servers[server] = ServerRecord(rows=rows[i], min_event_us=lo[i], max_event_us=hi[i],
-                                               max_ingest_us=newest[i], ingest_lag_ms=lags[i])
-        event_hist = {}
-        processing = _Runs.of(t, PROCESSING_LAG)  # keyed by -event time: the batch time makes it a lag
-        if processing is not None:
-            lags = LagRecord.from_histograms(batch_ts_ms * 1000 + processing.a, processing.n, processing.starts)
-            bounds = [*processing.starts.tolist(), len(processing.a)]
-            for i, server in enumerate(processing.servers):
-                servers[server] = replace(servers[server], processing_lag_ms=lags[i])
-                neg_event_us, n = processing.a[bounds[i]:bounds[i + 1]], processing.n[bounds[i]:bounds[i + 1]]
-                event_hist[server] = (-neg_event_us[::-1], n[::-1])
-        ticks = t.filter(pc.equal(tags, TICK)).sort_by("server")
-        for server, n, hi in zip(*(ticks.column(c).to_pylist() for c in ("server", "n", "max_ev")), strict=True):
-            servers[server] = replace(servers.get(server, ServerRecord()), ticks=n, max_tick_us=hi)
-        bad = [BadRow(d["entry_id"], d["error"], d.get("error_detail") or "", d.get("raw") or "", d.get("shard") or 0)
-               for d in map(json.loads, t.filter(pc.equal(tags, BAD)).column("b").to_pylist())]
-        bad.sort(key=lambda b: (b.shard, parse_entry_id(b.entry_id)))
-        meta = t.schema.metadata or {}
-        regions = json.loads(meta[REGIONS_META]) if REGIONS_META in meta else {}
-        return cls(windows, servers, event_hist, bad, regions)
-
-    def summary(self, batch_id: int, watermark_ms: int, batch_ts_ms: int, start_id: str, end_id: str,
-                params: Params) -> BatchSummary:
-        """The batch judged against ``watermark_ms``: each window's pairs dropped (``end <= watermark``) or
-        accepted, and of the accepted ones those before the watermark counted as late."""
-        windows: list[WindowAgg] = []
-        accepted: list[WindowAgg] = []
-        for start_ms, server, n, players in self.windows:
-            w = WindowAgg(start_ms, start_ms + params.window_ms, server)
-            windows.append(w)
-            if w.end_ms <= watermark_ms:  # closed: Spark drops the pair
-                w.dropped = n
-            else:
-                w.events, w.players = n, players
-                accepted.append(w)
-        for w, k in zip(accepted, self._late_counts(accepted, watermark_ms), strict=True):
-            w.late = k
-        # Summed here, then each server's record made once: records are frozen, and the lanes share self.servers.
-        sums = {name: dict.fromkeys(("events", "dropped", "late"), 0) for name in self.servers}
-        for w in windows:
-            total = sums[w.server]
-            total["events"] += w.events
-            total["dropped"] += w.dropped
-            total["late"] += w.late
-        servers = {name: replace(st, **sums[name]) for name, st in self.servers.items()}
-        return BatchSummary(
-            batch_id=batch_id, watermark_ms=watermark_ms, batch_ts_ms=batch_ts_ms, start_id=start_id,
-            end_id=end_id, windows=sorted(windows, key=lambda w: (w.start_ms, w.server, w.end_ms)),
-            servers=servers, bad=list(self.bad), regions=dict(self.regions),
-            refused_max_event_us=self.refusal.max_event_us,
-        )
+def batch_table(t: pa.Table, batch_ts_ms: int, window_ms: int, added: Added) -> BatchTable:
+    """The aggregate read into its records, everything in it that no watermark changes (:func:`read`). ``added``:
+    what the batch's partitions added to each window's players
+    (:func:`streaming.store.batch.window_players.read_added`)."""
+    tags = t.column("tag")
+    per_window = t.filter(pc.equal(tags, WINDOW)).group_by(["a", "server"], use_threads=False).aggregate(
+        [("n", "sum")])
+    windows = [(ws // 1000, server, n, added.of(WindowKey(ws // 1000, ws // 1000 + window_ms, server)))
+               for ws, server, n in zip(*(per_window.column(c).to_pylist() for c in ("a", "server", "n_sum")),
+                                        strict=True)]
+    servers: dict[str, ServerRecord] = {}
+    ingest = _Runs.of(t, INGEST_LAG)
+    if ingest is not None:  # every server's figures in whole-array passes: 300 servers a batch
+        at = ingest.starts
+        rows = np.add.reduceat(ingest.n, at).tolist()
+        lo, hi = np.minimum.reduceat(ingest.min_ev, at).tolist(), np.maximum.reduceat(ingest.max_ev, at).tolist()
+        newest = np.maximum.reduceat(ingest.max_ev + ingest.a, at).tolist()  # the newest arrival
+        lags = LagRecord.from_histograms(ingest.a, ingest.n, at)
+        for i, server in enumerate(ingest.servers):
+            servers[server] = ServerRecord(rows=rows[i], min_event_us=lo[i], max_event_us=hi[i],
+                                           max_ingest_us=newest[i], ingest_lag_ms=lags[i])
+    event_hist = {}
+    processing = _Runs.of(t, PROCESSING_LAG)  # keyed by -event time: the batch time makes it a lag
+    if processing is not None:
+        lags = LagRecord.from_histograms(batch_ts_ms * 1000 + processing.a, processing.n, processing.starts)
+        bounds = [*processing.starts.tolist(), len(processing.a)]
+        for i, server in enumerate(processing.servers):
+            servers[server] = replace(servers[server], processing_lag_ms=lags[i])
+            neg_event_us, n = processing.a[bounds[i]:bounds[i + 1]], processing.n[bounds[i]:bounds[i + 1]]
+            event_hist[server] = (-neg_event_us[::-1], n[::-1])
+    ticks = t.filter(pc.equal(tags, TICK)).sort_by("server")
+    for server, n, hi in zip(*(ticks.column(c).to_pylist() for c in ("server", "n", "max_ev")), strict=True):
+        servers[server] = replace(servers.get(server, ServerRecord()), ticks=n, max_tick_us=hi)
+    bad = [BadRow(d["entry_id"], d["error"], d.get("error_detail") or "", d.get("raw") or "", d.get("shard") or 0)
+           for d in map(json.loads, t.filter(pc.equal(tags, BAD)).column("b").to_pylist())]
+    bad.sort(key=lambda b: (b.shard, parse_entry_id(b.entry_id)))
+    meta = t.schema.metadata or {}
+    regions = json.loads(meta[REGIONS_META]) if REGIONS_META in meta else {}
+    return BatchTable(windows, servers, event_hist, bad, regions)
 
 
 @dataclass(frozen=True)

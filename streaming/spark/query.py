@@ -123,9 +123,10 @@ def pipeline_sink(cfg: Config, background: bool = False) -> RedisSink:
     ``background``, the lanes and the online players commit on a thread of their own: see
     :class:`RedisSink`)."""
     lanes = [LaneSink(KeySchema(c.namespace), params_for(c)) for c in cfg.lane_configs()]
+    spark = SparkSession.getActiveSession()
     return RedisSink(cfg.redis_url, KeySchema(cfg.namespace), params_for(cfg), cfg.checkpoint_dir, lanes=lanes,
                      online_timeout_ms=cfg.online_timeout_ms, background=background, online_groups=cfg.online_groups,
-                     source_options=source_options(cfg, pre_aggregate=True, spark=SparkSession.getActiveSession()))
+                     source_options=source_options(cfg, pre_aggregate=True, spark=spark), spark=spark)
 
 
 def start_query(spark: SparkSession, cfg: Config, sink: RedisSink | None = None,

@@ -138,7 +138,8 @@ def test_a_batchs_rows_go_down_the_layers_once(spark: SparkSession, redis_url: s
                                                monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 45, item 4: a real batch's rows (the flood guard refusing a name, two lanes, the online view), from its
     partitions' read to the records the followers share, come back to a module they left only where the packing
-    module unpacks what it packed (scripts/batch_path.py; docs/architecture.md, "A batch's way through the code")."""
+    module unpacks what it packed, the sum goes on after it, and the followers read the online view's events
+    (scripts/batch_path.py; docs/architecture.md, "A batch's way through the code")."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("batch_path", ROOT / "scripts" / "batch_path.py")
@@ -150,7 +151,11 @@ def test_a_batchs_rows_go_down_the_layers_once(spark: SparkSession, redis_url: s
     found = batch_path.trace(2)
     modules = [stop["module"] for stop in found["path"]]
     assert modules[-1] == "streaming.spark.local_agg", modules  # the last place that sees rows
-    assert [stop["module"] for stop in found["path"] if stop["return"]] == ["streaming.store.batch.arrow_pack"], modules
-    # from a worker's partition to the driver, and from the packing module's floor (the store's) to the sum's
-    assert found["climbs"] == 2, modules
+    # the packing module unpacks what it packed; the sum goes on after it; the online view's events come from the
+    # aggregate on the followers' path
+    assert [stop["module"] for stop in found["path"] if stop["return"]] == [
+        "streaming.store.batch.arrow_pack", "streaming.spark.local_agg", "streaming.spark.local_agg"], modules
+    # from a worker's partition to the driver; back up from the packing module's floor (the store's) and from the
+    # judgement's (the rules')
+    assert found["climbs"] == 3, modules
     assert any("refuse" in f for stop in found["path"] for f in stop["functions"]), "the guard refused nothing"

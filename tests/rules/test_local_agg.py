@@ -12,12 +12,13 @@ import pyarrow as pa
 import pytest
 
 from streaming.rules.commit.batch import Added
+from streaming.rules.commit.judge import BatchTable
 from streaming.rules.online.fold import KIND_CODES
 from streaming.rules.windows import event_ms, is_late, window_ranges
 from streaming.schema.keys import WindowKey
 from streaming.schema.records import NONE_CLOSED_MS
 from streaming.spark import local_agg
-from streaming.spark.local_agg import BAD, INGEST_LAG, PLAYER, PROCESSING_LAG, TICK, WINDOW, BatchTable
+from streaming.spark.local_agg import BAD, INGEST_LAG, PLAYER, PROCESSING_LAG, TICK, WINDOW, batch_table
 from streaming.spark.partial import PartitionPartials
 from streaming.spark.window_players import PartitionPlayers
 from streaming.store.batch.arrow_pack import PARTIAL_TYPE
@@ -226,7 +227,7 @@ def test_each_windows_events_and_distinct_players_match_the_oracle(seed: int, wi
     table = local_agg.aggregate(as_table(as_read(entries, window_ms, slide_ms)))
     added = Added({WindowKey(start, start + window_ms, server).member(): len(p)
                    for (start, server), p in players.items()}, 0)
-    windows = BatchTable.read(table, 0, window_ms, added).windows
+    windows = batch_table(table, 0, window_ms, added).windows
     assert {(start_ms, server): (n, k) for start_ms, server, n, k in windows} == {
         key: (n, len(p)) for key, (n, p) in want.items()}
     assert len(windows) == len(want)  # one entry a window
@@ -239,8 +240,8 @@ def test_a_window_without_its_count_of_players_is_refused_unless_closed() -> Non
     entries = random_entries(0, 50)
     table = local_agg.aggregate(as_table(as_read(entries, 60_000, 60_000)))
     with pytest.raises(ValueError, match=r"no count of its players: .*windowPlayers"):
-        BatchTable.read(table, 0, 60_000, Added({}, NONE_CLOSED_MS))
-    closed = BatchTable.read(table, 0, 60_000, Added({}, 1 << 62)).windows
+        batch_table(table, 0, 60_000, Added({}, NONE_CLOSED_MS))
+    closed = batch_table(table, 0, 60_000, Added({}, 1 << 62)).windows
     assert closed and all(k == 0 for *_, k in closed)
 
 
@@ -265,7 +266,7 @@ def test_packed_rows_cross_spark_whole(spark, redis_url: str) -> None:  # noqa: 
 
     import redis
 
-    from streaming.spark.sink import aggregate
+    from streaming.spark.local_agg import aggregate_frame as aggregate
     from streaming.spark.source import StreamRange, read_range
     from streaming.store.batch.arrow_pack import unpack_rows as unpack
     from watermark_client.events import PAYLOAD_FIELD, Event

@@ -16,7 +16,8 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 from streaming.schema.keys import KeySchema
 from streaming.schema.shards import Position, shard_key
 from streaming.spark import local_agg
-from streaming.spark.sink import aggregate_arrow, reread
+from streaming.spark.local_agg import aggregate_arrow
+from streaming.spark.recovery import reread
 from streaming.spark.source import COUNT_AFTER_LUA, RedisStreamBatchReader, RedisStreamReader
 from streaming.store.batch.arrow_pack import ARROW_SCHEMA
 from watermark_client.events import Event, parse_entry_id

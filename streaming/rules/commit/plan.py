@@ -149,7 +149,8 @@ def losses(last_batch: int | None, lost_at: int | None, lost_commits: tuple[int,
     - No commit record, yet Spark ran batches before this one: Redis came back empty before this batch.
     - A record behind this batch by more than one, though every batch Spark runs commits (an empty one too): Redis
       lost the commits between and kept an older one (a failover to a replica that did not have them yet: decision
-      0023). The sink commits them again from the input first where it can (``RedisSink.mend``); here they are said.
+      0023). The sink commits them again from the input first where it can (``streaming.spark.recovery``: its
+      ``Recovery.mend``); here they are said.
 
     >>> losses(None, None, None, 5, True), losses(2, None, None, 5, True), losses(4, None, None, 5, True)
     ((5, None), (None, (3, 4)), (None, None))

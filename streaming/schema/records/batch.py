@@ -54,7 +54,7 @@ class LagRecord(msgspec.Struct, frozen=True):
 
 
 class ServerRecord(msgspec.Struct, frozen=True, kw_only=True):
-    """One server's figures in a batch: built by the sink (``streaming.spark.local_agg.BatchTable``), committed in
+    """One server's figures in a batch: built by the sink (``streaming.rules.commit.judge.BatchTable``), committed in
     the batch record, and read back as they are by the dashboard."""
 
     rows: int = 0
