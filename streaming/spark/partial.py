@@ -32,7 +32,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from streaming.store.batch.arrow_pack import PACKED, PACKED_PLAYERS, PARTIAL_TYPE  # noqa: F401 - until the source's split
+from streaming.store.batch.arrow_pack import PARTIAL_TYPE
 
 WINDOW, INGEST_LAG, EVENT_TIME, PLAYER = "window", "ingest_lag", "event_time", "player"
 # As Spark declares the same column (streaming.spark.source.SCHEMA).

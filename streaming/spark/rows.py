@@ -15,14 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from streaming.spark.partial import PARTIAL_DDL
-from streaming.store.batch.arrow_pack import (  # noqa: F401 - ROW_SCHEMA, partial_batch, pack: the source's, for now
-    ARROW_SCHEMA,
-    PARTIAL_TYPE,
-    ROW_SCHEMA,
-    TS,
-    partial_batch,
-)
-from streaming.store.batch.arrow_pack import pack_rows as pack  # noqa: F401 - the source's import, until its split
+from streaming.store.batch.arrow_pack import ARROW_SCHEMA, PARTIAL_TYPE, TS
 from watermark_client.events import KINDS, NAME_LIMITS, NO_RULES, PAYLOAD_FIELD, BadEntry, Rules, parse_entry
 from watermark_client.timeutil import parse_iso_us
 

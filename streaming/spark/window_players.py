@@ -29,11 +29,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pyarrow as pa
-import redis
 
 from streaming.schema.keys import KeySchema, WindowKey
 from streaming.spark.partial import in_windows
-from streaming.store.batch.window_players import write_partition_players
 
 
 class PartitionPlayers:
@@ -89,10 +87,3 @@ class Counting:
     lost between the partition's write and the commit's WAIT would take players with it that the commit, retried
     on the new primary with the counts it had read, still counts."""
     wait_timeout_ms: int = 1_000
-
-
-def write(client: redis.Redis, keys: KeySchema, end_position: str, players: PartitionPlayers, ttl_s: int,
-          wait: tuple[int, int] = (0, 0)) -> int:
-    """The partition's players through the store's port (:func:`write_partition_players`); for the source, until its
-    split lands and it calls the port itself."""
-    return write_partition_players(client, keys, end_position, players.windows(), ttl_s, wait)

@@ -15,13 +15,12 @@ from streaming.rules.windows import window_ranges
 from streaming.spark.partial import (
     EVENT_TIME,
     INGEST_LAG,
-    PACKED,
-    PACKED_PLAYERS,
     PLAYER,
     WINDOW,
     PartitionPartials,
 )
 from streaming.spark.source import READ_CHUNK, SourceOptions, StreamRange, read_range
+from streaming.store.batch.arrow_pack import PACKED, PACKED_PLAYERS
 from streaming.store.batch.arrow_pack import unpack_rows as unpack
 from watermark_client.events import Event, idle_marker
 

@@ -12,24 +12,13 @@ import pyarrow.compute as pc
 import redis
 from pyspark.sql.datasource import InputPartition
 
-from streaming.spark.partial import (
-    PACKED,
-    PACKED_PLAYERS,
-    PartitionPartials,
-    in_windows,
-    player_partial,
-)
-from streaming.spark.rows import (
-    ROW_SCHEMA,
-    RawEntry,
-    pack,
-    partial_batch,
-    to_record_batch,
-)
+from streaming.spark.partial import PartitionPartials, in_windows, player_partial
+from streaming.spark.rows import RawEntry, to_record_batch
 from streaming.spark.source.options import SourceOptions
 from streaming.spark.source.ranges import StreamRange
 from streaming.spark.window_players import Counting, PartitionPlayers
-from streaming.spark.window_players import write as write_players
+from streaming.store.batch.arrow_pack import PACKED, PACKED_PLAYERS, ROW_SCHEMA, pack_rows, partial_batch
+from streaming.store.batch.window_players import write_partition_players
 from streaming.store.redis_conn import refresh, with_retry
 from watermark_client.connection import home, open_client
 from watermark_client.events import IDLE_KIND, NO_RULES, Rules
@@ -110,11 +99,11 @@ def read_range(url: str, stream: str, part: StreamRange, chunk: int = READ_CHUNK
     # packing module once (docs/architecture.md, "A batch's way through the code").
     if partials is not None:
         server, partial = partials.rows()
-        packed = pack(partial_batch(server, partial), PACKED, regions) if len(server) else None
+        packed = pack_rows(partial_batch(server, partial), PACKED, regions) if len(server) else None
     if players is not None and count_players is not None:
         c = count_players
-        with_retry(lambda: write_players(stream_client(url, c.keys.state), c.keys, part.batch_end, players, c.ttl_s,
-                                         (c.wait_replicas, c.wait_timeout_ms)),
+        with_retry(lambda: write_partition_players(stream_client(url, c.keys.state), c.keys, part.batch_end,
+                                                   players.windows(), c.ttl_s, (c.wait_replicas, c.wait_timeout_ms)),
                    f"players of {stream}", refresh=lambda: _forget(url, c.keys.state))
     if packed is not None:
         yield packed
@@ -146,7 +135,7 @@ def _fold(partials: PartitionPartials, entries: list[RawEntry], rules: Rules, re
         players.add(server, events.column("player_id"), event_us, placed)
     if rows is None:
         return rest
-    packed = pack(rows, PACKED_PLAYERS)
+    packed = pack_rows(rows, PACKED_PLAYERS)
     return pa.concat_batches([rest, packed]) if rest.num_rows else packed
 
 
