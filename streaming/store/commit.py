@@ -6,7 +6,7 @@ commit it did not record before a crash) and is skipped. Everything a batch
 changes goes in one transaction, so a crash leaves Redis at a batch boundary.
 No pyspark here: the Spark side only builds a :class:`streaming.rules.commit.batch.BatchSummary`, and the
 batch's writes are decided by :func:`streaming.rules.commit.plan.plan_commit`, pure: this module reads what
-the plan needs, applies the writes and runs the scripts.
+the plan needs, applies the writes and runs the scripts (their Lua: :mod:`streaming.store.commit_scripts`).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import redis
 
 from streaming.rules.commit.batch import BatchSummary
 from streaming.rules.commit.plan import SERVER_METRICS, BatchWrites, Prior, losses, plan_commit
-from streaming.rules.tradeoff import GRID_FIELD, GRID_MS, RETIRED_SERVERS
+from streaming.rules.tradeoff import GRID_FIELD, GRID_MS
 from streaming.schema.keys import KeySchema, total_field
 from streaming.schema.params import Params, ParamsMismatch
 from streaming.schema.records import (
@@ -33,52 +33,11 @@ from streaming.schema.records import (
 )
 from streaming.schema.shards import START, Position, lowest, shard_key
 from streaming.store import redis_conn
+from streaming.store.commit_scripts import FORGET_BELOW_LUA, FORGET_SERVERS_LUA, TRIM_LUA
 from watermark_client import connection
 from watermark_client.events import parse_entry_id
 from watermark_client.stream import input_shard_key
 
-_TRIM_LUA = """
-local n = redis.call('XTRIM', KEYS[1], 'MINID', '~', ARGV[1], 'LIMIT', 0)
-if n > 0 then redis.call('INCRBY', KEYS[2], n) end
-return n
-"""
-"""Trim the input and count what went, in one step: ``{ns}:trimmed`` plus the entries left minus those
-committed is exactly how many wait, without walking the stream (Redis 6 has no ``entries-added``).
-``LIMIT 0``: an approximate trim otherwise frees at most 100 x ``stream-node-max-entries`` (10,000) entries a
-call, and at two trims a second the stream outgrew its bound above about 20,000 events/s."""
-
-
-_FORGET_SERVERS_LUA = """
-local n = tonumber(ARGV[1])
-local buckets, fleet = tonumber(ARGV[n + 2]), ARGV[n + 3] == '1'
-local gone = 0
-for i = n + 4, #ARGV, 2 do
-  local s, v = ARGV[i], ARGV[i + 1]
-  local now = redis.call('HGET', KEYS[1], s)
-  if now == v or (v == '' and not now) then
-    redis.call('HDEL', KEYS[1], s)
-    redis.call('HDEL', KEYS[2], s)
-    redis.call('SREM', KEYS[3], s)
-    for m = 2, n + 1 do redis.call('HDEL', KEYS[4], ARGV[m] .. '|' .. s) end
-    for b = 0, buckets - 1 do
-      local f = s .. '|' .. b
-      local pairs = redis.call('HGET', KEYS[5], f)
-      if pairs then
-        redis.call('HINCRBY', KEYS[5], 'RETIRED|' .. b, pairs)
-        redis.call('HDEL', KEYS[5], f)
-      end
-    end
-    if fleet then redis.call('HDEL', KEYS[6], 'max_event_us|' .. s) end
-    gone = gone + 1
-  end
-end
-return gone
-""".replace("RETIRED", RETIRED_SERVERS)
-"""Forget servers whose newest arrival is still the one read (``''``: a server with no arrival, still none): one
-that spoke again since is kept. Its delay
-trade-off buckets are added to the retired servers' (:data:`RETIRED_SERVERS`): the advice over every server stays
-exact. In a namespace following the fleet, its running max goes too, as its watermark did
-(``rules.watermarks``)."""
 FORGET_CHUNK = 500
 
 
@@ -105,11 +64,11 @@ def forget_named(client: redis.Redis, keys: KeySchema, servers: Sequence[str], f
 
 
 def _forget(client: redis.Redis, keys: KeySchema, old: Sequence[tuple[str, str]], follows_fleet: bool) -> int:
-    """Run :data:`_FORGET_SERVERS_LUA` on ``(server, newest arrival read)`` pairs, a chunk at a time."""
+    """Run :data:`FORGET_SERVERS_LUA` on ``(server, newest arrival read)`` pairs, a chunk at a time."""
     gone = 0
     for i in range(0, len(old), FORGET_CHUNK):
         chunk = old[i:i + FORGET_CHUNK]
-        gone += int(client.eval(_FORGET_SERVERS_LUA, 6, keys.seen, keys.regions, keys.servers, keys.totals,
+        gone += int(client.eval(FORGET_SERVERS_LUA, 6, keys.seen, keys.regions, keys.servers, keys.totals,
                                 keys.tradeoff, keys.state, len(SERVER_METRICS), *SERVER_METRICS, len(GRID_MS) + 1,
                                 "1" if follows_fleet else "0", *(x for pair in chunk for x in pair)))
     return gone
@@ -120,7 +79,7 @@ def trim_counted(client: redis.Redis, keys: KeySchema, min_id: str, approximate:
     shard 0; queued when ``client`` is a pipeline). The stream and its count share a slot (decision 0018), so this
     is one script on one node in a Redis Cluster too. Approximate trims free whole stream nodes only: cheap, and
     the count is still exact."""
-    script = _TRIM_LUA if approximate else _TRIM_LUA.replace("'~', ", "").replace(", 'LIMIT', 0", "")
+    script = TRIM_LUA if approximate else TRIM_LUA.replace("'~', ", "").replace(", 'LIMIT', 0", "")
     client.execute_command("EVAL", script, 2, keys.input_shard(shard), keys.trimmed_of(shard), min_id)
 
 
@@ -259,7 +218,7 @@ def apply_writes(pipe: redis.client.Pipeline, keys: KeySchema, w: BatchWrites, p
     pipe.hset(bkey, "sink", record)
     pipe.expire(bkey, ttl_s)
     pipe.zadd(keys.batches, {str(w.batch_id): w.batch_id})
-    pipe.eval(_FORGET_LUA, 1, keys.batches, w.batch_id - records_kept(params, len(record)), keys.batch(""))
+    pipe.eval(FORGET_BELOW_LUA, 1, keys.batches, w.batch_id - records_kept(params, len(record)), keys.batch(""))
     pipe.expire(keys.batches, ttl_s)
     pipe.hset(keys.state, mapping=w.state.to_hash())
     if w.trim_below is not None:
@@ -271,18 +230,6 @@ DEAD_KEEP = 100_000
 """Quarantined entries kept to look at (``{ns}:dead``, the newest; about: whole stream nodes go). Their count by
 reason is in the totals, exact whatever went; without a bound a producer sending bad input kept the stream
 growing for as long as it did (its TTL is refreshed by every batch that adds to it)."""
-
-
-_FORGET_LUA = """
-local gone = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])
-for _, b in ipairs(gone) do redis.call('UNLINK', ARGV[2] .. b) end
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])
-return #gone
-"""
-"""An index's members scored at or below ``ARGV[1]`` leave it and their keys (``ARGV[2]`` and the member) leave Redis,
-together.
-For the batch records: left to their TTL (a day), the records of a day's batches stayed (172,800 per query at the
-500 ms trigger, about 100 KB each at 300 servers); for the windows' players' sets and the batches' counts of them."""
 
 
 def records_kept(params: Params, record_bytes: int) -> int:
@@ -305,9 +252,9 @@ def _queue_windows(pipe: redis.client.Pipeline, keys: KeySchema, w: BatchWrites,
     if w.players is not None:  # the pipeline's upkeep of the shared sets and the batches' counts
         if w.players.added is not None:
             pipe.zadd(keys.players_added_index, {w.players.added: w.batch_id})
-        pipe.eval(_FORGET_LUA, 1, keys.players_added_index, w.players.added_done, keys.players_added(""))
+        pipe.eval(FORGET_BELOW_LUA, 1, keys.players_added_index, w.players.added_done, keys.players_added(""))
         pipe.expire(keys.players_added_index, ttl_s)
-        pipe.eval(_FORGET_LUA, 1, keys.players_index, w.players.closed_ms, keys.players_index + ":")
+        pipe.eval(FORGET_BELOW_LUA, 1, keys.players_index, w.players.closed_ms, keys.players_index + ":")
     pipe.zremrangebyscore(keys.windows, "-inf", f"({w.windows_end_below_ms}")
     pipe.expire(keys.windows, ttl_s)
 
@@ -390,7 +337,8 @@ def _commit_once(client: redis.Redis, node: redis.Redis, keys: KeySchema, s: Bat
     with guarded(node, keys.state, s.batch_id) as pipe:
         if pipe is None:
             return False
-        writes = plan_commit(s, params, read_prior(pipe, keys, s, params), now_ms())
+        prior = read_prior(pipe, keys, s, params)
+        writes = plan_commit(s, params, prior, now_ms())
         pipe.multi()
         in_slot = None if node is client else (lambda k: redis_conn.same_slot(keys.input_shard(k), keys.state))
         apply_writes(pipe, keys, writes, params, in_slot=in_slot)
