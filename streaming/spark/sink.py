@@ -37,7 +37,7 @@ from streaming.spark.local_agg import Guard
 from streaming.spark.recovery import Recovery
 from streaming.store.batch.window_players import drop_replayed, read_added
 from streaming.store.commit import commit_batch, free_committed_input, read_guard, replicated
-from streaming.store.online.commit import OnlineMirror, commit_online
+from streaming.store.online.commit import commit_online, new_mirror
 from streaming.store.online.handoff import hand_off
 from streaming.store.redis_conn import DriverClient, with_retry
 from watermark_client.timeutil import clock
@@ -84,7 +84,7 @@ class RedisSink(DriverClient):
         self.online_timeout_ms = online_timeout_ms
         self.online_groups = online_groups  # 0: the online view is folded here; N: handed off to N groups
         self.source_options = dict(source_options or {})
-        self.mirror = OnlineMirror()
+        self.mirror = new_mirror()
         self.followers = FollowerThread(f"followers-{keys.namespace}") if background else None
         self.recovery = Recovery(self, spark)
         # One sink per query run, like Spark's per-input watermark map, which is not checkpointed.

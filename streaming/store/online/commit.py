@@ -55,6 +55,12 @@ class OnlineMirror:
         self.batch, self.valid = batch, True
 
 
+def new_mirror() -> OnlineMirror:
+    """A mirror for the job's own fold: the sink makes one per query run, when it is built, and hands it to every
+    :func:`commit_online` (Spark code holds it without naming the store's type)."""
+    return OnlineMirror()
+
+
 def commit_online(client: redis.Redis, keys: KeySchema, b: OnlineBatch, params: Params, timeout_ms: int,
                     mirror: OnlineMirror | None = None,
                     now_ms: Callable[[], int] = lambda: int(time.time() * 1000), group: Group = ALL) -> bool:
