@@ -36,9 +36,8 @@ from streaming.spark.listener import Phases
 from streaming.spark.local_agg import Guard
 from streaming.spark.recovery import Recovery
 from streaming.store.batch.window_players import drop_replayed, read_added
-from streaming.store.commit import commit_batch, free_committed_input, read_guard, replicated
-from streaming.store.online.commit import commit_online, new_mirror
-from streaming.store.online.handoff import hand_off
+from streaming.store.commit import commit_batch, free_committed_input, read_guard
+from streaming.store.online.commit import follow_online, new_mirror
 from streaming.store.redis_conn import DriverClient, with_retry
 from watermark_client.timeutil import clock
 
@@ -179,28 +178,16 @@ class RedisSink(DriverClient):
                            f"lane {lane.keys.namespace} of batch {batch_id}", when_full=self.free_memory,
                            refresh=self.refresh)
         if self.online_timeout_ms is not None:
-            with phases("online"):
+            with phases("online"):  # folded here, or handed off to its groups (decision 0020), once either way
                 aggregate = batch.aggregate
                 events = local_agg.online_events(aggregate) if aggregate is not None else OnlineEvents.empty()
-                self.online(batch_id, entry, summary, events, self.online_timeout_ms)
-
-    def online(self, batch_id: int, entry: OffsetEntry, summary: BatchSummary, events: OnlineEvents,
-               timeout_ms: int) -> None:
-        """The batch's accepted events to the online view: folded here, or handed off to its groups (decision
-        0020), once either way."""
-        online = OnlineBatch(batch_id, entry.watermark_ms, entry.batch_ts_ms, summary.end_id, events,
-                               self.params.delay_ms, summary.next_watermark_ms)
-        if self.online_groups:
-            handed = online.record(self.online_groups, timeout_ms)
-            what = f"the online view's share of batch {batch_id}"
-            with_retry(lambda: (hand_off(self.client, self.keys, handed, events, self.params.ttl_s),
-                                replicated(self.client, self.keys.handoff_guard, batch_id, self.params, what)),
-                       what, when_full=self.free_memory, refresh=self.refresh)
-            return
-        what = f"online players of batch {batch_id}"
-        with_retry(lambda: (commit_online(self.client, self.keys, online, self.params, timeout_ms, self.mirror),
-                            replicated(self.client, self.keys.online_state, batch_id, self.params, what)),
-                   what, when_full=self.free_memory, refresh=self.refresh)
+                online = OnlineBatch(batch_id, entry.watermark_ms, entry.batch_ts_ms, summary.end_id, events,
+                                     self.params.delay_ms, summary.next_watermark_ms)
+                what = (f"the online view's share of batch {batch_id}" if self.online_groups
+                        else f"online players of batch {batch_id}")
+                with_retry(lambda: follow_online(self.client, self.keys, online, self.params, self.online_timeout_ms,
+                                                 self.online_groups, self.mirror),
+                           what, when_full=self.free_memory, refresh=self.refresh)
 
     def followers_last(self) -> list[int | None]:
         """Each follower's last committed batch (None: it has not committed one)."""

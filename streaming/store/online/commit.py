@@ -26,6 +26,7 @@ from streaming.store import redis_conn
 from streaming.store.batch.arrow_pack import queue_packed
 from streaming.store.commit import guarded, replicated
 from streaming.store.online.forget import read_asked
+from streaming.store.online.handoff import hand_off
 from streaming.store.online.merge import merge_ready
 
 
@@ -189,3 +190,18 @@ def _apply(pipe: redis.client.Pipeline, keys: KeySchema, writes: dict[str, Serve
     if len(writes) > len(gone):
         pipe.hset(counts_key, mapping={s: w.count for s, w in writes.items() if not w.forget})
         pipe.expire(counts_key, ttl_s)
+
+
+def follow_online(client: redis.Redis, keys: KeySchema, online: OnlineBatch, params: Params, timeout_ms: int,
+                  groups: int, mirror: OnlineMirror) -> None:
+    """Called by the job's sink once a batch, on its followers' path (retried whole: each step is guarded by the
+    batch): the batch's accepted events (``online.events``) to the online view, folded here (the job's own group,
+    decision 0025: :func:`commit_online`) or handed off to its ``groups`` (decision 0020:
+    :func:`streaming.store.online.handoff.hand_off`); done once ``params.wait_replicas`` replicas have it."""
+    if groups:
+        what = f"the online view's share of batch {online.batch_id}"
+        hand_off(client, keys, online.record(groups, timeout_ms), online.events, params.ttl_s)
+        replicated(client, keys.handoff_guard, online.batch_id, params, what)
+        return
+    commit_online(client, keys, online, params, timeout_ms, mirror)
+    replicated(client, keys.online_state, online.batch_id, params, f"online players of batch {online.batch_id}")
