@@ -35,8 +35,8 @@ from tests.client.node_stand import (
 from tests.client.test_wire_format_page import SPEC, between, code_points
 from watermark_client import encode_event
 from watermark_client.batch_channel import MARKER_TTL_S
+from watermark_client.encode import FIELDS
 from watermark_client.events import KINDS, NAME_LIMITS, Event, parse_entry, parse_payload
-from watermark_client.producer import FIELDS
 from watermark_client.stream import input_shard_key, producer_marker_key, shard_of
 
 

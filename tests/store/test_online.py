@@ -18,7 +18,7 @@ from streaming.schema.keys import KeySchema
 from streaming.spark.query import start_query
 from streaming.store.views.online import OnlinePoint, OnlineView, read_online
 from tests.oracle import T0_MS, online_oracle, random_online_batches
-from tests.store.online.test_commit_view import members
+from tests.store.online.rows import members
 from watermark_client.events import PAYLOAD_FIELD, Event
 
 TIMEOUT = 10_000  # ms

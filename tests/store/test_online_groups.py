@@ -20,7 +20,7 @@ from streaming.schema.keys import KeySchema
 from streaming.schema.records import OnlineRecord
 from streaming.store.online.commit import OnlineMirror, commit_online
 from tests.schema.params import built_params
-from tests.store.test_online import events
+from tests.store.online.rows import events
 from tests.store.test_server_clocks import DELAY, T0, TIMEOUT, game
 from tests.store.test_server_clocks import random_game as clock_game
 

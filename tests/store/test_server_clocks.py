@@ -22,7 +22,7 @@ from streaming.store.online.commit import OnlineMirror, commit_online
 from streaming.store.views.online import read_online
 from tests.oracle import online_oracle
 from tests.schema.params import built_params
-from tests.store.test_online import events
+from tests.store.online.rows import events
 
 DELAY, TIMEOUT = 5_000, 30_000
 T0 = 1_700_000_000_000

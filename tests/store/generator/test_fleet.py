@@ -152,7 +152,7 @@ def test_a_fleet_that_is_replaced_as_it_plays_drains_each_server_and_keeps_its_p
     totals, causes, wm = [], Counter(), 0
     for i, second in enumerate(sorted(batches)):
         rows = batches[second]
-        from tests.store.test_online import events as online_events  # (server, player, ms, kind, arrival ms)
+        from tests.store.online.rows import events as online_events  # (server, player, ms, kind, arrival ms)
 
         ev: OnlineEvents = online_events(*[(e.server, e.player_id, e.event_time_us // 1000, e.kind,
                                                 a // 1000) for a, e in rows])

@@ -6,33 +6,20 @@ from __future__ import annotations
 import json
 import uuid
 
-import numpy as np
 import pytest
 import redis
 
-from streaming.rules.online.fold import KIND_CODES
-from streaming.rules.online.table import OnlineBatch, OnlineEvents, PlayerTable
+from streaming.rules.online.table import OnlineBatch, PlayerTable
 from streaming.schema.keys import KeySchema
 from streaming.schema.records import OnlineStateRecord
 from streaming.store.online.commit import OnlineMirror, commit_online
 from streaming.store.views.online import OnlineView, read_online
 from tests.schema.params import built_params
+from tests.store.online.rows import events, members
 
 TIMEOUT = 10_000  # ms
 DELAY = 5_000
 
-
-
-def events(*rows: tuple) -> OnlineEvents:
-    """(server, player, event ms, kind[, arrival ms]) in arrival order (no arrival: 0)."""
-    return OnlineEvents(np.array([r[0] for r in rows], object), np.array([r[1] for r in rows], object),
-                          np.array([r[2] * 1000 for r in rows], np.int64), np.arange(len(rows), dtype=np.int64),
-                          np.array([KIND_CODES[r[3]] for r in rows], np.int8),
-                          np.array([r[4] if len(r) > 4 else 0 for r in rows], np.int64))
-
-
-def members(r: redis.Redis, key: str) -> dict[str, int]:
-    return {m.decode(): int(v) for m, v in r.hgetall(key).items()}
 
 
 def test_commit_is_applied_once(r: redis.Redis) -> None:

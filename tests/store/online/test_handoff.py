@@ -18,7 +18,7 @@ from streaming.schema.keys import KeySchema
 from streaming.schema.records import HandoffBatch
 from streaming.store.online.handoff import hand_off, handed_off
 from streaming.store.online.runner import GroupRunner
-from tests.store.test_online import events
+from tests.store.online.rows import events
 from tests.store.test_online_groups import PARAMS, dump, now, random_game, random_order, run
 from tests.store.test_server_clocks import DELAY, T0, TIMEOUT
 
