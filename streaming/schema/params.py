@@ -13,6 +13,8 @@ from streaming.schema.config import Config
 from streaming.schema.keys import KeySchema
 from streaming.schema.records import StateParams
 
+FIXED = ("window_ms", "slide_ms", "mode", "policy")
+"""The settings a namespace keeps for good (:meth:`Params.fixed_changes`)."""
 STREAM_KEEP_MS = 600_000
 """Committed input the trim keeps to look back at, in arrival time (within ``stream_keep_entries``). Not a setting:
 ``STREAM_KEEP_ENTRIES`` is the bound an operator sets; this only stops a slow stream keeping days of input."""
@@ -59,6 +61,17 @@ class Params:
     @property
     def ttl_s(self) -> int:
         return max(1, (self.ttl_ms or self.retention_ms) // 1000)
+
+    def records_kept(self, record_bytes: int) -> int:
+        """How many batch records a query keeps: ``PROGRESS_HISTORY``, fewer when they would take more than
+        ``PROGRESS_BYTES`` at the newest record's size (at least 10)."""
+        return max(10, min(self.progress_history, self.progress_bytes // max(1, record_bytes)))
+
+    def fixed_changes(self, built: StateParams) -> dict[str, tuple[object, object]]:
+        """What differs between how a namespace was ``built`` and these params among the settings that never
+        change on restart (window, slide, watermark mode and policy: the numbers would mix); the delay may."""
+        new = self.semantic()
+        return {k: (getattr(built, k), getattr(new, k)) for k in FIXED if getattr(built, k) != getattr(new, k)}
 
     def semantic(self) -> StateParams:
         return StateParams(window_ms=self.window_ms, slide_ms=self.slide_ms, delay_ms=self.delay_ms, mode=self.mode,

@@ -115,9 +115,6 @@ def free_committed_input(client: redis.Redis, keys: KeySchema, params: Params) -
     return f"trimmed {gone:,} committed entries kept for look-back; {connection.memory_line(client)}"
 
 
-_FIXED = ("window_ms", "slide_ms", "mode", "policy")
-
-
 def check_params(client: redis.Redis, keys: KeySchema, params: Params) -> int | None:
     """Refuse to continue a namespace with a different window, slide or watermark mode (its numbers would mix),
     or with fewer input shards than it has read (``STREAM_SHARDS`` lowered: the others would never be read).
@@ -134,7 +131,7 @@ def check_params(client: redis.Redis, keys: KeySchema, params: Params) -> int | 
     if old is None:
         return None
     new = params.semantic()
-    changed = {k: (getattr(old, k), getattr(new, k)) for k in _FIXED if getattr(old, k) != getattr(new, k)}
+    changed = params.fixed_changes(old)
     if changed:
         what = ", ".join(f"{k} {a} -> {b}" for k, (a, b) in changed.items())
         raise ParamsMismatch(
@@ -218,7 +215,7 @@ def apply_writes(pipe: redis.client.Pipeline, keys: KeySchema, w: BatchWrites, p
     pipe.hset(bkey, "sink", record)
     pipe.expire(bkey, ttl_s)
     pipe.zadd(keys.batches, {str(w.batch_id): w.batch_id})
-    pipe.eval(FORGET_BELOW_LUA, 1, keys.batches, w.batch_id - records_kept(params, len(record)), keys.batch(""))
+    pipe.eval(FORGET_BELOW_LUA, 1, keys.batches, w.batch_id - params.records_kept(len(record)), keys.batch(""))
     pipe.expire(keys.batches, ttl_s)
     pipe.hset(keys.state, mapping=w.state.to_hash())
     if w.trim_below is not None:
@@ -230,12 +227,6 @@ DEAD_KEEP = 100_000
 """Quarantined entries kept to look at (``{ns}:dead``, the newest; about: whole stream nodes go). Their count by
 reason is in the totals, exact whatever went; without a bound a producer sending bad input kept the stream
 growing for as long as it did (its TTL is refreshed by every batch that adds to it)."""
-
-
-def records_kept(params: Params, record_bytes: int) -> int:
-    """How many batch records a query keeps: ``PROGRESS_HISTORY``, fewer when they would take more than
-    ``PROGRESS_BYTES`` at the newest record's size (at least 10)."""
-    return max(10, min(params.progress_history, params.progress_bytes // max(1, record_bytes)))
 
 
 def _queue_windows(pipe: redis.client.Pipeline, keys: KeySchema, w: BatchWrites, ttl_s: int) -> None:

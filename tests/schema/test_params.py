@@ -3,10 +3,13 @@
 
 from __future__ import annotations
 
-from dataclasses import MISSING, asdict, fields
+from dataclasses import MISSING, asdict, fields, replace
+
+import pytest
 
 from streaming.schema.config import Config
 from streaming.schema.params import Params, params_for
+from streaming.schema.records import StateParams
 
 TODAY = dict(window_ms=60_000, slide_ms=60_000, delay_ms=30_000, retention_ms=86_400_000, progress_history=10_000,
              progress_bytes=134_217_728, stream_keep_ms=600_000, stream_keep_entries=1_000_000, ttl_ms=None,
@@ -44,3 +47,27 @@ def test_the_flood_guard_is_the_pipelines_only() -> None:
     cfg = Config()
     assert params_for(cfg).new_servers_per_minute == cfg.new_servers_per_minute
     assert params_for(cfg.with_(input_namespace="wm")).new_servers_per_minute == 0  # a lane reads the pipeline's
+
+
+# A namespace keeps its window, slide, watermark mode and policy for good; its delay may change (the lab's lever).
+@pytest.mark.parametrize(("built", "changes"), [
+    (StateParams(window_ms=60_000, slide_ms=60_000, delay_ms=30_000), {}),
+    (StateParams(window_ms=60_000, slide_ms=60_000, delay_ms=5_000), {}),  # another delay: allowed
+    (StateParams(window_ms=30_000, slide_ms=60_000, delay_ms=30_000), {"window_ms": (30_000, 60_000)}),
+    (StateParams(window_ms=60_000, slide_ms=30_000, mode="per-server", policy="max"),
+     {"slide_ms": (30_000, 60_000), "mode": ("per-server", "global"), "policy": ("max", "min")}),
+])
+def test_what_a_namespace_keeps_for_good(built: StateParams, changes: dict) -> None:
+    assert params_for(Config()).fixed_changes(built) == changes
+
+
+# Batch records kept: PROGRESS_HISTORY, fewer when they would pass PROGRESS_BYTES at the newest record's size, >= 10.
+@pytest.mark.parametrize(("history", "budget", "record", "kept"), [
+    (10_000, 128 << 20, 2_000, 10_000),      # 3 servers: the count binds
+    (10_000, 128 << 20, 100_000, 1_342),     # 300 servers: the bytes bind
+    (10_000, 1_000, 1_000_000, 10),          # never below 10
+    (5, 128 << 20, 0, 10),                   # at least 10 however few are asked; an empty record is a byte
+])
+def test_batch_records_kept(history: int, budget: int, record: int, kept: int) -> None:
+    params = replace(params_for(Config()), progress_history=history, progress_bytes=budget)
+    assert params.records_kept(record) == kept

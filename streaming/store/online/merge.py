@@ -30,7 +30,6 @@ from streaming.schema.keys import KeySchema
 from streaming.schema.params import Params
 from streaming.schema.records import CommitEntry, OnlinePart, OnlineRecord, OnlineStateRecord
 from streaming.store import redis_conn
-from streaming.store.commit import records_kept
 from streaming.store.history_store import queue_minute
 from streaming.store.online.forget import queue_erase, read_minutes
 from watermark_client import connection
@@ -86,7 +85,7 @@ class _Rollups:
         batch_id = record.batch
         encoded = record.encode()
         pipe.zadd(keys.online_history, {encoded: batch_id})
-        pipe.zremrangebyscore(keys.online_history, "-inf", batch_id - records_kept(params, len(encoded)))
+        pipe.zremrangebyscore(keys.online_history, "-inf", batch_id - params.records_kept(len(encoded)))
         pipe.expire(keys.online_history, params.ttl_s)
 
 
