@@ -58,8 +58,18 @@ class Recovery:
 
     def __init__(self, sink: RedisSink, spark: object | None = None) -> None:
         self.sink = sink
-        self.spark = spark  # reads the offset log where it is not a local path (a session of the job's context)
+        self._spark = spark
         self._caught_up = False
+
+    @property
+    def spark(self) -> object | None:
+        """The session that reads the offset log where it is not a local path: the job's (``pipeline_sink`` hands
+        it over), else the active one (the same context's Hadoop configuration either way)."""
+        if self._spark is None:
+            from pyspark.sql import SparkSession
+
+            self._spark = SparkSession.getActiveSession()
+        return self._spark
 
     def before(self, batch_id: int) -> bool:
         """Called by the sink before batch ``batch_id``'s partitions run (its players are counted after the mended

@@ -260,8 +260,8 @@ def test_a_row_of_one_event_is_refused() -> None:
 
 @pytest.mark.spark
 def test_packed_rows_cross_spark_whole(spark, redis_url: str) -> None:  # noqa: ANN001
-    """The source's rows through Spark and unpacked on the driver (streaming.spark.sink.aggregate) give the same
-    aggregate as the same partitions read in this process, with no JVM between: packing loses nothing."""
+    """The source's rows through Spark and unpacked on the driver (streaming.spark.local_agg.aggregate_frame) give the
+    same aggregate as the same partitions read in this process, with no JVM between: packing loses nothing."""
     import uuid
 
     import redis
