@@ -197,7 +197,7 @@ def test_every_example_runs_on_production_and_pages_nobody_and_forget_removes_th
     as the trial's server A did. Then ``wm-control forget``, refused to the producer's credential, removes them."""
     from streaming.store.report import wait_for_commit
     from streaming.store.views.snapshot import read_snapshot
-    from tests.client.test_node_producer import ready_node
+    from tests.client.node_stand import ready_node
     from tests.procs import until
     from tests.ui.test_production_mode import MODE_VARS, PAGES, production_stack
 
