@@ -10,6 +10,7 @@ import subprocess
 import sys
 import tarfile
 import time
+import tomllib
 from pathlib import Path
 
 import psutil
@@ -33,6 +34,21 @@ def export(rev: str, into: Path) -> Path:
     return into
 
 
+def commands_of(code_root: Path, into: Path) -> Path:
+    """A directory of the tree's own ``wm-*`` commands, from its ``pyproject.toml``: this checkout's installed
+    commands import this checkout's packages, where a tree exported at another revision (``--base``) must run its
+    own (before issue 64 its pipeline was ``watermark``, which the installed ``wm-job`` does not import)."""
+    scripts = tomllib.loads((code_root / "pyproject.toml").read_text())["project"]["scripts"]
+    into.mkdir(parents=True, exist_ok=True)
+    for name, target in scripts.items():
+        module, func = target.split(":")
+        path = into / name
+        path.write_text(f"#!{sys.executable}\nimport sys\nfrom {module} import {func}\n"
+                        f"sys.exit({func}())\n")
+        path.chmod(0o755)
+    return into
+
+
 KEEP_OVERRIDE = int(os.environ.get("BENCH_KEEP_ENTRIES", "0"))
 """``STREAM_KEEP_ENTRIES`` for the stack (0: the bench's own, 200 s of input, so every entry of the window is
 measured)."""
@@ -49,7 +65,8 @@ class Stack:
         self.ns = "{wm}" if redis_nodes > 1 else "wm"  # a cluster's pipeline keeps its keys in one slot (0018)
         self.redis_pids: list[int] = []  # a cluster's nodes (the Procfile's redis then only waits)
         venv_bin = str(Path(sys.executable).parent)
-        self.env = {**os.environ, "PATH": f"{venv_bin}:{os.environ.get('PATH', '')}",
+        own_bin = commands_of(code_root, tmp / "bin")
+        self.env = {**os.environ, "PATH": f"{own_bin}:{venv_bin}:{os.environ.get('PATH', '')}",
                     "PYTHONPATH": str(code_root), "REDIS_PORT": str(self.port),
                     "REDIS_DATA_DIR": str(tmp / "redis"), "CHECKPOINT_DIR": str(tmp / "checkpoints" / "wm"),
                     "PIPELINE_NAMESPACE": self.ns, "SCENARIO": "steady", "RATE": str(rate),
