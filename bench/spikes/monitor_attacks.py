@@ -60,7 +60,7 @@ def row(name: str, pid: int, port: int, extra: str) -> None:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--checkout", default=str(Path(__file__).resolve().parent.parent))
+    p.add_argument("--checkout", default=str(Path(__file__).resolve().parents[2]))
     p.add_argument("--stream-mib", type=int, default=200)
     p.add_argument("--held", type=int, default=300)
     p.add_argument("--idle", type=int, default=1100)
