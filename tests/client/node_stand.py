@@ -11,8 +11,8 @@ import socket
 import subprocess
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,7 @@ import redis
 from streaming.apps.redis_server import RedisServer
 from streaming.schema.keys import KeySchema
 from streaming.spark.rows import FAST_SHAPE
+from tests.procs import until
 from watermark_client import encode_event
 from watermark_client.events import KINDS, Event, parse_entry, parse_payload
 
@@ -87,11 +88,8 @@ def finished(proc: subprocess.Popen[str], timeout_s: float = 60) -> dict[str, in
     return json.loads(out.strip().splitlines()[-1])
 
 
-def wait_until(pred: Callable[[], bool], what: str, timeout_s: float = 30) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not pred():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.01)
+wait_until = partial(until, timeout=30, every=0.01)
+"""Polls a condition until it holds (``what`` names it in the failure)."""
 
 
 def iso(ms: int) -> str:

@@ -78,7 +78,7 @@ def test_a_full_redis_holds_the_batch_and_sends_it_once_there_is_room(node: str,
     stand.admin.config_set("maxmemory", "1")  # every write refused: OOM command not allowed when used memory
     sent = events(300)
     proc = run_send(node, stand.url, sent, BATCH_SIZE="100")
-    wait_until(lambda: "errorstat_OOM" in stand.admin.info("errorstats"), "Redis to refuse a batch")
+    wait_until(lambda: "errorstat_OOM" in stand.admin.info("errorstats"), what="Redis to refuse a batch")
     assert stand.admin.xlen(KEYS.events) == 0
     stand.admin.config_set("maxmemory", "0")
     stats = finished(proc)
@@ -93,7 +93,7 @@ def test_a_stream_at_its_bound_holds_the_producer_until_the_readers_catch_up(nod
     sent = events(300)
     proc = run_send(node, stand.url, sent, BATCH_SIZE="100", STREAM_MAX_ENTRIES="5")
     wait_until(lambda: stand.admin.info("commandstats").get("cmdstat_xlen", {}).get("calls", 0) >= 2,
-               "the producer to look at the stream's length again")
+               what="the producer to look at the stream's length again")
     assert stand.admin.xlen(KEYS.events) == 5 and proc.poll() is None  # held: nothing written past the bound
     stand.admin.xtrim(KEYS.events, maxlen=0)  # the readers caught up and the job trimmed
     stats = finished(proc)

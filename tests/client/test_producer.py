@@ -10,8 +10,9 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime, timedelta, timezone
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ from streaming.apps.redis_server import RedisServer
 from streaming.rules.simulate import generate
 from streaming.schema.keys import KeySchema
 from streaming.store.stream_writer import StreamWriter
+from tests.procs import until
 from tests.writers import write_through_losses
 from watermark_client import Producer, ProducerError, ProducerTimeout, ShardedProducer, encode_event
 from watermark_client.batch_channel import Batch, BatchChannel, xadd_head
@@ -36,13 +38,8 @@ def ev(i: int, **over: Any) -> dict[str, Any]:  # noqa: ANN401
             "event_time": T0, **over}
 
 
-def wait_until(pred: Callable[[], bool], timeout_s: float = 30.0, what: str = "condition") -> None:
-    """Poll Redis (or the producer) until ``pred`` holds: only where there is nothing to wait on."""
-    deadline = time.monotonic() + timeout_s
-    pause = threading.Event()
-    while not pred():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        pause.wait(0.002)
+wait_until = partial(until, timeout=30.0, every=0.002)
+"""Poll Redis (or the producer) until a condition holds: only where there is nothing to wait on."""
 
 
 def stream_ids(client: redis.Redis, key: str) -> Counter[str]:
